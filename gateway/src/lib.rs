@@ -1,0 +1,1 @@
+//! The gateway front (arrives with its issue).

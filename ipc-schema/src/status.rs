@@ -1,0 +1,114 @@
+//! What a process reports about its own lockdown, and what `doctor` shows.
+
+use crate::Role;
+use serde::{Deserialize, Serialize};
+
+/// A helper's first frame.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct Hello {
+    /// Which helper this claims to be. The broker already knows (it spawned it); a mismatch
+    /// means the wrong binary, and the helper is refused.
+    pub role: Role,
+    pub pid: u32,
+    pub lockdown: LockdownReport,
+}
+
+/// How far Landlock restricted the process.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LandlockStatus {
+    /// Every access right the profile asked for is handled by the kernel.
+    FullyEnforced,
+    /// Some rights the profile asked for are beyond this kernel's ABI (allowed only with
+    /// `--allow-degraded` when they are below the profile's minimum ABI).
+    PartiallyEnforced,
+    /// No Landlock at all (only with `--allow-degraded`).
+    NotEnforced,
+}
+
+/// What a process did to lock itself down, step by step (DESIGN.md rule 6).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct LockdownReport {
+    /// The profile applied (`fs`, `net`, `exec`, `secrets`, `ui`, `gateway`, `broker`).
+    pub profile: String,
+    /// File descriptors other than the channel and stdio were closed.
+    pub stray_fds_closed: bool,
+    /// The environment was emptied (the process keeps only what it named).
+    pub env_cleared: bool,
+    /// RLIMIT_CORE is 0.
+    pub core_dumps_off: bool,
+    /// PR_SET_DUMPABLE is 0 (no ptrace attach by same-uid processes, no /proc/pid/mem).
+    pub dumpable_off: bool,
+    pub no_new_privs: bool,
+    /// Effective, permitted, inheritable and ambient sets empty; bounding set cleared where
+    /// permitted.
+    pub capabilities_dropped: bool,
+    /// The Landlock ABI the kernel offers (0: none).
+    pub landlock_abi: u32,
+    /// The lowest ABI this profile accepts without `--allow-degraded`.
+    pub landlock_min_abi: u32,
+    pub landlock: LandlockStatus,
+    /// A seccomp filter (mode 2) is installed.
+    pub seccomp_filter: bool,
+    /// How many syscalls the seccomp allowlist permits (0 for a denylist profile).
+    pub seccomp_allowed_syscalls: u32,
+    /// Namespaces the process was placed in (exec sandbox), e.g. `user`, `mount`, `net`.
+    pub namespaces: Vec<String>,
+    /// What is weaker than the profile asks, and why. Empty unless `--allow-degraded`.
+    pub degraded: Vec<String>,
+}
+
+/// What the kernel says about a process (`/proc/<pid>/status`), read by the broker itself so
+/// that a helper's own report is never the only evidence.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ProcStatus {
+    /// `Seccomp:` 0 none, 1 strict, 2 filter.
+    pub seccomp: u8,
+    /// `NoNewPrivs:`.
+    pub no_new_privs: bool,
+    /// `CapEff:` as a bit mask.
+    pub cap_eff: u64,
+    /// `CapPrm:` as a bit mask.
+    pub cap_prm: u64,
+    /// `Uid:` real uid.
+    pub uid: u32,
+}
+
+/// The state of one supervised process.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub enum ProcessState {
+    /// Locked down, verified, serving.
+    Ready,
+    /// Being started or restarted.
+    Starting,
+    /// Started but refused: the broker routes nothing to it.
+    Refused { reason: String },
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ProcessReport {
+    /// `broker`, or a helper's binary name.
+    pub name: String,
+    pub pid: u32,
+    pub state: ProcessState,
+    /// How many times it has been restarted since the broker started.
+    pub restarts: u32,
+    /// The process's own report (for helpers, from its hello).
+    pub lockdown: Option<LockdownReport>,
+    /// The kernel's view, read by the broker.
+    pub kernel: Option<ProcStatus>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DoctorReport {
+    /// `uname -r`.
+    pub kernel_release: String,
+    /// The Landlock ABI the kernel offers (0: none).
+    pub landlock_abi: u32,
+    /// The broker was started with `--allow-degraded`.
+    pub allow_degraded: bool,
+    pub processes: Vec<ProcessReport>,
+    /// Every required protection that is missing, one line each. Empty means all enforced.
+    pub problems: Vec<String>,
+    /// What is enforced only partly, by design, and where that is explained.
+    pub notes: Vec<String>,
+}

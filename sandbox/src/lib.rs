@@ -1,0 +1,114 @@
+//! Lockdown profiles for every gatehouse process, and the few process operations that need
+//! `unsafe` (spawning a helper with exactly one inherited socket, pidfds, adopting that socket).
+//! All of gatehouse's `unsafe` lives in this crate; each block says what makes it sound.
+//!
+//! A helper's `main` calls [`lockdown`] with its [`Profile`] before it reads its first request.
+//! Every step is fatal on failure unless the broker was started with `--allow-degraded`, and even
+//! then only the steps the kernel cannot do are skipped, each one named in the report.
+
+use std::path::PathBuf;
+
+pub use ipc_schema::status::{LandlockStatus, LockdownReport, ProcStatus};
+
+#[cfg(target_os = "linux")]
+pub mod helper_args;
+#[cfg(target_os = "linux")]
+pub mod linux;
+#[cfg(target_os = "linux")]
+pub use linux::{landlock_abi, lockdown, process};
+
+#[cfg(target_os = "macos")]
+pub mod macos;
+#[cfg(windows)]
+pub mod windows;
+
+/// Which process is being locked down, with what that kind needs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Profile {
+    /// File helper: only the granted roots (read-only grants read-only) and its checkpoint dir.
+    Fs(FsProfile),
+    /// Network helper: no filesystem after start; may create inet sockets.
+    Net,
+    /// Command helper: may fork, exec and unshare; each command gets its own sandbox.
+    Exec,
+    /// Keyring helper: no network, no exec; only what its store needs.
+    Secrets,
+    /// The human's console: its terminal and its broker socket, nothing else.
+    Ui,
+    /// An agent's MCP gateway: stdio and its broker socket, nothing else.
+    Gateway,
+}
+
+impl Profile {
+    /// The profile's short name, as shown by `doctor`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Profile::Fs(_) => "fs",
+            Profile::Net => "net",
+            Profile::Exec => "exec",
+            Profile::Secrets => "secrets",
+            Profile::Ui => "ui",
+            Profile::Gateway => "gateway",
+        }
+    }
+}
+
+/// The directories the fs-helper may touch.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct FsProfile {
+    /// Grant roots with read access only.
+    pub read_only: Vec<PathBuf>,
+    /// Grant roots with read and write access, and the checkpoint directory.
+    pub read_write: Vec<PathBuf>,
+}
+
+/// How strict to be, and what to keep.
+#[derive(Debug, Clone, Default)]
+pub struct LockdownOptions {
+    /// Run with less than the profile's minimum when the kernel lacks a mechanism, recording
+    /// each missing piece in [`LockdownReport::degraded`]. Off unless the broker was started
+    /// with `--allow-degraded`.
+    pub allow_degraded: bool,
+    /// File descriptors to keep open besides 0, 1 and 2 (the channel to the broker).
+    pub keep_fds: Vec<i32>,
+    /// Environment variables to keep (everything else is removed).
+    pub keep_env: Vec<String>,
+}
+
+/// A lockdown step failed. Each variant names the mechanism, so the message tells the user
+/// what their kernel or system lacks.
+#[derive(Debug, thiserror::Error)]
+pub enum LockdownError {
+    #[error("closing inherited file descriptors failed: {0}")]
+    CloseFds(std::io::Error),
+    #[error("setting resource limit {what} failed: {source}")]
+    Rlimit {
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("prctl({what}) failed: {source}")]
+    Prctl {
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("dropping capabilities failed: {0}")]
+    Capabilities(String),
+    #[error("Landlock ABI {found} is below the {needed} the {profile} profile needs (start with --allow-degraded to run with less)")]
+    LandlockTooOld {
+        profile: &'static str,
+        found: u32,
+        needed: u32,
+    },
+    #[error("Landlock ruleset for the {profile} profile failed: {reason}")]
+    Landlock {
+        profile: &'static str,
+        reason: String,
+    },
+    #[error("seccomp filter for the {profile} profile failed: {reason}")]
+    Seccomp {
+        profile: &'static str,
+        reason: String,
+    },
+    #[error("this platform has no lockdown for the {0} profile yet")]
+    Unsupported(&'static str),
+}

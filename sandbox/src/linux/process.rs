@@ -1,0 +1,207 @@
+//! Spawning helpers with exactly one inherited socket, pidfds, and reading what the kernel says
+//! about a process.
+
+use crate::ProcStatus;
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The descriptor number a helper finds its broker channel on.
+pub const CHANNEL_FD: RawFd = 3;
+
+/// A helper process the broker started.
+pub struct SpawnedHelper {
+    pub child: Child,
+    /// Becomes readable when the process exits; signals sent through it cannot hit a reused pid.
+    pub pidfd: OwnedFd,
+}
+
+/// Starts `program` with `channel` as its fd 3, stdin and stdout on /dev/null, stderr inherited
+/// (the broker's log), every other descriptor closed at exec, the environment exactly `env`, and
+/// SIGKILL delivered to it if the spawning thread dies (the broker spawns from its main thread).
+pub fn spawn_helper(
+    program: &Path,
+    args: &[OsString],
+    channel: OwnedFd,
+    env: &[(OsString, OsString)],
+) -> io::Result<SpawnedHelper> {
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    let raw = channel.as_raw_fd();
+    let parent = std::process::id();
+    // SAFETY: the closure runs in the forked child between fork and exec, where only
+    // async-signal-safe functions may be called. It calls prctl, getppid, dup2, fcntl and the
+    // close_range syscall, all async-signal-safe, allocates nothing and takes no locks.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // The broker may have died between fork and prctl; then nobody would kill us.
+            if libc::getppid() as u32 != parent {
+                return Err(io::Error::other("the broker exited during spawn"));
+            }
+            if raw == CHANNEL_FD {
+                let flags = libc::fcntl(raw, libc::F_GETFD);
+                if flags < 0 || libc::fcntl(raw, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            } else if libc::dup2(raw, CHANNEL_FD) < 0 {
+                // dup2 leaves the new descriptor without FD_CLOEXEC, so it survives exec.
+                return Err(io::Error::last_os_error());
+            }
+            // Mark everything above the channel close-on-exec rather than closing it here, so
+            // std's own exec-error pipe keeps working; exec closes them all.
+            if libc::syscall(
+                libc::SYS_close_range,
+                (CHANNEL_FD + 1) as libc::c_uint,
+                libc::c_uint::MAX,
+                libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
+            ) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn()?;
+    drop(channel);
+    let pidfd = match pidfd_open(child.id()) {
+        Ok(fd) => fd,
+        Err(e) => {
+            let mut child = child;
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e);
+        }
+    };
+    Ok(SpawnedHelper { child, pidfd })
+}
+
+/// A pidfd for `pid` (Linux 5.3+).
+pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1; it touches
+    // no memory of ours.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0 as libc::c_uint) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Sends `signal` to the process behind `pidfd` (never to a recycled pid).
+pub fn pidfd_send_signal(pidfd: &OwnedFd, signal: i32) -> io::Result<()> {
+    // SAFETY: pidfd_send_signal reads only its arguments; a null siginfo is allowed.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal,
+            std::ptr::null::<libc::siginfo_t>(),
+            0 as libc::c_uint,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+static CHANNEL_TAKEN: AtomicBool = AtomicBool::new(false);
+
+/// Adopts the broker channel a helper was spawned with (fd 3). Fails if it was taken already or
+/// fd 3 is not a Unix socket (a helper started by hand, not by the broker).
+pub fn take_inherited_channel() -> io::Result<UnixStream> {
+    if CHANNEL_TAKEN.swap(true, Ordering::SeqCst) {
+        return Err(io::Error::other("the broker channel was already taken"));
+    }
+    // SAFETY: fstat writes into the zeroed stat buffer we own and reads nothing else.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; an invalid fd makes fstat fail with EBADF, touching nothing.
+    if unsafe { libc::fstat(CHANNEL_FD, &mut st) } != 0 {
+        return Err(io::Error::other(format!(
+            "fd {CHANNEL_FD} is not open ({}): helpers are started by the gatehouse broker, not by hand",
+            io::Error::last_os_error()
+        )));
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+        return Err(io::Error::other(format!(
+            "fd {CHANNEL_FD} is not a socket: helpers are started by the gatehouse broker, not by hand"
+        )));
+    }
+    // SAFETY: fd 3 is open (fstat succeeded) and is a socket; the atomic flag above guarantees
+    // this function hands it out once, so exactly one owner exists.
+    let fd = unsafe { OwnedFd::from_raw_fd(CHANNEL_FD) };
+    let sock = UnixStream::from(fd);
+    sock.set_nonblocking(false)?;
+    Ok(sock)
+}
+
+/// What `/proc/<pid>/status` says about seccomp, no_new_privs, capabilities and uid.
+pub fn read_proc_status(pid: u32) -> io::Result<ProcStatus> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    parse_proc_status(&text)
+        .ok_or_else(|| io::Error::other(format!("/proc/{pid}/status lacks an expected field")))
+}
+
+fn parse_proc_status(text: &str) -> Option<ProcStatus> {
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(':')))
+            .map(|v| v.trim().to_string())
+    };
+    Some(ProcStatus {
+        seccomp: field("Seccomp")?.parse().ok()?,
+        no_new_privs: field("NoNewPrivs")? == "1",
+        cap_eff: u64::from_str_radix(&field("CapEff")?, 16).ok()?,
+        cap_prm: u64::from_str_radix(&field("CapPrm")?, 16).ok()?,
+        uid: field("Uid")?.split_whitespace().next()?.parse().ok()?,
+    })
+}
+
+/// How a child ended, in words (`exited with status 3`, `killed by SIGKILL`).
+pub fn describe_exit(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(code) = status.code() {
+        format!("exited with status {code}")
+    } else if let Some(sig) = status.signal() {
+        let name = nix::sys::signal::Signal::try_from(sig)
+            .map(|s| s.as_str().to_string())
+            .unwrap_or_else(|_| format!("signal {sig}"));
+        format!("killed by {name}")
+    } else {
+        "ended".to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_our_own_status() {
+        let st = read_proc_status(std::process::id()).unwrap();
+        assert_eq!(st.uid, nix::unistd::getuid().as_raw());
+    }
+
+    #[test]
+    fn parse_rejects_missing_fields() {
+        assert!(parse_proc_status("Name: x\nSeccomp: 2\n").is_none());
+        let full = "Uid:\t1000\t1000\t1000\t1000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2\n";
+        let st = parse_proc_status(full).unwrap();
+        assert_eq!(st.seccomp, 2);
+        assert!(st.no_new_privs);
+        assert_eq!(st.uid, 1000);
+    }
+}

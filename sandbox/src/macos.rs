@@ -1,0 +1,1 @@
+//! macOS: Seatbelt profiles (not yet written).

@@ -1,0 +1,1 @@
+//! Windows: AppContainer (not yet written).

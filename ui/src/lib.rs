@@ -1,0 +1,1 @@
+//! The ui front (arrives with its issue).
