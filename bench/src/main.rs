@@ -1,1 +1,20 @@
-fn main() {}
+//! gatehouse benchmarks. Each prints its figures next to a floor measured in the same run, and
+//! the ratio between them; nothing here asserts a timing.
+//!
+//! `cargo run --release -p bench -- <name>`; `--help` lists the names.
+
+mod ipc;
+mod stats;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let name = args.first().map(String::as_str).unwrap_or("--help");
+    let rest = &args[args.len().min(1)..];
+    match name {
+        "ipc" => ipc::run(rest),
+        _ => {
+            eprintln!("usage: bench <ipc> [options]");
+            std::process::exit(if name == "--help" { 0 } else { 2 });
+        }
+    }
+}

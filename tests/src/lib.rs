@@ -1,1 +1,260 @@
-//! Shared plumbing for the integration tests.
+//! Shared plumbing for the integration tests: start the real binaries and talk to them.
+//!
+//! The binaries must be built first (`cargo build --workspace --all-features`, which the README's
+//! test command does); tests find them in the target directory beside the test executable.
+
+use ipc_schema::codec::{read_frame, write_frame, MAX_FRAME};
+use ipc_schema::status::Hello;
+use ipc_schema::{Body, Envelope, Role};
+use std::ffi::OsString;
+use std::io::{BufReader, BufWriter, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The directory holding the workspace binaries (`target/debug` for `cargo test`).
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let mut dir = exe.parent().expect("exe dir").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    dir
+}
+
+/// The path of a workspace binary, failing the test clearly if it was not built.
+pub fn bin(name: &str) -> PathBuf {
+    let p = bin_dir().join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: build the workspace first (cargo build --workspace --all-features)",
+        p.display()
+    );
+    p
+}
+
+/// A blocking frame connection (to the broker or, for helper tests, to a helper).
+pub struct Conn {
+    reader: BufReader<UnixStream>,
+    writer: BufWriter<UnixStream>,
+    next_id: u64,
+}
+
+impl Conn {
+    pub fn new(s: UnixStream) -> Conn {
+        let w = s.try_clone().expect("clone socket");
+        Conn {
+            reader: BufReader::new(s),
+            writer: BufWriter::new(w),
+            next_id: 1,
+        }
+    }
+
+    pub fn connect(path: &Path) -> std::io::Result<Conn> {
+        Ok(Conn::new(UnixStream::connect(path)?))
+    }
+
+    pub fn send(&mut self, body: Body) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        write_frame(&mut self.writer, &Envelope::new(id, body)).expect("write frame");
+        self.writer.flush().expect("flush");
+        id
+    }
+
+    pub fn recv(&mut self) -> Option<Envelope> {
+        read_frame(&mut self.reader, MAX_FRAME).expect("read frame")
+    }
+
+    /// Sends `body` and returns the reply to it.
+    pub fn request(&mut self, body: Body) -> Body {
+        let id = self.send(body);
+        loop {
+            let env = self.recv().expect("connection closed before the reply");
+            if env.id == id {
+                return env.body;
+            }
+        }
+    }
+
+    pub fn set_timeout(&self, t: Option<Duration>) {
+        self.reader.get_ref().set_read_timeout(t).expect("timeout");
+    }
+
+    /// Raw bytes, for tests that send garbage.
+    pub fn send_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.writer.write_all(bytes)?;
+        self.writer.flush()
+    }
+}
+
+/// One helper binary started the way the broker starts it (fd 3, empty env), without a broker.
+pub struct HelperUnderTest {
+    pub child: Child,
+    pub pidfd: OwnedFd,
+    pub conn: Conn,
+    pub hello: Hello,
+}
+
+impl HelperUnderTest {
+    /// Starts helper `role` with `args` and waits for its hello.
+    pub fn spawn(role: Role, args: &[OsString]) -> HelperUnderTest {
+        let (ours, theirs) = UnixStream::pair().expect("socketpair");
+        let spawned = sandbox::process::spawn_helper(&bin(role.name()), args, theirs.into(), &[])
+            .expect("spawn helper");
+        let mut conn = Conn::new(ours);
+        conn.set_timeout(Some(Duration::from_secs(20)));
+        let env = conn.recv().expect("helper closed before its hello");
+        let Body::Hello(hello) = env.body else {
+            panic!("first frame was {:?}, not a hello", env.body.kind());
+        };
+        HelperUnderTest {
+            child: spawned.child,
+            pidfd: spawned.pidfd,
+            conn,
+            hello,
+        }
+    }
+
+    pub fn request(&mut self, body: Body) -> Body {
+        self.conn.request(body)
+    }
+}
+
+impl Drop for HelperUnderTest {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A broker (`gatehouse broker`) on a private data dir, stopped on drop.
+pub struct BrokerUnderTest {
+    pub child: Child,
+    pub dir: tempfile::TempDir,
+}
+
+impl BrokerUnderTest {
+    /// Starts `gatehouse --data-dir TMP broker EXTRA...` and waits until its sockets answer
+    /// and every helper has settled.
+    pub fn start(extra: &[&str]) -> BrokerUnderTest {
+        let dir = tempfile::Builder::new()
+            .prefix("gh-test-")
+            .tempdir()
+            .expect("tempdir");
+        Self::start_in(dir, extra)
+    }
+
+    pub fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> BrokerUnderTest {
+        let child = Command::new(bin("gatehouse"))
+            .arg("--data-dir")
+            .arg(dir.path())
+            .arg("broker")
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::File::create(dir.path().join("broker-test.log"))
+                    .map(Stdio::from)
+                    .unwrap_or(Stdio::inherit()),
+            )
+            .spawn()
+            .expect("start broker");
+        let b = BrokerUnderTest { child, dir };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Conn::connect(&b.ui_socket()).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "broker did not open its socket; log:\n{}",
+                b.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        b
+    }
+
+    pub fn ui_socket(&self) -> PathBuf {
+        self.dir.path().join("run/ui.sock")
+    }
+
+    pub fn gateway_socket(&self) -> PathBuf {
+        self.dir.path().join("run/gateway.sock")
+    }
+
+    /// A connection on the console's socket.
+    pub fn ui(&self) -> Conn {
+        let c = Conn::connect(&self.ui_socket()).expect("connect ui socket");
+        c.set_timeout(Some(Duration::from_secs(30)));
+        c
+    }
+
+    /// A connection on the gateway socket.
+    pub fn gateway(&self) -> Conn {
+        let c = Conn::connect(&self.gateway_socket()).expect("connect gateway socket");
+        c.set_timeout(Some(Duration::from_secs(30)));
+        c
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("broker-test.log")).unwrap_or_default()
+    }
+
+    /// `gatehouse --data-dir <this broker's dir> ARGS...`.
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(bin("gatehouse"))
+            .arg("--data-dir")
+            .arg(self.dir.path())
+            .args(args)
+            .output()
+            .expect("run gatehouse")
+    }
+
+    /// Sends SIGTERM and waits for the broker to exit.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        self.child.wait().expect("wait broker")
+    }
+}
+
+impl Drop for BrokerUnderTest {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.stop();
+        }
+    }
+}
+
+/// Child pids of `pid` (from /proc), for orphan checks.
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            if let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) {
+                // The ppid is the 2nd field after the parenthesised command name.
+                if let Some(rest) = stat.rsplit(')').next() {
+                    let ppid = rest.split_whitespace().nth(1).and_then(|s| s.parse::<u32>().ok());
+                    if ppid == Some(pid) {
+                        out.push(p);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// True while /proc/<pid> exists and is not a zombie.
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rsplit(')').next().and_then(|r| r.split_whitespace().next()) != Some("Z"),
+        Err(_) => false,
+    }
+}

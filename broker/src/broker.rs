@@ -1,0 +1,120 @@
+//! The broker process: one per user (or per `--data-dir`), held by a lock file.
+
+use crate::dirs::Dirs;
+use crate::{fronts, helpers, BrokerOptions, Ctx};
+use ipc_schema::Role;
+use std::fs::File;
+use std::io::{Read, Seek, Write};
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The pid of the broker holding `lock`, if one runs.
+pub fn running_broker_pid(lock: &std::path::Path) -> Option<u32> {
+    let mut f = File::open(lock).ok()?;
+    // SAFETY-free probe: if we can take the lock, nobody holds it.
+    if flock(&f, libc::LOCK_SH | libc::LOCK_NB) {
+        return None;
+    }
+    let mut s = String::new();
+    f.read_to_string(&mut s).ok()?;
+    s.trim().parse().ok()
+}
+
+fn flock(f: &File, op: i32) -> bool {
+    nix::fcntl::Flock::lock(
+        f.try_clone().expect("dup lock fd"),
+        if op & libc::LOCK_EX != 0 {
+            nix::fcntl::FlockArg::LockExclusiveNonblock
+        } else {
+            nix::fcntl::FlockArg::LockSharedNonblock
+        },
+    )
+    .map(|l| {
+        // Keep the probe lock only as long as this check.
+        let _ = l.unlock();
+        true
+    })
+    .unwrap_or(false)
+}
+
+/// Runs the broker until SIGINT or SIGTERM.
+pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
+    dirs.ensure().map_err(|e| e.to_string())?;
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(dirs.lock_file())
+        .map_err(|e| format!("{}: {e}", dirs.lock_file().display()))?;
+    let mut lock = match nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(l) => l,
+        Err((_, _)) => {
+            let pid = running_broker_pid(&dirs.lock_file())
+                .map(|p| format!(" (pid {p})"))
+                .unwrap_or_default();
+            return Err(format!(
+                "a broker already runs for {}{pid}",
+                dirs.runtime.display()
+            ));
+        }
+    };
+    lock.set_len(0).map_err(|e| e.to_string())?;
+    lock.rewind().map_err(|e| e.to_string())?;
+    write!(lock, "{}", std::process::id()).map_err(|e| e.to_string())?;
+    let _ = lock.as_raw_fd();
+
+    let broker_lockdown = sandbox::harden_broker().map_err(|e| format!("broker hardening: {e}"))?;
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("GATEHOUSE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+
+    // One thread: helpers die with the thread that spawned them (PR_SET_PDEATHSIG), so they
+    // are all spawned from this one, which lives as long as the broker.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let local = tokio::task::LocalSet::new();
+    let result = local.block_on(&rt, async move {
+        let ui = fronts::bind(&dirs.ui_socket()).map_err(|e| format!("{}: {e}", dirs.ui_socket().display()))?;
+        let gw = fronts::bind(&dirs.gateway_socket())
+            .map_err(|e| format!("{}: {e}", dirs.gateway_socket().display()))?;
+        let helpers = helpers::Helpers::start(opts.clone());
+        let ctx = Rc::new(Ctx {
+            opts: opts.clone(),
+            helpers: helpers.clone(),
+            broker_lockdown,
+            dirs: dirs.clone(),
+        });
+        tokio::task::spawn_local(fronts::accept_loop(ctx.clone(), ui, Role::Ui));
+        tokio::task::spawn_local(fronts::accept_loop(ctx.clone(), gw, Role::Gateway));
+        tracing::info!(pid = std::process::id(), "broker serving {}", dirs.runtime.display());
+
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(|e| e.to_string())?;
+        let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+            .map_err(|e| e.to_string())?;
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        tracing::info!("shutting down");
+        opts.shutting_down.store(true, Ordering::SeqCst);
+        helpers.kill_all();
+        // Give the supervisors a moment to reap their helpers, so none is left behind.
+        helpers.wait_all_down(Duration::from_secs(5)).await;
+        let _ = std::fs::remove_file(dirs.ui_socket());
+        let _ = std::fs::remove_file(dirs.gateway_socket());
+        Ok::<(), String>(())
+    });
+    drop(lock);
+    result
+}

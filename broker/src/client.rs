@@ -1,0 +1,115 @@
+//! The command-line side: connect to the running broker (starting one in the background when
+//! none runs, the way gpg-agent starts) and exchange frames.
+
+use crate::dirs::Dirs;
+use ipc_schema::codec::{read_frame, write_frame, FrameError, MAX_FRAME};
+use ipc_schema::{Body, Envelope};
+use std::io::{BufReader, BufWriter, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot reach the broker at {path}: {source}")]
+    Connect {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("cannot start the broker: {0}")]
+    Start(String),
+    #[error("broker connection: {0}")]
+    Frame(#[from] FrameError),
+    #[error("the broker closed the connection")]
+    Closed,
+}
+
+/// A blocking connection to the broker over one front socket.
+pub struct Client {
+    reader: BufReader<UnixStream>,
+    writer: BufWriter<UnixStream>,
+    next_id: u64,
+}
+
+impl Client {
+    pub fn connect(path: &Path) -> Result<Client, ClientError> {
+        let s = UnixStream::connect(path).map_err(|source| ClientError::Connect {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let w = s.try_clone().map_err(|source| ClientError::Connect {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Ok(Client {
+            reader: BufReader::new(s),
+            writer: BufWriter::new(w),
+            next_id: 1,
+        })
+    }
+
+    /// Connects to `socket`, starting a broker for `dirs` in the background if none answers.
+    pub fn connect_or_start(
+        data_dir: Option<&Path>,
+        dirs: &Dirs,
+        socket: &Path,
+        broker_args: &[String],
+    ) -> Result<Client, ClientError> {
+        if let Ok(c) = Client::connect(socket) {
+            return Ok(c);
+        }
+        start_broker(data_dir, dirs, broker_args)?;
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            match Client::connect(socket) {
+                Ok(c) => return Ok(c),
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(25)),
+            }
+        }
+    }
+
+    /// Sends one request and waits for the reply with its id.
+    pub fn request(&mut self, body: Body) -> Result<Body, ClientError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        write_frame(&mut self.writer, &Envelope::new(id, body))?;
+        self.writer.flush().map_err(FrameError::Io)?;
+        loop {
+            match read_frame(&mut self.reader, MAX_FRAME)? {
+                Some(env) if env.id == id => return Ok(env.body),
+                Some(_) => continue,
+                None => return Err(ClientError::Closed),
+            }
+        }
+    }
+}
+
+/// Starts `gatehouse broker` for `dirs` in its own session, logging to the data dir.
+fn start_broker(
+    data_dir: Option<&Path>,
+    dirs: &Dirs,
+    broker_args: &[String],
+) -> Result<(), ClientError> {
+    dirs.ensure().map_err(|e| ClientError::Start(e.to_string()))?;
+    let exe = std::env::current_exe().map_err(|e| ClientError::Start(e.to_string()))?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dirs.broker_log())
+        .map_err(|e| ClientError::Start(format!("{}: {e}", dirs.broker_log().display())))?;
+    let log2 = log.try_clone().map_err(|e| ClientError::Start(e.to_string()))?;
+    let mut cmd = Command::new(exe);
+    if let Some(d) = data_dir {
+        cmd.arg("--data-dir").arg(d);
+    }
+    cmd.arg("broker")
+        .args(broker_args)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log2);
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    cmd.spawn().map_err(|e| ClientError::Start(e.to_string()))?;
+    Ok(())
+}

@@ -1,0 +1,107 @@
+//! Where gatehouse keeps its config, data and sockets.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// The three directories of one gatehouse instance.
+#[derive(Debug, Clone)]
+pub struct Dirs {
+    /// `config.toml` and the policy (`$XDG_CONFIG_HOME/gatehouse`).
+    pub config: PathBuf,
+    /// Audit log, ledger, checkpoints (`$XDG_DATA_HOME/gatehouse`, 0700).
+    pub data: PathBuf,
+    /// Sockets and the broker lock (`$XDG_RUNTIME_DIR/gatehouse`, 0700).
+    pub runtime: PathBuf,
+}
+
+impl Dirs {
+    /// A private instance under one directory (tests, `demo`).
+    pub fn under(root: &Path) -> Dirs {
+        Dirs {
+            config: root.join("config"),
+            data: root.join("data"),
+            runtime: root.join("run"),
+        }
+    }
+
+    /// The user's instance, from the XDG variables (with their documented fallbacks).
+    pub fn from_env() -> Result<Dirs, String> {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let xdg = |var: &str, fallback: &str| -> Result<PathBuf, String> {
+            match std::env::var_os(var) {
+                Some(v) if Path::new(&v).is_absolute() => Ok(PathBuf::from(v)),
+                _ => home
+                    .as_ref()
+                    .map(|h| h.join(fallback))
+                    .ok_or_else(|| format!("neither {var} nor HOME is set")),
+            }
+        };
+        let uid = nix::unistd::geteuid().as_raw();
+        let runtime = match std::env::var_os("XDG_RUNTIME_DIR") {
+            Some(v) if Path::new(&v).is_absolute() => PathBuf::from(v).join("gatehouse"),
+            _ => PathBuf::from(format!("/tmp/gatehouse-{uid}")),
+        };
+        Ok(Dirs {
+            config: xdg("XDG_CONFIG_HOME", ".config")?.join("gatehouse"),
+            data: xdg("XDG_DATA_HOME", ".local/share")?.join("gatehouse"),
+            runtime,
+        })
+    }
+
+    /// Creates the directories (0700) and checks that each is ours and closed to others.
+    pub fn ensure(&self) -> io::Result<()> {
+        for d in [&self.config, &self.data, &self.runtime] {
+            ensure_private_dir(d)?;
+        }
+        Ok(())
+    }
+
+    pub fn ui_socket(&self) -> PathBuf {
+        self.runtime.join("ui.sock")
+    }
+
+    pub fn gateway_socket(&self) -> PathBuf {
+        self.runtime.join("gateway.sock")
+    }
+
+    pub fn lock_file(&self) -> PathBuf {
+        self.runtime.join("broker.lock")
+    }
+
+    pub fn broker_log(&self) -> PathBuf {
+        self.data.join("broker.log")
+    }
+}
+
+fn ensure_private_dir(d: &Path) -> io::Result<()> {
+    match fs::DirBuilder::new().recursive(true).mode(0o700).create(d) {
+        Ok(()) => {}
+        Err(e) => {
+            return Err(io::Error::new(
+                e.kind(),
+                format!("cannot create {}: {e}", d.display()),
+            ))
+        }
+    }
+    let md = fs::symlink_metadata(d)?;
+    if !md.is_dir() {
+        return Err(io::Error::other(format!(
+            "{} is not a directory",
+            d.display()
+        )));
+    }
+    let uid = nix::unistd::geteuid().as_raw();
+    if md.uid() != uid {
+        return Err(io::Error::other(format!(
+            "{} belongs to uid {}, not to us (uid {uid}); refusing to use it",
+            d.display(),
+            md.uid()
+        )));
+    }
+    if md.mode() & 0o077 != 0 {
+        fs::set_permissions(d, fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,136 @@
+//! `gatehouse doctor`: what each process really enforces on this kernel.
+
+use crate::Ctx;
+use ipc_schema::status::{DoctorReport, LandlockStatus, ProcessReport, ProcessState};
+
+/// Builds the report from the broker's own state and the helpers' verified hellos.
+pub fn report(ctx: &Ctx) -> DoctorReport {
+    let mut processes = vec![ProcessReport {
+        name: "broker".into(),
+        pid: std::process::id(),
+        state: ProcessState::Ready,
+        restarts: 0,
+        lockdown: Some(ctx.broker_lockdown.clone()),
+        kernel: sandbox::process::read_proc_status(std::process::id()).ok(),
+    }];
+    processes.extend(ctx.helpers.reports());
+    let mut problems = Vec::new();
+    let mut notes = vec![
+        "broker: no_new_privs, no core dumps, not dumpable; no seccomp filter or Landlock of its own, \
+         because helpers inherit both and need rights the broker cannot know in advance (docs/SECURITY.md)"
+            .to_string(),
+        "ui and gateway fronts: their lockdown is reported when they exist (later issues)".to_string(),
+    ];
+    let b = &ctx.broker_lockdown;
+    if !(b.no_new_privs && b.dumpable_off && b.core_dumps_off) {
+        problems.push("broker: hardening incomplete".into());
+    }
+    for p in processes.iter().skip(1) {
+        match &p.state {
+            ProcessState::Ready => {}
+            ProcessState::Starting => problems.push(format!("{}: still starting", p.name)),
+            ProcessState::Refused { reason } => problems.push(format!("{}: refused: {reason}", p.name)),
+        }
+        if let Some(l) = &p.lockdown {
+            if l.landlock != LandlockStatus::FullyEnforced {
+                let line = format!(
+                    "{}: Landlock {:?} (kernel ABI {}, profile needs {})",
+                    p.name, l.landlock, l.landlock_abi, l.landlock_min_abi
+                );
+                if ctx.opts.allow_degraded {
+                    notes.push(format!("{line}, allowed by --allow-degraded"));
+                } else {
+                    problems.push(line);
+                }
+            }
+            for d in &l.degraded {
+                notes.push(format!("{}: degraded: {d}", p.name));
+            }
+        }
+        if let Some(k) = &p.kernel {
+            if k.seccomp != 2 {
+                problems.push(format!("{}: Seccomp {} (filter required)", p.name, k.seccomp));
+            }
+            if !k.no_new_privs {
+                problems.push(format!("{}: NoNewPrivs 0", p.name));
+            }
+            if k.cap_eff != 0 {
+                problems.push(format!("{}: capabilities held ({:x})", p.name, k.cap_eff));
+            }
+        }
+    }
+    DoctorReport {
+        kernel_release: nix::sys::utsname::uname()
+            .map(|u| u.release().to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        landlock_abi: sandbox::landlock_abi(),
+        allow_degraded: ctx.opts.allow_degraded,
+        processes,
+        problems,
+        notes,
+    }
+}
+
+/// The human-readable form.
+pub fn render(r: &DoctorReport) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "kernel {}, Landlock ABI {}{}",
+        r.kernel_release,
+        r.landlock_abi,
+        if r.allow_degraded { ", --allow-degraded" } else { "" }
+    );
+    let _ = writeln!(
+        out,
+        "{:<15} {:>7}  {:<8} {:<22} {:<16} {:<4} {:<5} {:<8}",
+        "process", "pid", "state", "landlock", "seccomp", "nnp", "caps", "dumpable"
+    );
+    for p in &r.processes {
+        let state = match &p.state {
+            ProcessState::Ready => "ready",
+            ProcessState::Starting => "starting",
+            ProcessState::Refused { .. } => "REFUSED",
+        };
+        let (landlock, seccomp, dumpable) = match &p.lockdown {
+            Some(l) => (
+                if l.profile == "broker" {
+                    "none (by design)".to_string()
+                } else {
+                    format!("{:?} abi {}/{}", l.landlock, l.landlock_abi, l.landlock_min_abi)
+                },
+                if l.seccomp_filter {
+                    format!("filter, {} calls", l.seccomp_allowed_syscalls)
+                } else {
+                    "none".to_string()
+                },
+                if l.dumpable_off { "off" } else { "ON" },
+            ),
+            None => ("?".into(), "?".into(), "?"),
+        };
+        let (nnp, caps) = match &p.kernel {
+            Some(k) => (
+                if k.no_new_privs { "yes" } else { "NO" },
+                if k.cap_eff == 0 { "none".to_string() } else { format!("{:x}", k.cap_eff) },
+            ),
+            None => ("?", "?".into()),
+        };
+        let _ = writeln!(
+            out,
+            "{:<15} {:>7}  {:<8} {:<22} {:<16} {:<4} {:<5} {:<8}",
+            p.name, p.pid, state, landlock, seccomp, nnp, caps, dumpable
+        );
+    }
+    for n in &r.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    if r.problems.is_empty() {
+        let _ = writeln!(out, "every required protection is enforced");
+    } else {
+        for p in &r.problems {
+            let _ = writeln!(out, "MISSING: {p}");
+        }
+    }
+    out
+}

@@ -1,0 +1,205 @@
+//! The listening sockets for the fronts (console and gateways), and what the broker does with
+//! each frame they send.
+//!
+//! Who is talking is the socket they connected to (ui.sock or gateway.sock) and the kernel's
+//! SO_PEERCRED: a peer of another uid is dropped before it can send anything. A peer that sends
+//! a malformed or oversized frame, or a message its role may not send, is killed (SIGKILL
+//! through a pidfd opened at accept) and disconnected; the broker goes on serving the others.
+
+use crate::Ctx;
+use ipc_schema::codec::{encode, read_frame_async, MAX_FRAME};
+use ipc_schema::route::may_send_to_broker;
+use ipc_schema::{Body, Envelope, ErrorCode, ErrorReply, Role};
+use sandbox::process::{pidfd_open, pidfd_send_signal};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::rc::Rc;
+use std::time::Duration;
+use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::mpsc;
+
+/// Binds a front socket (0600) at `path`, replacing a stale one.
+pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let listener = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+/// Accepts front connections for `role` forever.
+pub async fn accept_loop(ctx: Rc<Ctx>, listener: UnixListener, role: Role) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                tokio::task::spawn_local(serve_front(ctx.clone(), stream, role));
+            }
+            Err(e) => {
+                tracing::error!("accept on the {role} socket failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+struct Peer {
+    role: Role,
+    pid: Option<u32>,
+    pidfd: Option<OwnedFd>,
+}
+
+impl Peer {
+    fn kill(&self, reason: &str) {
+        let pid = self.pid.map(|p| p.to_string()).unwrap_or_else(|| "?".into());
+        match &self.pidfd {
+            Some(fd) => {
+                let _ = pidfd_send_signal(fd, libc::SIGKILL);
+                tracing::error!(peer = %self.role, pid, "killed: {reason}");
+            }
+            None => tracing::error!(peer = %self.role, pid, "disconnected (no pidfd to kill it): {reason}"),
+        }
+    }
+}
+
+async fn serve_front(ctx: Rc<Ctx>, stream: UnixStream, role: Role) {
+    let cred = match stream.peer_cred() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!("{role} peer without credentials: {e}");
+            return;
+        }
+    };
+    let me = nix::unistd::geteuid().as_raw();
+    if cred.uid() != me {
+        tracing::warn!(
+            "refused a {role} connection from uid {} (the broker serves uid {me} only)",
+            cred.uid()
+        );
+        return;
+    }
+    let pid = cred.pid().and_then(|p| u32::try_from(p).ok());
+    let peer = Peer {
+        role,
+        pid,
+        pidfd: pid.and_then(|p| pidfd_open(p).ok()),
+    };
+
+    let (rd, wr) = stream.into_split();
+    let mut rd = BufReader::with_capacity(64 * 1024, rd);
+    let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    tokio::task::spawn_local(async move {
+        let mut w = BufWriter::with_capacity(64 * 1024, wr);
+        while let Some(frame) = rx.recv().await {
+            if w.write_all(&frame).await.is_err() {
+                return;
+            }
+            while let Ok(more) = rx.try_recv() {
+                if w.write_all(&more).await.is_err() {
+                    return;
+                }
+            }
+            if w.flush().await.is_err() {
+                return;
+            }
+        }
+    });
+    let reply = Replier { tx };
+
+    loop {
+        let env = match read_frame_async(&mut rd, MAX_FRAME).await {
+            Ok(Some(env)) => env,
+            Ok(None) => return,
+            Err(e) => {
+                peer.kill(&format!("sent a bad frame: {e}"));
+                return;
+            }
+        };
+        let kind = env.body.kind();
+        if !may_send_to_broker(role, kind) {
+            peer.kill(&format!("sent a {kind:?} message, which the {role} may not send"));
+            return;
+        }
+        dispatch(&ctx, role, env, &reply);
+    }
+}
+
+/// Sends replies to one front.
+#[derive(Clone)]
+pub struct Replier {
+    tx: mpsc::UnboundedSender<Vec<u8>>,
+}
+
+impl Replier {
+    pub fn send(&self, id: u64, body: Body) {
+        let frame = match encode(&Envelope::new(id, body)) {
+            Ok(f) => f,
+            Err(e) => encode(&Envelope::new(
+                id,
+                Body::Error(ErrorReply::new(
+                    ErrorCode::Internal,
+                    format!("the reply could not be sent: {e}"),
+                )),
+            ))
+            .expect("a short error always encodes"),
+        };
+        let _ = self.tx.send(frame);
+    }
+}
+
+fn dispatch(ctx: &Rc<Ctx>, role: Role, env: Envelope, reply: &Replier) {
+    let id = env.id;
+    match env.body {
+        Body::Ping { target: None } => reply.send(id, Body::Pong),
+        Body::Ping {
+            target: Some(target),
+        } => match ctx.helpers.slot(target) {
+            Some(slot) => {
+                let slot = slot.clone();
+                let reply = reply.clone();
+                tokio::task::spawn_local(async move {
+                    let body = match slot.call(Body::Ping { target: None }).await {
+                        Ok(Body::Pong) => Body::Pong,
+                        Ok(other) => Body::Error(ErrorReply::new(
+                            ErrorCode::Internal,
+                            format!("{target} answered a ping with {:?}", other.kind()),
+                        )),
+                        Err(e) => Body::Error(crate::call_error_reply(&e)),
+                    };
+                    reply.send(id, body);
+                });
+            }
+            None => reply.send(
+                id,
+                Body::Error(ErrorReply::new(
+                    ErrorCode::Invalid,
+                    format!("{target} is not a helper; only helpers can be pinged through the broker"),
+                )),
+            ),
+        },
+        Body::Doctor => {
+            let ctx = ctx.clone();
+            let reply = reply.clone();
+            tokio::task::spawn_local(async move {
+                ctx.helpers.settle(Duration::from_secs(10)).await;
+                reply.send(id, Body::DoctorReport(crate::doctor::report(&ctx)));
+            });
+        }
+        Body::Ui(req) => match req {},
+        Body::ToolCall(call) => match call {},
+        other => {
+            // The route table admitted a kind this broker does not serve for this role.
+            reply.send(
+                id,
+                Body::Error(ErrorReply::new(
+                    ErrorCode::Internal,
+                    format!("the broker does not serve {:?} from the {role}", other.kind()),
+                )),
+            );
+        }
+    }
+}

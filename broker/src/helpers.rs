@@ -1,0 +1,507 @@
+//! Spawning, verifying and supervising the helpers, and calling them.
+//!
+//! A helper is routed to only after its hello arrived, its own report says it locked down, and
+//! the kernel agrees (`/proc/<pid>/status`: `Seccomp: 2`, `NoNewPrivs: 1`, no effective
+//! capabilities). A helper that breaks the protocol is killed. A helper that exits is restarted
+//! with backoff, and every call in flight to it fails with [`CallError::Crashed`].
+
+use crate::BrokerOptions;
+use ipc_schema::codec::{read_frame_async, MAX_FRAME};
+use ipc_schema::route::may_send_to_broker;
+use ipc_schema::status::{LandlockStatus, LockdownReport, ProcStatus, ProcessReport, ProcessState};
+use ipc_schema::{Body, Envelope, Role};
+use sandbox::process::{describe_exit, pidfd_send_signal, read_proc_status, spawn_helper};
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::UnixStream;
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// How long a helper has to lock down and say hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a call waits for a (re)starting helper before failing.
+const READY_WAIT: Duration = Duration::from_secs(10);
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// A helper that ran this long without dying resets its backoff.
+const HEALTHY_AFTER: Duration = Duration::from_secs(30);
+
+/// Why a call to a helper did not get an answer.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CallError {
+    #[error("{role} is not available: {reason}")]
+    Unavailable { role: Role, reason: String },
+    #[error("{role} stopped while handling this call ({how}); whether it took effect is unknown. The helper is being restarted")]
+    Crashed { role: Role, how: String },
+}
+
+type Pending = HashMap<u64, oneshot::Sender<Result<Body, CallError>>>;
+
+struct Live {
+    pid: u32,
+    tx: mpsc::UnboundedSender<Vec<u8>>,
+    pidfd: Arc<OwnedFd>,
+}
+
+struct SlotState {
+    live: Option<Live>,
+    pending: Pending,
+    next_id: u64,
+    state: ProcessState,
+    restarts: u32,
+    lockdown: Option<LockdownReport>,
+    kernel: Option<ProcStatus>,
+    last_pid: u32,
+}
+
+/// One supervised helper.
+pub struct HelperSlot {
+    role: Role,
+    st: Mutex<SlotState>,
+    ready: watch::Sender<bool>,
+    /// Set once the supervisor has reaped the last process and stopped (shutdown).
+    down: std::sync::atomic::AtomicBool,
+}
+
+impl HelperSlot {
+    fn new(role: Role) -> Self {
+        HelperSlot {
+            role,
+            st: Mutex::new(SlotState {
+                live: None,
+                pending: HashMap::new(),
+                next_id: 1,
+                state: ProcessState::Starting,
+                restarts: 0,
+                lockdown: None,
+                kernel: None,
+                last_pid: 0,
+            }),
+            ready: watch::channel(false).0,
+            down: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SlotState> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn unavailable_reason(&self) -> String {
+        match &self.lock().state {
+            ProcessState::Refused { reason } => reason.clone(),
+            ProcessState::Starting => "it is starting".into(),
+            ProcessState::Ready => "it is restarting".into(),
+        }
+    }
+
+    /// Sends `body` to the helper and waits for its reply. Waits up to [`READY_WAIT`] for a
+    /// helper that is (re)starting; fails at once for one that was refused.
+    pub async fn call(&self, body: Body) -> Result<Body, CallError> {
+        let deadline = Instant::now() + READY_WAIT;
+        let mut ready = self.ready.subscribe();
+        let mut body = Some(body);
+        loop {
+            let sent = {
+                let mut st = self.lock();
+                match (&st.live, body.take()) {
+                    (Some(live), Some(body)) => {
+                        let tx = live.tx.clone();
+                        let id = st.next_id;
+                        st.next_id += 1;
+                        let frame = ipc_schema::codec::encode(&Envelope::new(id, body))
+                            .map_err(|e| CallError::Unavailable {
+                                role: self.role,
+                                reason: format!("the request cannot be sent: {e}"),
+                            })?;
+                        let (otx, orx) = oneshot::channel();
+                        st.pending.insert(id, otx);
+                        if tx.send(frame).is_err() {
+                            st.pending.remove(&id);
+                        }
+                        Some(orx)
+                    }
+                    (_, b) => {
+                        body = b;
+                        None
+                    }
+                }
+            };
+            if let Some(rx) = sent {
+                return rx.await.unwrap_or_else(|_| {
+                    Err(CallError::Crashed {
+                        role: self.role,
+                        how: "its channel closed".into(),
+                    })
+                });
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let refused = matches!(self.lock().state, ProcessState::Refused { .. });
+            if left.is_zero() || refused {
+                return Err(CallError::Unavailable {
+                    role: self.role,
+                    reason: self.unavailable_reason(),
+                });
+            }
+            let _ = tokio::time::timeout(left, ready.wait_for(|r| *r)).await;
+        }
+    }
+
+    pub fn report(&self) -> ProcessReport {
+        let st = self.lock();
+        ProcessReport {
+            name: self.role.name().to_string(),
+            pid: st.live.as_ref().map(|l| l.pid).unwrap_or(st.last_pid),
+            state: st.state.clone(),
+            restarts: st.restarts,
+            lockdown: st.lockdown.clone(),
+            kernel: st.kernel.clone(),
+        }
+    }
+
+    pub fn is_settled(&self) -> bool {
+        !matches!(self.lock().state, ProcessState::Starting)
+    }
+
+    /// Kills the running helper (shutdown).
+    pub fn kill(&self) {
+        if let Some(live) = &self.lock().live {
+            let _ = pidfd_send_signal(&live.pidfd, libc::SIGKILL);
+        }
+    }
+
+    fn fail_pending(&self, how: &str) {
+        let pending = std::mem::take(&mut self.lock().pending);
+        for (_, tx) in pending {
+            let _ = tx.send(Err(CallError::Crashed {
+                role: self.role,
+                how: how.to_string(),
+            }));
+        }
+    }
+}
+
+/// All helpers.
+pub struct Helpers {
+    slots: HashMap<Role, Arc<HelperSlot>>,
+}
+
+impl Helpers {
+    /// Creates the slots and starts a supervisor task for each helper. Must run on the thread
+    /// that stays alive for the broker's lifetime: helpers get SIGKILL when their spawning
+    /// thread exits (PR_SET_PDEATHSIG).
+    pub fn start(opts: Arc<BrokerOptions>) -> Arc<Helpers> {
+        let mut slots = HashMap::new();
+        for role in Role::HELPERS {
+            slots.insert(role, Arc::new(HelperSlot::new(role)));
+        }
+        let helpers = Arc::new(Helpers { slots });
+        for role in Role::HELPERS {
+            let slot = helpers.slots[&role].clone();
+            let opts = opts.clone();
+            tokio::task::spawn_local(supervise(slot, opts));
+        }
+        helpers
+    }
+
+    pub fn slot(&self, role: Role) -> Option<&Arc<HelperSlot>> {
+        self.slots.get(&role)
+    }
+
+    pub fn reports(&self) -> Vec<ProcessReport> {
+        Role::HELPERS.iter().map(|r| self.slots[r].report()).collect()
+    }
+
+    /// Waits until no helper is still starting, or `max` passes.
+    pub async fn settle(&self, max: Duration) {
+        let deadline = Instant::now() + max;
+        while Instant::now() < deadline && !self.slots.values().all(|s| s.is_settled()) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until every helper has exited and been reaped, or `max` passes.
+    pub async fn wait_all_down(&self, max: Duration) {
+        let deadline = Instant::now() + max;
+        while Instant::now() < deadline && self.slots.values().any(|s| s.lock().live.is_some() || !s.down.load(std::sync::atomic::Ordering::SeqCst)) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    pub fn kill_all(&self) {
+        for s in self.slots.values() {
+            s.kill();
+        }
+    }
+}
+
+async fn supervise(slot: Arc<HelperSlot>, opts: Arc<BrokerOptions>) {
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        let started = Instant::now();
+        let how = run_once(&slot, &opts).await;
+        {
+            let mut st = slot.lock();
+            st.live = None;
+            if !matches!(st.state, ProcessState::Refused { .. }) {
+                st.state = ProcessState::Starting;
+            }
+        }
+        slot.ready.send_replace(false);
+        slot.fail_pending(&how);
+        if opts.shutting_down() {
+            slot.down.store(true, std::sync::atomic::Ordering::SeqCst);
+            return;
+        }
+        tracing::warn!(helper = %slot.role, "{how}; restarting in {backoff:?}");
+        if started.elapsed() > HEALTHY_AFTER {
+            backoff = BACKOFF_MIN;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+        slot.lock().restarts += 1;
+    }
+}
+
+/// Arguments the broker passes to a helper.
+fn helper_args(role: Role, opts: &BrokerOptions) -> Vec<OsString> {
+    let mut args = Vec::new();
+    if opts.allow_degraded {
+        args.push("--allow-degraded".into());
+    }
+    if opts.test_unlocked == Some(role) {
+        args.push("--test-skip-lockdown".into());
+    }
+    args
+}
+
+/// Checks a helper's own report and the kernel's view; `Err` names what is missing.
+pub fn verify_lockdown(
+    role: Role,
+    report: &LockdownReport,
+    kernel: &ProcStatus,
+    allow_degraded: bool,
+) -> Result<(), String> {
+    let mut missing = Vec::new();
+    if kernel.seccomp != 2 {
+        missing.push(format!(
+            "/proc shows Seccomp: {} (a filter is required)",
+            kernel.seccomp
+        ));
+    }
+    if !kernel.no_new_privs {
+        missing.push("/proc shows NoNewPrivs: 0".to_string());
+    }
+    if kernel.cap_eff != 0 || kernel.cap_prm != 0 {
+        missing.push(format!(
+            "/proc shows capabilities still held (CapEff {:x}, CapPrm {:x})",
+            kernel.cap_eff, kernel.cap_prm
+        ));
+    }
+    if !report.seccomp_filter {
+        missing.push("it reports no seccomp filter".into());
+    }
+    if report.landlock != LandlockStatus::FullyEnforced && !allow_degraded {
+        missing.push(format!(
+            "it reports Landlock {:?} (ABI {}, needs {})",
+            report.landlock, report.landlock_abi, report.landlock_min_abi
+        ));
+    }
+    if !report.degraded.is_empty() && !allow_degraded {
+        missing.push(format!(
+            "it runs degraded without --allow-degraded: {}",
+            report.degraded.join("; ")
+        ));
+    }
+    if !(report.dumpable_off && report.core_dumps_off && report.capabilities_dropped) {
+        missing.push("it did not finish the lockdown steps".into());
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{role} did not lock down: {}", missing.join("; ")))
+    }
+}
+
+/// Starts the helper once, serves it until it exits, and says how it ended.
+async fn run_once(slot: &Arc<HelperSlot>, opts: &BrokerOptions) -> String {
+    let role = slot.role;
+    let program = opts.helper_dir.join(role.name());
+    let (ours, theirs) = match std::os::unix::net::UnixStream::pair() {
+        Ok(p) => p,
+        Err(e) => return format!("cannot create a socket pair: {e}"),
+    };
+    let spawned = match spawn_helper(&program, &helper_args(role, opts), OwnedFd::from(theirs), &[])
+    {
+        Ok(s) => s,
+        Err(e) => {
+            let reason = format!("cannot start {}: {e}", program.display());
+            slot.lock().state = ProcessState::Refused {
+                reason: reason.clone(),
+            };
+            return reason;
+        }
+    };
+    let mut child = spawned.child;
+    let pid = child.id();
+    let pidfd = Arc::new(spawned.pidfd);
+    slot.lock().last_pid = pid;
+    tracing::info!(helper = %role, pid, "started");
+
+    // The pidfd turns readable when the process exits; a blocking poll on a pool thread waits
+    // for that without a signal handler or a reused pid.
+    let exited = {
+        let pidfd = pidfd.clone();
+        let wait = tokio::task::spawn_blocking(move || {
+            use std::os::fd::AsFd;
+            let mut fds = [nix::poll::PollFd::new(pidfd.as_fd(), nix::poll::PollFlags::POLLIN)];
+            loop {
+                match nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE) {
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    _ => return,
+                }
+            }
+        });
+        async move {
+            let _ = wait.await;
+        }
+    };
+    tokio::pin!(exited);
+
+    let ended = serve(slot, opts, ours, pid, &pidfd, &mut exited).await;
+    if let Some(reason) = &ended {
+        let _ = pidfd_send_signal(&pidfd, libc::SIGKILL);
+        tracing::error!(helper = %role, pid, "killed: {reason}");
+    }
+    // The pidfd turns readable when the process has exited; wait() then reaps without blocking.
+    exited.await;
+    let status = match child.wait() {
+        Ok(s) => describe_exit(s),
+        Err(e) => format!("could not be reaped: {e}"),
+    };
+    match ended {
+        Some(reason) => format!("{role} (pid {pid}) was killed by the broker: {reason}"),
+        None => format!("{role} (pid {pid}) {status}"),
+    }
+}
+
+/// Verifies the hello, then relays replies until the helper exits (`None`) or breaks the
+/// protocol (`Some(reason)`: the caller kills it).
+async fn serve(
+    slot: &Arc<HelperSlot>,
+    opts: &BrokerOptions,
+    sock: std::os::unix::net::UnixStream,
+    pid: u32,
+    pidfd: &Arc<OwnedFd>,
+    exited: &mut std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+) -> Option<String> {
+    let role = slot.role;
+    if let Err(e) = sock.set_nonblocking(true) {
+        return Some(format!("channel setup failed: {e}"));
+    }
+    let sock = match UnixStream::from_std(sock) {
+        Ok(s) => s,
+        Err(e) => return Some(format!("channel setup failed: {e}")),
+    };
+    let (rd, wr) = sock.into_split();
+    let mut rd = BufReader::with_capacity(64 * 1024, rd);
+
+    let hello = tokio::select! {
+        r = tokio::time::timeout(HELLO_TIMEOUT, read_frame_async(&mut rd, MAX_FRAME)) => r,
+        _ = &mut *exited => return None,
+    };
+    let report = match hello {
+        Err(_) => return Some(format!("no hello within {HELLO_TIMEOUT:?}")),
+        Ok(Err(e)) => return Some(format!("bad hello frame: {e}")),
+        Ok(Ok(None)) => {
+            exited.await;
+            return None;
+        }
+        Ok(Ok(Some(Envelope {
+            body: Body::Hello(h),
+            ..
+        }))) => {
+            if h.role != role {
+                return Some(format!("it says it is {}, not {role}", h.role));
+            }
+            h.lockdown
+        }
+        Ok(Ok(Some(other))) => {
+            return Some(format!(
+                "its first message was {:?}, not a hello",
+                other.body.kind()
+            ))
+        }
+    };
+    let kernel = match read_proc_status(pid) {
+        Ok(k) => k,
+        Err(e) => return Some(format!("cannot read /proc/{pid}/status: {e}")),
+    };
+    {
+        let mut st = slot.lock();
+        st.lockdown = Some(report.clone());
+        st.kernel = Some(kernel.clone());
+    }
+    if let Err(reason) = verify_lockdown(role, &report, &kernel, opts.allow_degraded) {
+        slot.lock().state = ProcessState::Refused {
+            reason: reason.clone(),
+        };
+        return Some(reason);
+    }
+
+    let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    {
+        let mut st = slot.lock();
+        st.live = Some(Live {
+            pid,
+            tx,
+            pidfd: pidfd.clone(),
+        });
+        st.state = ProcessState::Ready;
+    }
+    slot.ready.send_replace(true);
+    tracing::info!(helper = %role, pid, "locked down and ready");
+
+    let writer = async move {
+        let mut w = BufWriter::with_capacity(64 * 1024, wr);
+        while let Some(frame) = rx.recv().await {
+            if w.write_all(&frame).await.is_err() {
+                return;
+            }
+            while let Ok(more) = rx.try_recv() {
+                if w.write_all(&more).await.is_err() {
+                    return;
+                }
+            }
+            if w.flush().await.is_err() {
+                return;
+            }
+        }
+    };
+    tokio::pin!(writer);
+    loop {
+        let frame = tokio::select! {
+            f = read_frame_async(&mut rd, MAX_FRAME) => f,
+            _ = &mut writer => std::future::pending().await,
+            _ = &mut *exited => return None,
+        };
+        let env = match frame {
+            Ok(Some(env)) => env,
+            Ok(None) => return None,
+            Err(e) => return Some(format!("sent a bad frame: {e}")),
+        };
+        let kind = env.body.kind();
+        if !may_send_to_broker(role, kind) || kind == ipc_schema::Kind::Hello {
+            return Some(format!("sent a {kind:?} message, which {role} may not send"));
+        }
+        let waiter = slot.lock().pending.remove(&env.id);
+        match waiter {
+            Some(tx) => {
+                let _ = tx.send(Ok(env.body));
+            }
+            None => return Some(format!("answered request {} that it was never sent", env.id)),
+        }
+    }
+}

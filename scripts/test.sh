@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: installs what is missing, checks formatting and lints,
+# builds the test and release binaries, runs every test as the invoking user and then (when
+# run as root) again as an unprivileged user, because root passes checks a real user fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+TEST_USER="${GATEHOUSE_TEST_USER:-gatehouse-test}"
+
+scripts/test-deps.sh
+
+echo "== fmt and clippy"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --all-features -q -- -D warnings
+
+echo "== build"
+# Test builds carry the test-only switches (feature test-hooks); release builds must not, and
+# a test checks that they do not.
+cargo build --workspace --all-features -q
+cargo build --workspace --release -q
+
+echo "== tests as $(id -un)"
+cargo test --workspace --all-features -q 2>&1 | tee target/test-root.log
+
+if [[ $(id -u) -eq 0 ]]; then
+  echo "== tests as $TEST_USER"
+  STAGE=$(mktemp -d /tmp/gatehouse-usertests.XXXXXX)
+  trap 'rm -rf "$STAGE"' EXIT
+  mkdir -p "$STAGE/target/debug/deps" "$STAGE/target/release"
+  # The binaries, laid out as in target/ so the tests find them the same way.
+  for b in gatehouse fs-helper net-helper exec-helper secrets-helper; do
+    cp target/debug/$b "$STAGE/target/debug/"
+    cp target/release/$b "$STAGE/target/release/"
+  done
+  mapfile -t EXES < <(cargo test --workspace --all-features --no-run --message-format=json -q 2>/dev/null |
+    python3 -c 'import json,sys
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["executable"])')
+  for e in "${EXES[@]}"; do cp "$e" "$STAGE/target/debug/deps/"; done
+  # A copy of the sources for tests that read fixtures or scripts at run time.
+  mkdir -p "$STAGE/src"
+  git ls-files -z | xargs -0 -I{} cp --parents {} "$STAGE/src/" 2>/dev/null || true
+  chown -R "$TEST_USER" "$STAGE"
+  chmod 0755 "$STAGE"
+  fail=0
+  for e in "${EXES[@]}"; do
+    exe="$STAGE/target/debug/deps/$(basename "$e")"
+    echo "-- $(basename "$e")"
+    if ! (cd /tmp && runuser -u "$TEST_USER" -- env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$(getent passwd "$TEST_USER" | cut -d: -f6)" \
+        LANG=C.UTF-8 GATEHOUSE_SOURCE_DIR="$STAGE/src" "$exe" -q 2>&1); then
+      fail=1
+    fi
+  done
+  if ((fail)); then
+    echo "tests as $TEST_USER FAILED" >&2
+    exit 1
+  fi
+fi
+echo "== all tests passed"
