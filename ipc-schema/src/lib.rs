@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 pub mod codec;
 pub mod exec;
 pub mod fs;
+#[cfg(unix)]
 pub mod helper;
 pub mod net;
 pub mod route;

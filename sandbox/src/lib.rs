@@ -15,12 +15,17 @@ pub mod helper_args;
 #[cfg(target_os = "linux")]
 pub mod linux;
 #[cfg(target_os = "linux")]
-pub use linux::{landlock_abi, lockdown, process};
+pub use linux::{harden_broker, landlock_abi, lockdown, process};
 
 #[cfg(target_os = "macos")]
 pub mod macos;
+#[cfg(target_os = "macos")]
+pub use macos::{harden_broker, landlock_abi, lockdown};
+
 #[cfg(windows)]
 pub mod windows;
+#[cfg(windows)]
+pub use windows::{harden_broker, landlock_abi, lockdown};
 
 /// Which process is being locked down, with what that kind needs.
 #[derive(Debug, Clone, PartialEq)]
@@ -111,4 +116,20 @@ pub enum LockdownError {
     },
     #[error("this platform has no lockdown for the {0} profile yet")]
     Unsupported(&'static str),
+    #[error("lockdown must run before the process starts a second thread, but it has {0} threads (Landlock, capabilities and no_new_privs would bind only the calling thread)")]
+    MultiThreaded(usize),
+    #[error("cannot tell whether the process is single-threaded: {0}")]
+    ThreadCount(std::io::Error),
+    #[error("clearing the environment failed: {0}")]
+    Environment(String),
+    #[error("moving the {profile} helper into a network namespace of its own failed (unprivileged user namespaces may be disabled: sysctl kernel.unprivileged_userns_clone, user.max_user_namespaces, or an AppArmor restriction): {source}")]
+    Namespaces {
+        profile: &'static str,
+        source: std::io::Error,
+    },
+    #[error("Seatbelt profile for the {profile} profile failed: {reason}")]
+    Seatbelt {
+        profile: &'static str,
+        reason: String,
+    },
 }

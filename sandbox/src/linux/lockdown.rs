@@ -1,13 +1,129 @@
-//! Placeholder until the lockdown lands.
-use crate::{LockdownError, LockdownOptions, LockdownReport, Profile};
+//! The lockdown sequence of DESIGN.md rule 6, and the broker's lighter hardening.
 
+use super::{caps, env, fds, landlock, limits, namespaces, seccomp};
+use crate::{LandlockStatus, LockdownError, LockdownOptions, LockdownReport, Profile};
+
+/// The Landlock ABI the running kernel offers (0: none).
 pub fn landlock_abi() -> u32 {
-    0
+    landlock::kernel_abi()
 }
 
+/// Locks the calling process down for `profile`, in the order of DESIGN.md rule 6, each step
+/// fatal: close stray descriptors, clear the environment, RLIMIT_CORE 0, not dumpable,
+/// no_new_privs, drop capabilities, Landlock, seccomp. The exec profile also moves into an
+/// empty network namespace (inside a user namespace of its own) before it stops being dumpable:
+/// its seccomp filter, which every command inherits, has to allow inet sockets (see
+/// `namespaces.rs`), so the helper is cut off from the network that way instead.
+///
+/// Must be called while the process has a single thread (before a tokio runtime or any other
+/// thread is started): capabilities, no_new_privs and Landlock bind only the calling thread, so
+/// a second thread would escape them. It is refused otherwise. Everything the process needs from
+/// the filesystem or the environment afterwards must be opened or read before: after this call
+/// the profile's seccomp filter and Landlock ruleset decide.
+///
+/// Below the profile's minimum Landlock ABI this fails with [`LockdownError::LandlockTooOld`]
+/// unless `opts.allow_degraded`, and then the report's `degraded` names what is missing.
 pub fn lockdown(
     profile: &Profile,
-    _opts: &LockdownOptions,
+    opts: &LockdownOptions,
 ) -> Result<LockdownReport, LockdownError> {
-    Err(LockdownError::Unsupported(profile.name()))
+    limits::require_single_thread()?;
+    // Decide about Landlock before changing anything: a refusal leaves the process as it was.
+    let kernel_abi = landlock::kernel_abi();
+    landlock::check_abi(profile, kernel_abi, opts.allow_degraded)?;
+
+    fds::close_stray_fds(&opts.keep_fds)?;
+    env::clear_env(&opts.keep_env)?;
+    limits::no_core_dumps()?;
+    let mut namespaces = Vec::new();
+    let mut degraded = Vec::new();
+    if *profile == Profile::Exec {
+        // Before not_dumpable: writing our own uid_map needs a dumpable process.
+        match namespaces::isolate_network() {
+            Ok(()) => namespaces = vec!["user".to_string(), "net".to_string()],
+            Err(e) if opts.allow_degraded => degraded.push(format!(
+                "the exec helper is not in a network namespace of its own ({e}): it can reach the network"
+            )),
+            Err(source) => {
+                return Err(LockdownError::Namespaces {
+                    profile: profile.name(),
+                    source,
+                })
+            }
+        }
+    }
+    limits::not_dumpable()?;
+    limits::no_new_privs()?;
+    let dropped = caps::drop_all()?;
+    let ruleset = landlock::restrict_self(profile, opts.allow_degraded)?;
+    let seccomp_allowed_syscalls = seccomp::install(profile)?;
+    degraded.extend(ruleset.degraded);
+
+    Ok(LockdownReport {
+        profile: profile.name().to_string(),
+        stray_fds_closed: true,
+        env_cleared: true,
+        core_dumps_off: true,
+        dumpable_off: true,
+        no_new_privs: true,
+        capabilities_dropped: dropped.all_sets_empty,
+        landlock_abi: kernel_abi,
+        landlock_min_abi: landlock::min_abi(profile),
+        landlock: ruleset.status,
+        seccomp_filter: true,
+        seccomp_allowed_syscalls,
+        namespaces,
+        degraded,
+    })
+}
+
+/// Hardens the broker: RLIMIT_CORE 0, not dumpable, no_new_privs. Nothing else: it keeps its
+/// descriptors and environment, runs no seccomp filter (it does too many different things for a
+/// useful allowlist) and no Landlock ruleset, because a Landlock domain is inherited by every
+/// helper it spawns and would bound them all, while the directories the fs helper will need are
+/// granted by the human while the broker runs. The broker's protection is that it parses only
+/// typed frames and runs no tool itself.
+///
+/// Like [`lockdown`], must be called before the broker starts a second thread (no_new_privs is
+/// per thread and must reach every helper it spawns).
+pub fn harden_broker() -> Result<LockdownReport, LockdownError> {
+    limits::require_single_thread()?;
+    limits::no_core_dumps()?;
+    limits::not_dumpable()?;
+    limits::no_new_privs()?;
+    let capabilities_dropped = no_capabilities_held();
+    Ok(LockdownReport {
+        profile: "broker".to_string(),
+        stray_fds_closed: false,
+        env_cleared: false,
+        core_dumps_off: true,
+        dumpable_off: true,
+        no_new_privs: true,
+        capabilities_dropped,
+        landlock_abi: landlock::kernel_abi(),
+        landlock_min_abi: 0,
+        landlock: LandlockStatus::NotEnforced,
+        seccomp_filter: false,
+        seccomp_allowed_syscalls: 0,
+        namespaces: Vec::new(),
+        degraded: Vec::new(),
+    })
+}
+
+/// Whether the effective, permitted, inheritable and ambient sets are all empty (true for an
+/// unprivileged broker, false for one running as root, which `doctor` should point out).
+fn no_capabilities_held() -> bool {
+    use ::caps::CapSet;
+    [
+        CapSet::Effective,
+        CapSet::Permitted,
+        CapSet::Inheritable,
+        CapSet::Ambient,
+    ]
+    .into_iter()
+    .all(|set| {
+        ::caps::read(None, set)
+            .map(|s| s.is_empty())
+            .unwrap_or(false)
+    })
 }

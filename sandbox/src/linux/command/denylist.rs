@@ -1,0 +1,395 @@
+//! The seccomp filter every sandboxed command gets: a denylist.
+//!
+//! Commands are arbitrary programs, so an allowlist cannot fit them (DESIGN.md rule 7). The filter
+//! is written as classic BPF by hand rather than with seccompiler because three of its rules are
+//! not expressible there: "every syscall number with the x32 bit" is a range, not a list; the
+//! terminal ioctls must be compared on the low 32 bits only (the kernel truncates `cmd` to an
+//! `unsigned int`, so a 64-bit compare is bypassed by setting a high bit); and the socket rule
+//! answers a different errno than the rest.
+//!
+//! Layout: check the architecture (anything else, e.g. i386 through `int 0x80`, is killed),
+//! refuse x32 numbers (killed), then one short block per listed syscall, then allow.
+
+use libc::{c_long, sock_filter};
+
+const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+const BPF_JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+const BPF_JGE_K: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
+const BPF_JSET_K: u16 = 0x45; // BPF_JMP | BPF_JSET | BPF_K
+const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
+
+const RET_KILL_PROCESS: u32 = 0x8000_0000;
+const RET_ALLOW: u32 = 0x7fff_0000;
+const fn ret_errno(e: i32) -> u32 {
+    0x0005_0000 | (e as u32 & 0xffff)
+}
+
+// Offsets into struct seccomp_data. Arguments are 64-bit; on the little-endian targets we build
+// for, the low half of argument i is at 16 + 8 i.
+const OFF_NR: u32 = 0;
+const OFF_ARCH: u32 = 4;
+const fn off_arg_low(i: u32) -> u32 {
+    16 + 8 * i
+}
+#[cfg(not(target_endian = "little"))]
+compile_error!("the command seccomp filter reads argument halves as little-endian");
+
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH: u32 = 0xc000_003e; // AUDIT_ARCH_X86_64
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH: u32 = 0xc000_00b7; // AUDIT_ARCH_AARCH64
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+compile_error!("the command seccomp filter knows x86_64 and aarch64 only");
+
+/// x32 syscalls are x86_64 numbers with this bit set; they reach the same kernel code under
+/// other numbers, so a denylist that does not refuse them all is bypassed.
+#[cfg(target_arch = "x86_64")]
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+const TIOCSTI: u32 = 0x5412;
+const TIOCLINUX: u32 = 0x541c;
+const CLONE_NEWUSER: u32 = 0x1000_0000;
+const PER_LINUX: u32 = 0;
+const PER_QUERY: u32 = 0xffff_ffff;
+
+/// Syscalls refused with EPERM, each with why.
+fn refused() -> Vec<(c_long, &'static str)> {
+    let mut v: Vec<(c_long, &'static str)> = vec![
+        // Reading or writing another process's memory.
+        (libc::SYS_ptrace, "debugging other processes"),
+        (libc::SYS_process_vm_readv, "reading another process's memory"),
+        (libc::SYS_process_vm_writev, "writing another process's memory"),
+        (libc::SYS_pidfd_getfd, "stealing another process's descriptors"),
+        (libc::SYS_process_madvise, "acting on another process's memory"),
+        // Changing the filesystem view the sandbox built.
+        (libc::SYS_mount, "mounting"),
+        (libc::SYS_umount2, "unmounting (would reveal what a mask hides)"),
+        (libc::SYS_pivot_root, "changing the root"),
+        (libc::SYS_chroot, "changing the root"),
+        (libc::SYS_open_tree, "mount API"),
+        (libc::SYS_move_mount, "mount API"),
+        (libc::SYS_fsopen, "mount API"),
+        (libc::SYS_fsconfig, "mount API"),
+        (libc::SYS_fsmount, "mount API"),
+        (libc::SYS_fspick, "mount API"),
+        (libc::SYS_mount_setattr, "mount API"),
+        (libc::SYS_setns, "joining other namespaces"),
+        // Kernel keyrings hold other programs' secrets and have a history of bugs.
+        (libc::SYS_keyctl, "kernel keyrings"),
+        (libc::SYS_add_key, "kernel keyrings"),
+        (libc::SYS_request_key, "kernel keyrings"),
+        // Large kernel attack surface that no ordinary command needs.
+        (libc::SYS_bpf, "BPF programs"),
+        (libc::SYS_perf_event_open, "performance counters (side channels, kernel bugs)"),
+        (libc::SYS_userfaultfd, "userfaultfd (used to win kernel races)"),
+        (libc::SYS_io_uring_setup, "io_uring (bypasses syscall filtering)"),
+        (libc::SYS_io_uring_enter, "io_uring"),
+        (libc::SYS_io_uring_register, "io_uring"),
+        // Changing the kernel.
+        (libc::SYS_kexec_load, "loading a new kernel"),
+        (libc::SYS_kexec_file_load, "loading a new kernel"),
+        (libc::SYS_init_module, "loading kernel modules"),
+        (libc::SYS_finit_module, "loading kernel modules"),
+        (libc::SYS_delete_module, "unloading kernel modules"),
+        // Host-wide administration.
+        (libc::SYS_syslog, "reading the kernel log"),
+        (libc::SYS_acct, "process accounting"),
+        (libc::SYS_swapon, "swap"),
+        (libc::SYS_swapoff, "swap"),
+        (libc::SYS_reboot, "reboot"),
+        (libc::SYS_quotactl, "disk quotas"),
+        (libc::SYS_open_by_handle_at, "opening files by handle (escapes mounts)"),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    v.extend([
+        (libc::SYS_uselib, "obsolete loader call"),
+        (libc::SYS_iopl, "raw I/O ports"),
+        (libc::SYS_ioperm, "raw I/O ports"),
+    ]);
+    v
+}
+
+fn stmt(code: u16, k: u32) -> sock_filter {
+    sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    }
+}
+
+fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
+    sock_filter { code, jt, jf, k }
+}
+
+/// `if nr == syscall { block } else skip it`, where `block` ends in a return.
+fn guarded(out: &mut Vec<sock_filter>, nr: c_long, block: Vec<sock_filter>) {
+    let len = u8::try_from(block.len()).expect("a block is short");
+    out.push(jump(BPF_JEQ_K, nr as u32, 0, len));
+    out.extend(block);
+}
+
+/// A block that allows the call unless argument `arg` (low 32 bits) has any bit of `mask`.
+fn refuse_flag(arg: u32, mask: u32, errno: i32) -> Vec<sock_filter> {
+    vec![
+        stmt(BPF_LD_W_ABS, off_arg_low(arg)),
+        jump(BPF_JSET_K, mask, 0, 1),
+        stmt(BPF_RET_K, ret_errno(errno)),
+        stmt(BPF_RET_K, RET_ALLOW),
+    ]
+}
+
+/// A block that allows the call only when argument `arg` (low 32 bits) is one of `allowed`.
+fn allow_values(arg: u32, allowed: &[u32], errno: i32) -> Vec<sock_filter> {
+    let mut b = vec![stmt(BPF_LD_W_ABS, off_arg_low(arg))];
+    for v in allowed {
+        b.push(jump(BPF_JEQ_K, *v, 0, 1));
+        b.push(stmt(BPF_RET_K, RET_ALLOW));
+    }
+    b.push(stmt(BPF_RET_K, ret_errno(errno)));
+    b
+}
+
+/// A block that refuses the call when argument `arg` (low 32 bits) is one of `refused`.
+fn refuse_values(arg: u32, refused: &[u32], errno: i32) -> Vec<sock_filter> {
+    let mut b = vec![stmt(BPF_LD_W_ABS, off_arg_low(arg))];
+    for v in refused {
+        b.push(jump(BPF_JEQ_K, *v, 0, 1));
+        b.push(stmt(BPF_RET_K, ret_errno(errno)));
+    }
+    b.push(stmt(BPF_RET_K, RET_ALLOW));
+    b
+}
+
+/// The filter program. `inet`: the command may create AF_INET/AF_INET6 sockets (it has the
+/// proxy); otherwise only AF_UNIX sockets exist for it.
+pub(crate) fn program(inet: bool) -> Vec<sock_filter> {
+    let mut p = vec![
+        stmt(BPF_LD_W_ABS, OFF_ARCH),
+        jump(BPF_JEQ_K, AUDIT_ARCH, 1, 0),
+        stmt(BPF_RET_K, RET_KILL_PROCESS),
+        stmt(BPF_LD_W_ABS, OFF_NR),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    {
+        p.push(jump(BPF_JGE_K, X32_SYSCALL_BIT, 0, 1));
+        p.push(stmt(BPF_RET_K, RET_KILL_PROCESS));
+    }
+    for (nr, _why) in refused() {
+        guarded(&mut p, nr, vec![stmt(BPF_RET_K, ret_errno(libc::EPERM))]);
+    }
+    // clone3 passes its flags in memory, which a filter cannot read: answer ENOSYS so that libc
+    // falls back to clone, whose flags we can check.
+    guarded(
+        &mut p,
+        libc::SYS_clone3,
+        vec![stmt(BPF_RET_K, ret_errno(libc::ENOSYS))],
+    );
+    // A new user namespace would give the command every capability inside it (and with them
+    // mount, and the kernel code reachable only with capabilities).
+    guarded(
+        &mut p,
+        libc::SYS_clone,
+        refuse_flag(0, CLONE_NEWUSER, libc::EPERM),
+    );
+    guarded(
+        &mut p,
+        libc::SYS_unshare,
+        refuse_flag(0, CLONE_NEWUSER, libc::EPERM),
+    );
+    // Pushing input into a terminal (TIOCSTI) or driving the console (TIOCLINUX) would let a
+    // command type into the user's shell. Compared on 32 bits: the kernel ignores the high half.
+    guarded(
+        &mut p,
+        libc::SYS_ioctl,
+        refuse_values(1, &[TIOCSTI, TIOCLINUX], libc::EPERM),
+    );
+    // Execution-domain changes (READ_IMPLIES_EXEC, ADDR_NO_RANDOMIZE, ...); querying is fine.
+    guarded(
+        &mut p,
+        libc::SYS_personality,
+        allow_values(0, &[PER_LINUX, PER_QUERY], libc::EPERM),
+    );
+    // Socket families: Unix always; inet only with the proxy; netlink, packet, vsock, bluetooth
+    // and the rest never. EAFNOSUPPORT is what programs expect for a family that does not exist.
+    let families: &[u32] = if inet {
+        &[
+            libc::AF_UNIX as u32,
+            libc::AF_INET as u32,
+            libc::AF_INET6 as u32,
+        ]
+    } else {
+        &[libc::AF_UNIX as u32]
+    };
+    guarded(
+        &mut p,
+        libc::SYS_socket,
+        allow_values(0, families, libc::EAFNOSUPPORT),
+    );
+    guarded(
+        &mut p,
+        libc::SYS_socketpair,
+        allow_values(0, families, libc::EAFNOSUPPORT),
+    );
+    p.push(stmt(BPF_RET_K, RET_ALLOW));
+    p
+}
+
+/// The names of the refused syscalls, for documentation and `doctor`.
+pub fn refused_syscall_count() -> usize {
+    refused().len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tiny interpreter for the subset of BPF the filter uses, so the program's decisions can
+    /// be checked without installing it.
+    fn run(p: &[sock_filter], arch: u32, nr: u32, args: [u64; 6]) -> u32 {
+        let mut data = [0u8; 64];
+        data[0..4].copy_from_slice(&nr.to_le_bytes());
+        data[4..8].copy_from_slice(&arch.to_le_bytes());
+        for (i, a) in args.iter().enumerate() {
+            data[16 + 8 * i..24 + 8 * i].copy_from_slice(&a.to_le_bytes());
+        }
+        let mut a: u32 = 0;
+        let mut pc = 0usize;
+        loop {
+            let ins = p[pc];
+            match ins.code {
+                BPF_LD_W_ABS => {
+                    let o = ins.k as usize;
+                    a = u32::from_le_bytes(data[o..o + 4].try_into().unwrap());
+                    pc += 1;
+                }
+                BPF_RET_K => return ins.k,
+                BPF_JEQ_K | BPF_JGE_K | BPF_JSET_K => {
+                    let hit = match ins.code {
+                        BPF_JEQ_K => a == ins.k,
+                        BPF_JGE_K => a >= ins.k,
+                        _ => a & ins.k != 0,
+                    };
+                    pc += 1 + if hit { ins.jt } else { ins.jf } as usize;
+                }
+                other => panic!("unexpected opcode {other:#x}"),
+            }
+        }
+    }
+
+    fn nr(n: c_long) -> u32 {
+        n as u32
+    }
+
+    #[test]
+    fn ordinary_calls_are_allowed_and_listed_ones_refused() {
+        let p = program(false);
+        assert_eq!(run(&p, AUDIT_ARCH, nr(libc::SYS_read), [0; 6]), RET_ALLOW);
+        assert_eq!(run(&p, AUDIT_ARCH, nr(libc::SYS_execve), [0; 6]), RET_ALLOW);
+        for (n, why) in refused() {
+            assert_eq!(
+                run(&p, AUDIT_ARCH, nr(n), [0; 6]),
+                ret_errno(libc::EPERM),
+                "{why}"
+            );
+        }
+        assert_eq!(
+            run(&p, AUDIT_ARCH, nr(libc::SYS_clone3), [0; 6]),
+            ret_errno(libc::ENOSYS)
+        );
+    }
+
+    #[test]
+    fn foreign_architectures_and_x32_are_killed() {
+        let p = program(false);
+        assert_eq!(run(&p, 0x4000_0003, 20, [0; 6]), RET_KILL_PROCESS); // i386
+        #[cfg(target_arch = "x86_64")]
+        {
+            assert_eq!(
+                run(&p, AUDIT_ARCH, X32_SYSCALL_BIT | nr(libc::SYS_getpid), [0; 6]),
+                RET_KILL_PROCESS
+            );
+            assert_eq!(run(&p, AUDIT_ARCH, 0xffff_ffff, [0; 6]), RET_KILL_PROCESS);
+        }
+    }
+
+    #[test]
+    fn user_namespaces_are_refused_other_clones_allowed() {
+        let p = program(false);
+        let fork_flags = libc::SIGCHLD as u64;
+        let thread_flags = (libc::CLONE_VM | libc::CLONE_THREAD | libc::CLONE_SIGHAND) as u64;
+        let clone = nr(libc::SYS_clone);
+        assert_eq!(run(&p, AUDIT_ARCH, clone, [fork_flags, 0, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(run(&p, AUDIT_ARCH, clone, [thread_flags, 0, 0, 0, 0, 0]), RET_ALLOW);
+        let userns = (libc::CLONE_NEWUSER as u64) | fork_flags;
+        assert_eq!(
+            run(&p, AUDIT_ARCH, clone, [userns, 0, 0, 0, 0, 0]),
+            ret_errno(libc::EPERM)
+        );
+        assert_eq!(
+            run(
+                &p,
+                AUDIT_ARCH,
+                nr(libc::SYS_unshare),
+                [libc::CLONE_NEWUSER as u64 | libc::CLONE_NEWNS as u64, 0, 0, 0, 0, 0]
+            ),
+            ret_errno(libc::EPERM)
+        );
+        assert_eq!(
+            run(&p, AUDIT_ARCH, nr(libc::SYS_unshare), [libc::CLONE_FILES as u64, 0, 0, 0, 0, 0]),
+            RET_ALLOW
+        );
+    }
+
+    #[test]
+    fn terminal_ioctls_are_compared_on_32_bits() {
+        let p = program(false);
+        let ioctl = nr(libc::SYS_ioctl);
+        for cmd in [TIOCSTI as u64, TIOCLINUX as u64, (1u64 << 32) | TIOCSTI as u64] {
+            assert_eq!(
+                run(&p, AUDIT_ARCH, ioctl, [0, cmd, 0, 0, 0, 0]),
+                ret_errno(libc::EPERM),
+                "{cmd:#x}"
+            );
+        }
+        assert_eq!(
+            run(&p, AUDIT_ARCH, ioctl, [0, libc::TIOCGWINSZ as u64, 0, 0, 0, 0]),
+            RET_ALLOW
+        );
+    }
+
+    #[test]
+    fn socket_families_follow_the_network_mode() {
+        let socket = nr(libc::SYS_socket);
+        let none = program(false);
+        let proxy = program(true);
+        let unix = [libc::AF_UNIX as u64, 1, 0, 0, 0, 0];
+        let inet = [libc::AF_INET as u64, 1, 0, 0, 0, 0];
+        let inet6 = [libc::AF_INET6 as u64, 2, 0, 0, 0, 0];
+        let netlink = [libc::AF_NETLINK as u64, 3, 0, 0, 0, 0];
+        let packet = [libc::AF_PACKET as u64, 3, 0, 0, 0, 0];
+        let eaf = ret_errno(libc::EAFNOSUPPORT);
+        assert_eq!(run(&none, AUDIT_ARCH, socket, unix), RET_ALLOW);
+        assert_eq!(run(&none, AUDIT_ARCH, socket, inet), eaf);
+        assert_eq!(run(&none, AUDIT_ARCH, socket, inet6), eaf);
+        assert_eq!(run(&none, AUDIT_ARCH, socket, netlink), eaf);
+        assert_eq!(run(&proxy, AUDIT_ARCH, socket, inet), RET_ALLOW);
+        assert_eq!(run(&proxy, AUDIT_ARCH, socket, inet6), RET_ALLOW);
+        assert_eq!(run(&proxy, AUDIT_ARCH, socket, packet), eaf);
+        // The high half of the family argument is ignored by the kernel, and by us.
+        let sneaky = [(1u64 << 32) | libc::AF_UNIX as u64, 1, 0, 0, 0, 0];
+        assert_eq!(run(&none, AUDIT_ARCH, socket, sneaky), RET_ALLOW);
+    }
+
+    #[test]
+    fn personality_may_be_queried_not_changed() {
+        let p = program(false);
+        let pers = nr(libc::SYS_personality);
+        assert_eq!(run(&p, AUDIT_ARCH, pers, [0xffff_ffff, 0, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(run(&p, AUDIT_ARCH, pers, [0, 0, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(
+            run(&p, AUDIT_ARCH, pers, [0x0040000, 0, 0, 0, 0, 0]), // ADDR_NO_RANDOMIZE
+            ret_errno(libc::EPERM)
+        );
+    }
+}

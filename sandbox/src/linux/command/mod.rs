@@ -1,0 +1,1041 @@
+//! The exec sandbox: every command in a sandbox of its own (DESIGN.md, "The exec sandbox").
+//!
+//! [`prepare`] checks a [`SandboxSpec`] and computes everything (grants, masks, mounts,
+//! environment, program, limits, seccomp and Landlock rules) without creating anything; the
+//! caller can then apply its command policy to [`Prepared::program`]. [`Prepared::spawn`] makes
+//! one `clone` with new user, mount, pid, network, IPC and UTS namespaces. The child is the
+//! sandbox's init (pid 1): it maps the caller's uid and gid, builds a fresh root (tmpfs) holding
+//! the system directories read-only, the grants, a private `/tmp`, a home, a minimal `/dev` and a
+//! new `/proc`, masks protected paths, pivots into it, and forks the command, which starts a new
+//! session, gets its limits, drops every capability, and applies Landlock and the seccomp
+//! denylist before `exec`. When the command ends, init exits and the kernel kills everything
+//! left in the pid namespace. Killing init (timeout, stop) kills the whole sandbox.
+//!
+//! The caller (the exec-helper, or `gatehouse sandbox`) must not be root: see [`identity`].
+
+mod child;
+mod denylist;
+pub mod fdpass;
+pub mod env;
+pub mod identity;
+mod landlock_rules;
+mod plan;
+pub mod policy;
+mod protected;
+pub mod watch;
+#[cfg(feature = "test-hooks")]
+pub mod probe;
+
+pub use ipc_schema::exec::{GrantAccess, Limits, PathGrant, SandboxReport, PROXY_BRIDGE_PORT};
+pub use denylist::refused_syscall_count;
+pub use landlock_rules::{kernel_abi as landlock_kernel_abi, FULL_ABI as LANDLOCK_FULL_ABI};
+pub use protected::{GIT_PROTECTED, NOT_GRANTABLE, RULES as PROTECTED_RULES};
+pub use watch::{Kill, Stream, Watch};
+
+use child::Record;
+use plan::{cpath, cstr, Cover, Layout, Op, Plan};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+
+/// What a command runs with.
+pub struct SandboxSpec {
+    /// The program (a path, or a name looked up in the sandbox's `PATH`) and its arguments.
+    pub argv: Vec<String>,
+    /// Absolute; must lie inside a grant.
+    pub cwd: PathBuf,
+    pub grants: Vec<PathGrant>,
+    /// Variables asked for (filtered by [`env::build`]).
+    pub env: Vec<(String, String)>,
+    /// The command's `HOME`: a fresh tmpfs unless a grant covers it.
+    pub home: PathBuf,
+    pub network: Network,
+    pub limits: Limits,
+    /// More paths to mask and never grant (gatehouse's config, data and runtime directories).
+    pub protect: Vec<PathBuf>,
+    /// Run with less than the full sandbox when the kernel lacks a mechanism (each gap is named
+    /// in [`SandboxReport::degraded`]).
+    pub allow_degraded: bool,
+}
+
+/// The command's network.
+pub enum Network {
+    None,
+    /// Through the egress proxy: a listener on 127.0.0.1:[`PROXY_BRIDGE_PORT`] inside hands each
+    /// connection to `connector` (see `ipc_schema::exec`).
+    Proxy { connector: OwnedFd, token: String },
+}
+
+/// Why a command was not started.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Refused(String),
+    #[error("{program}: command not found in the sandbox (searched {searched})")]
+    NotFound { program: String, searched: String },
+    #[error("{0}")]
+    Kernel(String),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> SandboxError {
+    let what = what.into();
+    move |source| SandboxError::Io { what, source }
+}
+
+/// The system directories every command sees read-only (those that exist; symbolic links such
+/// as `/bin -> usr/bin` are recreated as links).
+pub const SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/nix",
+];
+
+/// Device nodes bound into the sandbox's `/dev`.
+const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
+
+/// Sizes of the sandbox's own filesystems.
+const ROOT_TMPFS: &str = "mode=0755,size=1m,nr_inodes=4096";
+const TMP_TMPFS: &str = "mode=1777,size=1g";
+const HOME_TMPFS: &str = "mode=0700,size=512m";
+const SHM_TMPFS: &str = "mode=1777,size=256m";
+const DEV_TMPFS: &str = "mode=0755,size=64k,nr_inodes=64";
+
+/// A sandbox ready to start.
+pub struct Prepared {
+    plan: Plan,
+    connector: Option<OwnedFd>,
+    /// `argv[0]` resolved in the sandbox's view (symbolic links followed): what a command policy
+    /// judges.
+    pub program: PathBuf,
+    pub report: SandboxReport,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("program", &self.program)
+            .field("report", &self.report)
+            .finish()
+    }
+}
+
+struct Grant {
+    path: PathBuf,
+    write: bool,
+    is_dir: bool,
+}
+
+/// Checks `spec` and plans the sandbox. Creates nothing except, in writable grants, an empty
+/// `.git/hooks` or `.git/config` that is missing (so that it can be masked).
+pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
+    let uid = nix::unistd::geteuid().as_raw();
+    let gid = nix::unistd::getegid().as_raw();
+    if uid == 0 || gid == 0 {
+        return Err(SandboxError::Refused(
+            "commands never run as root: the caller must first become an unprivileged user (sandbox::linux::command::identity)".into(),
+        ));
+    }
+    if spec.argv.is_empty() || spec.argv[0].is_empty() {
+        return Err(SandboxError::Invalid("no command given".into()));
+    }
+    if spec.argv.iter().any(|a| a.contains('\0')) {
+        return Err(SandboxError::Invalid("an argument contains a NUL byte".into()));
+    }
+    spec.limits.check().map_err(SandboxError::Invalid)?;
+    let mut degraded = Vec::new();
+    let abi = landlock_rules::kernel_abi();
+    if abi < landlock_rules::FULL_ABI && !spec.allow_degraded {
+        return Err(SandboxError::Kernel(format!(
+            "the kernel offers Landlock ABI {abi}; commands need ABI {} (scoped abstract sockets and signals). Start with --allow-degraded to run with less",
+            landlock_rules::FULL_ABI
+        )));
+    }
+
+    // Grants: absolute, resolved, allowed.
+    let homes = protected::homes(&spec.home);
+    let protect: Vec<PathBuf> = spec
+        .protect
+        .iter()
+        .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()))
+        .collect();
+    let mut grants: Vec<Grant> = Vec::new();
+    for g in &spec.grants {
+        if !g.path.is_absolute() {
+            return Err(SandboxError::Invalid(format!(
+                "grant {} is not an absolute path",
+                g.path.display()
+            )));
+        }
+        let path = std::fs::canonicalize(&g.path)
+            .map_err(io_err(format!("grant {}", g.path.display())))?;
+        if let Some(why) = protected::refuse_grant(&path, &protect) {
+            return Err(SandboxError::Refused(format!(
+                "cannot grant {}: {why}",
+                g.path.display()
+            )));
+        }
+        let write = g.access == GrantAccess::ReadWrite;
+        if write {
+            if let Some(why) = protected::refuse_write_grant(&path, &homes, &protect) {
+                return Err(SandboxError::Refused(format!(
+                    "cannot grant {} read-write: {why}",
+                    g.path.display()
+                )));
+            }
+        }
+        let is_dir = std::fs::metadata(&path)
+            .map_err(io_err(format!("grant {}", path.display())))?
+            .is_dir();
+        match grants.iter_mut().find(|x| x.path == path) {
+            Some(x) => x.write |= write,
+            None => grants.push(Grant {
+                path,
+                write,
+                is_dir,
+            }),
+        }
+    }
+    // Parents before children, so a nested grant is mounted on top of its parent.
+    grants.sort_by_key(|g| g.path.components().count());
+
+    let cwd = std::fs::canonicalize(&spec.cwd)
+        .map_err(io_err(format!("working directory {}", spec.cwd.display())))?;
+    if !grants.iter().any(|g| g.is_dir && cwd.starts_with(&g.path)) {
+        return Err(SandboxError::Refused(format!(
+            "the working directory {} is not inside any grant",
+            cwd.display()
+        )));
+    }
+    if protected::refuse_grant(&cwd, &protect).is_some() {
+        return Err(SandboxError::Refused(format!(
+            "the working directory {} is a protected path",
+            cwd.display()
+        )));
+    }
+
+    // Masks: protected paths made visible by a (read-only) grant, and .git in every grant.
+    let grant_paths: Vec<PathBuf> = grants.iter().map(|g| g.path.clone()).collect();
+    let mut masks: Vec<PathBuf> = Vec::new();
+    for m in protected::masks(&grant_paths, &homes, &protect) {
+        // A protected link is masked where it points, when that is visible at all.
+        match std::fs::canonicalize(&m) {
+            Ok(real) if grant_paths.iter().any(|g| real.starts_with(g)) => masks.push(real),
+            _ => {}
+        }
+    }
+    let mut git_dirs: Vec<PathBuf> = Vec::new();
+    for g in grants.iter().filter(|g| g.is_dir) {
+        let mut found = protected::git_dirs(&g.path);
+        if g.path.file_name().is_some_and(|n| n == ".git") {
+            found.push(g.path.clone());
+        }
+        for dir in found {
+            if g.write {
+                ensure_git_maskable(&dir)?;
+            }
+            for name in GIT_PROTECTED {
+                let p = dir.join(name);
+                if std::fs::symlink_metadata(&p).is_ok() {
+                    masks.push(p);
+                }
+            }
+            if g.write {
+                git_dirs.push(dir);
+            }
+        }
+    }
+    masks.sort();
+    masks.dedup();
+
+    // The environment and the program.
+    let user = identity::user_name(uid);
+    let (network, connector, token) = match spec.network {
+        Network::None => (false, None, None),
+        Network::Proxy { connector, token } => {
+            if token.is_empty() || !token.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.~".contains(&b)) {
+                return Err(SandboxError::Invalid(
+                    "the proxy token must be non-empty and URL-safe (letters, digits, - _ . ~)".into(),
+                ));
+            }
+            (true, Some(connector), Some(token))
+        }
+    };
+    let built = env::build(
+        &spec.env,
+        &env::SandboxEnv {
+            home: &spec.home,
+            user: &user,
+            proxy_url: token
+                .as_ref()
+                .map(|t| format!("http://gatehouse:{t}@127.0.0.1:{PROXY_BRIDGE_PORT}")),
+        },
+    );
+
+    let stage = staging_dir()?;
+    let mut layout = Layout::new(stage.clone());
+    let mut ops: Vec<(Op, String)> = Vec::new();
+    let mut slots = 0usize;
+
+    // Identity: the caller's uid and gid, and nothing else, exist inside.
+    ops.push((
+        Op::WriteFile {
+            path: cstr("/proc/self/setgroups"),
+            data: cstr("deny"),
+        },
+        "denying setgroups in the sandbox's user namespace".into(),
+    ));
+    ops.push((
+        Op::WriteFile {
+            path: cstr("/proc/self/uid_map"),
+            data: cstr(&format!("{uid} {uid} 1")),
+        },
+        format!("mapping uid {uid} into the sandbox"),
+    ));
+    ops.push((
+        Op::WriteFile {
+            path: cstr("/proc/self/gid_map"),
+            data: cstr(&format!("{gid} {gid} 1")),
+        },
+        format!("mapping gid {gid} into the sandbox"),
+    ));
+    ops.push((Op::MakePrivate, "making all mounts private".into()));
+
+    // Phase 1, in the host's view: take a detached copy of every tree the sandbox shows.
+    enum Placed {
+        Tree(usize, PathBuf),
+        Link(PathBuf, PathBuf),
+    }
+    let mut system: Vec<Placed> = Vec::new();
+    let ro = child_attr::RDONLY | child_attr::NOSUID | child_attr::NODEV;
+    for d in SYSTEM_DIRS {
+        let p = Path::new(d);
+        if grants.iter().any(|g| p.starts_with(&g.path)) {
+            continue; // a grant covers it
+        }
+        let Ok(meta) = std::fs::symlink_metadata(p) else {
+            continue;
+        };
+        if meta.file_type().is_symlink() {
+            if let Ok(target) = std::fs::read_link(p) {
+                system.push(Placed::Link(p.to_path_buf(), target));
+            }
+        } else if meta.is_dir() {
+            ops.push((
+                Op::CloneTree {
+                    src: cpath(p),
+                    slot: slots,
+                    attr_set: ro,
+                },
+                format!("copying {d} read-only"),
+            ));
+            system.push(Placed::Tree(slots, p.to_path_buf()));
+            slots += 1;
+        }
+    }
+    let mut grant_slots = Vec::new();
+    for g in &grants {
+        let attr = if g.write {
+            child_attr::NOSUID | child_attr::NODEV
+        } else {
+            ro
+        };
+        ops.push((
+            Op::CloneTree {
+                src: cpath(&g.path),
+                slot: slots,
+                attr_set: attr,
+            },
+            format!(
+                "copying grant {} {}",
+                g.path.display(),
+                if g.write { "read-write" } else { "read-only" }
+            ),
+        ));
+        grant_slots.push(slots);
+        slots += 1;
+    }
+
+    // Phase 2: the new root, built under the stage.
+    ops.push((
+        Op::Mount {
+            src: Some(cstr("tmpfs")),
+            target: cpath(&stage),
+            fstype: Some(cstr("tmpfs")),
+            flags: libc::MS_NOSUID | libc::MS_NODEV,
+            data: Some(cstr(ROOT_TMPFS)),
+        },
+        "mounting the sandbox's root (tmpfs)".into(),
+    ));
+    for s in &system {
+        match s {
+            Placed::Link(link, target) => ops.push((
+                Op::Symlink {
+                    target: cpath(target),
+                    link: cpath(&layout.staged(link)),
+                },
+                format!("linking {} -> {}", link.display(), target.display()),
+            )),
+            Placed::Tree(slot, p) => {
+                layout.mkdir_p(p, &mut ops);
+                ops.push((
+                    Op::MoveTree {
+                        slot: *slot,
+                        target: cpath(&layout.staged(p)),
+                    },
+                    format!("attaching {} read-only", p.display()),
+                ));
+                layout.mounted(p, Cover::Host);
+            }
+        }
+    }
+    let tmp = Path::new("/tmp");
+    let tmp_private = !grants.iter().any(|g| tmp.starts_with(&g.path));
+    if tmp_private {
+        fresh_tmpfs(&mut layout, &mut ops, tmp, TMP_TMPFS, libc::MS_NOSUID | libc::MS_NODEV);
+    }
+    layout.mkdir_p(Path::new("/var"), &mut ops);
+    if layout.cover(Path::new("/var")) == Cover::Fresh {
+        ops.push((
+            Op::Symlink {
+                target: cstr("../tmp"),
+                link: cpath(&layout.staged(Path::new("/var/tmp"))),
+            },
+            "linking /var/tmp -> /tmp".into(),
+        ));
+    }
+    let home_private = !grants.iter().any(|g| spec.home.starts_with(&g.path));
+    if home_private {
+        fresh_tmpfs(&mut layout, &mut ops, &spec.home, HOME_TMPFS, libc::MS_NOSUID | libc::MS_NODEV);
+    }
+    build_dev(&mut layout, &mut ops);
+    layout.mkdir_p(Path::new("/proc"), &mut ops);
+    ops.push((
+        Op::Mount {
+            src: Some(cstr("proc")),
+            target: cpath(&layout.staged(Path::new("/proc"))),
+            fstype: Some(cstr("proc")),
+            flags: libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            data: None,
+        },
+        "mounting /proc for the sandbox's pid namespace (this fails when the host's /proc is partly hidden, as in some containers)".into(),
+    ));
+    for (g, slot) in grants.iter().zip(&grant_slots) {
+        if g.is_dir {
+            layout.mkdir_p(&g.path, &mut ops);
+        } else {
+            layout.touch(&g.path, 0o644, &mut ops);
+        }
+        ops.push((
+            Op::MoveTree {
+                slot: *slot,
+                target: cpath(&layout.staged(&g.path)),
+            },
+            format!("attaching grant {}", g.path.display()),
+        ));
+        layout.mounted(&g.path, Cover::Host);
+    }
+    // A .git that is a mount point cannot be renamed away (and replaced by one without masks).
+    for d in &git_dirs {
+        let s = cpath(&layout.staged(d));
+        ops.push((
+            Op::Mount {
+                src: Some(s.clone()),
+                target: s,
+                fstype: None,
+                flags: libc::MS_BIND | libc::MS_REC,
+                data: None,
+            },
+            format!("pinning {}", d.display()),
+        ));
+    }
+    if !masks.is_empty() {
+        let mask_dir = layout.staged(Path::new("/.gatehouse-mask-dir"));
+        let mask_file = layout.staged(Path::new("/.gatehouse-mask-file"));
+        ops.push((
+            Op::Mkdir {
+                path: cpath(&mask_dir),
+                mode: 0,
+            },
+            "creating the directory mask".into(),
+        ));
+        ops.push((
+            Op::Touch {
+                path: cpath(&mask_file),
+                mode: 0,
+            },
+            "creating the file mask".into(),
+        ));
+        for m in &masks {
+            let is_dir = std::fs::metadata(m).map(|x| x.is_dir()).unwrap_or(false);
+            let target = cpath(&layout.staged(m));
+            ops.push((
+                Op::Mount {
+                    src: Some(cpath(if is_dir { &mask_dir } else { &mask_file })),
+                    target: target.clone(),
+                    fstype: None,
+                    flags: libc::MS_BIND,
+                    data: None,
+                },
+                format!("masking {}", m.display()),
+            ));
+            ops.push((
+                Op::Mount {
+                    src: None,
+                    target,
+                    fstype: None,
+                    flags: libc::MS_REMOUNT
+                        | libc::MS_BIND
+                        | libc::MS_RDONLY
+                        | libc::MS_NOSUID
+                        | libc::MS_NODEV
+                        | libc::MS_NOEXEC,
+                    data: None,
+                },
+                format!("making the mask on {} read-only", m.display()),
+            ));
+        }
+        ops.push((
+            Op::Remove {
+                path: cpath(&mask_dir),
+                dir: true,
+            },
+            "removing the directory mask's source".into(),
+        ));
+        ops.push((
+            Op::Remove {
+                path: cpath(&mask_file),
+                dir: false,
+            },
+            "removing the file mask's source".into(),
+        ));
+    }
+    ops.push((
+        Op::PivotRoot {
+            root: cpath(&stage),
+        },
+        "switching to the sandbox's root".into(),
+    ));
+    ops.push((
+        Op::Mount {
+            src: None,
+            target: cstr("/"),
+            fstype: None,
+            flags: libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+            data: None,
+        },
+        "making the sandbox's root read-only".into(),
+    ));
+
+    // Landlock, in the sandbox's view.
+    use landlock_rules::{Rule, ACCESS_FS_IOCTL_DEV, ACCESS_FS_WRITE_FILE, READ, WRITE};
+    let mut rules = vec![Rule {
+        path: cstr("/"),
+        is_dir: true,
+        access: READ,
+    }];
+    for g in grants.iter().filter(|g| g.write) {
+        rules.push(Rule {
+            path: cpath(&g.path),
+            is_dir: g.is_dir,
+            access: READ | WRITE,
+        });
+    }
+    if tmp_private {
+        rules.push(Rule {
+            path: cstr("/tmp"),
+            is_dir: true,
+            access: READ | WRITE,
+        });
+    }
+    if home_private {
+        rules.push(Rule {
+            path: cpath(&spec.home),
+            is_dir: true,
+            access: READ | WRITE,
+        });
+    }
+    rules.push(Rule {
+        path: cstr("/dev"),
+        is_dir: true,
+        access: READ | ACCESS_FS_WRITE_FILE | ACCESS_FS_IOCTL_DEV,
+    });
+    rules.push(Rule {
+        path: cstr("/dev/shm"),
+        is_dir: true,
+        access: READ | WRITE,
+    });
+    let ll = landlock_rules::plan(abi, !network, rules);
+    degraded.extend(ll.missing.iter().cloned());
+    let landlock_abi = if ll.plan.is_some() { ll.abi } else { 0 };
+
+    // The program, as the sandbox will see it.
+    let path_var = built
+        .vars
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    let (exec_path, program) = resolve_program(&spec.argv[0], &path_var, &cwd, &layout)?;
+
+    let rlimits = rlimits(&spec.limits);
+    let (ops, op_text): (Vec<Op>, Vec<String>) = ops.into_iter().unzip();
+    let mut plan = Plan {
+        ops,
+        op_text,
+        slots: vec![-1; slots],
+        keep_fds: Vec::new(),
+        report_fd: -1,
+        stdout_w: -1,
+        stderr_w: -1,
+        hostname: cstr("gatehouse"),
+        landlock: ll.plan,
+        bridge: None,
+        cwd: cpath(&cwd),
+        exec_path: cpath(&exec_path),
+        argv: spec.argv.iter().map(|a| cstr(a)).collect(),
+        argv_ptrs: Vec::new(),
+        envp: built
+            .vars
+            .iter()
+            .map(|(k, v)| cstr(&format!("{k}={v}")))
+            .collect(),
+        envp_ptrs: Vec::new(),
+        rlimits,
+        seccomp: denylist::program(network),
+        dev_null: cstr("/dev/null"),
+    };
+    plan.seal();
+    let report = SandboxReport {
+        program: exec_path.to_string_lossy().into_owned(),
+        namespaces: ["user", "mount", "pid", "net", "ipc", "uts"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        uid,
+        gid,
+        landlock_abi,
+        seccomp_denylist: true,
+        masked: masks,
+        env_dropped: built.dropped,
+        degraded,
+    };
+    Ok(Prepared {
+        plan,
+        connector,
+        program,
+        report,
+    })
+}
+
+/// Mount flags for `mount_setattr`.
+mod child_attr {
+    pub const RDONLY: u64 = 0x1;
+    pub const NOSUID: u64 = 0x2;
+    pub const NODEV: u64 = 0x4;
+}
+
+/// Where the new root is assembled: a directory of the host (in the sandbox's private mount
+/// namespace, so covering it hides nothing from anyone else).
+fn staging_dir() -> Result<PathBuf, SandboxError> {
+    for d in ["/tmp", "/mnt", "/var/tmp"] {
+        if std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir()) {
+            return Ok(PathBuf::from(d));
+        }
+    }
+    Err(SandboxError::Kernel(
+        "no directory to assemble the sandbox's root on (/tmp, /mnt and /var/tmp are missing)"
+            .into(),
+    ))
+}
+
+fn fresh_tmpfs(
+    layout: &mut Layout,
+    ops: &mut Vec<(Op, String)>,
+    at: &Path,
+    data: &str,
+    flags: libc::c_ulong,
+) {
+    layout.mkdir_p(at, ops);
+    ops.push((
+        Op::Mount {
+            src: Some(cstr("tmpfs")),
+            target: cpath(&layout.staged(at)),
+            fstype: Some(cstr("tmpfs")),
+            flags,
+            data: Some(cstr(data)),
+        },
+        format!("mounting a private {} (tmpfs)", at.display()),
+    ));
+    layout.mounted(at, Cover::Fresh);
+}
+
+/// A minimal `/dev`: null, zero, full, random, urandom, a private devpts, shm, and the usual
+/// links; then read-only.
+fn build_dev(layout: &mut Layout, ops: &mut Vec<(Op, String)>) {
+    let dev = Path::new("/dev");
+    fresh_tmpfs(layout, ops, dev, DEV_TMPFS, libc::MS_NOSUID | libc::MS_NOEXEC);
+    for d in DEVICES {
+        let p = dev.join(d);
+        layout.touch(&p, 0o666, ops);
+        ops.push((
+            Op::Mount {
+                src: Some(cpath(&p)),
+                target: cpath(&layout.staged(&p)),
+                fstype: None,
+                flags: libc::MS_BIND,
+                data: None,
+            },
+            format!("binding {}", p.display()),
+        ));
+    }
+    let pts = dev.join("pts");
+    layout.mkdir_p(&pts, ops);
+    ops.push((
+        Op::Mount {
+            src: Some(cstr("devpts")),
+            target: cpath(&layout.staged(&pts)),
+            fstype: Some(cstr("devpts")),
+            flags: libc::MS_NOSUID | libc::MS_NOEXEC,
+            data: Some(cstr("newinstance,ptmxmode=0666,mode=0620")),
+        },
+        "mounting a private /dev/pts".into(),
+    ));
+    let shm = dev.join("shm");
+    layout.mkdir_p(&shm, ops);
+    ops.push((
+        Op::Mount {
+            src: Some(cstr("tmpfs")),
+            target: cpath(&layout.staged(&shm)),
+            fstype: Some(cstr("tmpfs")),
+            flags: libc::MS_NOSUID | libc::MS_NODEV,
+            data: Some(cstr(SHM_TMPFS)),
+        },
+        "mounting a private /dev/shm".into(),
+    ));
+    for (link, target) in [
+        ("ptmx", "pts/ptmx"),
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        ops.push((
+            Op::Symlink {
+                target: cstr(target),
+                link: cpath(&layout.staged(&dev.join(link))),
+            },
+            format!("linking /dev/{link}"),
+        ));
+    }
+    ops.push((
+        Op::Mount {
+            src: None,
+            target: cpath(&layout.staged(dev)),
+            fstype: None,
+            flags: libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NOEXEC,
+            data: None,
+        },
+        "making /dev read-only".into(),
+    ));
+}
+
+/// Missing `.git/hooks` (directory) and `.git/config` (file) in a writable grant are created
+/// empty, so that they exist to be masked: otherwise the command could create them.
+fn ensure_git_maskable(dir: &Path) -> Result<(), SandboxError> {
+    let hooks = dir.join("hooks");
+    if std::fs::symlink_metadata(&hooks).is_err() {
+        std::fs::create_dir(&hooks).map_err(io_err(format!(
+            "creating {} so that it can be masked",
+            hooks.display()
+        )))?;
+    }
+    let config = dir.join("config");
+    if std::fs::symlink_metadata(&config).is_err() {
+        std::fs::File::create(&config).map_err(io_err(format!(
+            "creating {} so that it can be masked",
+            config.display()
+        )))?;
+    }
+    Ok(())
+}
+
+/// `argv0` as the sandbox will find it: the path to exec, and the resolved program (links
+/// followed) for the command policy. Only host trees shown in the sandbox are searched.
+fn resolve_program(
+    argv0: &str,
+    path_var: &str,
+    cwd: &Path,
+    layout: &Layout,
+) -> Result<(PathBuf, PathBuf), SandboxError> {
+    use std::os::unix::fs::PermissionsExt;
+    let candidates: Vec<PathBuf> = if argv0.contains('/') {
+        vec![cwd.join(argv0)]
+    } else {
+        path_var
+            .split(':')
+            .filter(|d| d.starts_with('/'))
+            .map(|d| Path::new(d).join(argv0))
+            .collect()
+    };
+    for c in &candidates {
+        let Ok(real) = std::fs::canonicalize(c) else {
+            continue;
+        };
+        if layout.cover(&real) != Cover::Host {
+            continue;
+        }
+        let Ok(meta) = std::fs::metadata(&real) else {
+            continue;
+        };
+        // A path named outright is executed even without an execute bit, so that the command
+        // fails the way a shell would say (permission denied, 126), not "not found".
+        if meta.is_file() && (argv0.contains('/') || meta.permissions().mode() & 0o111 != 0) {
+            return Ok((c.clone(), real));
+        }
+    }
+    Err(SandboxError::NotFound {
+        program: argv0.to_string(),
+        searched: if argv0.contains('/') {
+            cwd.join(argv0).display().to_string()
+        } else {
+            format!("PATH={path_var}")
+        },
+    })
+}
+
+/// The limits as rlimits, each capped at the current hard limit (raising one needs a
+/// capability the sandbox does not have).
+fn rlimits(l: &Limits) -> Vec<(libc::__rlimit_resource_t, libc::rlimit)> {
+    let wanted = [
+        (libc::RLIMIT_NPROC, l.processes),
+        (libc::RLIMIT_FSIZE, l.file_size),
+        (libc::RLIMIT_NOFILE, l.open_files),
+        (libc::RLIMIT_AS, l.memory),
+        (libc::RLIMIT_CORE, 0),
+    ];
+    wanted
+        .iter()
+        .map(|&(res, want)| {
+            let mut cur = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            // SAFETY: getrlimit writes into the struct we own.
+            let hard = if unsafe { libc::getrlimit(res, &mut cur) } == 0 {
+                cur.rlim_max
+            } else {
+                libc::RLIM_INFINITY
+            };
+            let v = want.min(hard);
+            (
+                res,
+                libc::rlimit {
+                    rlim_cur: v,
+                    rlim_max: v,
+                },
+            )
+        })
+        .collect()
+}
+
+/// What the report socket says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The sandbox could not be built; the command did not start.
+    SetupFailed { message: String },
+    /// `execve` failed (the command did not start).
+    ExecFailed { errno: i32, message: String },
+    /// The command ended with this wait status; the sandbox is being torn down.
+    Exited { status: i32 },
+}
+
+/// A running sandbox.
+pub struct Sandboxed {
+    /// The host pid of the sandbox's init process.
+    pub pid: u32,
+    pidfd: OwnedFd,
+    /// The read ends of the command's stdout and stderr (blocking, close-on-exec).
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+    events: OwnedFd,
+    op_text: Vec<String>,
+    pub report: SandboxReport,
+    reaped: bool,
+}
+
+impl Prepared {
+    /// Starts the sandbox; the command runs as soon as init has built it.
+    pub fn spawn(mut self) -> Result<Sandboxed, SandboxError> {
+        use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+        let (ev_parent, ev_child) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .map_err(|e| io_err("creating the report socket")(e.into()))?;
+        let (out_r, out_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| io_err("creating the stdout pipe")(e.into()))?;
+        let (err_r, err_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| io_err("creating the stderr pipe")(e.into()))?;
+        let plan = &mut self.plan;
+        plan.report_fd = ev_child.as_raw_fd();
+        plan.stdout_w = out_w.as_raw_fd();
+        plan.stderr_w = err_w.as_raw_fd();
+        plan.keep_fds = vec![plan.report_fd, plan.stdout_w, plan.stderr_w];
+        if let Some(c) = &self.connector {
+            plan.bridge = Some((c.as_raw_fd(), PROXY_BRIDGE_PORT));
+            plan.keep_fds.push(c.as_raw_fd());
+        }
+        plan.seal();
+
+        let flags = libc::CLONE_NEWUSER
+            | libc::CLONE_NEWNS
+            | libc::CLONE_NEWPID
+            | libc::CLONE_NEWNET
+            | libc::CLONE_NEWIPC
+            | libc::CLONE_NEWUTS
+            | libc::CLONE_PIDFD
+            | libc::SIGCHLD;
+        let mut pidfd: libc::c_int = -1;
+        // SAFETY: a fork-like clone (no CLONE_VM, no new stack): the child gets a copy of our
+        // memory and continues here with ret == 0; `pidfd` receives the child's pidfd
+        // (CLONE_PIDFD uses the parent_tid argument).
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_clone,
+                flags as libc::c_ulong,
+                0usize,
+                &mut pidfd as *mut libc::c_int,
+                0usize,
+                0usize,
+            )
+        };
+        if ret == 0 {
+            // SAFETY: we are the child of the clone above; init_main only reads the plan
+            // prepared before it and never returns.
+            unsafe { child::init_main(plan) }
+        }
+        if ret < 0 {
+            let e = io::Error::last_os_error();
+            return Err(SandboxError::Kernel(format!(
+                "cannot create the sandbox's namespaces (clone: {e}); unprivileged user namespaces may be disabled on this system (sysctl kernel.unprivileged_userns_clone, user.max_user_namespaces, or an AppArmor restriction)"
+            )));
+        }
+        // SAFETY: CLONE_PIDFD stored a new descriptor that nothing else owns.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
+        drop(ev_child);
+        drop(out_w);
+        drop(err_w);
+        drop(self.connector.take());
+        Ok(Sandboxed {
+            pid: ret as u32,
+            pidfd,
+            stdout: out_r,
+            stderr: err_r,
+            events: ev_parent,
+            op_text: std::mem::take(&mut self.plan.op_text),
+            report: self.report.clone(),
+            reaped: false,
+        })
+    }
+}
+
+impl Sandboxed {
+    /// Readable when the sandbox's init process has exited (the whole sandbox is gone).
+    pub fn pidfd(&self) -> BorrowedFd<'_> {
+        self.pidfd.as_fd()
+    }
+
+    /// Readable when an [`Event`] can be read (or the sandbox is gone).
+    pub fn events_fd(&self) -> BorrowedFd<'_> {
+        self.events.as_fd()
+    }
+
+    /// Kills the sandbox: init, and with it every process in the pid namespace.
+    pub fn kill(&self) -> io::Result<()> {
+        if self.reaped {
+            return Ok(());
+        }
+        match crate::process::pidfd_send_signal(&self.pidfd, libc::SIGKILL) {
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+            r => r,
+        }
+    }
+
+    /// The next event; `None` once the sandbox is gone and every event was read. Blocks until
+    /// one arrives unless the socket was made non-blocking (then `WouldBlock`).
+    pub fn read_event(&self) -> io::Result<Option<Event>> {
+        let mut r = Record::default();
+        // SAFETY: receives at most size_of::<Record>() bytes into a value we own; any bit
+        // pattern is a valid Record.
+        let n = unsafe {
+            libc::recv(
+                self.events.as_raw_fd(),
+                &mut r as *mut Record as *mut libc::c_void,
+                std::mem::size_of::<Record>(),
+                0,
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if n == 0 {
+            return Ok(None);
+        }
+        Ok(Some(self.describe(r)))
+    }
+
+    fn describe(&self, r: Record) -> Event {
+        let cause = io::Error::from_raw_os_error(r.errno);
+        match r.kind {
+            child::EV_EXITED => Event::Exited { status: r.value },
+            child::EV_EXEC_FAILED => Event::ExecFailed {
+                errno: r.errno,
+                message: format!("{}: {cause}", self.report.program),
+            },
+            _ => {
+                let what = self
+                    .op_text
+                    .get(r.stage as usize)
+                    .cloned()
+                    .unwrap_or_else(|| child::stage_text(r.stage, r.value));
+                Event::SetupFailed {
+                    message: format!("{what}: {cause}"),
+                }
+            }
+        }
+    }
+
+    /// Reaps the init process (call once its pidfd is readable, or after [`Sandboxed::kill`]).
+    pub fn reap(&mut self) -> io::Result<()> {
+        if self.reaped {
+            return Ok(());
+        }
+        let pid = nix::unistd::Pid::from_raw(self.pid as i32);
+        loop {
+            match nix::sys::wait::waitpid(pid, None) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(e.into()),
+                Ok(_) => break,
+            }
+        }
+        self.reaped = true;
+        Ok(())
+    }
+}
+
+impl Drop for Sandboxed {
+    fn drop(&mut self) {
+        if !self.reaped {
+            let _ = self.kill();
+            let _ = self.reap();
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! Everything the sandbox's init process and the command will do, computed in the parent
+//! before `clone`, so that the children only make syscalls with data prepared here (nothing
+//! allocates between `clone` and `exec`, which keeps this safe even in a multi-threaded parent).
+
+use super::landlock_rules::LandlockPlan;
+use std::ffi::{CString, OsStr};
+use std::os::raw::c_int;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// One step of building the filesystem view (or of the identity setup before it).
+pub(crate) enum Op {
+    /// Write `data` to `path` (uid_map, gid_map, setgroups).
+    WriteFile { path: CString, data: CString },
+    /// Make every mount private, so nothing done here propagates to the host (and back).
+    MakePrivate,
+    /// Clone the tree at `src` (host view) into a detached mount with `attr_set` applied
+    /// recursively; the descriptor goes into `slots[slot]`.
+    CloneTree {
+        src: CString,
+        slot: usize,
+        attr_set: u64,
+    },
+    /// `mount(2)`.
+    Mount {
+        src: Option<CString>,
+        target: CString,
+        fstype: Option<CString>,
+        flags: libc::c_ulong,
+        data: Option<CString>,
+    },
+    Mkdir { path: CString, mode: libc::mode_t },
+    /// Create an empty file (a mount point for a file).
+    Touch { path: CString, mode: libc::mode_t },
+    Symlink { target: CString, link: CString },
+    /// Attach the tree in `slots[slot]` at `target`.
+    MoveTree { slot: usize, target: CString },
+    Remove { path: CString, dir: bool },
+    /// Make `root` the root: `pivot_root(".", ".")` from inside it, then detach the old root.
+    PivotRoot { root: CString },
+}
+
+/// Everything the children need, prepared.
+pub(crate) struct Plan {
+    pub ops: Vec<Op>,
+    /// What each op does, for error messages (parallel to `ops`).
+    pub op_text: Vec<String>,
+    pub slots: Vec<c_int>,
+    /// Descriptors the init process keeps (sorted); everything else it closes first.
+    pub keep_fds: Vec<c_int>,
+    pub report_fd: c_int,
+    pub stdout_w: c_int,
+    pub stderr_w: c_int,
+    pub hostname: CString,
+    pub landlock: Option<LandlockPlan>,
+    /// The proxy connector and the bridge port.
+    pub bridge: Option<(c_int, u16)>,
+    pub cwd: CString,
+    pub exec_path: CString,
+    pub argv: Vec<CString>,
+    pub argv_ptrs: Vec<*const libc::c_char>,
+    pub envp: Vec<CString>,
+    pub envp_ptrs: Vec<*const libc::c_char>,
+    pub rlimits: Vec<(libc::__rlimit_resource_t, libc::rlimit)>,
+    pub seccomp: Vec<libc::sock_filter>,
+    pub dev_null: CString,
+}
+
+impl Plan {
+    /// Points the `*_ptrs` arrays at the strings (call after the strings are final).
+    pub fn seal(&mut self) {
+        self.argv_ptrs = self.argv.iter().map(|s| s.as_ptr()).collect();
+        self.argv_ptrs.push(std::ptr::null());
+        self.envp_ptrs = self.envp.iter().map(|s| s.as_ptr()).collect();
+        self.envp_ptrs.push(std::ptr::null());
+        self.keep_fds.sort_unstable();
+        self.keep_fds.dedup();
+    }
+}
+
+pub(crate) fn cpath(p: &Path) -> CString {
+    cbytes(p.as_os_str())
+}
+
+pub(crate) fn cbytes(s: &OsStr) -> CString {
+    // Paths come from the filesystem or were checked for NUL by the caller.
+    CString::new(s.as_bytes()).unwrap_or_else(|_| CString::new("/nonexistent-nul").expect("no NUL"))
+}
+
+pub(crate) fn cstr(s: &str) -> CString {
+    CString::new(s).unwrap_or_else(|_| CString::new("").expect("no NUL"))
+}
+
+/// What covers a path in the sandbox's view.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Cover {
+    /// A tree from the host: the path exists inside exactly when it exists on the host.
+    Host,
+    /// A fresh tmpfs: the path exists only if the planner created it.
+    Fresh,
+}
+
+/// Tracks the mounts placed so far and the directories created on fresh filesystems, so that
+/// `mkdir -p` is planned only where needed.
+pub(crate) struct Layout {
+    pub stage: PathBuf,
+    mounts: Vec<(PathBuf, Cover)>,
+    created: Vec<PathBuf>,
+}
+
+impl Layout {
+    pub fn new(stage: PathBuf) -> Layout {
+        Layout {
+            stage,
+            mounts: vec![(PathBuf::from("/"), Cover::Fresh)],
+            created: vec![PathBuf::from("/")],
+        }
+    }
+
+    /// The host path of `inside` while the new root is being built under the stage.
+    pub fn staged(&self, inside: &Path) -> PathBuf {
+        let rel = inside.strip_prefix("/").unwrap_or(inside);
+        if rel.as_os_str().is_empty() {
+            self.stage.clone()
+        } else {
+            self.stage.join(rel)
+        }
+    }
+
+    pub fn cover(&self, p: &Path) -> Cover {
+        self.mounts
+            .iter()
+            .filter(|(m, _)| p.starts_with(m))
+            .max_by_key(|(m, _)| m.components().count())
+            .map(|(_, c)| *c)
+            .unwrap_or(Cover::Fresh)
+    }
+
+    pub fn mounted(&mut self, at: &Path, cover: Cover) {
+        self.mounts.push((at.to_path_buf(), cover));
+        if cover == Cover::Fresh {
+            self.created.push(at.to_path_buf());
+        }
+    }
+
+    /// Ops creating `dir` and its missing parents on fresh filesystems.
+    pub fn mkdir_p(&mut self, dir: &Path, plan: &mut Vec<(Op, String)>) {
+        let mut chain: Vec<PathBuf> = dir.ancestors().map(Path::to_path_buf).collect();
+        chain.reverse();
+        for d in chain {
+            if self.created.contains(&d) || self.cover(&d) == Cover::Host {
+                continue;
+            }
+            plan.push((
+                Op::Mkdir {
+                    path: cpath(&self.staged(&d)),
+                    mode: 0o755,
+                },
+                format!("creating {} in the sandbox", d.display()),
+            ));
+            self.created.push(d);
+        }
+    }
+
+    /// A file mount point on a fresh filesystem (its parent is created as needed).
+    pub fn touch(&mut self, file: &Path, mode: libc::mode_t, plan: &mut Vec<(Op, String)>) {
+        if let Some(parent) = file.parent() {
+            self.mkdir_p(parent, plan);
+        }
+        if self.cover(file) == Cover::Host || self.created.iter().any(|c| c == file) {
+            return;
+        }
+        plan.push((
+            Op::Touch {
+                path: cpath(&self.staged(file)),
+                mode,
+            },
+            format!("creating {} in the sandbox", file.display()),
+        ));
+        self.created.push(file.to_path_buf());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mkdir_p_creates_only_on_fresh_filesystems() {
+        let mut l = Layout::new(PathBuf::from("/stage"));
+        l.mounted(Path::new("/usr"), Cover::Host);
+        let mut ops = Vec::new();
+        l.mkdir_p(Path::new("/home/a/proj"), &mut ops);
+        let texts: Vec<&str> = ops.iter().map(|(_, t)| t.as_str()).collect();
+        assert_eq!(
+            texts,
+            vec![
+                "creating /home in the sandbox",
+                "creating /home/a in the sandbox",
+                "creating /home/a/proj in the sandbox"
+            ]
+        );
+        ops.clear();
+        l.mkdir_p(Path::new("/usr/local/x"), &mut ops);
+        assert!(ops.is_empty(), "inside a host tree nothing is created");
+        l.mkdir_p(Path::new("/home/a/other"), &mut ops);
+        assert_eq!(ops.len(), 1);
+        assert_eq!(l.staged(Path::new("/home/a")), PathBuf::from("/stage/home/a"));
+        assert_eq!(l.staged(Path::new("/")), PathBuf::from("/stage"));
+    }
+}
