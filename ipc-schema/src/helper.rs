@@ -8,7 +8,7 @@ use crate::codec::{self, FrameError, MAX_FRAME};
 use crate::route::broker_may_send;
 use crate::status::Hello;
 use crate::{Body, Envelope, Role};
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::os::unix::net::UnixStream;
 
 /// Why a helper stopped serving.
@@ -51,7 +51,7 @@ impl HelperChannel {
     /// the helper (the broker is the only peer, so this means the broker is confused).
     pub fn serve(mut self, mut handle: impl FnMut(Body) -> Body) -> Result<(), ServeError> {
         loop {
-            let Some(env) = codec::read_frame(&mut self.reader, MAX_FRAME)? else {
+            let Some(env) = self.next_frame()? else {
                 return Ok(());
             };
             let kind = env.body.kind();
@@ -70,6 +70,17 @@ impl HelperChannel {
                 self.writer.flush()?;
             }
         }
+    }
+
+    /// The next frame: decoded in place when it is already whole in the read buffer (the
+    /// pipelined case, no allocation for the payload), read from the socket otherwise.
+    fn next_frame(&mut self) -> Result<Option<Envelope>, FrameError> {
+        let buffered = self.reader.buffer();
+        if let Ok(Some((env, used))) = codec::decode_from_slice(buffered, MAX_FRAME) {
+            self.reader.consume(used);
+            return Ok(Some(env));
+        }
+        codec::read_frame(&mut self.reader, MAX_FRAME)
     }
 
     /// The raw reader, for helpers that stream (exec output).

@@ -77,6 +77,16 @@ fn program_name() -> String {
 
 /// Locks the process down with `profile`, keeping the broker channel (fd 3) and stdio.
 pub fn lock_down(args: &HelperArgs, profile: &Profile) -> Result<LockdownReport, LockdownError> {
+    lock_down_keeping(args, profile, &[])
+}
+
+/// [`lock_down`], also keeping `extra_fds`: descriptors the helper opened before lockdown
+/// because afterwards it can no longer open them (the fs-helper's grant roots).
+pub fn lock_down_keeping(
+    args: &HelperArgs,
+    profile: &Profile,
+    extra_fds: &[i32],
+) -> Result<LockdownReport, LockdownError> {
     #[cfg(feature = "test-hooks")]
     if args.skip_lockdown {
         // Test-only: pretend. The broker must catch this from /proc/<pid>/status.
@@ -99,7 +109,9 @@ pub fn lock_down(args: &HelperArgs, profile: &Profile) -> Result<LockdownReport,
     }
     let opts = LockdownOptions {
         allow_degraded: args.allow_degraded,
-        keep_fds: vec![crate::process::CHANNEL_FD],
+        keep_fds: std::iter::once(crate::process::CHANNEL_FD)
+            .chain(extra_fds.iter().copied())
+            .collect(),
         keep_env: vec![],
     };
     crate::lockdown(profile, &opts)
