@@ -3,7 +3,12 @@
 //!
 //! `cargo run --release -p bench -- <name>`; `--help` lists the names.
 
+mod audit;
+mod exec;
+mod fs;
 mod ipc;
+mod mcp;
+mod net;
 mod stats;
 
 fn main() {
@@ -11,9 +16,14 @@ fn main() {
     let name = args.first().map(String::as_str).unwrap_or("--help");
     let rest = &args[args.len().min(1)..];
     match name {
+        "audit" => audit::run(rest),
+        "exec" => exec::run(rest),
+        "fs" => fs::run(rest),
         "ipc" => ipc::run(rest),
+        "mcp" => mcp::run(rest),
+        "net" => net::run(rest),
         _ => {
-            eprintln!("usage: bench <ipc> [options]");
+            eprintln!("usage: bench <audit|exec|fs|ipc|mcp|net> [options]");
             std::process::exit(if name == "--help" { 0 } else { 2 });
         }
     }

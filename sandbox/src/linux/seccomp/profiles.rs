@@ -38,14 +38,6 @@ fn net(p: &mut Policy) {
     threads(p);
     event_loop(p);
     inet(p);
-    p.allow(
-        &[libc::SYS_pipe2],
-        "one anonymous pipe per tunnel direction, for splice (net-helper relay)",
-    );
-    p.allow(
-        &[libc::SYS_splice],
-        "tunnel bytes go socket -> pipe -> socket without being copied through the helper (bench net)",
-    );
 }
 
 /// exec-helper: everything ordinary programs need, because every command it runs inherits this
@@ -97,6 +89,18 @@ fn ui(p: &mut Policy) {
             libc::SYS_ioctl,
             &[Arg::Eq(1, request as u32)],
             "terminal attributes (raw mode on and off) and the window size",
+        );
+    }
+    for request in [
+        libc::TCGETS2,
+        libc::TCSETS2,
+        libc::TCSETSW2,
+        libc::TCSETSF2,
+    ] {
+        p.allow_if(
+            libc::SYS_ioctl,
+            &[Arg::Eq(1, request as u32)],
+            "the termios2 forms of the same: crossterm's rustix backend tries them first (falling back to TCGETS/TCSETS only on ENOTTY or EACCES)",
         );
     }
 }

@@ -1,0 +1,179 @@
+//! What a reply's body may be: text-like media types only, decoded (gzip, deflate) within the
+//! size limit, then turned into text by its charset.
+
+use crate::error::{human_bytes, FetchError};
+use ipc_schema::net::RefusalKind;
+use std::io::Read;
+
+/// The media type (lower case, no parameters) and the charset parameter of a Content-Type.
+pub fn parse_content_type(value: &str) -> (String, Option<String>) {
+    let mut parts = value.split(';');
+    let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+    let charset = parts.find_map(|p| {
+        let (k, v) = p.split_once('=')?;
+        (k.trim().eq_ignore_ascii_case("charset"))
+            .then(|| v.trim().trim_matches('"').to_ascii_lowercase())
+    });
+    (media, charset)
+}
+
+/// Text-like: `text/*`, JSON, XML, JavaScript, YAML, TOML and their `+json`/`+xml` kin.
+pub fn is_text_like(media: &str) -> bool {
+    let Some((ty, sub)) = media.split_once('/') else {
+        return false;
+    };
+    if ty == "text" {
+        return !sub.is_empty();
+    }
+    if ty != "application" {
+        return false;
+    }
+    matches!(
+        sub,
+        "json"
+            | "xml"
+            | "javascript"
+            | "ecmascript"
+            | "x-javascript"
+            | "x-ndjson"
+            | "yaml"
+            | "x-yaml"
+            | "toml"
+    ) || sub.ends_with("+json")
+        || sub.ends_with("+xml")
+}
+
+/// Decodes `raw` per `Content-Encoding`, refusing more than `max` decoded bytes.
+pub fn decode(raw: Vec<u8>, encoding: Option<&str>, max: usize) -> Result<Vec<u8>, FetchError> {
+    let enc = encoding.unwrap_or("identity").trim().to_ascii_lowercase();
+    let too_big = || {
+        FetchError::refused(
+            RefusalKind::Limit,
+            format!(
+                "the decoded body exceeds {} (the body size limit)",
+                human_bytes(max as u64)
+            ),
+        )
+    };
+    let mut out = Vec::new();
+    let limit = max as u64 + 1;
+    let res = match enc.as_str() {
+        "" | "identity" => {
+            if raw.len() > max {
+                return Err(too_big());
+            }
+            return Ok(raw);
+        }
+        "gzip" | "x-gzip" => flate2::read::MultiGzDecoder::new(&raw[..])
+            .take(limit)
+            .read_to_end(&mut out),
+        "deflate" => {
+            // "deflate" is zlib-wrapped by the spec; some servers send raw deflate.
+            let r = flate2::read::ZlibDecoder::new(&raw[..])
+                .take(limit)
+                .read_to_end(&mut out);
+            if r.is_err() {
+                out.clear();
+                flate2::read::DeflateDecoder::new(&raw[..])
+                    .take(limit)
+                    .read_to_end(&mut out)
+            } else {
+                r
+            }
+        }
+        other => {
+            return Err(FetchError::refused(
+                RefusalKind::Content,
+                format!("content encoding {other:?} is not supported (only gzip and deflate)"),
+            ))
+        }
+    };
+    res.map_err(|e| FetchError::failed(format!("the {enc} body does not decode: {e}")))?;
+    if out.len() > max {
+        return Err(too_big());
+    }
+    Ok(out)
+}
+
+/// The body as text, by its charset (UTF-8 when none is named or the label is unknown).
+pub fn to_text(bytes: &[u8], charset: Option<&str>) -> String {
+    let enc = charset
+        .and_then(|c| encoding_rs::Encoding::for_label(c.as_bytes()))
+        .unwrap_or(encoding_rs::UTF_8);
+    let (text, _, _) = enc.decode(bytes);
+    text.into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flate2::write::GzEncoder;
+    use std::io::Write;
+
+    #[test]
+    fn text_like_types() {
+        for t in [
+            "text/html",
+            "text/plain",
+            "application/json",
+            "application/ld+json",
+            "application/atom+xml",
+            "application/javascript",
+            "application/xml",
+            "application/yaml",
+        ] {
+            assert!(is_text_like(t), "{t}");
+        }
+        for t in [
+            "image/png",
+            "application/octet-stream",
+            "application/pdf",
+            "image/svg+xml",
+            "text",
+            "text/",
+            "",
+            "application/zip",
+        ] {
+            assert!(!is_text_like(t), "{t}");
+        }
+        assert_eq!(
+            parse_content_type("Text/HTML; Charset=\"ISO-8859-1\""),
+            ("text/html".into(), Some("iso-8859-1".into()))
+        );
+    }
+
+    #[test]
+    fn compression_bomb_stops_at_the_limit() {
+        let mut enc = GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(&vec![b'a'; 16 << 20]).unwrap();
+        let bomb = enc.finish().unwrap();
+        assert!(bomb.len() < 128 * 1024);
+        let err = decode(bomb, Some("gzip"), 1 << 20).unwrap_err();
+        assert_eq!(
+            err,
+            FetchError::refused(
+                RefusalKind::Limit,
+                "the decoded body exceeds 1 MiB (the body size limit)"
+            )
+        );
+        let mut enc = GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(&vec![b'a'; 1 << 20]).unwrap();
+        assert_eq!(
+            decode(enc.finish().unwrap(), Some("gzip"), 1 << 20)
+                .unwrap()
+                .len(),
+            1 << 20
+        );
+        assert!(matches!(
+            decode(vec![1, 2], Some("br"), 10),
+            Err(FetchError::Refused(RefusalKind::Content, _))
+        ));
+    }
+
+    #[test]
+    fn charsets() {
+        assert_eq!(to_text(b"caf\xe9", Some("iso-8859-1")), "café");
+        assert_eq!(to_text("café".as_bytes(), None), "café");
+        assert_eq!(to_text(b"\xff", Some("no-such-charset")), "\u{fffd}");
+    }
+}

@@ -1,0 +1,339 @@
+//! One safe fetch: every hop parsed, resolved, judged, pinned and (for https) verified; redirects
+//! followed by hand; text-like bodies only, decoded within the size limit; all within deadlines.
+
+use crate::body;
+use crate::connect::{connect_pinned, judged_addresses};
+use crate::error::{human_bytes, human_ms, FetchError};
+use crate::target::{check_url, parse_target, Target};
+use crate::NetContext;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use ipc_schema::net::{
+    CheckedTarget, FetchLimits, RefusalKind, FETCH_MAX_BODY_CEILING, FETCH_MAX_REDIRECTS_CEILING,
+    FETCH_TOTAL_MS_CEILING,
+};
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// What a fetch brings back, before wrapping.
+#[derive(Debug)]
+pub struct FetchedBody {
+    pub final_url: String,
+    pub redirects: Vec<String>,
+    pub address: IpAddr,
+    pub status: u16,
+    pub content_type: String,
+    pub body_bytes: usize,
+    pub text: String,
+}
+
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+const USER_AGENT: &str = concat!("gatehouse-fetch/", env!("CARGO_PKG_VERSION"));
+const ACCEPT: &str =
+    "text/html, text/plain;q=0.9, application/json;q=0.9, application/xml;q=0.8, text/*;q=0.7";
+
+/// Refuses limits beyond their ceilings (and zero limits, which could never succeed).
+pub fn check_limits(l: &FetchLimits) -> Result<(), FetchError> {
+    let bad = |what: String| Err(FetchError::refused(RefusalKind::Invalid, what));
+    if l.max_body_bytes == 0 || l.max_body_bytes > FETCH_MAX_BODY_CEILING {
+        return bad(format!(
+            "max_body_bytes {} is outside 1..={FETCH_MAX_BODY_CEILING}",
+            l.max_body_bytes
+        ));
+    }
+    if l.total_ms == 0 || l.total_ms > FETCH_TOTAL_MS_CEILING {
+        return bad(format!(
+            "total_ms {} is outside 1..={FETCH_TOTAL_MS_CEILING}",
+            l.total_ms
+        ));
+    }
+    if l.connect_ms == 0 || l.connect_ms > l.total_ms {
+        return bad(format!(
+            "connect_ms {} is outside 1..=total_ms",
+            l.connect_ms
+        ));
+    }
+    if l.max_redirects > FETCH_MAX_REDIRECTS_CEILING {
+        return bad(format!(
+            "max_redirects {} is above {FETCH_MAX_REDIRECTS_CEILING}",
+            l.max_redirects
+        ));
+    }
+    Ok(())
+}
+
+/// Parses, resolves and judges `url` without connecting.
+pub async fn check(
+    ctx: &NetContext,
+    url: &str,
+    limits: &FetchLimits,
+) -> Result<CheckedTarget, FetchError> {
+    let target =
+        parse_target(url).map_err(|e| FetchError::refused(RefusalKind::Url, e.to_string()))?;
+    let within = Duration::from_millis(limits.connect_ms.into());
+    let addresses = tokio::time::timeout(
+        within,
+        judged_addresses(&ctx.resolver, &ctx.policy, &target.host),
+    )
+    .await
+    .map_err(|_| connect_limit(limits, &target))??;
+    Ok(CheckedTarget {
+        url: target.url.to_string(),
+        host: target.host.to_string(),
+        port: target.port,
+        addresses,
+    })
+}
+
+/// The whole fetch, within the total deadline.
+pub async fn fetch(
+    ctx: &NetContext,
+    url: &str,
+    limits: &FetchLimits,
+) -> Result<FetchedBody, FetchError> {
+    check_limits(limits)?;
+    let total = Duration::from_millis(limits.total_ms.into());
+    match tokio::time::timeout(total, follow(ctx, url, limits)).await {
+        Ok(r) => r,
+        Err(_) => Err(FetchError::refused(
+            RefusalKind::Limit,
+            format!(
+                "the fetch did not finish within {} (the total time limit)",
+                human_ms(limits.total_ms.into())
+            ),
+        )),
+    }
+}
+
+fn connect_limit(limits: &FetchLimits, target: &Target) -> FetchError {
+    FetchError::refused(
+        RefusalKind::Limit,
+        format!(
+            "{} was not reached within {} (the connect time limit)",
+            target.host,
+            human_ms(limits.connect_ms.into())
+        ),
+    )
+}
+
+fn is_redirect(status: u16) -> bool {
+    matches!(status, 301 | 302 | 303 | 307 | 308)
+}
+
+async fn follow(
+    ctx: &NetContext,
+    url: &str,
+    limits: &FetchLimits,
+) -> Result<FetchedBody, FetchError> {
+    let mut target =
+        parse_target(url).map_err(|e| FetchError::refused(RefusalKind::Url, e.to_string()))?;
+    let mut redirects: Vec<String> = Vec::new();
+    let mut seen = HashSet::from([target.url.to_string()]);
+    loop {
+        let hop = one_hop(ctx, &target, limits).await;
+        let (resp, address) = if redirects.is_empty() {
+            hop?
+        } else {
+            hop.map_err(|e| e.context(&format!("redirect to {}", target.url)))?
+        };
+        let status = resp.status().as_u16();
+        if is_redirect(status) {
+            let next = next_hop(&target, &resp, status)?;
+            if redirects.len() >= usize::from(limits.max_redirects) {
+                return Err(FetchError::refused(
+                    RefusalKind::Limit,
+                    format!(
+                        "more than {} redirects (the redirect limit); the next was to {}",
+                        limits.max_redirects, next.url
+                    ),
+                ));
+            }
+            if !seen.insert(next.url.to_string()) {
+                return Err(FetchError::refused(
+                    RefusalKind::Redirect,
+                    format!(
+                        "redirect loop: {} redirects back to {}",
+                        target.url, next.url
+                    ),
+                ));
+            }
+            redirects.push(target.url.to_string());
+            target = next;
+            continue;
+        }
+        return read_reply(resp, &target, address, redirects, limits).await;
+    }
+}
+
+/// The checked target of a redirect, or why it is refused.
+fn next_hop(
+    from: &Target,
+    resp: &http::Response<Incoming>,
+    status: u16,
+) -> Result<Target, FetchError> {
+    let refuse = |r: String| FetchError::refused(RefusalKind::Redirect, r);
+    let loc = resp.headers().get(http::header::LOCATION).ok_or_else(|| {
+        refuse(format!(
+            "{} answered {status} without a Location header",
+            from.url
+        ))
+    })?;
+    let loc = loc.to_str().map_err(|_| {
+        refuse(format!(
+            "{} answered {status} with a Location that is not text",
+            from.url
+        ))
+    })?;
+    let mut next = from
+        .url
+        .join(loc)
+        .map_err(|e| refuse(format!("the redirect to {loc:?} is not a valid URL ({e})")))?;
+    let shown = next.to_string();
+    let target = check_url(&mut next)
+        .map_err(|e| FetchError::refused(RefusalKind::Url, format!("redirect to {shown}: {e}")))?;
+    if from.https && !target.https {
+        return Err(refuse(format!(
+            "{} redirects from https to http ({}), which is refused",
+            from.url, target.url
+        )));
+    }
+    Ok(target)
+}
+
+/// Resolve, judge, connect (pinned), TLS, send the request; the reply's head.
+async fn one_hop(
+    ctx: &NetContext,
+    target: &Target,
+    limits: &FetchLimits,
+) -> Result<(http::Response<Incoming>, IpAddr), FetchError> {
+    let reach = async {
+        let addrs = judged_addresses(&ctx.resolver, &ctx.policy, &target.host).await?;
+        let (tcp, addr) = connect_pinned(&addrs, target.port).await?;
+        let io: Box<dyn Io> = if target.https {
+            Box::new(crate::tls::handshake(&ctx.tls, &target.host, tcp).await?)
+        } else {
+            Box::new(tcp)
+        };
+        Ok::<_, FetchError>((io, addr))
+    };
+    let within = Duration::from_millis(limits.connect_ms.into());
+    let (io, addr) = tokio::time::timeout(within, reach)
+        .await
+        .map_err(|_| connect_limit(limits, target))??;
+
+    let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
+        .max_buf_size(256 * 1024)
+        .handshake::<_, Empty<Bytes>>(TokioIo::new(io))
+        .await
+        .map_err(|e| FetchError::failed(format!("HTTP setup with {} failed: {e}", target.host)))?;
+    // The connection task ends when the reply (and its body) is dropped: no pool, no reuse.
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let req = request_for(target)?;
+    let resp = sender.send_request(req).await.map_err(|e| {
+        FetchError::failed(format!("the HTTP request to {} failed: {e}", target.url))
+    })?;
+    Ok((resp, addr))
+}
+
+fn request_for(target: &Target) -> Result<http::Request<Empty<Bytes>>, FetchError> {
+    let url = &target.url;
+    let mut host = url.host_str().unwrap_or_default().to_string();
+    if let Some(p) = url.port() {
+        host = format!("{host}:{p}");
+    }
+    let path = &url[url::Position::BeforePath..url::Position::AfterQuery];
+    http::Request::builder()
+        .method(http::Method::GET)
+        .uri(if path.is_empty() { "/" } else { path })
+        .header(http::header::HOST, host)
+        .header(http::header::USER_AGENT, USER_AGENT)
+        .header(http::header::ACCEPT, ACCEPT)
+        .header(http::header::ACCEPT_ENCODING, "gzip, deflate")
+        .header(http::header::CONNECTION, "close")
+        .body(Empty::new())
+        .map_err(|e| FetchError::refused(RefusalKind::Url, format!("cannot request {url}: {e}")))
+}
+
+async fn read_reply(
+    resp: http::Response<Incoming>,
+    target: &Target,
+    address: IpAddr,
+    redirects: Vec<String>,
+    limits: &FetchLimits,
+) -> Result<FetchedBody, FetchError> {
+    let status = resp.status().as_u16();
+    let headers = resp.headers();
+    let ct = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| {
+            FetchError::refused(
+                RefusalKind::Content,
+                format!(
+                    "{} sent no Content-Type (only text-like content is fetched)",
+                    target.url
+                ),
+            )
+        })?;
+    let (media, charset) = body::parse_content_type(ct);
+    if !body::is_text_like(&media) {
+        return Err(FetchError::refused(
+            RefusalKind::Content,
+            format!("content type {media} is not text-like (only text, JSON, XML, JavaScript and the like are fetched)"),
+        ));
+    }
+    let encoding = headers
+        .get(http::header::CONTENT_ENCODING)
+        .map(|v| v.to_str().unwrap_or("?").to_string());
+    let max = limits.max_body_bytes as usize;
+    let over = || {
+        FetchError::refused(
+            RefusalKind::Limit,
+            format!(
+                "the body exceeds {} (the body size limit)",
+                human_bytes(max as u64)
+            ),
+        )
+    };
+    let declared = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return Err(over());
+    }
+    // Raw bytes are capped at the same limit as decoded ones: compression never makes a body
+    // larger than a few bytes over its plain size.
+    let mut raw = Vec::new();
+    let mut incoming = resp.into_body();
+    while let Some(frame) = incoming.frame().await {
+        let frame = frame.map_err(|e| {
+            FetchError::failed(format!("reading the body of {} failed: {e}", target.url))
+        })?;
+        if let Ok(data) = frame.into_data() {
+            if raw.len() + data.len() > max {
+                return Err(over());
+            }
+            raw.extend_from_slice(&data);
+        }
+    }
+    let decoded = body::decode(raw, encoding.as_deref(), max)?;
+    let text = body::to_text(&decoded, charset.as_deref());
+    Ok(FetchedBody {
+        final_url: target.url.to_string(),
+        redirects,
+        address,
+        status,
+        content_type: media,
+        body_bytes: decoded.len(),
+        text,
+    })
+}

@@ -1,0 +1,518 @@
+//! One `http_request` ([`HttpSend`]): any method, the agent's headers and body, and optionally a
+//! credential header the secrets-helper made for one host. Every hop is checked, resolved,
+//! judged and pinned exactly as a fetch's; the credential goes out only over TLS to its own
+//! host, never across a redirect, and every form of it is scrubbed from what comes back,
+//! errors included, before anything leaves this helper.
+//!
+//! Written for the secrets issue (7) on top of the fetch building blocks; see
+//! docs/secrets-helper.md.
+
+use crate::body;
+use crate::connect::{connect_pinned, judged_addresses};
+use crate::error::{human_bytes, human_ms, FetchError};
+use crate::fetch::{check_limits, FetchedBody};
+use crate::target::{check_url, parse_target, Target};
+use crate::NetContext;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use ipc_schema::net::{FetchLimits, FetchedPage, HttpReply, HttpSend, NetReply, RefusalKind};
+use ipc_schema::secrets::{normalize_host, CredentialHeader};
+use ipc_schema::tool::HttpMethod;
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+const USER_AGENT: &str = concat!("gatehouse-http/", env!("CARGO_PKG_VERSION"));
+/// Request headers the agent may not set: they frame the request or belong to the connection
+/// (or the proxy), and setting them could smuggle a second request.
+const FRAMING: &[&str] = &[
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "upgrade",
+    "te",
+    "trailer",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "expect",
+];
+const MAX_HEADERS: usize = 64;
+const MAX_HEADER_VALUE: usize = 8 * 1024;
+
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+/// What one request brought back, already scrubbed.
+pub struct Sent {
+    pub body: FetchedBody,
+    pub headers: Vec<(String, String)>,
+    pub credential_sent: bool,
+    pub dropped_headers: Vec<String>,
+    pub redactions: u32,
+}
+
+/// Sends `req` and builds the reply; `page` wraps and splits the text as fetch pages are.
+pub async fn serve(
+    ctx: &NetContext,
+    req: HttpSend,
+    page: impl FnOnce(FetchedBody) -> FetchedPage,
+) -> NetReply {
+    let cred = req.credential.clone();
+    match send(ctx, req).await {
+        Ok(s) => NetReply::Http(HttpReply {
+            page: page(s.body),
+            headers: s.headers,
+            credential_sent: s.credential_sent,
+            dropped_headers: s.dropped_headers,
+            redactions: s.redactions,
+        }),
+        Err(e) => {
+            let mut reply = e.into_reply();
+            // A refusal can quote what the server sent (a Location): scrub it too.
+            if let Some(c) = &cred {
+                match &mut reply {
+                    NetReply::Refused(r) => {
+                        c.scrub_text(&mut r.reason);
+                    }
+                    NetReply::Failed { reason } => {
+                        c.scrub_text(reason);
+                    }
+                    _ => {}
+                }
+            }
+            reply
+        }
+    }
+}
+
+fn invalid(msg: String) -> FetchError {
+    FetchError::refused(RefusalKind::Invalid, msg)
+}
+
+/// The agent's headers: tokens for names, no CR, LF or NUL in values, no framing headers, and
+/// not the credential's own header.
+pub fn check_headers(
+    headers: &[(String, String)],
+    cred: Option<&CredentialHeader>,
+) -> Result<(), FetchError> {
+    if headers.len() > MAX_HEADERS {
+        return Err(invalid(format!(
+            "{} headers; at most {MAX_HEADERS}",
+            headers.len()
+        )));
+    }
+    let tchar = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    for (name, value) in headers {
+        if name.is_empty() || name.len() > 128 || !name.chars().all(tchar) {
+            return Err(invalid(format!("{name:?} is not a valid header name")));
+        }
+        let lower = name.to_ascii_lowercase();
+        if FRAMING.contains(&lower.as_str()) {
+            return Err(invalid(format!(
+                "the {name} header is set by gatehouse, not by the request"
+            )));
+        }
+        if let Some(c) = cred {
+            if lower == c.name {
+                return Err(invalid(format!(
+                    "the request sets the {name} header itself, which credential {} is sent as",
+                    c.credential
+                )));
+            }
+        }
+        if value.len() > MAX_HEADER_VALUE || value.contains(['\r', '\n', '\0']) {
+            return Err(invalid(format!(
+                "the value of header {name} has a line break or NUL, or is over {}",
+                human_bytes(MAX_HEADER_VALUE as u64)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Does this hop go to the credential's host, over TLS?
+fn carries(target: &Target, c: &CredentialHeader) -> bool {
+    target.https && normalize_host(&target.host.to_string()).as_deref() == Some(c.host.as_str())
+}
+
+pub async fn send(ctx: &NetContext, req: HttpSend) -> Result<Sent, FetchError> {
+    check_limits(&req.limits)?;
+    check_headers(&req.headers, req.credential.as_ref())?;
+    if matches!(req.method, HttpMethod::Get | HttpMethod::Head) && !req.body.is_empty() {
+        return Err(invalid("a GET or HEAD request carries no body".into()));
+    }
+    let total = Duration::from_millis(req.limits.total_ms.into());
+    match tokio::time::timeout(total, follow(ctx, &req)).await {
+        Ok(r) => r,
+        Err(_) => Err(FetchError::refused(
+            RefusalKind::Limit,
+            format!(
+                "the request did not finish within {} (the total time limit)",
+                human_ms(req.limits.total_ms.into())
+            ),
+        )),
+    }
+}
+
+fn is_redirect(status: u16) -> bool {
+    matches!(status, 301 | 302 | 303 | 307 | 308)
+}
+
+async fn follow(ctx: &NetContext, req: &HttpSend) -> Result<Sent, FetchError> {
+    let mut target =
+        parse_target(&req.url).map_err(|e| FetchError::refused(RefusalKind::Url, e.to_string()))?;
+    if let Some(c) = &req.credential {
+        if !target.https {
+            return Err(FetchError::refused(
+                RefusalKind::Url,
+                format!(
+                    "credential {} is sent only over https, and {} is not",
+                    c.credential, target.url
+                ),
+            ));
+        }
+        if !carries(&target, c) {
+            return Err(FetchError::refused(
+                RefusalKind::Url,
+                format!(
+                    "credential {} was attached for {}, not for {}",
+                    c.credential, c.host, target.host
+                ),
+            ));
+        }
+    }
+    let follows = matches!(req.method, HttpMethod::Get | HttpMethod::Head);
+    let mut redirects: Vec<String> = Vec::new();
+    let mut seen = HashSet::from([target.url.to_string()]);
+    // Once a redirect leaves the credential's host, the credential stays behind for good.
+    let mut credential_live = req.credential.is_some();
+    loop {
+        let cred = req
+            .credential
+            .as_ref()
+            .filter(|c| credential_live && carries(&target, c));
+        credential_live = cred.is_some();
+        let hop = one_hop(ctx, &target, req, cred, &req.limits).await;
+        let (resp, address) = if redirects.is_empty() {
+            hop?
+        } else {
+            hop.map_err(|e| e.context(&format!("redirect to {}", target.url)))?
+        };
+        let status = resp.status().as_u16();
+        if follows && is_redirect(status) {
+            let next = next_hop(&target, &resp, status)?;
+            if let Some(c) = &req.credential {
+                // A server that puts the credential into a redirect would have us carry it
+                // to wherever it points, in the request line.
+                let mut url = next.url.to_string().into_bytes();
+                if c.scrub_bytes(&mut url) > 0 {
+                    return Err(FetchError::refused(
+                        RefusalKind::Redirect,
+                        format!(
+                            "{} redirects to a URL that contains credential {}; not followed",
+                            target.url, c.credential
+                        ),
+                    ));
+                }
+            }
+            if redirects.len() >= usize::from(req.limits.max_redirects) {
+                return Err(FetchError::refused(
+                    RefusalKind::Limit,
+                    format!(
+                        "more than {} redirects (the redirect limit); the next was to {}",
+                        req.limits.max_redirects, next.url
+                    ),
+                ));
+            }
+            if !seen.insert(next.url.to_string()) {
+                return Err(FetchError::refused(
+                    RefusalKind::Redirect,
+                    format!(
+                        "redirect loop: {} redirects back to {}",
+                        target.url, next.url
+                    ),
+                ));
+            }
+            redirects.push(target.url.to_string());
+            target = next;
+            continue;
+        }
+        return read_reply(resp, &target, address, redirects, req, cred.is_some()).await;
+    }
+}
+
+fn next_hop(
+    from: &Target,
+    resp: &http::Response<Incoming>,
+    status: u16,
+) -> Result<Target, FetchError> {
+    let refuse = |r: String| FetchError::refused(RefusalKind::Redirect, r);
+    let loc = resp
+        .headers()
+        .get(http::header::LOCATION)
+        .ok_or_else(|| {
+            refuse(format!(
+                "{} answered {status} without a Location header",
+                from.url
+            ))
+        })?
+        .to_str()
+        .map_err(|_| {
+            refuse(format!(
+                "{} answered {status} with a Location that is not text",
+                from.url
+            ))
+        })?;
+    let mut next = from
+        .url
+        .join(loc)
+        .map_err(|e| refuse(format!("the redirect to {loc:?} is not a valid URL ({e})")))?;
+    let shown = next.to_string();
+    let target = check_url(&mut next)
+        .map_err(|e| FetchError::refused(RefusalKind::Url, format!("redirect to {shown}: {e}")))?;
+    if from.https && !target.https {
+        return Err(refuse(format!(
+            "{} redirects from https to http ({}), which is refused",
+            from.url, target.url
+        )));
+    }
+    Ok(target)
+}
+
+fn method(m: HttpMethod) -> http::Method {
+    match m {
+        HttpMethod::Get => http::Method::GET,
+        HttpMethod::Head => http::Method::HEAD,
+        HttpMethod::Post => http::Method::POST,
+        HttpMethod::Put => http::Method::PUT,
+        HttpMethod::Patch => http::Method::PATCH,
+        HttpMethod::Delete => http::Method::DELETE,
+    }
+}
+
+async fn one_hop(
+    ctx: &NetContext,
+    target: &Target,
+    req: &HttpSend,
+    cred: Option<&CredentialHeader>,
+    limits: &FetchLimits,
+) -> Result<(http::Response<Incoming>, IpAddr), FetchError> {
+    let reach = async {
+        let addrs = judged_addresses(&ctx.resolver, &ctx.policy, &target.host).await?;
+        let (tcp, addr) = connect_pinned(&addrs, target.port).await?;
+        let io: Box<dyn Io> = if target.https {
+            Box::new(crate::tls::handshake(&ctx.tls, &target.host, tcp).await?)
+        } else {
+            Box::new(tcp)
+        };
+        Ok::<_, FetchError>((io, addr))
+    };
+    let within = Duration::from_millis(limits.connect_ms.into());
+    let (io, addr) = tokio::time::timeout(within, reach).await.map_err(|_| {
+        FetchError::refused(
+            RefusalKind::Limit,
+            format!(
+                "{} was not reached within {} (the connect time limit)",
+                target.host,
+                human_ms(limits.connect_ms.into())
+            ),
+        )
+    })??;
+    let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
+        .max_buf_size(256 * 1024)
+        .handshake::<_, Full<Bytes>>(TokioIo::new(io))
+        .await
+        .map_err(|e| FetchError::failed(format!("HTTP setup with {} failed: {e}", target.host)))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let request = build_request(target, req, cred)?;
+    let resp = sender.send_request(request).await.map_err(|e| {
+        FetchError::failed(format!("the HTTP request to {} failed: {e}", target.url))
+    })?;
+    Ok((resp, addr))
+}
+
+fn build_request(
+    target: &Target,
+    req: &HttpSend,
+    cred: Option<&CredentialHeader>,
+) -> Result<http::Request<Full<Bytes>>, FetchError> {
+    let url = &target.url;
+    let mut host = url.host_str().unwrap_or_default().to_string();
+    if let Some(p) = url.port() {
+        host = format!("{host}:{p}");
+    }
+    let path = &url[url::Position::BeforePath..url::Position::AfterQuery];
+    let m = method(req.method);
+    let mut b = http::Request::builder()
+        .method(m.clone())
+        .uri(if path.is_empty() { "/" } else { path })
+        .header(http::header::HOST, host)
+        .header(http::header::USER_AGENT, USER_AGENT)
+        .header(http::header::CONNECTION, "close");
+    for (k, v) in &req.headers {
+        b = b.header(k.as_str(), v.as_str());
+    }
+    if let Some(c) = cred {
+        let mut v = http::HeaderValue::from_bytes(c.value.expose()).map_err(|_| {
+            invalid(format!(
+                "credential {} cannot be sent as a header value",
+                c.credential
+            ))
+        })?;
+        // Sensitive values are never printed by the http crate's Debug and not indexed by
+        // HPACK-style compression.
+        v.set_sensitive(true);
+        b = b.header(c.name.as_str(), v);
+    }
+    // A redirected GET or HEAD carries no body; other methods are never redirected.
+    let body = if m == http::Method::GET || m == http::Method::HEAD {
+        Bytes::new()
+    } else {
+        Bytes::from(req.body.clone())
+    };
+    b.body(Full::new(body))
+        .map_err(|e| invalid(format!("cannot build the request for {url}: {e}")))
+}
+
+async fn read_reply(
+    resp: http::Response<Incoming>,
+    target: &Target,
+    address: IpAddr,
+    redirects: Vec<String>,
+    req: &HttpSend,
+    credential_sent: bool,
+) -> Result<Sent, FetchError> {
+    let cred = req.credential.as_ref();
+    let status = resp.status().as_u16();
+    let mut headers = Vec::new();
+    let mut dropped_headers = Vec::new();
+    let mut redactions = 0u32;
+    for (name, value) in resp.headers() {
+        let name = name.as_str().to_string();
+        if cred.is_some_and(|c| c.echoed_by(&name, value.as_bytes())) {
+            dropped_headers.push(name);
+            continue;
+        }
+        let mut v = String::from_utf8_lossy(value.as_bytes()).into_owned();
+        if let Some(c) = cred {
+            redactions += c.scrub_text(&mut v) as u32;
+        }
+        headers.push((name, v));
+    }
+    let ct = resp
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let encoding = resp
+        .headers()
+        .get(http::header::CONTENT_ENCODING)
+        .map(|v| v.to_str().unwrap_or("?").to_string());
+    let max = req.limits.max_body_bytes as usize;
+    let over = || {
+        FetchError::refused(
+            RefusalKind::Limit,
+            format!(
+                "the body exceeds {} (the body size limit)",
+                human_bytes(max as u64)
+            ),
+        )
+    };
+    let mut raw = Vec::new();
+    let mut incoming = resp.into_body();
+    while let Some(frame) = incoming.frame().await {
+        let frame = frame.map_err(|e| {
+            FetchError::failed(format!("reading the body of {} failed: {e}", target.url))
+        })?;
+        if let Ok(data) = frame.into_data() {
+            if raw.len() + data.len() > max {
+                return Err(over());
+            }
+            raw.extend_from_slice(&data);
+        }
+    }
+    let (media, charset) = ct
+        .as_deref()
+        .map(body::parse_content_type)
+        .unwrap_or_default();
+    let mut text = if raw.is_empty() {
+        String::new()
+    } else {
+        if !body::is_text_like(&media) {
+            return Err(FetchError::refused(
+                RefusalKind::Content,
+                format!(
+                    "content type {} is not text-like (only text, JSON, XML and the like are returned)",
+                    if media.is_empty() { "(none)" } else { &media }
+                ),
+            ));
+        }
+        let decoded = body::decode(raw, encoding.as_deref(), max)?;
+        body::to_text(&decoded, charset.as_deref())
+    };
+    let body_bytes = text.len();
+    let mut final_url = target.url.to_string();
+    let mut redirects = redirects;
+    if let Some(c) = cred {
+        redactions += c.scrub_text(&mut text) as u32;
+        redactions += c.scrub_text(&mut final_url) as u32;
+        for r in &mut redirects {
+            redactions += c.scrub_text(r) as u32;
+        }
+    }
+    Ok(Sent {
+        body: FetchedBody {
+            final_url,
+            redirects,
+            address,
+            status,
+            content_type: media,
+            body_bytes,
+            text,
+        },
+        headers,
+        credential_sent,
+        dropped_headers,
+        redactions,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipc_schema::secrets::{CredentialName, SecretValue};
+
+    fn cred() -> CredentialHeader {
+        CredentialHeader {
+            credential: CredentialName::parse("api").unwrap(),
+            host: "api.example.com".into(),
+            name: "x-api-key".into(),
+            value: SecretValue::from_slice(b"k-123456"),
+            scrub: vec![SecretValue::from_slice(b"k-123456")],
+        }
+    }
+
+    #[test]
+    fn agent_headers_are_checked() {
+        let h = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];
+        assert!(check_headers(&h("Accept", "application/json"), Some(&cred())).is_ok());
+        for (k, v, want) in [
+            ("Host", "x", "set by gatehouse"),
+            ("Transfer-Encoding", "chunked", "set by gatehouse"),
+            ("X-Api-Key", "mine", "which credential api is sent as"),
+            ("X A", "x", "not a valid header name"),
+            ("X-A", "a\r\nB: c", "line break"),
+        ] {
+            let e = check_headers(&h(k, v), Some(&cred())).unwrap_err();
+            assert!(e.reason().contains(want), "{k}: {e}");
+        }
+        assert!(check_headers(&h("X-Api-Key", "mine"), None).is_ok());
+    }
+}

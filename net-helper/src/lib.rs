@@ -1,0 +1,33 @@
+//! The net-helper: gatehouse's only process that may open inet sockets. It does two jobs, the
+//! safe fetch ([`fetch`]) and the CONNECT egress proxy ([`proxy`]), both judged against one
+//! forbidden-address table ([`addr`]). See docs/net-helper.md.
+
+pub mod addr;
+pub mod allowlist;
+pub mod body;
+pub mod channel;
+pub mod client;
+pub mod config;
+pub mod connect;
+pub mod error;
+pub mod fdpass;
+pub mod fetch;
+pub mod http;
+pub mod proxy;
+pub mod relay;
+pub mod resolve;
+pub mod service;
+pub mod sni;
+pub mod target;
+pub mod tls;
+pub mod wrap;
+
+use std::sync::Arc;
+
+/// What every fetch and tunnel shares: where names are resolved, how addresses are judged, and
+/// whom TLS trusts.
+pub struct NetContext {
+    pub resolver: resolve::NetResolver,
+    pub policy: addr::AddressPolicy,
+    pub tls: Arc<rustls::ClientConfig>,
+}

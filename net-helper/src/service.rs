@@ -1,0 +1,193 @@
+//! What the net-helper does with each request: the dispatcher between the channel and the fetch
+//! and proxy modules.
+
+use crate::channel::{ChannelError, ChannelReader, Replies};
+use crate::fetch;
+use crate::proxy::Proxy;
+use crate::wrap::wrap;
+use crate::NetContext;
+use ipc_schema::net::{
+    FetchLimits, FetchRequest, FetchedPage, NetReply, NetRequest, FETCH_PART_MAX,
+};
+use ipc_schema::{Body, ErrorCode, ErrorReply};
+use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Pages whose later parts wait for [`NetRequest::FetchPart`]; the oldest is dropped first.
+const HELD_PAGES: usize = 8;
+
+pub struct NetService {
+    ctx: Arc<NetContext>,
+    proxy: Proxy,
+    next_fetch: AtomicU64,
+    held: Mutex<VecDeque<(u64, Vec<String>)>>,
+}
+
+impl NetService {
+    pub fn new(ctx: Arc<NetContext>, max_tunnels: u32) -> Arc<NetService> {
+        Arc::new(NetService {
+            proxy: Proxy::new(ctx.clone(), max_tunnels),
+            ctx,
+            next_fetch: AtomicU64::new(1),
+            held: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    /// Reads requests until the broker closes the channel; each is answered by its own task.
+    pub async fn serve(
+        self: Arc<Self>,
+        mut reader: ChannelReader,
+        replies: Replies,
+    ) -> Result<(), ChannelError> {
+        while let Some(inb) = reader.next().await? {
+            let me = self.clone();
+            let replies = replies.clone();
+            tokio::spawn(async move {
+                let reply = match inb.body {
+                    Body::Ping { .. } => Body::Pong,
+                    Body::Net(req) => Body::NetReply(me.handle(req, inb.fd).await),
+                    // The reader refuses every other kind (route table).
+                    other => Body::Error(ErrorReply::new(
+                        ErrorCode::Invalid,
+                        format!("unexpected {:?}", other.kind()),
+                    )),
+                };
+                replies.send(inb.id, reply);
+            });
+        }
+        Ok(())
+    }
+
+    pub async fn handle(&self, req: NetRequest, fd: Option<OwnedFd>) -> NetReply {
+        match req {
+            NetRequest::Check { url } => {
+                match fetch::check(&self.ctx, &url, &FetchLimits::default()).await {
+                    Ok(t) => NetReply::Checked(t),
+                    Err(e) => e.into_reply(),
+                }
+            }
+            NetRequest::Fetch(FetchRequest { url, limits }) => {
+                match fetch::fetch(&self.ctx, &url, &limits).await {
+                    Ok(body) => NetReply::Fetched(self.page(body)),
+                    Err(e) => e.into_reply(),
+                }
+            }
+            NetRequest::FetchPart { fetch, index } => self.part(fetch, index),
+            NetRequest::ProxyOpen(cfg) => {
+                let session = cfg.session.clone();
+                match self.proxy.open(cfg) {
+                    Ok(()) => NetReply::ProxyOpened { session },
+                    Err(e) => NetReply::Refused(ipc_schema::net::NetRefusal {
+                        kind: ipc_schema::net::RefusalKind::Invalid,
+                        reason: e,
+                    }),
+                }
+            }
+            NetRequest::ProxyClose { session } => match self.proxy.close(&session) {
+                Some(n) => NetReply::ProxyClosed {
+                    session,
+                    tunnels_closed: n,
+                },
+                None => NetReply::Refused(ipc_schema::net::NetRefusal {
+                    kind: ipc_schema::net::RefusalKind::Invalid,
+                    reason: format!("no proxy session {session}"),
+                }),
+            },
+            // issue 7: http_request with a stored credential (src/http.rs).
+            NetRequest::Http(req) => crate::http::serve(&self.ctx, req, |b| self.page(b)).await,
+            NetRequest::ProxyConnection { session } => {
+                let fd = fd.expect("the channel attaches a descriptor to every ProxyConnection");
+                NetReply::ProxyDone(crate::client::serve_client(&self.proxy, &session, fd).await)
+            }
+        }
+    }
+
+    fn page(&self, body: fetch::FetchedBody) -> FetchedPage {
+        let (nonce, text) = wrap(&body.final_url, &body.text);
+        let mut parts = split_parts(text, FETCH_PART_MAX);
+        let id = self.next_fetch.fetch_add(1, Ordering::Relaxed);
+        let first = parts.remove(0);
+        let count = parts.len() as u32 + 1;
+        if !parts.is_empty() {
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            if held.len() >= HELD_PAGES {
+                held.pop_front();
+            }
+            held.push_back((id, parts));
+        }
+        FetchedPage {
+            fetch: id,
+            final_url: body.final_url,
+            redirects: body.redirects,
+            address: body.address,
+            status: body.status,
+            content_type: body.content_type,
+            body_bytes: body.body_bytes as u32,
+            nonce,
+            parts: count,
+            text: first,
+        }
+    }
+
+    fn part(&self, fetch: u64, index: u32) -> NetReply {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(pos) = held.iter().position(|(id, _)| *id == fetch) else {
+            return invalid(format!(
+                "fetch {fetch} has no parts held (read them right after the fetch)"
+            ));
+        };
+        let parts = &mut held[pos].1;
+        let Some(text) = (index as usize)
+            .checked_sub(1)
+            .and_then(|i| parts.get_mut(i))
+        else {
+            return invalid(format!("fetch {fetch} has no part {index}"));
+        };
+        let text = std::mem::take(text);
+        if index as usize == parts.len() {
+            held.remove(pos);
+        }
+        NetReply::FetchPart { text }
+    }
+}
+
+fn invalid(reason: String) -> NetReply {
+    NetReply::Refused(ipc_schema::net::NetRefusal {
+        kind: ipc_schema::net::RefusalKind::Invalid,
+        reason,
+    })
+}
+
+/// Splits `text` into pieces of at most `max` bytes, on character boundaries.
+pub fn split_parts(text: String, max: usize) -> Vec<String> {
+    if text.len() <= max {
+        return vec![text];
+    }
+    let mut out = Vec::new();
+    let mut rest = text.as_str();
+    while !rest.is_empty() {
+        let mut cut = rest.len().min(max);
+        while !rest.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.push(rest[..cut].to_string());
+        rest = &rest[cut..];
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_split_on_char_boundaries_and_join_back() {
+        let text = "é".repeat(10) + "abc";
+        let parts = split_parts(text.clone(), 3);
+        assert!(parts.iter().all(|p| p.len() <= 3 && !p.is_empty()));
+        assert_eq!(parts.concat(), text);
+        assert_eq!(split_parts("short".into(), 10), vec!["short".to_string()]);
+    }
+}
