@@ -15,6 +15,9 @@ declare -A NEED=(
   [tmux]=tmux
   [dbus-run-session]=dbus
   [gnome-keyring-daemon]=gnome-keyring
+  [secret-tool]=libsecret-tools
+  [dbus-send]=dbus-bin
+  [dbus-daemon]=dbus-daemon
   [runuser]=util-linux
   [python3]=python3
   [strace]=strace
@@ -35,9 +38,10 @@ if ((${#missing[@]})); then
 fi
 
 # The official MCP Python SDK, in a venv of the system Python that every user can run (the
-# unprivileged test user cannot reach a Python under /root).
+# unprivileged test user cannot reach a Python under /root). This venv holds the 1.x line
+# (initialize handshake only); /opt/gatehouse-test-venv-mcp2 below holds the 2.x line.
 VENV=/opt/gatehouse-test-venv
-if [[ ! -x $VENV/bin/python ]] || ! "$VENV/bin/python" -c 'import mcp' >/dev/null 2>&1; then
+if [[ ! -x $VENV/bin/python ]] || ! "$VENV/bin/python" -c 'import importlib.metadata as m; assert m.version("mcp").startswith("1.")' >/dev/null 2>&1; then
   if ! /usr/bin/python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
@@ -46,7 +50,17 @@ if [[ ! -x $VENV/bin/python ]] || ! "$VENV/bin/python" -c 'import mcp' >/dev/nul
   echo "test-deps: creating $VENV with the mcp package"
   /usr/bin/python3 -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-  "$VENV/bin/python" -m pip install -q 'mcp>=1.0' >/dev/null
+  "$VENV/bin/python" -m pip install -q 'mcp>=1.0,<2' >/dev/null
+fi
+
+# The 2.x line of the MCP Python SDK (it speaks 2026-07-28 without a handshake as well as the
+# initialize handshake): the gateway's tests drive `gatehouse mcp` with both lines.
+VENV2=/opt/gatehouse-test-venv-mcp2
+if [[ ! -x $VENV2/bin/python ]] || ! "$VENV2/bin/python" -c 'import importlib.metadata as m; assert m.version("mcp").startswith("2.")' >/dev/null 2>&1; then
+  echo "test-deps: creating $VENV2 with the mcp package (2.x)"
+  /usr/bin/python3 -m venv "$VENV2"
+  "$VENV2/bin/python" -m pip install -q --upgrade pip >/dev/null
+  "$VENV2/bin/python" -m pip install -q 'mcp>=2,<3' >/dev/null
 fi
 
 # The unprivileged user the integration tests also run as.

@@ -1,0 +1,107 @@
+//! The helper's command line: `secrets-helper [--allow-degraded] [--store keyutils|secret-service]
+//! [--dbus-address ADDRESS] [--namespace NAME]`. The broker builds it from config.toml (see
+//! docs/secrets-helper.md); the helper has no environment and no filesystem to look for itself.
+
+use ipc_schema::secrets::StoreKind;
+use sandbox::helper_args::HelperArgs;
+
+pub const OPTIONS: &[&str] = &["--store", "--dbus-address", "--namespace"];
+
+/// The namespace used when none is given: the user's own gatehouse instance.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub store: StoreKind,
+    /// The session bus address (Secret Service store only).
+    pub dbus_address: Option<String>,
+    pub namespace: String,
+}
+
+fn single(args: &HelperArgs, name: &str) -> Result<Option<String>, String> {
+    let mut all = args.all(name);
+    let v = all.next();
+    if all.next().is_some() {
+        return Err(format!("{name} given more than once"));
+    }
+    v.map(|v| {
+        v.to_str()
+            .map(str::to_string)
+            .ok_or(format!("{name} is not UTF-8"))
+    })
+    .transpose()
+}
+
+/// A namespace: 1 to 64 of `a-z A-Z 0-9 . _ -`.
+pub fn check_namespace(ns: &str) -> Result<(), String> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if ns.is_empty() || ns.len() > 64 || !ns.chars().all(ok) {
+        return Err(format!(
+            "--namespace {ns:?}: 1 to 64 letters, digits, '.', '_' or '-'"
+        ));
+    }
+    Ok(())
+}
+
+impl Config {
+    pub fn from_args(args: &HelperArgs) -> Result<Config, String> {
+        let store = match single(args, "--store")? {
+            None => StoreKind::Keyutils,
+            Some(s) => StoreKind::from_name(&s).ok_or(format!(
+                "--store {s:?}: the stores are keyutils and secret-service"
+            ))?,
+        };
+        let dbus_address = single(args, "--dbus-address")?;
+        match (store, &dbus_address) {
+            (StoreKind::SecretService, None) => {
+                return Err("--store secret-service needs --dbus-address (the session bus)".into())
+            }
+            (StoreKind::Keyutils, Some(_)) => {
+                return Err("--dbus-address is for --store secret-service only".into())
+            }
+            _ => {}
+        }
+        let namespace = single(args, "--namespace")?.unwrap_or_else(|| DEFAULT_NAMESPACE.into());
+        check_namespace(&namespace)?;
+        Ok(Config {
+            store,
+            dbus_address,
+            namespace,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(a: &[&str]) -> Result<Config, String> {
+        Config::from_args(&HelperArgs::parse(a.iter().map(|s| s.into()), OPTIONS)?)
+    }
+
+    #[test]
+    fn options() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(
+            (c.store, c.namespace.as_str()),
+            (StoreKind::Keyutils, "default")
+        );
+        let c = parse(&[
+            "--store",
+            "secret-service",
+            "--dbus-address",
+            "unix:path=/b",
+        ])
+        .unwrap();
+        assert_eq!(c.dbus_address.as_deref(), Some("unix:path=/b"));
+        assert!(parse(&["--store", "secret-service"])
+            .unwrap_err()
+            .contains("--dbus-address"));
+        assert!(parse(&["--store", "kwallet"])
+            .unwrap_err()
+            .contains("keyutils and secret-service"));
+        assert!(parse(&["--dbus-address", "x"]).is_err());
+        assert!(parse(&["--namespace", "a/b"]).is_err());
+        assert!(parse(&["--namespace", "a", "--namespace", "b"]).is_err());
+    }
+}

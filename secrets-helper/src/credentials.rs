@@ -1,0 +1,202 @@
+//! The credential operations: list, describe, set (with the rule that a changed binding drops
+//! the value), delete, and attach (the header for one request to one allowed host).
+
+use crate::record;
+use crate::service::store_error;
+use crate::store::{ItemKey, Store};
+use base64::Engine;
+use ipc_schema::secrets::{
+    normalize_host, CredentialHeader, CredentialInfo, CredentialName, CredentialSpec, SecretValue,
+    SecretsError, SecretsErrorKind, SendAs,
+};
+use zeroize::Zeroizing;
+
+fn err(kind: SecretsErrorKind, message: impl Into<String>) -> SecretsError {
+    SecretsError {
+        kind,
+        message: message.into(),
+    }
+}
+
+fn key(namespace: &str, name: &CredentialName) -> ItemKey {
+    ItemKey::Credential {
+        namespace: namespace.to_string(),
+        name: name.clone(),
+    }
+}
+
+/// The stored spec and value of `name`, if it exists.
+fn load(
+    store: &mut dyn Store,
+    namespace: &str,
+    name: &CredentialName,
+) -> Result<Option<(CredentialSpec, Option<SecretValue>)>, SecretsError> {
+    let Some(blob) = store
+        .get(&key(namespace, name))
+        .map_err(|e| store_error(&e))?
+    else {
+        return Ok(None);
+    };
+    record::decode(name, &blob)
+        .map(Some)
+        .map_err(|e| err(SecretsErrorKind::Store, e.to_string()))
+}
+
+pub fn describe(
+    store: &mut dyn Store,
+    namespace: &str,
+    name: &CredentialName,
+) -> Result<Option<CredentialInfo>, SecretsError> {
+    Ok(
+        load(store, namespace, name)?.map(|(spec, value)| CredentialInfo {
+            spec,
+            present: value.is_some(),
+        }),
+    )
+}
+
+pub fn list(store: &mut dyn Store, namespace: &str) -> Result<Vec<CredentialInfo>, SecretsError> {
+    let names = store
+        .credential_names(namespace)
+        .map_err(|e| store_error(&e))?;
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        // An item deleted between listing and reading is simply gone.
+        if let Some(info) = describe(store, namespace, &name)? {
+            out.push(info);
+        }
+    }
+    Ok(out)
+}
+
+/// Stores `spec` and, if given, a new value. Without a value, a changed host list or way of
+/// sending drops the stored value (a value entered for one host never follows a change of
+/// where it goes). Returns what is stored now and whether a value was dropped.
+pub fn set(
+    store: &mut dyn Store,
+    namespace: &str,
+    spec: CredentialSpec,
+    value: Option<SecretValue>,
+) -> Result<(CredentialInfo, bool), SecretsError> {
+    let spec = spec
+        .normalized()
+        .map_err(|e| err(SecretsErrorKind::Invalid, e.0))?;
+    if let Some(v) = &value {
+        v.check_credential().map_err(|e| {
+            err(
+                SecretsErrorKind::Invalid,
+                format!("credential {}: {e}", spec.name),
+            )
+        })?;
+    }
+    let existing = load(store, namespace, &spec.name)?;
+    let (keep, dropped) = match (&value, existing) {
+        (Some(_), _) => (value, false),
+        (None, None) => (None, false),
+        (None, Some((old, old_value))) => {
+            if old.hosts == spec.hosts && old.send_as == spec.send_as {
+                // Nothing changes: leave the item as it is.
+                let info = CredentialInfo {
+                    spec,
+                    present: old_value.is_some(),
+                };
+                return Ok((info, false));
+            }
+            (None, old_value.is_some())
+        }
+    };
+    let blob = record::encode(&spec, keep.as_ref());
+    store
+        .put(&key(namespace, &spec.name), &blob)
+        .map_err(|e| store_error(&e))?;
+    Ok((
+        CredentialInfo {
+            spec,
+            present: keep.is_some(),
+        },
+        dropped,
+    ))
+}
+
+pub fn delete(
+    store: &mut dyn Store,
+    namespace: &str,
+    name: &CredentialName,
+) -> Result<bool, SecretsError> {
+    store
+        .delete(&key(namespace, name))
+        .map_err(|e| store_error(&e))
+}
+
+/// The header that sends `name` to `host`, if `host` is one of its hosts and it has a value.
+pub fn attach(
+    store: &mut dyn Store,
+    namespace: &str,
+    name: &CredentialName,
+    host: &str,
+) -> Result<CredentialHeader, SecretsError> {
+    let Some(host) = normalize_host(host) else {
+        return Err(err(
+            SecretsErrorKind::Invalid,
+            format!("{host:?} is not a host name or address"),
+        ));
+    };
+    let Some((spec, value)) = load(store, namespace, name)? else {
+        return Err(err(
+            SecretsErrorKind::NotFound,
+            format!("there is no credential named {name} (`gatehouse secret list` shows them)"),
+        ));
+    };
+    if !spec.allows_host(&host) {
+        let hosts: Vec<&str> = spec.hosts.iter().map(|h| h.as_str()).collect();
+        return Err(err(
+            SecretsErrorKind::HostNotAllowed,
+            format!(
+                "credential {name} may be sent only to {}, not to {host}",
+                hosts.join(", ")
+            ),
+        ));
+    }
+    let Some(value) = value else {
+        return Err(err(
+            SecretsErrorKind::NoValue,
+            format!(
+                "credential {name} has no value (its hosts or the way it is sent changed since it was entered); enter it again with `gatehouse secret set {name}`"
+            ),
+        ));
+    };
+    let (header, header_value, scrub) = match &spec.send_as {
+        SendAs::Bearer => {
+            let mut v = Zeroizing::new(b"Bearer ".to_vec());
+            v.extend_from_slice(value.expose());
+            ("authorization".to_string(), v, vec![value.clone()])
+        }
+        SendAs::Header(h) => {
+            let mut v = Zeroizing::new(Vec::with_capacity(value.len()));
+            v.extend_from_slice(value.expose());
+            (h.as_str().to_string(), v, vec![value.clone()])
+        }
+        SendAs::Basic(user) => {
+            let mut plain =
+                Zeroizing::new(Vec::with_capacity(user.as_str().len() + 1 + value.len()));
+            plain.extend_from_slice(user.as_str().as_bytes());
+            plain.push(b':');
+            plain.extend_from_slice(value.expose());
+            let token = Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(&*plain));
+            let mut v = Zeroizing::new(b"Basic ".to_vec());
+            v.extend_from_slice(token.as_bytes());
+            (
+                "authorization".to_string(),
+                v,
+                vec![value.clone(), SecretValue::from_slice(token.as_bytes())],
+            )
+        }
+    };
+    Ok(CredentialHeader {
+        credential: name.clone(),
+        host,
+        name: header,
+        value: SecretValue::from_slice(&header_value),
+        scrub,
+    })
+}

@@ -1,0 +1,184 @@
+//! The Linux kernel keyutils store: `user` keys in the user keyring of this uid (shared by all
+//! of the user's processes, so the broker's helper, `gatehouse secret` and `verify-audit` see
+//! the same items whatever session they run in), also linked into the user's persistent keyring
+//! so they outlive a logout for a while. Nothing here survives a reboot; `doctor` says so.
+//!
+//! Keys are created readable by their owner uid, not only by a possessor: a process of the same
+//! user in another session keyring (a background broker, an ssh login) must be able to read
+//! them, and the Secret Service gives same-uid processes the same access. The agent's commands
+//! run under a seccomp filter that refuses every keyctl call.
+
+use super::{ItemKey, Store, StoreError};
+use ipc_schema::secrets::{CredentialName, StoreKind};
+use linux_keyutils::{
+    Key, KeyError, KeyPermissionsBuilder, KeyRing, KeyRingIdentifier, KeyType, Permission,
+};
+use zeroize::Zeroizing;
+
+const KIND: &str = "keyutils";
+/// The largest payload of a `user` key.
+const MAX_PAYLOAD: usize = 32767;
+
+/// The key description of an item. The audit key's is the one broker/src/head_key.rs (through
+/// the keyring crate) uses, so `gatehouse verify-audit` finds it there.
+pub fn description(key: &ItemKey) -> String {
+    match key {
+        ItemKey::Credential { namespace, name } => {
+            format!("gatehouse:{namespace}:credential:{name}")
+        }
+        ItemKey::AuditKey(instance) => format!("gatehouse:audit-key-{}", instance.as_str()),
+    }
+}
+
+pub struct Keyutils {
+    user: KeyRing,
+    uid: u32,
+}
+
+fn failed(what: &str, e: KeyError) -> StoreError {
+    StoreError::Failed {
+        kind: KIND,
+        reason: format!("{what}: {e:?}"),
+    }
+}
+
+impl Keyutils {
+    /// The user keyring of the calling uid.
+    pub fn open() -> Result<Keyutils, StoreError> {
+        // A process whose session keyring does not link the user keyring (a fresh anonymous
+        // session, a system service with KeyringMode=private) neither possesses the user
+        // keyring's keys nor may search it: every operation fails with EACCES. pam_keyinit links
+        // it for login sessions; do the same (harmless where it is linked already).
+        if let Ok(session) = KeyRing::from_special_id(KeyRingIdentifier::Session, false) {
+            let _ = session.link_keyring_id(KeyRingIdentifier::User);
+        }
+        let user = KeyRing::from_special_id(KeyRingIdentifier::User, true).map_err(|e| {
+            StoreError::Unavailable {
+                kind: KIND,
+                reason: format!("the kernel refused the user keyring ({e:?})"),
+            }
+        })?;
+        Ok(Keyutils {
+            user,
+            uid: nix::unistd::getuid().as_raw(),
+        })
+    }
+
+    fn find(&self, desc: &str) -> Result<Option<Key>, StoreError> {
+        match self.user.search(desc) {
+            Ok(k) => Ok(Some(k)),
+            Err(KeyError::KeyDoesNotExist) => Ok(None),
+            // A key that expired or was revoked is as good as absent.
+            Err(KeyError::KeyExpired | KeyError::KeyRevoked) => Ok(None),
+            Err(e) => Err(failed("searching the user keyring", e)),
+        }
+    }
+
+    fn owner_perms() -> linux_keyutils::KeyPermissions {
+        let user = Permission::VIEW
+            | Permission::READ
+            | Permission::WRITE
+            | Permission::SEARCH
+            | Permission::SETATTR;
+        KeyPermissionsBuilder::builder()
+            .posessor(Permission::ALL)
+            .user(user)
+            .build()
+    }
+}
+
+impl Store for Keyutils {
+    fn kind(&self) -> StoreKind {
+        StoreKind::Keyutils
+    }
+
+    fn location(&self) -> String {
+        format!("the kernel user keyring of uid {}", self.uid)
+    }
+
+    fn probe(&mut self) -> Result<(), StoreError> {
+        self.user
+            .metadata()
+            .map(|_| ())
+            .map_err(|e| failed("describing the user keyring", e))
+    }
+
+    fn get(&mut self, key: &ItemKey) -> Result<Option<Zeroizing<Vec<u8>>>, StoreError> {
+        let Some(k) = self.find(&description(key))? else {
+            return Ok(None);
+        };
+        let mut buf = Zeroizing::new(vec![0u8; MAX_PAYLOAD]);
+        let n = k.read(&mut *buf).map_err(|e| failed("reading a key", e))?;
+        if n > buf.len() {
+            return Err(StoreError::Failed {
+                kind: KIND,
+                reason: format!("a key holds {n} bytes, more than a user key can"),
+            });
+        }
+        let mut out = Zeroizing::new(Vec::with_capacity(n));
+        out.extend_from_slice(&buf[..n]);
+        Ok(Some(out))
+    }
+
+    fn put(&mut self, key: &ItemKey, blob: &[u8]) -> Result<(), StoreError> {
+        if blob.len() > MAX_PAYLOAD {
+            return Err(StoreError::Failed {
+                kind: KIND,
+                reason: format!("{} bytes do not fit a kernel key", blob.len()),
+            });
+        }
+        let k = self
+            .user
+            .add_key(&description(key), blob)
+            .map_err(|e| failed("adding a key", e))?;
+        k.set_perms(Self::owner_perms())
+            .map_err(|e| failed("setting a key's permissions", e))?;
+        // Best effort: the persistent keyring keeps the key over a logout; kernels and
+        // containers without it still have the key in the user keyring.
+        if let Ok(p) = KeyRing::get_persistent(KeyRingIdentifier::User) {
+            let _ = p.link_key(k);
+        }
+        Ok(())
+    }
+
+    fn delete(&mut self, key: &ItemKey) -> Result<bool, StoreError> {
+        let mut existed = false;
+        // Invalidation removes the key from every keyring it is linked into (user and
+        // persistent) at once. Loop: an older copy may still be linked somewhere.
+        while let Some(k) = self.find(&description(key))? {
+            k.invalidate().map_err(|e| failed("removing a key", e))?;
+            existed = true;
+        }
+        Ok(existed)
+    }
+
+    fn credential_names(&mut self, namespace: &str) -> Result<Vec<CredentialName>, StoreError> {
+        let prefix = format!("gatehouse:{namespace}:credential:");
+        let mut names = Vec::new();
+        let mut rings = vec![self.user];
+        if let Ok(p) = KeyRing::get_persistent(KeyRingIdentifier::User) {
+            rings.push(p);
+        }
+        for ring in rings {
+            // Generously sized: the crate trusts the kernel's length beyond this capacity.
+            let links = ring
+                .get_links(1 << 16)
+                .map_err(|e| failed("listing the user keyring", e))?;
+            for node in links.iter() {
+                let Some(k) = node.as_key() else { continue };
+                let Ok(meta) = k.metadata() else { continue };
+                if meta.get_type() != KeyType::User {
+                    continue;
+                }
+                if let Some(name) = meta.get_description().strip_prefix(&prefix) {
+                    if let Ok(n) = CredentialName::parse(name) {
+                        names.push(n);
+                    }
+                }
+            }
+        }
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+}
