@@ -1,1 +1,120 @@
-//! The gateway front (arrives with its issue).
+//! The MCP gateway: one agent session's MCP server over stdio (`gatehouse mcp`).
+//!
+//! The gateway is the agent's only way to act: it turns MCP JSON-RPC into typed
+//! [`ipc_schema::tool::ToolCall`]s on its one broker connection, so the broker never parses JSON
+//! from an agent. [`run`] reads top to bottom: lock down (the broker connection was opened
+//! before; after this the process has no filesystem, no network, no exec and can open no
+//! socket), open the session, serve until the client closes stdin. One thread does it all,
+//! waiting on stdin and the broker with `poll`. stdout carries only protocol messages; logs go
+//! to stderr.
+//!
+//! Both MCP eras are served (see [`era`]); the JSON-RPC layer is strict (see [`jsonrpc`]).
+
+pub mod args;
+pub mod broker;
+pub mod catalog;
+pub mod era;
+pub mod jsonrpc;
+pub mod lines;
+#[cfg(feature = "test-hooks")]
+pub mod probe;
+pub mod render;
+pub mod server;
+
+use broker::{BrokerLink, SessionError};
+use ipc_schema::tool::ResumeToken;
+use sandbox::{LockdownError, LockdownOptions, LockdownReport, Profile};
+use std::os::fd::{AsFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+/// The default time a call waits for the human before it returns a tool error.
+pub const DEFAULT_APPROVAL_WAIT: Duration = Duration::from_secs(120);
+/// How often a waiting call reports progress (when the client asked for progress).
+pub const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// How `gatehouse mcp` runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub approval_wait: Duration,
+    /// Where relative paths start (the directory `gatehouse mcp` was started in).
+    pub base: args::PathBase,
+    /// A session token from `gatehouse run` (never logged).
+    pub token: Option<ResumeToken>,
+    /// Run with less than the gateway profile needs when the kernel lacks a mechanism.
+    pub allow_degraded: bool,
+    /// Test builds only: serve without the lockdown (the positive control of the lockdown tests).
+    #[cfg(feature = "test-hooks")]
+    pub skip_lockdown: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("cannot lock the gateway down: {0}")]
+    Lockdown(#[from] LockdownError),
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    #[error(transparent)]
+    Serve(#[from] server::ServeError),
+}
+
+/// Locks the calling process down with the gateway profile, keeping stdio and `keep`.
+pub fn lock_down(keep: &[RawFd], allow_degraded: bool) -> Result<LockdownReport, LockdownError> {
+    sandbox::lockdown(
+        &Profile::Gateway,
+        &LockdownOptions {
+            allow_degraded,
+            keep_fds: keep.to_vec(),
+            keep_env: Vec::new(),
+        },
+    )
+}
+
+/// Locks down, opens the session on `broker` (already connected) and serves MCP on stdin and
+/// stdout until the client closes stdin. Must be called while the process has one thread.
+pub fn run(broker: UnixStream, opts: Options) -> Result<(), GatewayError> {
+    let mut link = BrokerLink::new(broker);
+
+    #[cfg(feature = "test-hooks")]
+    let skip = opts.skip_lockdown;
+    #[cfg(not(feature = "test-hooks"))]
+    let skip = false;
+    if skip {
+        eprintln!("gatehouse mcp: TEST BUILD: running WITHOUT lockdown (--test-skip-lockdown)");
+    } else {
+        let report = lock_down(&[link.fd()], opts.allow_degraded)?;
+        eprintln!(
+            "gatehouse mcp: locked down (seccomp allowlist of {} syscalls, Landlock ABI {}){}",
+            report.seccomp_allowed_syscalls,
+            report.landlock_abi,
+            if report.degraded.is_empty() {
+                String::new()
+            } else {
+                format!("; DEGRADED: {}", report.degraded.join("; "))
+            }
+        );
+    }
+
+    let session = link.open_session(opts.token)?;
+    eprintln!(
+        "gatehouse mcp: session {} {}",
+        session.session,
+        if session.resumed {
+            "carried on"
+        } else {
+            "opened"
+        }
+    );
+
+    let cfg = server::Config {
+        approval_wait: opts.approval_wait,
+        progress_every: PROGRESS_EVERY,
+        base: opts.base,
+    };
+    let stdout = std::io::BufWriter::with_capacity(256 * 1024, std::io::stdout().lock());
+    // stdin is read with read(2) on its descriptor: std's buffered Stdin would hide bytes from
+    // poll.
+    let stdin = std::io::stdin();
+    server::Server::new(stdout, link, cfg).serve(stdin.as_fd())?;
+    Ok(())
+}

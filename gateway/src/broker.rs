@@ -1,0 +1,123 @@
+//! The gateway's one connection to the broker (opened before lockdown; after it the gateway can
+//! open no other). Frames going out are queued and written on [`BrokerLink::flush`]; frames
+//! coming in are read when `poll` says the socket is readable and decoded once whole.
+
+use ipc_schema::codec::{decode_from_slice, write_frame, FrameError, MAX_FRAME};
+use ipc_schema::tool::{ResumeToken, SessionInfo, ToolCall, ToolReply};
+use ipc_schema::{Body, Envelope};
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::unix::net::UnixStream;
+
+/// Why the session could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("the broker refused the session: {0}")]
+    Refused(String),
+    #[error("the broker connection failed while opening the session: {0}")]
+    Link(#[from] FrameError),
+    #[error("the broker closed the connection while opening the session")]
+    Closed,
+    #[error("the broker answered the session request with {0}")]
+    Unexpected(String),
+}
+
+pub struct BrokerLink {
+    stream: UnixStream,
+    /// Bytes read and not yet decoded.
+    inbox: Vec<u8>,
+    /// Frames queued and not yet written.
+    outbox: Vec<u8>,
+    next_id: u64,
+}
+
+impl BrokerLink {
+    pub fn new(stream: UnixStream) -> BrokerLink {
+        BrokerLink {
+            stream,
+            inbox: Vec::with_capacity(64 * 1024),
+            outbox: Vec::with_capacity(64 * 1024),
+            next_id: 1,
+        }
+    }
+
+    /// The descriptor lockdown must keep open.
+    pub fn fd(&self) -> RawFd {
+        self.stream.as_raw_fd()
+    }
+
+    pub fn as_fd(&self) -> BorrowedFd<'_> {
+        self.stream.as_fd()
+    }
+
+    /// Queues `body` as a new request and returns its id.
+    pub fn send(&mut self, body: Body) -> Result<u64, FrameError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        write_frame(&mut self.outbox, &Envelope::new(id, body))?;
+        Ok(id)
+    }
+
+    /// Writes every queued frame.
+    pub fn flush(&mut self) -> Result<(), FrameError> {
+        if self.outbox.is_empty() {
+            return Ok(());
+        }
+        let r = (&self.stream).write_all(&self.outbox);
+        self.outbox.clear();
+        r.map_err(FrameError::Io)
+    }
+
+    /// Reads what the socket has (one `read`, which blocks only if nothing is there) and moves
+    /// every whole frame to `out`. `Ok(false)`: the broker closed the connection.
+    pub fn receive(&mut self, out: &mut Vec<Envelope>) -> Result<bool, FrameError> {
+        let mut chunk = [0u8; 64 * 1024];
+        let n = loop {
+            match (&self.stream).read(&mut chunk) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(FrameError::Io(e)),
+            }
+        };
+        self.inbox.extend_from_slice(&chunk[..n]);
+        let mut at = 0;
+        while let Some((env, used)) = decode_from_slice(&self.inbox[at..], MAX_FRAME)? {
+            out.push(env);
+            at += used;
+        }
+        self.inbox.drain(..at);
+        if n == 0 && !self.inbox.is_empty() {
+            return Err(FrameError::Io(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the broker closed the connection in the middle of a frame",
+            )));
+        }
+        Ok(n > 0)
+    }
+
+    /// Opens this connection's session (carrying on the one `token` names, for `gatehouse
+    /// run`). Blocking; done before serving.
+    pub fn open_session(
+        &mut self,
+        token: Option<ResumeToken>,
+    ) -> Result<SessionInfo, SessionError> {
+        let id = self.send(Body::ToolCall(ToolCall::OpenSession { resume: token }))?;
+        self.flush()?;
+        let mut frames = Vec::new();
+        loop {
+            if !self.receive(&mut frames)? {
+                return Err(SessionError::Closed);
+            }
+            for env in frames.drain(..) {
+                if env.id != id {
+                    continue;
+                }
+                return match env.body {
+                    Body::ToolReply(ToolReply::Session(s)) => Ok(s),
+                    Body::Error(e) => Err(SessionError::Refused(e.message)),
+                    other => Err(SessionError::Unexpected(format!("{:?}", other.kind()))),
+                };
+            }
+        }
+    }
+}

@@ -1,0 +1,613 @@
+//! The serving loop: one thread that waits (`poll`) on stdin and the broker connection, answers
+//! every request line, turns tool calls into typed [`ToolCall`]s, follows each call to its final
+//! reply, sends progress while a call waits for the human, and gives up waiting (with a tool
+//! error naming the proposal) after the configured time. Output to the client and to the broker
+//! is buffered while input is being handled, and flushed before the loop waits again.
+//!
+//! [`ToolCall`]: ipc_schema::tool::ToolCall
+
+use crate::args::{self, PathBase};
+use crate::broker::BrokerLink;
+use crate::catalog::{self, Standing};
+use crate::era::{self, Version};
+use crate::jsonrpc::{self, Id, Incoming, RpcError, INVALID_REQUEST, METHOD_NOT_FOUND};
+use crate::lines::{LineEvent, LineSplitter, MAX_LINE};
+use crate::render::{self, Rendered};
+use ipc_schema::tool::{ProposalId, ToolName, ToolReply};
+use ipc_schema::{Body, Envelope};
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use serde_json::{json, Map, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::os::fd::BorrowedFd;
+use std::time::{Duration, Instant};
+
+/// The most tool calls one session may have in flight in the gateway.
+pub const MAX_IN_FLIGHT: usize = 256;
+
+/// How the loop behaves.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// How long a call waits for the human's decision before it returns a tool error.
+    pub approval_wait: Duration,
+    /// How often a waiting call sends a progress notification (when the client asked).
+    pub progress_every: Duration,
+    pub base: PathBase,
+}
+
+/// Why serving ended other than by the client closing stdin.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("writing to stdout failed: {0}")]
+    Stdout(std::io::Error),
+    #[error("reading stdin failed: {0}")]
+    Stdin(std::io::Error),
+    #[error("waiting for input failed: {0}")]
+    Poll(std::io::Error),
+}
+
+/// A call waiting for the human.
+struct Wait {
+    proposal: ProposalId,
+    deadline: Instant,
+    next_progress: Instant,
+}
+
+/// A tool call sent to the broker, not yet answered.
+struct Pending {
+    rpc_id: Id,
+    tool: ToolName,
+    version: Version,
+    progress_token: Option<Value>,
+    progress: u64,
+    wait: Option<Wait>,
+}
+
+pub struct Server<W: Write> {
+    out: W,
+    broker: BrokerLink,
+    cfg: Config,
+    /// The version `initialize` negotiated (legacy era).
+    legacy: Option<Version>,
+    /// Broker request id -> the call.
+    calls: HashMap<u64, Pending>,
+    /// Why the broker connection ended, once it has.
+    broker_gone: Option<String>,
+    /// What the policy does with each tool, when the broker says. Tools it denies outright are
+    /// neither listed nor callable. The broker has no message for it yet (docs/gateway.md,
+    /// "Waiting on the broker"): until it has, this stays `None` and every tool is offered, each
+    /// call still decided by the broker.
+    view: Option<BTreeMap<ToolName, Standing>>,
+}
+
+fn progress_token(params: Option<&Map<String, Value>>) -> Option<Value> {
+    let t = params?.get("_meta")?.get("progressToken")?;
+    (t.is_string() || t.is_number()).then(|| t.clone())
+}
+
+/// The methods this server knows; any other is "method not found" in either era.
+const METHODS: &[&str] = &[
+    "initialize",
+    "ping",
+    "server/discover",
+    "tools/list",
+    "tools/call",
+];
+
+impl<W: Write> Server<W> {
+    pub fn new(out: W, broker: BrokerLink, cfg: Config) -> Self {
+        Server {
+            out,
+            broker,
+            cfg,
+            legacy: None,
+            calls: HashMap::new(),
+            broker_gone: None,
+            view: None,
+        }
+    }
+
+    /// Serves until stdin ends (`Ok`) or stdout or stdin fails.
+    pub fn serve(mut self, stdin: BorrowedFd<'_>) -> Result<(), ServeError> {
+        let mut lines = LineSplitter::new(MAX_LINE);
+        let mut buf = vec![0u8; 256 * 1024];
+        let (mut line_events, mut frames) = (Vec::new(), Vec::new());
+        loop {
+            self.flush()?;
+            let timeout = match self.next_timer() {
+                None => PollTimeout::NONE,
+                Some(at) => {
+                    let ms = at.saturating_duration_since(Instant::now()).as_millis();
+                    // Rounded up, so a timer never fires early and spins.
+                    PollTimeout::try_from(ms.saturating_add(1).min(i32::MAX as u128) as i32)
+                        .unwrap_or(PollTimeout::MAX)
+                }
+            };
+            let broker_open = self.broker_gone.is_none();
+            let mut fds = vec![PollFd::new(stdin, PollFlags::POLLIN)];
+            if broker_open {
+                fds.push(PollFd::new(self.broker.as_fd(), PollFlags::POLLIN));
+            }
+            match nix::poll::poll(&mut fds, timeout) {
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(ServeError::Poll(e.into())),
+            }
+            let ready = |fd: &PollFd| fd.revents().is_some_and(|r| !r.is_empty());
+            let (stdin_ready, broker_ready) = (ready(&fds[0]), fds.get(1).is_some_and(ready));
+            drop(fds);
+
+            if broker_ready {
+                match self.broker.receive(&mut frames) {
+                    Ok(open) => {
+                        for env in frames.drain(..) {
+                            self.on_frame(env)?;
+                        }
+                        if !open {
+                            self.on_broker_gone("the broker closed the connection".into())?;
+                        }
+                    }
+                    Err(e) => {
+                        frames.clear();
+                        self.on_broker_gone(format!("the broker connection failed: {e}"))?;
+                    }
+                }
+            }
+            if stdin_ready {
+                let n = loop {
+                    match nix::unistd::read(stdin, &mut buf) {
+                        Ok(n) => break Some(n),
+                        Err(nix::errno::Errno::EINTR) => continue,
+                        // A client may hand over a non-blocking stdin: nothing there after all.
+                        Err(nix::errno::Errno::EAGAIN) => break None,
+                        Err(e) => return Err(ServeError::Stdin(e.into())),
+                    }
+                };
+                let Some(n) = n else {
+                    self.fire_timers()?;
+                    continue;
+                };
+                if n == 0 {
+                    lines.finish(&mut line_events);
+                } else {
+                    lines.push(&buf[..n], &mut line_events);
+                }
+                for ev in line_events.drain(..) {
+                    match ev {
+                        LineEvent::Line(line) => self.on_line(&line)?,
+                        LineEvent::TooLong { bytes, id } => self.send(&jsonrpc::error(
+                            &id,
+                            &RpcError::invalid_request(format!(
+                                "the message is {bytes} bytes long; the limit is {MAX_LINE} bytes (4 MiB) per line"
+                            )),
+                        ))?,
+                    }
+                }
+                if n == 0 {
+                    // The client ended the session.
+                    return self.flush();
+                }
+            }
+            self.fire_timers()?;
+        }
+    }
+
+    /// Queues one message line for the client.
+    fn send(&mut self, msg: &Value) -> Result<(), ServeError> {
+        serde_json::to_writer(&mut self.out, msg).map_err(|e| ServeError::Stdout(e.into()))?;
+        self.out.write_all(b"\n").map_err(ServeError::Stdout)
+    }
+
+    fn flush(&mut self) -> Result<(), ServeError> {
+        self.out.flush().map_err(ServeError::Stdout)?;
+        if self.broker_gone.is_none() {
+            if let Err(e) = self.broker.flush() {
+                self.on_broker_gone(format!("writing to it failed: {e}"))?;
+                self.out.flush().map_err(ServeError::Stdout)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn reply(&mut self, id: &Id, version: Version, result: Value) -> Result<(), ServeError> {
+        self.send(&jsonrpc::result(id, era::finish_result(version, result)))
+    }
+
+    fn reply_err(&mut self, id: &Id, e: RpcError) -> Result<(), ServeError> {
+        self.send(&jsonrpc::error(&id.0, &e))
+    }
+
+    fn on_line(&mut self, line: &[u8]) -> Result<(), ServeError> {
+        match jsonrpc::parse_line(line) {
+            Ok(None) => Ok(()),
+            Ok(Some(Incoming::Request { id, method, params })) => {
+                self.on_request(id, &method, params)
+            }
+            Ok(Some(Incoming::Notification { method, params })) => {
+                self.on_notification(&method, params.as_ref());
+                Ok(())
+            }
+            Ok(Some(Incoming::Response { id })) => {
+                eprintln!(
+                    "gatehouse mcp: ignored a response (id {}) to a request this server never sent",
+                    id.0
+                );
+                Ok(())
+            }
+            Err(r) => self.send(&jsonrpc::error(&r.id, &r.error)),
+        }
+    }
+
+    /// Notifications are never answered. Only a cancellation needs doing; the handshake's
+    /// acknowledgement and the rest have no use here.
+    fn on_notification(&mut self, method: &str, params: Option<&Map<String, Value>>) {
+        if method != "notifications/cancelled" {
+            return;
+        }
+        let Some(target) = params.and_then(|p| p.get("requestId")) else {
+            return;
+        };
+        // The broker cannot take a call back; its answer is dropped when it comes.
+        let found = self
+            .calls
+            .iter()
+            .find(|(_, c)| &c.rpc_id.0 == target)
+            .map(|(k, _)| *k);
+        if let Some(k) = found {
+            let c = self.calls.remove(&k).expect("found above");
+            eprintln!(
+                "gatehouse mcp: the client cancelled {} (request {}); gatehouse may still carry it out",
+                c.tool, c.rpc_id.0
+            );
+        }
+    }
+
+    fn on_request(
+        &mut self,
+        id: Id,
+        method: &str,
+        params: Option<Map<String, Value>>,
+    ) -> Result<(), ServeError> {
+        #[cfg(feature = "test-hooks")]
+        if method == crate::probe::METHOD {
+            let result = crate::probe::run(params.as_ref());
+            return self.send(&jsonrpc::result(&id, result));
+        }
+        if !METHODS.contains(&method) {
+            return self.reply_err(
+                &id,
+                RpcError::new(METHOD_NOT_FOUND, format!("Method not found: {method}")),
+            );
+        }
+        if method == "initialize" {
+            return self.initialize(id, params.as_ref());
+        }
+        let version = match era::modern_version(params.as_ref()) {
+            Err(e) => return self.reply_err(&id, e),
+            Ok(Some(v)) => v,
+            Ok(None) => match (self.legacy, method) {
+                (_, "server/discover") => {
+                    return self.reply_err(
+                        &id,
+                        RpcError::invalid_params(format!(
+                            "server/discover needs \"{}\" and \"{}\" in params._meta",
+                            era::META_PROTOCOL_VERSION,
+                            era::META_CLIENT_CAPABILITIES
+                        )),
+                    )
+                }
+                (Some(v), _) => v,
+                // A legacy client may ping before the handshake.
+                (None, "ping") => Version::LATEST_HANDSHAKE,
+                (None, _) => {
+                    return self.reply_err(
+                        &id,
+                        RpcError::invalid_params(format!(
+                            "{method}: no protocol version: send initialize first, or (protocol 2026-07-28) give \"{}\" and \"{}\" in params._meta",
+                            era::META_PROTOCOL_VERSION,
+                            era::META_CLIENT_CAPABILITIES
+                        )),
+                    )
+                }
+            },
+        };
+        match method {
+            "ping" if version.is_modern() => self.reply_err(
+                &id,
+                RpcError::new(
+                    METHOD_NOT_FOUND,
+                    "Method not found: ping (removed in protocol 2026-07-28)",
+                ),
+            ),
+            "ping" => self.reply(&id, version, json!({})),
+            "server/discover" => self.reply(&id, version, era::discover_result()),
+            "tools/list" => self.tools_list(id, version, params.as_ref()),
+            "tools/call" => self.tools_call(id, version, params),
+            _ => unreachable!("every method of METHODS is handled"),
+        }
+    }
+
+    fn initialize(
+        &mut self,
+        id: Id,
+        params: Option<&Map<String, Value>>,
+    ) -> Result<(), ServeError> {
+        if let Some(v) = self.legacy {
+            return self.reply_err(
+                &id,
+                RpcError::invalid_request(format!(
+                    "initialize was already done for this session (protocol {})",
+                    v.as_str()
+                )),
+            );
+        }
+        match era::negotiate(params) {
+            Ok(v) => {
+                self.legacy = Some(v);
+                self.reply(&id, v, era::initialize_result(v))
+            }
+            Err(e) => self.reply_err(&id, e),
+        }
+    }
+
+    /// Whether `tool` is offered: not denied outright by the policy in force.
+    fn offered(&self, tool: ToolName) -> bool {
+        self.view
+            .as_ref()
+            .and_then(|v| v.get(&tool))
+            .is_none_or(|s| s.action != ipc_schema::tool::Action::Deny)
+    }
+
+    fn tools_list(
+        &mut self,
+        id: Id,
+        version: Version,
+        params: Option<&Map<String, Value>>,
+    ) -> Result<(), ServeError> {
+        if let Some(c) = params.and_then(|p| p.get("cursor")) {
+            return self.reply_err(
+                &id,
+                RpcError::invalid_params(format!(
+                    "unknown cursor {c}: this server lists every tool in one page"
+                )),
+            );
+        }
+        let tools: Vec<Value> = ToolName::ALL
+            .into_iter()
+            .filter(|t| self.offered(*t))
+            .map(|t| catalog::definition(t, version, self.view.as_ref().and_then(|v| v.get(&t))))
+            .collect();
+        let mut result = json!({ "tools": tools });
+        if version.is_modern() {
+            result["ttlMs"] = json!(0);
+            result["cacheScope"] = json!("private");
+        }
+        self.reply(&id, version, result)
+    }
+
+    fn tool_error(&mut self, id: &Id, version: Version, text: String) -> Result<(), ServeError> {
+        self.reply(id, version, Rendered::error(text).to_json())
+    }
+
+    fn tools_call(
+        &mut self,
+        id: Id,
+        version: Version,
+        params: Option<Map<String, Value>>,
+    ) -> Result<(), ServeError> {
+        let params = params.unwrap_or_default();
+        let name = match params.get("name") {
+            Some(Value::String(n)) => n,
+            Some(_) => {
+                return self.reply_err(
+                    &id,
+                    RpcError::invalid_params("tools/call: \"name\" must be a string"),
+                )
+            }
+            None => {
+                return self.reply_err(
+                    &id,
+                    RpcError::invalid_params("tools/call: \"name\" is required"),
+                )
+            }
+        };
+        let empty = Map::new();
+        let arguments = match params.get("arguments") {
+            None | Some(Value::Null) => &empty,
+            Some(Value::Object(a)) => a,
+            Some(_) => {
+                return self.reply_err(
+                    &id,
+                    RpcError::invalid_params("tools/call: \"arguments\" must be an object"),
+                )
+            }
+        };
+        // A tool the policy denies outright is as unknown as one that does not exist.
+        let Some(tool) = ToolName::from_name(name).filter(|t| self.offered(*t)) else {
+            return self.reply_err(
+                &id,
+                RpcError::invalid_params(format!("Unknown tool: {name}")),
+            );
+        };
+        if self.calls.values().any(|c| c.rpc_id == id) {
+            return self.reply_err(
+                &id,
+                RpcError::new(
+                    INVALID_REQUEST,
+                    format!(
+                        "request id {} is already in use by a call in progress",
+                        id.0
+                    ),
+                ),
+            );
+        }
+        if let Some(why) = &self.broker_gone {
+            let text = format!(
+                "{tool} was not carried out: gatehouse's broker is gone ({why}). This gateway cannot reconnect from inside its sandbox: restart the MCP server."
+            );
+            return self.tool_error(&id, version, text);
+        }
+        if self.calls.len() >= MAX_IN_FLIGHT {
+            let text = format!("{tool} was not carried out: {MAX_IN_FLIGHT} calls are already in flight in this session; wait for some to finish");
+            return self.tool_error(&id, version, text);
+        }
+        let call = match args::parse(tool, arguments, &self.cfg.base) {
+            Ok(c) => c,
+            Err(e) => return self.tool_error(&id, version, e.to_string()),
+        };
+        match self.broker.send(Body::ToolCall(call)) {
+            Ok(broker_id) => {
+                self.calls.insert(
+                    broker_id,
+                    Pending {
+                        rpc_id: id,
+                        tool,
+                        version,
+                        progress_token: progress_token(Some(&params)),
+                        progress: 0,
+                        wait: None,
+                    },
+                );
+                Ok(())
+            }
+            Err(ipc_schema::FrameError::Encode(e)) => {
+                let text = format!(
+                    "{tool} was not carried out: the call cannot be sent to the broker ({e})"
+                );
+                self.tool_error(&id, version, text)
+            }
+            Err(e) => {
+                let why = format!("writing to it failed: {e}");
+                let text =
+                    format!("{tool} was not carried out: gatehouse's broker is gone ({why}).");
+                self.broker_gone = Some(why);
+                self.tool_error(&id, version, text)
+            }
+        }
+    }
+
+    fn on_frame(&mut self, env: Envelope) -> Result<(), ServeError> {
+        match env.body {
+            Body::ToolReply(ToolReply::AwaitingApproval(w)) => {
+                let now = Instant::now();
+                let Some(call) = self.calls.get_mut(&env.id) else {
+                    return Ok(());
+                };
+                call.wait = Some(Wait {
+                    proposal: w.proposal,
+                    deadline: now + self.cfg.approval_wait,
+                    next_progress: now,
+                });
+                Ok(())
+            }
+            Body::ToolReply(ToolReply::Session(_)) => Ok(()),
+            Body::ToolReply(reply) => {
+                let Some(call) = self.calls.remove(&env.id) else {
+                    return Ok(());
+                };
+                let r = render::final_reply(call.tool, &reply);
+                self.reply(&call.rpc_id, call.version, r.to_json())
+            }
+            Body::Error(e) => {
+                let Some(call) = self.calls.remove(&env.id) else {
+                    return Ok(());
+                };
+                let text = format!(
+                    "{} was not carried out: gatehouse could not take the call ({:?}): {}",
+                    call.tool, e.code, e.message
+                );
+                self.tool_error(&call.rpc_id, call.version, text)
+            }
+            other => {
+                eprintln!(
+                    "gatehouse mcp: ignored a {:?} frame from the broker",
+                    other.kind()
+                );
+                Ok(())
+            }
+        }
+    }
+
+    fn on_broker_gone(&mut self, why: String) -> Result<(), ServeError> {
+        eprintln!("gatehouse mcp: {why}; tool calls will fail until the MCP server is restarted");
+        let calls: Vec<Pending> = self.calls.drain().map(|(_, c)| c).collect();
+        for c in calls {
+            let text = format!(
+                "The connection to gatehouse's broker ended while {} was in flight ({why}): whether it took effect is unknown. Look before calling again; this gateway cannot reconnect, restart the MCP server.",
+                c.tool
+            );
+            self.tool_error(&c.rpc_id, c.version, text)?;
+        }
+        self.broker_gone = Some(why);
+        Ok(())
+    }
+
+    /// The next moment a waiting call needs attention.
+    fn next_timer(&self) -> Option<Instant> {
+        self.calls
+            .values()
+            .filter_map(|c| {
+                let w = c.wait.as_ref()?;
+                Some(if c.progress_token.is_some() {
+                    w.deadline.min(w.next_progress)
+                } else {
+                    w.deadline
+                })
+            })
+            .min()
+    }
+
+    fn fire_timers(&mut self) -> Result<(), ServeError> {
+        let now = Instant::now();
+        let mut expired = Vec::new();
+        let mut notes = Vec::new();
+        for (k, c) in self.calls.iter_mut() {
+            let Some(w) = c.wait.as_mut() else { continue };
+            if now >= w.deadline {
+                expired.push(*k);
+                continue;
+            }
+            if let Some(token) = &c.progress_token {
+                if now >= w.next_progress {
+                    c.progress += 1;
+                    w.next_progress = now + self.cfg.progress_every;
+                    let left = w.deadline.saturating_duration_since(now).as_secs();
+                    notes.push(jsonrpc::notification(
+                        "notifications/progress",
+                        json!({
+                            "progressToken": token,
+                            "progress": c.progress,
+                            "message": format!(
+                                "waiting for the human to decide proposal {} in the gatehouse console (giving up in {left} s)",
+                                w.proposal
+                            ),
+                        }),
+                    ));
+                }
+            }
+        }
+        for n in notes {
+            self.send(&n)?;
+        }
+        for k in expired {
+            let c = self.calls.remove(&k).expect("collected above");
+            let p = c
+                .wait
+                .as_ref()
+                .map(|w| w.proposal)
+                .expect("only waiting calls expire");
+            let again = if c.tool.is_read_only() {
+                "Reads are not kept in gatehouse's ledger: calling again asks the human again, unless they allowed it for this session meanwhile."
+            } else {
+                "Calling again with exactly the same arguments returns the human's decision once it is made (gatehouse's ledger answers a repeated call; it is never carried out twice)."
+            };
+            let text = format!(
+                "{} is waiting for the human's approval: proposal {p} was not decided within {} s, so gatehouse stopped waiting. Nothing has been done yet. {again}",
+                c.tool,
+                self.cfg.approval_wait.as_secs()
+            );
+            self.tool_error(&c.rpc_id, c.version, text)?;
+        }
+        Ok(())
+    }
+}
