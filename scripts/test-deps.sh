@@ -21,6 +21,7 @@ declare -A NEED=(
   [runuser]=util-linux
   [python3]=python3
   [strace]=strace
+  [keyctl]=keyutils
 )
 missing=()
 for cmd in "${!NEED[@]}"; do

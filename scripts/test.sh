@@ -32,6 +32,10 @@ if [[ $(id -u) -eq 0 ]]; then
     cp target/debug/$b "$STAGE/target/debug/"
     cp target/release/$b "$STAGE/target/release/"
   done
+  # Test-only binaries (built with the test-hooks feature).
+  for b in gatehouse-exec-probe; do
+    cp target/debug/$b "$STAGE/target/debug/"
+  done
   mapfile -t EXES < <(cargo test --workspace --all-features --no-run --message-format=json -q 2>/dev/null |
     python3 -c 'import json,sys
 for l in sys.stdin:
@@ -42,6 +46,9 @@ for l in sys.stdin:
   # A copy of the sources for tests that read fixtures or scripts at run time.
   mkdir -p "$STAGE/src"
   git ls-files -z | xargs -0 -I{} cp --parents {} "$STAGE/src/" 2>/dev/null || true
+  # Audit keys of earlier runs' test instances (the user and persistent keyrings outlive
+  # processes, and an unprivileged user may hold only 200 keys). This user exists for tests.
+  runuser -u "$TEST_USER" -- keyctl purge -p user gatehouse: >/dev/null 2>&1 || true
   chown -R "$TEST_USER" "$STAGE"
   chmod 0755 "$STAGE"
   fail=0

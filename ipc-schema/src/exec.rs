@@ -1,11 +1,327 @@
 //! Messages between the broker and the exec-helper.
+//!
+//! A command runs in three steps, each a request with exactly one reply:
+//!
+//! 1. [`ExecRequest::Start`] with a [`CommandSpec`]: the helper re-checks the built-in command
+//!    policy, builds the sandbox and starts the command. Reply: [`ExecReply::Started`] (with a
+//!    [`RunId`] and what the sandbox enforces), or [`crate::Body::Error`] with
+//!    [`crate::ErrorCode::Refused`] (policy or containment said no), `Invalid` (bad values) or
+//!    `Limit` (too many runs at once).
+//! 2. [`ExecRequest::Poll`], repeated: answered as soon as the run has output the broker has not
+//!    seen, or has ended, or after `wait_ms`, with [`ExecReply::Progress`]. Output arrives in
+//!    pieces of at most [`OUTPUT_PIECE_MAX`] bytes per stream, so a reply always fits a frame.
+//!    The reply whose `end` is set is the last one for that run; the helper then forgets it.
+//! 3. [`ExecRequest::Stop`] (optional): kills the run's whole sandbox at once. The next `Poll`
+//!    returns the end ([`RunOutcome::Stopped`]).
+//!
+//! The helper answers requests concurrently: a `Poll` waiting for output does not hold up a
+//! `Start`, a `Stop` or a `Ping`; replies carry the id of their request.
+//!
+//! File descriptors: a `Start` whose [`CommandSpec::network`] is [`NetworkMode::Proxy`] travels
+//! with exactly one descriptor (the proxy connector, below), attached with `SCM_RIGHTS` to the
+//! `sendmsg` that writes the frame's bytes (the same rule as `net::NetRequest::ProxyConnection`).
+//! No other frame carries descriptors.
+//!
+//! The proxy connector is one end of a Unix stream socket pair; the broker keeps the other.
+//! Inside the sandbox a listener on `127.0.0.1:`[`PROXY_BRIDGE_PORT`] accepts the command's
+//! connections, and for each one the sandbox writes one byte (`C`) with the accepted TCP socket
+//! attached (`SCM_RIGHTS`) to the connector. The broker hands each such socket to the net-helper
+//! as a `ProxyConnection` for the run's proxy session; the command speaks HTTP `CONNECT` on it
+//! with the session's token as proxy password (`HTTPS_PROXY=http://gatehouse:TOKEN@127.0.0.1:PORT`).
 
 use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 
-/// Broker to exec-helper. Liveness is [`crate::Body::Ping`]; the helper's real work is added here.
+/// The port of the proxy bridge inside every sandbox (each sandbox has its own network
+/// namespace, so the same port never collides). Profile::Exec's Landlock rules allow TCP bind and
+/// connect on this port only.
+pub const PROXY_BRIDGE_PORT: u16 = 3128;
+
+/// The most output bytes of one stream in one [`ExecReply::Progress`].
+pub const OUTPUT_PIECE_MAX: usize = 256 * 1024;
+
+/// Default and ceiling of the run time.
+pub const TIMEOUT_DEFAULT_MS: u64 = 5 * 60 * 1000;
+pub const TIMEOUT_MAX_MS: u64 = 10 * 60 * 1000;
+/// Default and ceiling of the output kept per stream (what is beyond is counted, not kept).
+pub const OUTPUT_DEFAULT_MAX: u64 = 512 * 1024;
+pub const OUTPUT_CEILING: u64 = 16 * 1024 * 1024;
+/// The longest a `Poll` may wait for something to report.
+pub const POLL_WAIT_MAX_MS: u32 = 30_000;
+
+/// The helper's name for one run.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RunId(pub u64);
+
+impl std::fmt::Display for RunId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "run {}", self.0)
+    }
+}
+
+/// Broker to exec-helper.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
-pub enum ExecRequest {}
+pub enum ExecRequest {
+    /// Start a command in a sandbox of its own (boxed: it is by far the largest request, and
+    /// every `Body` would otherwise be as large).
+    Start(Box<CommandSpec>),
+    /// Output and, once it has ended, the end of a run; waits up to `wait_ms`
+    /// (at most [`POLL_WAIT_MAX_MS`]) when there is nothing new. One `Poll` per run at a time.
+    Poll { run: RunId, wait_ms: u32 },
+    /// Kill the run's sandbox (every process in it).
+    Stop { run: RunId },
+}
 
 /// exec-helper to broker.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
-pub enum ExecReply {}
+pub enum ExecReply {
+    /// The command is running.
+    Started {
+        run: RunId,
+        sandbox: Box<SandboxReport>,
+    },
+    /// New output since the last `Progress`, and the end once the run is over.
+    Progress {
+        run: RunId,
+        stdout: Vec<u8>,
+        stderr: Vec<u8>,
+        end: Option<RunEnd>,
+    },
+    /// The sandbox was killed (or had already ended); `Poll` for its end.
+    Stopping { run: RunId },
+}
+
+/// One command and the sandbox it runs in.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct CommandSpec {
+    /// The program and its arguments; `argv[0]` is a path or a name looked up in the sandbox's
+    /// `PATH`. Never a shell string: a shell runs only when `argv[0]` names one.
+    pub argv: Vec<String>,
+    /// Absolute; must lie inside one of `grants`. The broker resolves "no directory given" to
+    /// the working root.
+    pub cwd: PathBuf,
+    /// The directories (or files) the command sees, at their own paths. Everything else of the
+    /// host is invisible except the read-only system directories.
+    pub grants: Vec<PathGrant>,
+    /// Variables the caller asks for. Names that look like secrets, `LD_*`, and the names the
+    /// sandbox sets itself are dropped (and listed in [`SandboxReport::env_dropped`]).
+    pub env: Vec<(String, String)>,
+    pub network: NetworkMode,
+    pub limits: Limits,
+}
+
+/// One path the command may see, and how.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct PathGrant {
+    /// Absolute; symbolic links are resolved by the helper.
+    pub path: PathBuf,
+    pub access: GrantAccess,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GrantAccess {
+    Read,
+    ReadWrite,
+}
+
+/// Whether the command reaches any network.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum NetworkMode {
+    /// No network at all: no inet sockets (seccomp), no TCP connect (Landlock), no route.
+    None,
+    /// Only through the egress proxy, over the connector that travels with the frame.
+    Proxy {
+        /// The session's proxy token, put into the proxy variables as the proxy password.
+        token: String,
+    },
+}
+
+/// What a run may consume. [`Limits::default`] is what the issue calls the defaults.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Wall-clock time from start; at most [`TIMEOUT_MAX_MS`].
+    pub timeout_ms: u64,
+    /// Output bytes kept per stream; beyond it bytes are counted and dropped.
+    pub stdout_max: u64,
+    pub stderr_max: u64,
+    /// RLIMIT_NPROC: processes and threads of the sandbox's user.
+    pub processes: u64,
+    /// RLIMIT_FSIZE: the largest file the command may write.
+    pub file_size: u64,
+    /// RLIMIT_NOFILE.
+    pub open_files: u64,
+    /// RLIMIT_AS: address space per process.
+    pub memory: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            timeout_ms: TIMEOUT_DEFAULT_MS,
+            stdout_max: OUTPUT_DEFAULT_MAX,
+            stderr_max: OUTPUT_DEFAULT_MAX,
+            processes: 1024,
+            file_size: 8 << 30,
+            open_files: 4096,
+            memory: 16 << 30,
+        }
+    }
+}
+
+/// Ceilings for [`Limits`]; a request beyond one is refused as invalid, naming the limit.
+pub const LIMIT_CEILINGS: Limits = Limits {
+    timeout_ms: TIMEOUT_MAX_MS,
+    stdout_max: OUTPUT_CEILING,
+    stderr_max: OUTPUT_CEILING,
+    processes: 16384,
+    file_size: 1 << 40,
+    open_files: 65536,
+    memory: 1 << 40,
+};
+
+impl Limits {
+    /// `Err` names the first limit that is zero or above its ceiling.
+    pub fn check(&self) -> Result<(), String> {
+        let pairs = [
+            ("timeout_ms", self.timeout_ms, LIMIT_CEILINGS.timeout_ms),
+            ("stdout_max", self.stdout_max, LIMIT_CEILINGS.stdout_max),
+            ("stderr_max", self.stderr_max, LIMIT_CEILINGS.stderr_max),
+            ("processes", self.processes, LIMIT_CEILINGS.processes),
+            ("file_size", self.file_size, LIMIT_CEILINGS.file_size),
+            ("open_files", self.open_files, LIMIT_CEILINGS.open_files),
+            ("memory", self.memory, LIMIT_CEILINGS.memory),
+        ];
+        for (name, value, max) in pairs {
+            if value == 0 || value > max {
+                return Err(format!("limit {name} = {value} is outside 1..={max}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the sandbox of a run enforces (for approval cards, the audit log and `doctor`).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct SandboxReport {
+    /// The program that was resolved for `argv[0]` (inside the sandbox's view).
+    pub program: String,
+    /// Namespaces the command is in: `user`, `mount`, `pid`, `net`, `ipc`, `uts`.
+    pub namespaces: Vec<String>,
+    /// The host uid and gid the command acts as.
+    pub uid: u32,
+    pub gid: u32,
+    /// The Landlock ABI used for the command's ruleset (0: none, only with `--allow-degraded`).
+    pub landlock_abi: u32,
+    /// The seccomp denylist is installed.
+    pub seccomp_denylist: bool,
+    /// Paths masked (unreadable, unwritable) inside the granted directories.
+    pub masked: Vec<PathBuf>,
+    /// Variables asked for and dropped, each with why.
+    pub env_dropped: Vec<String>,
+    /// What is weaker than asked, and why (only with `--allow-degraded`).
+    pub degraded: Vec<String>,
+}
+
+/// How a run ended.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct RunEnd {
+    pub outcome: RunOutcome,
+    /// Output bytes beyond the per-stream limits, counted and dropped.
+    pub stdout_dropped: u64,
+    pub stderr_dropped: u64,
+    pub elapsed_ms: u64,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// The command exited with this status.
+    Exited(i32),
+    /// The command was killed by this signal.
+    Signaled(i32),
+    /// The time limit ended it (the whole sandbox was killed).
+    TimedOut { after_ms: u64 },
+    /// A `Stop` ended it.
+    Stopped,
+    /// The program could not be executed (`errno` of `execve`, e.g. 2: not found).
+    ExecFailed { errno: i32, message: String },
+    /// The sandbox could not be built; nothing ran.
+    SandboxFailed { message: String },
+}
+
+impl RunOutcome {
+    /// One line for people, e.g. `exited with status 3`.
+    pub fn describe(&self) -> String {
+        match self {
+            RunOutcome::Exited(c) => format!("exited with status {c}"),
+            RunOutcome::Signaled(s) => format!("killed by signal {s}"),
+            RunOutcome::TimedOut { after_ms } => {
+                format!(
+                    "timed out after {} s; the sandbox was killed",
+                    after_ms / 1000
+                )
+            }
+            RunOutcome::Stopped => "stopped; the sandbox was killed".into(),
+            RunOutcome::ExecFailed { message, .. } => format!("could not run: {message}"),
+            RunOutcome::SandboxFailed { message } => format!("sandbox failed: {message}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Body, Envelope};
+
+    #[test]
+    fn a_full_progress_reply_fits_a_frame() {
+        let env = Envelope::new(
+            u64::MAX,
+            Body::ExecReply(ExecReply::Progress {
+                run: RunId(u64::MAX),
+                stdout: vec![0xff; OUTPUT_PIECE_MAX],
+                stderr: vec![0xff; OUTPUT_PIECE_MAX],
+                end: Some(RunEnd {
+                    outcome: RunOutcome::SandboxFailed {
+                        message: "x".repeat(4096),
+                    },
+                    stdout_dropped: u64::MAX,
+                    stderr_dropped: u64::MAX,
+                    elapsed_ms: u64::MAX,
+                }),
+            }),
+        );
+        assert!(crate::codec::encode(&env).is_ok());
+    }
+
+    #[test]
+    fn exec_messages_do_not_make_every_body_large() {
+        assert!(
+            std::mem::size_of::<ExecRequest>() <= 32,
+            "{}",
+            std::mem::size_of::<ExecRequest>()
+        );
+        assert!(
+            std::mem::size_of::<ExecReply>() <= 160,
+            "{}",
+            std::mem::size_of::<ExecReply>()
+        );
+    }
+
+    #[test]
+    fn limits_are_checked_against_ceilings() {
+        assert_eq!(Limits::default().check(), Ok(()));
+        let l = Limits {
+            timeout_ms: TIMEOUT_MAX_MS + 1,
+            ..Limits::default()
+        };
+        assert_eq!(
+            l.check().unwrap_err(),
+            "limit timeout_ms = 600001 is outside 1..=600000"
+        );
+        let l = Limits {
+            processes: 0,
+            ..Limits::default()
+        };
+        assert!(l.check().unwrap_err().starts_with("limit processes = 0"));
+    }
+}

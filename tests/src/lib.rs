@@ -226,6 +226,34 @@ impl Drop for BrokerUnderTest {
         if let Ok(None) = self.child.try_wait() {
             self.stop();
         }
+        forget_audit_key(self.dir.path());
+    }
+}
+
+/// Removes the audit key a test instance under `root` (a `--data-dir`) left in the kernel
+/// keyring. Keys outlive processes (the user and persistent keyrings), and an unprivileged
+/// user may hold only 200 of them: a suite that leaked one per broker would fail the next run.
+pub fn forget_audit_key(root: &Path) {
+    let db = root.join("data/gatehouse.db");
+    if !db.exists() {
+        return;
+    }
+    let Ok(out) = Command::new("sqlite3")
+        .arg(&db)
+        .arg("SELECT value FROM meta WHERE key = 'instance'")
+        .output()
+    else {
+        return;
+    };
+    let instance = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if instance.is_empty() {
+        return;
+    }
+    use linux_keyutils::{KeyRing, KeyRingIdentifier};
+    if let Ok(user) = KeyRing::from_special_id(KeyRingIdentifier::User, false) {
+        if let Ok(key) = user.search(&format!("gatehouse:audit-key-{instance}")) {
+            let _ = key.invalidate();
+        }
     }
 }
 

@@ -14,6 +14,8 @@ use std::os::raw::{c_int, c_void};
 pub(crate) const EV_SETUP_FAILED: u32 = 1;
 pub(crate) const EV_EXEC_FAILED: u32 = 2;
 pub(crate) const EV_EXITED: u32 = 3;
+/// The sandbox is built and the command process started (it is about to exec).
+pub(crate) const EV_STARTED: u32 = 4;
 
 /// Stages outside the op list (an op failure reports the op's index instead).
 pub(crate) const S_DEATH_SIGNAL: u32 = 100_000;
@@ -124,7 +126,14 @@ fn fail(plan: &Plan, stage: u32, value: i32) -> ! {
 /// fully prepared and sealed; it never returns.
 pub(crate) unsafe fn init_main(plan: &mut Plan) -> ! {
     // If the supervisor dies, so does the sandbox (and with init, everything in it).
-    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+    if libc::prctl(
+        libc::PR_SET_PDEATHSIG,
+        libc::SIGKILL as libc::c_ulong,
+        0,
+        0,
+        0,
+    ) != 0
+    {
         fail(plan, S_DEATH_SIGNAL, 0);
     }
     // The supervisor may have died before the line above: then its end of the report socket is
@@ -179,13 +188,25 @@ pub(crate) unsafe fn init_main(plan: &mut Plan) -> ! {
         }
     }
 
-    let pid = libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_ulong, 0usize, 0usize, 0usize, 0usize);
+    // The command starts like posix_spawn does: sharing init's memory (no page tables to copy,
+    // no copy-on-write faults) on a stack of its own, while init waits until it has exec'd or
+    // died (CLONE_VFORK). Until then it writes nothing of init's but errno.
+    let mut arg = CommandArg {
+        plan: &*plan,
+        ruleset,
+    };
+    let stack = plan.command_stack.as_ptr() as usize + plan.command_stack.len();
+    let stack = (stack & !15) as *mut c_void;
+    let pid = libc::clone(
+        command_entry,
+        stack,
+        libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+        &mut arg as *mut CommandArg as *mut c_void,
+    );
     if pid < 0 {
         fail(plan, S_FORK, 0);
     }
-    if pid == 0 {
-        command_main(plan, ruleset);
-    }
+    send(plan.report_fd, EV_STARTED, 0, 0, pid);
     let cmd = pid as libc::pid_t;
     // Only the command holds the output pipes now; their end is the command's (and its
     // children's) end.
@@ -511,6 +532,20 @@ unsafe fn run_op(plan: &mut Plan, i: usize) -> Result<(), ()> {
     }
 }
 
+struct CommandArg<'a> {
+    plan: &'a Plan,
+    ruleset: c_int,
+}
+
+extern "C" fn command_entry(arg: *mut c_void) -> c_int {
+    // SAFETY: `arg` points at the CommandArg on init's stack, which stays valid: init is
+    // suspended (CLONE_VFORK) until this process has exec'd or exited.
+    unsafe {
+        let a = &*(arg as *const CommandArg);
+        command_main(a.plan, a.ruleset)
+    }
+}
+
 /// The command process: session, stdio, limits, no privileges, Landlock, seccomp, exec.
 unsafe fn command_main(plan: &Plan, ruleset: c_int) -> ! {
     if libc::setsid() < 0 {
@@ -526,7 +561,10 @@ unsafe fn command_main(plan: &Plan, ruleset: c_int) -> ! {
     if null < 0 {
         fail(plan, S_STDIO, 0);
     }
-    if libc::dup2(null, 0) < 0 || libc::dup2(plan.stdout_w, 1) < 0 || libc::dup2(plan.stderr_w, 2) < 0 {
+    if libc::dup2(null, 0) < 0
+        || libc::dup2(plan.stdout_w, 1) < 0
+        || libc::dup2(plan.stderr_w, 2) < 0
+    {
         fail(plan, S_STDIO, 1);
     }
     // Everything else (the report socket, the connector, the listener, the ruleset) closes at
@@ -555,7 +593,14 @@ unsafe fn command_main(plan: &Plan, ruleset: c_int) -> ! {
     if errno() != libc::EINVAL {
         fail(plan, S_CAPABILITIES, 0);
     }
-    if libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 {
+    if libc::prctl(
+        libc::PR_CAP_AMBIENT,
+        libc::PR_CAP_AMBIENT_CLEAR_ALL,
+        0,
+        0,
+        0,
+    ) != 0
+    {
         fail(plan, S_CAPABILITIES, 1);
     }
     let hdr = CapHeader {

@@ -57,13 +57,28 @@ fn refused() -> Vec<(c_long, &'static str)> {
     let mut v: Vec<(c_long, &'static str)> = vec![
         // Reading or writing another process's memory.
         (libc::SYS_ptrace, "debugging other processes"),
-        (libc::SYS_process_vm_readv, "reading another process's memory"),
-        (libc::SYS_process_vm_writev, "writing another process's memory"),
-        (libc::SYS_pidfd_getfd, "stealing another process's descriptors"),
-        (libc::SYS_process_madvise, "acting on another process's memory"),
+        (
+            libc::SYS_process_vm_readv,
+            "reading another process's memory",
+        ),
+        (
+            libc::SYS_process_vm_writev,
+            "writing another process's memory",
+        ),
+        (
+            libc::SYS_pidfd_getfd,
+            "stealing another process's descriptors",
+        ),
+        (
+            libc::SYS_process_madvise,
+            "acting on another process's memory",
+        ),
         // Changing the filesystem view the sandbox built.
         (libc::SYS_mount, "mounting"),
-        (libc::SYS_umount2, "unmounting (would reveal what a mask hides)"),
+        (
+            libc::SYS_umount2,
+            "unmounting (would reveal what a mask hides)",
+        ),
         (libc::SYS_pivot_root, "changing the root"),
         (libc::SYS_chroot, "changing the root"),
         (libc::SYS_open_tree, "mount API"),
@@ -80,9 +95,18 @@ fn refused() -> Vec<(c_long, &'static str)> {
         (libc::SYS_request_key, "kernel keyrings"),
         // Large kernel attack surface that no ordinary command needs.
         (libc::SYS_bpf, "BPF programs"),
-        (libc::SYS_perf_event_open, "performance counters (side channels, kernel bugs)"),
-        (libc::SYS_userfaultfd, "userfaultfd (used to win kernel races)"),
-        (libc::SYS_io_uring_setup, "io_uring (bypasses syscall filtering)"),
+        (
+            libc::SYS_perf_event_open,
+            "performance counters (side channels, kernel bugs)",
+        ),
+        (
+            libc::SYS_userfaultfd,
+            "userfaultfd (used to win kernel races)",
+        ),
+        (
+            libc::SYS_io_uring_setup,
+            "io_uring (bypasses syscall filtering)",
+        ),
         (libc::SYS_io_uring_enter, "io_uring"),
         (libc::SYS_io_uring_register, "io_uring"),
         // Changing the kernel.
@@ -98,7 +122,10 @@ fn refused() -> Vec<(c_long, &'static str)> {
         (libc::SYS_swapoff, "swap"),
         (libc::SYS_reboot, "reboot"),
         (libc::SYS_quotactl, "disk quotas"),
-        (libc::SYS_open_by_handle_at, "opening files by handle (escapes mounts)"),
+        (
+            libc::SYS_open_by_handle_at,
+            "opening files by handle (escapes mounts)",
+        ),
     ];
     #[cfg(target_arch = "x86_64")]
     v.extend([
@@ -306,7 +333,12 @@ mod tests {
         #[cfg(target_arch = "x86_64")]
         {
             assert_eq!(
-                run(&p, AUDIT_ARCH, X32_SYSCALL_BIT | nr(libc::SYS_getpid), [0; 6]),
+                run(
+                    &p,
+                    AUDIT_ARCH,
+                    X32_SYSCALL_BIT | nr(libc::SYS_getpid),
+                    [0; 6]
+                ),
                 RET_KILL_PROCESS
             );
             assert_eq!(run(&p, AUDIT_ARCH, 0xffff_ffff, [0; 6]), RET_KILL_PROCESS);
@@ -319,8 +351,14 @@ mod tests {
         let fork_flags = libc::SIGCHLD as u64;
         let thread_flags = (libc::CLONE_VM | libc::CLONE_THREAD | libc::CLONE_SIGHAND) as u64;
         let clone = nr(libc::SYS_clone);
-        assert_eq!(run(&p, AUDIT_ARCH, clone, [fork_flags, 0, 0, 0, 0, 0]), RET_ALLOW);
-        assert_eq!(run(&p, AUDIT_ARCH, clone, [thread_flags, 0, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(
+            run(&p, AUDIT_ARCH, clone, [fork_flags, 0, 0, 0, 0, 0]),
+            RET_ALLOW
+        );
+        assert_eq!(
+            run(&p, AUDIT_ARCH, clone, [thread_flags, 0, 0, 0, 0, 0]),
+            RET_ALLOW
+        );
         let userns = (libc::CLONE_NEWUSER as u64) | fork_flags;
         assert_eq!(
             run(&p, AUDIT_ARCH, clone, [userns, 0, 0, 0, 0, 0]),
@@ -331,12 +369,24 @@ mod tests {
                 &p,
                 AUDIT_ARCH,
                 nr(libc::SYS_unshare),
-                [libc::CLONE_NEWUSER as u64 | libc::CLONE_NEWNS as u64, 0, 0, 0, 0, 0]
+                [
+                    libc::CLONE_NEWUSER as u64 | libc::CLONE_NEWNS as u64,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0
+                ]
             ),
             ret_errno(libc::EPERM)
         );
         assert_eq!(
-            run(&p, AUDIT_ARCH, nr(libc::SYS_unshare), [libc::CLONE_FILES as u64, 0, 0, 0, 0, 0]),
+            run(
+                &p,
+                AUDIT_ARCH,
+                nr(libc::SYS_unshare),
+                [libc::CLONE_FILES as u64, 0, 0, 0, 0, 0]
+            ),
             RET_ALLOW
         );
     }
@@ -345,7 +395,11 @@ mod tests {
     fn terminal_ioctls_are_compared_on_32_bits() {
         let p = program(false);
         let ioctl = nr(libc::SYS_ioctl);
-        for cmd in [TIOCSTI as u64, TIOCLINUX as u64, (1u64 << 32) | TIOCSTI as u64] {
+        for cmd in [
+            TIOCSTI as u64,
+            TIOCLINUX as u64,
+            (1u64 << 32) | TIOCSTI as u64,
+        ] {
             assert_eq!(
                 run(&p, AUDIT_ARCH, ioctl, [0, cmd, 0, 0, 0, 0]),
                 ret_errno(libc::EPERM),
@@ -353,7 +407,7 @@ mod tests {
             );
         }
         assert_eq!(
-            run(&p, AUDIT_ARCH, ioctl, [0, libc::TIOCGWINSZ as u64, 0, 0, 0, 0]),
+            run(&p, AUDIT_ARCH, ioctl, [0, libc::TIOCGWINSZ, 0, 0, 0, 0]),
             RET_ALLOW
         );
     }
@@ -385,7 +439,10 @@ mod tests {
     fn personality_may_be_queried_not_changed() {
         let p = program(false);
         let pers = nr(libc::SYS_personality);
-        assert_eq!(run(&p, AUDIT_ARCH, pers, [0xffff_ffff, 0, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(
+            run(&p, AUDIT_ARCH, pers, [0xffff_ffff, 0, 0, 0, 0, 0]),
+            RET_ALLOW
+        );
         assert_eq!(run(&p, AUDIT_ARCH, pers, [0, 0, 0, 0, 0, 0]), RET_ALLOW);
         assert_eq!(
             run(&p, AUDIT_ARCH, pers, [0x0040000, 0, 0, 0, 0, 0]), // ADDR_NO_RANDOMIZE

@@ -45,13 +45,7 @@ const PROXY_NAMES: &[&str] = &[
     "all_proxy",
 ];
 const SET_BY_SANDBOX: &[&str] = &[
-    "HOME",
-    "USER",
-    "LOGNAME",
-    "SHELL",
-    "TMPDIR",
-    "NO_PROXY",
-    "no_proxy",
+    "HOME", "USER", "LOGNAME", "SHELL", "TMPDIR", "NO_PROXY", "no_proxy",
 ];
 
 /// Does `name` look like it holds a secret (`GITHUB_TOKEN`, `AWS_SECRET_ACCESS_KEY`,
@@ -159,7 +153,15 @@ mod tests {
         ] {
             assert!(looks_secret(n), "{n}");
         }
-        for n in ["PATH", "KEYBOARD", "PASSAGE", "MONKEY", "PATH_INFO", "TERM", "AUTHOR_NAME"] {
+        for n in [
+            "PATH",
+            "KEYBOARD",
+            "PASSAGE",
+            "MONKEY",
+            "PATH_INFO",
+            "TERM",
+            "AUTHOR_NAME",
+        ] {
             assert!(!looks_secret(n), "{n}");
         }
     }
@@ -213,7 +215,10 @@ mod tests {
             },
         );
         assert_eq!(
-            p.vars.iter().filter(|(k, _)| k.to_ascii_uppercase().ends_with("_PROXY")).count(),
+            p.vars
+                .iter()
+                .filter(|(k, _)| k.to_ascii_uppercase().ends_with("_PROXY"))
+                .count(),
             6
         );
     }

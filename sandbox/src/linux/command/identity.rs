@@ -35,8 +35,12 @@ pub fn become_user(uid: u32, gid: u32) -> io::Result<()> {
             "refusing to run commands as root (uid or gid 0)",
         ));
     }
-    let has_setpcap = ::caps::has_cap(None, ::caps::CapSet::Effective, ::caps::Capability::CAP_SETPCAP)
-        .map_err(|e| io::Error::other(format!("reading capabilities: {e}")))?;
+    let has_setpcap = ::caps::has_cap(
+        None,
+        ::caps::CapSet::Effective,
+        ::caps::Capability::CAP_SETPCAP,
+    )
+    .map_err(|e| io::Error::other(format!("reading capabilities: {e}")))?;
     if has_setpcap {
         ::caps::clear(None, ::caps::CapSet::Bounding)
             .map_err(|e| io::Error::other(format!("clearing the bounding set: {e}")))?;
@@ -50,6 +54,11 @@ pub fn become_user(uid: u32, gid: u32) -> io::Result<()> {
     if nix::unistd::setuid(Uid::from_raw(0)).is_ok() {
         return Err(io::Error::other("could regain uid 0 after dropping it"));
     }
+    // Changing uid made the kernel mark us non-dumpable, which hands our /proc/self files to
+    // root: then neither we nor our sandboxes could write their own uid_map. Lockdown (and the
+    // sandbox's init, once its map is written) set it back to 0.
+    nix::sys::prctl::set_dumpable(true)
+        .map_err(|e| io::Error::other(format!("PR_SET_DUMPABLE: {e}")))?;
     Ok(())
 }
 
@@ -72,5 +81,41 @@ pub fn home_of(uid: u32) -> PathBuf {
     match home {
         Some(h) if h.is_absolute() && h != Path::new("/") && h.is_dir() => h,
         _ => PathBuf::from(FALLBACK_HOME),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_root_owned_working_root_runs_as_nobody_another_as_its_owner() {
+        let d = tempfile::tempdir().unwrap();
+        if nix::unistd::geteuid().is_root() {
+            assert_eq!(run_as_for(d.path()), NOBODY);
+            std::os::unix::fs::chown(d.path(), Some(1234), Some(5678)).unwrap();
+            assert_eq!(run_as_for(d.path()), (1234, 5678));
+        } else {
+            let me = (
+                nix::unistd::geteuid().as_raw(),
+                nix::unistd::getegid().as_raw(),
+            );
+            assert_eq!(run_as_for(d.path()), me);
+        }
+        assert_eq!(run_as_for(Path::new("/nonexistent/x")), NOBODY);
+    }
+
+    #[test]
+    fn becoming_root_is_refused() {
+        let e = become_user(0, 0).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "refusing to run commands as root (uid or gid 0)"
+        );
+    }
+
+    #[test]
+    fn a_home_that_is_not_a_directory_falls_back() {
+        assert_eq!(home_of(4_000_000_000), PathBuf::from(FALLBACK_HOME));
     }
 }

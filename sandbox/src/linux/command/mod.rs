@@ -15,19 +15,19 @@
 
 mod child;
 mod denylist;
-pub mod fdpass;
 pub mod env;
+pub mod fdpass;
 pub mod identity;
 mod landlock_rules;
 mod plan;
 pub mod policy;
-mod protected;
-pub mod watch;
 #[cfg(feature = "test-hooks")]
 pub mod probe;
+mod protected;
+pub mod watch;
 
-pub use ipc_schema::exec::{GrantAccess, Limits, PathGrant, SandboxReport, PROXY_BRIDGE_PORT};
 pub use denylist::refused_syscall_count;
+pub use ipc_schema::exec::{GrantAccess, Limits, PathGrant, SandboxReport, PROXY_BRIDGE_PORT};
 pub use landlock_rules::{kernel_abi as landlock_kernel_abi, FULL_ABI as LANDLOCK_FULL_ABI};
 pub use protected::{GIT_PROTECTED, NOT_GRANTABLE, RULES as PROTECTED_RULES};
 pub use watch::{Kill, Stream, Watch};
@@ -63,7 +63,10 @@ pub enum Network {
     None,
     /// Through the egress proxy: a listener on 127.0.0.1:[`PROXY_BRIDGE_PORT`] inside hands each
     /// connection to `connector` (see `ipc_schema::exec`).
-    Proxy { connector: OwnedFd, token: String },
+    Proxy {
+        connector: OwnedFd,
+        token: String,
+    },
 }
 
 /// Why a command was not started.
@@ -98,6 +101,9 @@ pub const SYSTEM_DIRS: &[&str] = &[
 
 /// Device nodes bound into the sandbox's `/dev`.
 const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
+
+/// The stack of the command process between its start and its exec (see child.rs).
+const COMMAND_STACK: usize = 128 * 1024;
 
 /// Sizes of the sandbox's own filesystems.
 const ROOT_TMPFS: &str = "mode=0755,size=1m,nr_inodes=4096";
@@ -145,7 +151,9 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
         return Err(SandboxError::Invalid("no command given".into()));
     }
     if spec.argv.iter().any(|a| a.contains('\0')) {
-        return Err(SandboxError::Invalid("an argument contains a NUL byte".into()));
+        return Err(SandboxError::Invalid(
+            "an argument contains a NUL byte".into(),
+        ));
     }
     spec.limits.check().map_err(SandboxError::Invalid)?;
     let mut degraded = Vec::new();
@@ -258,9 +266,14 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
     let (network, connector, token) = match spec.network {
         Network::None => (false, None, None),
         Network::Proxy { connector, token } => {
-            if token.is_empty() || !token.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.~".contains(&b)) {
+            if token.is_empty()
+                || !token
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.~".contains(&b))
+            {
                 return Err(SandboxError::Invalid(
-                    "the proxy token must be non-empty and URL-safe (letters, digits, - _ . ~)".into(),
+                    "the proxy token must be non-empty and URL-safe (letters, digits, - _ . ~)"
+                        .into(),
                 ));
             }
             (true, Some(connector), Some(token))
@@ -397,7 +410,13 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
     let tmp = Path::new("/tmp");
     let tmp_private = !grants.iter().any(|g| tmp.starts_with(&g.path));
     if tmp_private {
-        fresh_tmpfs(&mut layout, &mut ops, tmp, TMP_TMPFS, libc::MS_NOSUID | libc::MS_NODEV);
+        fresh_tmpfs(
+            &mut layout,
+            &mut ops,
+            tmp,
+            TMP_TMPFS,
+            libc::MS_NOSUID | libc::MS_NODEV,
+        );
     }
     layout.mkdir_p(Path::new("/var"), &mut ops);
     if layout.cover(Path::new("/var")) == Cover::Fresh {
@@ -411,7 +430,13 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
     }
     let home_private = !grants.iter().any(|g| spec.home.starts_with(&g.path));
     if home_private {
-        fresh_tmpfs(&mut layout, &mut ops, &spec.home, HOME_TMPFS, libc::MS_NOSUID | libc::MS_NODEV);
+        fresh_tmpfs(
+            &mut layout,
+            &mut ops,
+            &spec.home,
+            HOME_TMPFS,
+            libc::MS_NOSUID | libc::MS_NODEV,
+        );
     }
     build_dev(&mut layout, &mut ops);
     layout.mkdir_p(Path::new("/proc"), &mut ops);
@@ -526,7 +551,11 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
             src: None,
             target: cstr("/"),
             fstype: None,
-            flags: libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+            flags: libc::MS_REMOUNT
+                | libc::MS_BIND
+                | libc::MS_RDONLY
+                | libc::MS_NOSUID
+                | libc::MS_NODEV,
             data: None,
         },
         "making the sandbox's root read-only".into(),
@@ -609,6 +638,7 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
         rlimits,
         seccomp: denylist::program(network),
         dev_null: cstr("/dev/null"),
+        command_stack: vec![0; COMMAND_STACK],
     };
     plan.seal();
     let report = SandboxReport {
@@ -679,7 +709,13 @@ fn fresh_tmpfs(
 /// links; then read-only.
 fn build_dev(layout: &mut Layout, ops: &mut Vec<(Op, String)>) {
     let dev = Path::new("/dev");
-    fresh_tmpfs(layout, ops, dev, DEV_TMPFS, libc::MS_NOSUID | libc::MS_NOEXEC);
+    fresh_tmpfs(
+        layout,
+        ops,
+        dev,
+        DEV_TMPFS,
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+    );
     for d in DEVICES {
         let p = dev.join(d);
         layout.touch(&p, 0o666, ops);
@@ -738,7 +774,11 @@ fn build_dev(layout: &mut Layout, ops: &mut Vec<(Op, String)>) {
             src: None,
             target: cpath(&layout.staged(dev)),
             fstype: None,
-            flags: libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NOEXEC,
+            flags: libc::MS_REMOUNT
+                | libc::MS_BIND
+                | libc::MS_RDONLY
+                | libc::MS_NOSUID
+                | libc::MS_NOEXEC,
             data: None,
         },
         "making /dev read-only".into(),
@@ -775,7 +815,8 @@ fn resolve_program(
 ) -> Result<(PathBuf, PathBuf), SandboxError> {
     use std::os::unix::fs::PermissionsExt;
     let candidates: Vec<PathBuf> = if argv0.contains('/') {
-        vec![cwd.join(argv0)]
+        // Joined and without `.` components: `./x` reads as `/work/x`.
+        vec![cwd.join(argv0).components().collect()]
     } else {
         path_var
             .split(':')
@@ -851,6 +892,8 @@ pub enum Event {
     SetupFailed { message: String },
     /// `execve` failed (the command did not start).
     ExecFailed { errno: i32, message: String },
+    /// The sandbox is built; the command has started (it execs next).
+    Started,
     /// The command ended with this wait status; the sandbox is being torn down.
     Exited { status: i32 },
 }
@@ -996,6 +1039,7 @@ impl Sandboxed {
         let cause = io::Error::from_raw_os_error(r.errno);
         match r.kind {
             child::EV_EXITED => Event::Exited { status: r.value },
+            child::EV_STARTED => Event::Started,
             child::EV_EXEC_FAILED => Event::ExecFailed {
                 errno: r.errno,
                 message: format!("{}: {cause}", self.report.program),

@@ -11,7 +11,10 @@ use std::path::{Path, PathBuf};
 /// One step of building the filesystem view (or of the identity setup before it).
 pub(crate) enum Op {
     /// Write `data` to `path` (uid_map, gid_map, setgroups).
-    WriteFile { path: CString, data: CString },
+    WriteFile {
+        path: CString,
+        data: CString,
+    },
     /// Make every mount private, so nothing done here propagates to the host (and back).
     MakePrivate,
     /// Clone the tree at `src` (host view) into a detached mount with `attr_set` applied
@@ -29,15 +32,32 @@ pub(crate) enum Op {
         flags: libc::c_ulong,
         data: Option<CString>,
     },
-    Mkdir { path: CString, mode: libc::mode_t },
+    Mkdir {
+        path: CString,
+        mode: libc::mode_t,
+    },
     /// Create an empty file (a mount point for a file).
-    Touch { path: CString, mode: libc::mode_t },
-    Symlink { target: CString, link: CString },
+    Touch {
+        path: CString,
+        mode: libc::mode_t,
+    },
+    Symlink {
+        target: CString,
+        link: CString,
+    },
     /// Attach the tree in `slots[slot]` at `target`.
-    MoveTree { slot: usize, target: CString },
-    Remove { path: CString, dir: bool },
+    MoveTree {
+        slot: usize,
+        target: CString,
+    },
+    Remove {
+        path: CString,
+        dir: bool,
+    },
     /// Make `root` the root: `pivot_root(".", ".")` from inside it, then detach the old root.
-    PivotRoot { root: CString },
+    PivotRoot {
+        root: CString,
+    },
 }
 
 /// Everything the children need, prepared.
@@ -64,6 +84,8 @@ pub(crate) struct Plan {
     pub rlimits: Vec<(libc::__rlimit_resource_t, libc::rlimit)>,
     pub seccomp: Vec<libc::sock_filter>,
     pub dev_null: CString,
+    /// The stack the command process runs on until its exec (it shares init's memory).
+    pub command_stack: Vec<u8>,
 }
 
 impl Plan {
@@ -205,7 +227,10 @@ mod tests {
         assert!(ops.is_empty(), "inside a host tree nothing is created");
         l.mkdir_p(Path::new("/home/a/other"), &mut ops);
         assert_eq!(ops.len(), 1);
-        assert_eq!(l.staged(Path::new("/home/a")), PathBuf::from("/stage/home/a"));
+        assert_eq!(
+            l.staged(Path::new("/home/a")),
+            PathBuf::from("/stage/home/a")
+        );
         assert_eq!(l.staged(Path::new("/")), PathBuf::from("/stage"));
     }
 }

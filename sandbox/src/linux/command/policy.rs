@@ -47,7 +47,9 @@ pub struct CommandPolicy {
 
 const ESCALATION: &[&str] = &["sudo", "su", "doas", "pkexec", "run0", "sudoedit"];
 const PERSISTENCE: &[&str] = &["crontab", "at", "batch", "launchctl"];
-const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "busybox"];
+const SHELLS: &[&str] = &[
+    "sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "busybox",
+];
 /// `systemctl --user` verbs that install or start something outside the sandbox.
 const SYSTEMCTL_PERSIST: &[&str] = &[
     "enable",
@@ -186,7 +188,10 @@ fn deny_simple(name: &str, argv: &[&str], depth: u32) -> Option<String> {
         return deny("it formats disks");
     }
     if name == "dd" && args.iter().any(|a| a.starts_with("of=/dev/")) {
-        return Some("dd of=/dev/... is denied by the built-in command policy (it overwrites devices)".into());
+        return Some(
+            "dd of=/dev/... is denied by the built-in command policy (it overwrites devices)"
+                .into(),
+        );
     }
     if name == "systemctl" && args.contains(&"--user") {
         if let Some(v) = args.iter().find(|a| SYSTEMCTL_PERSIST.contains(a)) {
@@ -366,7 +371,9 @@ fn split_script(s: &str) -> Vec<Vec<Vec<String>>> {
                 *skip = false;
             } else {
                 let p = pipelines.last_mut().expect("one pipeline");
-                p.last_mut().expect("one command").push(std::mem::take(word));
+                p.last_mut()
+                    .expect("one command")
+                    .push(std::mem::take(word));
             }
             word.clear();
             *in_word = false;
@@ -408,10 +415,10 @@ fn split_script(s: &str) -> Vec<Vec<Vec<String>>> {
             '|' | ';' | '&' | '\n' | '(' | ')' | '`' => {
                 end_word(&mut word, &mut in_word, &mut skip_next_word, &mut pipelines);
                 let pipe = c == '|' && chars.peek() != Some(&'|');
-                if c == '|' || c == '&' {
-                    if chars.peek() == Some(&c) || (c == '|' && chars.peek() == Some(&'&')) {
-                        chars.next();
-                    }
+                if (c == '|' || c == '&')
+                    && (chars.peek() == Some(&c) || (c == '|' && chars.peek() == Some(&'&')))
+                {
+                    chars.next();
                 }
                 if pipe {
                     pipelines.last_mut().expect("one pipeline").push(vec![]);
@@ -426,7 +433,10 @@ fn split_script(s: &str) -> Vec<Vec<Vec<String>>> {
                 }
                 // `2>&1`: a descriptor, not a file; otherwise the next word is the target.
                 if chars.peek().is_some_and(|d| d.is_ascii_digit()) {
-                    while chars.peek().is_some_and(|d| d.is_ascii_digit() || *d == '-') {
+                    while chars
+                        .peek()
+                        .is_some_and(|d| d.is_ascii_digit() || *d == '-')
+                    {
                         chars.next();
                     }
                 } else {
@@ -587,10 +597,16 @@ mod tests {
         };
         assert_eq!(ev(&["git", "status"], "/usr/bin/git"), Verdict::Allow);
         assert_eq!(ev(&["git", "status", "-s"], "/usr/bin/git"), Verdict::Allow);
-        assert_eq!(ev(&["git", "push", "origin"], "/usr/bin/git"), Verdict::Deny);
+        assert_eq!(
+            ev(&["git", "push", "origin"], "/usr/bin/git"),
+            Verdict::Deny
+        );
         assert_eq!(ev(&["git", "log"], "/usr/bin/git"), Verdict::Ask);
         assert_eq!(ev(&["cargo", "build"], "/usr/bin/cargo"), Verdict::Allow);
-        assert_eq!(ev(&["cargo", "build"], "/home/u/.cargo/bin/cargo"), Verdict::Ask);
+        assert_eq!(
+            ev(&["cargo", "build"], "/home/u/.cargo/bin/cargo"),
+            Verdict::Ask
+        );
         assert_eq!(ev(&["rm", "-rf", "x"], "/bin/rm"), Verdict::Deny);
         assert_eq!(ev(&["rm", "-rf", "x", "y"], "/bin/rm"), Verdict::Ask);
         // Built-ins come first and cannot be allowed by a rule.

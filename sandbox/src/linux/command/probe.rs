@@ -53,8 +53,7 @@ pub fn bpf_load_socket_filter() -> io::Result<i64> {
     // struct bpf_insn: code u8, regs u8, off i16, imm i32.
     let insns: [u64; 2] = [
         // BPF_ALU64 | BPF_MOV | BPF_K, dst r0, imm 0
-        0xb7,
-        // BPF_JMP | BPF_EXIT
+        0xb7, // BPF_JMP | BPF_EXIT
         0x95,
     ];
     let license = b"GPL\0";

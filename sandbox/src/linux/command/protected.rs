@@ -122,7 +122,9 @@ pub(crate) fn protected_place(path: &Path) -> Option<String> {
 /// Why `path` (absolute, resolved) may not be granted at all, if it may not.
 pub(crate) fn refuse_grant(path: &Path, extra: &[PathBuf]) -> Option<String> {
     if path == Path::new("/") {
-        return Some("/ would expose every home directory; grant the directories the command needs".into());
+        return Some(
+            "/ would expose every home directory; grant the directories the command needs".into(),
+        );
     }
     for top in NOT_GRANTABLE {
         if path.starts_with(top) {
@@ -263,13 +265,30 @@ mod tests {
         let r = |p: &str| refuse_grant(Path::new(p), &[PathBuf::from("/data/gh")]);
         assert!(r("/").unwrap().contains("every home"));
         assert_eq!(r("/proc/1").unwrap(), "/proc is never granted to a command");
-        assert_eq!(r("/run/user/1000").unwrap(), "/run is never granted to a command");
-        assert_eq!(r("/home/a/.ssh").unwrap(), "it is inside a protected place (.ssh)");
-        assert_eq!(r("/w/x/.SSH/keys").unwrap(), "it is inside a protected place (.ssh)");
-        assert_eq!(r("/home/a/.config/autostart").unwrap(), "it is inside a protected place (.config/autostart)");
-        assert_eq!(r("/data/gh/run").unwrap(), "/data/gh is gatehouse's own directory");
+        assert_eq!(
+            r("/run/user/1000").unwrap(),
+            "/run is never granted to a command"
+        );
+        assert_eq!(
+            r("/home/a/.ssh").unwrap(),
+            "it is inside a protected place (.ssh)"
+        );
+        assert_eq!(
+            r("/w/x/.SSH/keys").unwrap(),
+            "it is inside a protected place (.ssh)"
+        );
+        assert_eq!(
+            r("/home/a/.config/autostart").unwrap(),
+            "it is inside a protected place (.config/autostart)"
+        );
+        assert_eq!(
+            r("/data/gh/run").unwrap(),
+            "/data/gh is gatehouse's own directory"
+        );
         assert!(r("/p/.git/hooks").unwrap().contains(".git/.../hooks"));
-        assert!(r("/p/.git/modules/x/config").unwrap().contains(".git/.../config"));
+        assert!(r("/p/.git/modules/x/config")
+            .unwrap()
+            .contains(".git/.../config"));
         assert_eq!(r("/home/a/project"), None);
         assert_eq!(r("/home/a/.config"), None);
         assert_eq!(r("/p/.git"), None);
@@ -282,7 +301,9 @@ mod tests {
         let home = dir.path().join("home/a");
         std::fs::create_dir_all(home.join("proj")).unwrap();
         let homes = vec![home.clone()];
-        assert!(refuse_write_grant(&home, &homes, &[]).unwrap().contains("home directory"));
+        assert!(refuse_write_grant(&home, &homes, &[])
+            .unwrap()
+            .contains("home directory"));
         assert!(refuse_write_grant(dir.path(), &homes, &[]).is_some());
         assert_eq!(refuse_write_grant(&home.join("proj"), &homes, &[]), None);
     }
@@ -297,10 +318,14 @@ mod tests {
         std::fs::write(home.join(".bashrc"), "x").unwrap();
         let homes = vec![home.clone()];
         // The home itself granted: its protected entries are masked, in any case.
-        let m = masks(&[home.clone()], &homes, &[]);
+        let m = masks(std::slice::from_ref(&home), &homes, &[]);
         assert_eq!(
             m,
-            vec![home.join(".SSH"), home.join(".bashrc"), home.join(".config/autostart")]
+            vec![
+                home.join(".SSH"),
+                home.join(".bashrc"),
+                home.join(".config/autostart")
+            ]
         );
         // A project inside the home: nothing protected is visible.
         assert!(masks(&[home.join("proj")], &homes, &[]).is_empty());
@@ -314,7 +339,10 @@ mod tests {
         // Any granted directory: its own top-level protected entries.
         let other = tempfile::tempdir().unwrap();
         std::fs::write(other.path().join(".netrc"), "x").unwrap();
-        assert_eq!(masks(&[other.path().to_path_buf()], &[], &[]), vec![other.path().join(".netrc")]);
+        assert_eq!(
+            masks(&[other.path().to_path_buf()], &[], &[]),
+            vec![other.path().join(".netrc")]
+        );
     }
 
     #[test]
@@ -325,6 +353,9 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("a/b/.git")).unwrap();
         let mut g = git_dirs(dir.path());
         g.sort();
-        assert_eq!(g, vec![dir.path().join(".git"), dir.path().join("sub/.git")]);
+        assert_eq!(
+            g,
+            vec![dir.path().join(".git"), dir.path().join("sub/.git")]
+        );
     }
 }

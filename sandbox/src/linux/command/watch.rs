@@ -37,6 +37,10 @@ pub struct Watch {
     setup_failed: Option<String>,
     exec_failed: Option<(i32, String)>,
     killed: Option<Kill>,
+    /// When the command's exit was reported, and when the sandbox was gone (for timing).
+    started_at: Option<Instant>,
+    exited_at: Option<Instant>,
+    gone_at: Option<Instant>,
     buf: Vec<u8>,
 }
 
@@ -64,6 +68,9 @@ impl Watch {
             setup_failed: None,
             exec_failed: None,
             killed: None,
+            started_at: None,
+            exited_at: None,
+            gone_at: None,
             buf: vec![0; 64 * 1024],
         })
     }
@@ -110,7 +117,11 @@ impl Watch {
             }
             // Drain what is there now (bounded, so one chatty run cannot starve the loop).
             for _ in 0..16 {
-                let fd = if i == 0 { &self.sb.stdout } else { &self.sb.stderr };
+                let fd = if i == 0 {
+                    &self.sb.stdout
+                } else {
+                    &self.sb.stderr
+                };
                 match nix::unistd::read(fd, &mut self.buf) {
                     Ok(0) => {
                         self.open[i] = false;
@@ -141,7 +152,11 @@ impl Watch {
         if ready[2] && self.events_open {
             loop {
                 match self.sb.read_event() {
-                    Ok(Some(Event::Exited { status })) => self.status = Some(status),
+                    Ok(Some(Event::Started)) => self.started_at = Some(Instant::now()),
+                    Ok(Some(Event::Exited { status })) => {
+                        self.status = Some(status);
+                        self.exited_at = Some(Instant::now());
+                    }
                     Ok(Some(Event::SetupFailed { message })) => self.setup_failed = Some(message),
                     Ok(Some(Event::ExecFailed { errno, message })) => {
                         self.exec_failed = Some((errno, message))
@@ -157,6 +172,7 @@ impl Watch {
         }
         if ready[3] && !self.init_gone {
             self.init_gone = true;
+            self.gone_at = Some(Instant::now());
             let _ = self.sb.reap();
         }
     }
@@ -168,6 +184,21 @@ impl Watch {
 
     pub fn elapsed(&self) -> Duration {
         self.start.elapsed()
+    }
+
+    /// Where a run's time went: building the sandbox (from the watch's start to the command's
+    /// start), the command itself (to its exit being reported), and the teardown (to the whole
+    /// sandbox being gone).
+    pub fn timeline(&self) -> [Option<Duration>; 3] {
+        let span = |a: Option<Instant>, b: Option<Instant>| match (a, b) {
+            (Some(a), Some(b)) if b >= a => Some(b - a),
+            _ => None,
+        };
+        [
+            span(Some(self.start), self.started_at),
+            span(self.started_at, self.exited_at),
+            span(self.exited_at, self.gone_at),
+        ]
     }
 
     /// How the run ended (meaningful once [`Watch::finished`]).

@@ -1,0 +1,308 @@
+//! `bench exec`: the cost of running `/bin/true` in the exec sandbox, against a bare spawn of
+//! `/bin/true` measured in the same run, and against bubblewrap as the reference people know.
+//!
+//! Rows: bare `posix_spawn` (the floor); the sandbox as the exec-helper pays it per command
+//! (in-process `prepare` + `spawn` + wait, no network, and with the proxy bridge); the same as
+//! `gatehouse sandbox -- /bin/true` (a process, no network); `bwrap --unshare-all
+//! --die-with-parent --ro-bind / / true`; and, to show where the time goes, `unshare` creating
+//! the same six namespaces and nothing else, and the planning step alone.
+//!
+//! Run as root, it first becomes nobody (a sandbox never runs as root), so every row runs as
+//! the same unprivileged user. `cargo build --release --workspace && cargo run --release -p
+//! bench -- exec [--bin-dir target/release] [--iterations N]`.
+
+use crate::stats::{us, Samples};
+use ipc_schema::exec::{GrantAccess, Limits, PathGrant};
+use sandbox::linux::command::{self, identity, Network, SandboxSpec, Watch};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn run(args: &[String]) {
+    let mut bin_dir = PathBuf::from("target/release");
+    let mut n = 300usize;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--bin-dir" => bin_dir = it.next().map(PathBuf::from).unwrap_or(bin_dir),
+            "--iterations" => n = it.next().and_then(|v| v.parse().ok()).unwrap_or(n),
+            other => {
+                eprintln!("bench exec: unknown argument {other}");
+                std::process::exit(2);
+            }
+        }
+    }
+    let gatehouse = std::fs::canonicalize(bin_dir.join("gatehouse")).unwrap_or_else(|_| {
+        eprintln!(
+            "bench exec: {}/gatehouse is missing (cargo build --release)",
+            bin_dir.display()
+        );
+        std::process::exit(2)
+    });
+
+    let work = std::env::temp_dir().join(format!("gh-bench-exec-{}", std::process::id()));
+    std::fs::create_dir_all(&work).unwrap();
+    let data = work.join("data");
+    let root = work.join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    if nix::unistd::geteuid().is_root() {
+        for p in [&work, &root] {
+            std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+        }
+        identity::become_user(65534, 65534).expect("become nobody");
+    }
+    let home = identity::home_of(nix::unistd::geteuid().as_raw());
+
+    let bare = sample(n, || {
+        let st = Command::new("/bin/true").status().unwrap();
+        assert!(st.success());
+    });
+    let mut phases: [Vec<Duration>; 5] = Default::default();
+    let lib_none = sample(n, || {
+        let p = run_in_sandbox(&root, &home, false);
+        for (v, d) in phases.iter_mut().zip(p) {
+            v.push(d);
+        }
+    });
+    let phases = phases.map(Samples::new);
+    let lib_proxy = sample(n, || {
+        run_in_sandbox(&root, &home, true);
+    });
+    let plan_only = sample(n, || {
+        command::prepare(spec(&root, &home, Network::None)).unwrap();
+    });
+    let cli = sample(n, || {
+        let st = Command::new(&gatehouse)
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["sandbox", "--", "/bin/true"])
+            .current_dir(&root)
+            .stdin(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success(), "gatehouse sandbox failed: {st:?}");
+    });
+    let cli_domain = sample(n.min(100), || {
+        let st = Command::new(&gatehouse)
+            .arg("--data-dir")
+            .arg(&data)
+            .args([
+                "sandbox",
+                "--allow-domain",
+                "example.com",
+                "--",
+                "/bin/true",
+            ])
+            .current_dir(&root)
+            .stdin(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(
+            st.success(),
+            "gatehouse sandbox --allow-domain failed: {st:?}"
+        );
+    });
+    let bwrap = which("bwrap").map(|b| {
+        sample(n, || {
+            let st = Command::new(&b)
+                .args([
+                    "--unshare-all",
+                    "--die-with-parent",
+                    "--ro-bind",
+                    "/",
+                    "/",
+                    "true",
+                ])
+                .stdin(Stdio::null())
+                .status()
+                .unwrap();
+            assert!(st.success(), "bwrap failed: {st:?}");
+        })
+    });
+    let unshare = which("unshare").map(|u| {
+        sample(n, || {
+            let st = Command::new(&u)
+                .args([
+                    "--user",
+                    "--map-root-user",
+                    "--mount",
+                    "--pid",
+                    "--net",
+                    "--ipc",
+                    "--uts",
+                    "--fork",
+                    "/bin/true",
+                ])
+                .stdin(Stdio::null())
+                .status()
+                .unwrap();
+            assert!(st.success(), "unshare failed: {st:?}");
+        })
+    });
+    let _ = std::fs::remove_dir_all(&work);
+
+    let floor = us(bare.p50());
+    println!("exec: /bin/true, {n} runs each (p50 / p99; ratio = p50 against the bare spawn)");
+    let row = |name: &str, s: &Samples| {
+        println!(
+            "  {name:<58} p50 {:8.1} us  p99 {:8.1} us  {:5.2}x",
+            us(s.p50()),
+            us(s.p99()),
+            us(s.p50()) / floor
+        );
+    };
+    row("floor: bare posix_spawn", &bare);
+    row(
+        "sandbox, no network (as the exec-helper runs it)",
+        &lib_none,
+    );
+    row(
+        "sandbox, proxy bridge (as the exec-helper runs it)",
+        &lib_proxy,
+    );
+    row("gatehouse sandbox -- /bin/true (a process)", &cli);
+    row(
+        "gatehouse sandbox --allow-domain (+ starting a net-helper)",
+        &cli_domain,
+    );
+    match &bwrap {
+        Some(b) => row(
+            "bwrap --unshare-all --die-with-parent --ro-bind / / true",
+            b,
+        ),
+        None => println!("  bwrap: not installed (apt-get install bubblewrap)"),
+    }
+    println!("  where the time goes (no network, exec-helper path):");
+    row(
+        "  planning (prepare: grants, masks, rules, filters)",
+        &plan_only,
+    );
+    row(
+        "  clone: creating the six namespaces (in the caller)",
+        &phases[1],
+    );
+    row(
+        "  init: identity map, mounts, pivot, Landlock rules",
+        &phases[2],
+    );
+    row(
+        "  the command: limits, seccomp, exec /bin/true, exit",
+        &phases[3],
+    );
+    row("  teardown: exit reported -> namespaces gone", &phases[4]);
+    if let Some(u) = &unshare {
+        row("  unshare: the same six namespaces, nothing else", u);
+    }
+    if let Some(b) = &bwrap {
+        println!(
+            "  targets: no-network sandbox <= 3x bare: {:.2}x (exec-helper path), {:.2}x (gatehouse sandbox); <= 0.5x bwrap: {:.2}x, {:.2}x",
+            us(lib_none.p50()) / floor,
+            us(cli.p50()) / floor,
+            us(lib_none.p50()) / us(b.p50()),
+            us(cli.p50()) / us(b.p50()),
+        );
+    }
+}
+
+fn spec(root: &Path, home: &Path, network: Network) -> SandboxSpec {
+    SandboxSpec {
+        argv: vec!["/bin/true".into()],
+        cwd: root.to_path_buf(),
+        grants: vec![PathGrant {
+            path: root.to_path_buf(),
+            access: GrantAccess::ReadWrite,
+        }],
+        env: vec![],
+        home: home.to_path_buf(),
+        network,
+        limits: Limits::default(),
+        protect: vec![],
+        allow_degraded: false,
+    }
+}
+
+/// One command through the sandbox the way the exec-helper runs it: plan, spawn, watch to the
+/// end. Returns the time of each phase: planning, clone, setup, command, teardown.
+fn run_in_sandbox(root: &Path, home: &Path, proxy: bool) -> [Duration; 5] {
+    let (network, _keep) = if proxy {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        (
+            Network::Proxy {
+                connector: b.into(),
+                token: "bench".into(),
+            },
+            Some(a),
+        )
+    } else {
+        (Network::None, None)
+    };
+    let t0 = Instant::now();
+    let prepared = command::prepare(spec(root, home, network)).unwrap();
+    let t1 = Instant::now();
+    let sb = prepared.spawn().unwrap();
+    let t2 = Instant::now();
+    let mut w = Watch::new(sb, Limits::default()).unwrap();
+    while !w.finished() {
+        let set = w.poll_set();
+        let mut fds: Vec<nix::poll::PollFd> = set
+            .iter()
+            .flatten()
+            .map(|fd| nix::poll::PollFd::new(*fd, nix::poll::PollFlags::POLLIN))
+            .collect();
+        let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(1000u16));
+        let ready: Vec<bool> = fds
+            .iter()
+            .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
+            .collect();
+        drop(fds);
+        let mut r = [false; 4];
+        let mut j = 0;
+        for (i, fd) in set.iter().enumerate() {
+            if fd.is_some() {
+                r[i] = ready[j];
+                j += 1;
+            }
+        }
+        w.service(r, &mut |_, _| {});
+    }
+    let end = w.end();
+    assert_eq!(
+        end.outcome,
+        ipc_schema::exec::RunOutcome::Exited(0),
+        "{end:?}"
+    );
+    // The watch started just after the clone returned.
+    let [setup, cmd, teardown] = w.timeline();
+    [
+        t1 - t0,
+        t2 - t1,
+        setup.unwrap_or_default(),
+        cmd.unwrap_or_default(),
+        teardown.unwrap_or_default(),
+    ]
+}
+
+fn sample(n: usize, mut f: impl FnMut()) -> Samples {
+    for _ in 0..n.min(10) {
+        f();
+    }
+    let mut v: Vec<Duration> = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        f();
+        v.push(t.elapsed());
+    }
+    Samples::new(v)
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")
+        .map(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(name))
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default()
+        .into_iter()
+        .find(|p| p.is_file())
+}

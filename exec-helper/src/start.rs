@@ -1,0 +1,66 @@
+//! `ExecRequest::Start`: from a [`CommandSpec`] to a running sandbox, or a refusal that says why.
+
+use crate::config::Config;
+use ipc_schema::exec::{CommandSpec, NetworkMode};
+use ipc_schema::{ErrorCode, ErrorReply};
+use sandbox::linux::command::{self, policy, Network, SandboxError, SandboxSpec, Sandboxed};
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+/// Starts `spec` in a new sandbox. `connector` is the descriptor that came with the frame (the
+/// caller takes it only for [`NetworkMode::Proxy`]).
+pub fn start(
+    spec: CommandSpec,
+    connector: Option<OwnedFd>,
+    cfg: &Config,
+) -> Result<Sandboxed, ErrorReply> {
+    spec.limits
+        .check()
+        .map_err(|e| ErrorReply::new(ErrorCode::Invalid, e))?;
+    let network = match (spec.network, connector) {
+        (NetworkMode::None, _) => Network::None,
+        (NetworkMode::Proxy { token }, Some(connector)) => Network::Proxy { connector, token },
+        (NetworkMode::Proxy { .. }, None) => {
+            return Err(ErrorReply::new(
+                ErrorCode::Invalid,
+                "a Start with the proxy network must carry the proxy connector (SCM_RIGHTS)",
+            ))
+        }
+    };
+    // The helper re-checks the built-in command policy (the broker checked it first).
+    let denial = |program: &Path| policy::builtin_denial(&spec.argv, program);
+    let argv0 = spec.argv.first().cloned().unwrap_or_default();
+    let prepared = command::prepare(SandboxSpec {
+        argv: spec.argv.clone(),
+        cwd: spec.cwd,
+        grants: spec.grants,
+        env: spec.env,
+        home: cfg.home.clone(),
+        network,
+        limits: spec.limits,
+        protect: cfg.protect.clone(),
+        allow_degraded: cfg.allow_degraded,
+    })
+    .map_err(|e| {
+        if let SandboxError::NotFound { .. } = &e {
+            if let Some(why) = denial(Path::new(&argv0)) {
+                return ErrorReply::new(ErrorCode::Refused, why);
+            }
+        }
+        refusal(e)
+    })?;
+    if let Some(why) = denial(&prepared.program) {
+        return Err(ErrorReply::new(ErrorCode::Refused, why));
+    }
+    prepared.spawn().map_err(refusal)
+}
+
+fn refusal(e: SandboxError) -> ErrorReply {
+    let code = match &e {
+        SandboxError::Invalid(_) | SandboxError::NotFound { .. } | SandboxError::Io { .. } => {
+            ErrorCode::Invalid
+        }
+        SandboxError::Refused(_) | SandboxError::Kernel(_) => ErrorCode::Refused,
+    };
+    ErrorReply::new(code, e.to_string())
+}
