@@ -39,7 +39,9 @@ pub fn run(args: &[String]) {
     stop(&mut broker);
     let _ = std::fs::remove_dir_all(&dir);
 
-    println!("ipc: {ROUND_TRIPS} sequential round trips, {PIPELINED} pipelined ({WINDOW} in flight)");
+    println!(
+        "ipc: {ROUND_TRIPS} sequential round trips, {PIPELINED} pipelined ({WINDOW} in flight)"
+    );
     println!(
         "  floor  raw two-hop relay      p50 {:7.1} us  p99 {:7.1} us  pipelined {:9.0} rt/s",
         us(floor_lat.p50()),
@@ -75,10 +77,16 @@ pub fn tempdir() -> PathBuf {
 }
 
 /// Starts `gatehouse broker` on a private dir and waits until every helper answers.
+// The child is returned to the caller, which stops and reaps it with `stop`.
+#[allow(clippy::zombie_processes)]
 pub fn start_broker(bin_dir: &Path, dir: &Path) -> Child {
     let gatehouse = bin_dir.join("gatehouse");
-    assert!(gatehouse.exists(), "{} missing: cargo build --release --workspace", gatehouse.display());
-    let child = Command::new(gatehouse)
+    assert!(
+        gatehouse.exists(),
+        "{} missing: cargo build --release --workspace",
+        gatehouse.display()
+    );
+    let mut child = Command::new(gatehouse)
         .arg("--data-dir")
         .arg(dir)
         .arg("broker")
@@ -93,7 +101,16 @@ pub fn start_broker(bin_dir: &Path, dir: &Path) -> Child {
         if let Ok(s) = UnixStream::connect(&sock) {
             let mut r = BufReader::new(s.try_clone().unwrap());
             let mut w = BufWriter::new(s);
-            write_frame(&mut w, &Envelope::new(1, Body::Ping { target: Some(Role::Fs) })).unwrap();
+            write_frame(
+                &mut w,
+                &Envelope::new(
+                    1,
+                    Body::Ping {
+                        target: Some(Role::Fs),
+                    },
+                ),
+            )
+            .unwrap();
             w.flush().unwrap();
             if let Ok(Some(env)) = read_frame(&mut r, MAX_FRAME) {
                 if env.body == Body::Pong {
@@ -101,7 +118,13 @@ pub fn start_broker(bin_dir: &Path, dir: &Path) -> Child {
                 }
             }
         }
-        assert!(Instant::now() < deadline, "broker not ready; see {}", dir.join("broker.log").display());
+        if Instant::now() >= deadline {
+            stop(&mut child);
+            panic!(
+                "broker not ready; see {}",
+                dir.join("broker.log").display()
+            );
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -147,7 +170,10 @@ fn relay_pair(req_len: usize, reply_len: usize) -> UnixStream {
             }
         })
     };
-    forward(relay_front.try_clone().unwrap(), relay_back.try_clone().unwrap());
+    forward(
+        relay_front.try_clone().unwrap(),
+        relay_back.try_clone().unwrap(),
+    );
     forward(relay_back, relay_front);
     client
 }
@@ -214,7 +240,16 @@ fn broker_latency(sock: &Path) -> Samples {
     let mut v = Vec::with_capacity(ROUND_TRIPS);
     for i in 0..ROUND_TRIPS + 1000 {
         let t = Instant::now();
-        write_frame(&mut w, &Envelope::new(i as u64, Body::Ping { target: Some(Role::Fs) })).unwrap();
+        write_frame(
+            &mut w,
+            &Envelope::new(
+                i as u64,
+                Body::Ping {
+                    target: Some(Role::Fs),
+                },
+            ),
+        )
+        .unwrap();
         w.flush().unwrap();
         let env = read_frame(&mut r, MAX_FRAME).unwrap().unwrap();
         assert_eq!(env.body, Body::Pong);
@@ -230,7 +265,16 @@ fn broker_pipelined(sock: &Path) -> f64 {
     pipelined(
         s,
         |w, i| {
-            write_frame(w, &Envelope::new(i as u64, Body::Ping { target: Some(Role::Fs) })).unwrap()
+            write_frame(
+                w,
+                &Envelope::new(
+                    i as u64,
+                    Body::Ping {
+                        target: Some(Role::Fs),
+                    },
+                ),
+            )
+            .unwrap()
         },
         |r| {
             let env = read_frame(r, MAX_FRAME).unwrap().unwrap();

@@ -84,6 +84,12 @@ pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let local = tokio::task::LocalSet::new();
     let result = local.block_on(&rt, async move {
+        // Policy, audit log and ledger first: a log that fails its check refuses the start.
+        let (gate, uncertain) = crate::gate::Gate::open(&dirs, &opts.gate)?;
+        for c in &uncertain {
+            tracing::warn!(ledger = c.id, tool = %c.tool, target = %c.target, "uncertain: {}", c.reason);
+        }
+        helpers::set_extra_args(&opts, Role::Fs, gate.fs_helper_args());
         let ui = fronts::bind(&dirs.ui_socket()).map_err(|e| format!("{}: {e}", dirs.ui_socket().display()))?;
         let gw = fronts::bind(&dirs.gateway_socket())
             .map_err(|e| format!("{}: {e}", dirs.gateway_socket().display()))?;
@@ -93,6 +99,7 @@ pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
             helpers: helpers.clone(),
             broker_lockdown,
             dirs: dirs.clone(),
+            gate,
         });
         tokio::task::spawn_local(fronts::accept_loop(ctx.clone(), ui, Role::Ui));
         tokio::task::spawn_local(fronts::accept_loop(ctx.clone(), gw, Role::Gateway));
@@ -111,6 +118,7 @@ pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
         helpers.kill_all();
         // Give the supervisors a moment to reap their helpers, so none is left behind.
         helpers.wait_all_down(Duration::from_secs(5)).await;
+        ctx.gate.shutdown().await;
         let _ = std::fs::remove_file(dirs.ui_socket());
         let _ = std::fs::remove_file(dirs.gateway_socket());
         Ok::<(), String>(())

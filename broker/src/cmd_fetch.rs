@@ -8,7 +8,7 @@
 
 use crate::{client, Global};
 use ipc_schema::codec::{read_frame, write_frame, MAX_FRAME};
-use ipc_schema::tool::{Done, FetchUrl, ToolCall, ToolName, ToolReply, Waiting};
+use ipc_schema::tool::{Done, FetchUrl, ToolCall, ToolName, ToolReply, ToolResult, Waiting};
 use ipc_schema::ui::{Choice, Decision, UiReply, UiRequest};
 use ipc_schema::{Body, Envelope};
 use std::io::{BufReader, Write};
@@ -112,15 +112,44 @@ fn approve(g: &Global, w: &Waiting) -> Result<(), String> {
     }
 }
 
-/// A completed call. The broker's tool results do not carry a fetched page yet (see the
-/// net-helper's report: `ToolResult::Fetched`); until they do, say so rather than guess.
+/// A completed call: the page's wrapped text, exactly as the agent would get it.
 fn done(g: &Global, d: &Done) -> ExitCode {
-    let kind = format!("{:?}", d.result);
-    let kind = kind.split('(').next().unwrap_or("?");
-    other(
-        g,
-        &format!("the broker answered fetch_url with a {kind} result, which is not a fetched page"),
-    )
+    let ToolResult::Fetched(f) = &d.result else {
+        let kind = format!("{:?}", d.result);
+        let kind = kind.split('(').next().unwrap_or("?").to_string();
+        return other(
+            g,
+            &format!("the broker answered fetch_url with a {kind} result, which is not a fetched page"),
+        );
+    };
+    if g.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "url": f.final_url,
+                "redirects": f.redirects,
+                "address": f.address.to_string(),
+                "status": f.status,
+                "content_type": f.content_type,
+                "body_bytes": f.body_bytes,
+                "text": f.text,
+            })
+        );
+    } else {
+        let mut out = std::io::stdout().lock();
+        let ended = out.write_all(f.text.as_bytes()).and_then(|_| {
+            if f.text.ends_with('\n') {
+                Ok(())
+            } else {
+                out.write_all(b"\n")
+            }
+        });
+        if let Err(e) = ended.and_then(|_| out.flush()) {
+            eprintln!("gatehouse: cannot write the page: {e}");
+            return ExitCode::from(EXIT_OTHER);
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 fn outcome(g: &Global, code: u8, word: &str, msg: &str) -> ExitCode {

@@ -71,6 +71,33 @@ pub fn report(ctx: &Ctx) -> DoctorReport {
     }
 }
 
+/// Asks the fs-helper how it resolves paths and notes it: the openat2 fallback is weaker
+/// (a walk in user space, each step still refusing links) and must be visible.
+pub async fn add_fs_status(ctx: &Ctx, report: &mut DoctorReport) {
+    use ipc_schema::fs::{FsReply, FsRequest, Resolver};
+    use ipc_schema::{Body, Role};
+    let Some(slot) = ctx.helpers.slot(Role::Fs) else {
+        return;
+    };
+    if !slot.is_ready() {
+        return;
+    }
+    match slot.call(Body::Fs(FsRequest::Status)).await {
+        Ok(Body::FsReply(FsReply::Status(st))) => match st.resolver {
+            Resolver::Openat2 => report.notes.push(
+                "fs-helper: paths resolved by the kernel with openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)".into(),
+            ),
+            Resolver::ComponentWalk { reason } => report.notes.push(format!(
+                "fs-helper: openat2 unavailable ({reason}); paths resolved by a component walk with O_NOFOLLOW"
+            )),
+        },
+        Ok(other) => report
+            .problems
+            .push(format!("fs-helper: unexpected status reply {:?}", other.kind())),
+        Err(e) => report.problems.push(format!("fs-helper: status: {e}")),
+    }
+}
+
 /// The human-readable form.
 pub fn render(r: &DoctorReport) -> String {
     use std::fmt::Write;

@@ -7,7 +7,7 @@
 //! through a pidfd opened at accept) and disconnected; the broker goes on serving the others.
 
 use crate::Ctx;
-use ipc_schema::codec::{encode, read_frame_async, MAX_FRAME};
+use ipc_schema::codec::{encode, MAX_FRAME};
 use ipc_schema::route::may_send_to_broker;
 use ipc_schema::{Body, Envelope, ErrorCode, ErrorReply, Role};
 use sandbox::process::{pidfd_open, pidfd_send_signal};
@@ -16,7 +16,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::rc::Rc;
 use std::time::Duration;
-use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 
@@ -55,6 +55,7 @@ struct Peer {
 
 impl Peer {
     fn kill(&self, reason: &str) {
+        crate::audit::peer_killed(self.role.name(), self.pid, reason);
         let pid = self.pid.map(|p| p.to_string()).unwrap_or_else(|| "?".into());
         match &self.pidfd {
             Some(fd) => {
@@ -90,7 +91,7 @@ async fn serve_front(ctx: Rc<Ctx>, stream: UnixStream, role: Role) {
     };
 
     let (rd, wr) = stream.into_split();
-    let mut rd = BufReader::with_capacity(64 * 1024, rd);
+    let mut rd = crate::framed::FrameReader::new(rd, MAX_FRAME);
     let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
     tokio::task::spawn_local(async move {
         let mut w = BufWriter::with_capacity(64 * 1024, wr);
@@ -109,11 +110,18 @@ async fn serve_front(ctx: Rc<Ctx>, stream: UnixStream, role: Role) {
         }
     });
     let reply = Replier { tx };
+    let conn = Rc::new(crate::tools::Conn::default());
 
     loop {
-        let env = match read_frame_async(&mut rd, MAX_FRAME).await {
+        let env = match rd.next().await {
             Ok(Some(env)) => env,
             Ok(None) => return,
+            // A peer that closed with replies unread resets the connection: a disconnect,
+            // not a protocol violation.
+            Err(ipc_schema::FrameError::Io(e)) => {
+                tracing::debug!(peer = %role, "connection ended: {e}");
+                return;
+            }
             Err(e) => {
                 peer.kill(&format!("sent a bad frame: {e}"));
                 return;
@@ -124,7 +132,7 @@ async fn serve_front(ctx: Rc<Ctx>, stream: UnixStream, role: Role) {
             peer.kill(&format!("sent a {kind:?} message, which the {role} may not send"));
             return;
         }
-        dispatch(&ctx, role, env, &reply);
+        dispatch(&ctx, role, env, &reply, &conn);
     }
 }
 
@@ -149,9 +157,18 @@ impl Replier {
         };
         let _ = self.tx.send(frame);
     }
+
+    /// Like [`Replier::send`]; `false` once the front has gone (subscriptions drop it).
+    pub fn send_checked(&self, id: u64, body: Body) -> bool {
+        if self.tx.is_closed() {
+            return false;
+        }
+        self.send(id, body);
+        true
+    }
 }
 
-fn dispatch(ctx: &Rc<Ctx>, role: Role, env: Envelope, reply: &Replier) {
+fn dispatch(ctx: &Rc<Ctx>, role: Role, env: Envelope, reply: &Replier, conn: &Rc<crate::tools::Conn>) {
     let id = env.id;
     match env.body {
         Body::Ping { target: None } => reply.send(id, Body::Pong),
@@ -159,10 +176,9 @@ fn dispatch(ctx: &Rc<Ctx>, role: Role, env: Envelope, reply: &Replier) {
             target: Some(target),
         } => match ctx.helpers.slot(target) {
             Some(slot) => {
-                let slot = slot.clone();
                 let reply = reply.clone();
-                tokio::task::spawn_local(async move {
-                    let body = match slot.call(Body::Ping { target: None }).await {
+                slot.call_with(Body::Ping { target: None }, move |answer| {
+                    let body = match answer {
                         Ok(Body::Pong) => Body::Pong,
                         Ok(other) => Body::Error(ErrorReply::new(
                             ErrorCode::Internal,
@@ -186,11 +202,13 @@ fn dispatch(ctx: &Rc<Ctx>, role: Role, env: Envelope, reply: &Replier) {
             let reply = reply.clone();
             tokio::task::spawn_local(async move {
                 ctx.helpers.settle(Duration::from_secs(10)).await;
-                reply.send(id, Body::DoctorReport(crate::doctor::report(&ctx)));
+                let mut report = crate::doctor::report(&ctx);
+                crate::doctor::add_fs_status(&ctx, &mut report).await;
+                reply.send(id, Body::DoctorReport(report));
             });
         }
-        Body::Ui(req) => match req {},
-        Body::ToolCall(call) => match call {},
+        Body::Ui(req) => crate::ui_api::handle(ctx, id, req, reply),
+        Body::ToolCall(call) => crate::tools::handle(ctx, conn, id, call, reply),
         other => {
             // The route table admitted a kind this broker does not serve for this role.
             reply.send(

@@ -6,7 +6,7 @@
 //! with backoff, and every call in flight to it fails with [`CallError::Crashed`].
 
 use crate::BrokerOptions;
-use ipc_schema::codec::{read_frame_async, MAX_FRAME};
+use ipc_schema::codec::MAX_FRAME;
 use ipc_schema::route::may_send_to_broker;
 use ipc_schema::status::{LandlockStatus, LockdownReport, ProcStatus, ProcessReport, ProcessState};
 use ipc_schema::{Body, Envelope, Role};
@@ -16,7 +16,7 @@ use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -38,7 +38,27 @@ pub enum CallError {
     Crashed { role: Role, how: String },
 }
 
-type Pending = HashMap<u64, oneshot::Sender<Result<Body, CallError>>>;
+/// Who gets a helper's answer.
+enum Waiter {
+    /// A task awaiting [`HelperSlot::call`].
+    Task(oneshot::Sender<Result<Body, CallError>>),
+    /// A continuation run by the relay loop itself ([`HelperSlot::call_with`]): no task and no
+    /// channel per call on the hot path.
+    Forward(Box<dyn FnOnce(Result<Body, CallError>) + Send>),
+}
+
+impl Waiter {
+    fn complete(self, result: Result<Body, CallError>) {
+        match self {
+            Waiter::Task(tx) => {
+                let _ = tx.send(result);
+            }
+            Waiter::Forward(f) => f(result),
+        }
+    }
+}
+
+type Pending = HashMap<u64, Waiter>;
 
 struct Live {
     pid: u32,
@@ -55,6 +75,9 @@ struct SlotState {
     lockdown: Option<LockdownReport>,
     kernel: Option<ProcStatus>,
     last_pid: u32,
+    /// A planned restart (new grants): why. No new call is sent meanwhile; the helper is
+    /// killed once the calls in flight have their answers.
+    restart_requested: Option<String>,
 }
 
 /// One supervised helper.
@@ -79,6 +102,7 @@ impl HelperSlot {
                 lockdown: None,
                 kernel: None,
                 last_pid: 0,
+                restart_requested: None,
             }),
             ready: watch::channel(false).0,
             down: std::sync::atomic::AtomicBool::new(false),
@@ -97,45 +121,60 @@ impl HelperSlot {
         }
     }
 
+    /// Sends `body` now if the helper is ready, registering `waiter` for the answer; gives
+    /// both back otherwise.
+    fn try_send(&self, body: Body, waiter: Waiter) -> Result<(), Box<(Body, Waiter)>> {
+        let mut st = self.lock();
+        if st.restart_requested.is_some() {
+            return Err(Box::new((body, waiter)));
+        }
+        let Some(live) = &st.live else {
+            return Err(Box::new((body, waiter)));
+        };
+        let tx = live.tx.clone();
+        let id = st.next_id;
+        st.next_id += 1;
+        let frame = match ipc_schema::codec::encode(&Envelope::new(id, body)) {
+            Ok(f) => f,
+            Err(e) => {
+                drop(st);
+                waiter.complete(Err(CallError::Unavailable {
+                    role: self.role,
+                    reason: format!("the request cannot be sent: {e}"),
+                }));
+                return Ok(());
+            }
+        };
+        if tx.send(frame).is_err() {
+            drop(st);
+            waiter.complete(Err(CallError::Crashed {
+                role: self.role,
+                how: "its channel closed".into(),
+            }));
+            return Ok(());
+        }
+        st.pending.insert(id, waiter);
+        Ok(())
+    }
+
     /// Sends `body` to the helper and waits for its reply. Waits up to [`READY_WAIT`] for a
     /// helper that is (re)starting; fails at once for one that was refused.
     pub async fn call(&self, body: Body) -> Result<Body, CallError> {
         let deadline = Instant::now() + READY_WAIT;
         let mut ready = self.ready.subscribe();
-        let mut body = Some(body);
+        let mut body = body;
         loop {
-            let sent = {
-                let mut st = self.lock();
-                match (&st.live, body.take()) {
-                    (Some(live), Some(body)) => {
-                        let tx = live.tx.clone();
-                        let id = st.next_id;
-                        st.next_id += 1;
-                        let frame = ipc_schema::codec::encode(&Envelope::new(id, body))
-                            .map_err(|e| CallError::Unavailable {
-                                role: self.role,
-                                reason: format!("the request cannot be sent: {e}"),
-                            })?;
-                        let (otx, orx) = oneshot::channel();
-                        st.pending.insert(id, otx);
-                        if tx.send(frame).is_err() {
-                            st.pending.remove(&id);
-                        }
-                        Some(orx)
-                    }
-                    (_, b) => {
-                        body = b;
-                        None
-                    }
-                }
-            };
-            if let Some(rx) = sent {
-                return rx.await.unwrap_or_else(|_| {
-                    Err(CallError::Crashed {
-                        role: self.role,
-                        how: "its channel closed".into(),
+            let (otx, orx) = oneshot::channel();
+            match self.try_send(body, Waiter::Task(otx)) {
+                Ok(()) => {
+                    return orx.await.unwrap_or_else(|_| {
+                        Err(CallError::Crashed {
+                            role: self.role,
+                            how: "its channel closed".into(),
+                        })
                     })
-                });
+                }
+                Err(back) => body = back.0,
             }
             let left = deadline.saturating_duration_since(Instant::now());
             let refused = matches!(self.lock().state, ProcessState::Refused { .. });
@@ -146,6 +185,20 @@ impl HelperSlot {
                 });
             }
             let _ = tokio::time::timeout(left, ready.wait_for(|r| *r)).await;
+        }
+    }
+
+    /// Like [`HelperSlot::call`], but `done` receives the answer straight from the relay loop
+    /// when the helper is ready (the hot path); otherwise a task waits as `call` does.
+    pub fn call_with(
+        self: &Arc<Self>,
+        body: Body,
+        done: impl FnOnce(Result<Body, CallError>) + Send + 'static,
+    ) {
+        if let Err(back) = self.try_send(body, Waiter::Forward(Box::new(done))) {
+            let (body, waiter) = *back;
+            let slot = self.clone();
+            tokio::task::spawn_local(async move { waiter.complete(slot.call(body).await) });
         }
     }
 
@@ -161,8 +214,36 @@ impl HelperSlot {
         }
     }
 
+    pub fn is_ready(&self) -> bool {
+        matches!(self.lock().state, ProcessState::Ready)
+    }
+
     pub fn is_settled(&self) -> bool {
         !matches!(self.lock().state, ProcessState::Starting)
+    }
+
+    /// Restarts the helper (with the arguments in force then) once its calls in flight have
+    /// finished; calls made meanwhile wait for the new one. Landlock rules cannot widen, so a
+    /// grant change needs a fresh process.
+    pub fn restart_when_idle(&self, why: &str) {
+        {
+            let mut st = self.lock();
+            if st.live.is_none() {
+                return; // starting or refused: the next start takes the new arguments anyway
+            }
+            st.restart_requested = Some(why.to_string());
+        }
+        self.ready.send_replace(false);
+        self.kill_if_idle();
+    }
+
+    fn kill_if_idle(&self) {
+        let st = self.lock();
+        if st.restart_requested.is_some() && st.pending.is_empty() {
+            if let Some(live) = &st.live {
+                let _ = pidfd_send_signal(&live.pidfd, libc::SIGKILL);
+            }
+        }
     }
 
     /// Kills the running helper (shutdown).
@@ -174,8 +255,8 @@ impl HelperSlot {
 
     fn fail_pending(&self, how: &str) {
         let pending = std::mem::take(&mut self.lock().pending);
-        for (_, tx) in pending {
-            let _ = tx.send(Err(CallError::Crashed {
+        for (_, waiter) in pending {
+            waiter.complete(Err(CallError::Crashed {
                 role: self.role,
                 how: how.to_string(),
             }));
@@ -251,11 +332,20 @@ async fn supervise(slot: Arc<HelperSlot>, opts: Arc<BrokerOptions>) {
         }
         slot.ready.send_replace(false);
         slot.fail_pending(&how);
+        crate::audit::helper(crate::store::chain::AuditKind::HelperExit, slot.role.name(), "exited", how.clone());
         if opts.shutting_down() {
             slot.down.store(true, std::sync::atomic::Ordering::SeqCst);
             return;
         }
+        let planned = slot.lock().restart_requested.take();
+        if let Some(why) = planned {
+            tracing::info!(helper = %slot.role, "restarting: {why}");
+            crate::audit::helper(crate::store::chain::AuditKind::HelperRestart, slot.role.name(), "restarting", why);
+            slot.lock().restarts += 1;
+            continue;
+        }
         tracing::warn!(helper = %slot.role, "{how}; restarting in {backoff:?}");
+        crate::audit::helper(crate::store::chain::AuditKind::HelperRestart, slot.role.name(), "restarting", format!("after {backoff:?}: {how}"));
         if started.elapsed() > HEALTHY_AFTER {
             backoff = BACKOFF_MIN;
         }
@@ -274,7 +364,18 @@ fn helper_args(role: Role, opts: &BrokerOptions) -> Vec<OsString> {
     if opts.test_unlocked == Some(role) {
         args.push("--test-skip-lockdown".into());
     }
+    if let Some(extra) = opts.extra_helper_args.lock().unwrap_or_else(|e| e.into_inner()).get(&role) {
+        args.extend(extra.iter().cloned());
+    }
     args
+}
+
+/// Sets the arguments the broker core adds for `role` (used from its next start).
+pub fn set_extra_args(opts: &BrokerOptions, role: Role, args: Vec<OsString>) {
+    opts.extra_helper_args
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(role, args);
 }
 
 /// Checks a helper's own report and the kernel's view; `Err` names what is missing.
@@ -351,32 +452,33 @@ async fn run_once(slot: &Arc<HelperSlot>, opts: &BrokerOptions) -> String {
     tracing::info!(helper = %role, pid, "started");
 
     // The pidfd turns readable when the process exits; a blocking poll on a pool thread waits
-    // for that without a signal handler or a reused pid.
-    let exited = {
+    // for that without a signal handler or a reused pid. A watch channel lets both the relay
+    // loop and the reaping below wait for the same exit.
+    let (exit_tx, exit_rx) = watch::channel(false);
+    {
         let pidfd = pidfd.clone();
-        let wait = tokio::task::spawn_blocking(move || {
+        tokio::task::spawn_blocking(move || {
             use std::os::fd::AsFd;
             let mut fds = [nix::poll::PollFd::new(pidfd.as_fd(), nix::poll::PollFlags::POLLIN)];
-            loop {
-                match nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE) {
-                    Err(nix::errno::Errno::EINTR) => continue,
-                    _ => return,
-                }
-            }
+            while let Err(nix::errno::Errno::EINTR) =
+                nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE)
+            {}
+            let _ = exit_tx.send(true);
         });
+    }
+    let exited = move || {
+        let mut rx = exit_rx.clone();
         async move {
-            let _ = wait.await;
+            let _ = rx.wait_for(|gone| *gone).await;
         }
     };
-    tokio::pin!(exited);
-
-    let ended = serve(slot, opts, ours, pid, &pidfd, &mut exited).await;
+    let ended = serve(slot, opts, ours, pid, &pidfd, &exited).await;
     if let Some(reason) = &ended {
         let _ = pidfd_send_signal(&pidfd, libc::SIGKILL);
         tracing::error!(helper = %role, pid, "killed: {reason}");
     }
-    // The pidfd turns readable when the process has exited; wait() then reaps without blocking.
-    exited.await;
+    // Once the pidfd is readable the process has exited, and wait() reaps without blocking.
+    exited().await;
     let status = match child.wait() {
         Ok(s) => describe_exit(s),
         Err(e) => format!("could not be reaped: {e}"),
@@ -389,14 +491,17 @@ async fn run_once(slot: &Arc<HelperSlot>, opts: &BrokerOptions) -> String {
 
 /// Verifies the hello, then relays replies until the helper exits (`None`) or breaks the
 /// protocol (`Some(reason)`: the caller kills it).
-async fn serve(
+async fn serve<F>(
     slot: &Arc<HelperSlot>,
     opts: &BrokerOptions,
     sock: std::os::unix::net::UnixStream,
     pid: u32,
     pidfd: &Arc<OwnedFd>,
-    exited: &mut std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
-) -> Option<String> {
+    exited: &impl Fn() -> F,
+) -> Option<String>
+where
+    F: std::future::Future<Output = ()>,
+{
     let role = slot.role;
     if let Err(e) = sock.set_nonblocking(true) {
         return Some(format!("channel setup failed: {e}"));
@@ -406,19 +511,16 @@ async fn serve(
         Err(e) => return Some(format!("channel setup failed: {e}")),
     };
     let (rd, wr) = sock.into_split();
-    let mut rd = BufReader::with_capacity(64 * 1024, rd);
+    let mut rd = crate::framed::FrameReader::new(rd, MAX_FRAME);
 
     let hello = tokio::select! {
-        r = tokio::time::timeout(HELLO_TIMEOUT, read_frame_async(&mut rd, MAX_FRAME)) => r,
-        _ = &mut *exited => return None,
+        r = tokio::time::timeout(HELLO_TIMEOUT, rd.next()) => r,
+        _ = exited() => return None,
     };
     let report = match hello {
         Err(_) => return Some(format!("no hello within {HELLO_TIMEOUT:?}")),
         Ok(Err(e)) => return Some(format!("bad hello frame: {e}")),
-        Ok(Ok(None)) => {
-            exited.await;
-            return None;
-        }
+        Ok(Ok(None)) => return None,
         Ok(Ok(Some(Envelope {
             body: Body::Hello(h),
             ..
@@ -463,6 +565,7 @@ async fn serve(
     }
     slot.ready.send_replace(true);
     tracing::info!(helper = %role, pid, "locked down and ready");
+    crate::audit::helper(crate::store::chain::AuditKind::HelperStart, role.name(), "ready", format!("pid {pid}"));
 
     let writer = async move {
         let mut w = BufWriter::with_capacity(64 * 1024, wr);
@@ -481,15 +584,20 @@ async fn serve(
         }
     };
     tokio::pin!(writer);
+    let exit = exited();
+    tokio::pin!(exit);
     loop {
         let frame = tokio::select! {
-            f = read_frame_async(&mut rd, MAX_FRAME) => f,
+            f = rd.next() => f,
             _ = &mut writer => std::future::pending().await,
-            _ = &mut *exited => return None,
+            _ = &mut exit => return None,
         };
         let env = match frame {
             Ok(Some(env)) => env,
             Ok(None) => return None,
+            // A helper that died with requests unread resets the connection: that is an exit,
+            // seen through the pidfd, not a protocol violation.
+            Err(ipc_schema::FrameError::Io(_)) => return None,
             Err(e) => return Some(format!("sent a bad frame: {e}")),
         };
         let kind = env.body.kind();
@@ -498,8 +606,9 @@ async fn serve(
         }
         let waiter = slot.lock().pending.remove(&env.id);
         match waiter {
-            Some(tx) => {
-                let _ = tx.send(Ok(env.body));
+            Some(waiter) => {
+                waiter.complete(Ok(env.body));
+                slot.kill_if_idle();
             }
             None => return Some(format!("answered request {} that it was never sent", env.id)),
         }

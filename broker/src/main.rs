@@ -1,12 +1,32 @@
 //! `gatehouse`: the broker and its command line.
 
+mod approvals;
+mod audit;
 mod client;
+mod cmd_approve;
+mod cmd_audit;
+mod cmd_demo;
+mod cmd_fetch;
+mod cmd_mcp;
+mod cmd_policy;
+mod cmd_sandbox;
+mod cmd_secret;
+mod cmd_ui;
+mod cmd_up;
 mod dirs;
 mod doctor;
+mod framed;
 mod fronts;
+mod gate;
 mod head_key;
 mod helpers;
+mod ledger;
+mod policy;
+mod sessions;
 mod store;
+mod test_hooks;
+mod tools;
+mod ui_api;
 
 use clap::{Parser, Subcommand};
 use dirs::Dirs;
@@ -47,6 +67,38 @@ enum Cmd {
     },
     /// Stop the running broker and its helpers.
     Stop,
+    /// Show the policy in force, or apply a new revision of it.
+    Policy {
+        #[command(subcommand)]
+        cmd: cmd_policy::PolicyCmd,
+    },
+    /// Check the audit log's chain and seal, reading the database directly (no broker needed).
+    VerifyAudit,
+    /// Read the audit log.
+    Audit {
+        #[command(subcommand)]
+        cmd: cmd_audit::AuditCmd,
+    },
+    /// List proposals waiting for a decision, and decide them (a console without the console).
+    Approve(cmd_approve::ApproveArgs),
+    /// Run one command in the exec sandbox, standalone (no broker): `gatehouse sandbox [--allow-write P]... [--allow-read P]... [--allow-domain D]... [--timeout S] -- CMD ARGS`.
+    Sandbox(cmd_sandbox::SandboxArgs),
+    /// The MCP server for one agent session, over stdio (what an agent's MCP config launches).
+    Mcp(cmd_mcp::McpArgs),
+    /// One safe fetch through the broker (policy applies): prints the wrapped text; a refusal exits 3, a network failure 4.
+    Fetch(cmd_fetch::FetchArgs),
+    /// The console in this terminal, attached to the running broker (started if none runs).
+    Ui(cmd_ui::UiArgs),
+    /// The broker and its helpers, and the console in this terminal.
+    Up(cmd_up::UpArgs),
+    /// A scripted agent session on a scratch project that shows every outcome: allowed, asked,
+    /// refused, run in the sandbox, carried out once, and the audit log checked.
+    Demo(cmd_demo::DemoArgs),
+    /// Write-only credentials for the agent's http_request tool: set, delete, list, status.
+    Secret {
+        #[command(subcommand)]
+        cmd: cmd_secret::SecretCmd,
+    },
 }
 
 #[derive(clap::Args, Clone, Default)]
@@ -62,6 +114,13 @@ struct BrokerArgs {
     #[cfg(feature = "test-hooks")]
     #[arg(long, value_name = "HELPER")]
     test_unlocked_helper: Option<String>,
+    /// Test builds only: one more argument for the net-helper (repeat; e.g. its
+    /// `--test-public-addr IP`, `--nameserver IP:PORT`, `--test-extra-root PEM`).
+    #[cfg(feature = "test-hooks")]
+    #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
+    test_net_arg: Vec<std::ffi::OsString>,
+    #[command(flatten)]
+    gate: gate::GateArgs,
 }
 
 /// Settings the broker runs with.
@@ -70,6 +129,10 @@ pub struct BrokerOptions {
     pub helper_dir: PathBuf,
     /// Test builds only: the helper told to skip its lockdown.
     pub test_unlocked: Option<Role>,
+    /// Policy, audit and ledger settings.
+    pub gate: gate::GateOptions,
+    /// Arguments the broker core adds for a helper (the fs-helper's grants).
+    pub extra_helper_args: std::sync::Mutex<std::collections::HashMap<Role, Vec<std::ffi::OsString>>>,
     shutting_down: AtomicBool,
 }
 
@@ -85,6 +148,8 @@ pub struct Ctx {
     pub helpers: Arc<helpers::Helpers>,
     pub broker_lockdown: LockdownReport,
     pub dirs: Dirs,
+    /// Policy, approvals, ledger and audit.
+    pub gate: gate::Gate,
 }
 
 /// A helper call's failure, as a reply.
@@ -138,6 +203,17 @@ fn main() -> ExitCode {
         Cmd::Doctor => doctor_cmd(&g),
         Cmd::Ping { helper, count } => ping_cmd(&g, helper, count),
         Cmd::Stop => stop(&g.dirs),
+        Cmd::Policy { cmd } => cmd_policy::run(&g, cmd),
+        Cmd::VerifyAudit => cmd_audit::verify(&g),
+        Cmd::Audit { cmd } => cmd_audit::run(&g, cmd),
+        Cmd::Approve(args) => cmd_approve::run(&g, args),
+        Cmd::Sandbox(args) => cmd_sandbox::run(&g, args),
+        Cmd::Mcp(args) => cmd_mcp::run(&g, args),
+        Cmd::Fetch(args) => cmd_fetch::run(&g, args),
+        Cmd::Ui(args) => cmd_ui::run(&g, args),
+        Cmd::Up(args) => cmd_up::run(&g, args),
+        Cmd::Demo(args) => cmd_demo::run(&g, args),
+        Cmd::Secret { cmd } => cmd_secret::run(&g, cmd),
     }
 }
 
@@ -240,12 +316,20 @@ fn run_broker(dirs: Dirs, args: BrokerArgs) -> ExitCode {
             None => return fail("cannot find the directory of this binary"),
         },
     };
+    let gate = match args.gate.options(args.allow_degraded) {
+        Ok(g) => g,
+        Err(e) => return fail(&e),
+    };
     let opts = Arc::new(BrokerOptions {
         allow_degraded: args.allow_degraded,
         helper_dir,
         test_unlocked,
+        gate,
+        extra_helper_args: Default::default(),
         shutting_down: AtomicBool::new(false),
     });
+    #[cfg(feature = "test-hooks")]
+    helpers::set_extra_args(&opts, Role::Net, args.test_net_arg.clone());
     match broker::run(dirs, opts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e),

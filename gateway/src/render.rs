@@ -5,7 +5,10 @@ use ipc_schema::fs::{
     ChangeKind, ChangeReceipt, CheckpointInfo, FileChunk, FileKind, GrepResults, Listing,
     ResolvedTarget, Restorability, SearchResults, StopReason,
 };
-use ipc_schema::tool::{Done, Failure, Refusal, RefusalKind, ToolName, ToolReply, ToolResult};
+use ipc_schema::tool::{
+    Done, FetchedText, Failure, HttpResponse, Refusal, RefusalKind, ToolName, ToolReply,
+    ToolResult,
+};
 use serde_json::{json, Value};
 
 /// A tool result before it is shaped for a protocol version.
@@ -83,6 +86,8 @@ fn done(d: &Done) -> Rendered {
             shown(&u.target.absolute),
             u.id
         )],
+        ToolResult::Fetched(f) => fetched(f),
+        ToolResult::HttpResponse(h) => http_response(h),
     };
     let mut notes = Vec::new();
     if let Some(p) = d.proposal {
@@ -102,6 +107,46 @@ fn done(d: &Done) -> Rendered {
         blocks,
         is_error: false,
     }
+}
+
+/// A page: the net-helper's wrapped text passes through unchanged (its notice and its
+/// `<external-NONCE>` wrapper mark it as outside text), then one line on where it came from.
+fn fetched(f: &FetchedText) -> Vec<String> {
+    let mut from = format!(
+        "[gatehouse: fetched {} (HTTP {}, {}, {} bytes, from {})",
+        f.final_url,
+        f.status,
+        if f.content_type.is_empty() { "no content type" } else { &f.content_type },
+        f.body_bytes,
+        f.address
+    );
+    if !f.redirects.is_empty() {
+        from.push_str(&format!(" after redirects from {}", f.redirects.join(" -> ")));
+    }
+    from.push(']');
+    vec![f.text.clone(), from]
+}
+
+/// A reply: status and headers first, then the body as outside text (unchanged).
+fn http_response(h: &HttpResponse) -> Vec<String> {
+    let mut head = format!("HTTP {} from {}", h.page.status, h.page.final_url);
+    for (name, value) in &h.headers {
+        head.push_str(&format!("\n{name}: {value}"));
+    }
+    let mut notes = Vec::new();
+    if h.credential_sent {
+        notes.push("the stored credential was sent".to_string());
+    }
+    if h.redactions > 0 {
+        notes.push(format!(
+            "{} occurrence(s) of the credential were replaced in the reply",
+            h.redactions
+        ));
+    }
+    if !notes.is_empty() {
+        head.push_str(&format!("\n[gatehouse: {}]", notes.join("; ")));
+    }
+    vec![head, h.page.text.clone()]
 }
 
 fn file(f: &FileChunk) -> Vec<String> {
@@ -342,6 +387,7 @@ fn refusal(r: &Refusal) -> Rendered {
         RefusalKind::StillRunning => "Not carried out now",
         RefusalKind::Uncertain => "Not carried out again",
         RefusalKind::NotAvailable => "Not available",
+        RefusalKind::Network => "Refused by gatehouse's network rules",
     };
     let mut text = format!("{lead}: {}", r.message);
     if let Some(v) = &r.verdict {

@@ -1,11 +1,441 @@
 //! Tool calls from an agent's gateway, and the broker's answers.
+//!
+//! One variant per tool, each with typed arguments (file tools reuse the fs-helper's types). The
+//! gateway turns the agent's JSON into these; the broker never parses agent JSON. Who is calling
+//! is the connection (one gateway connection is one session), never a field of the call.
+//!
+//! A call gets exactly one final reply ([`ToolReply::Done`], [`ToolReply::Refused`] or
+//! [`ToolReply::Failed`]); a call that needs the human's approval first gets
+//! [`ToolReply::AwaitingApproval`] with the same request id, then its final reply.
 
+use crate::fs::{
+    ChangeReceipt, CheckpointId, CheckpointInfo, CreateMode, Edit, FileChunk, FsError, FsPath,
+    GrepLimits, GrepResults, Listing, SearchResults, WalkLimits,
+};
+use crate::ErrorCode;
 use serde::{Deserialize, Serialize};
+
+/// Every tool gatehouse offers. Policy is written per tool name ([`ToolName::as_str`]).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ToolName {
+    ReadFile,
+    ListDir,
+    SearchFiles,
+    Grep,
+    WriteFile,
+    EditFile,
+    DeletePath,
+    MovePath,
+    UndoChange,
+    FetchUrl,
+    HttpRequest,
+    RunCommand,
+}
+
+impl ToolName {
+    pub const ALL: [ToolName; 12] = [
+        ToolName::ReadFile,
+        ToolName::ListDir,
+        ToolName::SearchFiles,
+        ToolName::Grep,
+        ToolName::WriteFile,
+        ToolName::EditFile,
+        ToolName::DeletePath,
+        ToolName::MovePath,
+        ToolName::UndoChange,
+        ToolName::FetchUrl,
+        ToolName::HttpRequest,
+        ToolName::RunCommand,
+    ];
+
+    /// The name agents and policy files use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolName::ReadFile => "read_file",
+            ToolName::ListDir => "list_dir",
+            ToolName::SearchFiles => "search_files",
+            ToolName::Grep => "grep",
+            ToolName::WriteFile => "write_file",
+            ToolName::EditFile => "edit_file",
+            ToolName::DeletePath => "delete_path",
+            ToolName::MovePath => "move_path",
+            ToolName::UndoChange => "undo_change",
+            ToolName::FetchUrl => "fetch_url",
+            ToolName::HttpRequest => "http_request",
+            ToolName::RunCommand => "run_command",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<ToolName> {
+        ToolName::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+
+    /// Tools that change nothing outside gatehouse. They skip the ledger (a repeated read is
+    /// simply read again). A fetch is a read: it only GETs. (`http_request` depends on its
+    /// method: see [`ToolCall::is_read_only`].)
+    pub fn is_read_only(self) -> bool {
+        matches!(
+            self,
+            ToolName::ReadFile
+                | ToolName::ListDir
+                | ToolName::SearchFiles
+                | ToolName::Grep
+                | ToolName::FetchUrl
+        )
+    }
+
+    /// Tools served by the fs-helper.
+    pub fn is_file_tool(self) -> bool {
+        !matches!(
+            self,
+            ToolName::FetchUrl | ToolName::HttpRequest | ToolName::RunCommand
+        )
+    }
+}
+
+impl std::fmt::Display for ToolName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A session's id (random, chosen by the broker; hex).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionId(pub String);
+
+impl std::fmt::Display for SessionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A secret the broker hands a gateway over its own connection, so that after a reconnect (a
+/// broker restart) the gateway can carry on the same session, and repeated calls are answered
+/// from that session's ledger. Never logged.
+#[derive(Serialize, Deserialize, Clone, PartialEq, Eq)]
+pub struct ResumeToken(pub String);
+
+impl std::fmt::Debug for ResumeToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ResumeToken(..)")
+    }
+}
+
+/// A proposal's id (unique within one broker run).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProposalId(pub u64);
+
+impl std::fmt::Display for ProposalId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ReadFile {
+    pub path: FsPath,
+    pub offset: u64,
+    /// 0: as much as one call returns.
+    pub length: u32,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ListDir {
+    pub path: FsPath,
+    pub offset: u32,
+    /// 0: the helper's default page.
+    pub limit: u32,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct SearchFiles {
+    pub path: FsPath,
+    pub glob: String,
+    pub limits: WalkLimits,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Grep {
+    pub path: FsPath,
+    pub regex: String,
+    pub glob: Option<String>,
+    pub case_insensitive: bool,
+    pub limits: WalkLimits,
+    pub grep: GrepLimits,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct WriteFile {
+    pub path: FsPath,
+    pub content: Vec<u8>,
+    pub create: CreateMode,
+    pub create_parents: bool,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct EditFile {
+    pub path: FsPath,
+    pub edit: Edit,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct DeletePath {
+    pub path: FsPath,
+    pub recursive: bool,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct MovePath {
+    pub from: FsPath,
+    pub to: FsPath,
+    pub overwrite: bool,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct UndoChange {
+    pub checkpoint: CheckpointId,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct FetchUrl {
+    pub url: String,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpMethod {
+    Get,
+    Head,
+    Post,
+    Put,
+    Patch,
+    Delete,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct HttpRequest {
+    pub method: HttpMethod,
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// The name of a stored credential to add for this host (the secrets helper adds it; the
+    /// agent never sees it).
+    pub credential: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct RunCommand {
+    /// Program and arguments (no shell).
+    pub argv: Vec<String>,
+    /// The working directory; must lie inside a grant.
+    pub cwd: FsPath,
+    /// 0: the default (5 min); at most 10 min.
+    pub timeout_secs: u32,
+}
 
 /// An agent's tool call, as typed by its gateway.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
-pub enum ToolCall {}
+pub enum ToolCall {
+    /// Opens this connection's session, or (with a token from an earlier connection) carries
+    /// that session on. Optional: the first tool call on a connection opens a fresh session.
+    /// Answered with [`ToolReply::Session`].
+    OpenSession {
+        resume: Option<ResumeToken>,
+    },
+    ReadFile(ReadFile),
+    ListDir(ListDir),
+    SearchFiles(SearchFiles),
+    Grep(Grep),
+    WriteFile(WriteFile),
+    EditFile(EditFile),
+    DeletePath(DeletePath),
+    MovePath(MovePath),
+    UndoChange(UndoChange),
+    FetchUrl(FetchUrl),
+    HttpRequest(HttpRequest),
+    RunCommand(RunCommand),
+}
+
+impl ToolCall {
+    /// The tool this call names (`None` for [`ToolCall::OpenSession`]).
+    pub fn tool(&self) -> Option<ToolName> {
+        Some(match self {
+            ToolCall::OpenSession { .. } => return None,
+            ToolCall::ReadFile(_) => ToolName::ReadFile,
+            ToolCall::ListDir(_) => ToolName::ListDir,
+            ToolCall::SearchFiles(_) => ToolName::SearchFiles,
+            ToolCall::Grep(_) => ToolName::Grep,
+            ToolCall::WriteFile(_) => ToolName::WriteFile,
+            ToolCall::EditFile(_) => ToolName::EditFile,
+            ToolCall::DeletePath(_) => ToolName::DeletePath,
+            ToolCall::MovePath(_) => ToolName::MovePath,
+            ToolCall::UndoChange(_) => ToolName::UndoChange,
+            ToolCall::FetchUrl(_) => ToolName::FetchUrl,
+            ToolCall::HttpRequest(_) => ToolName::HttpRequest,
+            ToolCall::RunCommand(_) => ToolName::RunCommand,
+        })
+    }
+
+    /// This call changes nothing outside gatehouse, so it skips the ledger: a read-only tool,
+    /// or an `http_request` with GET or HEAD.
+    pub fn is_read_only(&self) -> bool {
+        match self {
+            ToolCall::HttpRequest(h) => matches!(h.method, HttpMethod::Get | HttpMethod::Head),
+            call => call.tool().is_some_and(ToolName::is_read_only),
+        }
+    }
+}
+
+/// Allow, Ask or Deny.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Action {
+    Allow,
+    Ask,
+    Deny,
+}
+
+/// A policy decision and the rule that produced it (shown to the agent, the console and the
+/// audit log).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub action: Action,
+    /// e.g. `rule "edits-in-src" (policy revision 3)`, `tools.read_file default`,
+    /// `remembered decision 4 (always allow)`, `allowed for this session by proposal #7`.
+    pub rule: String,
+}
+
+/// What a successful call produced.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub enum ToolResult {
+    File(FileChunk),
+    Listing(Listing),
+    Search(SearchResults),
+    Grep(GrepResults),
+    Changed(ChangeReceipt),
+    Undone(CheckpointInfo),
+    /// A `fetch_url` page.
+    Fetched(FetchedText),
+    /// An `http_request` reply.
+    HttpResponse(HttpResponse),
+}
+
+/// A fetched page, as the agent gets it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct FetchedText {
+    /// The URL the text came from (after redirects).
+    pub final_url: String,
+    /// Each URL that redirected, in order.
+    pub redirects: Vec<String>,
+    /// The checked address the final connection was pinned to.
+    pub address: std::net::IpAddr,
+    pub status: u16,
+    /// The media type, lower case, without parameters.
+    pub content_type: String,
+    /// Decoded body bytes.
+    pub body_bytes: u32,
+    /// The net-helper's wrapped text, whole and unchanged: a notice, then
+    /// `<external-NONCE source="URL">`, the body, `</external-NONCE>`.
+    pub text: String,
+}
+
+/// An `http_request` reply, as the agent gets it (the credential, if one was added, already
+/// scrubbed by the net-helper).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct HttpResponse {
+    pub page: FetchedText,
+    /// The final reply's headers (hop-by-hop ones and those that echoed the credential dropped).
+    pub headers: Vec<(String, String)>,
+    /// A stored credential went out on the final hop.
+    pub credential_sent: bool,
+    /// How many occurrences of the credential were replaced with a placeholder.
+    pub redactions: u32,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct Done {
+    pub result: ToolResult,
+    /// Why it was allowed.
+    pub verdict: Verdict,
+    /// The proposal the human approved, if one was needed.
+    pub proposal: Option<ProposalId>,
+    /// Answered from the ledger: the same call was made earlier in this session and carried out
+    /// then; it was not carried out again.
+    pub from_ledger: bool,
+}
+
+/// Why a call was not carried out.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalKind {
+    /// A policy rule (or a protected path, or containment) says Deny.
+    Denied,
+    /// The policy file does not parse or validate: every call is refused until it is fixed.
+    PolicyInvalid,
+    /// A per-session rate limit; the message names it.
+    RateLimited,
+    /// The human chose deny (or always deny).
+    HumanDenied,
+    /// Nobody decided within the proposal's time: no answer means deny.
+    Expired,
+    /// The same call in this session was rejected earlier (answered from the ledger).
+    RejectedEarlier,
+    /// The same call in this session is still running.
+    StillRunning,
+    /// The same call was executing when gatehouse stopped; it is never retried on its own.
+    Uncertain,
+    /// The tool's helper does not exist in this build yet.
+    NotAvailable,
+    /// The file helper refused the path (outside every grant, protected, excluded, ...).
+    Contained,
+    /// The net-helper refused the URL by its own rules (scheme, address table, redirect,
+    /// content type, TLS, a limit), or the secrets-helper refused the credential for it.
+    Network,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub kind: RefusalKind,
+    /// A sentence for the agent and the human.
+    pub message: String,
+    /// The policy decision behind it, when there was one.
+    pub verdict: Option<Verdict>,
+    pub proposal: Option<ProposalId>,
+}
+
+/// The call was allowed and tried, and failed (nothing was changed unless the message says so).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub code: ErrorCode,
+    pub message: String,
+    /// The file helper's typed error, for file tools.
+    pub fs: Option<FsError>,
+    /// Answered from the ledger (the same call failed earlier in this session).
+    pub from_ledger: bool,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct SessionInfo {
+    pub session: SessionId,
+    /// Present this with [`ToolCall::OpenSession`] on a new connection to carry on.
+    pub resume: ResumeToken,
+    /// An earlier session was carried on.
+    pub resumed: bool,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    pub proposal: ProposalId,
+    /// The rule that asked.
+    pub verdict: Verdict,
+    /// When no answer becomes a deny.
+    pub expires_unix_ms: u64,
+}
 
 /// The broker's answer to a [`ToolCall`].
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
-pub enum ToolReply {}
+pub enum ToolReply {
+    Session(SessionInfo),
+    /// Progress: the call waits for the human (its final reply follows with the same id).
+    AwaitingApproval(Waiting),
+    Done(Box<Done>),
+    Refused(Refusal),
+    Failed(Failure),
+}

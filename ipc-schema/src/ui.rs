@@ -1,11 +1,255 @@
 //! The human's console and the broker: proposals, decisions, policy.
+//!
+//! Only the ui socket may carry these (the route table refuses them from the gateway and kills
+//! a gateway that sends one). A decision names the proposal and the digest of exactly what the
+//! broker showed; a stale, mismatched or repeated decision is refused.
 
+use crate::tool::{ProposalId, SessionId, ToolName};
 use serde::{Deserialize, Serialize};
+
+/// SHA-256 over everything a proposal shows (and a nonce): a decision must echo it.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ProposalDigest(pub [u8; 32]);
+
+/// The human's answer to a proposal.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Choice {
+    AllowOnce,
+    /// This tool on this target, for the rest of the session.
+    AllowSession,
+    /// This tool on this target, from now on (remembered; `policy show` lists it).
+    AlwaysAllow,
+    Deny,
+    /// This tool on this target, never (remembered).
+    AlwaysDeny,
+}
+
+impl Choice {
+    pub fn allows(self) -> bool {
+        matches!(
+            self,
+            Choice::AllowOnce | Choice::AllowSession | Choice::AlwaysAllow
+        )
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Choice::AllowOnce => "allow once",
+            Choice::AllowSession => "allow for this session",
+            Choice::AlwaysAllow => "always allow",
+            Choice::Deny => "deny",
+            Choice::AlwaysDeny => "always deny",
+        }
+    }
+}
+
+/// An Ask call waiting for the human: exactly what will happen if allowed.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Proposal {
+    pub id: ProposalId,
+    pub digest: ProposalDigest,
+    pub session: SessionId,
+    pub tool: ToolName,
+    /// The canonical target: the resolved path (`from -> to` for a move), the URL, or argv and
+    /// working directory. Bytes that are not UTF-8 appear as `\xNN`.
+    pub target: String,
+    /// The canonical arguments as JSON with sorted keys; file contents appear as their length
+    /// and SHA-256 (the diff shows the change itself).
+    pub arguments: String,
+    /// For writes and edits: a unified diff of the change, as computed by the file helper.
+    pub diff: Option<String>,
+    /// One line on what it will change.
+    pub effect: String,
+    /// The rule that asked.
+    pub rule: String,
+    pub policy_revision: u64,
+    pub created_unix_ms: u64,
+    /// No decision by then means deny.
+    pub expires_unix_ms: u64,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub proposal: ProposalId,
+    /// The digest of the proposal as shown.
+    pub digest: ProposalDigest,
+    pub choice: Choice,
+}
+
+/// The state of an effectful call in the ledger.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CallState {
+    /// Waiting for the human.
+    Proposed,
+    /// Allowed and recorded; not yet handed to its helper.
+    Pending,
+    /// Handed to its helper.
+    Executing,
+    Done,
+    Failed,
+    /// Denied by the human, or expired.
+    Rejected,
+    /// gatehouse stopped while carrying it out: whether it happened is unknown.
+    Uncertain,
+    /// gatehouse stopped before carrying it out (it did not happen; calling again starts over).
+    Abandoned,
+}
+
+impl CallState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallState::Proposed => "proposed",
+            CallState::Pending => "pending",
+            CallState::Executing => "executing",
+            CallState::Done => "done",
+            CallState::Failed => "failed",
+            CallState::Rejected => "rejected",
+            CallState::Uncertain => "uncertain",
+            CallState::Abandoned => "abandoned",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<CallState> {
+        [
+            CallState::Proposed,
+            CallState::Pending,
+            CallState::Executing,
+            CallState::Done,
+            CallState::Failed,
+            CallState::Rejected,
+            CallState::Uncertain,
+            CallState::Abandoned,
+        ]
+        .into_iter()
+        .find(|c| c.as_str() == s)
+    }
+}
+
+/// One ledger entry, as the console shows it (arguments redacted).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct LedgerCall {
+    pub id: u64,
+    pub session: SessionId,
+    pub tool: String,
+    pub target: String,
+    /// Redacted canonical arguments.
+    pub summary: String,
+    pub state: CallState,
+    pub reason: String,
+    pub updated_unix_ms: u64,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct SessionSummary {
+    pub session: SessionId,
+    pub connected: bool,
+    pub started_unix_ms: u64,
+    pub calls: u64,
+    pub pending: u32,
+}
+
+/// A decision remembered from an "always" choice.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Remembered {
+    pub id: u64,
+    pub tool: String,
+    pub target: String,
+    /// `allow` or `deny`.
+    pub action: String,
+    pub created_unix_ms: u64,
+    /// The proposal it came from.
+    pub origin: String,
+}
+
+/// The policy in force.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct PolicyView {
+    pub revision: u64,
+    /// The file it was read from, or that it is the built-in default profile.
+    pub source: String,
+    /// The TOML document (for the default profile: the profile written out).
+    pub document: String,
+    /// Why the document does not parse or validate (every call is refused meanwhile).
+    pub error: Option<String>,
+    pub remembered: Vec<Remembered>,
+}
+
+/// One audit log entry, as the console's live tail shows it (the broker redacted it when it was
+/// written: no secret and no file content).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct AuditEntry {
+    pub seq: u64,
+    pub ts_unix_ms: u64,
+    /// `tool_call`, `proposal`, `decision`, `execution`, `refusal`, `helper_start`, ...
+    pub kind: String,
+    pub session: Option<String>,
+    pub actor: String,
+    pub tool: Option<String>,
+    pub target: Option<String>,
+    pub outcome: String,
+    pub detail: String,
+}
 
 /// Console to broker.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
-pub enum UiRequest {}
+pub enum UiRequest {
+    /// Proposals waiting for a decision.
+    ListPending,
+    /// Stream [`UiReply::Event`]s on this request id until the connection closes.
+    Subscribe,
+    Decide(Decision),
+    /// Calls that were executing when gatehouse stopped.
+    ListUncertain,
+    ListSessions,
+    PolicyShow,
+    /// Replace the policy with `document` (TOML). Its `revision` must be the revision in force
+    /// (the one `PolicyShow` gave); it is stored as that revision plus one. Refused whole if
+    /// stale or invalid.
+    PolicyApply {
+        document: String,
+    },
+    /// Drop a remembered decision.
+    PolicyForget {
+        remembered: u64,
+    },
+    /// Audit entries with `seq` above `after`, oldest first: the newest `limit` of them (the
+    /// console's live tail polls with the last `seq` it has).
+    AuditTail {
+        after: u64,
+        limit: u32,
+    },
+}
+
+/// Something the console should show now.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum UiEvent {
+    ProposalAdded(Proposal),
+    /// Decided, expired, or withdrawn; `outcome` says which.
+    ProposalClosed {
+        proposal: ProposalId,
+        outcome: String,
+    },
+    /// A call found executing at start, now uncertain.
+    CallUncertain(LedgerCall),
+}
 
 /// Broker to console.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
-pub enum UiReply {}
+pub enum UiReply {
+    Pending(Vec<Proposal>),
+    Subscribed,
+    Event(UiEvent),
+    Decided {
+        proposal: ProposalId,
+        choice: Choice,
+    },
+    Uncertain(Vec<LedgerCall>),
+    Sessions(Vec<SessionSummary>),
+    Policy(PolicyView),
+    PolicyApplied {
+        revision: u64,
+    },
+    Forgotten {
+        remembered: u64,
+    },
+    Audit(Vec<AuditEntry>),
+}

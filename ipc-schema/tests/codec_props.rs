@@ -107,8 +107,11 @@ fn body() -> impl Strategy<Value = Body> {
         proptest::option::of(role()).prop_map(|target| Body::Ping { target }),
         Just(Body::Pong),
         Just(Body::Doctor),
-        (role(), any::<u32>(), report())
-            .prop_map(|(role, pid, lockdown)| Body::Hello(Hello { role, pid, lockdown })),
+        (role(), any::<u32>(), report()).prop_map(|(role, pid, lockdown)| Body::Hello(Hello {
+            role,
+            pid,
+            lockdown
+        })),
         (
             prop_oneof![
                 Just(ErrorCode::HelperUnavailable),
@@ -218,7 +221,10 @@ fn hostile_lengths_do_not_allocate_past_the_limit() {
     // A frame at the limit is allocated once, at its size.
     let big = Envelope::new(
         1,
-        Body::Error(ErrorReply::new(ErrorCode::Internal, "x".repeat(MAX_FRAME - 16))),
+        Body::Error(ErrorReply::new(
+            ErrorCode::Internal,
+            "x".repeat(MAX_FRAME - 16),
+        )),
     );
     let frame = encode(&big).unwrap();
     let peak = peak_of(|| {

@@ -85,6 +85,13 @@ fn doctor_json_reports_every_protection_enforced() {
         assert!(status.contains("Seccomp:\t2"), "{role}: {status}");
         assert!(status.contains("NoNewPrivs:\t1"), "{role}");
     }
+    assert!(
+        r.notes
+            .iter()
+            .any(|n| n.starts_with("fs-helper: paths resolved by the kernel with openat2")),
+        "{:?}",
+        r.notes
+    );
     let broker = r.processes.iter().find(|p| p.name == "broker").unwrap();
     assert!(broker.kernel.as_ref().unwrap().no_new_privs);
 }

@@ -1,1 +1,25 @@
-//! The ui front (arrives with its issue).
+//! The human's console: agent sessions, approval cards, helper health, calls that need
+//! checking, and the live audit log, in a terminal (ratatui).
+//!
+//! It shows exactly what the broker sent and never lets an agent's text disguise it: every
+//! string an agent or a tool could have written is made inert ([`inert`]) and wrapped rather than
+//! cut ([`wrap`]). A decision is only ever made by a key shown on the card it is about; nothing
+//! is chosen by default ([`state`]). The process locks itself down once its terminal and broker
+//! connection are open ([`console::run`]).
+//!
+//! The model ([`state::Console`]) and the drawing ([`view::draw`]) know nothing about the
+//! terminal, so tests render them on ratatui's test backend.
+
+pub mod card;
+pub mod console;
+pub mod fds;
+pub mod inert;
+pub mod link;
+#[cfg(feature = "test-hooks")]
+pub mod probe;
+pub mod state;
+pub mod theme;
+pub mod view;
+pub mod wrap;
+
+pub use console::{run, RunOptions, UiError};

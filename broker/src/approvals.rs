@@ -1,0 +1,281 @@
+//! Proposals waiting for the human, and their decisions.
+//!
+//! A proposal is bound to a digest over everything it shows (plus a nonce). A decision must name
+//! the proposal and echo that digest; it must come before the proposal expires, and only the
+//! first decision counts. No decision by the expiry means deny.
+
+use crate::fronts::Replier;
+use ipc_schema::tool::ProposalId;
+use ipc_schema::ui::{Choice, Decision, Proposal, ProposalDigest, UiEvent, UiReply};
+use ipc_schema::Body;
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use tokio::sync::watch;
+
+/// How a proposal ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Decided(Choice),
+    Expired,
+}
+
+/// Why a decision was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DecideError {
+    #[error("there is no proposal {0}")]
+    Unknown(ProposalId),
+    #[error("the proposal has already been decided ({0})")]
+    AlreadyDecided(String),
+    #[error("the proposal {0} expired before the decision arrived; no answer means deny")]
+    Expired(ProposalId),
+    #[error(
+        "the digest does not match proposal {0}: the decision is not about what the broker showed"
+    )]
+    DigestMismatch(ProposalId),
+}
+
+struct Open {
+    proposal: Proposal,
+    done: watch::Sender<Option<Outcome>>,
+}
+
+/// How many closed proposals are remembered (to answer a late or repeated decision precisely).
+const CLOSED_KEPT: usize = 10_000;
+
+#[derive(Default)]
+pub struct Approvals {
+    next: u64,
+    open: BTreeMap<ProposalId, Open>,
+    closed: HashMap<ProposalId, String>,
+    closed_order: VecDeque<ProposalId>,
+    subscribers: Vec<(Replier, u64)>,
+}
+
+/// What a proposal shows, before it has an id and a digest.
+pub struct Draft {
+    pub session: ipc_schema::tool::SessionId,
+    pub tool: ipc_schema::tool::ToolName,
+    pub target: String,
+    pub arguments: String,
+    pub diff: Option<String>,
+    pub effect: String,
+    pub rule: String,
+    pub policy_revision: u64,
+}
+
+pub fn digest(p: &Proposal, nonce: &[u8; 16]) -> ProposalDigest {
+    let mut h = Sha256::new();
+    let mut put = |b: &[u8]| {
+        h.update((b.len() as u64).to_le_bytes());
+        h.update(b);
+    };
+    put(b"gatehouse-proposal-v1");
+    put(nonce);
+    put(&p.id.0.to_le_bytes());
+    put(p.session.0.as_bytes());
+    put(p.tool.as_str().as_bytes());
+    put(p.target.as_bytes());
+    put(p.arguments.as_bytes());
+    match &p.diff {
+        None => put(b"\0none"),
+        Some(d) => put(d.as_bytes()),
+    }
+    put(p.effect.as_bytes());
+    put(p.rule.as_bytes());
+    put(&p.policy_revision.to_le_bytes());
+    put(&p.created_unix_ms.to_le_bytes());
+    put(&p.expires_unix_ms.to_le_bytes());
+    ProposalDigest(h.finalize().into())
+}
+
+impl Approvals {
+    /// Opens a proposal; the receiver sees its outcome. The caller arranges the expiry (it calls
+    /// [`Approvals::expire`] at `expires_unix_ms`).
+    pub fn propose(
+        &mut self,
+        d: Draft,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> (Proposal, watch::Receiver<Option<Outcome>>) {
+        self.next += 1;
+        let mut p = Proposal {
+            id: ProposalId(self.next),
+            digest: ProposalDigest([0; 32]),
+            session: d.session,
+            tool: d.tool,
+            target: d.target,
+            arguments: d.arguments,
+            diff: d.diff,
+            effect: d.effect,
+            rule: d.rule,
+            policy_revision: d.policy_revision,
+            created_unix_ms: now_ms,
+            expires_unix_ms: now_ms + ttl_ms,
+        };
+        p.digest = digest(&p, &rand::random());
+        let (tx, rx) = watch::channel(None);
+        self.open.insert(
+            p.id,
+            Open {
+                proposal: p.clone(),
+                done: tx,
+            },
+        );
+        self.publish(UiEvent::ProposalAdded(p.clone()));
+        (p, rx)
+    }
+
+    pub fn pending(&self) -> Vec<Proposal> {
+        self.open.values().map(|o| o.proposal.clone()).collect()
+    }
+
+    fn close(&mut self, id: ProposalId, outcome: Outcome, text: String) {
+        if let Some(o) = self.open.remove(&id) {
+            let _ = o.done.send(Some(outcome));
+            self.closed.insert(id, text.clone());
+            self.closed_order.push_back(id);
+            while self.closed_order.len() > CLOSED_KEPT {
+                if let Some(old) = self.closed_order.pop_front() {
+                    self.closed.remove(&old);
+                }
+            }
+            self.publish(UiEvent::ProposalClosed {
+                proposal: id,
+                outcome: text,
+            });
+        }
+    }
+
+    /// Applies a decision from the ui channel.
+    pub fn decide(&mut self, d: &Decision, now_ms: u64) -> Result<&'static str, DecideError> {
+        if let Some(how) = self.closed.get(&d.proposal) {
+            if how.starts_with("expired") {
+                return Err(DecideError::Expired(d.proposal));
+            }
+            return Err(DecideError::AlreadyDecided(how.clone()));
+        }
+        let Some(open) = self.open.get(&d.proposal) else {
+            return Err(DecideError::Unknown(d.proposal));
+        };
+        if open.proposal.digest != d.digest {
+            return Err(DecideError::DigestMismatch(d.proposal));
+        }
+        if now_ms >= open.proposal.expires_unix_ms {
+            self.expire(d.proposal);
+            return Err(DecideError::Expired(d.proposal));
+        }
+        self.close(
+            d.proposal,
+            Outcome::Decided(d.choice),
+            d.choice.as_str().to_string(),
+        );
+        Ok(d.choice.as_str())
+    }
+
+    /// Closes the proposal as expired (denied), if it is still open.
+    pub fn expire(&mut self, id: ProposalId) {
+        self.close(id, Outcome::Expired, "expired: no answer means deny".into());
+    }
+
+    /// Withdraws a proposal whose call can no longer go ahead.
+    pub fn withdraw(&mut self, id: ProposalId, why: &str) {
+        if let Some(o) = self.open.remove(&id) {
+            let _ = o.done.send(Some(Outcome::Expired));
+            self.closed.insert(id, format!("withdrawn: {why}"));
+            self.closed_order.push_back(id);
+            self.publish(UiEvent::ProposalClosed {
+                proposal: id,
+                outcome: format!("withdrawn: {why}"),
+            });
+        }
+    }
+
+    pub fn subscribe(&mut self, r: Replier, id: u64) {
+        self.subscribers.push((r, id));
+    }
+
+    pub fn publish(&mut self, ev: UiEvent) {
+        self.subscribers
+            .retain(|(r, id)| r.send_checked(*id, Body::UiReply(UiReply::Event(ev.clone()))));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipc_schema::tool::{SessionId, ToolName};
+
+    fn draft() -> Draft {
+        Draft {
+            session: SessionId("s".into()),
+            tool: ToolName::WriteFile,
+            target: "/p/a".into(),
+            arguments: "{}".into(),
+            diff: Some("+x".into()),
+            effect: "create /p/a".into(),
+            rule: "tools.write_file default".into(),
+            policy_revision: 0,
+        }
+    }
+
+    #[test]
+    fn decisions_are_bound_to_the_digest_and_counted_once() {
+        let mut a = Approvals::default();
+        let (p, rx) = a.propose(draft(), 1000, 5000);
+        let bad = Decision {
+            proposal: p.id,
+            digest: ProposalDigest([9; 32]),
+            choice: Choice::AllowOnce,
+        };
+        assert_eq!(a.decide(&bad, 1001), Err(DecideError::DigestMismatch(p.id)));
+        assert_eq!(*rx.borrow(), None, "a refused decision decides nothing");
+        let good = Decision {
+            proposal: p.id,
+            digest: p.digest,
+            choice: Choice::Deny,
+        };
+        assert_eq!(a.decide(&good, 1002), Ok("deny"));
+        assert_eq!(*rx.borrow(), Some(Outcome::Decided(Choice::Deny)));
+        let again = Decision {
+            choice: Choice::AllowOnce,
+            ..good
+        };
+        let e = a.decide(&again, 1003).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the proposal has already been decided (deny)"
+        );
+        assert_eq!(
+            a.decide(
+                &Decision {
+                    proposal: ProposalId(99),
+                    ..good
+                },
+                1
+            ),
+            Err(DecideError::Unknown(ProposalId(99)))
+        );
+    }
+
+    #[test]
+    fn expiry_denies_and_late_decisions_are_refused() {
+        let mut a = Approvals::default();
+        let (p, rx) = a.propose(draft(), 1000, 5000);
+        let d = Decision {
+            proposal: p.id,
+            digest: p.digest,
+            choice: Choice::AllowOnce,
+        };
+        assert_eq!(a.decide(&d, 6000), Err(DecideError::Expired(p.id)));
+        assert_eq!(*rx.borrow(), Some(Outcome::Expired));
+        assert_eq!(a.decide(&d, 6001), Err(DecideError::Expired(p.id)));
+    }
+
+    #[test]
+    fn digests_differ_for_identical_content() {
+        let mut a = Approvals::default();
+        let (p1, _) = a.propose(draft(), 1000, 5000);
+        let (p2, _) = a.propose(draft(), 1000, 5000);
+        assert_ne!(p1.digest, p2.digest);
+    }
+}

@@ -1,0 +1,98 @@
+//! The demo's scratch world, all inside one private temporary directory: a HOME with a planted
+//! shell start-up file and SSH key (never the real home), a small project in it, and the data
+//! directory of a private gatehouse instance. Removed at the end unless kept.
+
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// A line of the planted key that must never reach the agent.
+pub const KEY_MARK: &str = "DEMO-KEY-MATERIAL-NOT-A-REAL-KEY";
+pub const BASHRC: &str =
+    "# the scratch HOME's shell start-up file, planted by gatehouse demo\nexport PS1='$ '\n";
+pub const MAIN_RS: &str =
+    "fn main() {\n    println!(\"hello\");\n}\n// TODO: greet the user by name\n";
+pub const CHANGELOG: &str = "# Changelog\n\n## Unreleased\n";
+
+pub struct Scratch {
+    pub root: PathBuf,
+    pub home: PathBuf,
+    pub project: PathBuf,
+    /// The private instance's `--data-dir`.
+    pub data: PathBuf,
+    pub keep: bool,
+}
+
+fn write(path: &Path, text: &str, mode: u32) -> Result<(), String> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    f.write_all(text.as_bytes())
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn dir(path: &Path, mode: u32) -> Result<(), String> {
+    std::fs::DirBuilder::new()
+        .mode(mode)
+        .create(path)
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+impl Scratch {
+    pub fn create(keep: bool) -> Result<Scratch, String> {
+        let template = std::env::temp_dir().join("gatehouse-demo-XXXXXX");
+        let root = nix::unistd::mkdtemp(&template).map_err(|e| {
+            format!(
+                "cannot make a scratch directory in {}: {e}",
+                std::env::temp_dir().display()
+            )
+        })?;
+        // The broker shows resolved paths; resolve ours the same way (/tmp may be a link).
+        let root = std::fs::canonicalize(&root).map_err(|e| format!("{}: {e}", root.display()))?;
+        let s = Scratch {
+            home: root.join("home"),
+            project: root.join("home/project"),
+            data: root.join("gatehouse"),
+            root,
+            keep,
+        };
+        dir(&s.home, 0o700)?;
+        dir(&s.home.join(".ssh"), 0o700)?;
+        write(&s.home.join(".bashrc"), BASHRC, 0o644)?;
+        write(
+            &s.home.join(".ssh/id_ed25519"),
+            &format!("-----BEGIN OPENSSH PRIVATE KEY-----\n{KEY_MARK}\n-----END OPENSSH PRIVATE KEY-----\n"),
+            0o600,
+        )?;
+        dir(&s.project, 0o755)?;
+        dir(&s.project.join("src"), 0o755)?;
+        write(
+            &s.project.join("README.md"),
+            "# demo-app\n\nA scratch project made by `gatehouse demo`.\n",
+            0o644,
+        )?;
+        write(&s.project.join("src/main.rs"), MAIN_RS, 0o644)?;
+        write(
+            &s.project.join("src/lib.rs"),
+            "pub fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n",
+            0o644,
+        )?;
+        write(&s.project.join("CHANGELOG.md"), CHANGELOG, 0o644)?;
+        Ok(s)
+    }
+
+    pub fn read(&self, path: &Path) -> String {
+        std::fs::read_to_string(path).unwrap_or_default()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
+    }
+}

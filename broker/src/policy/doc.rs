@@ -1,0 +1,172 @@
+//! The policy document as a person writes it (`policy.toml`), and the built-in default profile.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// `allow`, `ask` or `deny`.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ActionDoc {
+    Allow,
+    Ask,
+    Deny,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum CapabilityDoc {
+    Read,
+    Write,
+    Edit,
+    Delete,
+}
+
+/// The whole document.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyDoc {
+    /// Bumped by the broker on every apply; an apply must carry the revision in force.
+    #[serde(default)]
+    pub revision: u64,
+    /// What each tool gets when no rule applies. A tool not named here: `ask`.
+    #[serde(default)]
+    pub tools: BTreeMap<String, ActionDoc>,
+    #[serde(default)]
+    pub limits: LimitsDoc,
+    #[serde(default)]
+    pub approvals: ApprovalsDoc,
+    #[serde(default, rename = "grant")]
+    pub grants: Vec<GrantDoc>,
+    #[serde(default, rename = "rule")]
+    pub rules: Vec<RuleDoc>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsDoc {
+    /// Tool calls one session may start in any 60 seconds.
+    pub requests_per_minute: u32,
+    /// Tool calls one session may have in progress at once (waiting for approval included).
+    pub concurrent_requests: u32,
+}
+
+impl Default for LimitsDoc {
+    fn default() -> Self {
+        LimitsDoc {
+            requests_per_minute: 600,
+            concurrent_requests: 16,
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalsDoc {
+    /// Seconds a proposal waits for the human; then it is denied.
+    pub expire_after_secs: u64,
+}
+
+impl Default for ApprovalsDoc {
+    fn default() -> Self {
+        ApprovalsDoc {
+            expire_after_secs: 600,
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GrantDoc {
+    /// An absolute directory; canonicalised (links resolved) when the policy is loaded.
+    pub root: String,
+    #[serde(default = "yes")]
+    pub recursive: bool,
+    /// Globs relative to the root (`*` stays within one directory, `**` crosses); empty: all.
+    #[serde(default)]
+    pub include: Vec<String>,
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    pub capabilities: Vec<CapabilityDoc>,
+    /// Required to grant `/` or a home directory.
+    #[serde(default)]
+    pub confirm_broad_root: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RuleDoc {
+    /// Shown in every decision this rule makes; default `rule N`.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Tool names, or `["*"]` for every tool.
+    pub tools: Vec<String>,
+    /// Globs on the resolved absolute path (file tools; both ends of a move; a command's
+    /// working directory).
+    #[serde(default)]
+    pub paths: Vec<String>,
+    /// Host names, exact or `*.suffix` (fetch_url, http_request).
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    /// Program names or absolute paths (run_command's argv[0]).
+    #[serde(default)]
+    pub programs: Vec<String>,
+    pub action: ActionDoc,
+}
+
+/// The DESIGN default profile: one grant (`root`), reads allowed inside it; writes, edits,
+/// moves, deletes, fetches, requests and commands asked.
+pub fn default_profile(root: Option<&str>) -> PolicyDoc {
+    let mut tools = BTreeMap::new();
+    for t in ["read_file", "list_dir", "search_files", "grep"] {
+        tools.insert(t.to_string(), ActionDoc::Allow);
+    }
+    for t in [
+        "write_file",
+        "edit_file",
+        "delete_path",
+        "move_path",
+        "undo_change",
+        "fetch_url",
+        "http_request",
+        "run_command",
+    ] {
+        tools.insert(t.to_string(), ActionDoc::Ask);
+    }
+    PolicyDoc {
+        revision: 0,
+        tools,
+        limits: LimitsDoc::default(),
+        approvals: ApprovalsDoc::default(),
+        grants: root
+            .map(|r| GrantDoc {
+                root: r.to_string(),
+                recursive: true,
+                include: vec![],
+                exclude: vec![],
+                capabilities: vec![
+                    CapabilityDoc::Read,
+                    CapabilityDoc::Write,
+                    CapabilityDoc::Edit,
+                    CapabilityDoc::Delete,
+                ],
+                confirm_broad_root: false,
+            })
+            .into_iter()
+            .collect(),
+        rules: vec![],
+    }
+}
+
+impl PolicyDoc {
+    pub fn parse(text: &str) -> Result<PolicyDoc, String> {
+        toml::from_str(text).map_err(|e| e.to_string().trim_end().replace('\n', " "))
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("a policy document always serialises")
+    }
+}

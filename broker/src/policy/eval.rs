@@ -1,0 +1,212 @@
+//! Deciding one call: protected paths and grants first (they only ever refuse), then the rules
+//! that apply (the most restrictive wins), then the tool's default, then Ask.
+
+use super::compile::{Grant, Policy};
+use super::protected::Protected;
+use ipc_schema::fs::Access;
+use ipc_schema::tool::{Action, ToolName, Verdict};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// One path a call touches, resolved, with what it does there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathTarget {
+    pub abs: Vec<u8>,
+    pub access: Access,
+    pub is_dir: bool,
+}
+
+/// What a call acts on, in canonical form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Paths(Vec<PathTarget>),
+    Url { host: String },
+    Command { program: String, cwd: Vec<u8> },
+}
+
+pub fn shown(abs: &[u8]) -> String {
+    let mut out = String::new();
+    for chunk in abs.utf8_chunks() {
+        out.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+impl Target {
+    /// The target as one line: what proposals show and remembered decisions match.
+    pub fn key(&self) -> String {
+        match self {
+            Target::Paths(ps) => ps
+                .iter()
+                .map(|p| shown(&p.abs))
+                .collect::<Vec<_>>()
+                .join(" -> "),
+            Target::Url { host } => host.clone(),
+            Target::Command { program, cwd } => format!("{program} in {}", shown(cwd)),
+        }
+    }
+}
+
+fn deny(rule: impl Into<String>) -> Verdict {
+    Verdict {
+        action: Action::Deny,
+        rule: rule.into(),
+    }
+}
+
+/// The grant whose root contains `abs`, longest root first.
+pub fn grant_for<'a>(policy: &'a Policy, abs: &[u8]) -> Option<(&'a Grant, &'a Path, Vec<u8>)> {
+    let p = Path::new(OsStr::from_bytes(abs));
+    policy
+        .grants
+        .iter()
+        .filter_map(|g| p.strip_prefix(&g.root).ok().map(|rel| (g, rel)))
+        .max_by_key(|(g, _)| g.root.as_os_str().len())
+        .map(|(g, rel)| (g, g.root.as_path(), rel.as_os_str().as_bytes().to_vec()))
+}
+
+fn check_grant(policy: &Policy, t: &PathTarget) -> Result<(), Verdict> {
+    let shown_path = shown(&t.abs);
+    let Some((g, root, rel)) = grant_for(policy, &t.abs) else {
+        return Err(deny(format!("{shown_path} is outside every grant")));
+    };
+    let gname = format!("grant {} ({})", g.id, root.display());
+    let (cap, has) = match t.access {
+        Access::Read => ("read", g.caps.read),
+        Access::Write => ("write", g.caps.write),
+        Access::Edit => ("edit", g.caps.edit),
+        Access::Delete => ("delete", g.caps.delete),
+    };
+    if !has {
+        return Err(deny(format!("{gname} does not give {cap} ({shown_path})")));
+    }
+    let relp = Path::new(OsStr::from_bytes(&rel));
+    let depth = relp.components().count();
+    if !g.recursive && depth > 1 {
+        return Err(deny(format!("{gname} is not recursive ({shown_path})")));
+    }
+    let mut prefix = Some(relp);
+    while let Some(p) = prefix.filter(|p| !p.as_os_str().is_empty()) {
+        if g.exclude_set.is_match(p) {
+            return Err(deny(format!("{gname} excludes {shown_path}")));
+        }
+        prefix = p.parent();
+    }
+    if let Some(inc) = &g.include_set {
+        if !t.is_dir && depth > 0 && !inc.is_match(relp) {
+            return Err(deny(format!("{gname} does not include {shown_path}")));
+        }
+    }
+    Ok(())
+}
+
+fn rule_applies(r: &super::compile::Rule, tool: ToolName, target: &Target) -> bool {
+    if let Some(tools) = &r.tools {
+        if !tools.contains(&tool) {
+            return false;
+        }
+    }
+    if let Some(paths) = &r.paths {
+        let hit = match target {
+            Target::Paths(ps) => ps
+                .iter()
+                .any(|p| paths.is_match(Path::new(OsStr::from_bytes(&p.abs)))),
+            Target::Command { cwd, .. } => paths.is_match(Path::new(OsStr::from_bytes(cwd))),
+            Target::Url { .. } => false,
+        };
+        if !hit {
+            return false;
+        }
+    }
+    if !r.hosts.is_empty() {
+        let Target::Url { host } = target else {
+            return false;
+        };
+        if !r.hosts.iter().any(|h| h.matches(host)) {
+            return false;
+        }
+    }
+    if !r.programs.is_empty() {
+        let Target::Command { program, .. } = target else {
+            return false;
+        };
+        let base = program.rsplit('/').next().unwrap_or(program);
+        if !r.programs.iter().any(|p| {
+            if p.contains('/') {
+                p == program
+            } else {
+                p == base
+            }
+        }) {
+            return false;
+        }
+    }
+    true
+}
+
+/// The policy's verdict on `tool` acting on `target`.
+pub fn evaluate(
+    policy: &Policy,
+    protected: &Protected,
+    tool: ToolName,
+    target: &Target,
+) -> Verdict {
+    match target {
+        Target::Paths(ps) => {
+            for p in ps {
+                if let Some(why) = protected.check(&p.abs) {
+                    return deny(format!("protected path: {why}"));
+                }
+                if let Err(v) = check_grant(policy, p) {
+                    return v;
+                }
+            }
+        }
+        Target::Command { cwd, .. } => {
+            if let Some(why) = protected.check(cwd) {
+                return deny(format!("protected path: {why}"));
+            }
+            if grant_for(policy, cwd).is_none() {
+                return deny(format!(
+                    "the working directory {} is outside every grant",
+                    shown(cwd)
+                ));
+            }
+        }
+        Target::Url { .. } => {}
+    }
+    let applicable = policy
+        .rules
+        .iter()
+        .filter(|r| rule_applies(r, tool, target))
+        .max_by_key(|r| r.action);
+    // `max_by_key` keeps the last of equals; report the first rule with the winning action.
+    if let Some(winner) = applicable {
+        let first = policy
+            .rules
+            .iter()
+            .find(|r| r.action == winner.action && rule_applies(r, tool, target))
+            .unwrap_or(winner);
+        return Verdict {
+            action: first.action,
+            rule: format!("{} (policy revision {})", first.name, policy.revision),
+        };
+    }
+    match policy.defaults.get(&tool) {
+        Some(a) => Verdict {
+            action: *a,
+            rule: format!("tools.{tool} default (policy revision {})", policy.revision),
+        },
+        None => Verdict {
+            action: Action::Ask,
+            rule: format!(
+                "no rule for {tool}: ask (policy revision {})",
+                policy.revision
+            ),
+        },
+    }
+}

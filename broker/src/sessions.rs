@@ -1,0 +1,79 @@
+//! Gateway sessions: one per gateway connection, with a random id the broker picks, its rate
+//! limits and its "allow for this session" decisions. A gateway that reconnects (after a broker
+//! restart) may carry its session on by presenting the resume token the broker gave it.
+
+use crate::policy::rate::RateState;
+use ipc_schema::tool::{ResumeToken, SessionId, ToolName};
+use sha2::{Digest, Sha256};
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
+
+pub struct Session {
+    pub id: SessionId,
+    pub started_ms: i64,
+    pub connected: bool,
+    pub calls: u64,
+    pub rate: RateState,
+    /// (tool, target key) allowed for the rest of this session.
+    pub allowed: HashSet<(ToolName, String)>,
+}
+
+pub type SessionRef = Rc<RefCell<Session>>;
+
+#[derive(Default)]
+pub struct Sessions {
+    live: HashMap<SessionId, SessionRef>,
+}
+
+pub fn token_hash(t: &ResumeToken) -> Vec<u8> {
+    Sha256::digest(t.0.as_bytes()).to_vec()
+}
+
+pub fn new_ids() -> (SessionId, ResumeToken) {
+    (
+        SessionId(hex::encode(rand::random::<[u8; 16]>())),
+        ResumeToken(hex::encode(rand::random::<[u8; 32]>())),
+    )
+}
+
+impl Sessions {
+    /// The session `id`, attached to a connection (made if this broker has not seen it yet,
+    /// e.g. resumed after a restart).
+    pub fn attach(&mut self, id: &SessionId, started_ms: i64) -> Result<SessionRef, String> {
+        let s = self
+            .live
+            .entry(id.clone())
+            .or_insert_with(|| {
+                Rc::new(RefCell::new(Session {
+                    id: id.clone(),
+                    started_ms,
+                    connected: false,
+                    calls: 0,
+                    rate: RateState::default(),
+                    allowed: HashSet::new(),
+                }))
+            })
+            .clone();
+        if s.borrow().connected {
+            return Err(format!("session {id} is in use by another connection"));
+        }
+        s.borrow_mut().connected = true;
+        Ok(s)
+    }
+
+    pub fn all(&self) -> Vec<SessionRef> {
+        let mut v: Vec<_> = self.live.values().cloned().collect();
+        v.sort_by_key(|s| s.borrow().started_ms);
+        v
+    }
+}
+
+/// A gateway connection's hold on its session: detaches on drop (connection closed).
+pub struct Attached(pub SessionRef);
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        self.0.borrow_mut().connected = false;
+    }
+}

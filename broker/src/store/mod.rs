@@ -1,0 +1,288 @@
+//! gatehouse's one database: the append-only audit chain, the at-most-once ledger, sessions and
+//! remembered decisions, in SQLite (WAL).
+//!
+//! One writer thread owns the write connection ([`writer`]). Audit-only rows are group-committed
+//! with `synchronous=NORMAL` (durable against a crash of the broker, which is what matters for
+//! them; the next FULL commit makes them durable against power loss too). Every ledger
+//! transition is its own savepoint inside a batch committed with `synchronous=FULL`, and its
+//! caller hears back only after that commit, so the event loop never waits on an fsync.
+
+pub mod chain;
+pub mod verify;
+pub mod writer;
+
+use chain::{AuditEvent, RowFields, Sealer, GENESIS};
+use rusqlite::{params, Connection, OptionalExtension};
+use std::path::{Path, PathBuf};
+
+pub use writer::StoreHandle;
+
+/// The database file inside the data dir.
+pub fn db_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("gatehouse.db")
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("audit database {path}: {source}")]
+    Open {
+        path: String,
+        source: rusqlite::Error,
+    },
+    #[error("audit database: {0}")]
+    Sql(#[from] rusqlite::Error),
+    #[error("the audit log does not match its sealed head ({0}). Run `gatehouse verify-audit` to find the entry; to start a fresh log, move the database aside")]
+    HeadMismatch(String),
+    #[error("the audit key: {0}")]
+    Key(String),
+    #[error("audit database commit failed: {0}")]
+    Commit(String),
+    #[error("the audit writer has stopped")]
+    WriterGone,
+}
+
+const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS audit (
+    seq INTEGER PRIMARY KEY,
+    ts_ms INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    session TEXT,
+    actor TEXT NOT NULL,
+    tool TEXT,
+    target TEXT,
+    outcome TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    degraded INTEGER NOT NULL,
+    prev_hash BLOB NOT NULL,
+    hash BLOB NOT NULL,
+    mac BLOB NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
+    BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: UPDATE refused'); END;
+CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
+    BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: DELETE refused'); END;
+CREATE TABLE IF NOT EXISTS audit_head (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    count INTEGER NOT NULL,
+    head BLOB NOT NULL,
+    mac BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ledger (
+    id INTEGER PRIMARY KEY,
+    session TEXT NOT NULL,
+    call_key BLOB NOT NULL,
+    tool TEXT NOT NULL,
+    target TEXT NOT NULL,
+    summary TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN
+        ('proposed','pending','executing','done','failed','rejected','uncertain','abandoned')),
+    reason TEXT NOT NULL DEFAULT '',
+    result BLOB,
+    created_ms INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL,
+    UNIQUE (session, call_key)
+);
+CREATE INDEX IF NOT EXISTS ledger_state ON ledger (state);
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    resume_hash BLOB NOT NULL UNIQUE,
+    created_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS remembered (
+    id INTEGER PRIMARY KEY,
+    tool TEXT NOT NULL,
+    target TEXT NOT NULL,
+    action TEXT NOT NULL CHECK (action IN ('allow','deny')),
+    created_ms INTEGER NOT NULL,
+    origin TEXT NOT NULL
+);
+"#;
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Opens (creating if needed) the database for reading and writing, with the pragmas gatehouse
+/// relies on.
+pub fn open_rw(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open(path).map_err(|source| StoreError::Open {
+        path: path.display().to_string(),
+        source,
+    })?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.execute_batch(SCHEMA)?;
+    Ok(conn)
+}
+
+/// Opens the database read-only (verify-audit, audit tail), without creating it.
+pub fn open_ro(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open_with_flags(
+        path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|source| StoreError::Open {
+        path: path.display().to_string(),
+        source,
+    })?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    // Reading the whole log (verify) through a memory map instead of a read() per page.
+    conn.pragma_update(None, "mmap_size", 1i64 << 32)?;
+    Ok(conn)
+}
+
+/// This database's instance id (names its key in the keyring), created on first use.
+pub fn instance_id(conn: &Connection) -> Result<String, StoreError> {
+    if let Some(id) = read_instance_id(conn)? {
+        return Ok(id);
+    }
+    let id = hex::encode(rand::random::<[u8; 16]>());
+    conn.execute(
+        "INSERT OR IGNORE INTO meta (key, value) VALUES ('instance', ?1)",
+        params![id],
+    )?;
+    Ok(read_instance_id(conn)?.unwrap_or(id))
+}
+
+pub fn read_instance_id(conn: &Connection) -> Result<Option<String>, StoreError> {
+    Ok(conn
+        .query_row("SELECT value FROM meta WHERE key = 'instance'", [], |r| {
+            r.get(0)
+        })
+        .optional()?)
+}
+
+/// The number of audit rows (for deciding whether a missing key is a first start).
+pub fn audit_is_empty(conn: &Connection) -> Result<bool, StoreError> {
+    let n: i64 = conn.query_row("SELECT count(*) FROM audit", [], |r| r.get(0))?;
+    Ok(n == 0)
+}
+
+/// The chain's writing end: the last seq and hash, and the key to seal with.
+pub struct Chain {
+    pub seq: i64,
+    pub head: [u8; 32],
+    pub sealer: Sealer,
+    pub instance: String,
+    /// Every row written records that the broker runs with `--allow-degraded`.
+    pub degraded: bool,
+}
+
+impl Chain {
+    /// Loads the chain's end and checks it against the sealed head: a mismatch means the log was
+    /// changed behind gatehouse's back, and the broker refuses to append to it.
+    pub fn load(
+        conn: &Connection,
+        sealer: Sealer,
+        instance: String,
+        degraded: bool,
+    ) -> Result<Chain, StoreError> {
+        let last: Option<(i64, Vec<u8>)> = conn
+            .query_row(
+                "SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        let head_row: Option<(i64, Vec<u8>, Vec<u8>)> = conn
+            .query_row(
+                "SELECT count, head, mac FROM audit_head WHERE id = 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()?;
+        let (seq, head) = match &last {
+            None => (0, GENESIS),
+            Some((seq, hash)) => (
+                *seq,
+                hash.as_slice().try_into().map_err(|_| {
+                    StoreError::HeadMismatch(format!("entry {seq} has a malformed hash"))
+                })?,
+            ),
+        };
+        match head_row {
+            None if last.is_none() => {}
+            None => {
+                return Err(StoreError::HeadMismatch(
+                    "the sealed head is missing".into(),
+                ))
+            }
+            Some((count, h, mac)) => {
+                if count != seq || h.as_slice() != head {
+                    return Err(StoreError::HeadMismatch(format!(
+                        "the seal covers {count} entries, the log ends at entry {seq}"
+                    )));
+                }
+                if !sealer.head_mac_ok(&instance, count, &head, &mac) {
+                    return Err(StoreError::HeadMismatch(
+                        "the seal's MAC does not match under this instance's key".into(),
+                    ));
+                }
+            }
+        }
+        Ok(Chain {
+            seq,
+            head,
+            sealer,
+            instance,
+            degraded,
+        })
+    }
+
+    /// Appends one row inside `tx`.
+    pub fn append(&mut self, tx: &Connection, ev: &AuditEvent, ts_ms: i64) -> rusqlite::Result<()> {
+        let seq = self.seq + 1;
+        let f = RowFields {
+            seq,
+            ts_ms,
+            kind: ev.kind.as_str(),
+            session: ev.session.as_deref(),
+            actor: &ev.actor,
+            tool: ev.tool.as_deref(),
+            target: ev.target.as_deref(),
+            outcome: &ev.outcome,
+            detail: &ev.detail,
+            degraded: self.degraded,
+        };
+        let hash = chain::row_hash(&self.head, &f);
+        let mac = self.sealer.row_mac(seq, &hash);
+        let mut stmt = tx.prepare_cached(
+            "INSERT INTO audit (seq, ts_ms, kind, session, actor, tool, target, outcome, detail, \
+             degraded, prev_hash, hash, mac) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
+        )?;
+        stmt.execute(params![
+            seq,
+            ts_ms,
+            f.kind,
+            f.session,
+            f.actor,
+            f.tool,
+            f.target,
+            f.outcome,
+            f.detail,
+            f.degraded,
+            &self.head[..],
+            &hash[..],
+            &mac[..],
+        ])?;
+        self.seq = seq;
+        self.head = hash;
+        Ok(())
+    }
+
+    /// Writes the sealed head for the current end of the chain inside `tx`.
+    pub fn seal(&self, tx: &Connection) -> rusqlite::Result<()> {
+        let mac = self.sealer.head_mac(&self.instance, self.seq, &self.head);
+        tx.prepare_cached(
+            "INSERT INTO audit_head (id, count, head, mac) VALUES (1, ?1, ?2, ?3) \
+             ON CONFLICT(id) DO UPDATE SET count = excluded.count, head = excluded.head, mac = excluded.mac",
+        )?
+        .execute(params![self.seq, &self.head[..], &mac[..]])?;
+        Ok(())
+    }
+}

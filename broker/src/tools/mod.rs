@@ -1,0 +1,816 @@
+//! The tool path: a gateway's [`ToolCall`] through policy, the human's approval, the ledger and
+//! the helper, to its [`ToolReply`].
+//!
+//! Order for an effectful call: the ledger is asked first (the same call again in the session is
+//! answered from it), then the target is resolved by the fs-helper, policy decides, the call is
+//! recorded (`pending`, or `proposed` while the human is asked), `pending -> executing` is
+//! committed, and only then is the helper asked. Reads skip the ledger.
+
+pub mod args;
+mod fs;
+mod http;
+mod net;
+
+use crate::approvals::{Draft, Outcome};
+use crate::fronts::Replier;
+use crate::ledger::{self, CallInfo, Claim, Entry};
+use crate::policy::eval;
+use crate::sessions::{self, Attached, SessionRef};
+use crate::store::chain::{AuditEvent, AuditKind};
+use crate::store::now_ms;
+use crate::test_hooks::{crash_point, CrashStep};
+use crate::Ctx;
+use ipc_schema::tool::{
+    Action, Done, Failure, ProposalId, Refusal, RefusalKind, ResumeToken, SessionInfo, ToolCall,
+    ToolName, ToolReply, ToolResult, Verdict, Waiting,
+};
+use ipc_schema::ui::{CallState, Choice, Remembered};
+use ipc_schema::{Body, ErrorCode, ErrorReply};
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Instant;
+
+/// One gateway connection's state: the session it is attached to.
+#[derive(Default)]
+pub struct Conn {
+    attached: RefCell<Option<Attached>>,
+}
+
+/// Serves one tool call (in its own task: calls on a connection may overlap).
+pub fn handle(ctx: &Rc<Ctx>, conn: &Rc<Conn>, id: u64, call: ToolCall, reply: &Replier) {
+    let (ctx, conn, reply) = (ctx.clone(), conn.clone(), reply.clone());
+    tokio::task::spawn_local(async move {
+        let body = match call {
+            ToolCall::OpenSession { resume } => open_session(&ctx, &conn, resume).await,
+            call => Body::ToolReply(run(&ctx, &conn, id, call, &reply).await),
+        };
+        reply.send(id, body);
+    });
+}
+
+fn refused(
+    kind: RefusalKind,
+    message: impl Into<String>,
+    verdict: Option<Verdict>,
+    proposal: Option<ProposalId>,
+) -> ToolReply {
+    ToolReply::Refused(Refusal {
+        kind,
+        message: message.into(),
+        verdict,
+        proposal,
+    })
+}
+
+fn failed(code: ErrorCode, message: impl Into<String>) -> ToolReply {
+    ToolReply::Failed(Failure {
+        code,
+        message: message.into(),
+        fs: None,
+        from_ledger: false,
+    })
+}
+
+fn internal(e: impl std::fmt::Display) -> ToolReply {
+    failed(
+        ErrorCode::Internal,
+        format!("gatehouse could not record the call: {e}"),
+    )
+}
+
+async fn open_session(ctx: &Rc<Ctx>, conn: &Rc<Conn>, resume: Option<ResumeToken>) -> Body {
+    let err = |code, m: String| Body::Error(ErrorReply::new(code, m));
+    if let Some(a) = conn.attached.borrow().as_ref() {
+        return err(
+            ErrorCode::Invalid,
+            format!("this connection already has session {}", a.0.borrow().id),
+        );
+    }
+    let gate = &ctx.gate;
+    let (id, token, resumed) = match resume {
+        Some(token) => {
+            let hash = sessions::token_hash(&token);
+            let found = gate
+                .store
+                .read(move |tx| {
+                    use rusqlite::OptionalExtension;
+                    tx.query_row(
+                        "SELECT id, created_ms FROM sessions WHERE resume_hash = ?1",
+                        [hash],
+                        |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)),
+                    )
+                    .optional()
+                })
+                .await;
+            match found {
+                Ok(Some((id, _))) => (ipc_schema::tool::SessionId(id), token, true),
+                Ok(None) => {
+                    return err(
+                        ErrorCode::Refused,
+                        "unknown resume token: no such session".into(),
+                    )
+                }
+                Err(e) => return err(ErrorCode::Internal, e.to_string()),
+            }
+        }
+        None => {
+            let (id, token) = sessions::new_ids();
+            let (sid, hash) = (id.0.clone(), sessions::token_hash(&token));
+            let saved = gate
+                .store
+                .txn(move |tx, audit| {
+                    tx.execute(
+                        "INSERT INTO sessions (id, resume_hash, created_ms) VALUES (?1, ?2, ?3)",
+                        rusqlite::params![sid, hash, now_ms()],
+                    )?;
+                    audit.push(
+                        AuditEvent::new(AuditKind::Session, "gateway", "opened").session(sid),
+                    );
+                    Ok(())
+                })
+                .await;
+            if let Err(e) = saved {
+                return err(ErrorCode::Internal, e.to_string());
+            }
+            (id, token, false)
+        }
+    };
+    if conn.attached.borrow().is_some() {
+        return err(
+            ErrorCode::Invalid,
+            "this connection already has a session".into(),
+        );
+    }
+    match gate.sessions.borrow_mut().attach(&id, now_ms()) {
+        Ok(s) => *conn.attached.borrow_mut() = Some(Attached(s)),
+        Err(e) => return err(ErrorCode::Refused, e),
+    }
+    if resumed {
+        crate::audit::record(
+            AuditEvent::new(AuditKind::Session, "gateway", "resumed").session(id.0.clone()),
+        );
+    }
+    Body::ToolReply(ToolReply::Session(SessionInfo {
+        session: id,
+        resume: token,
+        resumed,
+    }))
+}
+
+/// The connection's session, opening a fresh one (not resumable) on its first call.
+fn session_for(ctx: &Rc<Ctx>, conn: &Rc<Conn>) -> Result<SessionRef, ToolReply> {
+    if let Some(a) = conn.attached.borrow().as_ref() {
+        return Ok(a.0.clone());
+    }
+    let (id, _) = sessions::new_ids();
+    let s = ctx
+        .gate
+        .sessions
+        .borrow_mut()
+        .attach(&id, now_ms())
+        .map_err(|e| failed(ErrorCode::Internal, e))?;
+    crate::audit::record(
+        AuditEvent::new(AuditKind::Session, "gateway", "opened").session(id.0.clone()),
+    );
+    *conn.attached.borrow_mut() = Some(Attached(s.clone()));
+    Ok(s)
+}
+
+/// Releases the session's "in progress" slot when the call ends, however it ends.
+struct InFlight(SessionRef);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.borrow_mut().rate.finish();
+    }
+}
+
+/// An audit row about this call.
+fn event(kind: AuditKind, sid: &str, tool: ToolName, outcome: &str) -> AuditEvent {
+    AuditEvent::new(kind, "gateway", outcome)
+        .session(sid)
+        .tool(tool.as_str())
+}
+
+async fn run(
+    ctx: &Rc<Ctx>,
+    conn: &Rc<Conn>,
+    id: u64,
+    call: ToolCall,
+    reply: &Replier,
+) -> ToolReply {
+    let tool = call.tool().expect("OpenSession is handled before");
+    let session = match session_for(ctx, conn) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let sid = session.borrow().id.clone();
+    let gate = &ctx.gate;
+    let summary = args::redacted(&call);
+
+    let policy = gate.policy.borrow().current.clone();
+    let policy = match policy {
+        Ok(p) => p,
+        Err(reason) => {
+            crate::audit::record(
+                event(AuditKind::Refusal, &sid.0, tool, "refused")
+                    .detail(format!("{reason}; {summary}")),
+            );
+            return refused(RefusalKind::PolicyInvalid, format!("{reason}. Every call is refused until the policy is fixed (`gatehouse policy show`)."), None, None);
+        }
+    };
+    let started = session.borrow_mut().rate.start(
+        Instant::now(),
+        policy.requests_per_minute,
+        policy.concurrent_requests,
+    );
+    if let Err(msg) = started {
+        crate::audit::record(
+            event(AuditKind::Refusal, &sid.0, tool, "refused").detail(format!("{msg}; {summary}")),
+        );
+        return refused(RefusalKind::RateLimited, msg, None, None);
+    }
+    let _in_flight = InFlight(session.clone());
+    session.borrow_mut().calls += 1;
+
+    let effectful = !call.is_read_only();
+    let key = ledger::call_key(tool, &args::canonical(&call));
+    if effectful {
+        match ledger::lookup(&gate.store, &sid, key).await {
+            Ok(Some(e)) => return answer_from_ledger(&sid.0, tool, e),
+            Ok(None) => {}
+            Err(e) => return internal(e),
+        }
+    }
+
+    let (resolved, checked) = match net::resolve(ctx, &call).await {
+        Ok(r) => r,
+        Err(reply) => {
+            crate::audit::record(
+                event(AuditKind::Refusal, &sid.0, tool, "refused")
+                    .detail(format!("{}; {summary}", describe(&reply))),
+            );
+            return reply;
+        }
+    };
+    let target_key = resolved.target.key();
+    let verdict = eval::evaluate(
+        &policy,
+        &gate.policy.borrow().protected,
+        tool,
+        &resolved.target,
+    );
+    let verdict = with_standing_decisions(ctx, &session, tool, &target_key, verdict);
+    // An allowed read gets one row, written when it is done (with this verdict's rule): half
+    // the audit work on the hottest path. Everything else records the decision now.
+    if effectful || verdict.action != Action::Allow {
+        crate::audit::record(
+            event(
+                AuditKind::ToolCall,
+                &sid.0,
+                tool,
+                action_word(verdict.action),
+            )
+            .target(target_key.clone())
+            .detail(format!("{}; {summary}", verdict.rule)),
+        );
+    }
+    if verdict.action == Action::Deny {
+        return refused(
+            RefusalKind::Denied,
+            format!("denied by {}", verdict.rule),
+            Some(verdict),
+            None,
+        );
+    }
+    let ttl = policy.expire_after;
+    let revision = policy.revision;
+    drop(policy);
+
+    if !effectful {
+        let mut proposal = None;
+        if verdict.action == Action::Ask {
+            let draft = draft(
+                &sid,
+                tool,
+                &target_key,
+                &call,
+                None,
+                match &checked {
+                    Some(c) => net::effect(&call, c),
+                    None => fs::effect(&call, &resolved, None),
+                },
+                &verdict,
+                revision,
+            );
+            match ask(ctx, &session, draft, ttl, &verdict, reply, id).await {
+                Ok(p) => proposal = Some(p),
+                Err(r) => return r,
+            }
+        }
+        let out = if checked.is_some() {
+            net::execute_read(ctx, &call, checked.as_ref()).await
+        } else {
+            fs::execute(ctx, &call, &resolved, None)
+                .await
+                .map_err(ToolReply::Failed)
+        };
+        let outcome = match &out {
+            Ok(_) => "done",
+            Err(ToolReply::Refused(_)) => "refused",
+            Err(_) => "failed",
+        };
+        crate::audit::record(
+            event(AuditKind::Read, &sid.0, tool, outcome)
+                .target(target_key)
+                .detail(match &out {
+                    Ok(_) => format!("{}; {summary}", verdict.rule),
+                    Err(r) => format!("{}; {}; {summary}", verdict.rule, describe(r)),
+                }),
+        );
+        return match out {
+            Ok(result) => ToolReply::Done(Box::new(Done {
+                result,
+                verdict,
+                proposal,
+                from_ledger: false,
+            })),
+            Err(r) => r,
+        };
+    }
+
+    let info = CallInfo {
+        session: sid.clone(),
+        key,
+        tool,
+        target: target_key.clone(),
+        summary: summary.clone(),
+    };
+    let first = if verdict.action == Action::Ask {
+        CallState::Proposed
+    } else {
+        CallState::Pending
+    };
+    let row = match ledger::claim(&gate.store, &info, first, verdict.rule.clone()).await {
+        Ok(Claim::New(row)) => row,
+        Ok(Claim::Existing(e)) => return answer_from_ledger(&sid.0, tool, e),
+        Err(e) => return internal(e),
+    };
+
+    if tool == ToolName::RunCommand {
+        let msg = format!("{tool} is not available yet in this build of gatehouse: its helper is not wired in; nothing was done");
+        if let Err(e) = ledger::transition(
+            &gate.store,
+            &info,
+            row,
+            first,
+            CallState::Abandoned,
+            msg.clone(),
+            None,
+        )
+        .await
+        {
+            return internal(e);
+        }
+        return refused(RefusalKind::NotAvailable, msg, Some(verdict), None);
+    }
+
+    let mut expected = None;
+    let mut proposal = None;
+    if verdict.action == Action::Ask {
+        let preview = match &checked {
+            Some(_) => Ok(None),
+            None => fs::preview(ctx, &call, &resolved).await,
+        };
+        let preview = match preview {
+            Ok(p) => p,
+            Err(f) => return record_failure(ctx, &info, row, CallState::Proposed, f).await,
+        };
+        if let Some(p) = &preview {
+            expected = p.current;
+        }
+        let diff = preview.as_ref().and_then(|p| p.diff.clone());
+        let draft = draft(
+            &sid,
+            tool,
+            &target_key,
+            &call,
+            diff,
+            match &checked {
+                Some(c) => net::effect(&call, c),
+                None => fs::effect(&call, &resolved, preview.as_ref()),
+            },
+            &verdict,
+            revision,
+        );
+        match ask(ctx, &session, draft, ttl, &verdict, reply, id).await {
+            Ok(p) => {
+                proposal = Some(p);
+                match ledger::transition(
+                    &gate.store,
+                    &info,
+                    row,
+                    CallState::Proposed,
+                    CallState::Pending,
+                    format!("approved by proposal {p}"),
+                    None,
+                )
+                .await
+                {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        return failed(
+                            ErrorCode::Internal,
+                            "the ledger entry left `proposed` while the human decided",
+                        )
+                    }
+                    Err(e) => return internal(e),
+                }
+            }
+            Err(r) => {
+                let why = describe(&r);
+                if let Err(e) = ledger::transition(
+                    &gate.store,
+                    &info,
+                    row,
+                    CallState::Proposed,
+                    CallState::Rejected,
+                    why,
+                    None,
+                )
+                .await
+                {
+                    return internal(e);
+                }
+                return r;
+            }
+        }
+    }
+
+    crash_point(gate.test_crash, CrashStep::AfterPending);
+    match ledger::transition(
+        &gate.store,
+        &info,
+        row,
+        CallState::Pending,
+        CallState::Executing,
+        String::new(),
+        None,
+    )
+    .await
+    {
+        Ok(true) => {}
+        Ok(false) => {
+            return failed(
+                ErrorCode::Internal,
+                "the ledger refused pending -> executing: the call was not pending",
+            )
+        }
+        Err(e) => return internal(e),
+    }
+    crash_point(gate.test_crash, CrashStep::AfterExecuting);
+
+    let answer = match &call {
+        ToolCall::HttpRequest(a) => http::execute_effect(ctx, a, checked.as_ref()).await,
+        _ => fs::execute_effect(ctx, &call, &resolved, expected, gate.test_crash).await,
+    };
+    crash_point(gate.test_crash, CrashStep::AfterAnswer);
+    match answer {
+        fs::EffectAnswer::Done(result) => {
+            let result = *result;
+            let blob = postcard::to_stdvec(&result).ok();
+            if let Err(e) = ledger::transition(
+                &gate.store,
+                &info,
+                row,
+                CallState::Executing,
+                CallState::Done,
+                String::new(),
+                blob,
+            )
+            .await
+            {
+                return internal(e);
+            }
+            ToolReply::Done(Box::new(Done {
+                result,
+                verdict,
+                proposal,
+                from_ledger: false,
+            }))
+        }
+        fs::EffectAnswer::Failed(f) => {
+            record_failure(ctx, &info, row, CallState::Executing, f).await
+        }
+        fs::EffectAnswer::NeverSent(f) => {
+            if let Err(e) = ledger::transition(
+                &gate.store,
+                &info,
+                row,
+                CallState::Executing,
+                CallState::Abandoned,
+                f.message.clone(),
+                None,
+            )
+            .await
+            {
+                return internal(e);
+            }
+            ToolReply::Failed(f)
+        }
+        fs::EffectAnswer::Unknown(why) => {
+            let text = format!("{why}. {}", ledger::UNCERTAIN_TEXT);
+            if let Err(e) = ledger::transition(
+                &gate.store,
+                &info,
+                row,
+                CallState::Executing,
+                CallState::Uncertain,
+                text.clone(),
+                None,
+            )
+            .await
+            {
+                return internal(e);
+            }
+            refused(RefusalKind::Uncertain, text, Some(verdict), proposal)
+        }
+    }
+}
+
+async fn record_failure(
+    ctx: &Rc<Ctx>,
+    info: &CallInfo,
+    row: i64,
+    from: CallState,
+    f: Failure,
+) -> ToolReply {
+    let blob = postcard::to_stdvec(&f).ok();
+    if let Err(e) = ledger::transition(
+        &ctx.gate.store,
+        info,
+        row,
+        from,
+        CallState::Failed,
+        f.message.clone(),
+        blob,
+    )
+    .await
+    {
+        return internal(e);
+    }
+    ToolReply::Failed(f)
+}
+
+fn action_word(a: Action) -> &'static str {
+    match a {
+        Action::Allow => "allow",
+        Action::Ask => "ask",
+        Action::Deny => "deny",
+    }
+}
+
+/// A refusal's or failure's message, for the ledger and the audit log.
+fn describe(r: &ToolReply) -> String {
+    match r {
+        ToolReply::Refused(x) => x.message.clone(),
+        ToolReply::Failed(x) => x.message.clone(),
+        _ => String::new(),
+    }
+}
+
+/// The answer for a call the ledger already has in this session.
+fn answer_from_ledger(sid: &str, tool: ToolName, e: Entry) -> ToolReply {
+    crate::audit::record(
+        event(AuditKind::ToolCall, sid, tool, "from_ledger").detail(format!(
+            "ledger {} is {}",
+            e.id,
+            e.state.as_str()
+        )),
+    );
+    let ledger_verdict = || {
+        Verdict {
+        action: Action::Allow,
+        rule: format!("answered from the ledger (entry {}): the same call was carried out earlier in this session", e.id),
+    }
+    };
+    match e.state {
+        CallState::Done => match e.result.as_deref().map(postcard::from_bytes::<ToolResult>) {
+            Some(Ok(result)) => ToolReply::Done(Box::new(Done {
+                result,
+                verdict: ledger_verdict(),
+                proposal: None,
+                from_ledger: true,
+            })),
+            _ => failed(ErrorCode::Internal, format!("ledger entry {} is done but its result cannot be read; it was not carried out again", e.id)),
+        },
+        CallState::Failed => match e.result.as_deref().map(postcard::from_bytes::<Failure>) {
+            Some(Ok(mut f)) => {
+                f.from_ledger = true;
+                ToolReply::Failed(f)
+            }
+            _ => failed(ErrorCode::Internal, format!("the same call failed earlier in this session: {}", e.reason)),
+        },
+        CallState::Rejected => refused(RefusalKind::RejectedEarlier, format!("the same call was rejected earlier in this session: {}", e.reason), None, None),
+        CallState::Uncertain => refused(RefusalKind::Uncertain, ledger::UNCERTAIN_TEXT, None, None),
+        CallState::Proposed => refused(RefusalKind::StillRunning, "the same call is waiting for the human's decision; calling again after the decision returns it", None, None),
+        CallState::Pending | CallState::Executing => refused(RefusalKind::StillRunning, "the same call is still running in this session", None, None),
+        CallState::Abandoned => failed(ErrorCode::Internal, "an abandoned ledger entry was returned"),
+    }
+}
+
+/// Remembered decisions and "allow for this session": a remembered deny applies always; an
+/// allow only turns an Ask into an Allow (it never overrides a Deny).
+fn with_standing_decisions(
+    ctx: &Rc<Ctx>,
+    session: &SessionRef,
+    tool: ToolName,
+    key: &str,
+    v: Verdict,
+) -> Verdict {
+    if v.action == Action::Deny {
+        return v;
+    }
+    let remembered = ctx.gate.remembered.borrow();
+    let find = |action: &str| {
+        remembered
+            .iter()
+            .find(|r| r.tool == tool.as_str() && r.target == key && r.action == action)
+    };
+    if let Some(r) = find("deny") {
+        return Verdict {
+            action: Action::Deny,
+            rule: format!(
+                "remembered decision {} (always deny, from proposal {})",
+                r.id, r.origin
+            ),
+        };
+    }
+    if v.action == Action::Ask {
+        if let Some(r) = find("allow") {
+            return Verdict {
+                action: Action::Allow,
+                rule: format!(
+                    "remembered decision {} (always allow, from proposal {})",
+                    r.id, r.origin
+                ),
+            };
+        }
+        if session.borrow().allowed.contains(&(tool, key.to_string())) {
+            return Verdict {
+                action: Action::Allow,
+                rule: format!("allowed for this session ({})", v.rule),
+            };
+        }
+    }
+    v
+}
+
+#[allow(clippy::too_many_arguments)]
+fn draft(
+    sid: &ipc_schema::tool::SessionId,
+    tool: ToolName,
+    target: &str,
+    call: &ToolCall,
+    diff: Option<String>,
+    effect: String,
+    v: &Verdict,
+    revision: u64,
+) -> Draft {
+    Draft {
+        session: sid.clone(),
+        tool,
+        target: target.to_string(),
+        arguments: args::canonical(call),
+        diff,
+        effect,
+        rule: v.rule.clone(),
+        policy_revision: revision,
+    }
+}
+
+/// Makes a proposal, tells the gateway, and waits for the decision or the expiry.
+async fn ask(
+    ctx: &Rc<Ctx>,
+    session: &SessionRef,
+    d: Draft,
+    ttl: std::time::Duration,
+    v: &Verdict,
+    reply: &Replier,
+    id: u64,
+) -> Result<ProposalId, ToolReply> {
+    let (tool, target, sid) = (d.tool, d.target.clone(), d.session.0.clone());
+    let (p, mut rx) =
+        ctx.gate
+            .approvals
+            .borrow_mut()
+            .propose(d, now_ms() as u64, ttl.as_millis() as u64);
+    crate::audit::record(
+        event(AuditKind::Proposal, &sid, tool, "asked")
+            .target(target.clone())
+            .detail(format!("proposal {}; {}; {}", p.id, p.effect, v.rule)),
+    );
+    reply.send(
+        id,
+        Body::ToolReply(ToolReply::AwaitingApproval(Waiting {
+            proposal: p.id,
+            verdict: v.clone(),
+            expires_unix_ms: p.expires_unix_ms,
+        })),
+    );
+    tokio::select! {
+        _ = rx.wait_for(|o| o.is_some()) => {}
+        _ = tokio::time::sleep(ttl) => ctx.gate.approvals.borrow_mut().expire(p.id),
+    }
+    let outcome = (*rx.borrow()).unwrap_or(Outcome::Expired);
+    match outcome {
+        Outcome::Decided(c) => {
+            match c {
+                Choice::AllowSession => {
+                    session.borrow_mut().allowed.insert((tool, target.clone()));
+                }
+                Choice::AlwaysAllow | Choice::AlwaysDeny => {
+                    let action = if c == Choice::AlwaysAllow {
+                        "allow"
+                    } else {
+                        "deny"
+                    };
+                    if let Err(e) = remember(ctx, tool, &target, action, p.id).await {
+                        tracing::error!("remembering a decision failed: {e}");
+                    }
+                }
+                Choice::AllowOnce | Choice::Deny => {}
+            }
+            if c.allows() {
+                Ok(p.id)
+            } else {
+                Err(refused(
+                    RefusalKind::HumanDenied,
+                    format!("the human chose {} for proposal {}", c.as_str(), p.id),
+                    Some(v.clone()),
+                    Some(p.id),
+                ))
+            }
+        }
+        Outcome::Expired => {
+            crate::audit::record(
+                event(AuditKind::Decision, &sid, tool, "expired")
+                    .target(target)
+                    .detail(format!(
+                        "proposal {}: no answer within {} s means deny",
+                        p.id,
+                        ttl.as_secs()
+                    )),
+            );
+            Err(refused(
+                RefusalKind::Expired,
+                format!(
+                    "nobody decided proposal {} within {} s; no answer means deny",
+                    p.id,
+                    ttl.as_secs()
+                ),
+                Some(v.clone()),
+                Some(p.id),
+            ))
+        }
+    }
+}
+
+/// Persists an "always" decision and applies it at once.
+pub async fn remember(
+    ctx: &Rc<Ctx>,
+    tool: ToolName,
+    target: &str,
+    action: &str,
+    origin: ProposalId,
+) -> Result<(), crate::store::StoreError> {
+    let (t, a, o) = (target.to_string(), action.to_string(), origin.to_string());
+    let now = now_ms();
+    let row = ctx
+        .gate
+        .store
+        .txn(move |tx, audit| {
+            tx.execute(
+                "INSERT INTO remembered (tool, target, action, created_ms, origin) VALUES (?1, ?2, ?3, ?4, ?5)",
+                rusqlite::params![tool.as_str(), t, a, now, o],
+            )?;
+            let id = tx.last_insert_rowid();
+            audit.push(
+                AuditEvent::new(AuditKind::Policy, "ui", "remembered")
+                    .tool(tool.as_str())
+                    .target(t.clone())
+                    .detail(format!("remembered decision {id}: always {a}, from proposal {o}")),
+            );
+            Ok(Remembered {
+                id: id as u64,
+                tool: tool.as_str().to_string(),
+                target: t,
+                action: a,
+                created_unix_ms: now as u64,
+                origin: o,
+            })
+        })
+        .await?;
+    ctx.gate.remembered.borrow_mut().push(row);
+    Ok(())
+}

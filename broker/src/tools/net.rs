@@ -1,0 +1,248 @@
+//! The tool path's side of the net-helper: the canonical target of a URL (what policy judges
+//! and an approval card shows), and `fetch_url` carried out.
+//!
+//! The net-helper's own rules (scheme, address table, redirects, content type, TLS, limits)
+//! decide before policy does: a URL it refuses is refused with its reason, word for word, and
+//! never reaches the human as a proposal.
+
+use super::fs::Resolved;
+use super::{failed, refused};
+use crate::policy::eval::Target;
+use crate::Ctx;
+use ipc_schema::net::{
+    CheckedTarget, FetchLimits, FetchRequest, FetchedPage, NetRefusal, NetReply, NetRequest,
+};
+use ipc_schema::tool::{FetchedText, RefusalKind, ToolCall, ToolReply, ToolResult};
+use ipc_schema::{Body, ErrorCode, Role};
+use std::rc::Rc;
+
+/// The most body a tool-path fetch asks for. Lower than the net-helper's 1 MiB default because
+/// the whole wrapped text must travel back to the gateway in one reply frame (MAX_FRAME, 1 MiB);
+/// a charset conversion can grow the text, which [`TEXT_MAX`] catches.
+pub const TOOL_FETCH_MAX_BODY: u32 = 768 * 1024;
+
+/// The most wrapped text one reply carries: a frame, less room for the rest of the reply.
+pub const TEXT_MAX: usize = ipc_schema::codec::MAX_FRAME - 64 * 1024;
+
+/// The limits of a fetch or request made for an agent.
+pub fn tool_limits() -> FetchLimits {
+    FetchLimits {
+        max_body_bytes: TOOL_FETCH_MAX_BODY,
+        ..FetchLimits::default()
+    }
+}
+
+/// A refusal by the net-helper's rules: its reason is the message.
+pub fn net_refusal(r: NetRefusal) -> ToolReply {
+    refused(RefusalKind::Network, r.reason, None, None)
+}
+
+/// One request to the net-helper. `Err` is the reply for the agent (the helper missing or
+/// crashed, or an answer that makes no sense).
+pub async fn net_call(ctx: &Rc<Ctx>, req: NetRequest) -> Result<NetReply, ToolReply> {
+    let Some(slot) = ctx.helpers.slot(Role::Net) else {
+        return Err(failed(ErrorCode::HelperUnavailable, "there is no net-helper"));
+    };
+    match slot.call(Body::Net(req)).await {
+        Ok(Body::NetReply(r)) => Ok(r),
+        Ok(Body::Error(e)) => Err(failed(e.code, e.message)),
+        Ok(other) => Err(failed(
+            ErrorCode::Internal,
+            format!("the net-helper answered {:?}", other.kind()),
+        )),
+        Err(e) => Err(failed(crate::call_error_reply(&e).code, e.to_string())),
+    }
+}
+
+/// Parses, resolves and judges `url` without connecting.
+pub async fn check(ctx: &Rc<Ctx>, url: &str) -> Result<CheckedTarget, ToolReply> {
+    match net_call(ctx, NetRequest::Check { url: url.into() }).await? {
+        NetReply::Checked(t) => Ok(t),
+        NetReply::Refused(r) => Err(net_refusal(r)),
+        NetReply::Failed { reason } => Err(network_failed(&reason)),
+        other => Err(unexpected("a check", &other)),
+    }
+}
+
+/// The network failed (refused or reset connection, DNS trouble, a broken reply). There is no
+/// error code for "the network" in the schema; the message says it.
+pub fn network_failed(reason: &str) -> ToolReply {
+    failed(ErrorCode::Internal, format!("the network failed: {reason}"))
+}
+
+fn unexpected(what: &str, reply: &NetReply) -> ToolReply {
+    let kind = format!("{reply:?}");
+    let kind = kind.split(['(', ' ', '{']).next().unwrap_or("?").to_string();
+    failed(
+        ErrorCode::Internal,
+        format!("the net-helper answered {what} with {kind}"),
+    )
+}
+
+/// Resolves a call's target: URLs by the net-helper (canonical URL, host, every address),
+/// everything else by the fs-helper.
+pub async fn resolve(
+    ctx: &Rc<Ctx>,
+    call: &ToolCall,
+) -> Result<(Resolved, Option<CheckedTarget>), ToolReply> {
+    let url = match call {
+        ToolCall::FetchUrl(a) => &a.url,
+        ToolCall::HttpRequest(a) => &a.url,
+        _ => return Ok((super::fs::resolve(ctx, call).await?, None)),
+    };
+    let checked = check(ctx, url).await?;
+    let resolved = Resolved {
+        target: Target::Url {
+            host: checked.host.clone(),
+        },
+        paths: vec![],
+    };
+    Ok((resolved, Some(checked)))
+}
+
+/// One line on what a network call will do, naming what the net-helper resolved.
+pub fn effect(call: &ToolCall, checked: &CheckedTarget) -> String {
+    let addresses = checked
+        .addresses
+        .iter()
+        .map(|a| a.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let what = match call {
+        ToolCall::HttpRequest(a) => {
+            let mut w = format!("{} {}", super::http::method_word(a.method), checked.url);
+            if !a.body.is_empty() {
+                w.push_str(&format!(" with a {}-byte body", a.body.len()));
+            }
+            if let Some(c) = &a.credential {
+                w.push_str(&format!(", adding stored credential {c:?}"));
+            }
+            w
+        }
+        _ => format!("fetch {}", checked.url),
+    };
+    format!(
+        "{what} (host {}, port {}, addresses {addresses})",
+        checked.host, checked.port
+    )
+}
+
+/// The whole wrapped text of a page: part 0, then parts 1.. read at once (the helper keeps
+/// them only a short while).
+pub async fn whole_text(ctx: &Rc<Ctx>, page: &FetchedPage) -> Result<String, ToolReply> {
+    let mut text = page.text.clone();
+    for index in 1..page.parts {
+        match net_call(
+            ctx,
+            NetRequest::FetchPart {
+                fetch: page.fetch,
+                index,
+            },
+        )
+        .await?
+        {
+            NetReply::FetchPart { text: t } => text.push_str(&t),
+            NetReply::Failed { reason } => {
+                return Err(failed(
+                    ErrorCode::Internal,
+                    format!("part {index} of the page is gone: {reason}"),
+                ))
+            }
+            NetReply::Refused(r) => return Err(net_refusal(r)),
+            other => return Err(unexpected("a part", &other)),
+        }
+        if text.len() > TEXT_MAX {
+            return Err(too_long(text.len()));
+        }
+    }
+    if text.len() > TEXT_MAX {
+        return Err(too_long(text.len()));
+    }
+    Ok(text)
+}
+
+fn too_long(n: usize) -> ToolReply {
+    refused(
+        RefusalKind::Network,
+        format!(
+            "the page's text is over {TEXT_MAX} bytes (at least {n}), more than one tool reply carries"
+        ),
+        None,
+        None,
+    )
+}
+
+/// The agent's view of a page.
+pub fn fetched_text(page: &FetchedPage, text: String) -> FetchedText {
+    FetchedText {
+        final_url: page.final_url.clone(),
+        redirects: page.redirects.clone(),
+        address: page.address,
+        status: page.status,
+        content_type: page.content_type.clone(),
+        body_bytes: page.body_bytes,
+        text,
+    }
+}
+
+/// Carries out a `fetch_url`: the helper checks everything again and pins the connection.
+pub async fn fetch(ctx: &Rc<Ctx>, url: &str) -> Result<ToolResult, ToolReply> {
+    let req = FetchRequest {
+        url: url.into(),
+        limits: tool_limits(),
+    };
+    let page = match net_call(ctx, NetRequest::Fetch(req)).await? {
+        NetReply::Fetched(p) => p,
+        NetReply::Refused(r) => return Err(net_refusal(r)),
+        NetReply::Failed { reason } => return Err(network_failed(&reason)),
+        other => return Err(unexpected("a fetch", &other)),
+    };
+    let text = whole_text(ctx, &page).await?;
+    Ok(ToolResult::Fetched(fetched_text(&page, text)))
+}
+
+/// Carries out a read-only network call (`fetch_url`, or `http_request` with GET or HEAD).
+pub async fn execute_read(
+    ctx: &Rc<Ctx>,
+    call: &ToolCall,
+    checked: Option<&CheckedTarget>,
+) -> Result<ToolResult, ToolReply> {
+    match (call, checked) {
+        (ToolCall::FetchUrl(a), _) => fetch(ctx, &a.url).await,
+        (ToolCall::HttpRequest(a), Some(c)) => super::http::send(ctx, a, c).await,
+        _ => Err(failed(ErrorCode::Internal, "not a read-only network call")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_card_names_url_host_and_every_address() {
+        let c = CheckedTarget {
+            url: "https://example.org/a".into(),
+            host: "example.org".into(),
+            port: 443,
+            addresses: vec!["93.184.215.14".parse().unwrap(), "2606:2800::1".parse().unwrap()],
+        };
+        let call = ToolCall::FetchUrl(ipc_schema::tool::FetchUrl {
+            url: "HTTPS://Example.org/a#frag".into(),
+        });
+        assert_eq!(
+            effect(&call, &c),
+            "fetch https://example.org/a (host example.org, port 443, addresses 93.184.215.14, 2606:2800::1)"
+        );
+        let call = ToolCall::HttpRequest(ipc_schema::tool::HttpRequest {
+            method: ipc_schema::tool::HttpMethod::Post,
+            url: "https://example.org/a".into(),
+            headers: vec![],
+            body: b"{}".to_vec(),
+            credential: Some("gh".into()),
+        });
+        assert_eq!(
+            effect(&call, &c),
+            "POST https://example.org/a with a 2-byte body, adding stored credential \"gh\" (host example.org, port 443, addresses 93.184.215.14, 2606:2800::1)"
+        );
+    }
+}

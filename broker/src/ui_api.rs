@@ -1,0 +1,181 @@
+//! The console's requests: proposals and decisions, uncertain calls, sessions, policy.
+
+use crate::fronts::Replier;
+use crate::store::chain::{AuditEvent, AuditKind};
+use crate::store::now_ms;
+use crate::Ctx;
+use ipc_schema::ui::{CallState, PolicyView, SessionSummary, UiReply, UiRequest};
+use ipc_schema::{Body, ErrorCode, ErrorReply};
+use std::rc::Rc;
+
+fn error(code: ErrorCode, m: impl Into<String>) -> Body {
+    Body::Error(ErrorReply::new(code, m))
+}
+
+pub fn handle(ctx: &Rc<Ctx>, id: u64, req: UiRequest, reply: &Replier) {
+    let gate = &ctx.gate;
+    match req {
+        UiRequest::ListPending => reply.send(
+            id,
+            Body::UiReply(UiReply::Pending(gate.approvals.borrow().pending())),
+        ),
+        UiRequest::Subscribe => {
+            gate.approvals.borrow_mut().subscribe(reply.clone(), id);
+            reply.send(id, Body::UiReply(UiReply::Subscribed));
+        }
+        UiRequest::Decide(d) => {
+            let decided = gate.approvals.borrow_mut().decide(&d, now_ms() as u64);
+            let (outcome, detail) = match &decided {
+                Ok(choice) => (*choice, format!("proposal {}: {choice}", d.proposal)),
+                Err(e) => (
+                    "refused",
+                    format!("decision on proposal {} refused: {e}", d.proposal),
+                ),
+            };
+            crate::audit::record(
+                AuditEvent::new(AuditKind::Decision, "ui", outcome).detail(detail),
+            );
+            reply.send(
+                id,
+                match decided {
+                    Ok(_) => Body::UiReply(UiReply::Decided {
+                        proposal: d.proposal,
+                        choice: d.choice,
+                    }),
+                    Err(e) => error(ErrorCode::Refused, e.to_string()),
+                },
+            );
+        }
+        UiRequest::ListUncertain => {
+            let (ctx, reply) = (ctx.clone(), reply.clone());
+            tokio::task::spawn_local(async move {
+                let r = ctx
+                    .gate
+                    .store
+                    .read(|tx| crate::ledger::list(tx, CallState::Uncertain))
+                    .await;
+                reply.send(
+                    id,
+                    match r {
+                        Ok(l) => Body::UiReply(UiReply::Uncertain(l)),
+                        Err(e) => error(ErrorCode::Internal, e.to_string()),
+                    },
+                );
+            });
+        }
+        UiRequest::ListSessions => {
+            let pending = gate.approvals.borrow().pending();
+            let list = gate
+                .sessions
+                .borrow()
+                .all()
+                .iter()
+                .map(|s| {
+                    let s = s.borrow();
+                    SessionSummary {
+                        session: s.id.clone(),
+                        connected: s.connected,
+                        started_unix_ms: s.started_ms as u64,
+                        calls: s.calls,
+                        pending: pending.iter().filter(|p| p.session == s.id).count() as u32,
+                    }
+                })
+                .collect();
+            reply.send(id, Body::UiReply(UiReply::Sessions(list)));
+        }
+        UiRequest::PolicyShow => reply.send(id, Body::UiReply(UiReply::Policy(view(ctx)))),
+        UiRequest::PolicyApply { document } => {
+            let before = gate.fs_helper_args();
+            let applied = gate.policy.borrow_mut().apply(&document);
+            match applied {
+                Ok(revision) => {
+                    crate::audit::record(
+                        AuditEvent::new(AuditKind::Policy, "ui", "applied")
+                            .detail(format!("policy revision {revision} applied")),
+                    );
+                    let after = gate.fs_helper_args();
+                    if after != before {
+                        // Landlock cannot widen: a fresh fs-helper gets the new grants once the
+                        // calls in flight have finished.
+                        crate::helpers::set_extra_args(&ctx.opts, ipc_schema::Role::Fs, after);
+                        if let Some(slot) = ctx.helpers.slot(ipc_schema::Role::Fs) {
+                            slot.restart_when_idle("the policy's grants changed");
+                        }
+                    }
+                    reply.send(id, Body::UiReply(UiReply::PolicyApplied { revision }));
+                }
+                Err(e) => {
+                    crate::audit::record(
+                        AuditEvent::new(AuditKind::Policy, "ui", "refused").detail(e.to_string()),
+                    );
+                    reply.send(id, error(ErrorCode::Refused, e.to_string()));
+                }
+            }
+        }
+        UiRequest::PolicyForget { remembered } => {
+            let (ctx, reply) = (ctx.clone(), reply.clone());
+            tokio::task::spawn_local(async move {
+                let r = ctx
+                    .gate
+                    .store
+                    .txn(move |tx, audit| {
+                        let n = tx
+                            .execute("DELETE FROM remembered WHERE id = ?1", [remembered as i64])?;
+                        if n == 1 {
+                            audit.push(
+                                AuditEvent::new(AuditKind::Policy, "ui", "forgotten")
+                                    .detail(format!("remembered decision {remembered} dropped")),
+                            );
+                        }
+                        Ok(n == 1)
+                    })
+                    .await;
+                reply.send(
+                    id,
+                    match r {
+                        Ok(true) => {
+                            ctx.gate
+                                .remembered
+                                .borrow_mut()
+                                .retain(|r| r.id != remembered);
+                            Body::UiReply(UiReply::Forgotten { remembered })
+                        }
+                        Ok(false) => error(
+                            ErrorCode::Invalid,
+                            format!("there is no remembered decision {remembered}"),
+                        ),
+                        Err(e) => error(ErrorCode::Internal, e.to_string()),
+                    },
+                );
+            });
+        }
+        UiRequest::AuditTail { after, limit } => {
+            let (ctx, reply) = (ctx.clone(), reply.clone());
+            tokio::task::spawn_local(async move {
+                let r = ctx
+                    .gate
+                    .store
+                    .read(move |tx| crate::cmd_ui::audit_tail(tx, after, limit))
+                    .await;
+                reply.send(
+                    id,
+                    match r {
+                        Ok(rows) => Body::UiReply(UiReply::Audit(rows)),
+                        Err(e) => error(ErrorCode::Internal, e.to_string()),
+                    },
+                );
+            });
+        }
+    }
+}
+
+fn view(ctx: &Rc<Ctx>) -> PolicyView {
+    let p = ctx.gate.policy.borrow();
+    PolicyView {
+        revision: p.revision,
+        source: p.source.clone(),
+        document: p.document.clone(),
+        error: p.current.as_ref().err().cloned(),
+        remembered: ctx.gate.remembered.borrow().clone(),
+    }
+}
