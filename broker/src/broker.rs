@@ -90,6 +90,21 @@ pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
             tracing::warn!(ledger = c.id, tool = %c.tool, target = %c.target, "uncertain: {}", c.reason);
         }
         helpers::set_extra_args(&opts, Role::Fs, gate.fs_helper_args());
+        helpers::set_extra_args(
+            &opts,
+            Role::Secrets,
+            crate::cmd_secret::helper_args(&dirs).map_err(|e| format!("refusing to start: {e}"))?,
+        );
+        // Commands never see gatehouse's own config, data and runtime dirs, even when a grant
+        // holds them.
+        helpers::set_extra_args(
+            &opts,
+            Role::Exec,
+            [&dirs.config, &dirs.data, &dirs.runtime]
+                .into_iter()
+                .flat_map(|d| ["--protect".into(), d.clone().into_os_string()])
+                .collect(),
+        );
         let ui = fronts::bind(&dirs.ui_socket()).map_err(|e| format!("{}: {e}", dirs.ui_socket().display()))?;
         let gw = fronts::bind(&dirs.gateway_socket())
             .map_err(|e| format!("{}: {e}", dirs.gateway_socket().display()))?;

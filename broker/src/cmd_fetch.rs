@@ -119,7 +119,9 @@ fn done(g: &Global, d: &Done) -> ExitCode {
         let kind = kind.split('(').next().unwrap_or("?").to_string();
         return other(
             g,
-            &format!("the broker answered fetch_url with a {kind} result, which is not a fetched page"),
+            &format!(
+                "the broker answered fetch_url with a {kind} result, which is not a fetched page"
+            ),
         );
     };
     if g.json {

@@ -98,6 +98,34 @@ pub async fn add_fs_status(ctx: &Ctx, report: &mut DoctorReport) {
     }
 }
 
+/// Asks the secrets-helper which credential store it uses: whether credentials survive a
+/// reboot must be visible, and a store it cannot use is a problem.
+pub async fn add_secrets_status(ctx: &Ctx, report: &mut DoctorReport) {
+    use ipc_schema::secrets::{SecretsReply, SecretsRequest};
+    use ipc_schema::{Body, Role};
+    let Some(slot) = ctx.helpers.slot(Role::Secrets) else {
+        return;
+    };
+    if !slot.is_ready() {
+        return;
+    }
+    match slot.call(Body::Secrets(SecretsRequest::Status)).await {
+        Ok(Body::SecretsReply(SecretsReply::Status(st))) => {
+            let line = st.doctor_line();
+            if st.problem.is_some() {
+                report.problems.push(line);
+            } else {
+                report.notes.push(line);
+            }
+        }
+        Ok(other) => report.problems.push(format!(
+            "secrets-helper: unexpected status reply {:?}",
+            other.kind()
+        )),
+        Err(e) => report.problems.push(format!("secrets-helper: status: {e}")),
+    }
+}
+
 /// The human-readable form.
 pub fn render(r: &DoctorReport) -> String {
     use std::fmt::Write;

@@ -115,24 +115,27 @@ async fn serve_front(ctx: Rc<Ctx>, stream: UnixStream, role: Role) {
     loop {
         let env = match rd.next().await {
             Ok(Some(env)) => env,
-            Ok(None) => return,
+            Ok(None) => break,
             // A peer that closed with replies unread resets the connection: a disconnect,
             // not a protocol violation.
             Err(ipc_schema::FrameError::Io(e)) => {
                 tracing::debug!(peer = %role, "connection ended: {e}");
-                return;
+                break;
             }
             Err(e) => {
                 peer.kill(&format!("sent a bad frame: {e}"));
-                return;
+                break;
             }
         };
         let kind = env.body.kind();
         if !may_send_to_broker(role, kind) {
             peer.kill(&format!("sent a {kind:?} message, which the {role} may not send"));
-            return;
+            break;
         }
         dispatch(&ctx, role, env, &reply, &conn);
+    }
+    if role == Role::Gateway {
+        crate::tools::connection_closed(&ctx, &conn);
     }
 }
 
@@ -204,6 +207,7 @@ fn dispatch(ctx: &Rc<Ctx>, role: Role, env: Envelope, reply: &Replier, conn: &Rc
                 ctx.helpers.settle(Duration::from_secs(10)).await;
                 let mut report = crate::doctor::report(&ctx);
                 crate::doctor::add_fs_status(&ctx, &mut report).await;
+                crate::doctor::add_secrets_status(&ctx, &mut report).await;
                 reply.send(id, Body::DoctorReport(report));
             });
         }

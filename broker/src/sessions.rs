@@ -24,6 +24,9 @@ pub type SessionRef = Rc<RefCell<Session>>;
 #[derive(Default)]
 pub struct Sessions {
     live: HashMap<SessionId, SessionRef>,
+    /// Sessions whose token was revoked by this broker; checked before the database (whose
+    /// update follows asynchronously), so a token is dead from the moment its gateway leaves.
+    revoked: HashSet<SessionId>,
 }
 
 pub fn token_hash(t: &ResumeToken) -> Vec<u8> {
@@ -60,6 +63,14 @@ impl Sessions {
         }
         s.borrow_mut().connected = true;
         Ok(s)
+    }
+
+    pub fn revoke(&mut self, id: &SessionId) {
+        self.revoked.insert(id.clone());
+    }
+
+    pub fn is_revoked(&self, id: &SessionId) -> bool {
+        self.revoked.contains(id)
     }
 
     pub fn all(&self) -> Vec<SessionRef> {

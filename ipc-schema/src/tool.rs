@@ -316,6 +316,29 @@ pub enum ToolResult {
     Fetched(FetchedText),
     /// An `http_request` reply.
     HttpResponse(HttpResponse),
+    /// A `run_command` that ran (whatever its exit status).
+    CommandRun(CommandRun),
+}
+
+/// What a command did in its sandbox.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct CommandRun {
+    pub argv: Vec<String>,
+    /// The working directory (absolute, resolved).
+    pub cwd: String,
+    /// The exit status, when it exited (not killed, not timed out).
+    pub exit_code: Option<i32>,
+    /// How it ended, for people: `exited with status 3`, `timed out after 300 s; ...`.
+    pub outcome: String,
+    /// Output kept (the first bytes of each stream, up to the tool path's cap).
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    /// Output bytes beyond the cap, counted and dropped.
+    pub stdout_dropped: u64,
+    pub stderr_dropped: u64,
+    pub elapsed_ms: u64,
+    /// What the sandbox enforced, one line (namespaces, Landlock ABI, seccomp, network).
+    pub sandbox: String,
 }
 
 /// A fetched page, as the agent gets it.

@@ -5,7 +5,7 @@ mod broker_core_support;
 
 use broker_core_support::*;
 use ipc_schema::fs::FsErrorKind;
-use ipc_schema::tool::{Action, FetchUrl, ListDir, RefusalKind, ToolCall, ToolReply, ToolResult};
+use ipc_schema::tool::{Action, ListDir, RefusalKind, ToolCall, ToolReply, ToolResult};
 use ipc_schema::ui::Choice;
 use ipc_schema::Body;
 
@@ -123,20 +123,7 @@ fn default_profile_reads_asks_writes_and_answers_repeats_from_the_ledger() {
         other => panic!("{other:?}"),
     }
 
-    // Tools without a helper yet go through policy and the ledger, then say so.
-    match gw.call(ToolCall::FetchUrl(FetchUrl {
-        url: "https://example.org/".into(),
-    })) {
-        ToolReply::Refused(r) => {
-            assert_eq!(r.kind, RefusalKind::NotAvailable);
-            assert!(
-                r.message.contains("fetch_url is not available yet"),
-                "{}",
-                r.message
-            );
-        }
-        other => panic!("{other:?}"),
-    }
+    // fetch_url, http_request and run_command: tests/tests/tools_net.rs, tools_exec.rs.
 
     drop(gw);
     drop(ui);

@@ -87,12 +87,6 @@ fn assert_asked_and_done(c: &Value, tool: &str, target_end: &str) {
     assert_eq!(c["outcome"], "done", "{c:#}");
 }
 
-/// Tools whose helpers other issues wire into the broker: until they are, the demo must say
-/// so (outcome `unavailable`, the step not ok, the demo failing), never fake the outcome.
-fn not_wired_yet(c: &Value) -> bool {
-    c["outcome"] == "unavailable"
-}
-
 #[test]
 fn the_demo_shows_every_outcome_and_its_json_says_what_happened() {
     let home = tempfile::Builder::new()
@@ -148,7 +142,8 @@ fn the_demo_shows_every_outcome_and_its_json_says_what_happened() {
     }
     assert!(!text(call(step(r, "ssh_key"), 0)).contains("DEMO-KEY-MATERIAL"));
 
-    // The metadata address: refused, with the reason.
+    // The metadata address: refused by the network rules before anyone is asked, with the
+    // reason.
     let s = step(r, "metadata");
     let c = call(s, 0);
     assert_eq!(c["tool"], "fetch_url");
@@ -156,31 +151,21 @@ fn the_demo_shows_every_outcome_and_its_json_says_what_happened() {
         c["arguments"]["url"],
         "http://169.254.169.254/latest/meta-data/"
     );
-    if not_wired_yet(c) {
-        assert_eq!(
-            s["ok"], false,
-            "an unavailable tool is not shown as working: {s:#}"
-        );
-    } else {
-        assert_eq!(c["outcome"], "refused", "{s:#}");
-        assert!(
-            text(c).contains("169.254.169.254"),
-            "the reason names the address: {s:#}"
-        );
-        assert_eq!(s["ok"], true, "{s:#}");
-    }
+    assert_eq!(c["outcome"], "refused", "{s:#}");
+    assert!(asked(c).is_empty(), "{s:#}");
+    assert!(
+        text(c).starts_with("Refused by gatehouse's network rules: 169.254.169.254 is link-local"),
+        "the reason names the address and its range: {s:#}"
+    );
+    assert_eq!(s["ok"], true, "{s:#}");
 
-    // A command in the sandbox: asked, approved, run.
+    // A command in the sandbox: asked, approved, run; what it wrote comes back.
     let s = step(r, "command");
     let c = call(s, 0);
-    assert_eq!(c["tool"], "run_command");
-    if not_wired_yet(c) {
-        assert_eq!(s["ok"], false, "{s:#}");
-    } else {
-        assert_asked_and_done(c, "run_command", "");
-        assert!(text(c).contains("hello from the sandbox"), "{s:#}");
-        assert_eq!(s["ok"], true, "{s:#}");
-    }
+    assert_asked_and_done(c, "run_command", "/home/project");
+    assert!(text(c).contains("exited with status 0"), "{s:#}");
+    assert!(text(c).contains("\nhello from the sandbox\n"), "{s:#}");
+    assert_eq!(s["ok"], true, "{s:#}");
 
     // The same effectful call twice: asked once, carried out once, the second from the ledger.
     let s = step(r, "twice");
@@ -205,34 +190,16 @@ fn the_demo_shows_every_outcome_and_its_json_says_what_happened() {
     let entries = a["entries"].as_u64().unwrap();
     assert!(entries > 0);
     assert_eq!(a["message"], format!("{entries} entries, chain intact"));
-    let approved = ["edit", "command", "twice"]
-        .iter()
-        .filter(|n| !not_wired_yet(call(step(r, n), 0)))
-        .count() as u64;
     assert_eq!(
-        a["kinds"]["decision"], approved,
+        a["kinds"]["decision"], 3,
         "one decision row per approval: {a:#}"
     );
-    assert_eq!(a["kinds"]["proposal"], approved, "{a:#}");
+    assert_eq!(a["kinds"]["proposal"], 3, "{a:#}");
 
-    // The verdict: every step as expected, unless a tool is not in this build yet; then the
-    // demo says which and fails.
-    let unavailable: Vec<&str> = ["metadata", "command"]
-        .into_iter()
-        .filter(|n| not_wired_yet(call(step(r, n), 0)))
-        .collect();
-    assert_eq!(
-        r["not_as_expected"],
-        serde_json::json!(unavailable),
-        "{r:#}"
-    );
-    assert_eq!(r["ok"], unavailable.is_empty());
-    assert_eq!(
-        d.code,
-        Some(if unavailable.is_empty() { 0 } else { 1 }),
-        "{}",
-        d.stderr
-    );
+    // The verdict: every outcome as expected.
+    assert_eq!(r["not_as_expected"], serde_json::json!([]), "{r:#}");
+    assert_eq!(r["ok"], true);
+    assert_eq!(d.code, Some(0), "{}", d.stderr);
 
     // Nothing outside the scratch directory was touched, and the scratch directory is gone.
     let scratch = r["scratch"].as_str().unwrap();

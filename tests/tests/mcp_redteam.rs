@@ -282,7 +282,6 @@ fn session_token(b: &Broker) -> (String, ResumeToken) {
 }
 
 #[test]
-#[ignore = "the broker does not revoke a session's token when its gateway disconnects yet (issue 8 asks for it; broker/src/tools, sessions.rs)"]
 fn a_token_carries_its_session_on_and_is_revoked_when_its_gateway_exits() {
     let inst = Instance::new(None);
     let b = inst.broker(&[]);

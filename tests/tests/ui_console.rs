@@ -322,6 +322,7 @@ fn up_runs_broker_and_console_and_stops_the_broker_it_started() {
         !gatehouse_tests::alive(pid),
         "the broker up started is stopped"
     );
+    gatehouse_tests::forget_audit_key(data.path());
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! shell start-up file and SSH key (never the real home), a small project in it, and the data
 //! directory of a private gatehouse instance. Removed at the end unless kept.
 
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// A line of the planted key that must never reach the agent.
@@ -59,7 +59,13 @@ impl Scratch {
             root,
             keep,
         };
-        dir(&s.home, 0o700)?;
+        // The root and the HOME are searchable by others, as most homes are: run as root, the
+        // exec sandbox runs commands as an unprivileged id, which a 0700 directory above the
+        // project would keep out. What is private stays private: ~/.ssh is 0700 and the key
+        // 0600, and the broker makes its own directories 0700.
+        std::fs::set_permissions(&s.root, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| format!("{}: {e}", s.root.display()))?;
+        dir(&s.home, 0o755)?;
         dir(&s.home.join(".ssh"), 0o700)?;
         write(&s.home.join(".bashrc"), BASHRC, 0o644)?;
         write(

@@ -22,8 +22,6 @@ pub(super) enum Expect {
     AskedAndDone,
     /// Refused by gatehouse without asking the human.
     RefusedUnasked,
-    /// Refused with a reason (asked first or not).
-    Refused,
     /// Answered from the ledger without asking.
     FromLedger,
 }
@@ -34,7 +32,6 @@ impl Expect {
             Expect::Allowed => "allowed without asking",
             Expect::AskedAndDone => "asked, approved, carried out",
             Expect::RefusedUnasked => "refused without asking, with the reason",
-            Expect::Refused => "refused, with the reason",
             Expect::FromLedger => "answered from the ledger, not carried out again",
         }
     }
@@ -48,7 +45,6 @@ impl Expect {
             }
             Expect::AskedAndDone => asked && c.outcome == "done",
             Expect::RefusedUnasked => c.outcome == "refused" && !asked,
-            Expect::Refused => c.outcome == "refused",
             Expect::FromLedger => c.outcome == "from_ledger" && !asked,
         }
     }
@@ -91,6 +87,11 @@ impl Script<'_> {
                     c.tool,
                     first_line(&text, 90)
                 ),
+                // A command: how it ended and in what sandbox (its output follows).
+                "done" if c.tool == "run_command" => {
+                    let first = text.lines().next().unwrap_or("");
+                    first_line(&first[first.find("exited").unwrap_or(0)..], 160)
+                }
                 // The first sentence says what was done (the rest is about checkpoints).
                 "done" | "from_ledger" => {
                     let first = text.lines().next().unwrap_or("");
@@ -115,6 +116,17 @@ impl Script<'_> {
                 String::new()
             };
             o.line(&format!("   {mark} {nth}{word}  {}", o.dim(&line)));
+            if c.tool == "run_command" && c.outcome == "done" {
+                let output = text
+                    .lines()
+                    .skip_while(|l| *l != "stdout:")
+                    .skip(1)
+                    .take_while(|l| !l.is_empty())
+                    .take(4);
+                for l in output {
+                    o.line(&format!("        {}", first_line(l, 120)));
+                }
+            }
             summary = line;
         }
         for c in checks.iter().filter(|c| !c.ok) {
@@ -261,7 +273,7 @@ impl Script<'_> {
         self.record(
             "metadata",
             "fetch_url http://169.254.169.254/latest/meta-data/".into(),
-            Expect::Refused,
+            Expect::RefusedUnasked,
             vec![c],
             vec![],
             false,

@@ -127,7 +127,7 @@ fn redact_arg(prev: Option<&str>, a: &str) -> String {
 }
 
 /// A URL without userinfo, query and fragment (where tokens travel).
-fn redact_url(u: &str) -> String {
+pub(super) fn redact_url(u: &str) -> String {
     let cut = u.find(['?', '#']).unwrap_or(u.len());
     let (base, rest) = u.split_at(cut);
     let base = match (base.find("://"), base.find('@')) {

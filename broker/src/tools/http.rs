@@ -99,10 +99,12 @@ async fn send_inner(
     let reply = match net_call(ctx, NetRequest::Http(send)).await {
         Ok(r) => r,
         // The helper was not there: nothing went out.
-        Err(r @ ToolReply::Failed(Failure {
-            code: ErrorCode::HelperUnavailable,
-            ..
-        })) => return Err(SendError::NotSent(r)),
+        Err(
+            r @ ToolReply::Failed(Failure {
+                code: ErrorCode::HelperUnavailable,
+                ..
+            }),
+        ) => return Err(SendError::NotSent(r)),
         Err(r) => return Err(SendError::Sent(r)),
     };
     let reply = match reply {
@@ -116,7 +118,9 @@ async fn send_inner(
             )))
         }
     };
-    let text = whole_text(ctx, &reply.page).await.map_err(SendError::Sent)?;
+    let text = whole_text(ctx, &reply.page)
+        .await
+        .map_err(SendError::Sent)?;
     Ok(ToolResult::HttpResponse(HttpResponse {
         page: fetched_text(&reply.page, text),
         headers: reply.headers,

@@ -7,6 +7,7 @@
 //! committed, and only then is the helper asked. Reads skip the ledger.
 
 pub mod args;
+mod exec;
 mod fs;
 mod http;
 mod net;
@@ -34,6 +35,42 @@ use std::time::Instant;
 #[derive(Default)]
 pub struct Conn {
     attached: RefCell<Option<Attached>>,
+    /// Set when this connection carried its session on by presenting a token (a gateway
+    /// started by `gatehouse run`): the token is revoked when the connection ends.
+    presented_token: RefCell<Option<ipc_schema::tool::SessionId>>,
+}
+
+/// A gateway connection ended. A session carried on with a token ends with its gateway: the
+/// token is revoked (replaced by a value no token hashes to), so it cannot be used again.
+pub fn connection_closed(ctx: &Rc<Ctx>, conn: &Rc<Conn>) {
+    let Some(id) = conn.presented_token.borrow_mut().take() else {
+        return;
+    };
+    ctx.gate.sessions.borrow_mut().revoke(&id);
+    let store = ctx.gate.store.clone();
+    tokio::task::spawn_local(async move {
+        let sid = id.0.clone();
+        let revoked = {
+            use sha2::Digest;
+            sha2::Sha256::digest(format!("revoked session {sid}").as_bytes()).to_vec()
+        };
+        let r = store
+            .txn(move |tx, audit| {
+                tx.execute(
+                    "UPDATE sessions SET resume_hash = ?2 WHERE id = ?1",
+                    rusqlite::params![sid, revoked],
+                )?;
+                audit.push(
+                    AuditEvent::new(AuditKind::Session, "gateway", "ended; token revoked")
+                        .session(sid),
+                );
+                Ok(())
+            })
+            .await;
+        if let Err(e) = r {
+            tracing::error!("revoking the token of session {id} failed: {e}");
+        }
+    });
 }
 
 /// Serves one tool call (in its own task: calls on a connection may overlap).
@@ -103,6 +140,12 @@ async fn open_session(ctx: &Rc<Ctx>, conn: &Rc<Conn>, resume: Option<ResumeToken
                 })
                 .await;
             match found {
+                Ok(Some((id, _))) if gate.sessions.borrow().is_revoked(&ipc_schema::tool::SessionId(id.clone())) => {
+                    return err(
+                        ErrorCode::Refused,
+                        format!("the token of session {id} was revoked when its gateway exited"),
+                    )
+                }
                 Ok(Some((id, _))) => (ipc_schema::tool::SessionId(id), token, true),
                 Ok(None) => {
                     return err(
@@ -146,6 +189,7 @@ async fn open_session(ctx: &Rc<Ctx>, conn: &Rc<Conn>, resume: Option<ResumeToken
         Err(e) => return err(ErrorCode::Refused, e),
     }
     if resumed {
+        *conn.presented_token.borrow_mut() = Some(id.clone());
         crate::audit::record(
             AuditEvent::new(AuditKind::Session, "gateway", "resumed").session(id.0.clone()),
         );
@@ -296,10 +340,7 @@ async fn run(
                 &target_key,
                 &call,
                 None,
-                match &checked {
-                    Some(c) => net::effect(&call, c),
-                    None => fs::effect(&call, &resolved, None),
-                },
+                effect(&call, &resolved, checked.as_ref(), None),
                 &verdict,
                 revision,
             );
@@ -357,24 +398,6 @@ async fn run(
         Err(e) => return internal(e),
     };
 
-    if tool == ToolName::RunCommand {
-        let msg = format!("{tool} is not available yet in this build of gatehouse: its helper is not wired in; nothing was done");
-        if let Err(e) = ledger::transition(
-            &gate.store,
-            &info,
-            row,
-            first,
-            CallState::Abandoned,
-            msg.clone(),
-            None,
-        )
-        .await
-        {
-            return internal(e);
-        }
-        return refused(RefusalKind::NotAvailable, msg, Some(verdict), None);
-    }
-
     let mut expected = None;
     let mut proposal = None;
     if verdict.action == Action::Ask {
@@ -396,10 +419,7 @@ async fn run(
             &target_key,
             &call,
             diff,
-            match &checked {
-                Some(c) => net::effect(&call, c),
-                None => fs::effect(&call, &resolved, preview.as_ref()),
-            },
+            effect(&call, &resolved, checked.as_ref(), preview.as_ref()),
             &verdict,
             revision,
         );
@@ -472,6 +492,7 @@ async fn run(
 
     let answer = match &call {
         ToolCall::HttpRequest(a) => http::execute_effect(ctx, a, checked.as_ref()).await,
+        ToolCall::RunCommand(a) => exec::execute_effect(ctx, a, &resolved).await,
         _ => fs::execute_effect(ctx, &call, &resolved, expected, gate.test_crash).await,
     };
     crash_point(gate.test_crash, CrashStep::AfterAnswer);
@@ -560,6 +581,20 @@ async fn record_failure(
         return internal(e);
     }
     ToolReply::Failed(f)
+}
+
+/// One line on what the call will do, for the approval card.
+fn effect(
+    call: &ToolCall,
+    resolved: &fs::Resolved,
+    checked: Option<&ipc_schema::net::CheckedTarget>,
+    preview: Option<&ipc_schema::fs::ChangePreview>,
+) -> String {
+    match (call, checked) {
+        (_, Some(c)) => net::effect(call, c),
+        (ToolCall::RunCommand(a), None) => exec::effect(a, resolved),
+        _ => fs::effect(call, resolved, preview),
+    }
 }
 
 fn action_word(a: Action) -> &'static str {

@@ -41,7 +41,10 @@ pub fn net_refusal(r: NetRefusal) -> ToolReply {
 /// crashed, or an answer that makes no sense).
 pub async fn net_call(ctx: &Rc<Ctx>, req: NetRequest) -> Result<NetReply, ToolReply> {
     let Some(slot) = ctx.helpers.slot(Role::Net) else {
-        return Err(failed(ErrorCode::HelperUnavailable, "there is no net-helper"));
+        return Err(failed(
+            ErrorCode::HelperUnavailable,
+            "there is no net-helper",
+        ));
     };
     match slot.call(Body::Net(req)).await {
         Ok(Body::NetReply(r)) => Ok(r),
@@ -72,7 +75,11 @@ pub fn network_failed(reason: &str) -> ToolReply {
 
 fn unexpected(what: &str, reply: &NetReply) -> ToolReply {
     let kind = format!("{reply:?}");
-    let kind = kind.split(['(', ' ', '{']).next().unwrap_or("?").to_string();
+    let kind = kind
+        .split(['(', ' ', '{'])
+        .next()
+        .unwrap_or("?")
+        .to_string();
     failed(
         ErrorCode::Internal,
         format!("the net-helper answered {what} with {kind}"),
@@ -100,8 +107,11 @@ pub async fn resolve(
     Ok((resolved, Some(checked)))
 }
 
-/// One line on what a network call will do, naming what the net-helper resolved.
+/// One line on what a network call will do, naming what the net-helper resolved. The query is
+/// left out (it may hold a token, and this line goes to the audit log); the card shows the
+/// exact arguments beside it.
 pub fn effect(call: &ToolCall, checked: &CheckedTarget) -> String {
+    let url = super::args::redact_url(&checked.url);
     let addresses = checked
         .addresses
         .iter()
@@ -110,7 +120,7 @@ pub fn effect(call: &ToolCall, checked: &CheckedTarget) -> String {
         .join(", ");
     let what = match call {
         ToolCall::HttpRequest(a) => {
-            let mut w = format!("{} {}", super::http::method_word(a.method), checked.url);
+            let mut w = format!("{} {}", super::http::method_word(a.method), url);
             if !a.body.is_empty() {
                 w.push_str(&format!(" with a {}-byte body", a.body.len()));
             }
@@ -119,7 +129,7 @@ pub fn effect(call: &ToolCall, checked: &CheckedTarget) -> String {
             }
             w
         }
-        _ => format!("fetch {}", checked.url),
+        _ => format!("fetch {url}"),
     };
     format!(
         "{what} (host {}, port {}, addresses {addresses})",
@@ -224,7 +234,10 @@ mod tests {
             url: "https://example.org/a".into(),
             host: "example.org".into(),
             port: 443,
-            addresses: vec!["93.184.215.14".parse().unwrap(), "2606:2800::1".parse().unwrap()],
+            addresses: vec![
+                "93.184.215.14".parse().unwrap(),
+                "2606:2800::1".parse().unwrap(),
+            ],
         };
         let call = ToolCall::FetchUrl(ipc_schema::tool::FetchUrl {
             url: "HTTPS://Example.org/a#frag".into(),
@@ -243,6 +256,17 @@ mod tests {
         assert_eq!(
             effect(&call, &c),
             "POST https://example.org/a with a 2-byte body, adding stored credential \"gh\" (host example.org, port 443, addresses 93.184.215.14, 2606:2800::1)"
+        );
+        let c = CheckedTarget {
+            url: "https://example.org/a?token=abc".into(),
+            ..c
+        };
+        let call = ToolCall::FetchUrl(ipc_schema::tool::FetchUrl {
+            url: "https://example.org/a?token=abc".into(),
+        });
+        assert_eq!(
+            effect(&call, &c),
+            "fetch https://example.org/a?<redacted 10 chars> (host example.org, port 443, addresses 93.184.215.14, 2606:2800::1)"
         );
     }
 }

@@ -1,0 +1,277 @@
+//! `run_command` carried out by the exec-helper: one sandbox per command (namespaces, Landlock,
+//! seccomp denylist, no network), started, polled to its end, output capped.
+//!
+//! The command sees the grant that holds its working directory, at its own path: read-write
+//! when the grant has the write capability, read-only otherwise. Other grants stay invisible.
+//! It never gets a network here (the default profile's "run_command in the exec sandbox, with
+//! no network"); the egress proxy is for `gatehouse run` / `gatehouse sandbox`.
+
+use super::fs::{EffectAnswer, Resolved};
+use crate::policy::eval::shown;
+use crate::Ctx;
+use ipc_schema::exec::{
+    CommandSpec, ExecReply, ExecRequest, GrantAccess, Limits, NetworkMode, PathGrant, RunEnd,
+    RunOutcome, SandboxReport, OUTPUT_PIECE_MAX, POLL_WAIT_MAX_MS, TIMEOUT_DEFAULT_MS,
+    TIMEOUT_MAX_MS,
+};
+use ipc_schema::tool::{CommandRun, Failure, RunCommand, ToolResult};
+use ipc_schema::{Body, ErrorCode, Role};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::rc::Rc;
+
+/// Output kept per stream: both streams whole must fit one reply frame (MAX_FRAME, 1 MiB).
+pub const OUTPUT_CAP: u64 = OUTPUT_PIECE_MAX as u64;
+
+fn failure(code: ErrorCode, message: impl Into<String>) -> Failure {
+    Failure {
+        code,
+        message: message.into(),
+        fs: None,
+        from_ledger: false,
+    }
+}
+
+/// The run time a call asks for, checked: 0 is the default (5 min), at most 10 min.
+pub fn timeout_ms(a: &RunCommand) -> Result<u64, String> {
+    match u64::from(a.timeout_secs) * 1000 {
+        0 => Ok(TIMEOUT_DEFAULT_MS),
+        ms if ms > TIMEOUT_MAX_MS => Err(format!(
+            "timeout_secs {} is more than the most a command may run ({} s)",
+            a.timeout_secs,
+            TIMEOUT_MAX_MS / 1000
+        )),
+        ms => Ok(ms),
+    }
+}
+
+/// One line for the approval card: argv, working directory, network, time.
+pub fn effect(a: &RunCommand, r: &Resolved) -> String {
+    let cwd = r
+        .paths
+        .first()
+        .map(|t| shown(&t.absolute))
+        .unwrap_or_default();
+    let time = match timeout_ms(a) {
+        Ok(ms) => format!("at most {} s", ms / 1000),
+        Err(e) => e,
+    };
+    format!(
+        "run {:?} in {cwd}, in the exec sandbox with no network, {time}",
+        a.argv
+    )
+}
+
+/// What the sandbox enforced, in one line.
+fn sandbox_line(s: &SandboxReport) -> String {
+    let mut line = format!(
+        "{} as uid {}; namespaces {}; Landlock ABI {}; seccomp denylist {}; no network",
+        s.program,
+        s.uid,
+        s.namespaces.join(" "),
+        s.landlock_abi,
+        if s.seccomp_denylist { "on" } else { "OFF" }
+    );
+    if !s.masked.is_empty() {
+        let mut names: Vec<String> = s
+            .masked
+            .iter()
+            .take(10)
+            .map(|p| p.display().to_string())
+            .collect();
+        if s.masked.len() > 10 {
+            names.push(format!("and {} more", s.masked.len() - 10));
+        }
+        line.push_str(&format!("; masked: {}", names.join(", ")));
+    }
+    if !s.env_dropped.is_empty() {
+        line.push_str(&format!("; env dropped: {}", s.env_dropped.join(", ")));
+    }
+    if !s.degraded.is_empty() {
+        line.push_str(&format!("; DEGRADED: {}", s.degraded.join("; ")));
+    }
+    line
+}
+
+/// Appends `piece` to `kept` up to the cap; what is beyond is counted in `dropped`.
+fn keep(kept: &mut Vec<u8>, dropped: &mut u64, piece: &[u8]) {
+    let room = (OUTPUT_CAP as usize).saturating_sub(kept.len());
+    let take = room.min(piece.len());
+    kept.extend_from_slice(&piece[..take]);
+    *dropped += (piece.len() - take) as u64;
+}
+
+/// Runs the command (already `executing` in the ledger).
+pub async fn execute_effect(ctx: &Rc<Ctx>, a: &RunCommand, r: &Resolved) -> EffectAnswer {
+    let never = |code, m: String| EffectAnswer::NeverSent(failure(code, m));
+    let Some(cwd) = r.paths.first() else {
+        return never(
+            ErrorCode::Internal,
+            "the working directory was not resolved".into(),
+        );
+    };
+    let timeout_ms = match timeout_ms(a) {
+        Ok(t) => t,
+        Err(e) => return never(ErrorCode::Invalid, e),
+    };
+    let writable = {
+        let policy = ctx.gate.policy.borrow();
+        let caps = policy
+            .current
+            .as_ref()
+            .ok()
+            .and_then(|p| p.grants.iter().find(|g| g.id == cwd.grant).map(|g| g.caps));
+        match caps {
+            Some(c) => c.write,
+            None => {
+                return never(
+                    ErrorCode::Refused,
+                    format!(
+                        "the grant of {} is no longer in the policy",
+                        shown(&cwd.absolute)
+                    ),
+                )
+            }
+        }
+    };
+    let path = |b: &[u8]| PathBuf::from(std::ffi::OsStr::from_bytes(b));
+    let spec = CommandSpec {
+        argv: a.argv.clone(),
+        cwd: path(&cwd.absolute),
+        grants: vec![PathGrant {
+            path: path(&cwd.root),
+            access: if writable {
+                GrantAccess::ReadWrite
+            } else {
+                GrantAccess::Read
+            },
+        }],
+        env: vec![],
+        network: NetworkMode::None,
+        limits: Limits {
+            timeout_ms,
+            stdout_max: OUTPUT_CAP,
+            stderr_max: OUTPUT_CAP,
+            ..Limits::default()
+        },
+    };
+    let Some(slot) = ctx.helpers.slot(Role::Exec) else {
+        return never(
+            ErrorCode::HelperUnavailable,
+            "there is no exec-helper".into(),
+        );
+    };
+    let (run, sandbox) = match slot
+        .call(Body::Exec(ExecRequest::Start(Box::new(spec))))
+        .await
+    {
+        Ok(Body::ExecReply(ExecReply::Started { run, sandbox })) => (run, sandbox),
+        // The helper said no (its built-in rules, bad values, too many runs): nothing ran.
+        Ok(Body::Error(e)) => {
+            return EffectAnswer::Failed(failure(
+                e.code,
+                format!("the exec-helper did not start the command: {}", e.message),
+            ))
+        }
+        Ok(other) => {
+            return EffectAnswer::Unknown(format!(
+                "the exec-helper answered a start with {:?}",
+                other.kind()
+            ))
+        }
+        Err(e @ crate::helpers::CallError::Unavailable { .. }) => {
+            return never(ErrorCode::HelperUnavailable, e.to_string())
+        }
+        Err(e) => return EffectAnswer::Unknown(e.to_string()),
+    };
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    let (mut out_dropped, mut err_dropped) = (0u64, 0u64);
+    let end: RunEnd = loop {
+        let poll = ExecRequest::Poll {
+            run,
+            wait_ms: POLL_WAIT_MAX_MS,
+        };
+        match slot.call(Body::Exec(poll)).await {
+            Ok(Body::ExecReply(ExecReply::Progress {
+                run: r,
+                stdout: o,
+                stderr: e,
+                end,
+            })) if r == run => {
+                keep(&mut stdout, &mut out_dropped, &o);
+                keep(&mut stderr, &mut err_dropped, &e);
+                if let Some(end) = end {
+                    break end;
+                }
+            }
+            Ok(Body::Error(e)) => {
+                return EffectAnswer::Unknown(format!(
+                    "the exec-helper lost {run} while it ran: {}",
+                    e.message
+                ))
+            }
+            Ok(other) => {
+                return EffectAnswer::Unknown(format!(
+                    "the exec-helper answered a poll of {run} with {:?}",
+                    other.kind()
+                ))
+            }
+            Err(e) => return EffectAnswer::Unknown(format!("{e} while {run} was running")),
+        }
+    };
+    let outcome = end.outcome.describe();
+    let exit_code = match end.outcome {
+        RunOutcome::Exited(c) => Some(c),
+        // Nothing ran: a failure, not a result.
+        RunOutcome::ExecFailed { .. } | RunOutcome::SandboxFailed { .. } => {
+            return EffectAnswer::Failed(failure(ErrorCode::Invalid, outcome))
+        }
+        _ => None,
+    };
+    EffectAnswer::Done(Box::new(ToolResult::CommandRun(CommandRun {
+        argv: a.argv.clone(),
+        cwd: shown(&cwd.absolute),
+        exit_code,
+        outcome,
+        stdout,
+        stderr,
+        stdout_dropped: out_dropped + end.stdout_dropped,
+        stderr_dropped: err_dropped + end.stderr_dropped,
+        elapsed_ms: end.elapsed_ms,
+        sandbox: sandbox_line(&sandbox),
+    })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_beyond_the_cap_is_counted_not_kept() {
+        let (mut kept, mut dropped) = (Vec::new(), 0);
+        keep(
+            &mut kept,
+            &mut dropped,
+            &vec![b'a'; OUTPUT_CAP as usize - 2],
+        );
+        keep(&mut kept, &mut dropped, b"bcde");
+        assert_eq!(kept.len(), OUTPUT_CAP as usize);
+        assert!(kept.ends_with(b"abc"));
+        assert_eq!(dropped, 2);
+    }
+
+    #[test]
+    fn timeouts_default_and_are_capped() {
+        let call = |s| RunCommand {
+            argv: vec!["true".into()],
+            cwd: ipc_schema::fs::FsPath::Absolute(b"/".to_vec()),
+            timeout_secs: s,
+        };
+        assert_eq!(timeout_ms(&call(0)), Ok(TIMEOUT_DEFAULT_MS));
+        assert_eq!(timeout_ms(&call(600)), Ok(600_000));
+        assert_eq!(
+            timeout_ms(&call(601)).unwrap_err(),
+            "timeout_secs 601 is more than the most a command may run (600 s)"
+        );
+    }
+}

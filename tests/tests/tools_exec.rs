@@ -1,0 +1,264 @@
+//! `run_command` end to end: gateway socket -> broker (fs-helper resolves the working directory,
+//! policy asks, the ledger records) -> exec-helper (a sandbox per command) -> exit status and
+//! capped output.
+
+mod broker_core_support;
+
+use broker_core_support::{abs, policy_with, Gateway, Instance, Ui};
+use ipc_schema::tool::{CommandRun, RunCommand, ToolCall, ToolReply, ToolResult};
+use ipc_schema::ui::Choice;
+use ipc_schema::Body;
+use std::os::unix::fs::PermissionsExt;
+
+/// An instance whose project the exec-helper can reach: run as root, the helper becomes
+/// `nobody`, so the instance root and the project must be searchable by others.
+fn instance() -> Instance {
+    let inst = Instance::new(Some(&policy_with("", "")));
+    for (p, mode) in [
+        (inst.root().to_path_buf(), 0o711),
+        (inst.project.clone(), 0o755),
+    ] {
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    inst
+}
+
+fn run(inst: &Instance, argv: &[&str]) -> ToolCall {
+    ToolCall::RunCommand(RunCommand {
+        argv: argv.iter().map(|s| s.to_string()).collect(),
+        cwd: abs(&inst.project),
+        timeout_secs: 0,
+    })
+}
+
+/// Sends `call`, checks the card, approves it once, returns the final reply.
+fn approved(gw: &mut Gateway, ui: &mut Ui, inst: &Instance, call: ToolCall) -> ToolReply {
+    let id = gw.send(call);
+    match gw.next_for(id).unwrap() {
+        ToolReply::AwaitingApproval(_) => {}
+        other => return other,
+    }
+    let p = ui.wait_pending(1).remove(0);
+    assert_eq!(p.tool.as_str(), "run_command");
+    let project = inst.project.display().to_string();
+    assert!(
+        p.target.ends_with(&format!(" in {project}")),
+        "{}",
+        p.target
+    );
+    assert!(
+        p.effect.contains(&format!(
+            " in {project}, in the exec sandbox with no network, at most 300 s"
+        )),
+        "{}",
+        p.effect
+    );
+    assert!(matches!(ui.decide(&p, Choice::AllowOnce), Body::UiReply(_)));
+    gw.final_for(id).unwrap()
+}
+
+fn ran(r: ToolReply) -> CommandRun {
+    match r {
+        ToolReply::Done(d) => match d.result {
+            ToolResult::CommandRun(c) => c,
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_command_runs_once_in_its_sandbox_with_its_status_and_output() {
+    let inst = instance();
+    std::fs::write(inst.file("input.txt"), "from the project\n").unwrap();
+    std::fs::set_permissions(
+        inst.file("input.txt"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let b = inst.start(&[]);
+    let mut gw = b.gateway();
+    let mut ui = b.ui();
+
+    let script = "cat input.txt; echo to-stderr >&2; exit 3";
+    let call = run(&inst, &["/bin/sh", "-c", script]);
+    let c = ran(approved(&mut gw, &mut ui, &inst, call.clone()));
+    assert_eq!(c.exit_code, Some(3), "{c:?}; log:\n{}", b.log());
+    assert_eq!(c.outcome, "exited with status 3");
+    assert_eq!(c.stdout, b"from the project\n");
+    assert_eq!(c.stderr, b"to-stderr\n");
+    assert_eq!(c.cwd, inst.project.display().to_string());
+    assert!(c.sandbox.contains("namespaces "), "{}", c.sandbox);
+    assert!(c.sandbox.contains("no network"), "{}", c.sandbox);
+
+    // The same call again in this session: from the ledger, not run again, not asked.
+    match gw.call(call) {
+        ToolReply::Done(d) => {
+            assert!(d.from_ledger);
+            let ToolResult::CommandRun(again) = d.result else {
+                panic!()
+            };
+            assert_eq!(again.stdout, b"from the project\n");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(ui.pending().is_empty());
+}
+
+#[test]
+fn the_sandbox_has_no_network_and_hides_the_rest_of_the_host() {
+    let inst = instance();
+    let b = inst.start(&[]);
+    let mut gw = b.gateway();
+    let mut ui = b.ui();
+    // Positive control: the same shell reads a file of the system and of the project.
+    let c = ran(approved(
+        &mut gw,
+        &mut ui,
+        &inst,
+        run(
+            &inst,
+            &[
+                "/bin/sh",
+                "-c",
+                "test -r /etc/passwd && test -d . && echo ok",
+            ],
+        ),
+    ));
+    assert_eq!(c.stdout, b"ok\n", "{c:?}");
+    // No inet sockets at all (EAFNOSUPPORT, 97), while a Unix socket still works.
+    let py = "import socket\ntry:\n    socket.socket(socket.AF_INET, socket.SOCK_STREAM)\n    print('inet ok')\nexcept OSError as e:\n    print('inet', e.errno)\nsocket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\nprint('unix ok')\n";
+    let c = ran(approved(
+        &mut gw,
+        &mut ui,
+        &inst,
+        run(&inst, &["/usr/bin/python3", "-c", py]),
+    ));
+    assert_eq!(
+        String::from_utf8_lossy(&c.stdout),
+        "inet 97\nunix ok\n",
+        "{c:?}"
+    );
+    // The broker's data dir (beside the project) is not in the sandbox at all.
+    let data = inst.root().join("data").display().to_string();
+    let c = ran(approved(
+        &mut gw,
+        &mut ui,
+        &inst,
+        run(
+            &inst,
+            &["/bin/sh", "-c", &format!("ls {data}; echo status $?")],
+        ),
+    ));
+    assert!(
+        String::from_utf8_lossy(&c.stdout).contains("status 2"),
+        "{c:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&c.stderr).contains("No such file or directory"),
+        "{c:?}"
+    );
+}
+
+#[test]
+fn a_program_that_does_not_exist_is_a_failure_not_a_result() {
+    let inst = instance();
+    let b = inst.start(&[]);
+    let mut gw = b.gateway();
+    let mut ui = b.ui();
+    match approved(
+        &mut gw,
+        &mut ui,
+        &inst,
+        run(&inst, &["/nonexistent/program-xyz"]),
+    ) {
+        ToolReply::Failed(f) => assert_eq!(
+            f.message,
+            "the exec-helper did not start the command: /nonexistent/program-xyz: command not found in the sandbox (searched /nonexistent/program-xyz)"
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_working_directory_outside_every_grant_is_refused_before_anyone_is_asked() {
+    let inst = instance();
+    let b = inst.start(&[]);
+    let mut gw = b.gateway();
+    match gw.call(ToolCall::RunCommand(RunCommand {
+        argv: vec!["/bin/true".into()],
+        cwd: ipc_schema::fs::FsPath::Absolute(b"/etc".to_vec()),
+        timeout_secs: 0,
+    })) {
+        ToolReply::Refused(r) => {
+            assert_eq!(r.kind, ipc_schema::tool::RefusalKind::Contained, "{r:?}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(b.ui().pending().is_empty());
+}
+
+#[test]
+fn gatehouses_own_dirs_are_masked_even_inside_a_grant() {
+    // A second grant: the instance root, which holds the broker's config, data and run dirs.
+    let inst = Instance::new(None);
+    let outer = inst.root().display().to_string();
+    inst.write_policy(&policy_with(
+        "",
+        &format!("[[grant]]\nroot = \"{outer}\"\ncapabilities = [\"read\"]\n"),
+    ));
+    for (p, mode) in [
+        (inst.root().to_path_buf(), 0o755),
+        (inst.project.clone(), 0o755),
+    ] {
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    std::fs::write(inst.file("visible.txt"), "visible\n").unwrap();
+    std::fs::set_permissions(
+        inst.file("visible.txt"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let b = inst.start(&[]);
+    let mut gw = b.gateway();
+    let mut ui = b.ui();
+    let id = gw.send(ToolCall::RunCommand(RunCommand {
+        argv: vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            "cat project/visible.txt; ls data >/dev/null; echo data $?; ls config >/dev/null; echo config $?".into(),
+        ],
+        cwd: ipc_schema::fs::FsPath::Absolute(inst.root().as_os_str().as_encoded_bytes().to_vec()),
+        timeout_secs: 0,
+    }));
+    let reply = match gw.next_for(id).unwrap() {
+        ToolReply::AwaitingApproval(_) => {
+            let p = ui.wait_pending(1).remove(0);
+            assert!(matches!(ui.decide(&p, Choice::AllowOnce), Body::UiReply(_)));
+            gw.final_for(id).unwrap()
+        }
+        other => other,
+    };
+    let c = ran(reply);
+    // The project file is read (positive control); the broker's dirs are not listable.
+    assert_eq!(
+        String::from_utf8_lossy(&c.stdout),
+        "visible\ndata 2\nconfig 2\n",
+        "{c:?}; log:\n{}",
+        b.log()
+    );
+    assert!(
+        String::from_utf8_lossy(&c.stderr).contains("Permission denied"),
+        "{c:?}"
+    );
+    // Masked by the sandbox (not only by file modes, which stop `nobody` but not the user who
+    // owns them): the report names each of gatehouse's dirs.
+    for d in ["config", "data", "run"] {
+        let p = format!("{outer}/{d}");
+        assert!(
+            c.sandbox.contains(&format!("masked: {p}")) || c.sandbox.contains(&format!(", {p}")),
+            "{d}: {}",
+            c.sandbox
+        );
+    }
+}
