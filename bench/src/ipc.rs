@@ -120,10 +120,7 @@ pub fn start_broker(bin_dir: &Path, dir: &Path) -> Child {
         }
         if Instant::now() >= deadline {
             stop(&mut child);
-            panic!(
-                "broker not ready; see {}",
-                dir.join("broker.log").display()
-            );
+            panic!("broker not ready; see {}", dir.join("broker.log").display());
         }
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -50,7 +50,8 @@ pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
         .write(true)
         .open(dirs.lock_file())
         .map_err(|e| format!("{}: {e}", dirs.lock_file().display()))?;
-    let mut lock = match nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+    let mut lock = match nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock)
+    {
         Ok(l) => l,
         Err((_, _)) => {
             let pid = running_broker_pid(&dirs.lock_file())

@@ -92,14 +92,17 @@ fn start_broker(
     dirs: &Dirs,
     broker_args: &[String],
 ) -> Result<(), ClientError> {
-    dirs.ensure().map_err(|e| ClientError::Start(e.to_string()))?;
+    dirs.ensure()
+        .map_err(|e| ClientError::Start(e.to_string()))?;
     let exe = std::env::current_exe().map_err(|e| ClientError::Start(e.to_string()))?;
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(dirs.broker_log())
         .map_err(|e| ClientError::Start(format!("{}: {e}", dirs.broker_log().display())))?;
-    let log2 = log.try_clone().map_err(|e| ClientError::Start(e.to_string()))?;
+    let log2 = log
+        .try_clone()
+        .map_err(|e| ClientError::Start(e.to_string()))?;
     let mut cmd = Command::new(exe);
     if let Some(d) = data_dir {
         cmd.arg("--data-dir").arg(d);

@@ -19,7 +19,7 @@ pub fn report(ctx: &Ctx) -> DoctorReport {
         "broker: no_new_privs, no core dumps, not dumpable; no seccomp filter or Landlock of its own, \
          because helpers inherit both and need rights the broker cannot know in advance (docs/SECURITY.md)"
             .to_string(),
-        "ui and gateway fronts: their lockdown is reported when they exist (later issues)".to_string(),
+        "ui and gateway fronts lock themselves down when they start (ui profile, gateway profile) and report it on their own: the console in its health pane, `gatehouse mcp` on stderr".to_string(),
     ];
     let b = &ctx.broker_lockdown;
     if !(b.no_new_privs && b.dumpable_off && b.core_dumps_off) {
@@ -29,7 +29,9 @@ pub fn report(ctx: &Ctx) -> DoctorReport {
         match &p.state {
             ProcessState::Ready => {}
             ProcessState::Starting => problems.push(format!("{}: still starting", p.name)),
-            ProcessState::Refused { reason } => problems.push(format!("{}: refused: {reason}", p.name)),
+            ProcessState::Refused { reason } => {
+                problems.push(format!("{}: refused: {reason}", p.name))
+            }
         }
         if let Some(l) = &p.lockdown {
             if l.landlock != LandlockStatus::FullyEnforced {
@@ -49,7 +51,10 @@ pub fn report(ctx: &Ctx) -> DoctorReport {
         }
         if let Some(k) = &p.kernel {
             if k.seccomp != 2 {
-                problems.push(format!("{}: Seccomp {} (filter required)", p.name, k.seccomp));
+                problems.push(format!(
+                    "{}: Seccomp {} (filter required)",
+                    p.name, k.seccomp
+                ));
             }
             if !k.no_new_privs {
                 problems.push(format!("{}: NoNewPrivs 0", p.name));
@@ -135,7 +140,11 @@ pub fn render(r: &DoctorReport) -> String {
         "kernel {}, Landlock ABI {}{}",
         r.kernel_release,
         r.landlock_abi,
-        if r.allow_degraded { ", --allow-degraded" } else { "" }
+        if r.allow_degraded {
+            ", --allow-degraded"
+        } else {
+            ""
+        }
     );
     let _ = writeln!(
         out,
@@ -153,7 +162,10 @@ pub fn render(r: &DoctorReport) -> String {
                 if l.profile == "broker" {
                     "none (by design)".to_string()
                 } else {
-                    format!("{:?} abi {}/{}", l.landlock, l.landlock_abi, l.landlock_min_abi)
+                    format!(
+                        "{:?} abi {}/{}",
+                        l.landlock, l.landlock_abi, l.landlock_min_abi
+                    )
                 },
                 if l.seccomp_filter {
                     format!("filter, {} calls", l.seccomp_allowed_syscalls)
@@ -167,7 +179,11 @@ pub fn render(r: &DoctorReport) -> String {
         let (nnp, caps) = match &p.kernel {
             Some(k) => (
                 if k.no_new_privs { "yes" } else { "NO" },
-                if k.cap_eff == 0 { "none".to_string() } else { format!("{:x}", k.cap_eff) },
+                if k.cap_eff == 0 {
+                    "none".to_string()
+                } else {
+                    format!("{:x}", k.cap_eff)
+                },
             ),
             None => ("?", "?".into()),
         };

@@ -79,7 +79,9 @@ mod tests {
     use ipc_schema::{Body, ErrorCode, ErrorReply};
 
     fn rt() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread().build().unwrap()
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
     }
 
     #[test]
@@ -93,7 +95,10 @@ mod tests {
         }
         let big = Envelope::new(
             5000,
-            Body::Error(ErrorReply::new(ErrorCode::Internal, "y".repeat(MAX_FRAME - 64))),
+            Body::Error(ErrorReply::new(
+                ErrorCode::Internal,
+                "y".repeat(MAX_FRAME - 64),
+            )),
         );
         bytes.extend(encode(&big).unwrap());
         want.push(big);

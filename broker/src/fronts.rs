@@ -56,13 +56,18 @@ struct Peer {
 impl Peer {
     fn kill(&self, reason: &str) {
         crate::audit::peer_killed(self.role.name(), self.pid, reason);
-        let pid = self.pid.map(|p| p.to_string()).unwrap_or_else(|| "?".into());
+        let pid = self
+            .pid
+            .map(|p| p.to_string())
+            .unwrap_or_else(|| "?".into());
         match &self.pidfd {
             Some(fd) => {
                 let _ = pidfd_send_signal(fd, libc::SIGKILL);
                 tracing::error!(peer = %self.role, pid, "killed: {reason}");
             }
-            None => tracing::error!(peer = %self.role, pid, "disconnected (no pidfd to kill it): {reason}"),
+            None => {
+                tracing::error!(peer = %self.role, pid, "disconnected (no pidfd to kill it): {reason}")
+            }
         }
     }
 }
@@ -129,7 +134,9 @@ async fn serve_front(ctx: Rc<Ctx>, stream: UnixStream, role: Role) {
         };
         let kind = env.body.kind();
         if !may_send_to_broker(role, kind) {
-            peer.kill(&format!("sent a {kind:?} message, which the {role} may not send"));
+            peer.kill(&format!(
+                "sent a {kind:?} message, which the {role} may not send"
+            ));
             break;
         }
         dispatch(&ctx, role, env, &reply, &conn);
@@ -171,7 +178,13 @@ impl Replier {
     }
 }
 
-fn dispatch(ctx: &Rc<Ctx>, role: Role, env: Envelope, reply: &Replier, conn: &Rc<crate::tools::Conn>) {
+fn dispatch(
+    ctx: &Rc<Ctx>,
+    role: Role,
+    env: Envelope,
+    reply: &Replier,
+    conn: &Rc<crate::tools::Conn>,
+) {
     let id = env.id;
     match env.body {
         Body::Ping { target: None } => reply.send(id, Body::Pong),
@@ -196,7 +209,9 @@ fn dispatch(ctx: &Rc<Ctx>, role: Role, env: Envelope, reply: &Replier, conn: &Rc
                 id,
                 Body::Error(ErrorReply::new(
                     ErrorCode::Invalid,
-                    format!("{target} is not a helper; only helpers can be pinged through the broker"),
+                    format!(
+                        "{target} is not a helper; only helpers can be pinged through the broker"
+                    ),
                 )),
             ),
         },
@@ -219,7 +234,10 @@ fn dispatch(ctx: &Rc<Ctx>, role: Role, env: Envelope, reply: &Replier, conn: &Rc
                 id,
                 Body::Error(ErrorReply::new(
                     ErrorCode::Internal,
-                    format!("the broker does not serve {:?} from the {role}", other.kind()),
+                    format!(
+                        "the broker does not serve {:?} from the {role}",
+                        other.kind()
+                    ),
                 )),
             );
         }

@@ -292,7 +292,10 @@ impl Helpers {
     }
 
     pub fn reports(&self) -> Vec<ProcessReport> {
-        Role::HELPERS.iter().map(|r| self.slots[r].report()).collect()
+        Role::HELPERS
+            .iter()
+            .map(|r| self.slots[r].report())
+            .collect()
     }
 
     /// Waits until no helper is still starting, or `max` passes.
@@ -306,7 +309,11 @@ impl Helpers {
     /// Waits until every helper has exited and been reaped, or `max` passes.
     pub async fn wait_all_down(&self, max: Duration) {
         let deadline = Instant::now() + max;
-        while Instant::now() < deadline && self.slots.values().any(|s| s.lock().live.is_some() || !s.down.load(std::sync::atomic::Ordering::SeqCst)) {
+        while Instant::now() < deadline
+            && self.slots.values().any(|s| {
+                s.lock().live.is_some() || !s.down.load(std::sync::atomic::Ordering::SeqCst)
+            })
+        {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
@@ -332,7 +339,12 @@ async fn supervise(slot: Arc<HelperSlot>, opts: Arc<BrokerOptions>) {
         }
         slot.ready.send_replace(false);
         slot.fail_pending(&how);
-        crate::audit::helper(crate::store::chain::AuditKind::HelperExit, slot.role.name(), "exited", how.clone());
+        crate::audit::helper(
+            crate::store::chain::AuditKind::HelperExit,
+            slot.role.name(),
+            "exited",
+            how.clone(),
+        );
         if opts.shutting_down() {
             slot.down.store(true, std::sync::atomic::Ordering::SeqCst);
             return;
@@ -340,12 +352,22 @@ async fn supervise(slot: Arc<HelperSlot>, opts: Arc<BrokerOptions>) {
         let planned = slot.lock().restart_requested.take();
         if let Some(why) = planned {
             tracing::info!(helper = %slot.role, "restarting: {why}");
-            crate::audit::helper(crate::store::chain::AuditKind::HelperRestart, slot.role.name(), "restarting", why);
+            crate::audit::helper(
+                crate::store::chain::AuditKind::HelperRestart,
+                slot.role.name(),
+                "restarting",
+                why,
+            );
             slot.lock().restarts += 1;
             continue;
         }
         tracing::warn!(helper = %slot.role, "{how}; restarting in {backoff:?}");
-        crate::audit::helper(crate::store::chain::AuditKind::HelperRestart, slot.role.name(), "restarting", format!("after {backoff:?}: {how}"));
+        crate::audit::helper(
+            crate::store::chain::AuditKind::HelperRestart,
+            slot.role.name(),
+            "restarting",
+            format!("after {backoff:?}: {how}"),
+        );
         if started.elapsed() > HEALTHY_AFTER {
             backoff = BACKOFF_MIN;
         }
@@ -364,7 +386,12 @@ fn helper_args(role: Role, opts: &BrokerOptions) -> Vec<OsString> {
     if opts.test_unlocked == Some(role) {
         args.push("--test-skip-lockdown".into());
     }
-    if let Some(extra) = opts.extra_helper_args.lock().unwrap_or_else(|e| e.into_inner()).get(&role) {
+    if let Some(extra) = opts
+        .extra_helper_args
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&role)
+    {
         args.extend(extra.iter().cloned());
     }
     args
@@ -434,8 +461,12 @@ async fn run_once(slot: &Arc<HelperSlot>, opts: &BrokerOptions) -> String {
         Ok(p) => p,
         Err(e) => return format!("cannot create a socket pair: {e}"),
     };
-    let spawned = match spawn_helper(&program, &helper_args(role, opts), OwnedFd::from(theirs), &[])
-    {
+    let spawned = match spawn_helper(
+        &program,
+        &helper_args(role, opts),
+        OwnedFd::from(theirs),
+        &[],
+    ) {
         Ok(s) => s,
         Err(e) => {
             let reason = format!("cannot start {}: {e}", program.display());
@@ -459,7 +490,10 @@ async fn run_once(slot: &Arc<HelperSlot>, opts: &BrokerOptions) -> String {
         let pidfd = pidfd.clone();
         tokio::task::spawn_blocking(move || {
             use std::os::fd::AsFd;
-            let mut fds = [nix::poll::PollFd::new(pidfd.as_fd(), nix::poll::PollFlags::POLLIN)];
+            let mut fds = [nix::poll::PollFd::new(
+                pidfd.as_fd(),
+                nix::poll::PollFlags::POLLIN,
+            )];
             while let Err(nix::errno::Errno::EINTR) =
                 nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE)
             {}
@@ -565,7 +599,12 @@ where
     }
     slot.ready.send_replace(true);
     tracing::info!(helper = %role, pid, "locked down and ready");
-    crate::audit::helper(crate::store::chain::AuditKind::HelperStart, role.name(), "ready", format!("pid {pid}"));
+    crate::audit::helper(
+        crate::store::chain::AuditKind::HelperStart,
+        role.name(),
+        "ready",
+        format!("pid {pid}"),
+    );
 
     let writer = async move {
         let mut w = BufWriter::with_capacity(64 * 1024, wr);
@@ -602,7 +641,9 @@ where
         };
         let kind = env.body.kind();
         if !may_send_to_broker(role, kind) || kind == ipc_schema::Kind::Hello {
-            return Some(format!("sent a {kind:?} message, which {role} may not send"));
+            return Some(format!(
+                "sent a {kind:?} message, which {role} may not send"
+            ));
         }
         let waiter = slot.lock().pending.remove(&env.id);
         match waiter {
@@ -610,7 +651,12 @@ where
                 waiter.complete(Ok(env.body));
                 slot.kill_if_idle();
             }
-            None => return Some(format!("answered request {} that it was never sent", env.id)),
+            None => {
+                return Some(format!(
+                    "answered request {} that it was never sent",
+                    env.id
+                ))
+            }
         }
     }
 }

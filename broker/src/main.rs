@@ -39,7 +39,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Parser)]
-#[command(name = "gatehouse", version, about = "A privilege-separated supervisor for AI agents")]
+#[command(
+    name = "gatehouse",
+    version,
+    about = "A privilege-separated supervisor for AI agents"
+)]
 struct Cli {
     /// A private instance: config, data and sockets all under DIR (tests, demos).
     #[arg(long, global = true, value_name = "DIR")]
@@ -132,7 +136,8 @@ pub struct BrokerOptions {
     /// Policy, audit and ledger settings.
     pub gate: gate::GateOptions,
     /// Arguments the broker core adds for a helper (the fs-helper's grants).
-    pub extra_helper_args: std::sync::Mutex<std::collections::HashMap<Role, Vec<std::ffi::OsString>>>,
+    pub extra_helper_args:
+        std::sync::Mutex<std::collections::HashMap<Role, Vec<std::ffi::OsString>>>,
     shutting_down: AtomicBool,
 }
 
@@ -175,7 +180,12 @@ pub struct Global {
 impl Global {
     /// A connection on the console's socket, starting the broker if none runs.
     pub fn ui_client(&self) -> Result<client::Client, client::ClientError> {
-        client::Client::connect_or_start(self.data_dir.as_deref(), &self.dirs, &self.dirs.ui_socket(), &[])
+        client::Client::connect_or_start(
+            self.data_dir.as_deref(),
+            &self.dirs,
+            &self.dirs.ui_socket(),
+            &[],
+        )
     }
 }
 
@@ -225,7 +235,10 @@ fn doctor_cmd(g: &Global) -> ExitCode {
     match c.request(Body::Doctor) {
         Ok(Body::DoctorReport(r)) => {
             if g.json {
-                println!("{}", serde_json::to_string_pretty(&r).expect("serializable"));
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&r).expect("serializable")
+                );
             } else {
                 print!("{}", doctor::render(&r));
             }
@@ -284,7 +297,10 @@ fn stop(dirs: &Dirs) -> ExitCode {
         println!("no broker is running for {}", dirs.runtime.display());
         return ExitCode::SUCCESS;
     };
-    if let Err(e) = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM) {
+    if let Err(e) = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    ) {
         return fail(&format!("cannot signal broker pid {pid}: {e}"));
     }
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -311,7 +327,10 @@ fn run_broker(dirs: Dirs, args: BrokerArgs) -> ExitCode {
     let test_unlocked = None;
     let helper_dir = match args.helper_dir.clone() {
         Some(d) => d,
-        None => match std::env::current_exe().ok().and_then(|e| e.parent().map(PathBuf::from)) {
+        None => match std::env::current_exe()
+            .ok()
+            .and_then(|e| e.parent().map(PathBuf::from))
+        {
             Some(d) => d,
             None => return fail("cannot find the directory of this binary"),
         },
@@ -335,4 +354,3 @@ fn run_broker(dirs: Dirs, args: BrokerArgs) -> ExitCode {
         Err(e) => fail(&e),
     }
 }
-

@@ -268,7 +268,10 @@ pub fn children_of(pid: u32) -> Vec<u32> {
             if let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) {
                 // The ppid is the 2nd field after the parenthesised command name.
                 if let Some(rest) = stat.rsplit(')').next() {
-                    let ppid = rest.split_whitespace().nth(1).and_then(|s| s.parse::<u32>().ok());
+                    let ppid = rest
+                        .split_whitespace()
+                        .nth(1)
+                        .and_then(|s| s.parse::<u32>().ok());
                     if ppid == Some(pid) {
                         out.push(p);
                     }
@@ -282,7 +285,12 @@ pub fn children_of(pid: u32) -> Vec<u32> {
 /// True while /proc/<pid> exists and is not a zombie.
 pub fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat.rsplit(')').next().and_then(|r| r.split_whitespace().next()) != Some("Z"),
+        Ok(stat) => {
+            stat.rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().next())
+                != Some("Z")
+        }
         Err(_) => false,
     }
 }

@@ -156,7 +156,10 @@ fn peers_that_break_the_protocol_are_killed_and_others_keep_working() {
         assert_eq!(ping(&mut bystander, Role::Net), Body::Pong, "after {name}");
     }
     let log = b.log();
-    assert!(log.contains("Doctor message, which the gateway may not send"), "{log}");
+    assert!(
+        log.contains("Doctor message, which the gateway may not send"),
+        "{log}"
+    );
     assert!(log.contains("exceeds the 1048576-byte limit"), "{log}");
     // A fresh connection still works too.
     assert_eq!(ping(&mut b.gateway(), Role::Exec), Body::Pong);
@@ -187,7 +190,12 @@ fn a_killed_helper_is_restarted_and_its_in_flight_call_fails_clearly() {
     match reply {
         Body::Error(e) => {
             assert_eq!(e.code, ErrorCode::HelperCrashed);
-            assert!(e.message.contains("fs-helper stopped while handling this call"), "{}", e.message);
+            assert!(
+                e.message
+                    .contains("fs-helper stopped while handling this call"),
+                "{}",
+                e.message
+            );
             assert!(e.message.contains("killed by SIGKILL"), "{}", e.message);
         }
         other => panic!("expected an error, got {other:?}"),
@@ -195,7 +203,11 @@ fn a_killed_helper_is_restarted_and_its_in_flight_call_fails_clearly() {
     // It comes back and answers again.
     assert_eq!(ping(&mut ui, Role::Fs), Body::Pong, "log:\n{}", b.log());
     let (_, after) = doctor(&b);
-    let p = after.processes.iter().find(|p| p.name == "fs-helper").unwrap();
+    let p = after
+        .processes
+        .iter()
+        .find(|p| p.name == "fs-helper")
+        .unwrap();
     assert_ne!(p.pid, pid);
     assert_eq!(p.restarts, 1);
     assert_eq!(p.state, ProcessState::Ready);
@@ -209,8 +221,16 @@ fn the_broker_refuses_to_route_to_a_helper_that_did_not_lock_down() {
     match ping(&mut ui, Role::Fs) {
         Body::Error(e) => {
             assert_eq!(e.code, ErrorCode::HelperUnavailable);
-            assert!(e.message.contains("fs-helper did not lock down"), "{}", e.message);
-            assert!(e.message.contains("/proc shows Seccomp: 0"), "{}", e.message);
+            assert!(
+                e.message.contains("fs-helper did not lock down"),
+                "{}",
+                e.message
+            );
+            assert!(
+                e.message.contains("/proc shows Seccomp: 0"),
+                "{}",
+                e.message
+            );
         }
         other => panic!("routed to an unlocked helper: {other:?}"),
     }
@@ -227,10 +247,7 @@ fn the_broker_refuses_to_route_to_a_helper_that_did_not_lock_down() {
 
 #[test]
 fn release_binaries_do_not_have_the_test_switches() {
-    let release = bin_dir()
-        .parent()
-        .expect("target dir")
-        .join("release");
+    let release = bin_dir().parent().expect("target dir").join("release");
     let gatehouse = release.join("gatehouse");
     assert!(
         gatehouse.exists(),
@@ -243,7 +260,8 @@ fn release_binaries_do_not_have_the_test_switches() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("unexpected argument '--test-unlocked-helper'"),
+        String::from_utf8_lossy(&out.stderr)
+            .contains("unexpected argument '--test-unlocked-helper'"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
@@ -254,7 +272,8 @@ fn release_binaries_do_not_have_the_test_switches() {
             .unwrap();
         assert_eq!(out.status.code(), Some(64), "{role}");
         assert!(
-            String::from_utf8_lossy(&out.stderr).contains("unknown argument \"--test-skip-lockdown\""),
+            String::from_utf8_lossy(&out.stderr)
+                .contains("unknown argument \"--test-skip-lockdown\""),
             "{role}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
@@ -285,14 +304,21 @@ fn helper_pids(b: &BrokerUnderTest) -> Vec<u32> {
 fn wait_gone(pids: &[u32]) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while pids.iter().any(|&p| alive(p)) {
-        assert!(Instant::now() < deadline, "orphans left: {:?}", pids.iter().filter(|&&p| alive(p)).collect::<Vec<_>>());
+        assert!(
+            Instant::now() < deadline,
+            "orphans left: {:?}",
+            pids.iter().filter(|&&p| alive(p)).collect::<Vec<_>>()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
 #[test]
 fn sigterm_and_sigint_stop_everything_with_no_orphans() {
-    for sig in [nix::sys::signal::Signal::SIGTERM, nix::sys::signal::Signal::SIGINT] {
+    for sig in [
+        nix::sys::signal::Signal::SIGTERM,
+        nix::sys::signal::Signal::SIGINT,
+    ] {
         let mut b = BrokerUnderTest::start(&[]);
         let pids = helper_pids(&b);
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(b.child.id() as i32), sig).unwrap();
@@ -324,14 +350,22 @@ fn cli_starts_a_broker_when_none_runs_and_stop_ends_it() {
             .unwrap()
     };
     let out = run(&["ping", "--helper", "secrets", "--count", "3"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("3 pongs"));
     // A second broker for the same dirs refuses to start.
     let out = run(&["broker"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("a broker already runs for"));
     let out = run(&["stop"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("stopped"));
 }
 

@@ -140,7 +140,12 @@ async fn open_session(ctx: &Rc<Ctx>, conn: &Rc<Conn>, resume: Option<ResumeToken
                 })
                 .await;
             match found {
-                Ok(Some((id, _))) if gate.sessions.borrow().is_revoked(&ipc_schema::tool::SessionId(id.clone())) => {
+                Ok(Some((id, _)))
+                    if gate
+                        .sessions
+                        .borrow()
+                        .is_revoked(&ipc_schema::tool::SessionId(id.clone())) =>
+                {
                     return err(
                         ErrorCode::Refused,
                         format!("the token of session {id} was revoked when its gateway exited"),

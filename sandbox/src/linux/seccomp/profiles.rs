@@ -91,12 +91,7 @@ fn ui(p: &mut Policy) {
             "terminal attributes (raw mode on and off) and the window size",
         );
     }
-    for request in [
-        libc::TCGETS2,
-        libc::TCSETS2,
-        libc::TCSETSW2,
-        libc::TCSETSF2,
-    ] {
+    for request in [libc::TCGETS2, libc::TCSETS2, libc::TCSETSW2, libc::TCSETSF2] {
         p.allow_if(
             libc::SYS_ioctl,
             &[Arg::Eq(1, request as u32)],
