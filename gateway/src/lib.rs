@@ -115,6 +115,21 @@ pub fn run(broker: UnixStream, opts: Options) -> Result<(), GatewayError> {
     // stdin is read with read(2) on its descriptor: std's buffered Stdin would hide bytes from
     // poll.
     let stdin = std::io::stdin();
-    server::Server::new(stdout, link, cfg).serve(stdin.as_fd())?;
+    let view = session
+        .tools
+        .iter()
+        .map(|t| {
+            (
+                t.tool,
+                catalog::Standing {
+                    action: t.action,
+                    rule: t.rule.clone(),
+                },
+            )
+        })
+        .collect();
+    server::Server::new(stdout, link, cfg)
+        .with_view(view)
+        .serve(stdin.as_fd())?;
     Ok(())
 }

@@ -107,6 +107,15 @@ impl<W: Write> Server<W> {
         }
     }
 
+    /// What the policy does with each tool (from the broker's session reply); an empty map
+    /// (an invalid policy) leaves every tool offered, each call refused by the broker.
+    pub fn with_view(mut self, view: BTreeMap<ToolName, Standing>) -> Self {
+        if !view.is_empty() {
+            self.view = Some(view);
+        }
+        self
+    }
+
     /// Serves until stdin ends (`Ok`) or stdout or stdin fails.
     pub fn serve(mut self, stdin: BorrowedFd<'_>) -> Result<(), ServeError> {
         let mut lines = LineSplitter::new(MAX_LINE);

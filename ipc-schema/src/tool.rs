@@ -441,6 +441,21 @@ pub struct SessionInfo {
     pub resume: ResumeToken,
     /// An earlier session was carried on.
     pub resumed: bool,
+    /// What the policy in force when the session opened does with each tool. The gateway
+    /// neither lists nor accepts a tool whose action here is `Deny`; the broker still decides
+    /// every call itself.
+    pub tools: Vec<ToolStanding>,
+}
+
+/// A tool's standing under the policy: `Deny` only when every call of it is refused whatever
+/// its target; otherwise the tool's default action (a rule may still decide a given target
+/// otherwise).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ToolStanding {
+    pub tool: ToolName,
+    pub action: Action,
+    /// The rule behind it, e.g. `tools.write_file default (policy revision 3)`.
+    pub rule: String,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]

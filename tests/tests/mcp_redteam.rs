@@ -398,3 +398,57 @@ fn a_gateway_that_sends_a_decision_is_killed_and_the_proposal_stays_undecided() 
         (false, "hello\n".into())
     );
 }
+
+#[test]
+fn a_tool_the_policy_denies_is_not_listed_and_a_direct_call_is_refused_as_unknown() {
+    let policy = r#"
+revision = 1
+
+[tools]
+read_file = "allow"
+list_dir = "allow"
+delete_path = "deny"
+write_file = "deny"
+
+[[grant]]
+root = "{ROOT}"
+recursive = true
+capabilities = ["read", "write", "edit", "delete"]
+
+[[rule]]
+name = "writes-to-notes"
+tools = ["write_file"]
+paths = ["{ROOT}/notes/**"]
+action = "ask"
+"#;
+    let inst = Instance::new(Some(policy));
+    let _b = inst.broker(&[]);
+    let mut m = inst.mcp(&[]);
+    m.initialize("2025-06-18");
+    let listed = m.request("tools/list", json!({}));
+    let names: Vec<String> = listed["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{listed}"))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect();
+    // Denied outright: not offered.
+    assert!(!names.contains(&"delete_path".to_string()), "{names:?}");
+    // Denied by default but asked by a rule for some targets: still offered.
+    assert!(names.contains(&"write_file".to_string()), "{names:?}");
+    // Positive controls.
+    assert!(names.contains(&"read_file".to_string()), "{names:?}");
+    assert!(names.contains(&"move_path".to_string()), "{names:?}");
+
+    let r = m.request(
+        "tools/call",
+        json!({"name": "delete_path", "arguments": {"path": "hello.txt"}}),
+    );
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert_eq!(r["error"]["message"], "Unknown tool: delete_path", "{r}");
+    assert!(inst.file("hello.txt").exists());
+    assert_eq!(
+        m.call("read_file", json!({"path": "hello.txt"})),
+        (false, "hello\n".into())
+    );
+}

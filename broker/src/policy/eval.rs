@@ -210,3 +210,42 @@ pub fn evaluate(
         },
     }
 }
+
+/// What `policy` does with `tool` as a whole, for the gateway's tool list: `Deny` only when
+/// every call is refused whatever its target (an unrestricted Deny rule for the tool, or a
+/// Deny default with no rule that could decide otherwise); otherwise the tool's default.
+pub fn standing(policy: &Policy, tool: ToolName) -> ipc_schema::tool::ToolStanding {
+    let covers =
+        |r: &crate::policy::compile::Rule| r.tools.as_ref().is_none_or(|t| t.contains(&tool));
+    let unrestricted = |r: &crate::policy::compile::Rule| {
+        r.paths.is_none() && r.hosts.is_empty() && r.programs.is_empty()
+    };
+    let revision = policy.revision;
+    if let Some(r) = policy
+        .rules
+        .iter()
+        .find(|r| r.action == Action::Deny && covers(r) && unrestricted(r))
+    {
+        return ipc_schema::tool::ToolStanding {
+            tool,
+            action: Action::Deny,
+            rule: format!("{} (policy revision {revision})", r.name),
+        };
+    }
+    let default = policy.defaults.get(&tool).copied().unwrap_or(Action::Ask);
+    let weaker_rule = policy
+        .rules
+        .iter()
+        .any(|r| covers(r) && r.action < Action::Deny);
+    let action = if default == Action::Deny && weaker_rule {
+        // Some targets may be allowed or asked by a rule: the tool stays listed.
+        Action::Ask
+    } else {
+        default
+    };
+    ipc_schema::tool::ToolStanding {
+        tool,
+        action,
+        rule: format!("tools.{tool} default (policy revision {revision})"),
+    }
+}

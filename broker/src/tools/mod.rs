@@ -199,10 +199,20 @@ async fn open_session(ctx: &Rc<Ctx>, conn: &Rc<Conn>, resume: Option<ResumeToken
             AuditEvent::new(AuditKind::Session, "gateway", "resumed").session(id.0.clone()),
         );
     }
+    // With an invalid policy every call is refused with the reason; the tools stay listed so
+    // that the agent sees that reason rather than an empty list.
+    let tools = match &ctx.gate.policy.borrow().current {
+        Ok(policy) => ToolName::ALL
+            .into_iter()
+            .map(|t| crate::policy::eval::standing(policy, t))
+            .collect(),
+        Err(_) => Vec::new(),
+    };
     Body::ToolReply(ToolReply::Session(SessionInfo {
         session: id,
         resume: token,
         resumed,
+        tools,
     }))
 }
 
