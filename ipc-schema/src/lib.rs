@@ -16,6 +16,7 @@ pub mod fs;
 #[cfg(unix)]
 pub mod helper;
 pub mod net;
+pub mod protected;
 pub mod route;
 pub mod secrets;
 pub mod status;
