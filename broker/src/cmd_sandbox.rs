@@ -558,28 +558,54 @@ mod egress {
         }
     }
 
-    /// Passes each bridge connection to the net-helper and prints what it refused.
+    /// Passes each bridge connection to the net-helper and prints what it refused. When the
+    /// sandbox is gone, waits (up to 2 s) for the records of connections already handed over,
+    /// so that a refusal is never lost to the command having exited first.
     fn relay(chan: UnixStream, connector: UnixStream, session: String) {
         use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use std::time::{Duration, Instant};
         let mut inbuf = Vec::new();
         let mut fds = VecDeque::new();
         let mut next_id = 2u64;
+        // Connections handed to the net-helper whose record has not come back yet.
+        let mut outstanding = 0usize;
+        let mut drain_until: Option<Instant> = None;
         loop {
-            let (conn_ready, chan_ready) = {
-                let mut p = [
-                    PollFd::new(connector.as_fd(), PollFlags::POLLIN),
-                    PollFd::new(chan.as_fd(), PollFlags::POLLIN),
-                ];
-                if poll(&mut p, PollTimeout::NONE).is_err() {
-                    continue;
+            let (conn_ready, chan_ready) = match drain_until {
+                None => {
+                    let mut p = [
+                        PollFd::new(connector.as_fd(), PollFlags::POLLIN),
+                        PollFd::new(chan.as_fd(), PollFlags::POLLIN),
+                    ];
+                    if poll(&mut p, PollTimeout::NONE).is_err() {
+                        continue;
+                    }
+                    let r = |f: &PollFd| f.revents().is_some_and(|r| !r.is_empty());
+                    (r(&p[0]), r(&p[1]))
                 }
-                let r = |f: &PollFd| f.revents().is_some_and(|r| !r.is_empty());
-                (r(&p[0]), r(&p[1]))
+                Some(until) => {
+                    if outstanding == 0 {
+                        return;
+                    }
+                    let left = until.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return;
+                    }
+                    let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+                    let mut p = [PollFd::new(chan.as_fd(), PollFlags::POLLIN)];
+                    match poll(&mut p, PollTimeout::from(ms)) {
+                        Ok(0) | Err(_) => continue,
+                        Ok(_) => (false, true),
+                    }
+                }
             };
             if conn_ready {
                 let mut b = [0u8; 16];
                 match recv_with_fds(connector.as_fd(), &mut b, &mut fds) {
-                    Ok(0) | Err(_) => return,
+                    Ok(0) | Err(_) => {
+                        drain_until = Some(Instant::now() + Duration::from_secs(2));
+                        continue;
+                    }
                     Ok(_) => {}
                 }
                 while let Some(fd) = fds.pop_front() {
@@ -591,7 +617,7 @@ mod egress {
                     };
                     next_id += 1;
                     match send_with_fd(chan.as_fd(), &frame, fd.as_fd()) {
-                        Ok(n) if (&chan).write_all(&frame[n..]).is_ok() => {}
+                        Ok(n) if (&chan).write_all(&frame[n..]).is_ok() => outstanding += 1,
                         _ => {
                             eprintln!("gatehouse sandbox: the egress proxy is gone");
                             return;
@@ -612,12 +638,14 @@ mod egress {
                 while let Ok(Some((env, n))) = decode_from_slice(&inbuf[used..], MAX_FRAME) {
                     used += n;
                     match env.body {
-                        Body::NetReply(NetReply::ProxyDone(rec))
-                            if !matches!(rec.verdict, EgressVerdict::Tunnelled { .. }) =>
-                        {
-                            eprintln!("gatehouse sandbox: {}", rec.audit_line());
+                        Body::NetReply(NetReply::ProxyDone(rec)) => {
+                            outstanding = outstanding.saturating_sub(1);
+                            if !matches!(rec.verdict, EgressVerdict::Tunnelled { .. }) {
+                                eprintln!("gatehouse sandbox: {}", rec.audit_line());
+                            }
                         }
                         Body::Error(e) => {
+                            outstanding = outstanding.saturating_sub(1);
                             eprintln!("gatehouse sandbox: egress proxy: {}", e.message)
                         }
                         _ => {}
