@@ -25,7 +25,11 @@ fn gatehouse(dir: &Path, args: &[&str], stdin: Option<&str>) -> Output {
         .expect("gatehouse");
     let mut input = c.stdin.take().unwrap();
     if let Some(s) = stdin {
-        input.write_all(s.as_bytes()).unwrap();
+        // A command that refuses its arguments may exit before reading stdin: the write then
+        // meets a closed pipe, and the refusal is what the test checks.
+        if let Err(e) = input.write_all(s.as_bytes()) {
+            assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "{e}");
+        }
     }
     drop(input);
     c.wait_with_output().unwrap()
@@ -258,7 +262,11 @@ fn gatehouse_in_new_session(dir: &Path, args: &[&str], stdin: Option<&str>) -> O
         .expect("python3");
     let mut input = c.stdin.take().unwrap();
     if let Some(s) = stdin {
-        input.write_all(s.as_bytes()).unwrap();
+        // A command that refuses its arguments may exit before reading stdin: the write then
+        // meets a closed pipe, and the refusal is what the test checks.
+        if let Err(e) = input.write_all(s.as_bytes()) {
+            assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "{e}");
+        }
     }
     drop(input);
     c.wait_with_output().unwrap()
