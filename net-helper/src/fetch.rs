@@ -122,7 +122,7 @@ fn connect_limit(limits: &FetchLimits, target: &Target) -> FetchError {
     )
 }
 
-fn is_redirect(status: u16) -> bool {
+pub(crate) fn is_redirect(status: u16) -> bool {
     matches!(status, 301 | 302 | 303 | 307 | 308)
 }
 
@@ -171,8 +171,8 @@ async fn follow(
     }
 }
 
-/// The checked target of a redirect, or why it is refused.
-fn next_hop(
+/// The checked target of a redirect, or why it is refused (also used by `http`).
+pub(crate) fn next_hop(
     from: &Target,
     resp: &http::Response<Incoming>,
     status: u16,

@@ -10,8 +10,8 @@
 use crate::body;
 use crate::connect::{connect_pinned, judged_addresses};
 use crate::error::{human_bytes, human_ms, FetchError};
-use crate::fetch::{check_limits, FetchedBody};
-use crate::target::{check_url, parse_target, Target};
+use crate::fetch::{check_limits, is_redirect, next_hop, FetchedBody};
+use crate::target::{parse_target, Target};
 use crate::NetContext;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -159,10 +159,6 @@ pub async fn send(ctx: &NetContext, req: HttpSend) -> Result<Sent, FetchError> {
     }
 }
 
-fn is_redirect(status: u16) -> bool {
-    matches!(status, 301 | 302 | 303 | 307 | 308)
-}
-
 async fn follow(ctx: &NetContext, req: &HttpSend) -> Result<Sent, FetchError> {
     let mut target =
         parse_target(&req.url).map_err(|e| FetchError::refused(RefusalKind::Url, e.to_string()))?;
@@ -244,44 +240,6 @@ async fn follow(ctx: &NetContext, req: &HttpSend) -> Result<Sent, FetchError> {
         }
         return read_reply(resp, &target, address, redirects, req, cred.is_some()).await;
     }
-}
-
-fn next_hop(
-    from: &Target,
-    resp: &http::Response<Incoming>,
-    status: u16,
-) -> Result<Target, FetchError> {
-    let refuse = |r: String| FetchError::refused(RefusalKind::Redirect, r);
-    let loc = resp
-        .headers()
-        .get(http::header::LOCATION)
-        .ok_or_else(|| {
-            refuse(format!(
-                "{} answered {status} without a Location header",
-                from.url
-            ))
-        })?
-        .to_str()
-        .map_err(|_| {
-            refuse(format!(
-                "{} answered {status} with a Location that is not text",
-                from.url
-            ))
-        })?;
-    let mut next = from
-        .url
-        .join(loc)
-        .map_err(|e| refuse(format!("the redirect to {loc:?} is not a valid URL ({e})")))?;
-    let shown = next.to_string();
-    let target = check_url(&mut next)
-        .map_err(|e| FetchError::refused(RefusalKind::Url, format!("redirect to {shown}: {e}")))?;
-    if from.https && !target.https {
-        return Err(refuse(format!(
-            "{} redirects from https to http ({}), which is refused",
-            from.url, target.url
-        )));
-    }
-    Ok(target)
 }
 
 fn method(m: HttpMethod) -> http::Method {
