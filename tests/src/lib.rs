@@ -294,3 +294,33 @@ pub fn alive(pid: u32) -> bool {
         Err(_) => false,
     }
 }
+
+/// Runs a separate process (python3) that connects to `socket`, writes `bytes`, then waits;
+/// returns how it ended. Tests that expect the broker to kill a peer assert SIGKILL here.
+pub fn misbehaving_peer(socket: &Path, bytes: &[u8]) -> std::process::ExitStatus {
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let script = "import socket,sys,time\n\
+                  s=socket.socket(socket.AF_UNIX)\n\
+                  s.connect(sys.argv[1])\n\
+                  s.sendall(bytes.fromhex(sys.argv[2]))\n\
+                  time.sleep(20)\n\
+                  sys.exit(3)\n";
+    let mut child = Command::new("python3")
+        .args(["-c", script])
+        .arg(socket)
+        .arg(hex)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("python3");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the misbehaving peer was not killed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

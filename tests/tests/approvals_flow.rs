@@ -4,6 +4,7 @@
 mod broker_core_support;
 
 use broker_core_support::*;
+use gatehouse_tests::misbehaving_peer;
 use ipc_schema::codec::encode;
 use ipc_schema::tool::{ProposalId, RefusalKind, ToolReply};
 use ipc_schema::ui::{Choice, Decision, ProposalDigest, UiRequest};

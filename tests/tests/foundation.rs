@@ -1,13 +1,14 @@
 //! Foundation: the broker supervises locked-down helpers, routes only to verified ones, kills
 //! peers that break the protocol, restarts crashed helpers, and leaves no orphans.
 
+use gatehouse_tests::misbehaving_peer;
 use gatehouse_tests::{alive, bin, bin_dir, BrokerUnderTest, Conn};
 use ipc_schema::codec::encode;
 use ipc_schema::status::{DoctorReport, LandlockStatus, ProcessState};
 use ipc_schema::{Body, Envelope, ErrorCode, Role};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn doctor(b: &BrokerUnderTest) -> (std::process::Output, DoctorReport) {
@@ -94,36 +95,6 @@ fn doctor_json_reports_every_protection_enforced() {
     );
     let broker = r.processes.iter().find(|p| p.name == "broker").unwrap();
     assert!(broker.kernel.as_ref().unwrap().no_new_privs);
-}
-
-/// Runs a separate process that connects to `socket`, writes `bytes`, then waits; returns how it
-/// ended. The broker must kill it.
-fn misbehaving_peer(socket: &Path, bytes: &[u8]) -> std::process::ExitStatus {
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    let script = "import socket,sys,time\n\
-                  s=socket.socket(socket.AF_UNIX)\n\
-                  s.connect(sys.argv[1])\n\
-                  s.sendall(bytes.fromhex(sys.argv[2]))\n\
-                  time.sleep(20)\n\
-                  sys.exit(3)\n";
-    let mut child = Command::new("python3")
-        .args(["-c", script])
-        .arg(socket)
-        .arg(hex)
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("python3");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the misbehaving peer was not killed");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! `gatehouse secret set|delete|list|status`, and the fronts that must never carry a secret:
 //! a ui or gateway peer that asks the broker for anything of the secrets helper is killed.
 
+use gatehouse_tests::misbehaving_peer;
 use gatehouse_tests::{bin, BrokerUnderTest};
 use ipc_schema::codec::encode;
 use ipc_schema::secrets::{CredentialName, SecretsRequest};
@@ -296,35 +297,6 @@ fn credentials_work_from_a_session_keyring_without_the_user_keyring() {
     assert_eq!(v[0]["present"], true, "{}", text(&list));
     let del = gatehouse_in_new_session(d, &["secret", "delete", "sess"], None);
     assert!(del.status.success(), "{}", text(&del));
-}
-
-/// A peer that writes `bytes` to `socket` and then waits; returns how it ended.
-fn misbehaving_peer(socket: &Path, bytes: &[u8]) -> std::process::ExitStatus {
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    let script = "import socket,sys,time\n\
-                  s=socket.socket(socket.AF_UNIX)\n\
-                  s.connect(sys.argv[1])\n\
-                  s.sendall(bytes.fromhex(sys.argv[2]))\n\
-                  time.sleep(20)\n\
-                  sys.exit(3)\n";
-    let mut child = Command::new("python3")
-        .args(["-c", script])
-        .arg(socket)
-        .arg(hex)
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("python3");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the peer was not killed");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]

@@ -341,31 +341,6 @@ pub fn verify(inst: &Instance) -> (std::process::ExitStatus, serde_json::Value) 
     (out.status, v)
 }
 
-/// Runs a separate process that connects to `socket`, writes `bytes`, then waits; returns how
-/// it ended (the broker must kill it).
-pub fn misbehaving_peer(socket: &Path, bytes: &[u8]) -> ExitStatus {
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    let script = "import socket,sys,time\ns=socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])\ns.sendall(bytes.fromhex(sys.argv[2]))\ntime.sleep(20)\nsys.exit(3)\n";
-    let mut child = Command::new("python3")
-        .args(["-c", script])
-        .arg(socket)
-        .arg(hex)
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("python3");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the misbehaving peer was not killed");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 pub fn choice_allow() -> Choice {
     Choice::AllowOnce
 }
