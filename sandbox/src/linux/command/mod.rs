@@ -29,7 +29,7 @@ pub mod watch;
 pub use denylist::refused_syscall_count;
 pub use ipc_schema::exec::{GrantAccess, Limits, PathGrant, SandboxReport, PROXY_BRIDGE_PORT};
 pub use landlock_rules::{kernel_abi as landlock_kernel_abi, FULL_ABI as LANDLOCK_FULL_ABI};
-pub use protected::{GIT_PROTECTED, NOT_GRANTABLE, RULES as PROTECTED_RULES};
+pub use protected::{GIT_PROTECTED, NOT_GRANTABLE};
 pub use watch::{Kill, Stream, Watch};
 
 use child::Record;

@@ -4,73 +4,24 @@
 
 use std::path::{Path, PathBuf};
 
-/// Protected places (DESIGN.md, "Policy"), the same rules as the fs-helper's: consecutive path
-/// components, matched case-insensitively wherever they appear. Key material and credentials,
-/// browser and mail profiles, places that run code at login, shell start-up files.
-pub const RULES: &[&[&str]] = &[
-    &[".ssh"],
-    &[".gnupg"],
-    &[".aws"],
-    &[".azure"],
-    &[".config", "gcloud"],
-    &[".kube", "config"],
-    &[".docker", "config.json"],
-    &[".netrc"],
-    &["_netrc"],
-    &[".git-credentials"],
-    &[".pgpass"],
-    &[".my.cnf"],
-    &[".cargo", "credentials"],
-    &[".cargo", "credentials.toml"],
-    &[".npmrc"],
-    &[".pypirc"],
-    &[".gem", "credentials"],
-    &[".terraform.d", "credentials.tfrc.json"],
-    &[".vault-token"],
-    &[".config", "gh", "hosts.yml"],
-    &[".password-store"],
-    &[".local", "share", "keyrings"],
-    &[".pki"],
-    &[".mozilla"],
-    &[".thunderbird"],
-    &[".config", "google-chrome"],
-    &[".config", "chromium"],
-    &[".config", "bravesoftware"],
-    &[".config", "microsoft-edge"],
-    &[".config", "vivaldi"],
-    &[".config", "evolution"],
-    &[".local", "share", "evolution"],
-    &[".config", "autostart"],
-    &[".config", "systemd"],
-    &[".local", "share", "systemd"],
-    &[".config", "environment.d"],
-    &[".pam_environment"],
-    &[".xprofile"],
-    &[".xinitrc"],
-    &[".xsession"],
-    &[".xsessionrc"],
-    &[".bashrc"],
-    &[".bash_profile"],
-    &[".bash_login"],
-    &[".bash_logout"],
-    &[".profile"],
-    &[".zshrc"],
-    &[".zshenv"],
-    &[".zprofile"],
-    &[".zlogin"],
-    &[".zlogout"],
-    &[".cshrc"],
-    &[".tcshrc"],
-    &[".login"],
-    &[".kshrc"],
-    &[".config", "fish"],
-    &[".config", "gatehouse"],
-    &[".local", "share", "gatehouse"],
-];
+/// Protected places: the one table every layer checks (`ipc_schema::protected::RULES`: key
+/// material and credentials, browser and mail profiles, places that run code at login, shell
+/// start-up files), consecutive path components matched case-insensitively wherever they appear.
+fn rules() -> impl Iterator<Item = &'static [&'static str]> {
+    ipc_schema::protected::RULES
+        .iter()
+        .map(|(rule, _why)| *rule)
+        .chain(OWN_DIRS.iter().copied())
+}
 
-/// Under any `.git` directory: hooks run code when the user next uses git there; the config can
-/// name programs to run (`core.hooksPath`, `core.fsmonitor`, filters) and may hold credentials.
-pub const GIT_PROTECTED: &[&str] = &["hooks", "config", "config.worktree"];
+/// gatehouse's own config and data dirs at their default places under a home. The dirs of the
+/// instance in use are masked through `--protect` as well; these cover another instance's
+/// default dirs inside a granted home.
+const OWN_DIRS: &[&[&str]] = &[&[".config", "gatehouse"], &[".local", "share", "gatehouse"]];
+
+// Under any `.git` directory: hooks run code when the user next uses git there; the config can
+// name programs to run (`core.hooksPath`, `core.fsmonitor`, filters) and may hold credentials.
+pub use ipc_schema::protected::GIT_INTERNAL as GIT_PROTECTED;
 
 /// Top-level places a grant may not name: kernel interfaces, devices, and runtime sockets
 /// (D-Bus, the user's agents, gatehouse's own sockets).
@@ -100,7 +51,7 @@ fn lower_components(p: &Path) -> Vec<String> {
 /// The protected place `path` is in, if any (a rule, or `.git/.../hooks|config`).
 pub(crate) fn protected_place(path: &Path) -> Option<String> {
     let comps = lower_components(path);
-    for rule in RULES {
+    for rule in rules() {
         if comps
             .windows(rule.len())
             .any(|w| w.iter().zip(rule.iter()).all(|(c, r)| c == r))
@@ -174,7 +125,7 @@ fn protected_entries(dir: &Path, out: &mut Vec<PathBuf>) {
     };
     for e in rd.flatten() {
         let name = e.file_name().to_string_lossy().to_lowercase();
-        for rule in RULES.iter().filter(|r| r[0] == name) {
+        for rule in rules().filter(|r| r[0] == name) {
             let mut p = e.path();
             for c in &rule[1..] {
                 p.push(c);
@@ -200,7 +151,7 @@ pub(crate) fn masks(grants: &[PathBuf], homes: &[PathBuf], extra: &[PathBuf]) ->
             } else if g.starts_with(h) && g != h {
                 // A grant inside a home: the rules that reach into it (~/.config for
                 // .config/autostart) are checked where they land.
-                for rule in RULES.iter().filter(|r| r.len() > 1) {
+                for rule in rules().filter(|r| r.len() > 1) {
                     let mut p = h.clone();
                     for c in rule.iter() {
                         p.push(c);
@@ -293,6 +244,26 @@ mod tests {
         assert_eq!(r("/home/a/.config"), None);
         assert_eq!(r("/p/.git"), None);
         assert_eq!(r("/home/a/.sshfoo"), None, "whole components only");
+    }
+
+    #[test]
+    fn every_rule_of_the_shared_table_is_protected_here_too() {
+        // The exec sandbox once kept its own copy of the table and it drifted (no macOS
+        // Library/ entries); now every shared rule must refuse a grant here as well.
+        for (rule, why) in ipc_schema::protected::RULES {
+            let p = Path::new("/w").join(rule.join("/")).join("inner");
+            assert_eq!(
+                protected_place(&p),
+                Some(rule.join("/")),
+                "{} ({why}) is not protected in the exec sandbox",
+                p.display()
+            );
+        }
+        assert_eq!(
+            protected_place(Path::new("/w/Library/Keychains/login.keychain-db")),
+            Some("library/keychains".to_string())
+        );
+        assert_eq!(protected_place(Path::new("/w/Library/Fonts")), None);
     }
 
     #[test]
