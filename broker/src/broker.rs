@@ -86,10 +86,7 @@ pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
     let local = tokio::task::LocalSet::new();
     let result = local.block_on(&rt, async move {
         // Policy, audit log and ledger first: a log that fails its check refuses the start.
-        let (gate, uncertain) = crate::gate::Gate::open(&dirs, &opts.gate)?;
-        for c in &uncertain {
-            tracing::warn!(ledger = c.id, tool = %c.tool, target = %c.target, "uncertain: {}", c.reason);
-        }
+        let gate = crate::gate::Gate::open(&dirs, &opts.gate)?;
         helpers::set_extra_args(&opts, Role::Fs, gate.fs_helper_args());
         helpers::set_extra_args(
             &opts,
@@ -106,10 +103,24 @@ pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
                 .flat_map(|d| ["--protect".into(), d.clone().into_os_string()])
                 .collect(),
         );
+        // The audit key lives in the secrets-helper: the log opens once it is up.
+        let helpers = helpers::Helpers::start(opts.clone());
+        let secrets = helpers.slot(Role::Secrets).ok_or("no secrets-helper slot")?.clone();
+        let uncertain = match gate.open_audit(&secrets).await {
+            Ok(u) => u,
+            Err(e) => {
+                opts.shutting_down.store(true, Ordering::SeqCst);
+                helpers.kill_all();
+                helpers.wait_all_down(Duration::from_secs(5)).await;
+                return Err(e);
+            }
+        };
+        for c in &uncertain {
+            tracing::warn!(ledger = c.id, tool = %c.tool, target = %c.target, "uncertain: {}", c.reason);
+        }
         let ui = fronts::bind(&dirs.ui_socket()).map_err(|e| format!("{}: {e}", dirs.ui_socket().display()))?;
         let gw = fronts::bind(&dirs.gateway_socket())
             .map_err(|e| format!("{}: {e}", dirs.gateway_socket().display()))?;
-        let helpers = helpers::Helpers::start(opts.clone());
         let ctx = Rc::new(Ctx {
             opts: opts.clone(),
             helpers: helpers.clone(),
@@ -131,10 +142,11 @@ pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
         }
         tracing::info!("shutting down");
         opts.shutting_down.store(true, Ordering::SeqCst);
+        // The last rows are sealed while the secrets-helper still runs.
+        ctx.gate.shutdown(&helpers).await;
         helpers.kill_all();
         // Give the supervisors a moment to reap their helpers, so none is left behind.
         helpers.wait_all_down(Duration::from_secs(5)).await;
-        ctx.gate.shutdown().await;
         let _ = std::fs::remove_file(dirs.ui_socket());
         let _ = std::fs::remove_file(dirs.gateway_socket());
         Ok::<(), String>(())

@@ -1,9 +1,10 @@
 //! `gatehouse verify-audit` and `gatehouse audit tail`: read the database directly, so they
-//! work with no broker running (and cannot be lied to by one).
+//! work with no broker running (and cannot be lied to by one). `verify-audit` gets the MACs
+//! from a private secrets-helper it starts itself (the key never leaves that helper).
 
-use crate::store::chain::Sealer;
+use crate::head_key::PrivateSeal;
 use crate::store::{self, verify};
-use crate::{fail, head_key, Global, EXIT_FAILURE};
+use crate::{fail, Global, EXIT_FAILURE};
 use rusqlite::params;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -35,11 +36,14 @@ pub fn verify(g: &Global) -> ExitCode {
         Ok(None) => String::new(),
         Err(e) => return fail(&e.to_string()),
     };
-    let (sealer, no_key) =
-        match head_key::load_for_verify(&instance, &head_key::fallback_file(&g.dirs.data)) {
-            Ok((k, _origin)) => (Some(Sealer::new(&k.0)), None),
-            Err(e) => (None, Some(e.to_string())),
-        };
+    let (sealer, no_key) = if instance.is_empty() {
+        (None, Some("the log has no instance id".to_string()))
+    } else {
+        match PrivateSeal::open(&g.dirs, &instance) {
+            Ok(s) => (Some(s), None),
+            Err(e) => (None, Some(e)),
+        }
+    };
     let report = match verify::verify(&conn, sealer.as_ref(), no_key) {
         Ok(r) => r,
         Err(e) => return fail(&e.to_string()),

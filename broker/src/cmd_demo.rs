@@ -98,17 +98,12 @@ pub fn run(g: &Global, a: DemoArgs) -> ExitCode {
         s.project.display()
     )));
 
-    let (mut broker, key_note) = match Broker::start(&exe, &s, &[]) {
-        Ok(b) => (b, None),
-        Err(e) if e.contains("cannot be sealed") => match Broker::start(&exe, &s, &["--audit-key-fallback-file"]) {
-            Ok(b) => (b, Some("the OS keyring is not usable here, so the audit key is kept in a file in the scratch instance (weaker; see `gatehouse broker --help`)")),
-            Err(e) => return fail(&e),
-        },
+    // The audit key is kept by the secrets-helper; a store that cannot hold it refuses the
+    // start with the reason (there is no weaker fallback to retry with).
+    let mut broker = match Broker::start(&exe, &s, &[]) {
+        Ok(b) => b,
         Err(e) => return fail(&e),
     };
-    if let Some(n) = key_note {
-        out.line(&out.yellow(&format!("  note        {n}")));
-    }
     let approver_note = if a.interactive {
         "you decide the edit in the console; the other cards are decided by a scripted approver"
     } else {

@@ -15,20 +15,37 @@
 //!
 //! Without that setting the store is `keyutils` (`doctor` says so, and that it does not survive
 //! a reboot). A configured store that does not work is an error, never a reason to use another.
+//!
+//! Every change (`set`, `delete`) is written to the instance's audit log, chained and MACed
+//! like every other row: the credential's name, hosts, how it is sent and whether a value is
+//! stored, never the value. When a broker runs it owns the log, so the command asks it over the
+//! ui socket ([`UiRequest::CredentialChanged`]) and the broker writes the row from what its own
+//! secrets-helper says. When none runs, the command takes the broker's lock file (so none can
+//! start meanwhile) and appends the row itself with the store code, the MACs coming from the
+//! same private helper. Which of the two, and for the second that the log's sealed head checks
+//! out and its key is there, is settled before the credential is touched.
 
+use crate::client::Client;
 use crate::dirs::Dirs;
-use crate::{fail, Global, EXIT_FAILURE};
+use crate::fronts::Replier;
+use crate::head_key::PrivateSeal;
+use crate::store::chain::{AuditEvent, AuditKind};
+use crate::store::{self, Chain};
+use crate::{fail, Ctx, Global, EXIT_FAILURE};
 use ipc_schema::codec::{self, HEADER_LEN, MAX_FRAME};
 use ipc_schema::secrets::{
     BasicUser, CredentialInfo, CredentialName, CredentialSpec, HeaderName, HostPattern,
     SecretValue, SecretsReply, SecretsRequest, SendAs, StoreKind, Zeroizing, MAX_SECRET_LEN,
 };
+use ipc_schema::ui::{UiReply, UiRequest};
 use ipc_schema::{Body, Envelope, Role};
+use ipc_schema::{ErrorCode, ErrorReply};
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::rc::Rc;
 
 #[derive(clap::Subcommand)]
 pub enum SecretCmd {
@@ -84,22 +101,37 @@ struct SecretsConfig {
 
 /// The configured store: `[secrets] store` in `config.toml`, `keyutils` when absent.
 pub fn configured_store(config_dir: &Path) -> CmdResult<StoreKind> {
+    let os = std::env::consts::OS;
     let path = config_dir.join("config.toml");
+    let default = || {
+        StoreKind::default_for(os)
+            .ok_or_else(|| format!("gatehouse has no credential store for {os}"))
+    };
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(StoreKind::Keyutils),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return default(),
         Err(e) => return Err(format!("{}: {e}", path.display())),
     };
     let cfg: ConfigFile = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    match cfg.secrets.store.as_deref() {
-        None => Ok(StoreKind::Keyutils),
-        Some(s) => StoreKind::from_name(s).ok_or_else(|| {
-            format!(
-                "{}: [secrets] store = {s:?} is not a store; use \"keyutils\" or \"secret-service\"",
-                path.display()
-            )
-        }),
-    }
+    let Some(s) = cfg.secrets.store.as_deref() else {
+        return default();
+    };
+    let here: Vec<String> = StoreKind::ALL
+        .into_iter()
+        .filter(|k| k.os() == os)
+        .map(|k| format!("{:?}", k.as_str()))
+        .collect();
+    let kind = StoreKind::from_name(s).ok_or_else(|| {
+        format!(
+            "{}: [secrets] store = {s:?} is not a store; use {}",
+            path.display(),
+            here.join(" or ")
+        )
+    })?;
+    // Another OS's store is refused, never swapped for this one's.
+    kind.check_os(os)
+        .map_err(|e| format!("{}: [secrets] store = {s:?}: {e}", path.display()))?;
+    Ok(kind)
 }
 
 /// The namespace of this gatehouse instance's credentials: `default` for the user's own
@@ -386,6 +418,204 @@ fn failure(r: SecretsReply) -> String {
     }
 }
 
+/// The audit row of a change to credential `name`, from what the store says now (`None`: it
+/// no longer exists). Never a value: [`CredentialInfo`] holds none.
+pub fn change_event(name: &CredentialName, now: Option<&CredentialInfo>) -> AuditEvent {
+    let ev = AuditEvent::new(
+        AuditKind::Credential,
+        "secret-cli",
+        if now.is_some() { "saved" } else { "deleted" },
+    )
+    .target(name.as_str());
+    match now {
+        None => ev.detail("the credential and any stored value were removed"),
+        Some(i) => ev.detail(format!(
+            "hosts: {}; sent as: {}; value: {}",
+            hosts_text(&i.spec),
+            send_as_word(&i.spec.send_as),
+            if i.present { "stored" } else { "not stored" }
+        )),
+    }
+}
+
+/// How this command's change reaches the audit log.
+enum Recorder<'a> {
+    /// A broker runs: it writes the row.
+    Broker(Client),
+    /// None runs: this command holds its lock, and has checked the log's sealed head and key,
+    /// until the row is written.
+    Direct {
+        _lock: nix::fcntl::Flock<std::fs::File>,
+        conn: rusqlite::Connection,
+        chain: Chain<&'a PrivateSeal>,
+    },
+}
+
+impl<'a> Recorder<'a> {
+    /// Finds out which, and for a log written here checks it as a starting broker would,
+    /// before anything is changed.
+    fn prepare(dirs: &Dirs, seal: &'a PrivateSeal) -> CmdResult<Recorder<'a>> {
+        dirs.ensure().map_err(|e| e.to_string())?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        let lock = loop {
+            if let Ok(c) = Client::connect(&dirs.ui_socket()) {
+                return Ok(Recorder::Broker(c));
+            }
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .read(true)
+                .write(true)
+                .open(dirs.lock_file())
+                .map_err(|e| format!("{}: {e}", dirs.lock_file().display()))?;
+            match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+                Ok(l) => break l,
+                // A broker holds the lock but does not answer yet (it is starting).
+                Err(_) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(50))
+                }
+                Err(_) => {
+                    return Err(format!(
+                        "a broker holds {} but does not answer on {}",
+                        dirs.lock_file().display(),
+                        dirs.ui_socket().display()
+                    ))
+                }
+            }
+        };
+        let conn = store::open_rw(&store::db_path(&dirs.data)).map_err(|e| e.to_string())?;
+        let instance = store::instance_id(&conn).map_err(|e| e.to_string())?;
+        let empty = store::audit_is_empty(&conn).map_err(|e| e.to_string())?;
+        seal.open_key(&instance, empty)
+            .map_err(|e| format!("the audit log cannot be sealed: {e}"))?;
+        let chain = Chain::load(&conn, seal, instance, false).map_err(|e| e.to_string())?;
+        Ok(Recorder::Direct {
+            _lock: lock,
+            conn,
+            chain,
+        })
+    }
+
+    /// Writes the row of the change just made; its entry number.
+    fn record(self, seal: &PrivateSeal, name: &CredentialName) -> CmdResult<u64> {
+        let now = match seal.request(SecretsRequest::Has { name: name.clone() })? {
+            SecretsReply::Credential(now) => now,
+            other => return Err(failure(other)),
+        };
+        match self {
+            Recorder::Direct {
+                _lock,
+                mut conn,
+                mut chain,
+            } => {
+                let tx = conn.transaction().map_err(|e| e.to_string())?;
+                chain
+                    .append(&tx, &change_event(name, now.as_ref()), store::now_ms())
+                    .map_err(|e| e.to_string())?;
+                chain.seal(&tx).map_err(|e| e.to_string())?;
+                tx.commit().map_err(|e| e.to_string())?;
+                Ok(chain.seq as u64)
+            }
+            // The broker asks its own helper; this one's answer only says what was done.
+            Recorder::Broker(mut c) => {
+                let req = UiRequest::CredentialChanged {
+                    name: name.clone(),
+                    deleted: now.is_none(),
+                };
+                match c.request(Body::Ui(req)).map_err(|e| e.to_string())? {
+                    Body::UiReply(UiReply::CredentialChangeRecorded { seq }) => Ok(seq),
+                    Body::Error(e) => Err(e.message),
+                    other => Err(format!("unexpected reply {:?}", other.kind())),
+                }
+            }
+        }
+    }
+}
+
+/// The broker's side of [`UiRequest::CredentialChanged`]: asks its own secrets-helper what the
+/// credential is now, refuses a claim the store contradicts, and writes the row (sealed)
+/// before answering with its entry number.
+pub fn record_for_cli(
+    ctx: &Rc<Ctx>,
+    id: u64,
+    name: CredentialName,
+    deleted: bool,
+    reply: &Replier,
+) {
+    let (ctx, reply) = (ctx.clone(), reply.clone());
+    tokio::task::spawn_local(async move {
+        let error = |code, m: String| Body::Error(ErrorReply::new(code, m));
+        let Some(slot) = ctx.helpers.slot(Role::Secrets).cloned() else {
+            return reply.send(id, error(ErrorCode::Internal, "no secrets-helper".into()));
+        };
+        let now = match slot
+            .call(Body::Secrets(SecretsRequest::Has { name: name.clone() }))
+            .await
+        {
+            Ok(Body::SecretsReply(SecretsReply::Credential(now))) => now,
+            Ok(Body::SecretsReply(SecretsReply::Failed(e))) => {
+                return reply.send(id, error(ErrorCode::Internal, e.message))
+            }
+            Ok(other) => {
+                return reply.send(
+                    id,
+                    error(
+                        ErrorCode::Internal,
+                        format!("unexpected answer {:?}", other.kind()),
+                    ),
+                )
+            }
+            Err(e) => return reply.send(id, error(ErrorCode::Internal, e.to_string())),
+        };
+        if now.is_none() != deleted {
+            return reply.send(
+                id,
+                error(
+                    ErrorCode::Invalid,
+                    format!(
+                        "credential {name} {} in the store; not recorded",
+                        if deleted {
+                            "still exists"
+                        } else {
+                            "does not exist"
+                        }
+                    ),
+                ),
+            );
+        }
+        let ev = change_event(&name, now.as_ref());
+        let target = name.as_str().to_string();
+        let store = &ctx.gate.store;
+        let written = match store
+            .txn(move |_, audit| {
+                audit.push(ev);
+                Ok(())
+            })
+            .await
+        {
+            Ok(()) => {
+                store
+                    .read(move |c| {
+                        c.query_row(
+                            "SELECT max(seq) FROM audit WHERE kind = 'credential' AND target = ?1",
+                            [target],
+                            |r| r.get::<_, i64>(0),
+                        )
+                    })
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        reply.send(
+            id,
+            match written {
+                Ok(seq) => Body::UiReply(UiReply::CredentialChangeRecorded { seq: seq as u64 }),
+                Err(e) => error(ErrorCode::Internal, e.to_string()),
+            },
+        );
+    });
+}
+
 pub fn run(g: &Global, cmd: SecretCmd) -> ExitCode {
     match run_inner(g, cmd) {
         Ok(code) => code,
@@ -402,15 +632,22 @@ fn run_inner(g: &Global, cmd: SecretCmd) -> CmdResult<ExitCode> {
             } else {
                 Some(read_value(a.stdin, &spec.name)?)
             };
-            let mut h = PrivateHelper::start(&g.dirs)?;
+            let h = PrivateSeal::new(PrivateHelper::start(&g.dirs)?);
+            let recorder =
+                Recorder::prepare(&g.dirs, &h).map_err(|e| format!("nothing was changed: {e}"))?;
+            let name = spec.name.clone();
             match h.request(SecretsRequest::Set { spec, value })? {
                 SecretsReply::Saved {
                     info,
                     value_dropped,
                 } => {
+                    let seq = recorder.record(&h, &name).map_err(|e| {
+                        format!("credential {name} was saved, but the change could not be written to the audit log: {e}")
+                    })?;
                     if g.json {
                         let mut j = info_json(&info);
                         j["value_dropped"] = value_dropped.into();
+                        j["audit_entry"] = seq.into();
                         println!("{j}");
                     } else {
                         println!(
@@ -432,9 +669,17 @@ fn run_inner(g: &Global, cmd: SecretCmd) -> CmdResult<ExitCode> {
         }
         SecretCmd::Delete { name } => {
             let name = CredentialName::parse(&name).map_err(|e| e.0)?;
-            let mut h = PrivateHelper::start(&g.dirs)?;
+            let h = PrivateSeal::new(PrivateHelper::start(&g.dirs)?);
+            let recorder =
+                Recorder::prepare(&g.dirs, &h).map_err(|e| format!("nothing was changed: {e}"))?;
             match h.request(SecretsRequest::Delete { name: name.clone() })? {
                 SecretsReply::Deleted { existed } => {
+                    // Deleting nothing changes nothing: no row.
+                    if existed {
+                        recorder.record(&h, &name).map_err(|e| {
+                            format!("credential {name} was deleted, but the change could not be written to the audit log: {e}")
+                        })?;
+                    }
                     if g.json {
                         println!(
                             "{}",

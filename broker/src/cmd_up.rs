@@ -24,10 +24,6 @@ pub struct UpArgs {
     /// kernel lacks a mechanism (`doctor` and the console's health pane say what is missing).
     #[arg(long)]
     allow_degraded: bool,
-    /// If the OS keyring cannot be used, keep the audit key in a 0600 file in the data
-    /// directory instead of refusing to start (weaker).
-    #[arg(long)]
-    audit_key_fallback_file: bool,
     /// Leave the broker running when the console quits (agents' sessions go on; `gatehouse
     /// stop` ends it).
     #[arg(long)]
@@ -56,8 +52,8 @@ pub fn run(g: &Global, a: UpArgs) -> ExitCode {
                 "a broker already runs for {} (pid {pid}): opening the console on it; it keeps running when the console quits",
                 g.dirs.runtime.display()
             ));
-            if a.grant_root.is_some() || a.audit_key_fallback_file {
-                say("--grant-root and --audit-key-fallback-file do not change a running broker");
+            if a.grant_root.is_some() {
+                say("--grant-root does not change a running broker");
             }
             false
         }
@@ -69,9 +65,6 @@ pub fn run(g: &Global, a: UpArgs) -> ExitCode {
             }
             if a.allow_degraded {
                 args.push("--allow-degraded".into());
-            }
-            if a.audit_key_fallback_file {
-                args.push("--audit-key-fallback-file".into());
             }
             if let Err(e) = client::Client::connect_or_start(
                 g.data_dir.as_deref(),

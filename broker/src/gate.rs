@@ -3,12 +3,14 @@
 
 use crate::approvals::Approvals;
 use crate::dirs::Dirs;
-use crate::head_key::{self, KeyOrigin};
+use crate::head_key;
+use crate::helpers::HelperSlot;
 use crate::policy::protected::Protected;
 use crate::policy::{policy_path, PolicyState};
 use crate::sessions::Sessions;
-use crate::store::chain::{AuditEvent, AuditKind, Sealer};
-use crate::store::{self, Chain, StoreHandle};
+use crate::store::chain::{AuditEvent, AuditKind};
+use crate::store::writer::Unstarted;
+use crate::store::{self, StoreHandle};
 use crate::test_hooks::CrashStep;
 use ipc_schema::ui::{LedgerCall, Remembered};
 use std::cell::RefCell;
@@ -16,6 +18,7 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// The `broker` command line's core options.
 #[derive(clap::Args, Clone, Default, Debug)]
@@ -24,10 +27,9 @@ pub struct GateArgs {
     /// directory the broker was started in, unless that is a home directory or /.
     #[arg(long, value_name = "DIR")]
     pub grant_root: Option<PathBuf>,
-    /// If the OS keyring cannot be used, keep the audit key in a 0600 file in the data
-    /// directory instead of refusing to start (weaker: anyone who can read the data directory
-    /// can then rewrite the log undetected).
-    #[arg(long)]
+    /// Removed: the audit key is kept only by the secrets-helper, which has no filesystem.
+    /// Still parsed so that an old command line gets a clear refusal instead of a usage error.
+    #[arg(long, hide = true)]
     pub audit_key_fallback_file: bool,
     /// Test builds only: SIGKILL the broker at this ledger step (after-pending, after-executing,
     /// in-helper, after-answer).
@@ -38,6 +40,9 @@ pub struct GateArgs {
 
 impl GateArgs {
     pub fn options(&self, allow_degraded: bool) -> Result<GateOptions, String> {
+        if self.audit_key_fallback_file {
+            return Err(FALLBACK_REMOVED.into());
+        }
         #[cfg(feature = "test-hooks")]
         let test_crash = self
             .test_crash_at
@@ -52,21 +57,20 @@ impl GateArgs {
         };
         Ok(GateOptions {
             grant_root,
-            audit_key_fallback: self.audit_key_fallback_file,
             allow_degraded,
             test_crash,
         })
     }
 }
 
+/// Why `--audit-key-fallback-file` is refused.
+const FALLBACK_REMOVED: &str = "--audit-key-fallback-file was removed: the audit key is kept only by the secrets-helper, in the configured credential store (the kernel keyutils store by default, which every Linux kernel gatehouse supports), never in a file. Start without it; if the store cannot hold the key the broker says why";
+
 /// How the broker core is set up (from the `broker` command line).
 #[derive(Debug, Clone, Default)]
 pub struct GateOptions {
     /// The default profile's grant (`--grant-root`; else the directory the broker started in).
     pub grant_root: Option<PathBuf>,
-    /// `--audit-key-fallback-file`: if the OS keyring cannot be used, keep the audit key in a
-    /// 0600 file in the data dir instead of refusing to start.
-    pub audit_key_fallback: bool,
     pub allow_degraded: bool,
     pub test_crash: Option<CrashStep>,
 }
@@ -78,8 +82,18 @@ pub struct Gate {
     pub approvals: RefCell<Approvals>,
     pub sessions: RefCell<Sessions>,
     pub remembered: RefCell<Vec<Remembered>>,
-    pub key_origin: KeyOrigin,
     pub test_crash: Option<CrashStep>,
+    /// The database until [`Gate::open_audit`] hands it to the writer thread.
+    unopened: RefCell<Option<UnopenedAudit>>,
+}
+
+/// What [`Gate::open_audit`] needs: the write connection and the writer's queue.
+struct UnopenedAudit {
+    conn: rusqlite::Connection,
+    writer: Unstarted,
+    instance: String,
+    empty: bool,
+    degraded: bool,
 }
 
 /// The default grant root: as given, else the working directory unless that is `/` or $HOME.
@@ -115,9 +129,11 @@ pub fn load_remembered(conn: &rusqlite::Connection) -> rusqlite::Result<Vec<Reme
 }
 
 impl Gate {
-    /// Opens the database and its key, checks the sealed head, recovers the ledger, and loads
-    /// the policy. Any failure refuses the broker's start, with the reason.
-    pub fn open(dirs: &Dirs, opts: &GateOptions) -> Result<(Gate, Vec<LedgerCall>), String> {
+    /// Opens the database and loads the policy. The audit log is not usable until
+    /// [`Gate::open_audit`] (its key lives in the secrets-helper, which starts after this);
+    /// rows written meanwhile (helper starts) wait in the writer's queue. Any failure refuses
+    /// the broker's start, with the reason.
+    pub fn open(dirs: &Dirs, opts: &GateOptions) -> Result<Gate, String> {
         let db = store::db_path(&dirs.data);
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -127,52 +143,8 @@ impl Gate {
         let conn = store::open_rw(&db).map_err(|e| e.to_string())?;
         let instance = store::instance_id(&conn).map_err(|e| e.to_string())?;
         let empty = store::audit_is_empty(&conn).map_err(|e| e.to_string())?;
-        let fallback = head_key::fallback_file(&dirs.data);
-        let (key, key_origin) = head_key::load_or_create(
-            &instance,
-            empty,
-            opts.audit_key_fallback.then_some(fallback.as_path()),
-        )
-        .map_err(|e| {
-            format!(
-                "refusing to start: the audit log cannot be sealed: {e}{}",
-                if opts.audit_key_fallback {
-                    ""
-                } else {
-                    " (start with --audit-key-fallback-file to keep the key in a 0600 file in the data directory instead; that is weaker)"
-                }
-            )
-        })?;
-        let mut chain = Chain::load(&conn, Sealer::new(&key.0), instance, opts.allow_degraded)
-            .map_err(|e| format!("refusing to start: {e}"))?;
-
-        // Ledger recovery and the start row, sealed, before anything else is written.
-        let mut conn = conn;
-        let uncertain = {
-            let tx = conn.transaction().map_err(|e| e.to_string())?;
-            let mut audit = Vec::new();
-            let uncertain = crate::ledger::recover(&tx, &mut audit).map_err(|e| e.to_string())?;
-            audit.push(
-                AuditEvent::new(AuditKind::Broker, "broker", "started").detail(format!(
-                    "pid {}; audit key in the {key_origin}{}",
-                    std::process::id(),
-                    if opts.allow_degraded {
-                        "; --allow-degraded"
-                    } else {
-                        ""
-                    }
-                )),
-            );
-            let ts = store::now_ms();
-            for ev in &audit {
-                chain.append(&tx, ev, ts).map_err(|e| e.to_string())?;
-            }
-            chain.seal(&tx).map_err(|e| e.to_string())?;
-            tx.commit().map_err(|e| e.to_string())?;
-            uncertain
-        };
         let remembered = load_remembered(&conn).map_err(|e| e.to_string())?;
-        let store = StoreHandle::spawn(conn, chain);
+        let (store, writer) = StoreHandle::unstarted();
         crate::audit::install(store.clone());
 
         let protected =
@@ -185,26 +157,68 @@ impl Gate {
         if let Err(e) = &policy.current {
             tracing::error!("{e}; every tool call will be refused until it is fixed");
         }
-        Ok((
-            Gate {
-                store,
-                dirs: dirs.clone(),
-                policy: RefCell::new(policy),
-                approvals: RefCell::new(Approvals::default()),
-                sessions: RefCell::new(Sessions::default()),
-                remembered: RefCell::new(remembered),
-                key_origin,
-                test_crash: opts.test_crash,
-            },
-            uncertain,
-        ))
+        Ok(Gate {
+            store,
+            dirs: dirs.clone(),
+            policy: RefCell::new(policy),
+            approvals: RefCell::new(Approvals::default()),
+            sessions: RefCell::new(Sessions::default()),
+            remembered: RefCell::new(remembered),
+            test_crash: opts.test_crash,
+            unopened: RefCell::new(Some(UnopenedAudit {
+                conn,
+                writer,
+                instance,
+                empty,
+                degraded: opts.allow_degraded,
+            })),
+        })
+    }
+
+    /// Opens the audit log through the supervised secrets-helper: makes sure its key exists
+    /// (created only for a log with no entries), starts the writer thread, which checks the
+    /// sealed head, then recovers the ledger and writes the start row, sealed, before anything
+    /// else. Returns the calls found executing (now uncertain). Any failure refuses the start.
+    pub async fn open_audit(&self, secrets: &Arc<HelperSlot>) -> Result<Vec<LedgerCall>, String> {
+        let UnopenedAudit {
+            conn,
+            writer,
+            instance,
+            empty,
+            degraded,
+        } = self
+            .unopened
+            .borrow_mut()
+            .take()
+            .ok_or("the audit log is already open")?;
+        let refuse = |e: String| format!("refusing to start: the audit log cannot be sealed: {e}");
+        head_key::open_key(secrets, &instance, empty)
+            .await
+            .map_err(|e| refuse(e.0))?;
+        let seal = head_key::bridge(secrets.clone());
+        let opened = writer.start(conn, seal, instance, degraded, move |tx, audit| {
+            let uncertain = crate::ledger::recover(tx, audit)?;
+            audit.push(
+                AuditEvent::new(AuditKind::Broker, "broker", "started").detail(format!(
+                    "pid {}; audit key held by the secrets-helper{}",
+                    std::process::id(),
+                    if degraded { "; --allow-degraded" } else { "" }
+                )),
+            );
+            Ok(uncertain)
+        });
+        match opened.await {
+            Ok(Ok(uncertain)) => Ok(uncertain),
+            Ok(Err(e)) => Err(format!("refusing to start: {e}")),
+            Err(_) => Err("refusing to start: the audit writer stopped".into()),
+        }
     }
 
     /// The fs-helper's arguments for the grants in force (see fs-helper/src/config.rs).
     pub fn fs_helper_args(&self) -> Vec<OsString> {
         let mut args: Vec<OsString> = Vec::new();
         let policy = self.policy.borrow();
-        for g in policy.grants() {
+        for g in &policy.fs_grants() {
             let mut caps = String::new();
             for (on, c) in [
                 (g.caps.read, 'r'),
@@ -244,8 +258,23 @@ impl Gate {
         self.dirs.data.join("checkpoints")
     }
 
-    /// Commits everything queued and records the stop.
-    pub async fn shutdown(&self) {
+    /// Records the stop and commits everything queued. Runs while the secrets-helper still
+    /// runs (it MACs these last rows): the other helpers are stopped first so that their exit
+    /// rows are sealed too; the secrets-helper's own exit row comes after the writer stopped
+    /// and is not written.
+    pub async fn shutdown(&self, helpers: &crate::helpers::Helpers) {
+        let others: Vec<_> = ipc_schema::Role::HELPERS
+            .iter()
+            .filter(|r| **r != ipc_schema::Role::Secrets)
+            .filter_map(|r| helpers.slot(*r))
+            .collect();
+        for slot in &others {
+            slot.kill();
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::time::Instant::now() < deadline && others.iter().any(|s| s.is_ready()) {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
         self.store
             .audit(AuditEvent::new(AuditKind::Broker, "broker", "stopped"));
         self.store.stop().await;

@@ -532,30 +532,83 @@ fn replace_all(bytes: &mut Vec<u8>, needle: &[u8], with: &[u8]) -> usize {
 }
 
 /// Which keyring backend a secrets-helper uses. Chosen in config.toml (`[secrets] store`),
-/// never switched on the helper's own initiative.
+/// never switched on the helper's own initiative, and refused on an OS that does not have it.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StoreKind {
     /// The Linux kernel's keyutils user keyring: no daemon, lost at reboot.
     Keyutils,
     /// The freedesktop Secret Service (GNOME Keyring, KWallet) over the D-Bus session bus.
     SecretService,
+    /// The macOS login keychain (generic passwords), through the `keyring` crate.
+    Keychain,
+    /// The Windows Credential Manager (generic credentials), through the `keyring` crate.
+    CredentialManager,
 }
 
 impl StoreKind {
+    /// Every store, in the order the docs list them.
+    pub const ALL: [StoreKind; 4] = [
+        StoreKind::Keyutils,
+        StoreKind::SecretService,
+        StoreKind::Keychain,
+        StoreKind::CredentialManager,
+    ];
+
     /// The name used in config.toml and on the helper's command line.
     pub fn as_str(self) -> &'static str {
         match self {
             StoreKind::Keyutils => "keyutils",
             StoreKind::SecretService => "secret-service",
+            StoreKind::Keychain => "keychain",
+            StoreKind::CredentialManager => "credential-manager",
         }
     }
 
     pub fn from_name(s: &str) -> Option<StoreKind> {
-        match s {
-            "keyutils" => Some(StoreKind::Keyutils),
-            "secret-service" => Some(StoreKind::SecretService),
+        StoreKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+
+    /// The operating system the store exists on, spelled as `std::env::consts::OS`.
+    pub fn os(self) -> &'static str {
+        match self {
+            StoreKind::Keyutils | StoreKind::SecretService => "linux",
+            StoreKind::Keychain => "macos",
+            StoreKind::CredentialManager => "windows",
+        }
+    }
+
+    /// The store used when config.toml names none: keyutils on Linux (it needs no daemon;
+    /// `doctor` says it does not survive a reboot), the OS's own store elsewhere.
+    pub fn default_for(os: &str) -> Option<StoreKind> {
+        match os {
+            "linux" => Some(StoreKind::Keyutils),
+            "macos" => Some(StoreKind::Keychain),
+            "windows" => Some(StoreKind::CredentialManager),
             _ => None,
         }
+    }
+
+    /// Refuses a store of another operating system (`os` as `std::env::consts::OS`), naming
+    /// the stores that exist there: a store is never replaced by another one.
+    pub fn check_os(self, os: &str) -> Result<(), String> {
+        if self.os() == os {
+            return Ok(());
+        }
+        let here: Vec<String> = StoreKind::ALL
+            .into_iter()
+            .filter(|k| k.os() == os)
+            .map(|k| format!("{:?}", k.as_str()))
+            .collect();
+        let choose = if here.is_empty() {
+            format!("gatehouse has no credential store for {os}")
+        } else {
+            format!("on {os} choose {} in [secrets] store", here.join(" or "))
+        };
+        Err(format!(
+            "the {} store exists only on {}, not on {os}; {choose}",
+            self.as_str(),
+            self.os()
+        ))
     }
 }
 
@@ -940,5 +993,29 @@ mod tests {
             ..spec
         };
         assert!(empty.normalized().is_err());
+    }
+
+    #[test]
+    fn stores_are_named_and_refused_on_other_systems() {
+        for k in StoreKind::ALL {
+            assert_eq!(StoreKind::from_name(k.as_str()), Some(k));
+            assert_eq!(k.check_os(k.os()), Ok(()));
+            let default = StoreKind::default_for(k.os()).unwrap();
+            assert_eq!(default.check_os(k.os()), Ok(()));
+        }
+        assert_eq!(StoreKind::default_for("linux"), Some(StoreKind::Keyutils));
+        assert_eq!(StoreKind::from_name("Keychain"), None);
+        assert_eq!(
+            StoreKind::Keychain.check_os("linux").unwrap_err(),
+            "the keychain store exists only on macos, not on linux; on linux choose \"keyutils\" or \"secret-service\" in [secrets] store"
+        );
+        assert_eq!(
+            StoreKind::Keyutils.check_os("windows").unwrap_err(),
+            "the keyutils store exists only on linux, not on windows; on windows choose \"credential-manager\" in [secrets] store"
+        );
+        assert!(StoreKind::CredentialManager
+            .check_os("freebsd")
+            .unwrap_err()
+            .ends_with("not on freebsd; gatehouse has no credential store for freebsd"));
     }
 }

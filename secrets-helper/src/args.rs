@@ -1,9 +1,13 @@
-//! The helper's command line: `secrets-helper [--allow-degraded] [--store keyutils|secret-service]
-//! [--dbus-address ADDRESS] [--namespace NAME]`. The broker builds it from config.toml (see
-//! docs/secrets-helper.md); the helper has no environment and no filesystem to look for itself.
+//! The helper's command line: `secrets-helper [--allow-degraded]
+//! [--store keyutils|secret-service|keychain|credential-manager] [--dbus-address ADDRESS]
+//! [--namespace NAME]`. The broker builds it from config.toml (see docs/secrets-helper.md); the
+//! helper has no environment and no filesystem to look for itself.
 
 use ipc_schema::secrets::StoreKind;
-use sandbox::helper_args::HelperArgs;
+#[cfg(not(target_os = "linux"))]
+pub use portable::HelperArgs;
+#[cfg(target_os = "linux")]
+pub use sandbox::helper_args::HelperArgs;
 
 pub const OPTIONS: &[&str] = &["--store", "--dbus-address", "--namespace"];
 
@@ -45,21 +49,24 @@ pub fn check_namespace(ns: &str) -> Result<(), String> {
 
 impl Config {
     pub fn from_args(args: &HelperArgs) -> Result<Config, String> {
+        let os = std::env::consts::OS;
         let store = match single(args, "--store")? {
-            None => StoreKind::Keyutils,
+            None => StoreKind::default_for(os)
+                .ok_or(format!("gatehouse has no credential store for {os}"))?,
             Some(s) => StoreKind::from_name(&s).ok_or(format!(
-                "--store {s:?}: the stores are keyutils and secret-service"
+                "--store {s:?}: the stores are keyutils, secret-service (Linux), keychain (macOS) and credential-manager (Windows)"
             ))?,
         };
+        store
+            .check_os(os)
+            .map_err(|e| format!("--store {}: {e}", store.as_str()))?;
         let dbus_address = single(args, "--dbus-address")?;
         match (store, &dbus_address) {
             (StoreKind::SecretService, None) => {
                 return Err("--store secret-service needs --dbus-address (the session bus)".into())
             }
-            (StoreKind::Keyutils, Some(_)) => {
-                return Err("--dbus-address is for --store secret-service only".into())
-            }
-            _ => {}
+            (StoreKind::SecretService, Some(_)) | (_, None) => {}
+            (_, Some(_)) => return Err("--dbus-address is for --store secret-service only".into()),
         }
         let namespace = single(args, "--namespace")?.unwrap_or_else(|| DEFAULT_NAMESPACE.into());
         check_namespace(&namespace)?;
@@ -68,6 +75,57 @@ impl Config {
             dbus_address,
             namespace,
         })
+    }
+}
+
+/// `sandbox::helper_args` exists for Linux only so far; on macOS and Windows the same strict
+/// grammar is parsed here (no `--test-skip-lockdown`: the test hooks are Linux-only). Delete
+/// this once the sandbox crate offers helper_args on every OS.
+#[cfg(not(target_os = "linux"))]
+mod portable {
+    use std::ffi::OsString;
+
+    #[derive(Debug, Clone, Default)]
+    pub struct HelperArgs {
+        pub allow_degraded: bool,
+        pub values: Vec<(String, OsString)>,
+    }
+
+    impl HelperArgs {
+        pub fn from_env_with(valued: &[&str]) -> HelperArgs {
+            Self::parse(std::env::args_os().skip(1), valued).unwrap_or_else(|e| {
+                eprintln!("secrets-helper: {e}");
+                std::process::exit(64);
+            })
+        }
+
+        pub fn parse(
+            args: impl IntoIterator<Item = OsString>,
+            valued: &[&str],
+        ) -> Result<HelperArgs, String> {
+            let mut out = HelperArgs::default();
+            let mut it = args.into_iter();
+            while let Some(arg) = it.next() {
+                let s = arg.to_str().ok_or("an argument is not UTF-8")?.to_string();
+                match s.as_str() {
+                    "--allow-degraded" => out.allow_degraded = true,
+                    name if valued.contains(&name) => {
+                        let v = it.next().ok_or(format!("{name} needs a value"))?;
+                        out.values.push((s, v));
+                    }
+                    other => return Err(format!("unknown argument {other:?}")),
+                }
+            }
+            Ok(out)
+        }
+
+        pub fn all(&self, name: &str) -> impl Iterator<Item = &OsString> {
+            let name = name.to_string();
+            self.values
+                .iter()
+                .filter(move |(n, _)| *n == name)
+                .map(|(_, v)| v)
+        }
     }
 }
 
@@ -99,9 +157,26 @@ mod tests {
             .contains("--dbus-address"));
         assert!(parse(&["--store", "kwallet"])
             .unwrap_err()
-            .contains("keyutils and secret-service"));
+            .contains("keyutils, secret-service (Linux), keychain (macOS) and credential-manager"));
         assert!(parse(&["--dbus-address", "x"]).is_err());
         assert!(parse(&["--namespace", "a/b"]).is_err());
         assert!(parse(&["--namespace", "a", "--namespace", "b"]).is_err());
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn stores_of_other_systems_are_refused_not_swapped() {
+        assert_eq!(
+            parse(&["--store", "keychain"]).unwrap_err(),
+            "--store keychain: the keychain store exists only on macos, not on linux; on linux choose \"keyutils\" or \"secret-service\" in [secrets] store"
+        );
+        assert!(parse(&["--store", "credential-manager"])
+            .unwrap_err()
+            .starts_with("--store credential-manager: the credential-manager store exists only on windows, not on linux"));
+        // Positive control: the same parser accepts this OS's stores.
+        assert_eq!(
+            parse(&["--store", "keyutils"]).unwrap().store,
+            StoreKind::Keyutils
+        );
     }
 }

@@ -1,10 +1,11 @@
 //! The audit log's HMAC key: made and kept in the store, used here, never sent anywhere.
 //!
-//! The MACs are exactly those of broker/src/store/chain.rs (`Sealer`), so that
-//! `gatehouse verify-audit` can check them with the key it reads from the keyring itself:
-//! row `HMAC(key, "row" || seq || hash)`, head `HMAC(key, "head" || len(instance) || instance ||
-//! count || head)`, integers little-endian. The key is kept as 64 hex characters, as
-//! broker/src/head_key.rs keeps it.
+//! This helper is the only holder of the key: the broker's audit writer and
+//! `gatehouse verify-audit` (through a private helper of its own) send `(seq, hash)` pairs and
+//! heads and get MACs back (broker/src/head_key.rs): row `HMAC(key, "row" || seq || hash)`, head
+//! `HMAC(key, "head" || len(instance) || instance || count || head)`, integers little-endian, the
+//! layout broker/src/store/chain.rs documents. The key is kept as 64 hex characters under the
+//! name the broker used when it still held the key itself, so logs written then keep theirs.
 
 use crate::store::{ItemKey, Store, StoreError};
 use hmac::{Hmac, Mac};

@@ -4,7 +4,6 @@
 use crate::args::Config;
 use crate::store::{Store, Unusable};
 use ipc_schema::secrets::StoreKind;
-use std::os::fd::RawFd;
 use std::time::Duration;
 
 /// How long one D-Bus call may take (a Secret Service started on demand included).
@@ -13,29 +12,38 @@ pub const BUS_TIMEOUT: Duration = Duration::from_secs(15);
 /// The store, and the descriptors lockdown must keep open for it.
 pub struct Opened {
     pub store: Box<dyn Store>,
-    pub keep_fds: Vec<RawFd>,
+    pub keep_fds: Vec<i32>,
+}
+
+fn opened(store: impl Store + 'static) -> Opened {
+    Opened {
+        store: Box::new(store),
+        keep_fds: Vec::new(),
+    }
 }
 
 /// Opens the store `cfg` names. A store that cannot be opened is not replaced by another:
 /// the helper starts with an [`Unusable`] store that gives the reason on every request.
 pub fn open(cfg: &Config) -> Opened {
-    let unusable = |location: String, reason: String| Opened {
-        store: Box::new(Unusable {
+    let unusable = |location: String, reason: String| {
+        opened(Unusable {
             kind: cfg.store,
             location,
             reason,
-        }),
-        keep_fds: Vec::new(),
+        })
     };
-    #[cfg(target_os = "linux")]
+    // Config::from_args refuses this already; checked again so that no path opens a store of
+    // another OS (or silently a different one).
+    if let Err(reason) = cfg.store.check_os(std::env::consts::OS) {
+        return unusable(cfg.store.as_str().into(), reason);
+    }
     match cfg.store {
+        #[cfg(target_os = "linux")]
         StoreKind::Keyutils => match crate::store::keyutils::Keyutils::open() {
-            Ok(k) => Opened {
-                store: Box::new(k),
-                keep_fds: Vec::new(),
-            },
+            Ok(k) => opened(k),
             Err(e) => unusable("the kernel user keyring".into(), e.to_string()),
         },
+        #[cfg(target_os = "linux")]
         StoreKind::SecretService => {
             let address = cfg.dbus_address.clone().unwrap_or_default();
             match crate::dbus::Bus::connect(&address, BUS_TIMEOUT) {
@@ -49,10 +57,13 @@ pub fn open(cfg: &Config) -> Opened {
                 ),
             }
         }
+        #[cfg(target_os = "macos")]
+        StoreKind::Keychain => opened(crate::store::keychain::open()),
+        #[cfg(target_os = "windows")]
+        StoreKind::CredentialManager => opened(crate::store::credman::open()),
+        other => unusable(
+            other.as_str().into(),
+            format!("the {} store is not built into this helper", other.as_str()),
+        ),
     }
-    #[cfg(not(target_os = "linux"))]
-    unusable(
-        cfg.store.as_str().into(),
-        "this platform's keyring backend is not built yet (docs/secrets-helper.md)".into(),
-    )
 }

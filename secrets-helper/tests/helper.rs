@@ -459,7 +459,8 @@ fn audit_key_round(
 #[test]
 fn keyutils_audit_key_is_made_once_used_here_and_readable_where_verify_audit_looks() {
     use linux_keyutils::{KeyRing, KeyRingIdentifier};
-    // Exactly where broker/src/head_key.rs (and so `gatehouse verify-audit`) looks.
+    // The name logs written before the key moved here were sealed under, and where the tests'
+    // and the demo's clean-up look.
     let find = |inst: &AuditInstance| {
         let user = KeyRing::from_special_id(KeyRingIdentifier::User, false).unwrap();
         user.search(&format!("gatehouse:audit-key-{}", inst.as_str()))

@@ -203,6 +203,7 @@ impl World {
             body,
             credential,
             limits: FetchLimits::default(),
+            allowed_hosts: None,
         }));
         self.out.note(&Body::NetReply(reply.clone()));
         reply
@@ -401,6 +402,7 @@ fn other_hosts_plain_http_and_mismatched_headers_are_refused() {
         body: vec![],
         credential: Some(header),
         limits: FetchLimits::default(),
+        allowed_hosts: None,
     }));
     match reply {
         NetReply::Refused(r) => assert!(

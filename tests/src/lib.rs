@@ -233,6 +233,9 @@ impl Drop for BrokerUnderTest {
 /// Removes the audit key a test instance under `root` (a `--data-dir`) left in the kernel
 /// keyring. Keys outlive processes (the user and persistent keyrings), and an unprivileged
 /// user may hold only 200 of them: a suite that leaked one per broker would fail the next run.
+/// The secrets-helper keeps the key under `gatehouse:audit-key-INSTANCE` and offers no request
+/// to drop it (nothing through gatehouse may destroy a log's key); the test, as the same user,
+/// invalidates it with keyctl directly.
 pub fn forget_audit_key(root: &Path) {
     let db = root.join("data/gatehouse.db");
     if !db.exists() {

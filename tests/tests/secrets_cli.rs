@@ -44,7 +44,8 @@ fn text(o: &Output) -> String {
     )
 }
 
-/// Deletes the test's credentials from the user keyring when the test ends, pass or fail.
+/// Deletes the test's credentials from the user keyring when the test ends, pass or fail, and
+/// the audit key of the instance's log (each change is audited, which makes a log and its key).
 struct Cleanup<'a>(&'a Path, &'a [&'a str]);
 
 impl Drop for Cleanup<'_> {
@@ -52,6 +53,7 @@ impl Drop for Cleanup<'_> {
         for n in self.1 {
             let _ = gatehouse(self.0, &["secret", "delete", n], None);
         }
+        gatehouse_tests::forget_audit_key(self.0);
     }
 }
 
@@ -182,6 +184,19 @@ fn bad_input_is_refused_with_a_reason_and_nothing_is_stored() {
     assert_eq!(o.status.code(), Some(1));
     assert!(
         text(&o).contains("is not a store; use \"keyutils\" or \"secret-service\""),
+        "{}",
+        text(&o)
+    );
+    // Another OS's store is refused by name, never swapped for this one's.
+    std::fs::write(
+        d.join("config/config.toml"),
+        "[secrets]\nstore = \"keychain\"\n",
+    )
+    .unwrap();
+    let o = gatehouse(d, &["secret", "list"], None);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o).contains("[secrets] store = \"keychain\": the keychain store exists only on macos, not on linux; on linux choose \"keyutils\" or \"secret-service\" in [secrets] store"),
         "{}",
         text(&o)
     );

@@ -126,8 +126,8 @@ pub(super) fn verify_audit(exe: &Path, s: &Scratch) -> AuditReport {
 }
 
 /// Removes the scratch log's audit key from the kernel keyring (the log is deleted with the
-/// scratch directory, so the key would only take room). The entry's name follows
-/// `head_key.rs`: `gatehouse:audit-key-<instance>` in the user keyring.
+/// scratch directory, so the key would only take room). The entry's name is the one the
+/// secrets-helper's keyutils store gives it: `gatehouse:audit-key-<instance>` in the user keyring.
 #[cfg(target_os = "linux")]
 pub(super) fn forget_audit_key(s: &Scratch) {
     use linux_keyutils::{KeyRing, KeyRingIdentifier};

@@ -3,11 +3,14 @@
 //! `hash = SHA-256(prev_hash || canonical fields)`. The canonical encoding is length-prefixed
 //! binary rather than JSON so that verifying a million rows stays well under the time budget and
 //! no field can be confused with its neighbour. Each row also carries `mac = HMAC(key, seq ||
-//! hash)` and the head anchor carries `HMAC(key, instance || count || head)`: someone who can
-//! write the file but not read the keyring can recompute SHA-256 but not the MACs, so a rewritten,
+//! hash)` and the head anchor carries `HMAC(key, instance || count || head)`, both computed by
+//! the secrets-helper, which alone holds the key: someone who can write the file but not use
+//! the keyring can recompute SHA-256 but not the MACs, so a rewritten,
 //! inserted or deleted row is found and named, and a cut tail shows as a count below the anchor's.
 
-use hmac::{Hmac, Mac};
+use super::seal::{Mac, Seal, SealError};
+use hmac::{Hmac, Mac as _};
+use ipc_schema::secrets::{AuditHead, AuditRow};
 use sha2::{Digest, Sha256};
 
 pub type HmacSha256 = Hmac<Sha256>;
@@ -44,6 +47,8 @@ pub enum AuditKind {
     Broker,
     /// A gateway session opened or ended.
     Session,
+    /// A credential was set, changed or deleted with `gatehouse secret` (never its value).
+    Credential,
 }
 
 impl AuditKind {
@@ -62,6 +67,7 @@ impl AuditKind {
             AuditKind::Policy => "policy",
             AuditKind::Broker => "broker",
             AuditKind::Session => "session",
+            AuditKind::Credential => "credential",
         }
     }
 }
@@ -175,12 +181,16 @@ pub fn row_hash(prev: &[u8; 32], f: &RowFields<'_>) -> [u8; 32] {
     hash_encoded(prev, &enc)
 }
 
-/// The audit key, ready to MAC rows and the head (the keyed state is computed once).
+/// An audit key held in memory, for unit tests and `bench/` only: the broker and
+/// `verify-audit` get every MAC from the secrets-helper (see [`super::seal`]) and never hold a
+/// key. The layout is the one secrets-helper/src/audit_key.rs computes.
 #[derive(Clone)]
+#[allow(dead_code)] // the gatehouse binary never makes one
 pub struct Sealer {
     keyed: HmacSha256,
 }
 
+#[allow(dead_code)]
 impl Sealer {
     pub fn new(key: &[u8]) -> Sealer {
         Sealer {
@@ -207,24 +217,19 @@ impl Sealer {
         m.update(head);
         m.finalize().into_bytes().into()
     }
+}
 
-    /// Constant-time comparison of a stored MAC with the expected one.
-    pub fn row_mac_ok(&self, seq: i64, hash: &[u8; 32], stored: &[u8]) -> bool {
-        let mut m = self.keyed.clone();
-        m.update(b"row");
-        m.update(&seq.to_le_bytes());
-        m.update(hash);
-        m.verify_slice(stored).is_ok()
-    }
-
-    pub fn head_mac_ok(&self, instance: &str, count: i64, head: &[u8; 32], stored: &[u8]) -> bool {
-        let mut m = self.keyed.clone();
-        m.update(b"head");
-        m.update(&(instance.len() as u32).to_le_bytes());
-        m.update(instance.as_bytes());
-        m.update(&count.to_le_bytes());
-        m.update(head);
-        m.verify_slice(stored).is_ok()
+impl Seal for Sealer {
+    fn macs(
+        &self,
+        instance: &str,
+        rows: &[AuditRow],
+        head: Option<&AuditHead>,
+    ) -> Result<(Vec<Mac>, Option<Mac>), SealError> {
+        Ok((
+            rows.iter().map(|r| self.row_mac(r.seq, &r.hash)).collect(),
+            head.map(|h| self.head_mac(instance, h.count, &h.head)),
+        ))
     }
 }
 
@@ -282,12 +287,12 @@ mod tests {
         let s1 = Sealer::new(b"key one");
         let s2 = Sealer::new(b"key two");
         let m = s1.row_mac(3, &h);
-        assert!(s1.row_mac_ok(3, &h, &m));
-        assert!(!s2.row_mac_ok(3, &h, &m));
-        assert!(!s1.row_mac_ok(4, &h, &m));
+        assert_eq!(m, s1.row_mac(3, &h));
+        assert_ne!(m, s2.row_mac(3, &h));
+        assert_ne!(m, s1.row_mac(4, &h));
         let hm = s1.head_mac("inst", 10, &h);
-        assert!(s1.head_mac_ok("inst", 10, &h, &hm));
-        assert!(!s1.head_mac_ok("inst", 9, &h, &hm));
-        assert!(!s1.head_mac_ok("other", 10, &h, &hm));
+        assert_ne!(hm, s1.head_mac("inst", 9, &h));
+        assert_ne!(hm, s1.head_mac("other", 10, &h));
+        assert_ne!(hm, s2.head_mac("inst", 10, &h));
     }
 }

@@ -8,11 +8,14 @@
 //! caller hears back only after that commit, so the event loop never waits on an fsync.
 
 pub mod chain;
+pub mod seal;
 pub mod verify;
 pub mod writer;
 
 use chain::{AuditEvent, RowFields, Sealer, GENESIS};
+use ipc_schema::secrets::{AuditHead, AuditRow};
 use rusqlite::{params, Connection, OptionalExtension};
+use seal::{mac_eq, macs_all, Seal};
 use std::path::{Path, PathBuf};
 
 pub use writer::StoreHandle;
@@ -33,8 +36,8 @@ pub enum StoreError {
     Sql(#[from] rusqlite::Error),
     #[error("the audit log does not match its sealed head ({0}). Run `gatehouse verify-audit` to find the entry; to start a fresh log, move the database aside")]
     HeadMismatch(String),
-    #[error("the audit key: {0}")]
-    Key(String),
+    #[error("the audit log cannot be sealed: {0}")]
+    Seal(#[from] seal::SealError),
     #[error("audit database commit failed: {0}")]
     Commit(String),
     #[error("the audit writer has stopped")]
@@ -163,25 +166,47 @@ pub fn audit_is_empty(conn: &Connection) -> Result<bool, StoreError> {
     Ok(n == 0)
 }
 
-/// The chain's writing end: the last seq and hash, and the key to seal with.
-pub struct Chain {
+/// One row appended to the chain but not yet written: its MAC comes with the batch's seal.
+#[derive(Debug, Clone)]
+pub struct StagedRow {
+    pub seq: i64,
+    pub ts_ms: i64,
+    pub event: AuditEvent,
+    pub prev: [u8; 32],
+    pub hash: [u8; 32],
+}
+
+/// Where the chain stood, to roll back to (a failed savepoint, a batch that could not be
+/// sealed).
+#[derive(Debug, Clone, Copy)]
+pub struct ChainMark {
+    seq: i64,
+    head: [u8; 32],
+    staged: usize,
+}
+
+/// The chain's writing end: the last seq and hash, the rows waiting for their MACs, and the
+/// seal that MACs them (the secrets-helper in the broker; see [`seal`]).
+pub struct Chain<S: Seal = Sealer> {
     pub seq: i64,
     pub head: [u8; 32],
-    pub sealer: Sealer,
+    pub sealer: S,
     pub instance: String,
     /// Every row written records that the broker runs with `--allow-degraded`.
     pub degraded: bool,
+    /// Rows appended since the last [`Chain::seal`].
+    pub staged: Vec<StagedRow>,
 }
 
-impl Chain {
+impl<S: Seal> Chain<S> {
     /// Loads the chain's end and checks it against the sealed head: a mismatch means the log was
     /// changed behind gatehouse's back, and the broker refuses to append to it.
     pub fn load(
         conn: &Connection,
-        sealer: Sealer,
+        sealer: S,
         instance: String,
         degraded: bool,
-    ) -> Result<Chain, StoreError> {
+    ) -> Result<Chain<S>, StoreError> {
         let last: Option<(i64, Vec<u8>)> = conn
             .query_row(
                 "SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1",
@@ -218,7 +243,9 @@ impl Chain {
                         "the seal covers {count} entries, the log ends at entry {seq}"
                     )));
                 }
-                if !sealer.head_mac_ok(&instance, count, &head, &mac) {
+                let (_, expected) =
+                    macs_all(&sealer, &instance, &[], Some(&AuditHead { count, head }))?;
+                if !expected.is_some_and(|e| mac_eq(&e, &mac)) {
                     return Err(StoreError::HeadMismatch(
                         "the seal's MAC does not match under this instance's key".into(),
                     ));
@@ -231,11 +258,18 @@ impl Chain {
             sealer,
             instance,
             degraded,
+            staged: Vec::new(),
         })
     }
 
-    /// Appends one row inside `tx`.
-    pub fn append(&mut self, tx: &Connection, ev: &AuditEvent, ts_ms: i64) -> rusqlite::Result<()> {
+    /// Appends one row to the chain. It is written, with its MAC, by the next [`Chain::seal`]
+    /// in the same transaction.
+    pub fn append(
+        &mut self,
+        _tx: &Connection,
+        ev: &AuditEvent,
+        ts_ms: i64,
+    ) -> rusqlite::Result<()> {
         let seq = self.seq + 1;
         let f = RowFields {
             seq,
@@ -250,39 +284,82 @@ impl Chain {
             degraded: self.degraded,
         };
         let hash = chain::row_hash(&self.head, &f);
-        let mac = self.sealer.row_mac(seq, &hash);
-        let mut stmt = tx.prepare_cached(
-            "INSERT INTO audit (seq, ts_ms, kind, session, actor, tool, target, outcome, detail, \
-             degraded, prev_hash, hash, mac) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
-        )?;
-        stmt.execute(params![
+        self.staged.push(StagedRow {
             seq,
             ts_ms,
-            f.kind,
-            f.session,
-            f.actor,
-            f.tool,
-            f.target,
-            f.outcome,
-            f.detail,
-            f.degraded,
-            &self.head[..],
-            &hash[..],
-            &mac[..],
-        ])?;
+            event: ev.clone(),
+            prev: self.head,
+            hash,
+        });
         self.seq = seq;
         self.head = hash;
         Ok(())
     }
 
-    /// Writes the sealed head for the current end of the chain inside `tx`.
-    pub fn seal(&self, tx: &Connection) -> rusqlite::Result<()> {
-        let mac = self.sealer.head_mac(&self.instance, self.seq, &self.head);
+    pub fn mark(&self) -> ChainMark {
+        ChainMark {
+            seq: self.seq,
+            head: self.head,
+            staged: self.staged.len(),
+        }
+    }
+
+    /// Forgets every row appended after `mark` (their transaction was rolled back).
+    pub fn rollback_to(&mut self, mark: ChainMark) {
+        self.seq = mark.seq;
+        self.head = mark.head;
+        self.staged.truncate(mark.staged);
+    }
+
+    /// Gets the MACs of the staged rows and of the new head (one seal call per
+    /// [`ipc_schema::secrets::MAX_AUDIT_ROWS`] rows), then writes the rows and the sealed head
+    /// inside `tx`. If the MACs cannot be had nothing is written and the staged rows stay
+    /// staged: the caller rolls back or retries.
+    pub fn seal(&mut self, tx: &Connection) -> Result<(), StoreError> {
+        let rows: Vec<AuditRow> = self
+            .staged
+            .iter()
+            .map(|r| AuditRow {
+                seq: r.seq,
+                hash: r.hash,
+            })
+            .collect();
+        let head = AuditHead {
+            count: self.seq,
+            head: self.head,
+        };
+        let (macs, head_mac) = macs_all(&self.sealer, &self.instance, &rows, Some(&head))?;
+        let head_mac = head_mac.ok_or_else(|| seal::SealError("no MAC for the head".into()))?;
+        {
+            let mut stmt = tx.prepare_cached(
+                "INSERT INTO audit (seq, ts_ms, kind, session, actor, tool, target, outcome, detail, \
+                 degraded, prev_hash, hash, mac) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
+            )?;
+            for (r, mac) in self.staged.iter().zip(&macs) {
+                let ev = &r.event;
+                stmt.execute(params![
+                    r.seq,
+                    r.ts_ms,
+                    ev.kind.as_str(),
+                    ev.session,
+                    ev.actor,
+                    ev.tool,
+                    ev.target,
+                    ev.outcome,
+                    ev.detail,
+                    self.degraded,
+                    &r.prev[..],
+                    &r.hash[..],
+                    &mac[..],
+                ])?;
+            }
+        }
         tx.prepare_cached(
             "INSERT INTO audit_head (id, count, head, mac) VALUES (1, ?1, ?2, ?3) \
              ON CONFLICT(id) DO UPDATE SET count = excluded.count, head = excluded.head, mac = excluded.mac",
         )?
-        .execute(params![self.seq, &self.head[..], &mac[..]])?;
+        .execute(params![self.seq, &self.head[..], &head_mac[..]])?;
+        self.staged.clear();
         Ok(())
     }
 }

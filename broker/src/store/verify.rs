@@ -1,8 +1,10 @@
 //! `verify-audit`: walks the whole chain straight from the database file (no broker needed) and
 //! checks every link, hash and MAC, then the sealed head.
 
-use super::chain::{hash_encoded, put_field, Sealer, GENESIS};
+use super::chain::{hash_encoded, put_field, GENESIS};
+use super::seal::{mac_eq, macs_all, Seal, SealError};
 use super::StoreError;
+use ipc_schema::secrets::{AuditHead, AuditRow};
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OptionalExtension};
 use serde::Serialize;
@@ -57,11 +59,11 @@ fn blob<'a>(v: ValueRef<'a>) -> Option<&'a [u8]> {
     }
 }
 
-/// Verifies the log in `conn`. `sealer` is the instance's key (`None`: checked without it, and
-/// the report says so).
-pub fn verify(
+/// Verifies the log in `conn`. `sealer` MACs under the instance's key (the secrets-helper;
+/// `None`: checked without it, and the report says so).
+pub fn verify<S: Seal + ?Sized>(
     conn: &Connection,
-    sealer: Option<&Sealer>,
+    sealer: Option<&S>,
     no_key_reason: Option<String>,
 ) -> Result<VerifyReport, StoreError> {
     // One read transaction: a running broker may append meanwhile, and the rows and the head
@@ -85,29 +87,48 @@ struct Batch {
 
 const BATCH_ROWS: usize = 4096;
 
-/// Checks each row's hash (and MAC) in `b`; the first failing entry, if any.
-fn check_batch(b: &Batch, sealer: Option<&Sealer>) -> Option<(u64, String)> {
+/// What one batch's check found: the first failing entry, or that its MACs could not be had.
+type BatchResult = Result<Option<(u64, String)>, SealError>;
+
+/// Checks each row's hash in `b`, then the MACs of the rows before the first bad hash (one
+/// seal call for the batch); the first failing entry, if any.
+fn check_batch<S: Seal + ?Sized>(b: &Batch, sealer: Option<(&S, &str)>) -> BatchResult {
     let mut start = 0;
+    let mut bad_hash = None;
     for i in 0..b.ends.len() {
-        let entry = b.first_entry + i as u64;
         let computed = hash_encoded(&b.prevs[i], &b.enc[start..b.ends[i]]);
         start = b.ends[i];
         if computed != b.hashes[i] {
-            return Some((
-                entry,
-                "its contents do not match its hash (modified)".into(),
+            bad_hash = Some((
+                i,
+                (
+                    b.first_entry + i as u64,
+                    "its contents do not match its hash (modified)".to_string(),
+                ),
             ));
+            break;
         }
-        if let Some(s) = sealer {
-            if !s.row_mac_ok(entry as i64, &computed, &b.macs[i]) {
-                return Some((
-                    entry,
+    }
+    let checked = bad_hash.as_ref().map(|(i, _)| *i).unwrap_or(b.ends.len());
+    if let Some((s, instance)) = sealer {
+        // Up to `checked` every stored hash equals the recomputed one.
+        let rows: Vec<AuditRow> = (0..checked)
+            .map(|i| AuditRow {
+                seq: (b.first_entry + i as u64) as i64,
+                hash: b.hashes[i],
+            })
+            .collect();
+        let (macs, _) = macs_all(s, instance, &rows, None)?;
+        for (i, expected) in macs.iter().enumerate() {
+            if !mac_eq(expected, &b.macs[i]) {
+                return Ok(Some((
+                    b.first_entry + i as u64,
                     "its MAC does not match under the audit key (rewritten or inserted)".into(),
-                ));
+                )));
             }
         }
     }
-    None
+    Ok(bad_hash.map(|(_, f)| f))
 }
 
 fn earliest(a: Option<(u64, String)>, b: Option<(u64, String)>) -> Option<(u64, String)> {
@@ -118,9 +139,9 @@ fn earliest(a: Option<(u64, String)>, b: Option<(u64, String)>) -> Option<(u64, 
     }
 }
 
-fn verify_in_snapshot(
+fn verify_in_snapshot<S: Seal + ?Sized>(
     conn: &Connection,
-    sealer: Option<&Sealer>,
+    sealer: Option<&S>,
     no_key_reason: Option<String>,
 ) -> Result<VerifyReport, StoreError> {
     let instance = super::read_instance_id(conn)?.unwrap_or_default();
@@ -148,6 +169,8 @@ fn verify_in_snapshot(
     let mut n: u64 = 0;
     let mut prev = GENESIS;
     let mut failure: Option<(u64, String)> = None;
+    let keyed = sealer.map(|s| (s, instance.as_str()));
+    let mut seal_failed: Option<SealError> = None;
     let worker_failure =
         std::thread::scope(|scope| -> Result<Option<(u64, String)>, StoreError> {
             let handles: Vec<_> = (0..workers)
@@ -155,12 +178,16 @@ fn verify_in_snapshot(
                     let rx = &rx;
                     scope.spawn(move || {
                         let mut first: Option<(u64, String)> = None;
+                        let mut seal_err = None;
                         loop {
                             let batch = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
                                 Ok(b) => b,
-                                Err(_) => return first,
+                                Err(_) => return (first, seal_err),
                             };
-                            first = earliest(first, check_batch(&batch, sealer));
+                            match check_batch(&batch, keyed) {
+                                Ok(f) => first = earliest(first, f),
+                                Err(e) => seal_err = Some(e),
+                            }
                         }
                     })
                 })
@@ -264,7 +291,11 @@ fn verify_in_snapshot(
             drop(tx);
             let mut first = None;
             for h in handles {
-                first = earliest(first, h.join().unwrap_or(None));
+                let (f, e) = h.join().unwrap_or((None, None));
+                first = earliest(first, f);
+                if e.is_some() {
+                    seal_failed = e;
+                }
             }
             read.map(|_| first)
         })?;
@@ -313,25 +344,32 @@ fn verify_in_snapshot(
                     n,
                 ));
             }
-            if let Some(s) = sealer {
-                if !s.head_mac_ok(&instance, count, &prev, &mac) {
-                    return Ok(broken(
-                        n,
-                        "the sealed head's MAC does not match under the audit key".into(),
-                        n,
-                    ));
+            if let (Some(s), None) = (sealer, &seal_failed) {
+                match macs_all(s, &instance, &[], Some(&AuditHead { count, head: prev })) {
+                    Ok((_, Some(expected))) if mac_eq(&expected, &mac) => {}
+                    Ok(_) => {
+                        return Ok(broken(
+                            n,
+                            "the sealed head's MAC does not match under the audit key".into(),
+                            n,
+                        ))
+                    }
+                    Err(e) => seal_failed = Some(e),
                 }
             }
         }
     }
+    let unsealed = match (sealer, seal_failed) {
+        (None, _) => Some(no_key_reason.unwrap_or_else(|| "no audit key".into())),
+        (Some(_), Some(e)) => Some(format!(
+            "the secrets-helper could not compute the MACs: {e}"
+        )),
+        (Some(_), None) => None,
+    };
     Ok(VerifyReport {
         entries: n,
         broken_at: None,
         reason: None,
-        unsealed: if sealer.is_none() {
-            Some(no_key_reason.unwrap_or_else(|| "no audit key".into()))
-        } else {
-            None
-        },
+        unsealed,
     })
 }

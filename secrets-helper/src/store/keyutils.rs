@@ -19,8 +19,8 @@ const KIND: &str = "keyutils";
 /// The largest payload of a `user` key.
 const MAX_PAYLOAD: usize = 32767;
 
-/// The key description of an item. The audit key's is the one broker/src/head_key.rs (through
-/// the keyring crate) uses, so `gatehouse verify-audit` finds it there.
+/// The key description of an item. The audit key's is the name the broker used when it still
+/// held the key itself, so logs written then keep their key.
 pub fn description(key: &ItemKey) -> String {
     match key {
         ItemKey::Credential { namespace, name } => {

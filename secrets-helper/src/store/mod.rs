@@ -1,8 +1,14 @@
 //! Where credentials and audit keys are kept: one [`Store`] per helper, chosen by the broker's
 //! configuration (`--store`), never swapped for another on failure.
+//!
+//! Linux: `keyutils`, `secret_service`. macOS: `keychain`; Windows: `credman`, both through the
+//! keyring crate (`os_keyring`). Their naming and index code builds everywhere, for the tests.
 
+pub mod credman;
+pub mod keychain;
 #[cfg(target_os = "linux")]
 pub mod keyutils;
+pub mod os_keyring;
 #[cfg(target_os = "linux")]
 pub mod secret_service;
 
@@ -17,14 +23,15 @@ pub enum ItemKey {
         namespace: String,
         name: CredentialName,
     },
-    /// The audit log key of one database instance. Named exactly as `gatehouse verify-audit`
-    /// (broker/src/head_key.rs) looks it up in the kernel keyring.
+    /// The audit log key of one database instance (`gatehouse:audit-key-<instance>`; the
+    /// tests' and the demo's clean-up find it by that name).
     AuditKey(AuditInstance),
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// The store cannot be reached at all (no bus, no Secret Service, keyring refused).
+    /// The store cannot be reached at all (no bus, no Secret Service, keyring refused, a store
+    /// of another OS).
     #[error("the {kind} store cannot be used: {reason}")]
     Unavailable { kind: &'static str, reason: String },
     /// The Secret Service collection is locked and unlocking it needs the user.
