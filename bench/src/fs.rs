@@ -176,7 +176,10 @@ impl Brokered {
             r: BufReader::with_capacity(1 << 20, s.try_clone().unwrap()),
             w: BufWriter::with_capacity(1 << 20, s),
         };
-        match b.call(ToolCall::OpenSession { resume: None }) {
+        match b.call(ToolCall::OpenSession {
+            resume: None,
+            profile: None,
+        }) {
             ToolReply::Session(_) => Some(b),
             other => panic!("open session: {other:?}"),
         }

@@ -14,7 +14,8 @@ pub const TOKEN_ENV: &str = "GATEHOUSE_SESSION_TOKEN";
 
 #[derive(clap::Args)]
 pub struct McpArgs {
-    /// A named session profile from the config.
+    /// A named session profile of the policy (`[profile.NAME]` in policy.toml); without it the
+    /// session gets the policy's top level (the `default` profile).
     #[arg(long, value_name = "NAME")]
     profile: Option<String>,
     /// Seconds a call waits for the human's decision before it returns a tool error naming the
@@ -38,14 +39,17 @@ fn fail(code: u8, msg: &str) -> ExitCode {
 }
 
 pub fn run(g: &Global, args: McpArgs) -> ExitCode {
-    if let Some(p) = &args.profile {
-        return fail(
-            2,
-            &format!(
-                "--profile {p}: this broker has no named session profiles yet; every session gets the policy in force (`gatehouse policy show`). Start without --profile."
-            ),
-        );
-    }
+    // The name is checked here; whether the policy has that profile, the broker says when the
+    // session opens (before the first MCP message is read).
+    let profile = match args
+        .profile
+        .as_deref()
+        .map(ipc_schema::tool::ProfileName::parse)
+    {
+        None => None,
+        Some(Ok(p)) => Some(p),
+        Some(Err(e)) => return fail(2, &format!("--profile: {e}")),
+    };
     let token = match std::env::var_os(TOKEN_ENV) {
         None => None,
         Some(t) => {
@@ -69,6 +73,7 @@ pub fn run(g: &Global, args: McpArgs) -> ExitCode {
         approval_wait: Duration::from_secs(args.approval_wait),
         base: gateway::args::PathBase(base),
         token,
+        profile,
         allow_degraded: args.allow_degraded,
         #[cfg(feature = "test-hooks")]
         skip_lockdown: args.test_skip_lockdown,

@@ -3,7 +3,7 @@
 //! restart) may carry its session on by presenting the resume token the broker gave it.
 
 use crate::policy::rate::RateState;
-use ipc_schema::tool::{ResumeToken, SessionId, ToolName};
+use ipc_schema::tool::{AgentInfo, ProfileName, ResumeToken, SessionId, ToolName};
 use sha2::{Digest, Sha256};
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -11,12 +11,20 @@ use std::rc::Rc;
 
 pub struct Session {
     pub id: SessionId,
+    /// The profile it was opened with; every call is judged by this profile alone, for the
+    /// session's whole life (a resume cannot change it).
+    pub profile: ProfileName,
+    /// The MCP client, as it named itself (once).
+    pub agent: Option<AgentInfo>,
     pub started_ms: i64,
     pub connected: bool,
     pub calls: u64,
     pub rate: RateState,
     /// (tool, target key) allowed for the rest of this session.
     pub allowed: HashSet<(ToolName, String)>,
+    /// Outside text this session read (fetched pages, http replies), as fingerprints: a
+    /// proposal names the arguments that came from it.
+    pub outside: crate::provenance::OutsideText,
 }
 
 pub type SessionRef = Rc<RefCell<Session>>;
@@ -33,6 +41,20 @@ pub fn token_hash(t: &ResumeToken) -> Vec<u8> {
     Sha256::digest(t.0.as_bytes()).to_vec()
 }
 
+/// The refusal of a resume that names another profile than the session's.
+pub fn profile_mismatch(id: &SessionId, has: &ProfileName, asked: &ProfileName) -> String {
+    format!(
+        "session {id} was opened with profile {has}; it cannot be carried on with profile {asked} (a session keeps its profile: start a new session for {asked})"
+    )
+}
+
+/// The table that keeps each resumable session's profile (beside the store's `sessions`
+/// table, keyed by its id), made on first use so that the store's schema stays as it is.
+pub const PROFILE_TABLE: &str = "CREATE TABLE IF NOT EXISTS session_profiles (
+    session TEXT PRIMARY KEY,
+    profile TEXT NOT NULL
+)";
+
 pub fn new_ids() -> (SessionId, ResumeToken) {
     (
         SessionId(hex::encode(rand::random::<[u8; 16]>())),
@@ -43,23 +65,36 @@ pub fn new_ids() -> (SessionId, ResumeToken) {
 impl Sessions {
     /// The session `id`, attached to a connection (made if this broker has not seen it yet,
     /// e.g. resumed after a restart).
-    pub fn attach(&mut self, id: &SessionId, started_ms: i64) -> Result<SessionRef, String> {
+    /// A session this broker already has keeps the profile it was made with: asking for
+    /// another is refused.
+    pub fn attach(
+        &mut self,
+        id: &SessionId,
+        started_ms: i64,
+        profile: &ProfileName,
+    ) -> Result<SessionRef, String> {
         let s = self
             .live
             .entry(id.clone())
             .or_insert_with(|| {
                 Rc::new(RefCell::new(Session {
                     id: id.clone(),
+                    profile: profile.clone(),
+                    agent: None,
                     started_ms,
                     connected: false,
                     calls: 0,
                     rate: RateState::default(),
                     allowed: HashSet::new(),
+                    outside: crate::provenance::OutsideText::new(),
                 }))
             })
             .clone();
         if s.borrow().connected {
             return Err(format!("session {id} is in use by another connection"));
+        }
+        if s.borrow().profile != *profile {
+            return Err(profile_mismatch(id, &s.borrow().profile, profile));
         }
         s.borrow_mut().connected = true;
         Ok(s)

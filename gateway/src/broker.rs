@@ -3,7 +3,7 @@
 //! coming in are read when `poll` says the socket is readable and decoded once whole.
 
 use ipc_schema::codec::{decode_from_slice, write_frame, FrameError, MAX_FRAME};
-use ipc_schema::tool::{ResumeToken, SessionInfo, ToolCall, ToolReply};
+use ipc_schema::tool::{ProfileName, ResumeToken, SessionInfo, ToolCall, ToolReply};
 use ipc_schema::{Body, Envelope};
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
@@ -95,13 +95,18 @@ impl BrokerLink {
         Ok(n > 0)
     }
 
-    /// Opens this connection's session (carrying on the one `token` names, for `gatehouse
-    /// run`). Blocking; done before serving.
+    /// Opens this connection's session under `profile` (carrying on the one `token` names, for
+    /// `gatehouse run`). Blocking; done before serving. An unknown profile is refused here,
+    /// before the first MCP message is read.
     pub fn open_session(
         &mut self,
         token: Option<ResumeToken>,
+        profile: Option<ProfileName>,
     ) -> Result<SessionInfo, SessionError> {
-        let id = self.send(Body::ToolCall(ToolCall::OpenSession { resume: token }))?;
+        let id = self.send(Body::ToolCall(ToolCall::OpenSession {
+            resume: token,
+            profile,
+        }))?;
         self.flush()?;
         let mut frames = Vec::new();
         loop {

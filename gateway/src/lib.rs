@@ -22,7 +22,7 @@ pub mod render;
 pub mod server;
 
 use broker::{BrokerLink, SessionError};
-use ipc_schema::tool::ResumeToken;
+use ipc_schema::tool::{ProfileName, ResumeToken};
 use sandbox::{LockdownError, LockdownOptions, LockdownReport, Profile};
 use std::os::fd::{AsFd, RawFd};
 use std::os::unix::net::UnixStream;
@@ -41,6 +41,9 @@ pub struct Options {
     pub base: args::PathBase,
     /// A session token from `gatehouse run` (never logged).
     pub token: Option<ResumeToken>,
+    /// The named session profile (`--profile`); `None`: the default profile (or, with a token,
+    /// the profile the session was opened with).
+    pub profile: Option<ProfileName>,
     /// Run with less than the gateway profile needs when the kernel lacks a mechanism.
     pub allow_degraded: bool,
     /// Test builds only: serve without the lockdown (the positive control of the lockdown tests).
@@ -95,15 +98,16 @@ pub fn run(broker: UnixStream, opts: Options) -> Result<(), GatewayError> {
         );
     }
 
-    let session = link.open_session(opts.token)?;
+    let session = link.open_session(opts.token, opts.profile)?;
     eprintln!(
-        "gatehouse mcp: session {} {}",
+        "gatehouse mcp: session {} {} (profile {})",
         session.session,
         if session.resumed {
             "carried on"
         } else {
             "opened"
-        }
+        },
+        session.profile
     );
 
     let cfg = server::Config {

@@ -78,6 +78,8 @@ pub struct Server<W: Write> {
     /// "Waiting on the broker"): until it has, this stays `None` and every tool is offered, each
     /// call still decided by the broker.
     view: Option<BTreeMap<ToolName, Standing>>,
+    /// The broker request that told it the client's `clientInfo`, once sent (it is sent once).
+    described: Option<u64>,
 }
 
 fn progress_token(params: Option<&Map<String, Value>>) -> Option<Value> {
@@ -104,6 +106,32 @@ impl<W: Write> Server<W> {
             calls: HashMap::new(),
             broker_gone: None,
             view: None,
+            described: None,
+        }
+    }
+
+    /// Tells the broker which MCP client this is (`clientInfo`, already validated as an object
+    /// with string `name` and `version`), once per session, capped in length: it is the
+    /// agent's own text, shown (inert) in the console's sessions pane.
+    fn describe_agent(&mut self, info: Option<&Value>) {
+        if self.described.is_some() || self.broker_gone.is_some() {
+            return;
+        }
+        let Some(info) = info else { return };
+        let (Some(name), Some(version)) = (
+            info.get("name").and_then(Value::as_str),
+            info.get("version").and_then(Value::as_str),
+        ) else {
+            return;
+        };
+        let agent = ipc_schema::tool::AgentInfo::capped(name, version);
+        match self
+            .broker
+            .send(Body::ToolCall(ipc_schema::tool::ToolCall::DescribeAgent(
+                agent,
+            ))) {
+            Ok(id) => self.described = Some(id),
+            Err(e) => eprintln!("gatehouse mcp: could not tell the broker the client's name: {e}"),
         }
     }
 
@@ -293,7 +321,16 @@ impl<W: Write> Server<W> {
         }
         let version = match era::modern_version(params.as_ref()) {
             Err(e) => return self.reply_err(&id, e),
-            Ok(Some(v)) => v,
+            Ok(Some(v)) => {
+                // No handshake in this era: the client names itself in `_meta`, if at all.
+                let info = params
+                    .as_ref()
+                    .and_then(|p| p.get("_meta"))
+                    .and_then(|m| m.get(era::META_CLIENT_INFO))
+                    .cloned();
+                self.describe_agent(info.as_ref());
+                v
+            }
             Ok(None) => match (self.legacy, method) {
                 (_, "server/discover") => {
                     return self.reply_err(
@@ -353,6 +390,7 @@ impl<W: Write> Server<W> {
         match era::negotiate(params) {
             Ok(v) => {
                 self.legacy = Some(v);
+                self.describe_agent(params.and_then(|p| p.get("clientInfo")));
                 self.reply(&id, v, era::initialize_result(v))
             }
             Err(e) => self.reply_err(&id, e),
@@ -510,6 +548,15 @@ impl<W: Write> Server<W> {
                 Ok(())
             }
             Body::ToolReply(ToolReply::Session(_)) => Ok(()),
+            // The broker noted the client's name.
+            Body::Pong if Some(env.id) == self.described => Ok(()),
+            Body::Error(e) if Some(env.id) == self.described => {
+                eprintln!(
+                    "gatehouse mcp: the broker did not take the client's name: {}",
+                    e.message
+                );
+                Ok(())
+            }
             Body::ToolReply(reply) => {
                 let Some(call) = self.calls.remove(&env.id) else {
                     return Ok(());

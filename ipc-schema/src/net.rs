@@ -61,6 +61,10 @@ pub enum NetRequest {
 pub struct FetchRequest {
     pub url: String,
     pub limits: FetchLimits,
+    /// The session profile's network allowlist (exact names, `*.suffix` patterns, IP
+    /// addresses), when it has one: the host of the URL and of every redirect must be on it,
+    /// checked before that host is looked up. `None`: no list (the address table still applies).
+    pub allowed_hosts: Option<Vec<String>>,
 }
 
 impl FetchRequest {
@@ -68,6 +72,7 @@ impl FetchRequest {
         FetchRequest {
             url: url.into(),
             limits: FetchLimits::default(),
+            allowed_hosts: None,
         }
     }
 }
@@ -187,6 +192,8 @@ pub enum RefusalKind {
     Limit,
     /// The request's own values are invalid (a limit beyond its ceiling).
     Invalid,
+    /// The host (of the URL or of a redirect) is not on the session's network allowlist.
+    NotAllowed,
 }
 
 /// An egress proxy session's settings.
@@ -305,6 +312,8 @@ pub struct HttpSend {
     pub body: Vec<u8>,
     pub credential: Option<crate::secrets::CredentialHeader>,
     pub limits: FetchLimits,
+    /// As [`FetchRequest::allowed_hosts`]: every hop's host must be on the list.
+    pub allowed_hosts: Option<Vec<String>>,
 }
 
 /// What an `http_request` brought back. The body is text, wrapped and split into parts exactly

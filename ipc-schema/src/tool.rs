@@ -109,6 +109,104 @@ impl std::fmt::Display for SessionId {
     }
 }
 
+/// A named session profile (`[profile.NAME]` in the policy; `default` is the top level of the
+/// policy document). 1-32 of `a-z 0-9 _ -`, starting with a letter or digit.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(try_from = "String", into = "String")]
+pub struct ProfileName(String);
+
+impl ProfileName {
+    /// The longest profile name.
+    pub const MAX_LEN: usize = 32;
+    /// The profile a session gets when it names none: the policy document's top level.
+    pub const DEFAULT: &'static str = "default";
+
+    pub fn parse(s: &str) -> Result<ProfileName, String> {
+        let ok_char =
+            |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-';
+        if s.is_empty() || s.len() > Self::MAX_LEN {
+            return Err(format!(
+                "profile name {s:?} must be 1 to {} characters long",
+                Self::MAX_LEN
+            ));
+        }
+        if !s.bytes().all(ok_char) {
+            return Err(format!(
+                "profile name {s:?} may hold only a-z, 0-9, _ and -"
+            ));
+        }
+        if !s.as_bytes()[0].is_ascii_alphanumeric() {
+            return Err(format!(
+                "profile name {s:?} must start with a letter or a digit"
+            ));
+        }
+        Ok(ProfileName(s.to_string()))
+    }
+
+    pub fn default_profile() -> ProfileName {
+        ProfileName(Self::DEFAULT.to_string())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn is_default(&self) -> bool {
+        self.0 == Self::DEFAULT
+    }
+}
+
+impl TryFrom<String> for ProfileName {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        ProfileName::parse(&s)
+    }
+}
+
+impl From<ProfileName> for String {
+    fn from(p: ProfileName) -> String {
+        p.0
+    }
+}
+
+impl std::fmt::Display for ProfileName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The MCP client of a session, as it named itself (`clientInfo`): agent-controlled text,
+/// capped in length by the gateway and again by the broker, shown inert by the console.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct AgentInfo {
+    pub name: String,
+    pub version: String,
+}
+
+impl AgentInfo {
+    /// The most characters kept of a client's name.
+    pub const MAX_NAME: usize = 64;
+    /// The most characters kept of a client's version.
+    pub const MAX_VERSION: usize = 32;
+
+    /// `name` and `version` cut to their caps (by characters; a cut is marked with `…`).
+    pub fn capped(name: &str, version: &str) -> AgentInfo {
+        fn cap(s: &str, n: usize) -> String {
+            if s.chars().count() <= n {
+                s.to_string()
+            } else {
+                let mut out: String = s.chars().take(n - 1).collect();
+                out.push('\u{2026}');
+                out
+            }
+        }
+        AgentInfo {
+            name: cap(name, Self::MAX_NAME),
+            version: cap(version, Self::MAX_VERSION),
+        }
+    }
+}
+
 /// A secret the broker hands a gateway over its own connection, so that after a reconnect (a
 /// broker restart) the gateway can carry on the same session, and repeated calls are answered
 /// from that session's ledger. Never logged.
@@ -240,7 +338,14 @@ pub enum ToolCall {
     /// Answered with [`ToolReply::Session`].
     OpenSession {
         resume: Option<ResumeToken>,
+        /// The named profile the session runs under (`None`: the default profile; with
+        /// `resume`: the profile the session was opened with, which a resume cannot change).
+        /// An unknown profile is refused.
+        profile: Option<ProfileName>,
     },
+    /// The MCP client of this connection's session, as its `clientInfo` names it (sent once,
+    /// after the handshake or with the first request that carries it). Answered with `Pong`.
+    DescribeAgent(AgentInfo),
     ReadFile(ReadFile),
     ListDir(ListDir),
     SearchFiles(SearchFiles),
@@ -256,10 +361,11 @@ pub enum ToolCall {
 }
 
 impl ToolCall {
-    /// The tool this call names (`None` for [`ToolCall::OpenSession`]).
+    /// The tool this call names (`None` for [`ToolCall::OpenSession`] and
+    /// [`ToolCall::DescribeAgent`]).
     pub fn tool(&self) -> Option<ToolName> {
         Some(match self {
-            ToolCall::OpenSession { .. } => return None,
+            ToolCall::OpenSession { .. } | ToolCall::DescribeAgent(_) => return None,
             ToolCall::ReadFile(_) => ToolName::ReadFile,
             ToolCall::ListDir(_) => ToolName::ListDir,
             ToolCall::SearchFiles(_) => ToolName::SearchFiles,
@@ -441,7 +547,9 @@ pub struct SessionInfo {
     pub resume: ResumeToken,
     /// An earlier session was carried on.
     pub resumed: bool,
-    /// What the policy in force when the session opened does with each tool. The gateway
+    /// The profile the session runs under.
+    pub profile: ProfileName,
+    /// What the session's profile, as in force when the session opened, does with each tool. The gateway
     /// neither lists nor accepts a tool whose action here is `Deny`; the broker still decides
     /// every call itself.
     pub tools: Vec<ToolStanding>,

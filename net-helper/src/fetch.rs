@@ -1,6 +1,7 @@
 //! One safe fetch: every hop parsed, resolved, judged, pinned and (for https) verified; redirects
 //! followed by hand; text-like bodies only, decoded within the size limit; all within deadlines.
 
+use crate::allowlist::Allowlist;
 use crate::body;
 use crate::connect::{connect_pinned, judged_addresses};
 use crate::error::{human_bytes, human_ms, FetchError};
@@ -96,10 +97,12 @@ pub async fn fetch(
     ctx: &NetContext,
     url: &str,
     limits: &FetchLimits,
+    allowed_hosts: Option<&[String]>,
 ) -> Result<FetchedBody, FetchError> {
     check_limits(limits)?;
+    let allow = parse_allowed_hosts(allowed_hosts)?;
     let total = Duration::from_millis(limits.total_ms.into());
-    match tokio::time::timeout(total, follow(ctx, url, limits)).await {
+    match tokio::time::timeout(total, follow(ctx, url, limits, allow.as_ref())).await {
         Ok(r) => r,
         Err(_) => Err(FetchError::refused(
             RefusalKind::Limit,
@@ -122,6 +125,27 @@ fn connect_limit(limits: &FetchLimits, target: &Target) -> FetchError {
     )
 }
 
+/// The session's network allowlist of a request, parsed; a bad entry refuses the request.
+pub(crate) fn parse_allowed_hosts(
+    entries: Option<&[String]>,
+) -> Result<Option<Allowlist>, FetchError> {
+    entries
+        .map(|e| Allowlist::parse(e).map_err(|why| FetchError::refused(RefusalKind::Invalid, why)))
+        .transpose()
+}
+
+/// Refuses a hop whose host is not on the session's allowlist, before the host is looked up
+/// (a lookup alone can carry data out).
+pub(crate) fn check_allowed(allow: Option<&Allowlist>, target: &Target) -> Result<(), FetchError> {
+    match allow {
+        Some(list) if !list.allows(&target.host) => Err(FetchError::refused(
+            RefusalKind::NotAllowed,
+            format!("{} is not in this session's network allowlist", target.host),
+        )),
+        _ => Ok(()),
+    }
+}
+
 pub(crate) fn is_redirect(status: u16) -> bool {
     matches!(status, 301 | 302 | 303 | 307 | 308)
 }
@@ -130,9 +154,11 @@ async fn follow(
     ctx: &NetContext,
     url: &str,
     limits: &FetchLimits,
+    allow: Option<&Allowlist>,
 ) -> Result<FetchedBody, FetchError> {
     let mut target =
         parse_target(url).map_err(|e| FetchError::refused(RefusalKind::Url, e.to_string()))?;
+    check_allowed(allow, &target)?;
     let mut redirects: Vec<String> = Vec::new();
     let mut seen = HashSet::from([target.url.to_string()]);
     loop {
@@ -145,6 +171,8 @@ async fn follow(
         let status = resp.status().as_u16();
         if is_redirect(status) {
             let next = next_hop(&target, &resp, status)?;
+            check_allowed(allow, &next)
+                .map_err(|e| e.context(&format!("redirect to {}", next.url)))?;
             if redirects.len() >= usize::from(limits.max_redirects) {
                 return Err(FetchError::refused(
                     RefusalKind::Limit,

@@ -7,10 +7,13 @@
 //! Written for the secrets issue (7) on top of the fetch building blocks; see
 //! docs/secrets-helper.md.
 
+use crate::allowlist::Allowlist;
 use crate::body;
 use crate::connect::{connect_pinned, judged_addresses};
 use crate::error::{human_bytes, human_ms, FetchError};
-use crate::fetch::{check_limits, is_redirect, next_hop, FetchedBody};
+use crate::fetch::{
+    check_allowed, check_limits, is_redirect, next_hop, parse_allowed_hosts, FetchedBody,
+};
 use crate::target::{parse_target, Target};
 use crate::NetContext;
 use bytes::Bytes;
@@ -146,8 +149,9 @@ pub async fn send(ctx: &NetContext, req: HttpSend) -> Result<Sent, FetchError> {
     if matches!(req.method, HttpMethod::Get | HttpMethod::Head) && !req.body.is_empty() {
         return Err(invalid("a GET or HEAD request carries no body".into()));
     }
+    let allow = parse_allowed_hosts(req.allowed_hosts.as_deref())?;
     let total = Duration::from_millis(req.limits.total_ms.into());
-    match tokio::time::timeout(total, follow(ctx, &req)).await {
+    match tokio::time::timeout(total, follow(ctx, &req, allow.as_ref())).await {
         Ok(r) => r,
         Err(_) => Err(FetchError::refused(
             RefusalKind::Limit,
@@ -159,9 +163,14 @@ pub async fn send(ctx: &NetContext, req: HttpSend) -> Result<Sent, FetchError> {
     }
 }
 
-async fn follow(ctx: &NetContext, req: &HttpSend) -> Result<Sent, FetchError> {
+async fn follow(
+    ctx: &NetContext,
+    req: &HttpSend,
+    allow: Option<&Allowlist>,
+) -> Result<Sent, FetchError> {
     let mut target =
         parse_target(&req.url).map_err(|e| FetchError::refused(RefusalKind::Url, e.to_string()))?;
+    check_allowed(allow, &target)?;
     if let Some(c) = &req.credential {
         if !target.https {
             return Err(FetchError::refused(
@@ -202,6 +211,8 @@ async fn follow(ctx: &NetContext, req: &HttpSend) -> Result<Sent, FetchError> {
         let status = resp.status().as_u16();
         if follows && is_redirect(status) {
             let next = next_hop(&target, &resp, status)?;
+            check_allowed(allow, &next)
+                .map_err(|e| e.context(&format!("redirect to {}", next.url)))?;
             if let Some(c) = &req.credential {
                 // A server that puts the credential into a redirect would have us carry it
                 // to wherever it points, in the request line.

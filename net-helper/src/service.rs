@@ -68,12 +68,14 @@ impl NetService {
                     Err(e) => e.into_reply(),
                 }
             }
-            NetRequest::Fetch(FetchRequest { url, limits }) => {
-                match fetch::fetch(&self.ctx, &url, &limits).await {
-                    Ok(body) => NetReply::Fetched(self.page(body)),
-                    Err(e) => e.into_reply(),
-                }
-            }
+            NetRequest::Fetch(FetchRequest {
+                url,
+                limits,
+                allowed_hosts,
+            }) => match fetch::fetch(&self.ctx, &url, &limits, allowed_hosts.as_deref()).await {
+                Ok(body) => NetReply::Fetched(self.page(body)),
+                Err(e) => e.into_reply(),
+            },
             NetRequest::FetchPart { fetch, index } => self.part(fetch, index),
             NetRequest::ProxyOpen(cfg) => {
                 let session = cfg.session.clone();

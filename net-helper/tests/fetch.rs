@@ -515,3 +515,62 @@ fn a_body_with_closing_tags_cannot_close_the_wrapper() {
     assert!(inner(&p).starts_with("before</external-0000"));
     assert!(inner(&p).ends_with("after"));
 }
+
+#[test]
+fn a_session_allowlist_refuses_other_hosts_before_lookup_and_on_every_redirect() {
+    let handler: Handler = Arc::new(|r: &SeenRequest| {
+        let port = r.local.port();
+        match r.line.split(' ').nth(1).unwrap_or("/") {
+            "/to-other" => redirect("302 Found", &format!("http://other.test:{port}/x")),
+            "/to-self" => redirect("302 Found", &format!("http://public.test:{port}/end")),
+            "/end" => text("arrived"),
+            _ => text("?"),
+        }
+    });
+    let (dns, http, mut h) = setup(handler);
+    let port = http.addr.port();
+    let list = ["public.test"];
+
+    // Positive controls: on the list, and a redirect that stays on it.
+    let p = fetched(h.fetch_allowing(&format!("http://public.test:{port}/to-self"), &list));
+    assert_eq!(inner(&p), "arrived");
+    // The same redirect off the list succeeds without a list (other.test is public too).
+    let p = fetched(h.fetch(&format!("http://public.test:{port}/to-other")));
+    assert_eq!(inner(&p), "?");
+    let before = http.requests().len();
+    let other_lookups = dns.queries_for("other.test.").len();
+
+    // With the list, the redirect to other.test is refused: never looked up, never contacted.
+    assert_eq!(
+        refused(h.fetch_allowing(&format!("http://public.test:{port}/to-other"), &list)),
+        (
+            RefusalKind::NotAllowed,
+            format!(
+                "redirect to http://other.test:{port}/x: other.test is not in this session's network allowlist"
+            )
+        )
+    );
+    let seen = http.requests();
+    assert_eq!(
+        seen.len(),
+        before + 1,
+        "only the first hop reached a server"
+    );
+    assert!(seen[before].line.contains("/to-other"));
+    assert_eq!(dns.queries_for("other.test.").len(), other_lookups);
+
+    // The first hop off the list: refused before its name is looked up.
+    assert_eq!(
+        refused(h.fetch_allowing(&format!("http://other.test:{port}/x"), &list)),
+        (
+            RefusalKind::NotAllowed,
+            "other.test is not in this session's network allowlist".into()
+        )
+    );
+    assert_eq!(dns.queries_for("other.test.").len(), other_lookups);
+
+    // A malformed list refuses the request itself.
+    let (kind, why) = refused(h.fetch_allowing(&format!("http://public.test:{port}/end"), &["*."]));
+    assert_eq!(kind, RefusalKind::Invalid);
+    assert!(why.starts_with("allowlist entry \"*.\""), "{why}");
+}

@@ -202,6 +202,7 @@ fn a_session_resumes_on_a_new_connection_and_keeps_its_ledger() {
     let mut gw4 = b.gateway();
     match gw4.0.request(Body::ToolCall(ToolCall::OpenSession {
         resume: Some(ipc_schema::tool::ResumeToken("00".repeat(32))),
+        profile: None,
     })) {
         Body::Error(e) => assert_eq!(e.message, "unknown resume token: no such session"),
         other => panic!("{other:?}"),

@@ -275,7 +275,10 @@ fn unknown_and_empty_session_tokens_are_refused() {
 fn session_token(b: &Broker) -> (String, ResumeToken) {
     let mut gw = Conn::connect(&b.data.join("run/gateway.sock")).unwrap();
     gw.set_timeout(Some(PATIENCE));
-    match gw.request(Body::ToolCall(ToolCall::OpenSession { resume: None })) {
+    match gw.request(Body::ToolCall(ToolCall::OpenSession {
+        resume: None,
+        profile: None,
+    })) {
         Body::ToolReply(ToolReply::Session(s)) => (s.session.0, s.resume),
         other => panic!("{other:?}"),
     }

@@ -302,9 +302,41 @@ fn side_panes(f: &mut Frame<'_>, area: Rect, c: &Console) {
     }
 }
 
+/// Agent text for a one-line column: inert, cut to `width` columns ending in `…`, never in the
+/// middle of an escape (a half escape would read as something else).
+fn fit_inert(s: &str, width: usize) -> String {
+    let shown = escaped(s);
+    if shown.width() <= width {
+        return shown;
+    }
+    let mut out = String::new();
+    let mut used = 0;
+    'pieces: for p in crate::inert::pieces(s) {
+        if p.escape {
+            // Escapes are ASCII: one column per byte.
+            if used + p.text.len() + 1 > width {
+                break;
+            }
+            used += p.text.len();
+            out.push_str(&p.text);
+            continue;
+        }
+        for c in p.text.chars() {
+            let w = unicode_width::UnicodeWidthChar::width(c).unwrap_or(0);
+            if used + w + 1 > width {
+                break 'pieces;
+            }
+            out.push(c);
+            used += w;
+        }
+    }
+    out.push('…');
+    out
+}
+
 fn sessions_pane(f: &mut Frame<'_>, area: Rect, c: &Console) {
     let mut lines = vec![Line::from(Span::styled(
-        "session   state  started    calls waiting",
+        "session  agent                profile      state  started    calls waiting",
         theme::dim(),
     ))];
     if c.sessions.is_empty() {
@@ -316,8 +348,16 @@ fn sessions_pane(f: &mut Frame<'_>, area: Rect, c: &Console) {
     for s in &c.sessions {
         let id = escaped(&s.session.0);
         let short: String = id.chars().take(8).collect();
+        // The agent's name is the agent's own text: shown inert and cut to its column (the
+        // audit log's "described" row has it whole).
+        let agent = match &s.agent {
+            Some(a) => Span::raw(format!("{:<20} ", fit_inert(a, 20))),
+            None => Span::styled(format!("{:<20} ", "(unnamed)"), theme::dim()),
+        };
         lines.push(Line::from(vec![
-            Span::raw(format!("{short:<9} ")),
+            Span::raw(format!("{short:<8} ")),
+            agent,
+            Span::raw(format!("{:<12} ", fit_inert(&s.profile, 12))),
             if s.connected {
                 Span::styled("● live ", theme::ok())
             } else {

@@ -1,14 +1,15 @@
 //! Checking a policy document and turning it into something fast to evaluate. Any problem makes
 //! the whole document invalid (the caller then refuses every request, with this reason).
 
-use super::doc::{ActionDoc, CapabilityDoc, PolicyDoc};
+use super::doc::{ActionDoc, CapabilityDoc, PolicyDoc, ProfileDoc};
 use super::protected::Protected;
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use ipc_schema::fs::{Caps, GrantId};
-use ipc_schema::tool::{Action, ToolName};
+use ipc_schema::tool::{Action, ProfileName, ToolName};
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 /// A directory grant, validated, with its root canonical.
 #[derive(Debug, Clone)]
@@ -31,6 +32,17 @@ pub enum HostPattern {
     Exact(String),
     /// `*.example.com`: any name below `example.com` (not `example.com` itself).
     Suffix(String),
+}
+
+/// As written in the policy (`example.com`, `*.example.com`): the form the net-helper's
+/// allowlist parses.
+impl std::fmt::Display for HostPattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HostPattern::Exact(h) => f.write_str(h),
+            HostPattern::Suffix(s) => write!(f, "*.{s}"),
+        }
+    }
 }
 
 impl HostPattern {
@@ -58,8 +70,10 @@ pub struct Rule {
     pub action: Action,
 }
 
+/// One profile's policy: what a session of that profile is judged by, and nothing else.
 #[derive(Debug, Clone)]
 pub struct Policy {
+    pub profile: ProfileName,
     pub revision: u64,
     pub defaults: BTreeMap<ToolName, Action>,
     pub requests_per_minute: u32,
@@ -67,6 +81,107 @@ pub struct Policy {
     pub expire_after: std::time::Duration,
     pub grants: Vec<Grant>,
     pub rules: Vec<Rule>,
+    /// The hosts web tools may reach at all (`None`: no such restriction).
+    pub network: Option<Vec<HostPattern>>,
+}
+
+/// Every profile of one policy document, validated together.
+#[derive(Debug, Clone)]
+pub struct Policies {
+    pub revision: u64,
+    /// `default` (the document's top level) and every `[profile.NAME]`.
+    pub profiles: BTreeMap<ProfileName, Rc<Policy>>,
+}
+
+/// A grant as the fs-helper is given it: the union of every profile's grants, one per root
+/// (the fs-helper serves every session; the broker judges each call by its session's profile).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FsGrant {
+    pub id: GrantId,
+    pub root: PathBuf,
+    pub recursive: bool,
+    pub confirmed: bool,
+    pub caps: Caps,
+    pub include: Vec<String>,
+    pub exclude: Vec<String>,
+}
+
+impl Policies {
+    pub fn get(&self, name: &ProfileName) -> Option<&Rc<Policy>> {
+        self.profiles.get(name)
+    }
+
+    pub fn default_profile(&self) -> &Rc<Policy> {
+        self.profiles
+            .get(&ProfileName::default_profile())
+            .expect("compile always makes the default profile")
+    }
+
+    /// The profile names for messages: `default` first, then the others in order.
+    pub fn names(&self) -> String {
+        std::iter::once(ProfileName::DEFAULT)
+            .chain(
+                self.profiles
+                    .keys()
+                    .filter(|n| !n.is_default())
+                    .map(|n| n.as_str()),
+            )
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The union of every profile's grants, merged per root so that the fs-helper (which picks
+    /// the longest root) never lacks what any profile grants there: capabilities and
+    /// recursion are or-ed, an include list stays only if every grant of the root has one (then
+    /// their union), an exclude only if every grant of the root excludes it. The broker still
+    /// judges each call against its own profile's grants.
+    pub fn fs_grants(&self) -> Vec<FsGrant> {
+        let mut out: Vec<FsGrant> = Vec::new();
+        // The default profile first, so that without named profiles the ids stay g1, g2, ...
+        let default = ProfileName::default_profile();
+        let order = std::iter::once(self.default_profile()).chain(
+            self.profiles
+                .iter()
+                .filter(|(n, _)| **n != default)
+                .map(|(_, p)| p),
+        );
+        for p in order {
+            for g in &p.grants {
+                match out.iter_mut().find(|f| f.root == g.root) {
+                    None => out.push(FsGrant {
+                        id: g.id.clone(),
+                        root: g.root.clone(),
+                        recursive: g.recursive,
+                        confirmed: g.confirmed,
+                        caps: g.caps,
+                        include: g.include.clone(),
+                        exclude: g.exclude.clone(),
+                    }),
+                    Some(f) => {
+                        f.recursive |= g.recursive;
+                        f.confirmed |= g.confirmed;
+                        f.caps = Caps {
+                            read: f.caps.read || g.caps.read,
+                            write: f.caps.write || g.caps.write,
+                            edit: f.caps.edit || g.caps.edit,
+                            delete: f.caps.delete || g.caps.delete,
+                        };
+                        if f.include.is_empty() || g.include.is_empty() {
+                            f.include.clear();
+                        } else {
+                            for i in &g.include {
+                                if !f.include.contains(i) {
+                                    f.include.push(i.clone());
+                                }
+                            }
+                        }
+                        f.exclude.retain(|e| g.exclude.contains(e));
+                    }
+                }
+            }
+        }
+        out
+    }
 }
 
 pub fn action(a: ActionDoc) -> Action {
@@ -101,8 +216,52 @@ fn is_broad(root: &Path) -> bool {
     home.is_some_and(|h| h.starts_with(root))
 }
 
-/// Validates `doc`. `protected` refuses grants inside protected places.
-pub fn compile(doc: &PolicyDoc, protected: &Protected) -> Result<Policy, String> {
+/// A `hosts` or `network` entry: `example.com` or `*.example.com`.
+fn host_pattern(h: &str) -> Option<HostPattern> {
+    let h = h.trim().to_ascii_lowercase();
+    let valid = |s: &str| {
+        !s.is_empty()
+            && s.split('.')
+                .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+    };
+    match h.strip_prefix("*.") {
+        Some(s) if valid(s) => Some(HostPattern::Suffix(s.to_string())),
+        None if valid(&h) => Some(HostPattern::Exact(h)),
+        _ => None,
+    }
+}
+
+/// Validates every profile of `doc` (any problem refuses the whole document, naming the
+/// profile). `protected` refuses grants inside protected places.
+pub fn compile(doc: &PolicyDoc, protected: &Protected) -> Result<Policies, String> {
+    let mut profiles = BTreeMap::new();
+    let default = ProfileName::default_profile();
+    let top = compile_profile(&default, &doc.default_profile(), doc.revision, protected)?;
+    profiles.insert(default, Rc::new(top));
+    for (name, p) in &doc.profiles {
+        let parsed = ProfileName::parse(name).map_err(|e| format!("[profile.{name}]: {e}"))?;
+        if parsed.is_default() {
+            return Err(format!(
+                "[profile.{name}]: \"{name}\" is the name of the document's top level; give this profile another name"
+            ));
+        }
+        let compiled = compile_profile(&parsed, p, doc.revision, protected)
+            .map_err(|e| format!("[profile.{name}] {e}"))?;
+        profiles.insert(parsed, Rc::new(compiled));
+    }
+    Ok(Policies {
+        revision: doc.revision,
+        profiles,
+    })
+}
+
+/// Validates one profile.
+pub fn compile_profile(
+    name: &ProfileName,
+    doc: &ProfileDoc,
+    revision: u64,
+    protected: &Protected,
+) -> Result<Policy, String> {
     let mut defaults = BTreeMap::new();
     for (name, a) in &doc.tools {
         let t = ToolName::from_name(name)
@@ -148,8 +307,14 @@ pub fn compile(doc: &PolicyDoc, protected: &Protected) -> Result<Policy, String>
             edit: set.contains(&CapabilityDoc::Edit),
             delete: set.contains(&CapabilityDoc::Delete),
         };
+        // Ids are unique across profiles: the fs-helper gets every profile's grants.
+        let id = if name.is_default() {
+            format!("g{}", i + 1)
+        } else {
+            format!("{name}.g{}", i + 1)
+        };
         grants.push(Grant {
-            id: GrantId(format!("g{}", i + 1)),
+            id: GrantId(id),
             root: canon,
             recursive: g.recursive,
             confirmed: g.confirm_broad_root,
@@ -224,17 +389,9 @@ pub fn compile(doc: &PolicyDoc, protected: &Protected) -> Result<Policy, String>
         }
         let mut hosts = Vec::new();
         for h in &r.hosts {
-            let h = h.trim().to_ascii_lowercase();
-            let valid = |s: &str| {
-                !s.is_empty()
-                    && s.split('.').all(|l| {
-                        !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                    })
-            };
-            match h.strip_prefix("*.") {
-                Some(s) if valid(s) => hosts.push(HostPattern::Suffix(s.to_string())),
-                None if valid(&h) => hosts.push(HostPattern::Exact(h)),
-                _ => {
+            match host_pattern(h) {
+                Some(p) => hosts.push(p),
+                None => {
                     return Err(format!(
                         "{name}: bad host pattern {h:?} (use example.com or *.example.com)"
                     ))
@@ -259,8 +416,27 @@ pub fn compile(doc: &PolicyDoc, protected: &Protected) -> Result<Policy, String>
             action: action(r.action),
         });
     }
+    let network = match &doc.network {
+        None => None,
+        Some(list) => {
+            let mut pats = Vec::new();
+            for h in list {
+                match host_pattern(h) {
+                    Some(p) => pats.push(p),
+                    None => {
+                        return Err(format!(
+                            "network: bad host {h:?} (use example.com or *.example.com)"
+                        ))
+                    }
+                }
+            }
+            Some(pats)
+        }
+    };
     Ok(Policy {
-        revision: doc.revision,
+        profile: name.clone(),
+        network,
+        revision,
         defaults,
         requests_per_minute: doc.limits.requests_per_minute,
         concurrent_requests: doc.limits.concurrent_requests,

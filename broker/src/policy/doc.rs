@@ -39,6 +39,37 @@ pub struct PolicyDoc {
     pub grants: Vec<GrantDoc>,
     #[serde(default, rename = "rule")]
     pub rules: Vec<RuleDoc>,
+    /// The hosts `fetch_url` and `http_request` may reach at all (exact or `*.suffix`); a host
+    /// outside it is refused before any rule or question. Absent: no such restriction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<Vec<String>>,
+    /// Named session profiles (`gatehouse mcp --profile NAME`), each a whole policy of its
+    /// own; the top level above is the `default` profile.
+    #[serde(
+        default,
+        rename = "profile",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub profiles: BTreeMap<String, ProfileDoc>,
+}
+
+/// One named profile: everything a policy has but the revision (which the document has once).
+/// Nothing is inherited from the top level: a profile says all it grants.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileDoc {
+    #[serde(default)]
+    pub tools: BTreeMap<String, ActionDoc>,
+    #[serde(default)]
+    pub limits: LimitsDoc,
+    #[serde(default)]
+    pub approvals: ApprovalsDoc,
+    #[serde(default, rename = "grant")]
+    pub grants: Vec<GrantDoc>,
+    #[serde(default, rename = "rule")]
+    pub rules: Vec<RuleDoc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<Vec<String>>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -158,6 +189,8 @@ pub fn default_profile(root: Option<&str>) -> PolicyDoc {
             .into_iter()
             .collect(),
         rules: vec![],
+        network: None,
+        profiles: BTreeMap::new(),
     }
 }
 
@@ -168,5 +201,32 @@ impl PolicyDoc {
 
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self).expect("a policy document always serialises")
+    }
+
+    /// The top level as a profile (the `default` profile).
+    pub fn default_profile(&self) -> ProfileDoc {
+        ProfileDoc {
+            tools: self.tools.clone(),
+            limits: self.limits.clone(),
+            approvals: self.approvals.clone(),
+            grants: self.grants.clone(),
+            rules: self.rules.clone(),
+            network: self.network.clone(),
+        }
+    }
+
+    /// The profile `name` (`default`: the top level), if the document has it.
+    pub fn profile(&self, name: &str) -> Option<ProfileDoc> {
+        if name == ipc_schema::tool::ProfileName::DEFAULT {
+            Some(self.default_profile())
+        } else {
+            self.profiles.get(name).cloned()
+        }
+    }
+}
+
+impl ProfileDoc {
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("a profile always serialises")
     }
 }

@@ -72,7 +72,10 @@ pub fn grant_for<'a>(policy: &'a Policy, abs: &[u8]) -> Option<(&'a Grant, &'a P
 fn check_grant(policy: &Policy, t: &PathTarget) -> Result<(), Verdict> {
     let shown_path = shown(&t.abs);
     let Some((g, root, rel)) = grant_for(policy, &t.abs) else {
-        return Err(deny(format!("{shown_path} is outside every grant")));
+        return Err(deny(format!(
+            "{shown_path} is outside the grants of profile {}",
+            policy.profile
+        )));
     };
     let gname = format!("grant {} ({})", g.id, root.display());
     let (cap, has) = match t.access {
@@ -148,6 +151,60 @@ fn rule_applies(r: &super::compile::Rule, tool: ToolName, target: &Target) -> bo
     true
 }
 
+/// Why `host` is refused by the profile's network allowlist (`None`: it may be reached, or the
+/// profile has no list). Checked before any rule, so an off-list host is never asked about.
+pub fn off_network(policy: &Policy, host: &str) -> Option<String> {
+    let list = policy.network.as_ref()?;
+    if list.iter().any(|p| p.matches(host)) {
+        return None;
+    }
+    Some(format!(
+        "{host} is not in the network allowlist of profile {} (policy revision {})",
+        policy.profile, policy.revision
+    ))
+}
+
+/// The host of `url` as the net-helper's WHATWG parse gives it (lower case, ASCII, no
+/// trailing dot; an address literal as an address). `None`: not a URL the net-helper would
+/// take anyway (it refuses it with its own reason).
+pub fn url_host(url: &str) -> Option<String> {
+    match url::Url::parse(url).ok()?.host()? {
+        url::Host::Domain(d) => Some(d.trim_end_matches('.').to_string()),
+        url::Host::Ipv4(a) => Some(a.to_string()),
+        url::Host::Ipv6(a) => Some(a.to_string()),
+    }
+}
+
+/// The network allowlist applied to a URL before anything resolves its name, so that an
+/// off-list name is not even looked up (a DNS query can carry data out).
+pub fn url_off_network(policy: &Policy, url: &str) -> Option<String> {
+    policy.network.as_ref()?;
+    off_network(policy, &url_host(url)?)
+}
+
+/// The network allowlist applied to where a fetch went (each redirect and the final URL): a
+/// page reached through an off-list host is withheld.
+pub fn hops_off_network<'a>(
+    policy: &Policy,
+    hops: impl IntoIterator<Item = &'a str>,
+) -> Option<String> {
+    policy.network.as_ref()?;
+    for hop in hops {
+        let Some(host) = url_host(hop) else {
+            return Some(format!(
+                "the fetch was redirected to {hop:?}, whose host cannot be checked against the network allowlist of profile {}",
+                policy.profile
+            ));
+        };
+        if let Some(why) = off_network(policy, &host) {
+            return Some(format!(
+                "the fetch was redirected: {why}; the page is withheld"
+            ));
+        }
+    }
+    None
+}
+
 /// The policy's verdict on `tool` acting on `target`.
 pub fn evaluate(
     policy: &Policy,
@@ -172,12 +229,17 @@ pub fn evaluate(
             }
             if grant_for(policy, cwd).is_none() {
                 return deny(format!(
-                    "the working directory {} is outside every grant",
-                    shown(cwd)
+                    "the working directory {} is outside the grants of profile {}",
+                    shown(cwd),
+                    policy.profile
                 ));
             }
         }
-        Target::Url { .. } => {}
+        Target::Url { host } => {
+            if let Some(why) = off_network(policy, host) {
+                return deny(why);
+            }
+        }
     }
     let applicable = policy
         .rules

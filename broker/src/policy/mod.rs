@@ -7,8 +7,9 @@ pub mod eval;
 pub mod protected;
 pub mod rate;
 
-use compile::Policy;
+use compile::{Policies, Policy};
 use doc::PolicyDoc;
+use ipc_schema::tool::ProfileName;
 use protected::Protected;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -39,7 +40,7 @@ pub struct PolicyState {
     default_root: Option<String>,
     pub protected: Protected,
     /// `Err`: the file does not parse or validate, and every call is refused with this reason.
-    pub current: Result<Rc<Policy>, String>,
+    pub current: Result<Rc<Policies>, String>,
     pub revision: u64,
     pub document: String,
     pub source: String,
@@ -146,13 +147,32 @@ impl PolicyState {
         Ok(next)
     }
 
-    /// The grants as the fs-helper's `--grant` arguments (empty while the policy is invalid).
-    pub fn grants(&self) -> &[compile::Grant] {
+    /// The union of every profile's grants, for the fs-helper's `--grant` arguments (empty
+    /// while the policy is invalid).
+    pub fn fs_grants(&self) -> Vec<compile::FsGrant> {
         match &self.current {
-            Ok(p) => &p.grants,
-            Err(_) => &[],
+            Ok(p) => p.fs_grants(),
+            Err(_) => Vec::new(),
         }
     }
+
+    /// The policy of profile `name`, or why a session of it can do nothing: the document is
+    /// invalid, or it has no such profile.
+    pub fn profile(&self, name: &ProfileName) -> Result<Rc<Policy>, String> {
+        let all = self.current.as_ref().map_err(|e| e.clone())?;
+        all.get(name)
+            .cloned()
+            .ok_or_else(|| unknown_profile(name, all))
+    }
+}
+
+/// The refusal for a profile the policy does not have.
+pub fn unknown_profile(name: &ProfileName, all: &Policies) -> String {
+    format!(
+        "there is no profile {name} in the policy (revision {}; its profiles: {}). Add [profile.{name}] with `gatehouse policy apply`, or start without --profile",
+        all.revision,
+        all.names()
+    )
 }
 
 /// The `revision` of a document that may not validate (0 if it has none).

@@ -2,11 +2,12 @@
 
 use super::compile::compile;
 use super::doc::PolicyDoc;
+use super::eval::standing;
 use super::eval::{evaluate, PathTarget, Target};
 use super::protected::Protected;
 use super::*;
 use ipc_schema::fs::Access;
-use ipc_schema::tool::{Action, ToolName};
+use ipc_schema::tool::{Action, ProfileName, ToolName};
 
 fn policy(root: &Path, extra: &str) -> compile::Policy {
     let text = format!(
@@ -24,11 +25,12 @@ exclude = ["secret/**", "**/*.key"]
 "#,
         root.display()
     );
-    compile(
+    let all = compile(
         &PolicyDoc::parse(&text).expect("parses"),
         &Protected::new(&[]),
     )
-    .expect("valid")
+    .expect("valid");
+    all.default_profile().as_ref().clone()
 }
 
 fn path(root: &Path, rel: &str, access: Access) -> Target {
@@ -181,7 +183,10 @@ action = "ask"
         }]),
     );
     assert_eq!(v.action, Action::Deny);
-    assert_eq!(v.rule, "/etc/passwd is outside every grant");
+    assert_eq!(
+        v.rule,
+        "/etc/passwd is outside the grants of profile default"
+    );
     // A move is judged on both ends: the destination is protected.
     let mv = Target::Paths(vec![
         PathTarget {
@@ -273,7 +278,10 @@ action = "allow"
         &cmd("cargo", Path::new("/tmp")),
     );
     assert_eq!(v.action, Action::Deny, "{v:?}");
-    assert!(v.rule.contains("outside every grant"), "{v:?}");
+    assert!(
+        v.rule.contains("outside the grants of profile default"),
+        "{v:?}"
+    );
 }
 
 #[test]
@@ -348,7 +356,7 @@ fn an_invalid_file_refuses_and_apply_is_revisioned() {
         Protected::new(&[]),
     );
     assert_eq!(st.revision, 0);
-    assert_eq!(st.grants().len(), 1);
+    assert_eq!(st.fs_grants().len(), 1);
     assert!(
         st.source.contains("built-in default profile"),
         "{}",
@@ -387,4 +395,333 @@ fn an_invalid_file_refuses_and_apply_is_revisioned() {
     // A document without a revision line gets one.
     assert_eq!(st.apply("revision = 1\n"), Ok(2));
     assert_eq!(with_revision("[tools]\n", 7), "revision = 7\n[tools]\n");
+}
+
+/// Two directories and a document with a default profile and two named ones.
+fn two_profiles() -> (tempfile::TempDir, PathBuf, PathBuf, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(dir.path()).unwrap();
+    let (a, b) = (base.join("alpha"), base.join("beta"));
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    let text = format!(
+        r#"
+revision = 5
+[tools]
+read_file = "allow"
+[[grant]]
+root = "{a}"
+capabilities = ["read"]
+
+[profile.research]
+network = ["docs.rs", "*.crates.io"]
+[profile.research.tools]
+read_file = "allow"
+write_file = "deny"
+fetch_url = "ask"
+[profile.research.limits]
+requests_per_minute = 5
+concurrent_requests = 2
+[[profile.research.grant]]
+root = "{b}"
+capabilities = ["read"]
+
+[profile.build-2]
+[[profile.build-2.grant]]
+root = "{a}"
+capabilities = ["read", "write"]
+exclude = ["target/**"]
+"#,
+        a = a.display(),
+        b = b.display()
+    );
+    (dir, a, b, text)
+}
+
+fn read_of(p: &Path) -> Target {
+    Target::Paths(vec![PathTarget {
+        abs: p.join("x.txt").into_os_string().into_encoded_bytes(),
+        access: Access::Read,
+        is_dir: false,
+    }])
+}
+
+#[test]
+fn each_profile_is_judged_by_its_own_grants_tools_limits_and_network() {
+    let (_d, a, b, text) = two_profiles();
+    let all = compile(&PolicyDoc::parse(&text).unwrap(), &Protected::new(&[])).unwrap();
+    let prot = Protected::new(&[]);
+    let name = |n: &str| ProfileName::parse(n).unwrap();
+    assert_eq!(all.names(), "default, build-2, research");
+    let def = all.get(&name("default")).unwrap();
+    let research = all.get(&name("research")).unwrap();
+    let build = all.get(&name("build-2")).unwrap();
+
+    // Positive controls: each reads its own grant.
+    assert_eq!(
+        evaluate(def, &prot, ToolName::ReadFile, &read_of(&a)).action,
+        Action::Allow
+    );
+    assert_eq!(
+        evaluate(research, &prot, ToolName::ReadFile, &read_of(&b)).action,
+        Action::Allow
+    );
+    // And nothing of another profile's.
+    let v = evaluate(def, &prot, ToolName::ReadFile, &read_of(&b));
+    assert_eq!(v.action, Action::Deny);
+    assert_eq!(
+        v.rule,
+        format!(
+            "{}/x.txt is outside the grants of profile default",
+            b.display()
+        )
+    );
+    let v = evaluate(research, &prot, ToolName::ReadFile, &read_of(&a));
+    assert_eq!(
+        (v.action, v.rule),
+        (
+            Action::Deny,
+            format!(
+                "{}/x.txt is outside the grants of profile research",
+                a.display()
+            )
+        )
+    );
+    // Grant ids are unique across profiles.
+    assert_eq!(def.grants[0].id.0, "g1");
+    assert_eq!(research.grants[0].id.0, "research.g1");
+    assert_eq!(build.grants[0].id.0, "build-2.g1");
+    // Nothing is inherited from the top level: build-2 names no tools, so read_file asks.
+    assert_eq!(
+        evaluate(build, &prot, ToolName::ReadFile, &read_of(&a)).action,
+        Action::Ask
+    );
+    // Limits and tool standing per profile.
+    assert_eq!(
+        (research.requests_per_minute, research.concurrent_requests),
+        (5, 2)
+    );
+    assert_eq!(
+        (def.requests_per_minute, def.concurrent_requests),
+        (600, 16)
+    );
+    assert_eq!(standing(research, ToolName::WriteFile).action, Action::Deny);
+    assert_eq!(standing(def, ToolName::WriteFile).action, Action::Ask);
+
+    // The network allowlist refuses an off-list host whatever the rules say, naming the
+    // profile; an on-list host goes on to the tool's default.
+    let url = |h: &str| Target::Url { host: h.into() };
+    let v = evaluate(research, &prot, ToolName::FetchUrl, &url("example.org"));
+    assert_eq!(
+        (v.action, v.rule.as_str()),
+        (
+            Action::Deny,
+            "example.org is not in the network allowlist of profile research (policy revision 5)"
+        )
+    );
+    for on in ["docs.rs", "DOCS.RS.", "static.crates.io"] {
+        let v = evaluate(research, &prot, ToolName::FetchUrl, &url(on));
+        assert_eq!(v.action, Action::Ask, "{on}: {v:?}");
+    }
+    // `*.crates.io` is not the apex, nor a look-alike.
+    for off in ["crates.io", "evilcrates.io", "docs.rs.evil.example"] {
+        let v = evaluate(research, &prot, ToolName::HttpRequest, &url(off));
+        assert_eq!(v.action, Action::Deny, "{off}: {v:?}");
+    }
+    // No list: no such restriction.
+    assert_eq!(
+        evaluate(def, &prot, ToolName::FetchUrl, &url("example.org")).action,
+        Action::Ask
+    );
+    // Before resolution, on the URL as the net-helper will parse it; and where redirects went.
+    assert_eq!(
+        eval::url_off_network(research, "https://Docs.RS./crate"),
+        None
+    );
+    assert!(eval::url_off_network(research, "https://a.example/").is_some());
+    assert_eq!(eval::url_off_network(def, "https://a.example/"), None);
+    assert_eq!(eval::url_off_network(research, "not a url"), None);
+    assert_eq!(
+        eval::hops_off_network(
+            research,
+            ["https://docs.rs/a", "https://static.crates.io/b"]
+        ),
+        None
+    );
+    let why = eval::hops_off_network(research, ["https://docs.rs/a", "https://evil.example/"])
+        .expect("refused");
+    assert!(
+        why.contains("evil.example is not in the network allowlist of profile research"),
+        "{why}"
+    );
+}
+
+#[test]
+fn the_fs_helper_gets_the_union_of_every_profiles_grants_merged_per_root() {
+    let (_d, a, b, text) = two_profiles();
+    let all = compile(&PolicyDoc::parse(&text).unwrap(), &Protected::new(&[])).unwrap();
+    let u = all.fs_grants();
+    assert_eq!(u.len(), 2, "{u:?}");
+    // alpha: default (read) and build-2 (read, write, exclude target/**): one grant.
+    assert_eq!(u[0].id.0, "g1");
+    assert_eq!(u[0].root, a);
+    assert!(u[0].caps.read && u[0].caps.write && !u[0].caps.edit && !u[0].caps.delete);
+    assert!(
+        u[0].exclude.is_empty(),
+        "an exclude stays only if every grant of the root has it"
+    );
+    assert_eq!(u[1].id.0, "research.g1");
+    assert_eq!(u[1].root, b);
+    // Without named profiles, the fs-helper's grants are the default profile's, unchanged.
+    let one = compile(
+        &PolicyDoc::parse(&format!(
+            "[[grant]]\nroot = \"{}\"\ncapabilities = [\"read\"]\nexclude = [\"s/**\"]\ninclude = [\"**/*.rs\"]\n",
+            a.display()
+        ))
+        .unwrap(),
+        &Protected::new(&[]),
+    )
+    .unwrap()
+    .fs_grants();
+    assert_eq!(one.len(), 1);
+    assert_eq!(
+        (one[0].include.clone(), one[0].exclude.clone()),
+        (vec!["**/*.rs".to_string()], vec!["s/**".to_string()])
+    );
+}
+
+#[test]
+fn profile_names_and_contents_are_validated_naming_the_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().display().to_string();
+    let prot = Protected::new(&[]);
+    let cases: &[(String, &str)] = &[
+        (
+            "[profile.Big]\n".into(),
+            "[profile.Big]: profile name \"Big\" may hold only a-z, 0-9, _ and -",
+        ),
+        (
+            "[profile.\"a.b\"]\n".into(),
+            "may hold only a-z, 0-9, _ and -",
+        ),
+        ("[profile.\"\"]\n".into(), "must be 1 to 32 characters long"),
+        (
+            format!("[profile.{}]\n", "x".repeat(33)),
+            "must be 1 to 32 characters long",
+        ),
+        (
+            "[profile.-x]\n".into(),
+            "must start with a letter or a digit",
+        ),
+        (
+            "[profile.default]\n".into(),
+            "is the name of the document's top level",
+        ),
+        (
+            "[profile.a]\nrevision = 2\n".into(),
+            "unknown field `revision`",
+        ),
+        ("[profile.a.profile.b]\n".into(), "unknown field `profile`"),
+        (
+            "[profile.a]\n[profile.a.tools]\nread_fil = \"allow\"\n".into(),
+            "[profile.a] [tools]: unknown tool \"read_fil\"",
+        ),
+        (
+            "[[profile.ok.grant]]\nroot = \"relative\"\ncapabilities = [\"read\"]\n".into(),
+            "[profile.ok] grant 1 (relative): the root must be an absolute path",
+        ),
+        (
+            "[profile.n]\nnetwork = [\"https://docs.rs\"]\n".into(),
+            "[profile.n] network: bad host \"https://docs.rs\"",
+        ),
+        (
+            "[profile.l.limits]\nrequests_per_minute = 0\nconcurrent_requests = 1\n".into(),
+            "[profile.l] [limits]",
+        ),
+        (
+            format!("[[profile.c.grant]]\nroot = \"{root}\"\ncapabilities = []\n"),
+            "[profile.c] grant 1",
+        ),
+        ("network = [\"*.\"]\n".into(), "network: bad host \"*.\""),
+    ];
+    for (text, want) in cases {
+        let r = PolicyDoc::parse(text).and_then(|d| compile(&d, &prot).map(|_| ()));
+        let e = r.expect_err(text);
+        assert!(e.contains(want), "{text:?}: {e:?} lacks {want:?}");
+    }
+    // Names at the edges that are fine; an empty network list reaches no host at all.
+    let ok = format!(
+        "[profile.{}]\n[profile.a_1-b]\nnetwork = []\n",
+        "z".repeat(32)
+    );
+    let all = compile(&PolicyDoc::parse(&ok).unwrap(), &prot).expect("valid");
+    let p = all.get(&ProfileName::parse("a_1-b").unwrap()).unwrap();
+    assert_eq!(
+        evaluate(
+            p,
+            &prot,
+            ToolName::FetchUrl,
+            &Target::Url {
+                host: "docs.rs".into()
+            }
+        )
+        .action,
+        Action::Deny
+    );
+}
+
+#[test]
+fn a_multi_profile_document_round_trips_and_applies_or_is_refused_whole() {
+    let (dir, _a, _b, text) = two_profiles();
+    let doc = PolicyDoc::parse(&text).unwrap();
+    assert_eq!(
+        PolicyDoc::parse(&doc.to_toml()).unwrap(),
+        doc,
+        "to_toml round-trips"
+    );
+    let research = doc.profile("research").unwrap();
+    assert_eq!(
+        research.network,
+        Some(vec!["docs.rs".to_string(), "*.crates.io".to_string()])
+    );
+    assert_eq!(doc.profile("default").unwrap(), doc.default_profile());
+    assert!(doc.profile("nope").is_none());
+
+    let file = dir.path().join("policy.toml");
+    let mut st = PolicyState::load(file.clone(), None, Protected::new(&[]));
+    let text0 = text.replace("revision = 5", "revision = 0");
+    assert_eq!(st.apply(&text0), Ok(1));
+    let stored = std::fs::read_to_string(&file).unwrap();
+    let name = |n: &str| ProfileName::parse(n).unwrap();
+    assert!(st.profile(&name("research")).is_ok());
+    let e = st.profile(&name("nope")).unwrap_err();
+    assert!(
+        e.starts_with("there is no profile nope in the policy (revision 1; its profiles: default, build-2, research)"),
+        "{e}"
+    );
+    // Stale: refused whole, the file untouched.
+    assert_eq!(
+        st.apply(&text0),
+        Err(ApplyError::Stale {
+            given: 0,
+            current: 1
+        })
+    );
+    // One bad profile refuses the whole document, the others with it.
+    let bad = text.replace("revision = 5", "revision = 1").replace(
+        "[profile.build-2]\n",
+        "[profile.build-2]\nnetwork = [\"bad host\"]\n",
+    );
+    let e = st.apply(&bad).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("[profile.build-2] network: bad host"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), stored, "unchanged");
+    assert_eq!(st.revision, 1);
+    assert!(
+        st.profile(&name("build-2")).is_ok(),
+        "the profiles in force stay"
+    );
 }

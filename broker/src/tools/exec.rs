@@ -102,7 +102,12 @@ fn keep(kept: &mut Vec<u8>, dropped: &mut u64, piece: &[u8]) {
 }
 
 /// Runs the command (already `executing` in the ledger).
-pub async fn execute_effect(ctx: &Rc<Ctx>, a: &RunCommand, r: &Resolved) -> EffectAnswer {
+pub async fn execute_effect(
+    ctx: &Rc<Ctx>,
+    a: &RunCommand,
+    r: &Resolved,
+    profile: &ipc_schema::tool::ProfileName,
+) -> EffectAnswer {
     let never = |code, m: String| EffectAnswer::NeverSent(failure(code, m));
     let Some(cwd) = r.paths.first() else {
         return never(
@@ -114,15 +119,16 @@ pub async fn execute_effect(ctx: &Rc<Ctx>, a: &RunCommand, r: &Resolved) -> Effe
         Ok(t) => t,
         Err(e) => return never(ErrorCode::Invalid, e),
     };
-    let writable = {
-        let policy = ctx.gate.policy.borrow();
-        let caps = policy
-            .current
-            .as_ref()
-            .ok()
-            .and_then(|p| p.grants.iter().find(|g| g.id == cwd.grant).map(|g| g.caps));
-        match caps {
-            Some(c) => c.write,
+    // The session's own profile's grant (the fs-helper's grant may be another profile's,
+    // nested inside): its root is what the command sees, writable if that grant writes.
+    let (writable, root) = {
+        let policy = ctx.gate.policy.borrow().profile(profile).ok();
+        let grant = policy.as_ref().and_then(|p| {
+            crate::policy::eval::grant_for(p, &cwd.absolute)
+                .map(|(g, root, _)| (g.caps, root.as_os_str().as_bytes().to_vec()))
+        });
+        match grant {
+            Some((c, root)) => (c.write, root),
             None => {
                 return never(
                     ErrorCode::Refused,
@@ -139,7 +145,7 @@ pub async fn execute_effect(ctx: &Rc<Ctx>, a: &RunCommand, r: &Resolved) -> Effe
         argv: a.argv.clone(),
         cwd: path(&cwd.absolute),
         grants: vec![PathGrant {
-            path: path(&cwd.root),
+            path: path(&root),
             access: if writable {
                 GrantAccess::ReadWrite
             } else {

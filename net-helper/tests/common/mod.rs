@@ -117,6 +117,16 @@ impl NetHelper {
         self.net(NetRequest::Fetch(FetchRequest {
             url: url.into(),
             limits,
+            allowed_hosts: None,
+        }))
+    }
+
+    /// A fetch for a session whose profile allows only `hosts`.
+    pub fn fetch_allowing(&mut self, url: &str, hosts: &[&str]) -> NetReply {
+        self.net(NetRequest::Fetch(FetchRequest {
+            url: url.into(),
+            limits: FetchLimits::default(),
+            allowed_hosts: Some(hosts.iter().map(|h| h.to_string()).collect()),
         }))
     }
 

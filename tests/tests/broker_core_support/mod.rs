@@ -209,10 +209,10 @@ pub struct Gateway(pub Conn);
 
 impl Gateway {
     pub fn open_session(&mut self, resume: Option<ResumeToken>) -> SessionInfo {
-        match self
-            .0
-            .request(Body::ToolCall(ToolCall::OpenSession { resume }))
-        {
+        match self.0.request(Body::ToolCall(ToolCall::OpenSession {
+            resume,
+            profile: None,
+        })) {
             Body::ToolReply(ToolReply::Session(s)) => s,
             other => panic!("open session: {other:?}"),
         }
