@@ -36,6 +36,8 @@ pub enum DecideError {
 
 struct Open {
     proposal: Proposal,
+    /// What the decision's audit row says about outside text (no content).
+    outside_note: String,
     done: watch::Sender<Option<Outcome>>,
 }
 
@@ -61,6 +63,8 @@ pub struct Draft {
     pub effect: String,
     pub rule: String,
     pub policy_revision: u64,
+    /// Which arguments hold outside text the session read.
+    pub outside_text: ipc_schema::ui::OutsideText,
 }
 
 pub fn digest(p: &Proposal, nonce: &[u8; 16]) -> ProposalDigest {
@@ -85,6 +89,8 @@ pub fn digest(p: &Proposal, nonce: &[u8; 16]) -> ProposalDigest {
     put(&p.policy_revision.to_le_bytes());
     put(&p.created_unix_ms.to_le_bytes());
     put(&p.expires_unix_ms.to_le_bytes());
+    // postcard's encoding is fixed for a given value: the same findings, the same bytes.
+    put(&postcard::to_stdvec(&p.outside_text).expect("plain data encodes"));
     ProposalDigest(h.finalize().into())
 }
 
@@ -111,12 +117,14 @@ impl Approvals {
             policy_revision: d.policy_revision,
             created_unix_ms: now_ms,
             expires_unix_ms: now_ms + ttl_ms,
+            outside_text: d.outside_text,
         };
         p.digest = digest(&p, &rand::random());
         let (tx, rx) = watch::channel(None);
         self.open.insert(
             p.id,
             Open {
+                outside_note: crate::provenance::audit_note(&p.outside_text),
                 proposal: p.clone(),
                 done: tx,
             },
@@ -146,8 +154,13 @@ impl Approvals {
         }
     }
 
-    /// Applies a decision from the ui channel.
-    pub fn decide(&mut self, d: &Decision, now_ms: u64) -> Result<&'static str, DecideError> {
+    /// Applies a decision from the ui channel. Gives the choice, and what the decision's audit
+    /// row should add about outside text in the arguments (empty if none; never content).
+    pub fn decide(
+        &mut self,
+        d: &Decision,
+        now_ms: u64,
+    ) -> Result<(&'static str, String), DecideError> {
         if let Some(how) = self.closed.get(&d.proposal) {
             if how.starts_with("expired") {
                 return Err(DecideError::Expired(d.proposal));
@@ -164,12 +177,13 @@ impl Approvals {
             self.expire(d.proposal);
             return Err(DecideError::Expired(d.proposal));
         }
+        let note = open.outside_note.clone();
         self.close(
             d.proposal,
             Outcome::Decided(d.choice),
             d.choice.as_str().to_string(),
         );
-        Ok(d.choice.as_str())
+        Ok((d.choice.as_str(), note))
     }
 
     /// Closes the proposal as expired (denied), if it is still open.
@@ -215,6 +229,7 @@ mod tests {
             effect: "create /p/a".into(),
             rule: "tools.write_file default".into(),
             policy_revision: 0,
+            outside_text: Default::default(),
         }
     }
 
@@ -234,7 +249,7 @@ mod tests {
             digest: p.digest,
             choice: Choice::Deny,
         };
-        assert_eq!(a.decide(&good, 1002), Ok("deny"));
+        assert_eq!(a.decide(&good, 1002), Ok(("deny", String::new())));
         assert_eq!(*rx.borrow(), Some(Outcome::Decided(Choice::Deny)));
         let again = Decision {
             choice: Choice::AllowOnce,
@@ -269,6 +284,51 @@ mod tests {
         assert_eq!(a.decide(&d, 6000), Err(DecideError::Expired(p.id)));
         assert_eq!(*rx.borrow(), Some(Outcome::Expired));
         assert_eq!(a.decide(&d, 6001), Err(DecideError::Expired(p.id)));
+    }
+
+    #[test]
+    fn the_digest_covers_outside_text_and_the_decision_row_names_it() {
+        use ipc_schema::ui::{LineRange, MatchedPart, OutsideMatch, OutsideSource};
+        let mut a = Approvals::default();
+        let (p, _) = a.propose(draft(), 1000, 5000);
+        let nonce = [7; 16];
+        let mut q = p.clone();
+        q.outside_text.sources.push(OutsideSource {
+            tool: ipc_schema::tool::ToolName::FetchUrl,
+            url: "https://x.example/a?token=s3cr3t".into(),
+            call: 2,
+            read_unix_ms: 900,
+            partial: false,
+        });
+        q.outside_text.matches.push(OutsideMatch {
+            argument: "content".into(),
+            part: MatchedPart::Lines(vec![LineRange { first: 2, last: 4 }]),
+            diff_lines: vec![],
+            source: 0,
+        });
+        assert_ne!(digest(&p, &nonce), digest(&q, &nonce));
+        let mut r = q.clone();
+        r.outside_text.sources_forgotten = 1;
+        assert_ne!(digest(&q, &nonce), digest(&r, &nonce));
+
+        let mut d = draft();
+        d.outside_text = q.outside_text.clone();
+        let (p, _) = a.propose(d, 1000, 5000);
+        let (choice, note) = a
+            .decide(
+                &Decision {
+                    proposal: p.id,
+                    digest: p.digest,
+                    choice: Choice::AllowOnce,
+                },
+                1001,
+            )
+            .unwrap();
+        assert_eq!(choice, "allow once");
+        assert_eq!(
+            note,
+            "; outside text: content lines 2-4 from fetch_url https://x.example/a?<redacted 13 chars> (call 2)"
+        );
     }
 
     #[test]

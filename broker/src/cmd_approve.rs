@@ -47,6 +47,44 @@ fn render(p: &Proposal) -> String {
         inert(&p.rule),
         inert(&p.arguments),
     );
+    let o = &p.outside_text;
+    if !o.matches.is_empty() || o.matches_not_listed > 0 || o.sources_forgotten > 0 {
+        s.push_str("  from outside text this session read:\n");
+        for m in &o.matches {
+            let from = match o.sources.get(m.source as usize) {
+                Some(src) => format!(
+                    "from {} {} (call {} of the session{})",
+                    src.tool.as_str(),
+                    src.url,
+                    src.call,
+                    if src.partial {
+                        "; only its first part is remembered"
+                    } else {
+                        ""
+                    }
+                ),
+                None => "from a source the broker did not name".into(),
+            };
+            s.push_str(&format!(
+                "    {}: {} {}\n",
+                inert(&m.argument),
+                crate::provenance::part_text(&m.part),
+                inert(&from)
+            ));
+        }
+        if o.matches_not_listed > 0 {
+            s.push_str(&format!(
+                "    and {} more matches not listed\n",
+                o.matches_not_listed
+            ));
+        }
+        if o.sources_forgotten > 0 {
+            s.push_str(&format!(
+                "    {} earlier sources were forgotten to bound memory: text from them is not recognised\n",
+                o.sources_forgotten
+            ));
+        }
+    }
     if let Some(d) = &p.diff {
         s.push_str("  diff:\n");
         for line in d.lines() {

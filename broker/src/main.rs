@@ -22,6 +22,7 @@ mod head_key;
 mod helpers;
 mod ledger;
 mod policy;
+mod provenance;
 mod sessions;
 mod store;
 mod test_hooks;

@@ -26,7 +26,10 @@ pub fn handle(ctx: &Rc<Ctx>, id: u64, req: UiRequest, reply: &Replier) {
         UiRequest::Decide(d) => {
             let decided = gate.approvals.borrow_mut().decide(&d, now_ms() as u64);
             let (outcome, detail) = match &decided {
-                Ok(choice) => (*choice, format!("proposal {}: {choice}", d.proposal)),
+                Ok((choice, outside)) => (
+                    *choice,
+                    format!("proposal {}: {choice}{outside}", d.proposal),
+                ),
                 Err(e) => (
                     "refused",
                     format!("decision on proposal {} refused: {e}", d.proposal),
@@ -74,6 +77,11 @@ pub fn handle(ctx: &Rc<Ctx>, id: u64, req: UiRequest, reply: &Replier) {
                     let s = s.borrow();
                     SessionSummary {
                         session: s.id.clone(),
+                        profile: s.profile.to_string(),
+                        agent: s
+                            .agent
+                            .as_ref()
+                            .map(|a| format!("{} {}", a.name, a.version)),
                         connected: s.connected,
                         started_unix_ms: s.started_ms as u64,
                         calls: s.calls,
@@ -148,6 +156,9 @@ pub fn handle(ctx: &Rc<Ctx>, id: u64, req: UiRequest, reply: &Replier) {
                     },
                 );
             });
+        }
+        UiRequest::CredentialChanged { name, deleted } => {
+            crate::cmd_secret::record_for_cli(ctx, id, name, deleted, reply)
         }
         UiRequest::AuditTail { after, limit } => {
             let (ctx, reply) = (ctx.clone(), reply.clone());

@@ -65,6 +65,67 @@ pub struct Proposal {
     pub created_unix_ms: u64,
     /// No decision by then means deny.
     pub expires_unix_ms: u64,
+    /// Which parts of the arguments appear in outside text this session read (fetched pages,
+    /// http replies). Part of what the digest covers.
+    pub outside_text: OutsideText,
+}
+
+/// The broker's finding about outside text in a proposal's arguments.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct OutsideText {
+    /// Where the matched text was read; [`OutsideMatch::source`] indexes this list.
+    pub sources: Vec<OutsideSource>,
+    pub matches: Vec<OutsideMatch>,
+    /// Matches found but not listed (the list is capped so a card stays one frame).
+    pub matches_not_listed: u32,
+    /// Sources this session read that were forgotten to bound memory (oldest first): text
+    /// from them is no longer recognised, so "no match" is weaker than it looks.
+    pub sources_forgotten: u64,
+}
+
+/// One argument of the call that holds text from one source.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct OutsideMatch {
+    /// The argument as the card names it: `content`, `new`, `old`, `diff`, `argv[2]`, `url`,
+    /// `header x-api`, `body`, `path`, `cwd`, `from`, `to`, ...
+    pub argument: String,
+    pub part: MatchedPart,
+    /// Lines of [`Proposal::diff`] (1-based) that show this text.
+    pub diff_lines: Vec<LineRange>,
+    /// Index into [`OutsideText::sources`].
+    pub source: u32,
+}
+
+/// Which part of an argument appears in outside text.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum MatchedPart {
+    /// The whole value (an argv element, a URL, a path of 8 characters or more).
+    WholeValue,
+    /// A run of the value (a single-line value).
+    PartOfValue,
+    /// These lines (1-based) of a multi-line value hold text from the source.
+    Lines(Vec<LineRange>),
+}
+
+/// Lines `first..=last`, 1-based.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LineRange {
+    pub first: u32,
+    pub last: u32,
+}
+
+/// Outside text the session read: which tool, from where, when.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct OutsideSource {
+    pub tool: ToolName,
+    /// The URL the text came from (after redirects); a very long one is cut, and says so.
+    pub url: String,
+    /// How many calls the session had made when the text arrived: the number of the call
+    /// that read it (1: the session's first call), unless calls overlapped.
+    pub call: u64,
+    pub read_unix_ms: u64,
+    /// Only the first part of the text is remembered (it was larger than the memory cap).
+    pub partial: bool,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -141,6 +202,11 @@ pub struct LedgerCall {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct SessionSummary {
     pub session: SessionId,
+    /// The profile the session runs under (`default`: the policy's top level).
+    pub profile: String,
+    /// The MCP client as it named itself (`name version`; agent-controlled text, capped by the
+    /// broker, to be shown inert). `None` until the client said.
+    pub agent: Option<String>,
     pub connected: bool,
     pub started_unix_ms: u64,
     pub calls: u64,
@@ -217,6 +283,15 @@ pub enum UiRequest {
         after: u64,
         limit: u32,
     },
+    /// `gatehouse secret set|delete` changed credential `name` through its own secrets-helper
+    /// while this broker runs: the broker writes the audit row, from what its own
+    /// secrets-helper says about the credential now (hosts, how it is sent, whether a value is
+    /// stored; never a value). Refused if the store disagrees with `deleted`.
+    /// [`UiReply::CredentialChangeRecorded`].
+    CredentialChanged {
+        name: crate::secrets::CredentialName,
+        deleted: bool,
+    },
 }
 
 /// Something the console should show now.
@@ -252,4 +327,8 @@ pub enum UiReply {
         remembered: u64,
     },
     Audit(Vec<AuditEntry>),
+    /// The audit row of a credential change is written (and sealed); its entry number.
+    CredentialChangeRecorded {
+        seq: u64,
+    },
 }

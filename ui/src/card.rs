@@ -6,7 +6,7 @@
 
 use crate::theme;
 use crate::wrap::{inert_runs, line_text, wrap, Run, CONTINUATION};
-use ipc_schema::ui::{Choice, Proposal};
+use ipc_schema::ui::{Choice, LineRange, MatchedPart, OutsideText, Proposal};
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 
@@ -52,16 +52,123 @@ fn field(out: &mut Vec<Line<'static>>, label: &str, value: &str, style: Style, w
     out.extend(wrap(&runs, width, label_spans(label), cont_spans(LABEL)));
 }
 
+/// The gutter mark of a line that holds outside text.
+pub const OUTSIDE_MARK: &str = "▌";
+
+/// The heading of the card's outside-text section.
+pub const OUTSIDE_HEADING: &str = "From outside text this session read:";
+
 /// A multi-line block (arguments, diff): each of its lines wrapped on its own under an indent.
-fn block(out: &mut Vec<Line<'static>>, text: &str, width: usize, style_of: impl Fn(&str) -> Style) {
-    let indent = 2;
-    for line in text.split('\n') {
+/// Lines for which `marked(line number)` holds (1-based) carry [`OUTSIDE_MARK`] in the gutter,
+/// on each of their wrapped rows.
+fn block(
+    out: &mut Vec<Line<'static>>,
+    text: &str,
+    width: usize,
+    style_of: impl Fn(&str) -> Style,
+    marked: impl Fn(u32) -> bool,
+) {
+    for (i, line) in text.split('\n').enumerate() {
         let runs: Vec<Run> = inert_runs(line, style_of(line), theme::escape());
+        let (first, cont) = if marked(i as u32 + 1) {
+            (
+                vec![Span::styled(format!("{OUTSIDE_MARK} "), theme::outside())],
+                vec![
+                    Span::styled(format!("{OUTSIDE_MARK} "), theme::outside()),
+                    Span::styled(format!("{CONTINUATION} "), theme::dim()),
+                ],
+            )
+        } else {
+            (vec![Span::raw("  ")], cont_spans(4))
+        };
+        out.extend(wrap(&runs, width, first, cont));
+    }
+}
+
+fn in_ranges(ranges: &[LineRange], line: u32) -> bool {
+    ranges.iter().any(|r| (r.first..=r.last).contains(&line))
+}
+
+fn ranges_text(r: &[LineRange]) -> String {
+    r.iter()
+        .map(|r| {
+            if r.first == r.last {
+                r.first.to_string()
+            } else {
+                format!("{}-{}", r.first, r.last)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `HH:MM:SS UTC` of a unix time in milliseconds.
+fn utc_time(ms: u64) -> String {
+    let s = ms / 1000;
+    format!("{:02}:{:02}:{:02} UTC", s / 3600 % 24, s / 60 % 60, s % 60)
+}
+
+/// The section naming each argument that holds outside text, and where that text was read.
+fn outside_section(out: &mut Vec<Line<'static>>, o: &OutsideText, width: usize) {
+    if o.matches.is_empty() && o.matches_not_listed == 0 && o.sources_forgotten == 0 {
+        return;
+    }
+    out.push(Line::from(Span::styled(OUTSIDE_HEADING, theme::outside())));
+    let mark = || vec![Span::styled(format!("  {OUTSIDE_MARK} "), theme::outside())];
+    for m in &o.matches {
+        let mut what = match &m.part {
+            MatchedPart::WholeValue => format!("{}: the whole value", m.argument),
+            MatchedPart::PartOfValue => format!("{}: part of the value", m.argument),
+            MatchedPart::Lines(r) => format!("{}: lines {}", m.argument, ranges_text(r)),
+        };
+        if !m.diff_lines.is_empty() {
+            what.push_str(&format!(
+                " (diff lines {}, marked {OUTSIDE_MARK})",
+                ranges_text(&m.diff_lines)
+            ));
+        }
+        let from = match o.sources.get(m.source as usize) {
+            Some(s) => format!(
+                "from {} {} (call {} of the session, {}{})",
+                s.tool.as_str(),
+                s.url,
+                s.call,
+                utc_time(s.read_unix_ms),
+                if s.partial {
+                    "; only its first part is remembered"
+                } else {
+                    ""
+                }
+            ),
+            None => "from a source the broker did not name".into(),
+        };
+        let runs = inert_runs(&what, theme::title(), theme::escape());
+        out.extend(wrap(&runs, width, mark(), cont_spans(6)));
+        let runs = inert_runs(&from, Style::new(), theme::escape());
+        out.extend(wrap(&runs, width, vec![Span::raw("    ")], cont_spans(6)));
+    }
+    if o.matches_not_listed > 0 {
+        let t = format!("  and {} more matches not listed", o.matches_not_listed);
         out.extend(wrap(
-            &runs,
+            &inert_runs(&t, theme::warn(), theme::escape()),
             width,
-            vec![Span::raw(" ".repeat(indent))],
-            cont_spans(indent + 2),
+            Vec::new(),
+            cont_spans(4),
+        ));
+    }
+    if o.sources_forgotten > 0 {
+        let t = format!(
+            "  {} earlier source{} this session read {} forgotten to bound memory: text from {} is not recognised",
+            o.sources_forgotten,
+            if o.sources_forgotten == 1 { "" } else { "s" },
+            if o.sources_forgotten == 1 { "was" } else { "were" },
+            if o.sources_forgotten == 1 { "it" } else { "them" },
+        );
+        out.extend(wrap(
+            &inert_runs(&t, theme::warn(), theme::escape()),
+            width,
+            Vec::new(),
+            cont_spans(4),
         ));
     }
 }
@@ -119,16 +226,37 @@ pub fn body(p: &Proposal, width: u16) -> Vec<Line<'static>> {
     field(&mut out, "Target", &p.target, theme::title(), width);
     field(&mut out, "Effect", &p.effect, Style::new(), width);
     field(&mut out, "Rule", &p.rule, Style::new(), width);
+    outside_section(&mut out, &p.outside_text, width);
+    // Arguments whose outside text no diff line shows (argv, URL, paths): the arguments carry
+    // the mark instead.
+    let args_marked = p
+        .outside_text
+        .matches
+        .iter()
+        .any(|m| m.diff_lines.is_empty());
     out.push(Line::from(label_spans("Arguments")));
-    block(&mut out, &p.arguments, width, |_| Style::new());
+    block(
+        &mut out,
+        &p.arguments,
+        width,
+        |_| Style::new(),
+        |_| args_marked,
+    );
     match &p.diff {
         Some(d) => {
+            let diff_marks: Vec<LineRange> = p
+                .outside_text
+                .matches
+                .iter()
+                .flat_map(|m| m.diff_lines.iter().copied())
+                .collect();
             out.push(Line::from(label_spans("Diff")));
             block(
                 &mut out,
                 d.strip_suffix('\n').unwrap_or(d),
                 width,
                 diff_style,
+                |l| in_ranges(&diff_marks, l),
             );
         }
         None => field(
@@ -248,6 +376,7 @@ mod tests {
             policy_revision: 0,
             created_unix_ms: 0,
             expires_unix_ms: 0,
+            outside_text: Default::default(),
         };
         let lines: Vec<String> = body(&p, 24).iter().map(line_text).collect();
         let head: String = lines

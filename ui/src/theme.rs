@@ -24,6 +24,14 @@ pub fn tool() -> Style {
     Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD)
 }
 
+/// Text that came from outside text the session read (fetched pages, http replies): the
+/// section heading and the gutter mark on the lines that hold it.
+pub fn outside() -> Style {
+    Style::new()
+        .fg(Color::LightYellow)
+        .add_modifier(Modifier::BOLD)
+}
+
 pub fn added() -> Style {
     Style::new().fg(Color::Green)
 }

@@ -22,6 +22,7 @@ fn proposal(id: u64) -> Proposal {
         policy_revision: 0,
         created_unix_ms: 0,
         expires_unix_ms: u64::MAX,
+        outside_text: Default::default(),
     }
 }
 

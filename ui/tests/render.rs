@@ -28,6 +28,7 @@ fn proposal(id: u64, target: &str, arguments: &str, diff: Option<&str>) -> Propo
         policy_revision: 0,
         created_unix_ms: NOW_MS,
         expires_unix_ms: NOW_MS + 120_000,
+        outside_text: Default::default(),
     }
 }
 
@@ -321,6 +322,8 @@ fn hostile_audit_rows_and_session_ids_render_inert() {
             sessions.id,
             Body::UiReply(UiReply::Sessions(vec![ipc_schema::ui::SessionSummary {
                 session: SessionId("\x1b[31mred".into()),
+                profile: "research".into(),
+                agent: Some("\x1b[2Jclaude\u{202E}-code 1.0".into()),
                 connected: true,
                 started_unix_ms: NOW_MS,
                 calls: 4,
@@ -336,6 +339,12 @@ fn hostile_audit_rows_and_session_ids_render_inert() {
     assert!(screen.contains("/p/\\x1b[2Jx\\u{202E}y"), "{screen}");
     assert!(screen.contains("allow\\x07"), "{screen}");
     assert!(screen.contains("\\x1b[31m"), "{screen}");
+    // The sessions pane names the agent (inert) and the profile.
+    assert!(
+        screen.contains("\\x1b[2Jclaude…"),
+        "the agent's name, escapes visible, cut to its column between escapes: {screen}"
+    );
+    assert!(screen.contains("research"), "{screen}");
 }
 
 #[test]
@@ -378,4 +387,113 @@ fn uncertain_calls_are_shown_for_the_person_to_check() {
         );
         assert!(screen.contains("\\u{202E}"), "{width}: {screen}");
     }
+}
+
+/// A card whose arguments hold outside text: content lines 2-3 shown on diff lines 5-6, and a
+/// path taken whole from a page whose URL is hostile.
+fn proposal_with_outside_text() -> Proposal {
+    use ipc_schema::ui::{LineRange, MatchedPart, OutsideMatch, OutsideSource, OutsideText};
+    let diff = "--- a/run.sh\n+++ b/run.sh\n@@ -0,0 +1,4 @@\n+#!/bin/sh\n+copied line one from the page\n+copied line two from the page\n+echo mine\n";
+    let mut p = proposal(
+        5,
+        "/p/run.sh",
+        "{\"path\":{\"path\":\"/p/run.sh\"}}",
+        Some(diff),
+    );
+    p.outside_text = OutsideText {
+        sources: vec![OutsideSource {
+            tool: ToolName::FetchUrl,
+            url: "https://evil.example/\x1b[2Jinstall\u{202E}".into(),
+            call: 2,
+            read_unix_ms: NOW_MS,
+            partial: false,
+        }],
+        matches: vec![
+            OutsideMatch {
+                argument: "content".into(),
+                part: MatchedPart::Lines(vec![LineRange { first: 2, last: 3 }]),
+                diff_lines: vec![LineRange { first: 5, last: 6 }],
+                source: 0,
+            },
+            OutsideMatch {
+                argument: "path".into(),
+                part: MatchedPart::WholeValue,
+                diff_lines: vec![],
+                source: 0,
+            },
+        ],
+        matches_not_listed: 0,
+        sources_forgotten: 2,
+    };
+    p
+}
+
+#[test]
+fn outside_text_is_listed_and_its_lines_marked_and_a_card_without_shows_none() {
+    let now = Instant::now();
+    let mut c = console_with(vec![proposal_with_outside_text()], now);
+    let mut term = Terminal::new(TestBackend::new(120, 50)).unwrap();
+    draw(&mut c, &mut term, now);
+    let buf = term.backend().buffer().clone();
+    assert_inert(&buf);
+    let screen = rows(&buf);
+    let all = screen.join("\n");
+    let find = |needle: &str| -> (u16, u16) {
+        for (y, r) in screen.iter().enumerate() {
+            if let Some(byte) = r.find(needle) {
+                return (r[..byte].chars().count() as u16, y as u16);
+            }
+        }
+        panic!("{needle:?} not on screen:\n{all}");
+    };
+    let (x, y) = find(ui::card::OUTSIDE_HEADING);
+    assert_eq!(buf[(x, y)].fg, Color::LightYellow, "the section stands out");
+    let section_at = y;
+    assert!(
+        section_at < find("Arguments").1,
+        "the section comes before the arguments"
+    );
+    assert!(
+        all.contains("content: lines 2-3 (diff lines 5-6, marked ▌)"),
+        "{all}"
+    );
+    assert!(all.contains("path: the whole value"), "{all}");
+    // The source, inert.
+    assert!(
+        all.contains("from fetch_url https://evil.example/\\x1b[2Jinstall\\u{202E} (call 2"),
+        "{all}"
+    );
+    assert!(
+        all.contains("2 earlier sources this session read were forgotten to bound memory"),
+        "{all}"
+    );
+    // The copied diff lines carry the mark in their gutter; the others do not.
+    for marked in ["+copied line one", "+copied line two"] {
+        let (x, y) = find(marked);
+        assert_eq!(buf[(x - 2, y)].symbol(), "▌", "{marked} is marked:\n{all}");
+        assert_eq!(buf[(x - 2, y)].fg, Color::LightYellow);
+    }
+    for plain in ["+#!/bin/sh", "+echo mine", "@@ -0,0 +1,4 @@"] {
+        let (x, y) = find(plain);
+        assert_eq!(
+            buf[(x - 2, y)].symbol(),
+            " ",
+            "{plain} is not marked:\n{all}"
+        );
+    }
+    // The path match has no diff line: the arguments carry the mark.
+    let (x, y) = find("{\"path\":{\"path\":\"/p/run.sh\"}}");
+    assert_eq!(buf[(x - 2, y)].symbol(), "▌", "{all}");
+
+    // Negative control: the same card without findings shows no section and no mark.
+    let mut p = proposal_with_outside_text();
+    p.outside_text = Default::default();
+    let mut c = console_with(vec![p], now);
+    let mut term = Terminal::new(TestBackend::new(120, 50)).unwrap();
+    draw(&mut c, &mut term, now);
+    let screen = rows(term.backend().buffer());
+    let all = screen.join("\n");
+    assert!(all.contains("+copied line one"), "{all}");
+    assert!(!all.contains(ui::card::OUTSIDE_HEADING), "{all}");
+    assert!(!all.contains('▌'), "{all}");
 }

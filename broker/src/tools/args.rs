@@ -19,20 +19,30 @@ fn path_json(p: &FsPath) -> Value {
     }
 }
 
-/// `shown` is lossless for UTF-8 and escapes other bytes, but `\x41` written by an agent and the
-/// byte 0x41 would collide; the raw bytes go into the key as well.
+/// A path in the canonical form: UTF-8 as a string (`{"path": "/tmp/x"}`), anything else as
+/// its bytes in hex (`{"bytes": "2f74ff"}`). The two keys never stand for the same path, so
+/// the form stays unambiguous (unlike `shown`, where `\x41` typed by an agent and the byte 0x41
+/// would collide) and a card stays readable.
 fn path_key(p: &FsPath) -> Value {
-    match p {
-        FsPath::InGrant { grant, path } => json!({"grant": grant.0, "bytes": hex::encode(path)}),
-        FsPath::Absolute(p) => json!({"bytes": hex::encode(p)}),
+    let (grant, bytes) = match p {
+        FsPath::InGrant { grant, path } => (Some(&grant.0), path),
+        FsPath::Absolute(p) => (None, p),
+    };
+    let mut v = match std::str::from_utf8(bytes) {
+        Ok(s) => json!({ "path": s }),
+        Err(_) => json!({ "bytes": hex::encode(bytes) }),
+    };
+    if let Some(g) = grant {
+        v["grant"] = json!(g);
     }
+    v
 }
 
 /// Canonical JSON of the call's arguments as given (keys sorted; contents as length and
 /// SHA-256). The ledger key is computed over this.
 pub fn canonical(call: &ToolCall) -> String {
     let v = match call {
-        ToolCall::OpenSession { .. } => json!({}),
+        ToolCall::OpenSession { .. } | ToolCall::DescribeAgent(_) => json!({}),
         ToolCall::ReadFile(a) => {
             json!({"path": path_key(&a.path), "offset": a.offset, "length": a.length})
         }
@@ -127,7 +137,7 @@ fn redact_arg(prev: Option<&str>, a: &str) -> String {
 }
 
 /// A URL without userinfo, query and fragment (where tokens travel).
-pub(super) fn redact_url(u: &str) -> String {
+pub(crate) fn redact_url(u: &str) -> String {
     let cut = u.find(['?', '#']).unwrap_or(u.len());
     let (base, rest) = u.split_at(cut);
     let base = match (base.find("://"), base.find('@')) {
@@ -146,7 +156,7 @@ pub(super) fn redact_url(u: &str) -> String {
 /// The audit log's form: no file content, no secret-looking values.
 pub fn redacted(call: &ToolCall) -> String {
     let v = match call {
-        ToolCall::OpenSession { .. } => json!({}),
+        ToolCall::OpenSession { .. } | ToolCall::DescribeAgent(_) => json!({}),
         ToolCall::ReadFile(a) => {
             json!({"path": path_json(&a.path), "offset": a.offset, "length": a.length})
         }
@@ -210,6 +220,36 @@ mod tests {
         assert!(
             c.find("\"content_len\"").unwrap() < c.find("\"path\"").unwrap(),
             "{c}"
+        );
+    }
+
+    #[test]
+    fn paths_are_strings_when_utf8_and_hex_bytes_only_otherwise() {
+        let del = |p: FsPath| {
+            canonical(&ToolCall::DeletePath(ipc_schema::tool::DeletePath {
+                path: p,
+                recursive: false,
+            }))
+        };
+        assert_eq!(
+            del(FsPath::Absolute(b"/tmp/x".to_vec())),
+            r#"{"path":{"path":"/tmp/x"},"recursive":false}"#
+        );
+        assert_eq!(
+            del(FsPath::InGrant {
+                grant: ipc_schema::fs::GrantId("g1".into()),
+                path: b"src/a.rs".to_vec(),
+            }),
+            r#"{"path":{"grant":"g1","path":"src/a.rs"},"recursive":false}"#
+        );
+        assert_eq!(
+            del(FsPath::Absolute(b"/tmp/\xff".to_vec())),
+            r#"{"path":{"bytes":"2f746d702fff"},"recursive":false}"#
+        );
+        // The text `\xff` typed by an agent is another path than the byte 0xff.
+        assert_ne!(
+            del(FsPath::Absolute(b"/tmp/\\xff".to_vec())),
+            del(FsPath::Absolute(b"/tmp/\xff".to_vec()))
         );
     }
 

@@ -8,11 +8,12 @@
 use super::fs::EffectAnswer;
 use super::net::{fetched_text, net_call, net_refusal, network_failed, tool_limits, whole_text};
 use super::{failed, refused};
+use crate::sessions::SessionRef;
 use crate::Ctx;
 use ipc_schema::net::{CheckedTarget, HttpSend, NetReply, NetRequest};
 use ipc_schema::secrets::{CredentialHeader, CredentialName, SecretsReply, SecretsRequest};
 use ipc_schema::tool::{
-    Failure, HttpMethod, HttpRequest, HttpResponse, RefusalKind, ToolReply, ToolResult,
+    Failure, HttpMethod, HttpRequest, HttpResponse, RefusalKind, ToolName, ToolReply, ToolResult,
 };
 use ipc_schema::{Body, ErrorCode, Role};
 use std::rc::Rc;
@@ -78,6 +79,7 @@ async fn send_inner(
     ctx: &Rc<Ctx>,
     a: &HttpRequest,
     checked: &CheckedTarget,
+    allowed_hosts: Option<Vec<String>>,
 ) -> Result<ToolResult, SendError> {
     let credential = match &a.credential {
         Some(name) => Some(
@@ -95,6 +97,7 @@ async fn send_inner(
         body: a.body.clone(),
         credential,
         limits: tool_limits(),
+        allowed_hosts,
     };
     let reply = match net_call(ctx, NetRequest::Http(send)).await {
         Ok(r) => r,
@@ -134,10 +137,13 @@ pub async fn send(
     ctx: &Rc<Ctx>,
     a: &HttpRequest,
     checked: &CheckedTarget,
+    allowed_hosts: Option<Vec<String>>,
 ) -> Result<ToolResult, ToolReply> {
-    send_inner(ctx, a, checked).await.map_err(|e| match e {
-        SendError::NotSent(r) | SendError::Sent(r) => r,
-    })
+    send_inner(ctx, a, checked, allowed_hosts)
+        .await
+        .map_err(|e| match e {
+            SendError::NotSent(r) | SendError::Sent(r) => r,
+        })
 }
 
 fn as_failure(r: ToolReply) -> Failure {
@@ -158,9 +164,11 @@ fn as_failure(r: ToolReply) -> Failure {
     }
 }
 
-/// An effectful request (already `executing` in the ledger).
+/// An effectful request (already `executing` in the ledger). The reply is outside text the
+/// session receives: it is remembered for its later proposals.
 pub async fn execute_effect(
     ctx: &Rc<Ctx>,
+    session: &SessionRef,
     a: &HttpRequest,
     checked: Option<&CheckedTarget>,
 ) -> EffectAnswer {
@@ -170,8 +178,15 @@ pub async fn execute_effect(
             "the request's target was not checked",
         )));
     };
-    match send_inner(ctx, a, checked).await {
-        Ok(r) => EffectAnswer::Done(Box::new(r)),
+    let hosts = match super::net::allowed_hosts(ctx, session) {
+        Ok(h) => h,
+        Err(r) => return EffectAnswer::NeverSent(as_failure(r)),
+    };
+    match send_inner(ctx, a, checked, hosts).await {
+        Ok(r) => {
+            super::net::remember_outside(session, ToolName::HttpRequest, &r);
+            EffectAnswer::Done(Box::new(r))
+        }
         Err(SendError::NotSent(r)) => EffectAnswer::NeverSent(as_failure(r)),
         // The helper dying with the request in hand leaves the effect unknown.
         Err(SendError::Sent(ToolReply::Failed(f))) if f.code == ErrorCode::HelperCrashed => {

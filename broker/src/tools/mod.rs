@@ -22,8 +22,8 @@ use crate::store::now_ms;
 use crate::test_hooks::{crash_point, CrashStep};
 use crate::Ctx;
 use ipc_schema::tool::{
-    Action, Done, Failure, ProposalId, Refusal, RefusalKind, ResumeToken, SessionInfo, ToolCall,
-    ToolName, ToolReply, ToolResult, Verdict, Waiting,
+    Action, AgentInfo, Done, Failure, ProfileName, ProposalId, Refusal, RefusalKind, ResumeToken,
+    SessionInfo, ToolCall, ToolName, ToolReply, ToolResult, Verdict, Waiting,
 };
 use ipc_schema::ui::{CallState, Choice, Remembered};
 use ipc_schema::{Body, ErrorCode, ErrorReply};
@@ -78,7 +78,10 @@ pub fn handle(ctx: &Rc<Ctx>, conn: &Rc<Conn>, id: u64, call: ToolCall, reply: &R
     let (ctx, conn, reply) = (ctx.clone(), conn.clone(), reply.clone());
     tokio::task::spawn_local(async move {
         let body = match call {
-            ToolCall::OpenSession { resume } => open_session(&ctx, &conn, resume).await,
+            ToolCall::OpenSession { resume, profile } => {
+                open_session(&ctx, &conn, resume, profile).await
+            }
+            ToolCall::DescribeAgent(agent) => describe_agent(&ctx, &conn, agent),
             call => Body::ToolReply(run(&ctx, &conn, id, call, &reply).await),
         };
         reply.send(id, body);
@@ -115,7 +118,69 @@ fn internal(e: impl std::fmt::Display) -> ToolReply {
     )
 }
 
-async fn open_session(ctx: &Rc<Ctx>, conn: &Rc<Conn>, resume: Option<ResumeToken>) -> Body {
+/// Notes the session's MCP client (its `clientInfo`), once; re-capped here, since the gateway
+/// is the agent's side.
+fn describe_agent(ctx: &Rc<Ctx>, conn: &Rc<Conn>, agent: AgentInfo) -> Body {
+    let session = match session_for(ctx, conn) {
+        Ok(s) => s,
+        Err(r) => {
+            return Body::Error(ErrorReply::new(ErrorCode::Internal, describe(&r)));
+        }
+    };
+    let agent = AgentInfo::capped(&agent.name, &agent.version);
+    let mut s = session.borrow_mut();
+    if let Some(had) = &s.agent {
+        return Body::Error(ErrorReply::new(
+            ErrorCode::Refused,
+            format!(
+                "session {} already named its client ({:?} {:?})",
+                s.id, had.name, had.version
+            ),
+        ));
+    }
+    crate::audit::record(
+        AuditEvent::new(AuditKind::Session, "gateway", "described")
+            .session(s.id.0.clone())
+            .detail(format!(
+                "client {:?} version {:?}",
+                agent.name, agent.version
+            )),
+    );
+    s.agent = Some(agent);
+    Body::Pong
+}
+
+/// The profile a resumable session was opened with (`default` for a session older than
+/// profiles).
+async fn stored_profile(ctx: &Rc<Ctx>, sid: &str) -> Result<ProfileName, String> {
+    let sid = sid.to_string();
+    let name = ctx
+        .gate
+        .store
+        .read(move |tx| {
+            use rusqlite::OptionalExtension;
+            tx.execute(sessions::PROFILE_TABLE, [])?;
+            tx.query_row(
+                "SELECT profile FROM session_profiles WHERE session = ?1",
+                [sid],
+                |r| r.get::<_, String>(0),
+            )
+            .optional()
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    match name {
+        None => Ok(ProfileName::default_profile()),
+        Some(n) => ProfileName::parse(&n).map_err(|e| format!("the stored profile is bad: {e}")),
+    }
+}
+
+async fn open_session(
+    ctx: &Rc<Ctx>,
+    conn: &Rc<Conn>,
+    resume: Option<ResumeToken>,
+    asked: Option<ProfileName>,
+) -> Body {
     let err = |code, m: String| Body::Error(ErrorReply::new(code, m));
     if let Some(a) = conn.attached.borrow().as_ref() {
         return err(
@@ -162,8 +227,20 @@ async fn open_session(ctx: &Rc<Ctx>, conn: &Rc<Conn>, resume: Option<ResumeToken
             }
         }
         None => {
+            let profile = asked.clone().unwrap_or_else(ProfileName::default_profile);
+            // An unknown profile is refused. While the policy is invalid the session opens and
+            // every call is refused with the reason (as for the default profile).
+            if let Ok(all) = &gate.policy.borrow().current {
+                if all.get(&profile).is_none() {
+                    return err(
+                        ErrorCode::Refused,
+                        crate::policy::unknown_profile(&profile, all),
+                    );
+                }
+            }
             let (id, token) = sessions::new_ids();
             let (sid, hash) = (id.0.clone(), sessions::token_hash(&token));
+            let pname = profile.to_string();
             let saved = gate
                 .store
                 .txn(move |tx, audit| {
@@ -171,8 +248,15 @@ async fn open_session(ctx: &Rc<Ctx>, conn: &Rc<Conn>, resume: Option<ResumeToken
                         "INSERT INTO sessions (id, resume_hash, created_ms) VALUES (?1, ?2, ?3)",
                         rusqlite::params![sid, hash, now_ms()],
                     )?;
+                    tx.execute(sessions::PROFILE_TABLE, [])?;
+                    tx.execute(
+                        "INSERT INTO session_profiles (session, profile) VALUES (?1, ?2)",
+                        rusqlite::params![sid, pname],
+                    )?;
                     audit.push(
-                        AuditEvent::new(AuditKind::Session, "gateway", "opened").session(sid),
+                        AuditEvent::new(AuditKind::Session, "gateway", "opened")
+                            .session(sid)
+                            .detail(format!("profile {pname}")),
                     );
                     Ok(())
                 })
@@ -183,13 +267,31 @@ async fn open_session(ctx: &Rc<Ctx>, conn: &Rc<Conn>, resume: Option<ResumeToken
             (id, token, false)
         }
     };
+    // A resumed session keeps the profile it was opened with; naming another is refused.
+    let profile = if resumed {
+        let had = match stored_profile(ctx, &id.0).await {
+            Ok(p) => p,
+            Err(e) => return err(ErrorCode::Internal, e),
+        };
+        if let Some(asked) = &asked {
+            if *asked != had {
+                return err(
+                    ErrorCode::Refused,
+                    sessions::profile_mismatch(&id, &had, asked),
+                );
+            }
+        }
+        had
+    } else {
+        asked.unwrap_or_else(ProfileName::default_profile)
+    };
     if conn.attached.borrow().is_some() {
         return err(
             ErrorCode::Invalid,
             "this connection already has a session".into(),
         );
     }
-    match gate.sessions.borrow_mut().attach(&id, now_ms()) {
+    match gate.sessions.borrow_mut().attach(&id, now_ms(), &profile) {
         Ok(s) => *conn.attached.borrow_mut() = Some(Attached(s)),
         Err(e) => return err(ErrorCode::Refused, e),
     }
@@ -199,12 +301,13 @@ async fn open_session(ctx: &Rc<Ctx>, conn: &Rc<Conn>, resume: Option<ResumeToken
             AuditEvent::new(AuditKind::Session, "gateway", "resumed").session(id.0.clone()),
         );
     }
-    // With an invalid policy every call is refused with the reason; the tools stay listed so
-    // that the agent sees that reason rather than an empty list.
-    let tools = match &ctx.gate.policy.borrow().current {
+    // The tool view of the session's own profile. With an invalid policy every call is
+    // refused with the reason; the tools stay listed so that the agent sees that reason rather
+    // than an empty list.
+    let tools = match ctx.gate.policy.borrow().profile(&profile) {
         Ok(policy) => ToolName::ALL
             .into_iter()
-            .map(|t| crate::policy::eval::standing(policy, t))
+            .map(|t| crate::policy::eval::standing(&policy, t))
             .collect(),
         Err(_) => Vec::new(),
     };
@@ -212,6 +315,7 @@ async fn open_session(ctx: &Rc<Ctx>, conn: &Rc<Conn>, resume: Option<ResumeToken
         session: id,
         resume: token,
         resumed,
+        profile,
         tools,
     }))
 }
@@ -226,7 +330,7 @@ fn session_for(ctx: &Rc<Ctx>, conn: &Rc<Conn>) -> Result<SessionRef, ToolReply> 
         .gate
         .sessions
         .borrow_mut()
-        .attach(&id, now_ms())
+        .attach(&id, now_ms(), &ProfileName::default_profile())
         .map_err(|e| failed(ErrorCode::Internal, e))?;
     crate::audit::record(
         AuditEvent::new(AuditKind::Session, "gateway", "opened").session(id.0.clone()),
@@ -267,7 +371,9 @@ async fn run(
     let gate = &ctx.gate;
     let summary = args::redacted(&call);
 
-    let policy = gate.policy.borrow().current.clone();
+    // The session's own profile, and nothing else, judges its calls.
+    let profile = session.borrow().profile.clone();
+    let policy = gate.policy.borrow().profile(&profile);
     let policy = match policy {
         Ok(p) => p,
         Err(reason) => {
@@ -302,6 +408,22 @@ async fn run(
         }
     }
 
+    // The profile's network allowlist, before the net-helper resolves anything.
+    if let Some(why) = web_url(&call).and_then(|u| eval::url_off_network(&policy, u)) {
+        crate::audit::record(
+            event(AuditKind::ToolCall, &sid.0, tool, "deny").detail(format!("{why}; {summary}")),
+        );
+        let verdict = Verdict {
+            action: Action::Deny,
+            rule: why,
+        };
+        return refused(
+            RefusalKind::Denied,
+            format!("denied by {}", verdict.rule),
+            Some(verdict),
+            None,
+        );
+    }
     let (resolved, checked) = match net::resolve(ctx, &call).await {
         Ok(r) => r,
         Err(reply) => {
@@ -350,7 +472,7 @@ async fn run(
         let mut proposal = None;
         if verdict.action == Action::Ask {
             let draft = draft(
-                &sid,
+                &session,
                 tool,
                 &target_key,
                 &call,
@@ -365,7 +487,9 @@ async fn run(
             }
         }
         let out = if checked.is_some() {
-            net::execute_read(ctx, &call, checked.as_ref()).await
+            net::execute_read(ctx, &session, &call, checked.as_ref())
+                .await
+                .and_then(|r| stayed_on_network(&profile, ctx, r))
         } else {
             fs::execute(ctx, &call, &resolved, None)
                 .await
@@ -429,7 +553,7 @@ async fn run(
         }
         let diff = preview.as_ref().and_then(|p| p.diff.clone());
         let draft = draft(
-            &sid,
+            &session,
             tool,
             &target_key,
             &call,
@@ -506,8 +630,8 @@ async fn run(
     crash_point(gate.test_crash, CrashStep::AfterExecuting);
 
     let answer = match &call {
-        ToolCall::HttpRequest(a) => http::execute_effect(ctx, a, checked.as_ref()).await,
-        ToolCall::RunCommand(a) => exec::execute_effect(ctx, a, &resolved).await,
+        ToolCall::HttpRequest(a) => http::execute_effect(ctx, &session, a, checked.as_ref()).await,
+        ToolCall::RunCommand(a) => exec::execute_effect(ctx, a, &resolved, &profile).await,
         _ => fs::execute_effect(ctx, &call, &resolved, expected, gate.test_crash).await,
     };
     crash_point(gate.test_crash, CrashStep::AfterAnswer);
@@ -596,6 +720,45 @@ async fn record_failure(
         return internal(e);
     }
     ToolReply::Failed(f)
+}
+
+/// The URL a web tool reaches.
+fn web_url(call: &ToolCall) -> Option<&str> {
+    match call {
+        ToolCall::FetchUrl(a) => Some(&a.url),
+        ToolCall::HttpRequest(a) => Some(&a.url),
+        _ => None,
+    }
+}
+
+/// A page fetched for a profile with a network allowlist, refused if a redirect took it off
+/// the list (the net-helper follows redirects of reads itself).
+fn stayed_on_network(
+    profile: &ProfileName,
+    ctx: &Rc<Ctx>,
+    r: ToolResult,
+) -> Result<ToolResult, ToolReply> {
+    let page = match &r {
+        ToolResult::Fetched(p) => p,
+        ToolResult::HttpResponse(h) => &h.page,
+        _ => return Ok(r),
+    };
+    // A profile removed meanwhile: fail closed (nothing is known about its list any more).
+    let policy = ctx
+        .gate
+        .policy
+        .borrow()
+        .profile(profile)
+        .map_err(|why| refused(RefusalKind::Denied, why, None, None))?;
+    let hops = page
+        .redirects
+        .iter()
+        .map(String::as_str)
+        .chain(std::iter::once(page.final_url.as_str()));
+    match eval::hops_off_network(&policy, hops) {
+        None => Ok(r),
+        Some(why) => Err(refused(RefusalKind::Denied, why, None, None)),
+    }
 }
 
 /// One line on what the call will do, for the approval card.
@@ -718,7 +881,7 @@ fn with_standing_decisions(
 
 #[allow(clippy::too_many_arguments)]
 fn draft(
-    sid: &ipc_schema::tool::SessionId,
+    session: &SessionRef,
     tool: ToolName,
     target: &str,
     call: &ToolCall,
@@ -727,11 +890,13 @@ fn draft(
     v: &Verdict,
     revision: u64,
 ) -> Draft {
+    let session = session.borrow();
     Draft {
-        session: sid.clone(),
+        session: session.id.clone(),
         tool,
         target: target.to_string(),
         arguments: args::canonical(call),
+        outside_text: session.outside.check(call, diff.as_deref()),
         diff,
         effect,
         rule: v.rule.clone(),
@@ -758,7 +923,13 @@ async fn ask(
     crate::audit::record(
         event(AuditKind::Proposal, &sid, tool, "asked")
             .target(target.clone())
-            .detail(format!("proposal {}; {}; {}", p.id, p.effect, v.rule)),
+            .detail(format!(
+                "proposal {}; {}; {}{}",
+                p.id,
+                p.effect,
+                v.rule,
+                crate::provenance::audit_note(&p.outside_text)
+            )),
     );
     reply.send(
         id,

@@ -8,11 +8,12 @@
 use super::fs::Resolved;
 use super::{failed, refused};
 use crate::policy::eval::Target;
+use crate::sessions::SessionRef;
 use crate::Ctx;
 use ipc_schema::net::{
     CheckedTarget, FetchLimits, FetchRequest, FetchedPage, NetRefusal, NetReply, NetRequest,
 };
-use ipc_schema::tool::{FetchedText, RefusalKind, ToolCall, ToolReply, ToolResult};
+use ipc_schema::tool::{FetchedText, RefusalKind, ToolCall, ToolName, ToolReply, ToolResult};
 use ipc_schema::{Body, ErrorCode, Role};
 use std::rc::Rc;
 
@@ -195,11 +196,36 @@ pub fn fetched_text(page: &FetchedPage, text: String) -> FetchedText {
     }
 }
 
-/// Carries out a `fetch_url`: the helper checks everything again and pins the connection.
-pub async fn fetch(ctx: &Rc<Ctx>, url: &str) -> Result<ToolResult, ToolReply> {
+/// The session profile's network allowlist, for the net-helper to apply to every hop
+/// (`None`: the profile has no list). A profile that is no longer in the policy refuses.
+pub fn allowed_hosts(
+    ctx: &Rc<Ctx>,
+    session: &SessionRef,
+) -> Result<Option<Vec<String>>, ToolReply> {
+    let profile = session.borrow().profile.clone();
+    let policy = ctx
+        .gate
+        .policy
+        .borrow()
+        .profile(&profile)
+        .map_err(|why| refused(RefusalKind::Denied, why, None, None))?;
+    Ok(policy
+        .network
+        .as_ref()
+        .map(|list| list.iter().map(|p| p.to_string()).collect()))
+}
+
+/// Carries out a `fetch_url`: the helper checks everything again (each hop's host against the
+/// session's allowlist too) and pins the connection.
+pub async fn fetch(
+    ctx: &Rc<Ctx>,
+    url: &str,
+    allowed_hosts: Option<Vec<String>>,
+) -> Result<ToolResult, ToolReply> {
     let req = FetchRequest {
         url: url.into(),
         limits: tool_limits(),
+        allowed_hosts,
     };
     let page = match net_call(ctx, NetRequest::Fetch(req)).await? {
         NetReply::Fetched(p) => p,
@@ -212,16 +238,32 @@ pub async fn fetch(ctx: &Rc<Ctx>, url: &str) -> Result<ToolResult, ToolReply> {
 }
 
 /// Carries out a read-only network call (`fetch_url`, or `http_request` with GET or HEAD).
+/// What the session receives is outside text: it is remembered for its later proposals.
 pub async fn execute_read(
     ctx: &Rc<Ctx>,
+    session: &SessionRef,
     call: &ToolCall,
     checked: Option<&CheckedTarget>,
 ) -> Result<ToolResult, ToolReply> {
-    match (call, checked) {
-        (ToolCall::FetchUrl(a), _) => fetch(ctx, &a.url).await,
-        (ToolCall::HttpRequest(a), Some(c)) => super::http::send(ctx, a, c).await,
+    let hosts = allowed_hosts(ctx, session)?;
+    let r = match (call, checked) {
+        (ToolCall::FetchUrl(a), _) => fetch(ctx, &a.url, hosts).await,
+        (ToolCall::HttpRequest(a), Some(c)) => super::http::send(ctx, a, c, hosts).await,
         _ => Err(failed(ErrorCode::Internal, "not a read-only network call")),
+    }?;
+    if let Some(tool) = call.tool() {
+        remember_outside(session, tool, &r);
     }
+    Ok(r)
+}
+
+/// Remembers a page or reply the session is about to receive as outside text, with where it
+/// came from and the call's number in the session.
+pub fn remember_outside(session: &SessionRef, tool: ToolName, r: &ToolResult) {
+    let mut s = session.borrow_mut();
+    let call = s.calls;
+    s.outside
+        .remember_result(tool, call, crate::store::now_ms() as u64, r);
 }
 
 #[cfg(test)]
