@@ -182,8 +182,18 @@ fn render(v: &PolicyView, profiles: Option<&[String]>) -> String {
         out.push_str("\n# remembered decisions (drop one with `gatehouse policy forget ID`):\n");
         for r in &v.remembered {
             out.push_str(&format!(
-                "#   {}: always {} {} on {} (from proposal {})\n",
-                r.id, r.action, r.tool, r.target, r.origin
+                "#   {}: always {} {} on {} (from proposal {} in profile {}{})\n",
+                r.id,
+                r.action,
+                r.tool,
+                r.target,
+                r.origin,
+                r.profile,
+                if r.action == "deny" {
+                    "; applies in every profile"
+                } else {
+                    ""
+                }
             ));
         }
     }

@@ -113,7 +113,7 @@ fn default_root(given: Option<&PathBuf>) -> Option<String> {
 
 pub fn load_remembered(conn: &rusqlite::Connection) -> rusqlite::Result<Vec<Remembered>> {
     let mut stmt = conn.prepare(
-        "SELECT id, tool, target, action, created_ms, origin FROM remembered ORDER BY id",
+        "SELECT id, tool, target, action, created_ms, origin, profile FROM remembered ORDER BY id",
     )?;
     let rows = stmt.query_map([], |r| {
         Ok(Remembered {
@@ -123,6 +123,7 @@ pub fn load_remembered(conn: &rusqlite::Connection) -> rusqlite::Result<Vec<Reme
             action: r.get(3)?,
             created_unix_ms: r.get::<_, i64>(4)? as u64,
             origin: r.get(5)?,
+            profile: r.get(6)?,
         })
     })?;
     rows.collect()

@@ -48,13 +48,6 @@ pub fn profile_mismatch(id: &SessionId, has: &ProfileName, asked: &ProfileName) 
     )
 }
 
-/// The table that keeps each resumable session's profile (beside the store's `sessions`
-/// table, keyed by its id), made on first use so that the store's schema stays as it is.
-pub const PROFILE_TABLE: &str = "CREATE TABLE IF NOT EXISTS session_profiles (
-    session TEXT PRIMARY KEY,
-    profile TEXT NOT NULL
-)";
-
 pub fn new_ids() -> (SessionId, ResumeToken) {
     (
         SessionId(hex::encode(rand::random::<[u8; 16]>())),

@@ -224,6 +224,9 @@ pub struct Remembered {
     pub created_unix_ms: u64,
     /// The proposal it came from.
     pub origin: String,
+    /// The session profile it was given in: an allow applies only there, a deny in every
+    /// profile.
+    pub profile: String,
 }
 
 /// The policy in force.

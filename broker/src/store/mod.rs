@@ -92,15 +92,36 @@ CREATE TABLE IF NOT EXISTS sessions (
     resume_hash BLOB NOT NULL UNIQUE,
     created_ms INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS session_profiles (
+    session TEXT PRIMARY KEY,
+    profile TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS remembered (
     id INTEGER PRIMARY KEY,
     tool TEXT NOT NULL,
     target TEXT NOT NULL,
     action TEXT NOT NULL CHECK (action IN ('allow','deny')),
     created_ms INTEGER NOT NULL,
-    origin TEXT NOT NULL
+    origin TEXT NOT NULL,
+    profile TEXT NOT NULL DEFAULT 'default'
 );
 "#;
+
+/// Brings a database made by an earlier gatehouse up to [`SCHEMA`]: `remembered` had no
+/// `profile` column before session profiles (its rows were made in the default profile).
+fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    let has_profile: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM pragma_table_info('remembered') WHERE name = 'profile'",
+        [],
+        |r| r.get(0),
+    )?;
+    if has_profile == 0 {
+        conn.execute_batch(
+            "ALTER TABLE remembered ADD COLUMN profile TEXT NOT NULL DEFAULT 'default'",
+        )?;
+    }
+    Ok(())
+}
 
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -120,6 +141,7 @@ pub fn open_rw(path: &Path) -> Result<Connection, StoreError> {
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.execute_batch(SCHEMA)?;
+    migrate(&conn)?;
     Ok(conn)
 }
 
@@ -361,5 +383,39 @@ impl<S: Seal> Chain<S> {
         .execute(params![self.seq, &self.head[..], &head_mac[..]])?;
         self.staged.clear();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod migrate_tests {
+    use super::*;
+
+    #[test]
+    fn a_remembered_table_from_before_profiles_gets_its_profile_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        let old = Connection::open(&path).unwrap();
+        old.execute_batch(
+            "CREATE TABLE remembered (id INTEGER PRIMARY KEY, tool TEXT NOT NULL, target TEXT NOT NULL,
+                action TEXT NOT NULL CHECK (action IN ('allow','deny')), created_ms INTEGER NOT NULL,
+                origin TEXT NOT NULL);
+             INSERT INTO remembered (tool, target, action, created_ms, origin)
+                VALUES ('write_file', '/p/a', 'allow', 1, '3');",
+        )
+        .unwrap();
+        drop(old);
+        let conn = open_rw(&path).unwrap();
+        let profile: String = conn
+            .query_row("SELECT profile FROM remembered WHERE id = 1", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(
+            profile, "default",
+            "its rows were made in the default profile"
+        );
+        // Opening again changes nothing (the column is there).
+        drop(conn);
+        open_rw(&path).unwrap();
     }
 }

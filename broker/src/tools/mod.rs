@@ -159,7 +159,6 @@ async fn stored_profile(ctx: &Rc<Ctx>, sid: &str) -> Result<ProfileName, String>
         .store
         .read(move |tx| {
             use rusqlite::OptionalExtension;
-            tx.execute(sessions::PROFILE_TABLE, [])?;
             tx.query_row(
                 "SELECT profile FROM session_profiles WHERE session = ?1",
                 [sid],
@@ -248,7 +247,6 @@ async fn open_session(
                         "INSERT INTO sessions (id, resume_hash, created_ms) VALUES (?1, ?2, ?3)",
                         rusqlite::params![sid, hash, now_ms()],
                     )?;
-                    tx.execute(sessions::PROFILE_TABLE, [])?;
                     tx.execute(
                         "INSERT INTO session_profiles (session, profile) VALUES (?1, ?2)",
                         rusqlite::params![sid, pname],
@@ -832,8 +830,9 @@ fn answer_from_ledger(sid: &str, tool: ToolName, e: Entry) -> ToolReply {
     }
 }
 
-/// Remembered decisions and "allow for this session": a remembered deny applies always; an
-/// allow only turns an Ask into an Allow (it never overrides a Deny).
+/// Remembered decisions and "allow for this session": a remembered deny applies always, in
+/// every profile (the most restrictive answer wins); a remembered allow only in the profile
+/// it was given in, and only turns an Ask into an Allow (it never overrides a Deny).
 fn with_standing_decisions(
     ctx: &Rc<Ctx>,
     session: &SessionRef,
@@ -845,10 +844,14 @@ fn with_standing_decisions(
         return v;
     }
     let remembered = ctx.gate.remembered.borrow();
+    let profile = session.borrow().profile.to_string();
     let find = |action: &str| {
-        remembered
-            .iter()
-            .find(|r| r.tool == tool.as_str() && r.target == key && r.action == action)
+        remembered.iter().find(|r| {
+            r.tool == tool.as_str()
+                && r.target == key
+                && r.action == action
+                && (action == "deny" || r.profile == profile)
+        })
     };
     if let Some(r) = find("deny") {
         return Verdict {
@@ -956,7 +959,8 @@ async fn ask(
                     } else {
                         "deny"
                     };
-                    if let Err(e) = remember(ctx, tool, &target, action, p.id).await {
+                    let profile = session.borrow().profile.clone();
+                    if let Err(e) = remember(ctx, tool, &target, action, p.id, &profile).await {
                         tracing::error!("remembering a decision failed: {e}");
                     }
                 }
@@ -1004,23 +1008,27 @@ pub async fn remember(
     target: &str,
     action: &str,
     origin: ProposalId,
+    profile: &ProfileName,
 ) -> Result<(), crate::store::StoreError> {
     let (t, a, o) = (target.to_string(), action.to_string(), origin.to_string());
+    let prof = profile.to_string();
     let now = now_ms();
     let row = ctx
         .gate
         .store
         .txn(move |tx, audit| {
             tx.execute(
-                "INSERT INTO remembered (tool, target, action, created_ms, origin) VALUES (?1, ?2, ?3, ?4, ?5)",
-                rusqlite::params![tool.as_str(), t, a, now, o],
+                "INSERT INTO remembered (tool, target, action, created_ms, origin, profile) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                rusqlite::params![tool.as_str(), t, a, now, o, prof],
             )?;
             let id = tx.last_insert_rowid();
             audit.push(
                 AuditEvent::new(AuditKind::Policy, "ui", "remembered")
                     .tool(tool.as_str())
                     .target(t.clone())
-                    .detail(format!("remembered decision {id}: always {a}, from proposal {o}")),
+                    .detail(format!(
+                        "remembered decision {id}: always {a}, from proposal {o} in profile {prof}"
+                    )),
             );
             Ok(Remembered {
                 id: id as u64,
@@ -1029,6 +1037,7 @@ pub async fn remember(
                 action: a,
                 created_unix_ms: now as u64,
                 origin: o,
+                profile: prof,
             })
         })
         .await?;

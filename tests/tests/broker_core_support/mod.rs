@@ -218,6 +218,18 @@ impl Gateway {
         }
     }
 
+    /// Opens a fresh session of the named profile.
+    pub fn open_session_in(&mut self, profile: &str) -> SessionInfo {
+        let profile = ipc_schema::tool::ProfileName::parse(profile).expect("a profile name");
+        match self.0.request(Body::ToolCall(ToolCall::OpenSession {
+            resume: None,
+            profile: Some(profile),
+        })) {
+            Body::ToolReply(ToolReply::Session(s)) => s,
+            other => panic!("open session: {other:?}"),
+        }
+    }
+
     pub fn send(&mut self, call: ToolCall) -> u64 {
         self.0.send(Body::ToolCall(call))
     }
