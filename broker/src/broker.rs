@@ -43,13 +43,7 @@ fn flock(f: &File, op: i32) -> bool {
 /// Runs the broker until SIGINT or SIGTERM.
 pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
     dirs.ensure().map_err(|e| e.to_string())?;
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(dirs.lock_file())
-        .map_err(|e| format!("{}: {e}", dirs.lock_file().display()))?;
+    let lock = dirs.open_lock_file()?;
     let mut lock = match nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock)
     {
         Ok(l) => l,

@@ -461,13 +461,7 @@ impl<'a> Recorder<'a> {
             if let Ok(c) = Client::connect(&dirs.ui_socket()) {
                 return Ok(Recorder::Broker(c));
             }
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .read(true)
-                .write(true)
-                .open(dirs.lock_file())
-                .map_err(|e| format!("{}: {e}", dirs.lock_file().display()))?;
+            let file = dirs.open_lock_file()?;
             match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
                 Ok(l) => break l,
                 // A broker holds the lock but does not answer yet (it is starting).

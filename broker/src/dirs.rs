@@ -70,6 +70,18 @@ impl Dirs {
         self.runtime.join("broker.lock")
     }
 
+    /// The lock file, opened (made if missing) to be locked: one broker, or one writer of the
+    /// audit log, per instance.
+    pub fn open_lock_file(&self) -> Result<std::fs::File, String> {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(self.lock_file())
+            .map_err(|e| format!("{}: {e}", self.lock_file().display()))
+    }
+
     pub fn broker_log(&self) -> PathBuf {
         self.data.join("broker.log")
     }

@@ -7,6 +7,12 @@
 use crate::{LockdownError, LockdownOptions, LockdownReport, Profile};
 use std::ffi::OsString;
 
+#[cfg(target_os = "linux")]
+use crate::process::CHANNEL_FD;
+/// The broker channel's descriptor, as on Linux (`process::CHANNEL_FD`).
+#[cfg(not(target_os = "linux"))]
+const CHANNEL_FD: i32 = 3;
+
 /// Arguments common to every helper, plus the helper's own `--name value` pairs.
 #[derive(Debug, Clone, Default)]
 pub struct HelperArgs {
@@ -109,7 +115,7 @@ pub fn lock_down_keeping(
     }
     let opts = LockdownOptions {
         allow_degraded: args.allow_degraded,
-        keep_fds: std::iter::once(crate::process::CHANNEL_FD)
+        keep_fds: std::iter::once(CHANNEL_FD)
             .chain(extra_fds.iter().copied())
             .collect(),
         keep_env: vec![],

@@ -10,7 +10,6 @@ use std::path::PathBuf;
 
 pub use ipc_schema::status::{LandlockStatus, LockdownReport, ProcStatus};
 
-#[cfg(target_os = "linux")]
 pub mod helper_args;
 #[cfg(target_os = "linux")]
 pub mod linux;

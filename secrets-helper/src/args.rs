@@ -4,9 +4,6 @@
 //! helper has no environment and no filesystem to look for itself.
 
 use ipc_schema::secrets::StoreKind;
-#[cfg(not(target_os = "linux"))]
-pub use portable::HelperArgs;
-#[cfg(target_os = "linux")]
 pub use sandbox::helper_args::HelperArgs;
 
 pub const OPTIONS: &[&str] = &["--store", "--dbus-address", "--namespace"];
@@ -75,57 +72,6 @@ impl Config {
             dbus_address,
             namespace,
         })
-    }
-}
-
-/// `sandbox::helper_args` exists for Linux only so far; on macOS and Windows the same strict
-/// grammar is parsed here (no `--test-skip-lockdown`: the test hooks are Linux-only). Delete
-/// this once the sandbox crate offers helper_args on every OS.
-#[cfg(not(target_os = "linux"))]
-mod portable {
-    use std::ffi::OsString;
-
-    #[derive(Debug, Clone, Default)]
-    pub struct HelperArgs {
-        pub allow_degraded: bool,
-        pub values: Vec<(String, OsString)>,
-    }
-
-    impl HelperArgs {
-        pub fn from_env_with(valued: &[&str]) -> HelperArgs {
-            Self::parse(std::env::args_os().skip(1), valued).unwrap_or_else(|e| {
-                eprintln!("secrets-helper: {e}");
-                std::process::exit(64);
-            })
-        }
-
-        pub fn parse(
-            args: impl IntoIterator<Item = OsString>,
-            valued: &[&str],
-        ) -> Result<HelperArgs, String> {
-            let mut out = HelperArgs::default();
-            let mut it = args.into_iter();
-            while let Some(arg) = it.next() {
-                let s = arg.to_str().ok_or("an argument is not UTF-8")?.to_string();
-                match s.as_str() {
-                    "--allow-degraded" => out.allow_degraded = true,
-                    name if valued.contains(&name) => {
-                        let v = it.next().ok_or(format!("{name} needs a value"))?;
-                        out.values.push((s, v));
-                    }
-                    other => return Err(format!("unknown argument {other:?}")),
-                }
-            }
-            Ok(out)
-        }
-
-        pub fn all(&self, name: &str) -> impl Iterator<Item = &OsString> {
-            let name = name.to_string();
-            self.values
-                .iter()
-                .filter(move |(n, _)| *n == name)
-                .map(|(_, v)| v)
-        }
     }
 }
 

@@ -5,7 +5,7 @@
 //! (`sandbox::process`) exists on Linux only. There it locks down, then refuses to go on.
 
 use ipc_schema::status::LockdownReport;
-use sandbox::{LockdownError, LockdownOptions, Profile};
+use sandbox::{LockdownError, Profile};
 use secrets_helper::args::{Config, HelperArgs, OPTIONS};
 use std::process::ExitCode;
 
@@ -53,19 +53,7 @@ fn run(args: &HelperArgs, cfg: Config) -> ExitCode {
 /// The secrets profile, keeping the store's descriptors (the session bus socket) open.
 #[cfg(target_os = "linux")]
 fn lock_down(args: &HelperArgs, store_fds: &[i32]) -> Result<LockdownReport, LockdownError> {
-    if store_fds.is_empty() || args.skip_lockdown {
-        return sandbox::helper_args::lock_down(args, &Profile::Secrets);
-    }
-    let mut keep_fds = vec![sandbox::process::CHANNEL_FD];
-    keep_fds.extend_from_slice(store_fds);
-    sandbox::lockdown(
-        &Profile::Secrets,
-        &LockdownOptions {
-            allow_degraded: args.allow_degraded,
-            keep_fds,
-            keep_env: Vec::new(),
-        },
-    )
+    sandbox::helper_args::lock_down_keeping(args, &Profile::Secrets, store_fds)
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -86,14 +74,8 @@ fn run(args: &HelperArgs, cfg: Config) -> ExitCode {
 /// and the report says so (DESIGN.md rule 8).
 #[cfg(not(target_os = "linux"))]
 fn lock_down(args: &HelperArgs) -> Result<LockdownReport, LockdownError> {
-    let opts = LockdownOptions {
-        allow_degraded: args.allow_degraded,
-        // Nothing to keep yet: there is no broker channel on this OS (see `run`).
-        keep_fds: Vec::new(),
-        keep_env: Vec::new(),
-    };
     degrade_unsupported(
-        sandbox::lockdown(&Profile::Secrets, &opts),
+        sandbox::helper_args::lock_down(args, &Profile::Secrets),
         args.allow_degraded,
     )
 }
