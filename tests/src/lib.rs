@@ -230,6 +230,38 @@ impl Drop for BrokerUnderTest {
     }
 }
 
+/// `gatehouse --data-dir DIR ARGS...` with `stdin` written to it, waited for.
+pub fn gatehouse_cli(dir: &Path, args: &[&str], stdin: Option<&str>) -> std::process::Output {
+    let mut c = Command::new(bin("gatehouse"))
+        .arg("--data-dir")
+        .arg(dir)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("gatehouse");
+    let mut input = c.stdin.take().unwrap();
+    if let Some(s) = stdin {
+        // A command that refuses its arguments may exit before reading stdin: the write then
+        // meets a closed pipe, and the refusal is what the test checks.
+        if let Err(e) = input.write_all(s.as_bytes()) {
+            assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "{e}");
+        }
+    }
+    drop(input);
+    c.wait_with_output().unwrap()
+}
+
+/// A command's stdout and stderr, one after the other, as text.
+pub fn output_text(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
 /// Removes the audit key a test instance under `root` (a `--data-dir`) left in the kernel
 /// keyring. Keys outlive processes (the user and persistent keyrings), and an unprivileged
 /// user may hold only 200 of them: a suite that leaked one per broker would fail the next run.

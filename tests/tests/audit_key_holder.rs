@@ -3,41 +3,22 @@
 //! is gone; `gatehouse secret set|delete` changes are audited (name, hosts, how sent, never the
 //! value), whether or not a broker runs.
 
-use gatehouse_tests::{bin, children_of, forget_audit_key, BrokerUnderTest};
+use gatehouse_tests::{children_of, forget_audit_key, BrokerUnderTest};
 use ipc_schema::secrets::CredentialName;
 use ipc_schema::ui::UiRequest;
 use ipc_schema::Body;
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 const VALUE: &str = "sk_live_Audit-never-sees-this-42";
 
 fn gatehouse(dir: &Path, args: &[&str], stdin: Option<&str>) -> Output {
-    let mut c = Command::new(bin("gatehouse"))
-        .arg("--data-dir")
-        .arg(dir)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("gatehouse");
-    let mut input = c.stdin.take().unwrap();
-    if let Some(s) = stdin {
-        input.write_all(s.as_bytes()).unwrap();
-    }
-    drop(input);
-    c.wait_with_output().unwrap()
+    gatehouse_tests::gatehouse_cli(dir, args, stdin)
 }
 
 fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    gatehouse_tests::output_text(o)
 }
 
 /// Removes the test's credential and the instance's audit key, pass or fail.

@@ -15,33 +15,11 @@ use std::time::{Duration, Instant};
 const VALUE: &str = "ghp_T0kenValue-for-cli-test";
 
 fn gatehouse(dir: &Path, args: &[&str], stdin: Option<&str>) -> Output {
-    let mut c = Command::new(bin("gatehouse"))
-        .arg("--data-dir")
-        .arg(dir)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("gatehouse");
-    let mut input = c.stdin.take().unwrap();
-    if let Some(s) = stdin {
-        // A command that refuses its arguments may exit before reading stdin: the write then
-        // meets a closed pipe, and the refusal is what the test checks.
-        if let Err(e) = input.write_all(s.as_bytes()) {
-            assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "{e}");
-        }
-    }
-    drop(input);
-    c.wait_with_output().unwrap()
+    gatehouse_tests::gatehouse_cli(dir, args, stdin)
 }
 
 fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    gatehouse_tests::output_text(o)
 }
 
 /// Deletes the test's credentials from the user keyring when the test ends, pass or fail, and
