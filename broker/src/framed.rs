@@ -6,6 +6,7 @@
 use ipc_schema::codec::{decode_from_slice, parse_header, DecodeError, FrameError, HEADER_LEN};
 use ipc_schema::Envelope;
 use tokio::io::{AsyncRead, AsyncReadExt};
+use zeroize::Zeroize;
 
 const INITIAL: usize = 64 * 1024;
 
@@ -15,6 +16,9 @@ pub struct FrameReader<R> {
     start: usize,
     end: usize,
     max: usize,
+    /// Frames from this peer may carry secrets: each frame's bytes are zeroed once decoded, and
+    /// the buffer is never reallocated (a freed buffer would keep a copy) and is zeroed on drop.
+    wipe: bool,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
@@ -25,6 +29,20 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             start: 0,
             end: 0,
             max,
+            wipe: false,
+        }
+    }
+
+    /// A reader for a peer whose frames may carry secrets (the secrets-helper's credential
+    /// headers): see [`FrameReader::wipe`].
+    pub fn wiping(inner: R, max: usize) -> Self {
+        FrameReader {
+            inner,
+            buf: vec![0; HEADER_LEN + max],
+            start: 0,
+            end: 0,
+            max,
+            wipe: true,
         }
     }
 
@@ -33,6 +51,9 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         loop {
             let pending = &self.buf[self.start..self.end];
             if let Some((env, used)) = decode_from_slice(pending, self.max)? {
+                if self.wipe {
+                    self.buf[self.start..self.start + used].zeroize();
+                }
                 self.start += used;
                 if self.start == self.end {
                     self.start = 0;
@@ -49,6 +70,10 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             };
             if self.start > 0 && self.start + need > self.buf.len() {
                 self.buf.copy_within(self.start..self.end, 0);
+                if self.wipe {
+                    let moved = self.end - self.start;
+                    self.buf[moved..self.end].zeroize();
+                }
                 self.end -= self.start;
                 self.start = 0;
             }
@@ -68,6 +93,14 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 .into());
             }
             self.end += n;
+        }
+    }
+}
+
+impl<R> Drop for FrameReader<R> {
+    fn drop(&mut self) {
+        if self.wipe {
+            self.buf.zeroize();
         }
     }
 }
@@ -109,6 +142,34 @@ mod tests {
             }
             assert!(r.next().await.unwrap().is_none());
             assert!(r.buf.len() <= HEADER_LEN + MAX_FRAME);
+        });
+    }
+
+    #[test]
+    fn a_wiping_reader_leaves_no_decoded_frame_in_its_buffer() {
+        let secret = "s3cret-Header-Value-0123456789";
+        let mut bytes = Vec::new();
+        for i in 0..3u64 {
+            let env = Envelope::new(i, Body::Error(ErrorReply::new(ErrorCode::Internal, secret)));
+            bytes.extend(encode(&env).unwrap());
+        }
+        let contains = |buf: &[u8]| buf.windows(secret.len()).any(|w| w == secret.as_bytes());
+        rt().block_on(async {
+            // Positive control: a plain reader keeps what it decoded.
+            let mut plain = FrameReader::new(&bytes[..], MAX_FRAME);
+            plain.next().await.unwrap().unwrap();
+            assert!(contains(&plain.buf));
+            let mut r = FrameReader::wiping(&bytes[..], MAX_FRAME);
+            let cap = r.buf.capacity();
+            for _ in 0..3 {
+                let env = r.next().await.unwrap().unwrap();
+                assert!(format!("{env:?}").contains(secret));
+                // Only frames not yet decoded may still be in the buffer.
+                assert!(!contains(&r.buf[..r.start]));
+            }
+            assert!(r.next().await.unwrap().is_none());
+            assert!(!contains(&r.buf), "a decoded frame is still in the buffer");
+            assert_eq!(r.buf.capacity(), cap, "never reallocated");
         });
     }
 

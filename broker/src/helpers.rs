@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot, watch};
+use zeroize::Zeroize;
 
 /// How long a helper has to lock down and say hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -134,7 +135,12 @@ impl HelperSlot {
         let tx = live.tx.clone();
         let id = st.next_id;
         st.next_id += 1;
-        let frame = match ipc_schema::codec::encode(&Envelope::new(id, body)) {
+        let env = Envelope::new(id, body);
+        let frame = match if carries_secrets(self.role) {
+            ipc_schema::codec::encode_exact(&env)
+        } else {
+            ipc_schema::codec::encode(&env)
+        } {
             Ok(f) => f,
             Err(e) => {
                 drop(st);
@@ -545,7 +551,11 @@ where
         Err(e) => return Some(format!("channel setup failed: {e}")),
     };
     let (rd, wr) = sock.into_split();
-    let mut rd = crate::framed::FrameReader::new(rd, MAX_FRAME);
+    let mut rd = if carries_secrets(role) {
+        crate::framed::FrameReader::wiping(rd, MAX_FRAME)
+    } else {
+        crate::framed::FrameReader::new(rd, MAX_FRAME)
+    };
 
     let hello = tokio::select! {
         r = tokio::time::timeout(HELLO_TIMEOUT, rd.next()) => r,
@@ -606,14 +616,25 @@ where
         format!("pid {pid}"),
     );
 
+    let wipe = carries_secrets(role);
     let writer = async move {
-        let mut w = BufWriter::with_capacity(64 * 1024, wr);
-        while let Some(frame) = rx.recv().await {
-            if w.write_all(&frame).await.is_err() {
+        // Frames that may carry a secret are written straight to the socket (a write buffer
+        // would keep a copy) and zeroed once written.
+        let mut w = BufWriter::with_capacity(if wipe { 0 } else { 64 * 1024 }, wr);
+        while let Some(mut frame) = rx.recv().await {
+            let sent = w.write_all(&frame).await;
+            if wipe {
+                frame.zeroize();
+            }
+            if sent.is_err() {
                 return;
             }
-            while let Ok(more) = rx.try_recv() {
-                if w.write_all(&more).await.is_err() {
+            while let Ok(mut more) = rx.try_recv() {
+                let sent = w.write_all(&more).await;
+                if wipe {
+                    more.zeroize();
+                }
+                if sent.is_err() {
                     return;
                 }
             }
@@ -659,4 +680,12 @@ where
             }
         }
     }
+}
+
+/// The helpers whose channel carries secrets: the secrets-helper answers with credential
+/// headers, and the net-helper is sent them with `http_request`. Their frames are encoded in
+/// one allocation, written unbuffered and zeroed after use, and read into a wiping buffer
+/// (rule 9: a secret is not left behind in the broker's memory by its routing).
+fn carries_secrets(role: Role) -> bool {
+    matches!(role, Role::Secrets | Role::Net)
 }

@@ -70,6 +70,17 @@ pub fn encode_into(env: &Envelope, out: &mut Vec<u8>) -> Result<(), EncodeError>
     Ok(())
 }
 
+/// Encodes `env` into a buffer allocated once at its exact size, so that no reallocation
+/// leaves a copy of the frame in freed memory: for frames that carry a secret, which the caller
+/// wipes once it is written.
+pub fn encode_exact(env: &Envelope) -> Result<Vec<u8>, EncodeError> {
+    let size = postcard::serialize_with_flavor(env, postcard::ser_flavors::Size::default())
+        .map_err(|e| EncodeError::Postcard(e.to_string()))?;
+    let mut out = Vec::with_capacity(HEADER_LEN + size);
+    encode_into(env, &mut out)?;
+    Ok(out)
+}
+
 /// Encodes `env` as one frame (header and payload).
 pub fn encode(env: &Envelope) -> Result<Vec<u8>, EncodeError> {
     let mut out = Vec::new();
@@ -242,6 +253,21 @@ mod tests {
         let (back, used) = decode_from_slice(&frame, MAX_FRAME).unwrap().unwrap();
         assert_eq!(back, env);
         assert_eq!(used, frame.len());
+    }
+
+    #[test]
+    fn exact_encoding_is_the_same_frame_in_one_allocation() {
+        let env = Envelope::new(
+            9,
+            Body::Error(ErrorReply::new(ErrorCode::Internal, "x".repeat(100_000))),
+        );
+        let exact = encode_exact(&env).unwrap();
+        assert_eq!(exact, encode(&env).unwrap());
+        assert_eq!(
+            exact.capacity(),
+            exact.len(),
+            "allocated once, at its size: no reallocation left a copy behind"
+        );
     }
 
     #[test]
