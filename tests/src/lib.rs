@@ -7,11 +7,14 @@ use ipc_schema::codec::{read_frame, write_frame, MAX_FRAME};
 use ipc_schema::status::Hello;
 use ipc_schema::{Body, Envelope, Role};
 use std::ffi::OsString;
-use std::io::{BufReader, BufWriter, Write};
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The directory holding the workspace binaries (`target/debug` for `cargo test`).
@@ -358,4 +361,141 @@ pub fn misbehaving_peer(socket: &Path, bytes: &[u8]) -> std::process::ExitStatus
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// A DNS server on loopback (UDP, 127.0.0.1) for tests that must resolve names without the
+/// host's resolver: it answers each of its names with one IPv4 address (A), a known name's AAAA
+/// query with an empty answer, and every other name with NXDOMAIN. It counts the queries it
+/// was asked, so a test can show that a name was never looked up.
+pub struct LoopbackDns {
+    pub addr: SocketAddr,
+    queries: Arc<AtomicUsize>,
+}
+
+impl LoopbackDns {
+    /// Starts a server answering each of `names` (case-insensitive) with `addr`.
+    pub fn start(names: &[&str], addr: Ipv4Addr) -> LoopbackDns {
+        let sock = UdpSocket::bind("127.0.0.1:0").expect("bind test DNS server");
+        let local = sock.local_addr().expect("test DNS server address");
+        let queries = Arc::new(AtomicUsize::new(0));
+        let counter = queries.clone();
+        let names: Vec<String> = names.iter().map(|n| n.to_ascii_lowercase()).collect();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 512];
+            while let Ok((n, from)) = sock.recv_from(&mut buf) {
+                if n < 12 {
+                    continue;
+                }
+                counter.fetch_add(1, Ordering::SeqCst);
+                if let Some(reply) = dns_reply(&buf[..n], &names, addr) {
+                    let _ = sock.send_to(&reply, from);
+                }
+            }
+        });
+        LoopbackDns {
+            addr: local,
+            queries,
+        }
+    }
+
+    /// How many queries (of at least a DNS header's length) the server was asked so far.
+    pub fn queries(&self) -> usize {
+        self.queries.load(Ordering::SeqCst)
+    }
+}
+
+/// The reply to DNS query `q`, or None for a query too short to hold its question (ignored,
+/// as a resolver would ignore garbage).
+fn dns_reply(q: &[u8], names: &[String], addr: Ipv4Addr) -> Option<Vec<u8>> {
+    // The question: labels up to the root, then type and class.
+    let mut i = 12;
+    let mut labels = Vec::new();
+    while *q.get(i)? != 0 {
+        let l = q[i] as usize;
+        labels.push(String::from_utf8_lossy(q.get(i + 1..i + 1 + l)?).to_ascii_lowercase());
+        i += 1 + l;
+    }
+    let qtype = u16::from_be_bytes([*q.get(i + 1)?, *q.get(i + 2)?]);
+    let question = q.get(12..i + 5)?;
+    let known = names.contains(&labels.join("."));
+    let answer = known && qtype == 1;
+    let mut r = Vec::new();
+    r.extend_from_slice(&q[0..2]);
+    r.extend_from_slice(if known { &[0x81, 0x80] } else { &[0x81, 0x83] });
+    r.extend_from_slice(&[0, 1, 0, answer as u8, 0, 0, 0, 0]);
+    r.extend_from_slice(question);
+    if answer {
+        r.extend_from_slice(&[0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4]);
+        r.extend_from_slice(&addr.octets());
+    }
+    Some(r)
+}
+
+/// One request as `TestWebServer` read it: the head, up to and including the blank line.
+pub struct TestWebRequest {
+    pub head: String,
+}
+
+impl TestWebRequest {
+    /// The request target of the request line (`/` when the line has none).
+    pub fn path(&self) -> &str {
+        self.head.split(' ').nth(1).unwrap_or("/")
+    }
+}
+
+/// A tiny HTTP/1.1 server on `ip` for fetch tests: one connection at a time, it reads the
+/// request head and writes what the test's handler returns, then closes. It counts
+/// connections, so a test can show that a refused address was never connected to.
+pub struct TestWebServer {
+    pub addr: SocketAddr,
+    hits: Arc<AtomicUsize>,
+}
+
+impl TestWebServer {
+    /// Listens on `ip` (any free port); `handler` turns each request into the response bytes.
+    pub fn start(
+        ip: &str,
+        handler: impl Fn(&TestWebRequest) -> Vec<u8> + Send + 'static,
+    ) -> TestWebServer {
+        let l = TcpListener::bind((ip, 0)).expect("bind test server");
+        let addr = l.local_addr().expect("test server address");
+        let hits = Arc::new(AtomicUsize::new(0));
+        let h = hits.clone();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(mut s) = s else { continue };
+                h.fetch_add(1, Ordering::SeqCst);
+                let mut req = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => req.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&req).into_owned();
+                let _ = s.write_all(&handler(&TestWebRequest { head }));
+            }
+        });
+        TestWebServer { addr, hits }
+    }
+
+    /// `http://ADDR` followed by `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// How many connections the server accepted so far.
+    pub fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
+    }
+}
+
+/// A complete HTTP/1.1 response with `body`, its length, and `Connection: close`.
+pub fn http_response(status: &str, content_type: &str, body: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
 }

@@ -7,7 +7,7 @@
 //! builds only) uses it in place of the net-helper. Build first:
 //! `cargo build --workspace --all-features`.
 
-use gatehouse_tests::bin;
+use gatehouse_tests::{bin, LoopbackDns};
 use sandbox::linux::command::fdpass::recv_with_fds;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
@@ -71,9 +71,9 @@ fn base64(input: &[u8]) -> String {
     out
 }
 
-/// A loopback HTTP server answering every request with `hello`.
-fn http_server() -> std::net::SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+/// A loopback HTTP server on `ip` answering every request with `hello`.
+fn http_server(ip: &str) -> std::net::SocketAddr {
+    let l = TcpListener::bind((ip, 0)).unwrap();
     let addr = l.local_addr().unwrap();
     std::thread::spawn(move || {
         for c in l.incoming().flatten() {
@@ -211,7 +211,7 @@ fn line(o: &Output) -> String {
 
 #[test]
 fn curl_reaches_an_allowed_name_through_the_proxy_and_gets_403_for_another() {
-    let server = http_server();
+    let server = http_server("127.0.0.1");
     // Positive control: curl works, and reaches the server directly from outside.
     let direct = Command::new("curl")
         .args(["-sS", &format!("http://{server}/hello")])
@@ -255,7 +255,7 @@ fn curl_reaches_an_allowed_name_through_the_proxy_and_gets_403_for_another() {
 
 #[test]
 fn with_the_proxy_the_variables_point_at_the_bridge_and_nothing_else_is_reachable() {
-    let server = http_server();
+    let server = http_server("127.0.0.1");
     let px = proxy(server);
     let work = owned_dir("gh-net-work-");
     let p = probe();
@@ -331,7 +331,7 @@ fn with_the_proxy_the_variables_point_at_the_bridge_and_nothing_else_is_reachabl
 
 #[test]
 fn without_the_proxy_there_is_no_network_at_all() {
-    let server = http_server();
+    let server = http_server("127.0.0.1");
     let work = owned_dir("gh-net-work-");
     let p = probe();
     let p = p.to_str().unwrap();
@@ -386,64 +386,12 @@ fn a_bad_allow_domain_is_refused_with_the_proxys_reason() {
     );
 }
 
-/// A DNS server on loopback that answers `name` with `addr` (A) and every other name with
-/// NXDOMAIN; AAAA queries for `name` get an empty answer.
-fn dns_server(name: &str, addr: std::net::Ipv4Addr) -> std::net::SocketAddr {
-    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let local = sock.local_addr().unwrap();
-    let name = name.to_ascii_lowercase();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 512];
-        while let Ok((n, from)) = sock.recv_from(&mut buf) {
-            let q = &buf[..n];
-            if n < 12 {
-                continue;
-            }
-            // The question: labels up to the root, then type and class.
-            let mut i = 12;
-            let mut labels = Vec::new();
-            while i < n && q[i] != 0 {
-                let l = q[i] as usize;
-                labels.push(String::from_utf8_lossy(&q[i + 1..i + 1 + l]).to_ascii_lowercase());
-                i += 1 + l;
-            }
-            let qtype = u16::from_be_bytes([q[i + 1], q[i + 2]]);
-            let question = &q[12..i + 5];
-            let known = labels.join(".") == name;
-            let answer = known && qtype == 1;
-            let mut r = Vec::new();
-            r.extend_from_slice(&q[0..2]);
-            r.extend_from_slice(if known { &[0x81, 0x80] } else { &[0x81, 0x83] });
-            r.extend_from_slice(&[0, 1, 0, answer as u8, 0, 0, 0, 0]);
-            r.extend_from_slice(question);
-            if answer {
-                r.extend_from_slice(&[0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4]);
-                r.extend_from_slice(&addr.octets());
-            }
-            let _ = sock.send_to(&r, from);
-        }
-    });
-    local
-}
-
 #[test]
 fn allow_domain_uses_the_net_helper_proxy_with_its_test_address_policy() {
     // The name resolves (through the test's DNS server) to 127.0.0.2, which the net-helper's
     // test-only address policy treats as public; the server listens there.
-    let l = TcpListener::bind("127.0.0.2:0").unwrap();
-    let server = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for c in l.incoming().flatten() {
-            std::thread::spawn(move || {
-                let mut c = c;
-                let _ = read_head(&mut c);
-                let _ = c.write_all(
-                    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
-                );
-            });
-        }
-    });
-    let dns = dns_server(ALLOWED, "127.0.0.2".parse().unwrap());
+    let server = http_server("127.0.0.2");
+    let dns = LoopbackDns::start(&[ALLOWED], "127.0.0.2".parse().unwrap());
     let port = server.port().to_string();
     let work = owned_dir("gh-net-work-");
     let data = tempfile::tempdir().unwrap();
@@ -456,7 +404,7 @@ fn allow_domain_uses_the_net_helper_proxy_with_its_test_address_policy() {
                 "--test-net-arg",
                 "--nameserver",
                 "--test-net-arg",
-                &dns.to_string(),
+                &dns.addr.to_string(),
             ])
             .args([
                 "--test-net-arg",

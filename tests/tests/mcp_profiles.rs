@@ -6,17 +6,14 @@
 
 mod mcp_support;
 
-use gatehouse_tests::{bin, Conn};
+use gatehouse_tests::{bin, http_response, Conn, LoopbackDns, TestWebServer};
 use ipc_schema::tool::{ProfileName, ResumeToken, ToolCall, ToolReply};
 use ipc_schema::ui::{SessionSummary, UiReply, UiRequest};
 use ipc_schema::Body;
 use mcp_support::*;
 use serde_json::{json, Value};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// The policy of these tests: the default profile grants the project; `alpha` and `beta` each
@@ -233,77 +230,40 @@ fn an_unknown_or_malformed_profile_is_refused_before_serving() {
     );
 }
 
-/// A tiny HTTP/1.1 server answering every request with one page (or, for a path that
-/// `redirects` maps, a 302 to that URL); counts connections.
-struct Server {
-    addr: SocketAddr,
-    hits: Arc<AtomicUsize>,
-    redirects: Arc<std::sync::Mutex<Vec<(String, String)>>>,
+/// Paths the tests' web server answers with a 302, and the URL each redirects to.
+#[derive(Clone, Default)]
+struct Redirects(Arc<Mutex<Vec<(String, String)>>>);
+
+impl Redirects {
+    fn add(&self, path: &str, to: String) {
+        self.0.lock().unwrap().push((path.to_string(), to));
+    }
+
+    fn target(&self, path: &str) -> Option<String> {
+        let table = self.0.lock().unwrap();
+        table
+            .iter()
+            .find(|(p, _)| p == path)
+            .map(|(_, t)| t.clone())
+    }
 }
 
-impl Server {
-    fn start(ip: &str) -> Server {
-        let l = TcpListener::bind((ip, 0)).expect("bind test server");
-        let addr = l.local_addr().unwrap();
-        let hits = Arc::new(AtomicUsize::new(0));
-        let h = hits.clone();
-        let redirects: Arc<std::sync::Mutex<Vec<(String, String)>>> = Arc::default();
-        let r = redirects.clone();
-        std::thread::spawn(move || {
-            for s in l.incoming() {
-                let Ok(mut s) = s else { continue };
-                h.fetch_add(1, Ordering::SeqCst);
-                let mut req = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut buf) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => req.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let head = String::from_utf8_lossy(&req).into_owned();
-                let path = head.split(' ').nth(1).unwrap_or("/").to_string();
-                let to = r
-                    .lock()
-                    .unwrap()
-                    .iter()
-                    .find(|(p, _)| *p == path)
-                    .map(|(_, t)| t.clone());
-                if let Some(to) = to {
-                    let reply = format!(
-                        "HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-                    );
-                    let _ = s.write_all(reply.as_bytes());
-                    continue;
-                }
-                let page = "on the list\n";
-                let reply = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
-                    page.len()
-                );
-                let _ = s.write_all(reply.as_bytes());
-            }
-        });
-        Server {
-            addr,
-            hits,
-            redirects,
-        }
-    }
-
-    fn redirect(&self, path: &str, to: String) {
-        self.redirects.lock().unwrap().push((path.to_string(), to));
-    }
-
-    fn hits(&self) -> usize {
-        self.hits.load(Ordering::SeqCst)
-    }
+/// The tests' "public" web server on 127.0.0.2: one page to every request, or, for a path
+/// `redirects` maps, a 302 to that URL; counts connections.
+fn web_server(redirects: Redirects) -> TestWebServer {
+    TestWebServer::start("127.0.0.2", move |req| match redirects.target(req.path()) {
+        Some(to) => format!(
+            "HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+        .into_bytes(),
+        None => http_response("200 OK", "text/plain", "on the list\n"),
+    })
 }
 
 #[test]
 fn the_network_allowlist_refuses_an_off_list_host_without_asking() {
     let s = setup();
-    let server = Server::start("127.0.0.2");
+    let server = web_server(Redirects::default());
     let b = s.inst.broker(&[
         "--test-net-arg=--test-public-addr",
         "--test-net-arg=127.0.0.2",
@@ -557,63 +517,21 @@ fn the_session_list_names_the_agent_and_the_profile() {
     drop((m, modern, quiet));
 }
 
-/// A DNS server on loopback that answers each of `names` with `addr` (A) and every other name
-/// with NXDOMAIN; AAAA queries for a known name get an empty answer. (As in exec_network.rs,
-/// and it counts the queries it was asked.)
-fn dns_server(names: &[&str], addr: std::net::Ipv4Addr) -> (SocketAddr, Arc<AtomicUsize>) {
-    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let local = sock.local_addr().unwrap();
-    let asked = Arc::new(AtomicUsize::new(0));
-    let counter = asked.clone();
-    let names: Vec<String> = names.iter().map(|n| n.to_ascii_lowercase()).collect();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 512];
-        while let Ok((n, from)) = sock.recv_from(&mut buf) {
-            let q = &buf[..n];
-            if n < 12 {
-                continue;
-            }
-            counter.fetch_add(1, Ordering::SeqCst);
-            let mut i = 12;
-            let mut labels = Vec::new();
-            while i < n && q[i] != 0 {
-                let l = q[i] as usize;
-                labels.push(String::from_utf8_lossy(&q[i + 1..i + 1 + l]).to_ascii_lowercase());
-                i += 1 + l;
-            }
-            let qtype = u16::from_be_bytes([q[i + 1], q[i + 2]]);
-            let question = &q[12..i + 5];
-            let known = names.contains(&labels.join("."));
-            let answer = known && qtype == 1;
-            let mut r = Vec::new();
-            r.extend_from_slice(&q[0..2]);
-            r.extend_from_slice(if known { &[0x81, 0x80] } else { &[0x81, 0x83] });
-            r.extend_from_slice(&[0, 1, 0, answer as u8, 0, 0, 0, 0]);
-            r.extend_from_slice(question);
-            if answer {
-                r.extend_from_slice(&[0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4]);
-                r.extend_from_slice(&addr.octets());
-            }
-            let _ = sock.send_to(&r, from);
-        }
-    });
-    (local, asked)
-}
-
 #[test]
 fn a_redirect_off_the_allowlist_is_refused_before_its_host_is_reached() {
     let s = setup();
-    let server = Server::start("127.0.0.2");
-    let (dns, dns_queries) = dns_server(&["a.ok.test", "evil.test"], "127.0.0.2".parse().unwrap());
+    let redirects = Redirects::default();
+    let server = web_server(redirects.clone());
+    let dns = LoopbackDns::start(&["a.ok.test", "evil.test"], "127.0.0.2".parse().unwrap());
     let _b = s.inst.broker(&[
         "--test-net-arg=--test-public-addr",
         "--test-net-arg=127.0.0.2",
         "--test-net-arg=--nameserver",
-        &format!("--test-net-arg={dns}"),
+        &format!("--test-net-arg={}", dns.addr),
     ]);
     let port = server.addr.port();
-    server.redirect("/off", format!("http://evil.test:{port}/page"));
-    server.redirect("/on", format!("http://a.ok.test:{port}/page"));
+    redirects.add("/off", format!("http://evil.test:{port}/page"));
+    redirects.add("/on", format!("http://a.ok.test:{port}/page"));
     let mut gamma = s.inst.mcp(&["--profile", "gamma"]);
     gamma.initialize("2025-06-18");
     // Positive control: a redirect to a listed name is followed and the page returned.
@@ -644,7 +562,7 @@ fn a_redirect_off_the_allowlist_is_refused_before_its_host_is_reached() {
     // A URL naming an off-list host is refused before anything is resolved: no lookup (a DNS
     // query can carry data out; the name was never asked, so no cache hides one), no
     // connection.
-    let (hits, queries) = (server.hits(), dns_queries.load(Ordering::SeqCst));
+    let (hits, queries) = (server.hits(), dns.queries());
     assert!(
         queries > 0,
         "the redirects above were resolved through this server"
@@ -660,5 +578,5 @@ fn a_redirect_off_the_allowlist_is_refused_before_its_host_is_reached() {
         )
     );
     assert_eq!(server.hits(), hits, "not connected");
-    assert_eq!(dns_queries.load(Ordering::SeqCst), queries, "not looked up");
+    assert_eq!(dns.queries(), queries, "not looked up");
 }

@@ -7,57 +7,20 @@
 //! refused address too, and asserts it was never connected to: the refusal comes from the
 //! address table, not from a connection that failed.
 
-use gatehouse_tests::{bin_dir, BrokerUnderTest};
+use gatehouse_tests::{bin_dir, http_response, BrokerUnderTest, TestWebServer};
 use ipc_schema::ui::{Choice, Decision, UiReply, UiRequest};
 use ipc_schema::Body;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::io::Write;
+use std::net::TcpListener;
 use std::sync::Arc;
 
 const PAGE: &str = "hello from the test server\nsecond line <b>kept as is</b>\n";
 
-/// A tiny HTTP/1.1 server answering every request with `PAGE` (text/plain); counts connections.
-struct Server {
-    addr: SocketAddr,
-    hits: Arc<AtomicUsize>,
-}
-
-impl Server {
-    fn start(ip: &str) -> Server {
-        let l = TcpListener::bind((ip, 0)).expect("bind test server");
-        let addr = l.local_addr().unwrap();
-        let hits = Arc::new(AtomicUsize::new(0));
-        let h = hits.clone();
-        std::thread::spawn(move || {
-            for s in l.incoming() {
-                let Ok(mut s) = s else { continue };
-                h.fetch_add(1, Ordering::SeqCst);
-                let mut req = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut buf) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => req.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let reply = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{PAGE}",
-                    PAGE.len()
-                );
-                let _ = s.write_all(reply.as_bytes());
-            }
-        });
-        Server { addr, hits }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-
-    fn hits(&self) -> usize {
-        self.hits.load(Ordering::SeqCst)
-    }
+/// The test server on `ip`: answers every request with `PAGE` (text/plain); counts connections.
+fn page_server(ip: &str) -> TestWebServer {
+    TestWebServer::start(ip, |_| {
+        http_response("200 OK", "text/plain; charset=utf-8", PAGE)
+    })
 }
 
 fn broker() -> BrokerUnderTest {
@@ -73,7 +36,7 @@ fn text(b: &[u8]) -> String {
 
 #[test]
 fn an_allowed_fetch_prints_the_wrapped_page_unchanged() {
-    let server = Server::start("127.0.0.2");
+    let server = page_server("127.0.0.2");
     let b = broker();
     let url = server.url("/page.txt");
     // fetch_url asks by default; --yes answers this call's own proposal once.
@@ -121,8 +84,8 @@ fn an_allowed_fetch_prints_the_wrapped_page_unchanged() {
 
 #[test]
 fn loopback_and_link_local_are_refused_with_the_net_helpers_reason() {
-    let public = Server::start("127.0.0.2");
-    let private = Server::start("127.0.0.1");
+    let public = page_server("127.0.0.2");
+    let private = page_server("127.0.0.1");
     let b = broker();
 
     // Positive control: the same broker fetches the "public" address.
@@ -197,7 +160,7 @@ fn a_network_failure_exits_4_not_3() {
 
 #[test]
 fn the_human_saying_no_is_a_refusal_and_nothing_is_fetched() {
-    let server = Server::start("127.0.0.2");
+    let server = page_server("127.0.0.2");
     let b = broker();
     let url = server.url("/");
     // Without --yes, the fetch waits for the human; the human (on the ui socket) says no.
@@ -533,7 +496,7 @@ fn a_post_is_effectful_asked_once_and_never_sent_twice() {
 fn http_request_to_a_private_address_is_refused_before_the_human_is_asked() {
     let w = HttpWorld::new();
     let mut gw = w.broker.gateway();
-    let private = Server::start("127.0.0.1");
+    let private = page_server("127.0.0.1");
     match gw.call(ToolCall::HttpRequest(HttpRequest {
         method: HttpMethod::Post,
         url: private.url("/"),
