@@ -235,15 +235,19 @@ impl Drop for BrokerUnderTest {
 
 /// `gatehouse --data-dir DIR ARGS...` with `stdin` written to it, waited for.
 pub fn gatehouse_cli(dir: &Path, args: &[&str], stdin: Option<&str>) -> std::process::Output {
-    let mut c = Command::new(bin("gatehouse"))
-        .arg("--data-dir")
-        .arg(dir)
-        .args(args)
+    let mut cmd = Command::new(bin("gatehouse"));
+    cmd.arg("--data-dir").arg(dir).args(args);
+    run_with_stdin(cmd, stdin)
+}
+
+/// Runs `cmd` with `stdin` written to it, and waits for it.
+pub fn run_with_stdin(mut cmd: Command, stdin: Option<&str>) -> std::process::Output {
+    let mut c = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("gatehouse");
+        .expect("spawn the command");
     let mut input = c.stdin.take().unwrap();
     if let Some(s) = stdin {
         // A command that refuses its arguments may exit before reading stdin: the write then

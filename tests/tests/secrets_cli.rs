@@ -243,27 +243,13 @@ fn gatehouse_in_new_session(dir: &Path, args: &[&str], stdin: Option<&str>) -> O
                   l=ctypes.CDLL(None,use_errno=True)\n\
                   assert l.syscall(nr,1,None)>0,'KEYCTL_JOIN_SESSION_KEYRING failed'\n\
                   os.execv(sys.argv[1],sys.argv[1:])\n";
-    let mut c = Command::new("python3")
-        .args(["-c", script])
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", script])
         .arg(bin("gatehouse"))
         .arg("--data-dir")
         .arg(dir)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3");
-    let mut input = c.stdin.take().unwrap();
-    if let Some(s) = stdin {
-        // A command that refuses its arguments may exit before reading stdin: the write then
-        // meets a closed pipe, and the refusal is what the test checks.
-        if let Err(e) = input.write_all(s.as_bytes()) {
-            assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "{e}");
-        }
-    }
-    drop(input);
-    c.wait_with_output().unwrap()
+        .args(args);
+    gatehouse_tests::run_with_stdin(cmd, stdin)
 }
 
 #[test]
