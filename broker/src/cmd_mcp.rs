@@ -11,6 +11,9 @@ use std::time::Duration;
 
 /// The variable `gatehouse run` passes a session token in (removed before serving).
 pub const TOKEN_ENV: &str = "GATEHOUSE_SESSION_TOKEN";
+/// The variable `gatehouse run` names the gateway socket in (inside its sandbox, where the
+/// runtime directory is hidden): connect there and nowhere else, and never start a broker.
+pub const SOCKET_ENV: &str = "GATEHOUSE_GATEWAY_SOCKET";
 
 #[derive(clap::Args)]
 pub struct McpArgs {
@@ -84,8 +87,26 @@ pub fn run(g: &Global, args: McpArgs) -> ExitCode {
     }
 }
 
-/// A connection on the gateway socket, starting the broker if none answers.
+/// A connection on the gateway socket, starting the broker if none answers; or, under
+/// `gatehouse run`, on the socket [`SOCKET_ENV`] names (which leads to the broker through
+/// `gatehouse run`), with no fallback: a broker started inside the sandbox would be the
+/// agent's own.
 fn connect(g: &Global) -> Result<UnixStream, String> {
+    if let Some(p) = std::env::var_os(SOCKET_ENV) {
+        let path = std::path::PathBuf::from(p);
+        if !path.is_absolute() {
+            return Err(format!(
+                "{SOCKET_ENV} must be an absolute path, not {}",
+                path.display()
+            ));
+        }
+        return UnixStream::connect(&path).map_err(|e| {
+            format!(
+                "cannot reach the gateway at {} ({SOCKET_ENV}): {e}; is `gatehouse run` still running?",
+                path.display()
+            )
+        });
+    }
     let path = g.dirs.gateway_socket();
     if let Ok(s) = UnixStream::connect(&path) {
         return Ok(s);

@@ -25,6 +25,8 @@ pub const EXIT_REFUSED: u8 = 125;
 pub const EXIT_NOT_EXECUTABLE: u8 = 126;
 pub const EXIT_NOT_FOUND: u8 = 127;
 
+const WHO: &str = "gatehouse sandbox";
+
 #[derive(clap::Args, Debug)]
 pub struct SandboxArgs {
     /// A directory (or file) the command may write; repeatable.
@@ -33,10 +35,8 @@ pub struct SandboxArgs {
     /// A directory (or file) the command may read; repeatable.
     #[arg(long = "allow-read", value_name = "PATH")]
     read: Vec<PathBuf>,
-    /// A name (or *.suffix) the command may reach through the egress proxy; repeatable. Without
-    /// any, the command has no network at all.
-    #[arg(long = "allow-domain", value_name = "DOMAIN")]
-    domains: Vec<String>,
+    #[command(flatten)]
+    proxy: ProxyArgs,
     /// Seconds before the whole sandbox is killed (default 300, at most 600).
     #[arg(long, value_name = "SECONDS")]
     timeout: Option<u64>,
@@ -47,6 +47,18 @@ pub struct SandboxArgs {
     /// Run with less than the full sandbox if this kernel lacks a mechanism (each gap is printed).
     #[arg(long)]
     allow_degraded: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    argv: Vec<String>,
+}
+
+/// The egress proxy's options (shared with `gatehouse run`).
+#[derive(clap::Args, Debug)]
+pub struct ProxyArgs {
+    /// A name (or *.suffix) the command may reach through the egress proxy; repeatable. Without
+    /// any, the command has no network at all.
+    #[arg(long = "allow-domain", value_name = "DOMAIN")]
+    domains: Vec<String>,
     /// Test builds only: use the proxy listening on this Unix socket (it receives each client
     /// connection as a descriptor) instead of starting the net-helper.
     #[cfg(feature = "test-hooks")]
@@ -70,30 +82,27 @@ pub struct SandboxArgs {
     #[cfg(feature = "test-hooks")]
     #[arg(long)]
     test_no_sni_check: bool,
-    /// The command and its arguments.
-    #[arg(last = true, required = true, value_name = "CMD")]
-    argv: Vec<String>,
 }
 
 /// A refusal or failure before the command ran: message, exit code.
-struct Stop(String, u8);
+pub(crate) struct Stop(pub String, pub u8);
 
 pub fn run(g: &Global, args: SandboxArgs) -> ExitCode {
     match run_inner(g, args) {
         Ok(code) => code,
         Err(Stop(msg, code)) => {
-            eprintln!("gatehouse sandbox: {msg}");
+            eprintln!("{WHO}: {msg}");
             ExitCode::from(code)
         }
     }
 }
 
-fn refused(msg: impl std::fmt::Display) -> Stop {
+pub(crate) fn refused(msg: impl std::fmt::Display) -> Stop {
     Stop(msg.to_string(), EXIT_REFUSED)
 }
 
 /// SIGINT, SIGTERM and SIGHUP: they kill the sandbox (read through a signalfd).
-fn stop_signals() -> nix::sys::signal::SigSet {
+pub(crate) fn stop_signals() -> nix::sys::signal::SigSet {
     use nix::sys::signal::{SigSet, Signal};
     let mut mask = SigSet::empty();
     for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
@@ -171,7 +180,7 @@ fn run_inner(g: &Global, args: SandboxArgs) -> Result<ExitCode, Stop> {
         env.push((name, value));
     }
 
-    let (network, egress) = match open_proxy(&args)? {
+    let (network, egress) = match open_proxy(&args.proxy, args.allow_degraded)? {
         None => (Network::None, None),
         Some((connector, token, egress)) => (Network::Proxy { connector, token }, egress),
     };
@@ -216,11 +225,11 @@ fn run_inner(g: &Global, args: SandboxArgs) -> Result<ExitCode, Stop> {
     if let Some(e) = egress {
         e.close();
     }
-    Ok(report(outcome, &limits, g.json))
+    Ok(report(WHO, outcome, &limits, g.json))
 }
 
 /// Why the current directory is not made the working root without being named.
-fn implicit_root_refusal(cwd: &Path, home: &Path) -> Option<String> {
+pub(crate) fn implicit_root_refusal(cwd: &Path, home: &Path) -> Option<String> {
     if cwd == Path::new("/") {
         return Some("it is /".into());
     }
@@ -237,9 +246,9 @@ fn implicit_root_refusal(cwd: &Path, home: &Path) -> Option<String> {
 
 /// The network of the command: none, or a proxy connector and token (and, for
 /// `--allow-domain`, the net-helper serving it).
-type Proxy = Option<(OwnedFd, String, Option<egress::Egress>)>;
+pub(crate) type Proxy = Option<(OwnedFd, String, Option<egress::Egress>)>;
 
-fn open_proxy(args: &SandboxArgs) -> Result<Proxy, Stop> {
+pub(crate) fn open_proxy(args: &ProxyArgs, allow_degraded: bool) -> Result<Proxy, Stop> {
     #[cfg(feature = "test-hooks")]
     if let Some(sock) = &args.test_proxy_socket {
         let s = std::os::unix::net::UnixStream::connect(sock)
@@ -261,14 +270,14 @@ fn open_proxy(args: &SandboxArgs) -> Result<Proxy, Stop> {
     );
     #[cfg(not(feature = "test-hooks"))]
     let (extra, ports, sni_check) = (Vec::new(), Vec::new(), true);
-    let mut e = egress::Egress::open(&args.domains, args.allow_degraded, extra, ports, sni_check)
+    let mut e = egress::Egress::open(&args.domains, allow_degraded, extra, ports, sni_check)
         .map_err(refused)?;
     let (connector, token) = (e.connector_for_sandbox()?, e.token.clone());
     Ok(Some((connector, token, Some(e))))
 }
 
 /// How the run ended, with the output when it was captured (`--json`).
-struct Outcome {
+pub(crate) struct Outcome {
     end: RunEnd,
     /// Killed because this process got SIGINT, SIGTERM or SIGHUP.
     interrupted: Option<i32>,
@@ -279,7 +288,7 @@ struct Outcome {
 
 /// Relays output (up to the limits), enforces the time limit, and turns SIGINT/SIGTERM/SIGHUP
 /// into killing the sandbox.
-fn supervise(sb: Sandboxed, limits: &Limits, capture: bool) -> Result<Outcome, Stop> {
+pub(crate) fn supervise(sb: Sandboxed, limits: &Limits, capture: bool) -> Result<Outcome, Stop> {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use nix::sys::signalfd::{SfdFlags, SignalFd};
 
@@ -367,7 +376,7 @@ fn supervise(sb: Sandboxed, limits: &Limits, capture: bool) -> Result<Outcome, S
 }
 
 /// Prints the notices (or the JSON summary) and picks the exit status.
-fn report(o: Outcome, limits: &Limits, json: bool) -> ExitCode {
+pub(crate) fn report(who: &str, o: Outcome, limits: &Limits, json: bool) -> ExitCode {
     let code: u8 = match (&o.end.outcome, o.interrupted) {
         (RunOutcome::Stopped, Some(sig)) => (128 + sig) as u8,
         (RunOutcome::Exited(c), _) => *c as u8,
@@ -412,7 +421,7 @@ fn report(o: Outcome, limits: &Limits, json: bool) -> ExitCode {
         for i in 0..2 {
             if dropped[i] > 0 {
                 eprintln!(
-                    "gatehouse sandbox: {}: {} bytes beyond the {} KiB limit were dropped",
+                    "{who}: {}: {} bytes beyond the {} KiB limit were dropped",
                     names[i],
                     dropped[i],
                     maxes[i] / 1024
@@ -423,7 +432,7 @@ fn report(o: Outcome, limits: &Limits, json: bool) -> ExitCode {
             o.end.outcome,
             RunOutcome::Exited(_) | RunOutcome::Signaled(_)
         ) {
-            eprintln!("gatehouse sandbox: {outcome_text}");
+            eprintln!("{who}: {outcome_text}");
         }
     }
     ExitCode::from(code)
@@ -433,7 +442,7 @@ fn report(o: Outcome, limits: &Limits, json: bool) -> ExitCode {
 /// way the broker does (its hello and lockdown verified; `ProxyOpen`; each bridge connection
 /// passed on as a `ProxyConnection` with its descriptor). Refusals are printed as the audit rows
 /// the broker would write.
-mod egress {
+pub(crate) mod egress {
     use super::{refused, Stop};
     use ipc_schema::codec::{decode_from_slice, encode, read_frame, MAX_FRAME};
     use ipc_schema::net::{EgressVerdict, NetReply, NetRequest, ProxyLimits, ProxySession};

@@ -9,6 +9,7 @@ mod cmd_demo;
 mod cmd_fetch;
 mod cmd_mcp;
 mod cmd_policy;
+mod cmd_run;
 mod cmd_sandbox;
 mod cmd_secret;
 mod cmd_ui;
@@ -88,6 +89,8 @@ enum Cmd {
     Approve(cmd_approve::ApproveArgs),
     /// Run one command in the exec sandbox, standalone (no broker): `gatehouse sandbox [--allow-write P]... [--allow-read P]... [--allow-domain D]... [--timeout S] -- CMD ARGS`.
     Sandbox(cmd_sandbox::SandboxArgs),
+    /// An agent CLI inside the exec sandbox, with gatehouse as its only MCP server and the egress proxy as its only way out: `gatehouse run [--profile NAME] [--allow-domain D]... [--allow-read P]... -- AGENT ARGS`.
+    Run(cmd_run::RunArgs),
     /// The MCP server for one agent session, over stdio (what an agent's MCP config launches).
     Mcp(cmd_mcp::McpArgs),
     /// One safe fetch through the broker (policy applies): prints the wrapped text; a refusal exits 3, a network failure 4.
@@ -219,6 +222,7 @@ fn main() -> ExitCode {
         Cmd::Audit { cmd } => cmd_audit::run(&g, cmd),
         Cmd::Approve(args) => cmd_approve::run(&g, args),
         Cmd::Sandbox(args) => cmd_sandbox::run(&g, args),
+        Cmd::Run(args) => cmd_run::run(&g, args),
         Cmd::Mcp(args) => cmd_mcp::run(&g, args),
         Cmd::Fetch(args) => cmd_fetch::run(&g, args),
         Cmd::Ui(args) => cmd_ui::run(&g, args),

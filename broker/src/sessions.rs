@@ -41,6 +41,12 @@ pub fn token_hash(t: &ResumeToken) -> Vec<u8> {
     Sha256::digest(t.0.as_bytes()).to_vec()
 }
 
+/// What a revoked session's token hash is replaced with: a value no token hashes to (the
+/// same as `tools::connection_closed` writes).
+pub fn revoked_hash(sid: &str) -> Vec<u8> {
+    Sha256::digest(format!("revoked session {sid}").as_bytes()).to_vec()
+}
+
 /// The refusal of a resume that names another profile than the session's.
 pub fn profile_mismatch(id: &SessionId, has: &ProfileName, asked: &ProfileName) -> String {
     format!(

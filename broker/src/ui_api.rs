@@ -4,7 +4,10 @@ use crate::fronts::Replier;
 use crate::store::chain::{AuditEvent, AuditKind};
 use crate::store::now_ms;
 use crate::Ctx;
-use ipc_schema::ui::{CallState, PolicyView, SessionSummary, UiReply, UiRequest};
+use ipc_schema::tool::{ProfileName, SessionId};
+use ipc_schema::ui::{
+    CallState, LaunchReply, LaunchRequest, PolicyView, SessionSummary, UiReply, UiRequest,
+};
 use ipc_schema::{Body, ErrorCode, ErrorReply};
 use std::rc::Rc;
 
@@ -160,6 +163,16 @@ pub fn handle(ctx: &Rc<Ctx>, id: u64, req: UiRequest, reply: &Replier) {
         UiRequest::CredentialChanged { name, deleted } => {
             crate::cmd_secret::record_for_cli(ctx, id, name, deleted, reply)
         }
+        UiRequest::Launch(req) => {
+            let (ctx, reply) = (ctx.clone(), reply.clone());
+            tokio::task::spawn_local(async move {
+                let body = match req {
+                    LaunchRequest::Open { profile } => launch_open(&ctx, profile).await,
+                    LaunchRequest::End { session } => launch_end(&ctx, session).await,
+                };
+                reply.send(id, body);
+            });
+        }
         UiRequest::AuditTail { after, limit } => {
             let (ctx, reply) = (ctx.clone(), reply.clone());
             tokio::task::spawn_local(async move {
@@ -177,6 +190,89 @@ pub fn handle(ctx: &Rc<Ctx>, id: u64, req: UiRequest, reply: &Replier) {
                 );
             });
         }
+    }
+}
+
+/// `gatehouse run`: a fresh session of `profile` and its one-use launch token, stored (hashed)
+/// like any resumable session, so the agent's gateway carries it on with `OpenSession`.
+async fn launch_open(ctx: &Rc<Ctx>, profile: Option<ProfileName>) -> Body {
+    let profile = profile.unwrap_or_else(ProfileName::default_profile);
+    // As for a gateway's own session: an unknown profile is refused; while the policy is
+    // invalid the session opens and every call is refused with the reason.
+    if let Ok(all) = &ctx.gate.policy.borrow().current {
+        if all.get(&profile).is_none() {
+            return error(
+                ErrorCode::Refused,
+                crate::policy::unknown_profile(&profile, all),
+            );
+        }
+    }
+    let (session, token) = crate::sessions::new_ids();
+    let (sid, hash, pname) = (
+        session.0.clone(),
+        crate::sessions::token_hash(&token),
+        profile.to_string(),
+    );
+    let saved = ctx
+        .gate
+        .store
+        .txn(move |tx, audit| {
+            tx.execute(
+                "INSERT INTO sessions (id, resume_hash, created_ms) VALUES (?1, ?2, ?3)",
+                rusqlite::params![sid, hash, now_ms()],
+            )?;
+            tx.execute(
+                "INSERT INTO session_profiles (session, profile) VALUES (?1, ?2)",
+                rusqlite::params![sid, pname],
+            )?;
+            audit.push(
+                AuditEvent::new(AuditKind::Session, "ui", "launch token issued")
+                    .session(sid)
+                    .detail(format!("gatehouse run; profile {pname}")),
+            );
+            Ok(())
+        })
+        .await;
+    match saved {
+        Ok(()) => Body::UiReply(UiReply::Launch(LaunchReply::Opened {
+            session,
+            token,
+            profile,
+        })),
+        Err(e) => error(ErrorCode::Internal, e.to_string()),
+    }
+}
+
+/// `gatehouse run` ended: its session's token is revoked (if its gateway has not already done
+/// so by disconnecting), with an audit row either way.
+async fn launch_end(ctx: &Rc<Ctx>, session: SessionId) -> Body {
+    let had = ctx.gate.sessions.borrow().is_revoked(&session);
+    ctx.gate.sessions.borrow_mut().revoke(&session);
+    let sid = session.0.clone();
+    let revoked = crate::sessions::revoked_hash(&sid);
+    let r = ctx
+        .gate
+        .store
+        .txn(move |tx, audit| {
+            let n = tx.execute(
+                "UPDATE sessions SET resume_hash = ?2 WHERE id = ?1",
+                rusqlite::params![sid, revoked],
+            )?;
+            if n == 1 {
+                let what = if had {
+                    "run ended; token already revoked"
+                } else {
+                    "run ended; token revoked"
+                };
+                audit.push(AuditEvent::new(AuditKind::Session, "ui", what).session(sid));
+            }
+            Ok(n == 1)
+        })
+        .await;
+    match r {
+        Ok(true) => Body::UiReply(UiReply::Launch(LaunchReply::Ended { session })),
+        Ok(false) => error(ErrorCode::Invalid, format!("there is no session {session}")),
+        Err(e) => error(ErrorCode::Internal, e.to_string()),
     }
 }
 

@@ -295,6 +295,36 @@ pub enum UiRequest {
         name: crate::secrets::CredentialName,
         deleted: bool,
     },
+    /// `gatehouse run` (the user's own command, so on the ui channel): a fresh session for the
+    /// agent it starts, or the end of it. [`UiReply::Launch`].
+    Launch(LaunchRequest),
+}
+
+/// What `gatehouse run` asks of the broker about its agent's session.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub enum LaunchRequest {
+    /// A fresh session of `profile` (`None`: the default profile) with a one-use launch token:
+    /// the agent's gateway presents it with `ToolCall::OpenSession`; the token is revoked when
+    /// that gateway disconnects or when the run ends, whichever is first. An unknown profile is
+    /// refused.
+    Open {
+        profile: Option<crate::tool::ProfileName>,
+    },
+    /// The run is over: revoke the session's token (an audit row says so).
+    End { session: crate::tool::SessionId },
+}
+
+/// The broker's answer to a [`LaunchRequest`].
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub enum LaunchReply {
+    Opened {
+        session: crate::tool::SessionId,
+        token: crate::tool::ResumeToken,
+        profile: crate::tool::ProfileName,
+    },
+    Ended {
+        session: crate::tool::SessionId,
+    },
 }
 
 /// Something the console should show now.
@@ -334,4 +364,5 @@ pub enum UiReply {
     CredentialChangeRecorded {
         seq: u64,
     },
+    Launch(LaunchReply),
 }

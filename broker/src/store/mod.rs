@@ -392,8 +392,14 @@ mod migrate_tests {
 
     #[test]
     fn a_remembered_table_from_before_profiles_gets_its_profile_column() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("old.db");
+        // (No tempfile: bench compiles this module in without that dev-dependency.)
+        let dir = std::env::temp_dir().join(format!(
+            "gh-migrate-{}-{}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("old.db");
         let old = Connection::open(&path).unwrap();
         old.execute_batch(
             "CREATE TABLE remembered (id INTEGER PRIMARY KEY, tool TEXT NOT NULL, target TEXT NOT NULL,
@@ -417,5 +423,6 @@ mod migrate_tests {
         // Opening again changes nothing (the column is there).
         drop(conn);
         open_rw(&path).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -36,6 +36,7 @@ pub(crate) const S_NO_NEW_PRIVS: u32 = 100_014;
 pub(crate) const S_CAPABILITIES: u32 = 100_015;
 pub(crate) const S_LANDLOCK_RESTRICT: u32 = 100_016;
 pub(crate) const S_SECCOMP: u32 = 100_017;
+pub(crate) const S_UNIX_BRIDGE_LISTEN: u32 = 100_018;
 
 /// One report record.
 #[repr(C)]
@@ -173,12 +174,17 @@ pub(crate) unsafe fn init_main(plan: &mut Plan) -> ! {
         Some((_, port)) => bridge_listen(plan, port),
         None => -1,
     };
+    let unix_listener = match &plan.unix_bridge {
+        Some((_, path)) => unix_listen(plan, path),
+        None => -1,
+    };
 
     let mut chld: libc::sigset_t = std::mem::zeroed();
     libc::sigemptyset(&mut chld);
     libc::sigaddset(&mut chld, libc::SIGCHLD);
     let mut sfd = -1;
-    if listener >= 0 {
+    let bridged = listener >= 0 || unix_listener >= 0;
+    if bridged {
         if libc::sigprocmask(libc::SIG_BLOCK, &chld, std::ptr::null_mut()) != 0 {
             fail(plan, S_SIGNALS, 0);
         }
@@ -213,8 +219,8 @@ pub(crate) unsafe fn init_main(plan: &mut Plan) -> ! {
     libc::close(plan.stdout_w);
     libc::close(plan.stderr_w);
 
-    let status = if listener >= 0 {
-        serve_bridge(plan, listener, sfd, cmd)
+    let status = if bridged {
+        serve_bridge(plan, [listener, unix_listener], sfd, cmd)
     } else {
         wait_for(cmd)
     };
@@ -252,13 +258,23 @@ unsafe fn wait_for(cmd: libc::pid_t) -> c_int {
     }
 }
 
-/// Accepts the command's proxy connections and hands each to the broker over the connector,
-/// while reaping children until the command ends.
-unsafe fn serve_bridge(plan: &Plan, listener: c_int, sfd: c_int, cmd: libc::pid_t) -> c_int {
-    let connector = plan.bridge.map(|(c, _)| c).unwrap_or(-1);
+/// Accepts the command's proxy connections (`listeners[0]`) and the connections to the Unix
+/// socket bridge (`listeners[1]`; either may be -1) and hands each to its connector, while
+/// reaping children until the command ends.
+unsafe fn serve_bridge(plan: &Plan, listeners: [c_int; 2], sfd: c_int, cmd: libc::pid_t) -> c_int {
+    let connectors = [
+        plan.bridge.map(|(c, _)| c).unwrap_or(-1),
+        plan.unix_bridge.as_ref().map(|(c, _)| *c).unwrap_or(-1),
+    ];
+    // poll ignores entries with a negative descriptor.
     let mut fds = [
         libc::pollfd {
-            fd: listener,
+            fd: listeners[0],
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: listeners[1],
             events: libc::POLLIN,
             revents: 0,
         },
@@ -269,24 +285,27 @@ unsafe fn serve_bridge(plan: &Plan, listener: c_int, sfd: c_int, cmd: libc::pid_
         },
     ];
     loop {
-        fds[0].revents = 0;
-        fds[1].revents = 0;
-        if libc::poll(fds.as_mut_ptr(), 2, -1) < 0 {
+        for f in fds.iter_mut() {
+            f.revents = 0;
+        }
+        if libc::poll(fds.as_mut_ptr(), 3, -1) < 0 {
             continue;
         }
-        if fds[0].revents & libc::POLLIN != 0 {
-            let c = libc::accept4(
-                listener,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                libc::SOCK_CLOEXEC,
-            );
-            if c >= 0 {
-                send_fd(connector, c);
-                libc::close(c);
+        for i in 0..2 {
+            if fds[i].revents & libc::POLLIN != 0 {
+                let c = libc::accept4(
+                    listeners[i],
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    libc::SOCK_CLOEXEC,
+                );
+                if c >= 0 {
+                    send_fd(connectors[i], c);
+                    libc::close(c);
+                }
             }
         }
-        if fds[1].revents & libc::POLLIN != 0 {
+        if fds[2].revents & libc::POLLIN != 0 {
             let mut buf = [0u8; 4 * size_of::<libc::signalfd_siginfo>()];
             while libc::read(sfd, buf.as_mut_ptr() as *mut c_void, buf.len()) > 0 {}
             loop {
@@ -301,6 +320,34 @@ unsafe fn serve_bridge(plan: &Plan, listener: c_int, sfd: c_int, cmd: libc::pid_
             }
         }
     }
+}
+
+/// Listens on the Unix socket `path` (in the sandbox's own view, after the root switch).
+unsafe fn unix_listen(plan: &Plan, path: &std::ffi::CStr) -> c_int {
+    let l = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+    if l < 0 {
+        fail(plan, S_UNIX_BRIDGE_LISTEN, 0);
+    }
+    let mut addr: libc::sockaddr_un = std::mem::zeroed();
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.to_bytes();
+    // The parent checked the length (< 100 bytes); the copy stays inside sun_path regardless.
+    let n = bytes.len().min(addr.sun_path.len() - 1);
+    for (d, s) in addr.sun_path.iter_mut().zip(&bytes[..n]) {
+        *d = *s as libc::c_char;
+    }
+    if libc::bind(
+        l,
+        &addr as *const libc::sockaddr_un as *const libc::sockaddr,
+        size_of::<libc::sockaddr_un>() as libc::socklen_t,
+    ) != 0
+    {
+        fail(plan, S_UNIX_BRIDGE_LISTEN, 1);
+    }
+    if libc::listen(l, 128) != 0 {
+        fail(plan, S_UNIX_BRIDGE_LISTEN, 2);
+    }
+    l
 }
 
 /// Sends one byte with `fd` attached; a failed send drops the connection (the client sees it
@@ -663,6 +710,7 @@ pub(crate) fn stage_text(stage: u32, value: i32) -> String {
         S_CAPABILITIES => "dropping capabilities".into(),
         S_LANDLOCK_RESTRICT => "applying the command's Landlock ruleset".into(),
         S_SECCOMP => "installing the command's seccomp filter".into(),
+        S_UNIX_BRIDGE_LISTEN => "listening on the sandbox's Unix socket bridge".into(),
         _ => format!("sandbox stage {stage}"),
     }
 }

@@ -34,6 +34,7 @@ pub use watch::{Kill, Stream, Watch};
 
 use child::Record;
 use plan::{cpath, cstr, Cover, Layout, Op, Plan};
+use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
@@ -116,6 +117,8 @@ const DEV_TMPFS: &str = "mode=0755,size=64k,nr_inodes=64";
 pub struct Prepared {
     plan: Plan,
     connector: Option<OwnedFd>,
+    /// The connector of [`Prepared::bridge_unix_socket`].
+    unix_connector: Option<OwnedFd>,
     /// `argv[0]` resolved in the sandbox's view (symbolic links followed): what a command policy
     /// judges.
     pub program: PathBuf,
@@ -625,6 +628,7 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
         hostname: cstr("gatehouse"),
         landlock: ll.plan,
         bridge: None,
+        unix_bridge: None,
         cwd: cpath(&cwd),
         exec_path: cpath(&exec_path),
         argv: spec.argv.iter().map(|a| cstr(a)).collect(),
@@ -658,6 +662,7 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
     Ok(Prepared {
         plan,
         connector,
+        unix_connector: None,
         program,
         report,
     })
@@ -912,6 +917,89 @@ pub struct Sandboxed {
     reaped: bool,
 }
 
+/// A path in the sandbox's private `/tmp`, one name deep: nothing of the host is there, so
+/// what gatehouse puts there for the command is seen by the command alone.
+fn private_tmp_path(path: &Path) -> Result<CString, SandboxError> {
+    use std::os::unix::ffi::OsStrExt;
+    let name = path
+        .strip_prefix("/tmp")
+        .ok()
+        .filter(|n| n.components().count() == 1)
+        .and_then(|n| n.to_str())
+        .filter(|n| !n.starts_with('.'));
+    let bytes = path.as_os_str().as_bytes();
+    // sockaddr_un holds 108 bytes with the NUL.
+    if name.is_none() || bytes.len() >= 100 || bytes.contains(&0) {
+        return Err(SandboxError::Invalid(format!(
+            "{}: must be /tmp/NAME (the sandbox's private /tmp), shorter than 100 bytes",
+            path.display()
+        )));
+    }
+    Ok(cpath(path))
+}
+
+impl Prepared {
+    /// Listens on the Unix socket `socket` (in the sandbox's private `/tmp`) from the sandbox's
+    /// init process, and passes each accepted connection to `connector` (one byte carrying the
+    /// descriptor, as the proxy bridge does). This is how `gatehouse run` gives its agent the
+    /// broker's gateway channel without showing it the runtime directory: the socket exists
+    /// only inside this sandbox's mount namespace.
+    pub fn bridge_unix_socket(
+        &mut self,
+        socket: &Path,
+        connector: OwnedFd,
+    ) -> Result<(), SandboxError> {
+        let path = private_tmp_path(socket)?;
+        self.plan.unix_bridge = Some((-1, path));
+        self.unix_connector = Some(connector);
+        Ok(())
+    }
+
+    /// Creates `path` (in the sandbox's private `/tmp`, mode 0644) holding `data`, before the
+    /// command starts.
+    pub fn add_tmp_file(&mut self, path: &Path, data: &str) -> Result<(), SandboxError> {
+        let at = private_tmp_path(path)?;
+        let data = CString::new(data)
+            .map_err(|_| SandboxError::Invalid(format!("{}: data with NUL", path.display())))?;
+        self.plan.ops.push(Op::Touch {
+            path: at.clone(),
+            mode: 0o644,
+        });
+        self.plan
+            .op_text
+            .push(format!("creating {}", path.display()));
+        self.plan.ops.push(Op::WriteFile { path: at, data });
+        self.plan
+            .op_text
+            .push(format!("writing {}", path.display()));
+        Ok(())
+    }
+
+    /// Sets gatehouse's own variable `name` (it must start with `GATEHOUSE_`) in the command's
+    /// environment. Not subject to the secret-name filter, which keeps the caller's secrets
+    /// out: this value is one gatehouse made for this sandbox (a launch token).
+    pub fn set_gatehouse_var(&mut self, name: &str, value: &str) -> Result<(), SandboxError> {
+        let valid = name.strip_prefix("GATEHOUSE_").is_some_and(|rest| {
+            !rest.is_empty()
+                && rest
+                    .bytes()
+                    .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        });
+        if !valid || value.contains('\0') {
+            return Err(SandboxError::Invalid(format!(
+                "{name}: not a gatehouse variable (GATEHOUSE_ and upper-case letters, digits, _)"
+            )));
+        }
+        let prefix = format!("{name}=");
+        self.plan
+            .envp
+            .retain(|v| !v.as_bytes().starts_with(prefix.as_bytes()));
+        self.plan.envp.push(cstr(&format!("{name}={value}")));
+        self.plan.seal();
+        Ok(())
+    }
+}
+
 impl Prepared {
     /// Starts the sandbox; the command runs as soon as init has built it.
     pub fn spawn(mut self) -> Result<Sandboxed, SandboxError> {
@@ -934,6 +1022,12 @@ impl Prepared {
         plan.keep_fds = vec![plan.report_fd, plan.stdout_w, plan.stderr_w];
         if let Some(c) = &self.connector {
             plan.bridge = Some((c.as_raw_fd(), PROXY_BRIDGE_PORT));
+            plan.keep_fds.push(c.as_raw_fd());
+        }
+        if let Some(c) = &self.unix_connector {
+            if let Some((fd, _)) = &mut plan.unix_bridge {
+                *fd = c.as_raw_fd();
+            }
             plan.keep_fds.push(c.as_raw_fd());
         }
         plan.seal();
@@ -977,6 +1071,7 @@ impl Prepared {
         drop(out_w);
         drop(err_w);
         drop(self.connector.take());
+        drop(self.unix_connector.take());
         Ok(Sandboxed {
             pid: ret as u32,
             pidfd,

@@ -75,6 +75,9 @@ pub(crate) struct Plan {
     pub landlock: Option<LandlockPlan>,
     /// The proxy connector and the bridge port.
     pub bridge: Option<(c_int, u16)>,
+    /// A Unix socket path inside the sandbox whose connections go to this connector (see
+    /// `Prepared::bridge_unix_socket`).
+    pub unix_bridge: Option<(c_int, CString)>,
     pub cwd: CString,
     pub exec_path: CString,
     pub argv: Vec<CString>,

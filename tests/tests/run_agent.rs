@@ -1,0 +1,496 @@
+//! `gatehouse run`: an agent inside the exec sandbox, reaching the broker's gateway channel
+//! (and nothing else of gatehouse) through the socket bridge, under a one-use launch token.
+//!
+//! The agent is a small Python script (the system's python3, visible in the sandbox as part of
+//! the read-only system) that does what an agent CLI does: it reads `$GATEHOUSE_MCP_CONFIG`,
+//! starts the server it names (`gatehouse mcp`) and speaks MCP JSON-RPC lines to it. It also
+//! probes what it must not reach, and reports everything as JSON lines on stdout.
+//! Build first: `cargo build --workspace --all-features`.
+
+mod mcp_support;
+
+use gatehouse_tests::{bin, Conn};
+use ipc_schema::tool::{ResumeToken, ToolCall, ToolName};
+use ipc_schema::ui::{AuditEntry, Choice, Decision, UiReply, UiRequest};
+use ipc_schema::{Body, ErrorCode};
+use mcp_support::{Broker, Instance, PATIENCE};
+use serde_json::{json, Value};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+
+/// The fake agent. argv: the real ui.sock path, a loopback TCP port outside.
+const AGENT: &str = r#"
+import errno, json, os, socket, subprocess, sys
+
+def emit(k, v):
+    print(json.dumps({k: v}), flush=True)
+
+def connect_unix(path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        return "ok"
+    except OSError as e:
+        return "errno " + errno.errorcode[e.errno]
+    finally:
+        s.close()
+
+def connect_tcp(port):
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    except OSError as e:
+        return "errno " + errno.errorcode[e.errno]
+    try:
+        s.connect(("127.0.0.1", port))
+        return "ok"
+    except OSError as e:
+        return "errno " + errno.errorcode[e.errno]
+    finally:
+        s.close()
+
+class Server:
+    def __init__(self):
+        cfg = json.load(open(os.environ["GATEHOUSE_MCP_CONFIG"]))
+        srv = cfg["mcpServers"]["gatehouse"]
+        self.p = subprocess.Popen([srv["command"]] + srv["args"], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.n = 0
+
+    def send(self, msg):
+        self.p.stdin.write((json.dumps(msg) + "\n").encode())
+        self.p.stdin.flush()
+
+    def rpc(self, method, params):
+        self.n += 1
+        self.send({"jsonrpc": "2.0", "id": self.n, "method": method, "params": params})
+        while True:
+            line = self.p.stdout.readline()
+            if not line:
+                self.p.wait()
+                return {"closed": self.p.returncode, "stderr": self.p.stderr.read().decode()}
+            m = json.loads(line)
+            if m.get("id") == self.n:
+                return m
+
+    def initialize(self):
+        r = self.rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                    "clientInfo": {"name": "fake-agent", "version": "1"}})
+        if "result" in r:
+            self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return r
+
+    def call(self, name, args):
+        return self.rpc("tools/call", {"name": name, "arguments": args})["result"]
+
+emit("env", {k: ("<set>" if k == "GATEHOUSE_SESSION_TOKEN" else v)
+             for k, v in os.environ.items() if k.startswith("GATEHOUSE_")})
+# The agent "leaks" its token, so that the test can present it after the run.
+open("leaked-token", "w").write(os.environ["GATEHOUSE_SESSION_TOKEN"])
+emit("ui", connect_unix(sys.argv[1]))
+emit("gateway", connect_unix(os.environ["GATEHOUSE_GATEWAY_SOCKET"]))
+emit("tcp", connect_tcp(int(sys.argv[2])))
+
+s = Server()
+emit("server", s.initialize()["result"]["serverInfo"]["name"])
+emit("tools", sorted(t["name"] for t in s.rpc("tools/list", {})["result"]["tools"]))
+emit("read", s.call("read_file", {"path": "hello.txt"}))
+# A second gateway in the same run: the run's one session is in use.
+second = Server()
+emit("second", second.initialize())
+emit("write", s.call("write_file", {"path": "hello.txt", "content": "changed by the agent\n"}))
+s.p.stdin.close()
+s.p.wait()
+emit("done", s.p.returncode)
+"#;
+
+fn root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// A project the agent may write (as root, the sandbox runs as the directory's owner: nobody).
+fn instance() -> Instance {
+    let i = Instance::new(None);
+    std::fs::write(i.project.join("agent.py"), AGENT).unwrap();
+    if root() {
+        for p in [i.project.clone(), i.file("hello.txt"), i.file("agent.py")] {
+            std::os::unix::fs::chown(&p, Some(65534), Some(65534)).unwrap();
+        }
+    }
+    i
+}
+
+fn gatehouse_run(i: &Instance, run_args: &[&str], agent: &[&str]) -> Child {
+    Command::new(bin("gatehouse"))
+        .arg("--data-dir")
+        .arg(&i.data)
+        .arg("run")
+        .args(run_args)
+        .arg("--")
+        .args(agent)
+        .current_dir(&i.project)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start gatehouse run")
+}
+
+fn finish(child: Child) -> Output {
+    child.wait_with_output().expect("wait for gatehouse run")
+}
+
+/// The agent's report: key -> value.
+fn report(o: &Output) -> serde_json::Map<String, Value> {
+    let mut m = serde_json::Map::new();
+    for line in String::from_utf8_lossy(&o.stdout).lines() {
+        let v: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("agent line {line:?} is not JSON: {e}"));
+        for (k, v) in v.as_object().unwrap() {
+            m.insert(k.clone(), v.clone());
+        }
+    }
+    m
+}
+
+fn audit(b: &Broker) -> Vec<AuditEntry> {
+    match b.ui().request(Body::Ui(UiRequest::AuditTail {
+        after: 0,
+        limit: 10_000,
+    })) {
+        Body::UiReply(UiReply::Audit(rows)) => rows,
+        other => panic!("AuditTail answered {other:?}"),
+    }
+}
+
+fn result_text(r: &Value) -> String {
+    r["content"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no content: {r}"))
+        .iter()
+        .map(|c| c["text"].as_str().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn an_agent_uses_the_gateway_alone_and_its_token_dies_with_the_run() {
+    let i = instance();
+    let b = i.broker(&[]);
+    let ui_sock = i.data.join("run/ui.sock");
+    let outside = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = outside.local_addr().unwrap().port().to_string();
+    // Positive controls, outside the sandbox: ui.sock and the TCP port both answer.
+    assert!(Conn::connect(&ui_sock).is_ok());
+    assert!(std::net::TcpStream::connect(outside.local_addr().unwrap()).is_ok());
+
+    let child = gatehouse_run(
+        &i,
+        &[],
+        &[
+            "/usr/bin/python3",
+            "agent.py",
+            ui_sock.to_str().unwrap(),
+            &port,
+        ],
+    );
+    // The write is asked: the proposal shows on the ui channel; the human denies it.
+    let p = b.pending(1).remove(0);
+    assert_eq!(p.tool, ToolName::WriteFile);
+    assert_eq!(p.target, i.file("hello.txt").display().to_string());
+    assert_eq!(
+        i.file("hello.txt").metadata().unwrap().len(),
+        6,
+        "nothing is written while asked"
+    );
+    match b.ui().request(Body::Ui(UiRequest::Decide(Decision {
+        proposal: p.id,
+        digest: p.digest,
+        choice: Choice::Deny,
+    }))) {
+        Body::UiReply(UiReply::Decided { .. }) => {}
+        other => panic!("Decide answered {other:?}"),
+    }
+    let out = finish(child);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "stderr:\n{stderr}");
+    let r = report(&out);
+
+    // What the agent was given.
+    assert_eq!(
+        r["env"],
+        json!({
+            "GATEHOUSE_GATEWAY_SOCKET": "/tmp/gatehouse-gateway.sock",
+            "GATEHOUSE_MCP_CONFIG": "/tmp/gatehouse-mcp.json",
+            "GATEHOUSE_SESSION_TOKEN": "<set>",
+        })
+    );
+    assert!(stderr.contains(
+        "for Claude Code: claude --mcp-config $GATEHOUSE_MCP_CONFIG --strict-mcp-config"
+    ));
+    // The ui channel is out of reach (the runtime dir does not exist in the sandbox's view),
+    // beside the gateway bridge, which answers.
+    assert_eq!(r["ui"], "errno ENOENT");
+    assert_eq!(r["gateway"], "ok");
+    // No network without --allow-domain: no inet socket at all (the sandbox's seccomp rule).
+    assert_eq!(r["tcp"], "errno EAFNOSUPPORT");
+
+    // The agent's gatehouse mcp served its session: tools listed, the read allowed.
+    assert_eq!(r["server"], "gatehouse");
+    let tools: Vec<&str> = r["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(
+        tools.contains(&"read_file") && tools.contains(&"write_file"),
+        "{tools:?}"
+    );
+    assert_eq!(r["read"]["isError"], json!(false), "{}", r["read"]);
+    assert!(result_text(&r["read"]).contains("hello"), "{}", r["read"]);
+    // A second gateway in the same run gets no session.
+    assert_eq!(r["second"]["closed"], 1, "{}", r["second"]);
+    assert!(
+        r["second"]["stderr"].as_str().unwrap().contains(
+            "gatehouse run: this run's session is already in use or has ended (one gateway session per run)"
+        ),
+        "{}",
+        r["second"]
+    );
+    // The write was denied, and the file is unchanged.
+    assert_eq!(r["write"]["isError"], json!(true), "{}", r["write"]);
+    assert!(
+        result_text(&r["write"]).contains(&format!("proposal {}", p.id)),
+        "{}",
+        r["write"]
+    );
+    assert_eq!(
+        std::fs::read_to_string(i.file("hello.txt")).unwrap(),
+        "hello\n"
+    );
+    assert_eq!(r["done"], 0);
+
+    // The token is revoked: presenting it again is refused.
+    let token = std::fs::read_to_string(i.file("leaked-token")).unwrap();
+    assert_eq!(token.len(), 64);
+    let mut gw = Conn::connect(&i.data.join("run/gateway.sock")).unwrap();
+    gw.set_timeout(Some(PATIENCE));
+    match gw.request(Body::ToolCall(ToolCall::OpenSession {
+        resume: Some(ResumeToken(token.clone())),
+        profile: None,
+    })) {
+        Body::Error(e) => {
+            assert_eq!(e.code, ErrorCode::Refused);
+            // The run's end replaced the token's hash (before `gatehouse run` exited), so no
+            // session answers to it any more.
+            assert_eq!(e.message, "unknown resume token: no such session");
+        }
+        other => panic!("a revoked token opened a session: {other:?}"),
+    }
+
+    // The audit log has the issue and the revocation, and never the token; nor do stderr or
+    // the broker's log.
+    let rows = audit(&b);
+    let session_of = |outcome: &str| {
+        rows.iter()
+            .find(|r| r.outcome == outcome)
+            .and_then(|r| r.session.clone())
+            .unwrap_or_else(|| panic!("no {outcome:?} row in {rows:#?}"))
+    };
+    let sid = session_of("launch token issued");
+    assert_eq!(session_of("resumed"), sid);
+    assert_eq!(session_of("ended; token revoked"), sid);
+    assert!(rows
+        .iter()
+        .any(|r| r.session.as_deref() == Some(sid.as_str())
+            && r.outcome.starts_with("run ended; token")));
+    for row in &rows {
+        let text = format!("{row:?}");
+        assert!(!text.contains(&token), "the token is in audit row {row:?}");
+    }
+    assert!(!stderr.contains(&token));
+    assert!(!b.log().contains(&token));
+    drop(outside);
+}
+
+#[test]
+fn a_run_whose_agent_never_connects_still_revokes_its_token() {
+    let i = instance();
+    let b = i.broker(&[]);
+    let out = finish(gatehouse_run(
+        &i,
+        &[],
+        &[
+            "/bin/sh",
+            "-c",
+            "printf %s \"$GATEHOUSE_SESSION_TOKEN\" > leaked-token",
+        ],
+    ));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let token = std::fs::read_to_string(i.file("leaked-token")).unwrap();
+    assert_eq!(token.len(), 64);
+    let mut gw = Conn::connect(&i.data.join("run/gateway.sock")).unwrap();
+    gw.set_timeout(Some(PATIENCE));
+    match gw.request(Body::ToolCall(ToolCall::OpenSession {
+        resume: Some(ResumeToken(token)),
+        profile: None,
+    })) {
+        Body::Error(e) => {
+            assert_eq!(e.code, ErrorCode::Refused);
+            assert_eq!(e.message, "unknown resume token: no such session");
+        }
+        other => panic!("the token of an ended run opened a session: {other:?}"),
+    }
+    let rows = audit(&b);
+    assert!(
+        rows.iter().any(|r| r.outcome == "run ended; token revoked"),
+        "{rows:#?}"
+    );
+}
+
+#[test]
+fn the_sandboxed_gateway_refuses_a_missing_or_wrong_token_and_never_starts_a_broker() {
+    let i = instance();
+    let _b = i.broker(&[]);
+    // An agent that drops the token, or forges one: the bridge lets no session open, and
+    // `gatehouse mcp` does not fall back to starting a broker of its own inside.
+    let script = r#"
+cfg=$(sed -e 's/.*"command":"\([^"]*\)".*/\1/' "$GATEHOUSE_MCP_CONFIG")
+echo '{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}' | env -u GATEHOUSE_SESSION_TOKEN "$cfg" mcp; echo "unset $?"
+echo '{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}' | GATEHOUSE_SESSION_TOKEN=0000 "$cfg" mcp; echo "forged $?"
+echo '{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}' | GATEHOUSE_SESSION_TOKEN= "$cfg" mcp; echo "empty $?"
+echo '{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}' | GATEHOUSE_GATEWAY_SOCKET=/tmp/nothing.sock "$cfg" mcp; echo "nosocket $?"
+ls -a "$HOME"
+"#;
+    let out = finish(gatehouse_run(&i, &[], &["/bin/sh", "-c", script]));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    for line in ["unset 1", "forged 1", "empty 1", "nosocket 1"] {
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "{line} in\n{stdout}\n{stderr}"
+        );
+    }
+    let refused = "gatehouse run: the gateway must first open the run's session with the launch token in GATEHOUSE_SESSION_TOKEN";
+    assert_eq!(stderr.matches(refused).count(), 2, "{stderr}");
+    assert!(
+        stderr.contains("GATEHOUSE_SESSION_TOKEN is set but empty"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("cannot reach the gateway at /tmp/nothing.sock (GATEHOUSE_GATEWAY_SOCKET): No such file or directory"),
+        "{stderr}"
+    );
+    // No broker was started inside (it would have made its dirs under the sandbox's HOME).
+    assert_eq!(
+        stdout
+            .lines()
+            .filter(|l| l.starts_with('.'))
+            .collect::<Vec<_>>(),
+        vec![".", ".."],
+        "{stdout}"
+    );
+}
+
+#[test]
+fn an_unknown_profile_is_refused_before_the_agent_starts() {
+    let i = instance();
+    let _b = i.broker(&[]);
+    let out = finish(gatehouse_run(
+        &i,
+        &["--profile", "nosuch"],
+        &["/bin/sh", "-c", "touch started"],
+    ));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(
+        stderr.starts_with("gatehouse run: the broker refused the session: "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("nosuch"), "{stderr}");
+    assert!(!Path::new(&i.file("started")).exists());
+}
+
+/// A stand-in for the egress proxy (test builds' `--test-proxy-socket`): it receives each bridge
+/// connection as a descriptor and answers it with one fixed line.
+fn test_proxy() -> (tempfile::TempDir, std::path::PathBuf) {
+    use sandbox::linux::command::fdpass::recv_with_fds;
+    use std::io::Write;
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new()
+        .prefix("gh-run-proxy-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let socket = dir.path().join("proxy.sock");
+    let l = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::thread::spawn(move || {
+        for connector in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut fds = std::collections::VecDeque::new();
+                let mut buf = [0u8; 16];
+                while let Ok(n) = recv_with_fds(connector.as_fd(), &mut buf, &mut fds) {
+                    if n == 0 {
+                        break;
+                    }
+                    while let Some(fd) = fds.pop_front() {
+                        let mut c = std::net::TcpStream::from(fd);
+                        let _ = c.write_all(b"HTTP/1.1 200 the test proxy\r\n\r\n");
+                    }
+                }
+            });
+        }
+    });
+    (dir, socket)
+}
+
+#[test]
+fn with_the_proxy_the_agent_reaches_it_and_nothing_else() {
+    let i = instance();
+    let _b = i.broker(&[]);
+    let outside = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = outside.local_addr().unwrap().port();
+    // Positive control: the port answers from outside.
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+    let (_dir, proxy) = test_proxy();
+    let script = format!(
+        r#"
+import errno, os, socket
+def tcp(port):
+    s = socket.socket()
+    try:
+        s.connect(("127.0.0.1", port))
+        return s.recv(100).decode().strip()
+    except OSError as e:
+        return "errno " + errno.errorcode[e.errno]
+print("proxy-var", os.environ["HTTPS_PROXY"].startswith("http://gatehouse:") and os.environ["HTTPS_PROXY"].endswith("@127.0.0.1:3128"))
+print("bridge", tcp(3128))
+print("direct", tcp({port}))
+"#
+    );
+    let out = finish(gatehouse_run(
+        &i,
+        &["--test-proxy-socket", proxy.to_str().unwrap()],
+        &["/usr/bin/python3", "-c", &script],
+    ));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout,
+        "proxy-var True\nbridge HTTP/1.1 200 the test proxy\ndirect errno ECONNREFUSED\n"
+    );
+}
