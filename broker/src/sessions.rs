@@ -54,6 +54,53 @@ pub fn profile_mismatch(id: &SessionId, has: &ProfileName, asked: &ProfileName) 
     )
 }
 
+/// Makes a new resumable session of `profile`: its id and token (stored hashed) and its
+/// profile, with the audit row `actor`/`outcome`/`detail`. An unknown profile is refused (while
+/// the policy file is invalid the session opens, and each of its calls is refused with the
+/// reason).
+pub async fn create(
+    gate: &crate::gate::Gate,
+    profile: &ProfileName,
+    actor: &'static str,
+    outcome: &'static str,
+    detail: String,
+) -> Result<(SessionId, ResumeToken), (ipc_schema::ErrorCode, String)> {
+    if let Ok(all) = &gate.policy.borrow().current {
+        if all.get(profile).is_none() {
+            return Err((
+                ipc_schema::ErrorCode::Refused,
+                crate::policy::unknown_profile(profile, all),
+            ));
+        }
+    }
+    let (id, token) = new_ids();
+    let (sid, hash, pname) = (id.0.clone(), token_hash(&token), profile.to_string());
+    gate.store
+        .txn(move |tx, audit| {
+            tx.execute(
+                "INSERT INTO sessions (id, resume_hash, created_ms) VALUES (?1, ?2, ?3)",
+                rusqlite::params![sid, hash, crate::store::now_ms()],
+            )?;
+            tx.execute(
+                "INSERT INTO session_profiles (session, profile) VALUES (?1, ?2)",
+                rusqlite::params![sid, pname],
+            )?;
+            audit.push(
+                crate::store::chain::AuditEvent::new(
+                    crate::store::chain::AuditKind::Session,
+                    actor,
+                    outcome,
+                )
+                .session(sid)
+                .detail(detail),
+            );
+            Ok(())
+        })
+        .await
+        .map_err(|e| (ipc_schema::ErrorCode::Internal, e.to_string()))?;
+    Ok((id, token))
+}
+
 pub fn new_ids() -> (SessionId, ResumeToken) {
     (
         SessionId(hex::encode(rand::random::<[u8; 16]>())),

@@ -197,49 +197,14 @@ pub fn handle(ctx: &Rc<Ctx>, id: u64, req: UiRequest, reply: &Replier) {
 /// like any resumable session, so the agent's gateway carries it on with `OpenSession`.
 async fn launch_open(ctx: &Rc<Ctx>, profile: Option<ProfileName>) -> Body {
     let profile = profile.unwrap_or_else(ProfileName::default_profile);
-    // As for a gateway's own session: an unknown profile is refused; while the policy is
-    // invalid the session opens and every call is refused with the reason.
-    if let Ok(all) = &ctx.gate.policy.borrow().current {
-        if all.get(&profile).is_none() {
-            return error(
-                ErrorCode::Refused,
-                crate::policy::unknown_profile(&profile, all),
-            );
-        }
-    }
-    let (session, token) = crate::sessions::new_ids();
-    let (sid, hash, pname) = (
-        session.0.clone(),
-        crate::sessions::token_hash(&token),
-        profile.to_string(),
-    );
-    let saved = ctx
-        .gate
-        .store
-        .txn(move |tx, audit| {
-            tx.execute(
-                "INSERT INTO sessions (id, resume_hash, created_ms) VALUES (?1, ?2, ?3)",
-                rusqlite::params![sid, hash, now_ms()],
-            )?;
-            tx.execute(
-                "INSERT INTO session_profiles (session, profile) VALUES (?1, ?2)",
-                rusqlite::params![sid, pname],
-            )?;
-            audit.push(
-                AuditEvent::new(AuditKind::Session, "ui", "launch token issued")
-                    .session(sid)
-                    .detail(format!("gatehouse run; profile {pname}")),
-            );
-            Ok(())
-        })
-        .await;
-    match saved {
-        Ok(()) => Body::UiReply(UiReply::Launch(LaunchReply::Opened {
+    let detail = format!("gatehouse run; profile {profile}");
+    match crate::sessions::create(&ctx.gate, &profile, "ui", "launch token issued", detail).await {
+        Ok((session, token)) => Body::UiReply(UiReply::Launch(LaunchReply::Opened {
             session,
             token,
             profile,
         })),
-        Err(e) => error(ErrorCode::Internal, e.to_string()),
+        Err((code, why)) => error(code, why),
     }
 }
 

@@ -227,41 +227,12 @@ async fn open_session(
         }
         None => {
             let profile = asked.clone().unwrap_or_else(ProfileName::default_profile);
-            // An unknown profile is refused. While the policy is invalid the session opens and
-            // every call is refused with the reason (as for the default profile).
-            if let Ok(all) = &gate.policy.borrow().current {
-                if all.get(&profile).is_none() {
-                    return err(
-                        ErrorCode::Refused,
-                        crate::policy::unknown_profile(&profile, all),
-                    );
-                }
-            }
-            let (id, token) = sessions::new_ids();
-            let (sid, hash) = (id.0.clone(), sessions::token_hash(&token));
-            let pname = profile.to_string();
-            let saved = gate
-                .store
-                .txn(move |tx, audit| {
-                    tx.execute(
-                        "INSERT INTO sessions (id, resume_hash, created_ms) VALUES (?1, ?2, ?3)",
-                        rusqlite::params![sid, hash, now_ms()],
-                    )?;
-                    tx.execute(
-                        "INSERT INTO session_profiles (session, profile) VALUES (?1, ?2)",
-                        rusqlite::params![sid, pname],
-                    )?;
-                    audit.push(
-                        AuditEvent::new(AuditKind::Session, "gateway", "opened")
-                            .session(sid)
-                            .detail(format!("profile {pname}")),
-                    );
-                    Ok(())
-                })
-                .await;
-            if let Err(e) = saved {
-                return err(ErrorCode::Internal, e.to_string());
-            }
+            let detail = format!("profile {profile}");
+            let (id, token) =
+                match sessions::create(gate, &profile, "gateway", "opened", detail).await {
+                    Ok(t) => t,
+                    Err((code, why)) => return err(code, why),
+                };
             (id, token, false)
         }
     };
