@@ -120,8 +120,7 @@ pub struct OutsideSource {
     pub tool: ToolName,
     /// The URL the text came from (after redirects); a very long one is cut, and says so.
     pub url: String,
-    /// How many calls the session had made when the text arrived: the number of the call
-    /// that read it (1: the session's first call), unless calls overlapped.
+    /// The number, in the session, of the call that read it (1: the session's first call).
     pub call: u64,
     pub read_unix_ms: u64,
     /// Only the first part of the text is remembered (it was larger than the memory cap).

@@ -169,6 +169,7 @@ fn as_failure(r: ToolReply) -> Failure {
 pub async fn execute_effect(
     ctx: &Rc<Ctx>,
     session: &SessionRef,
+    call_number: u64,
     a: &HttpRequest,
     checked: Option<&CheckedTarget>,
 ) -> EffectAnswer {
@@ -184,7 +185,7 @@ pub async fn execute_effect(
     };
     match send_inner(ctx, a, checked, hosts).await {
         Ok(r) => {
-            super::net::remember_outside(session, ToolName::HttpRequest, &r);
+            super::net::remember_outside(session, ToolName::HttpRequest, call_number, &r);
             EffectAnswer::Done(Box::new(r))
         }
         Err(SendError::NotSent(r)) => EffectAnswer::NeverSent(as_failure(r)),

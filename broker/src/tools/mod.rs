@@ -365,7 +365,12 @@ async fn run(
         return refused(RefusalKind::RateLimited, msg, None, None);
     }
     let _in_flight = InFlight(session.clone());
-    session.borrow_mut().calls += 1;
+    // This call's number in the session (what a card names as the call that read outside text).
+    let call_number = {
+        let mut s = session.borrow_mut();
+        s.calls += 1;
+        s.calls
+    };
 
     let effectful = !call.is_read_only();
     let key = ledger::call_key(tool, &args::canonical(&call));
@@ -456,7 +461,7 @@ async fn run(
             }
         }
         let out = if checked.is_some() {
-            net::execute_read(ctx, &session, &call, checked.as_ref())
+            net::execute_read(ctx, &session, call_number, &call, checked.as_ref())
                 .await
                 .and_then(|r| stayed_on_network(&profile, ctx, r))
         } else {
@@ -599,7 +604,9 @@ async fn run(
     crash_point(gate.test_crash, CrashStep::AfterExecuting);
 
     let answer = match &call {
-        ToolCall::HttpRequest(a) => http::execute_effect(ctx, &session, a, checked.as_ref()).await,
+        ToolCall::HttpRequest(a) => {
+            http::execute_effect(ctx, &session, call_number, a, checked.as_ref()).await
+        }
         ToolCall::RunCommand(a) => exec::execute_effect(ctx, a, &resolved, &profile).await,
         _ => fs::execute_effect(ctx, &call, &resolved, expected, gate.test_crash).await,
     };

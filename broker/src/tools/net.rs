@@ -242,6 +242,7 @@ pub async fn fetch(
 pub async fn execute_read(
     ctx: &Rc<Ctx>,
     session: &SessionRef,
+    call_number: u64,
     call: &ToolCall,
     checked: Option<&CheckedTarget>,
 ) -> Result<ToolResult, ToolReply> {
@@ -252,18 +253,20 @@ pub async fn execute_read(
         _ => Err(failed(ErrorCode::Internal, "not a read-only network call")),
     }?;
     if let Some(tool) = call.tool() {
-        remember_outside(session, tool, &r);
+        remember_outside(session, tool, call_number, &r);
     }
     Ok(r)
 }
 
 /// Remembers a page or reply the session is about to receive as outside text, with where it
-/// came from and the call's number in the session.
-pub fn remember_outside(session: &SessionRef, tool: ToolName, r: &ToolResult) {
-    let mut s = session.borrow_mut();
-    let call = s.calls;
-    s.outside
-        .remember_result(tool, call, crate::store::now_ms() as u64, r);
+/// came from and the number of the call that read it.
+pub fn remember_outside(session: &SessionRef, tool: ToolName, call_number: u64, r: &ToolResult) {
+    session.borrow_mut().outside.remember_result(
+        tool,
+        call_number,
+        crate::store::now_ms() as u64,
+        r,
+    );
 }
 
 #[cfg(test)]
