@@ -27,6 +27,19 @@ fn audit_rows(b: &Broker) -> Vec<Value> {
         .collect()
 }
 
+/// The audit rows once `ready` holds for them: audit-only rows are committed by the broker's
+/// writer after the event they record (group commit, sealed by the secrets-helper).
+fn audit_rows_when(b: &Broker, ready: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let rows = audit_rows(b);
+        if ready(&rows) || std::time::Instant::now() > deadline {
+            return rows;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn forged_tool_names_are_refused_as_unknown() {
     let inst = Instance::new(None);
@@ -181,8 +194,21 @@ fn nul_bytes_huge_strings_and_wrong_types_are_refused_before_the_broker_sees_the
         Body::UiReply(UiReply::Pending(p)) => assert!(p.is_empty(), "{p:?}"),
         other => panic!("{other:?}"),
     }
-    let rows = audit_rows(&b);
-    assert!(!rows.iter().any(|r| r["kind"] == "tool_call"), "{rows:?}");
+    // A valid call after them is the marker: once its row is in, every row before it is too,
+    // and it is the only tool call the broker saw.
+    assert_eq!(
+        m.call("read_file", json!({"path": "hello.txt"})),
+        (false, "hello\n".into())
+    );
+    let rows = audit_rows_when(&b, |rows| rows.iter().any(|r| r["tool"] == "read_file"));
+    // Every row that names a tool (reads, tool calls, proposals, refusals).
+    let calls: Vec<&Value> = rows.iter().filter(|r| !r["tool"].is_null()).collect();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(
+        (&calls[0]["tool"], &calls[0]["outcome"]),
+        (&json!("read_file"), &json!("done")),
+        "{calls:?}"
+    );
     assert!(
         std::fs::read_dir(&inst.project).unwrap().count() == 1,
         "only hello.txt is there"
@@ -385,16 +411,16 @@ fn a_gateway_that_sends_a_decision_is_killed_and_the_proposal_stays_undecided() 
     assert_eq!(still.len(), 1);
     assert_eq!(still[0].id, p.id);
     assert!(!inst.file("owned.txt").exists());
-    let rows = audit_rows(&b);
-    assert!(
-        rows.iter().any(|r| r["kind"] == "peer_killed"
+    let killed = |r: &Value| {
+        r["kind"] == "peer_killed"
             && r["actor"] == "gateway"
             && r["detail"]
                 .as_str()
                 .unwrap_or("")
-                .contains("Ui message, which the gateway may not send")),
-        "{rows:?}"
-    );
+                .contains("Ui message, which the gateway may not send")
+    };
+    let rows = audit_rows_when(&b, |rows| rows.iter().any(killed));
+    assert!(rows.iter().any(killed), "{rows:?}");
     // The real gateway's session is unaffected.
     assert_eq!(
         m.call("read_file", json!({"path": "hello.txt"})),

@@ -129,9 +129,17 @@ fn loopback_and_link_local_are_refused_with_the_net_helpers_reason() {
     let listed = text(&out.stdout);
     assert!(!listed.contains("fetch_url"), "{listed}");
 
-    // And each refusal is in the audit log with its reason.
-    let out = b.cli(&["audit", "tail", "-n", "50"]);
-    let audit = text(&out.stdout);
+    // And each refusal is in the audit log with its reason (audit-only rows are committed by
+    // the broker's writer shortly after the refusal: wait for them).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let audit = loop {
+        let out = b.cli(&["audit", "tail", "-n", "50"]);
+        let audit = text(&out.stdout);
+        if audit.contains("169.254.169.254 is link-local") || std::time::Instant::now() > deadline {
+            break audit;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     assert!(
         audit.contains("169.254.169.254 is link-local (169.254.0.0/16)"),
         "{audit}"
