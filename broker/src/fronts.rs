@@ -141,8 +141,10 @@ async fn serve_front(ctx: Rc<Ctx>, stream: UnixStream, role: Role) {
         }
         dispatch(&ctx, role, env, &reply, &conn);
     }
-    if role == Role::Gateway {
-        crate::tools::connection_closed(&ctx, &conn);
+    match role {
+        Role::Gateway => crate::tools::connection_closed(&ctx, &conn),
+        Role::Ui => crate::ui_api::connection_closed(&ctx, &conn),
+        _ => {}
     }
 }
 
@@ -226,7 +228,7 @@ fn dispatch(
                 reply.send(id, Body::DoctorReport(report));
             });
         }
-        Body::Ui(req) => crate::ui_api::handle(ctx, id, req, reply),
+        Body::Ui(req) => crate::ui_api::handle(ctx, conn, id, req, reply),
         Body::ToolCall(call) => crate::tools::handle(ctx, conn, id, call, reply),
         other => {
             // The route table admitted a kind this broker does not serve for this role.

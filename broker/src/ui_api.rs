@@ -15,7 +15,13 @@ fn error(code: ErrorCode, m: impl Into<String>) -> Body {
     Body::Error(ErrorReply::new(code, m))
 }
 
-pub fn handle(ctx: &Rc<Ctx>, id: u64, req: UiRequest, reply: &Replier) {
+pub fn handle(
+    ctx: &Rc<Ctx>,
+    conn: &Rc<crate::tools::Conn>,
+    id: u64,
+    req: UiRequest,
+    reply: &Replier,
+) {
     let gate = &ctx.gate;
     match req {
         UiRequest::ListPending => reply.send(
@@ -164,11 +170,23 @@ pub fn handle(ctx: &Rc<Ctx>, id: u64, req: UiRequest, reply: &Replier) {
             crate::cmd_secret::record_for_cli(ctx, id, name, deleted, reply)
         }
         UiRequest::Launch(req) => {
-            let (ctx, reply) = (ctx.clone(), reply.clone());
+            let (ctx, reply, conn) = (ctx.clone(), reply.clone(), conn.clone());
             tokio::task::spawn_local(async move {
                 let body = match req {
-                    LaunchRequest::Open { profile } => launch_open(&ctx, profile).await,
-                    LaunchRequest::End { session } => launch_end(&ctx, session).await,
+                    LaunchRequest::Open { profile } => {
+                        let body = launch_open(&ctx, profile).await;
+                        if let Body::UiReply(UiReply::Launch(LaunchReply::Opened {
+                            session, ..
+                        })) = &body
+                        {
+                            conn.launched.borrow_mut().push(session.clone());
+                        }
+                        body
+                    }
+                    LaunchRequest::End { session } => {
+                        conn.launched.borrow_mut().retain(|s| *s != session);
+                        launch_end(&ctx, session, "run ended").await
+                    }
                 };
                 reply.send(id, body);
             });
@@ -210,7 +228,18 @@ async fn launch_open(ctx: &Rc<Ctx>, profile: Option<ProfileName>) -> Body {
 
 /// `gatehouse run` ended: its session's token is revoked (if its gateway has not already done
 /// so by disconnecting), with an audit row either way.
-async fn launch_end(ctx: &Rc<Ctx>, session: SessionId) -> Body {
+/// A ui connection ended: the sessions `gatehouse run` opened through it and did not end (it
+/// was killed) have their tokens revoked now.
+pub fn connection_closed(ctx: &Rc<Ctx>, conn: &Rc<crate::tools::Conn>) {
+    for session in conn.launched.take() {
+        let ctx = ctx.clone();
+        tokio::task::spawn_local(async move {
+            launch_end(&ctx, session, "gatehouse run's connection closed").await;
+        });
+    }
+}
+
+async fn launch_end(ctx: &Rc<Ctx>, session: SessionId, why: &'static str) -> Body {
     let had = ctx.gate.sessions.borrow().is_revoked(&session);
     ctx.gate.sessions.borrow_mut().revoke(&session);
     let sid = session.0.clone();
@@ -225,9 +254,9 @@ async fn launch_end(ctx: &Rc<Ctx>, session: SessionId) -> Body {
             )?;
             if n == 1 {
                 let what = if had {
-                    "run ended; token already revoked"
+                    format!("{why}; token already revoked")
                 } else {
-                    "run ended; token revoked"
+                    format!("{why}; token revoked")
                 };
                 audit.push(AuditEvent::new(AuditKind::Session, "ui", what).session(sid));
             }

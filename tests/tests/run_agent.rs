@@ -355,6 +355,67 @@ fn a_run_whose_agent_never_connects_still_revokes_its_token() {
 }
 
 #[test]
+fn a_killed_run_leaves_no_valid_token_behind() {
+    use std::time::{Duration, Instant};
+    let i = instance();
+    let b = i.broker(&[]);
+    // The agent writes its token where anything it runs later could find it, then waits.
+    let mut child = gatehouse_run(
+        &i,
+        &[],
+        &[
+            "/bin/sh",
+            "-c",
+            "printf %s \"$GATEHOUSE_SESSION_TOKEN\" > leaked-token; sleep 60",
+        ],
+    );
+    let path = i.file("leaked-token");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let token = loop {
+        match std::fs::read_to_string(&path) {
+            Ok(t) if t.len() == 64 => break t,
+            _ => {
+                assert!(Instant::now() < deadline, "the agent never wrote its token");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    };
+    // Positive control: while the run lives, its session stands and nothing is revoked.
+    let rows = audit(&b);
+    assert!(
+        rows.iter().any(|r| r.outcome == "launch token issued"),
+        "{rows:#?}"
+    );
+    assert!(
+        !rows.iter().any(|r| r.outcome.contains("token revoked")),
+        "{rows:#?}"
+    );
+
+    // `gatehouse run` is killed outright: it cannot end its run. Its ui connection closes,
+    // and the broker revokes the token it was issued.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let revoked = "gatehouse run's connection closed; token revoked";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !audit(&b).iter().any(|r| r.outcome == revoked) {
+        assert!(Instant::now() < deadline, "no revocation: {:#?}", audit(&b));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut gw = Conn::connect(&i.data.join("run/gateway.sock")).unwrap();
+    gw.set_timeout(Some(PATIENCE));
+    match gw.request(Body::ToolCall(ToolCall::OpenSession {
+        resume: Some(ResumeToken(token)),
+        profile: None,
+    })) {
+        Body::Error(e) => {
+            assert_eq!(e.code, ErrorCode::Refused);
+            assert_eq!(e.message, "unknown resume token: no such session");
+        }
+        other => panic!("the token of a killed run opened a session: {other:?}"),
+    }
+}
+
+#[test]
 fn the_sandboxed_gateway_refuses_a_missing_or_wrong_token_and_never_starts_a_broker() {
     let i = instance();
     let _b = i.broker(&[]);

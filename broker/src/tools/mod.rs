@@ -38,6 +38,10 @@ pub struct Conn {
     /// Set when this connection carried its session on by presenting a token (a gateway
     /// started by `gatehouse run`): the token is revoked when the connection ends.
     presented_token: RefCell<Option<ipc_schema::tool::SessionId>>,
+    /// On a ui connection: the sessions `gatehouse run` opened through it and has not ended
+    /// yet. Their tokens are revoked when the connection ends (a killed `gatehouse run` leaves
+    /// no valid token behind).
+    pub launched: RefCell<Vec<ipc_schema::tool::SessionId>>,
 }
 
 /// A gateway connection ended. A session carried on with a token ends with its gateway: the
