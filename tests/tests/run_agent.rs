@@ -173,6 +173,23 @@ fn result_text(r: &Value) -> String {
         .join("\n")
 }
 
+/// Presents `token` on a fresh gateway connection, as anything that found it could: it must be
+/// refused, no session answering to it.
+fn assert_token_refused(i: &Instance, token: &str) {
+    let mut gw = Conn::connect(&i.data.join("run/gateway.sock")).unwrap();
+    gw.set_timeout(Some(PATIENCE));
+    match gw.request(Body::ToolCall(ToolCall::OpenSession {
+        resume: Some(ResumeToken(token.to_string())),
+        profile: None,
+    })) {
+        Body::Error(e) => {
+            assert_eq!(e.code, ErrorCode::Refused);
+            assert_eq!(e.message, "unknown resume token: no such session");
+        }
+        other => panic!("a revoked token opened a session: {other:?}"),
+    }
+}
+
 #[test]
 fn an_agent_uses_the_gateway_alone_and_its_token_dies_with_the_run() {
     let i = instance();
@@ -274,20 +291,9 @@ fn an_agent_uses_the_gateway_alone_and_its_token_dies_with_the_run() {
     // The token is revoked: presenting it again is refused.
     let token = std::fs::read_to_string(i.file("leaked-token")).unwrap();
     assert_eq!(token.len(), 64);
-    let mut gw = Conn::connect(&i.data.join("run/gateway.sock")).unwrap();
-    gw.set_timeout(Some(PATIENCE));
-    match gw.request(Body::ToolCall(ToolCall::OpenSession {
-        resume: Some(ResumeToken(token.clone())),
-        profile: None,
-    })) {
-        Body::Error(e) => {
-            assert_eq!(e.code, ErrorCode::Refused);
-            // The run's end replaced the token's hash (before `gatehouse run` exited), so no
-            // session answers to it any more.
-            assert_eq!(e.message, "unknown resume token: no such session");
-        }
-        other => panic!("a revoked token opened a session: {other:?}"),
-    }
+    // The run's end replaced the token's hash (before `gatehouse run` exited), so no session
+    // answers to it any more.
+    assert_token_refused(&i, &token);
 
     // The audit log has the issue and the revocation, and never the token; nor do stderr or
     // the broker's log.
@@ -335,18 +341,7 @@ fn a_run_whose_agent_never_connects_still_revokes_its_token() {
     );
     let token = std::fs::read_to_string(i.file("leaked-token")).unwrap();
     assert_eq!(token.len(), 64);
-    let mut gw = Conn::connect(&i.data.join("run/gateway.sock")).unwrap();
-    gw.set_timeout(Some(PATIENCE));
-    match gw.request(Body::ToolCall(ToolCall::OpenSession {
-        resume: Some(ResumeToken(token)),
-        profile: None,
-    })) {
-        Body::Error(e) => {
-            assert_eq!(e.code, ErrorCode::Refused);
-            assert_eq!(e.message, "unknown resume token: no such session");
-        }
-        other => panic!("the token of an ended run opened a session: {other:?}"),
-    }
+    assert_token_refused(&i, &token);
     let rows = audit(&b);
     assert!(
         rows.iter().any(|r| r.outcome == "run ended; token revoked"),
@@ -401,18 +396,7 @@ fn a_killed_run_leaves_no_valid_token_behind() {
         assert!(Instant::now() < deadline, "no revocation: {:#?}", audit(&b));
         std::thread::sleep(Duration::from_millis(20));
     }
-    let mut gw = Conn::connect(&i.data.join("run/gateway.sock")).unwrap();
-    gw.set_timeout(Some(PATIENCE));
-    match gw.request(Body::ToolCall(ToolCall::OpenSession {
-        resume: Some(ResumeToken(token)),
-        profile: None,
-    })) {
-        Body::Error(e) => {
-            assert_eq!(e.code, ErrorCode::Refused);
-            assert_eq!(e.message, "unknown resume token: no such session");
-        }
-        other => panic!("the token of a killed run opened a session: {other:?}"),
-    }
+    assert_token_refused(&i, &token);
 }
 
 #[test]
