@@ -234,12 +234,29 @@ pub(crate) fn next_hop(
     Ok(target)
 }
 
-/// Resolve, judge, connect (pinned), TLS, send the request; the reply's head.
+/// One GET of `target`: the reply's head.
 async fn one_hop(
     ctx: &NetContext,
     target: &Target,
     limits: &FetchLimits,
 ) -> Result<(http::Response<Incoming>, IpAddr), FetchError> {
+    send_pinned(ctx, target, limits, request_for(target)?).await
+}
+
+/// Resolve and judge `target`'s host, connect to a checked address (pinned), TLS for https,
+/// send `request` on that connection alone; the reply's head and the address used. Shared by
+/// fetch and `http_request`.
+pub(crate) async fn send_pinned<B>(
+    ctx: &NetContext,
+    target: &Target,
+    limits: &FetchLimits,
+    request: http::Request<B>,
+) -> Result<(http::Response<Incoming>, IpAddr), FetchError>
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let reach = async {
         let addrs = judged_addresses(&ctx.resolver, &ctx.policy, &target.host).await?;
         let (tcp, addr) = connect_pinned(&addrs, target.port).await?;
@@ -257,21 +274,26 @@ async fn one_hop(
 
     let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
         .max_buf_size(256 * 1024)
-        .handshake::<_, Empty<Bytes>>(TokioIo::new(io))
+        .handshake::<_, B>(TokioIo::new(io))
         .await
         .map_err(|e| FetchError::failed(format!("HTTP setup with {} failed: {e}", target.host)))?;
     // The connection task ends when the reply (and its body) is dropped: no pool, no reuse.
     tokio::spawn(async move {
         let _ = conn.await;
     });
-    let req = request_for(target)?;
-    let resp = sender.send_request(req).await.map_err(|e| {
+    let resp = sender.send_request(request).await.map_err(|e| {
         FetchError::failed(format!("the HTTP request to {} failed: {e}", target.url))
     })?;
     Ok((resp, addr))
 }
 
-fn request_for(target: &Target) -> Result<http::Request<Empty<Bytes>>, FetchError> {
+/// A request line and the headers every hop carries: the URL's path and query (never its
+/// fragment), `Host`, `user_agent`, `Connection: close`.
+pub(crate) fn request_builder(
+    target: &Target,
+    method: http::Method,
+    user_agent: &'static str,
+) -> http::request::Builder {
     let url = &target.url;
     let mut host = url.host_str().unwrap_or_default().to_string();
     if let Some(p) = url.port() {
@@ -279,13 +301,18 @@ fn request_for(target: &Target) -> Result<http::Request<Empty<Bytes>>, FetchErro
     }
     let path = &url[url::Position::BeforePath..url::Position::AfterQuery];
     http::Request::builder()
-        .method(http::Method::GET)
+        .method(method)
         .uri(if path.is_empty() { "/" } else { path })
         .header(http::header::HOST, host)
-        .header(http::header::USER_AGENT, USER_AGENT)
+        .header(http::header::USER_AGENT, user_agent)
+        .header(http::header::CONNECTION, "close")
+}
+
+fn request_for(target: &Target) -> Result<http::Request<Empty<Bytes>>, FetchError> {
+    let url = &target.url;
+    request_builder(target, http::Method::GET, USER_AGENT)
         .header(http::header::ACCEPT, ACCEPT)
         .header(http::header::ACCEPT_ENCODING, "gzip, deflate")
-        .header(http::header::CONNECTION, "close")
         .body(Empty::new())
         .map_err(|e| FetchError::refused(RefusalKind::Url, format!("cannot request {url}: {e}")))
 }

@@ -9,24 +9,22 @@
 
 use crate::allowlist::Allowlist;
 use crate::body;
-use crate::connect::{connect_pinned, judged_addresses};
 use crate::error::{human_bytes, human_ms, FetchError};
 use crate::fetch::{
-    check_allowed, check_limits, is_redirect, next_hop, parse_allowed_hosts, FetchedBody,
+    check_allowed, check_limits, is_redirect, next_hop, parse_allowed_hosts, request_builder,
+    send_pinned, FetchedBody,
 };
 use crate::target::{parse_target, Target};
 use crate::NetContext;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 use ipc_schema::net::{FetchLimits, FetchedPage, HttpReply, HttpSend, NetReply, RefusalKind};
 use ipc_schema::secrets::{normalize_host, CredentialHeader};
 use ipc_schema::tool::HttpMethod;
 use std::collections::HashSet;
 use std::net::IpAddr;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite};
 
 const USER_AGENT: &str = concat!("gatehouse-http/", env!("CARGO_PKG_VERSION"));
 /// Request headers the agent may not set: they frame the request or belong to the connection
@@ -46,9 +44,6 @@ const FRAMING: &[&str] = &[
 ];
 const MAX_HEADERS: usize = 64;
 const MAX_HEADER_VALUE: usize = 8 * 1024;
-
-trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 /// What one request brought back, already scrubbed.
 pub struct Sent {
@@ -271,40 +266,7 @@ async fn one_hop(
     cred: Option<&CredentialHeader>,
     limits: &FetchLimits,
 ) -> Result<(http::Response<Incoming>, IpAddr), FetchError> {
-    let reach = async {
-        let addrs = judged_addresses(&ctx.resolver, &ctx.policy, &target.host).await?;
-        let (tcp, addr) = connect_pinned(&addrs, target.port).await?;
-        let io: Box<dyn Io> = if target.https {
-            Box::new(crate::tls::handshake(&ctx.tls, &target.host, tcp).await?)
-        } else {
-            Box::new(tcp)
-        };
-        Ok::<_, FetchError>((io, addr))
-    };
-    let within = Duration::from_millis(limits.connect_ms.into());
-    let (io, addr) = tokio::time::timeout(within, reach).await.map_err(|_| {
-        FetchError::refused(
-            RefusalKind::Limit,
-            format!(
-                "{} was not reached within {} (the connect time limit)",
-                target.host,
-                human_ms(limits.connect_ms.into())
-            ),
-        )
-    })??;
-    let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
-        .max_buf_size(256 * 1024)
-        .handshake::<_, Full<Bytes>>(TokioIo::new(io))
-        .await
-        .map_err(|e| FetchError::failed(format!("HTTP setup with {} failed: {e}", target.host)))?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    let request = build_request(target, req, cred)?;
-    let resp = sender.send_request(request).await.map_err(|e| {
-        FetchError::failed(format!("the HTTP request to {} failed: {e}", target.url))
-    })?;
-    Ok((resp, addr))
+    send_pinned(ctx, target, limits, build_request(target, req, cred)?).await
 }
 
 fn build_request(
@@ -313,18 +275,8 @@ fn build_request(
     cred: Option<&CredentialHeader>,
 ) -> Result<http::Request<Full<Bytes>>, FetchError> {
     let url = &target.url;
-    let mut host = url.host_str().unwrap_or_default().to_string();
-    if let Some(p) = url.port() {
-        host = format!("{host}:{p}");
-    }
-    let path = &url[url::Position::BeforePath..url::Position::AfterQuery];
     let m = method(req.method);
-    let mut b = http::Request::builder()
-        .method(m.clone())
-        .uri(if path.is_empty() { "/" } else { path })
-        .header(http::header::HOST, host)
-        .header(http::header::USER_AGENT, USER_AGENT)
-        .header(http::header::CONNECTION, "close");
+    let mut b = request_builder(target, m.clone(), USER_AGENT);
     for (k, v) in &req.headers {
         b = b.header(k.as_str(), v.as_str());
     }
