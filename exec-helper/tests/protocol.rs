@@ -13,9 +13,8 @@ use sandbox::linux::command::fdpass::send_with_fd;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Child;
 use std::time::Duration;
 
@@ -192,36 +191,6 @@ fn placeholder_hello() -> Hello {
     }
 }
 
-/// A working root the sandbox's user can use: when the tests run as root, the helper runs
-/// commands as nobody, so the directory is handed to nobody.
-fn work_dir() -> tempfile::TempDir {
-    let d = tempfile::Builder::new()
-        .prefix("gh-exec-")
-        .tempdir()
-        .unwrap();
-    if nix::unistd::geteuid().is_root() {
-        std::os::unix::fs::chown(d.path(), Some(65534), Some(65534)).unwrap();
-    }
-    d
-}
-
-/// The probe, copied where the sandbox's user can read it.
-fn probe() -> PathBuf {
-    static COPY: std::sync::OnceLock<(tempfile::TempDir, PathBuf)> = std::sync::OnceLock::new();
-    let (_, p) = COPY.get_or_init(|| {
-        let d = tempfile::Builder::new()
-            .prefix("gh-probe-")
-            .tempdir()
-            .unwrap();
-        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let p = d.path().join("gatehouse-exec-probe");
-        std::fs::copy(bin("gatehouse-exec-probe"), &p).unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-        (d, p)
-    });
-    p.clone()
-}
-
 fn spec(work: &Path, argv: &[&str]) -> CommandSpec {
     CommandSpec {
         argv: argv.iter().map(|s| s.to_string()).collect(),
@@ -232,7 +201,7 @@ fn spec(work: &Path, argv: &[&str]) -> CommandSpec {
                 access: GrantAccess::ReadWrite,
             },
             PathGrant {
-                path: probe(),
+                path: gatehouse_tests::exec_probe(),
                 access: GrantAccess::Read,
             },
         ],
@@ -243,7 +212,7 @@ fn spec(work: &Path, argv: &[&str]) -> CommandSpec {
 }
 
 fn probe_argv(op: &[&str]) -> Vec<String> {
-    let mut v = vec![probe().to_string_lossy().into_owned()];
+    let mut v = vec![gatehouse_tests::exec_probe().to_string_lossy().into_owned()];
     v.extend(op.iter().map(|s| s.to_string()));
     v
 }
@@ -269,7 +238,7 @@ fn hello_reports_the_exec_lockdown_and_the_kernel_agrees() {
 #[test]
 fn a_command_runs_and_its_output_and_status_come_back() {
     let mut h = locked();
-    let work = work_dir();
+    let work = gatehouse_tests::sandbox_owned_dir("gh-exec-");
     let (out, err, end) = h.run(spec(
         work.path(),
         &["/bin/sh", "-c", "echo out; echo err >&2; exit 3"],
@@ -283,7 +252,7 @@ fn a_command_runs_and_its_output_and_status_come_back() {
 #[test]
 fn the_command_writes_its_working_root_and_nothing_else() {
     let mut h = locked();
-    let work = work_dir();
+    let work = gatehouse_tests::sandbox_owned_dir("gh-exec-");
     let (out, _, end) = h.run(spec(
         work.path(),
         &["/bin/sh", "-c", "echo hi > made && cat made"],
@@ -305,7 +274,7 @@ fn the_command_writes_its_working_root_and_nothing_else() {
 #[test]
 fn output_beyond_the_limit_is_counted_not_kept_and_large_output_comes_in_pieces() {
     let mut h = locked();
-    let work = work_dir();
+    let work = gatehouse_tests::sandbox_owned_dir("gh-exec-");
     let mut s = spec(work.path(), &[]);
     s.argv = probe_argv(&["spew", "5000"]);
     s.limits.stdout_max = 1000;
@@ -330,7 +299,7 @@ fn output_beyond_the_limit_is_counted_not_kept_and_large_output_comes_in_pieces(
 #[test]
 fn stop_kills_the_whole_sandbox() {
     let mut h = locked();
-    let work = work_dir();
+    let work = gatehouse_tests::sandbox_owned_dir("gh-exec-");
     let marker = "432101";
     let (run, _) = h
         .start(spec(
@@ -357,7 +326,7 @@ fn stop_kills_the_whole_sandbox() {
 #[test]
 fn the_time_limit_kills_the_sandbox() {
     let mut h = locked();
-    let work = work_dir();
+    let work = gatehouse_tests::sandbox_owned_dir("gh-exec-");
     let mut s = spec(work.path(), &["/bin/sleep", "30"]);
     s.limits.timeout_ms = 300;
     let (_, _, end) = h.run(s);
@@ -367,8 +336,8 @@ fn the_time_limit_kills_the_sandbox() {
 #[test]
 fn refusals_say_why() {
     let mut h = locked();
-    let work = work_dir();
-    let other = work_dir();
+    let work = gatehouse_tests::sandbox_owned_dir("gh-exec-");
+    let other = gatehouse_tests::sandbox_owned_dir("gh-exec-");
     assert_eq!(
         h.start(spec(work.path(), &["sudo", "id"])).unwrap_err(),
         (
@@ -416,7 +385,7 @@ fn refusals_say_why() {
 #[test]
 fn secret_looking_variables_never_pass() {
     let mut h = locked();
-    let work = work_dir();
+    let work = gatehouse_tests::sandbox_owned_dir("gh-exec-");
     let mut s = spec(work.path(), &[]);
     s.argv = probe_argv(&["env", "GITHUB_TOKEN"]);
     s.env.push(("GITHUB_TOKEN".into(), "ghp_secret".into()));
@@ -436,7 +405,7 @@ fn secret_looking_variables_never_pass() {
 #[test]
 fn requests_are_answered_while_a_poll_waits() {
     let mut h = locked();
-    let work = work_dir();
+    let work = gatehouse_tests::sandbox_owned_dir("gh-exec-");
     let (slow, _) = h.start(spec(work.path(), &["/bin/sleep", "30"])).unwrap();
     let waiting = h.send(Body::Exec(ExecRequest::Poll {
         run: slow,
@@ -520,7 +489,7 @@ fn count_cmdline(needle: &str) -> usize {
 /// Starts `probe connect-tcp 127.0.0.1:3128` with the proxy network in `h`, acting as the
 /// broker's end of the connector: the client connection must arrive there as a descriptor.
 fn proxy_round_trip(h: &mut Helper) {
-    let work = work_dir();
+    let work = gatehouse_tests::sandbox_owned_dir("gh-exec-");
     let (broker_end, sandbox_end) = UnixStream::pair().unwrap();
     let mut s = spec(work.path(), &[]);
     s.argv = probe_argv(&["env", "HTTPS_PROXY"]);

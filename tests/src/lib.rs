@@ -503,3 +503,32 @@ pub fn http_response(status: &str, content_type: &str, body: &str) -> Vec<u8> {
     )
     .into_bytes()
 }
+
+/// A temporary directory the exec sandbox's user owns: when the tests run as root, the sandbox
+/// runs commands as nobody (65534), so the directory is handed to nobody.
+pub fn sandbox_owned_dir(prefix: &str) -> tempfile::TempDir {
+    let d = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    if nix::unistd::geteuid().is_root() {
+        std::os::unix::fs::chown(d.path(), Some(65534), Some(65534)).unwrap();
+    }
+    d
+}
+
+/// `gatehouse-exec-probe`, copied once per test process to a directory any user can enter
+/// (the build's target dir may not be readable by the sandbox's user).
+pub fn exec_probe() -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    static COPY: std::sync::OnceLock<(tempfile::TempDir, PathBuf)> = std::sync::OnceLock::new();
+    let (_, p) = COPY.get_or_init(|| {
+        let d = tempfile::Builder::new()
+            .prefix("gh-probe-")
+            .tempdir()
+            .unwrap();
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let p = d.path().join("gatehouse-exec-probe");
+        std::fs::copy(bin("gatehouse-exec-probe"), &p).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        (d, p)
+    });
+    p.clone()
+}

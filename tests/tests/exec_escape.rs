@@ -9,7 +9,6 @@
 
 use gatehouse_tests::bin;
 use std::io::{BufRead, Write};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -36,23 +35,6 @@ fn chown_tree(p: &Path) {
             }
         }
     }
-}
-
-/// The probe, copied where any user can run it.
-fn probe() -> PathBuf {
-    static COPY: std::sync::OnceLock<(tempfile::TempDir, PathBuf)> = std::sync::OnceLock::new();
-    let (_, p) = COPY.get_or_init(|| {
-        let d = tempfile::Builder::new()
-            .prefix("gh-probe-")
-            .tempdir()
-            .unwrap();
-        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let p = d.path().join("gatehouse-exec-probe");
-        std::fs::copy(bin("gatehouse-exec-probe"), &p).unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-        (d, p)
-    });
-    p.clone()
 }
 
 /// One sandbox setting: a working root (the current directory of `gatehouse sandbox`) and a
@@ -88,7 +70,7 @@ impl Sb {
             .arg(self.data.path())
             .arg("sandbox")
             .arg("--allow-read")
-            .arg(probe())
+            .arg(gatehouse_tests::exec_probe())
             .args(extra)
             .arg("--")
             .args(argv)
@@ -100,7 +82,7 @@ impl Sb {
 
     /// The probe's line from inside the sandbox.
     fn probe(&self, extra: &[&str], op: &[&str]) -> String {
-        let p = probe();
+        let p = gatehouse_tests::exec_probe();
         let mut argv = vec![p.to_str().unwrap()];
         argv.extend_from_slice(op);
         let out = self.run(extra, &argv);
@@ -117,7 +99,10 @@ impl Sb {
 
 /// The probe's line outside any sandbox (the positive control), as this test's user.
 fn outside(op: &[&str]) -> String {
-    let out = Command::new(probe()).args(op).output().unwrap();
+    let out = Command::new(gatehouse_tests::exec_probe())
+        .args(op)
+        .output()
+        .unwrap();
     String::from_utf8_lossy(&out.stdout).trim_end().to_string()
 }
 
@@ -372,7 +357,7 @@ fn processes_outside_cannot_be_traced_read_or_signalled() {
     assert_eq!(sb.probe(&[], &["kill", "1", "9"]), "errno EPERM");
     assert_eq!(sb.probe(&[], &["mem", "1"]), "errno EACCES");
     // Positive control for the scoping: the command's own children can be signalled.
-    let p = probe();
+    let p = gatehouse_tests::exec_probe();
     let out = sb.run(
         &[],
         &[
@@ -495,7 +480,7 @@ fn no_user_namespace_no_mount() {
     let scratch = owned_dir("gh-escape-mnt-");
     let ctl = Command::new("unshare")
         .args(["--user", "--map-root-user", "--mount"])
-        .arg(probe())
+        .arg(gatehouse_tests::exec_probe())
         .args(["mount-tmpfs", scratch.path().to_str().unwrap()])
         .output()
         .expect("unshare (util-linux) runs the control");
@@ -557,14 +542,17 @@ fn personality_changes_are_refused() {
 fn x32_syscalls_kill_the_command() {
     // Positive control: outside, the call reaches the kernel (ENOSYS where x32 is compiled
     // out, a pid where it is not) and nobody is killed.
-    let out = Command::new(probe()).arg("x32").output().unwrap();
+    let out = Command::new(gatehouse_tests::exec_probe())
+        .arg("x32")
+        .output()
+        .unwrap();
     let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
     assert!(
         line == "errno ENOSYS" || line.starts_with("ok pid"),
         "{line}"
     );
     let sb = Sb::new();
-    let p = probe();
+    let p = gatehouse_tests::exec_probe();
     let out = sb.run(&[], &[p.to_str().unwrap(), "x32"]);
     // SIGSYS (31): 128 + 31.
     assert_eq!(out.status.code(), Some(159), "{}", stderr(&out));
@@ -590,7 +578,7 @@ fn count_cmdline(needle: &str) -> usize {
 #[test]
 fn a_fork_bomb_stays_contained_and_leaves_nothing() {
     let sb = Sb::new();
-    let p = probe();
+    let p = gatehouse_tests::exec_probe();
     let out = sb.run(&[], &[p.to_str().unwrap(), "forkbomb", "100000"]);
     let text = String::from_utf8_lossy(&out.stdout);
     let mut lines = text.lines();
@@ -630,7 +618,7 @@ use std::os::unix::process::CommandExt;
 #[test]
 fn output_beyond_the_limit_is_dropped_with_a_notice() {
     let sb = Sb::new();
-    let p = probe();
+    let p = gatehouse_tests::exec_probe();
     let out = sb.run(&[], &[p.to_str().unwrap(), "spew", "1048576"]);
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(out.stdout.len(), 512 * 1024);
@@ -672,7 +660,7 @@ fn the_time_limit_kills_the_whole_sandbox() {
 #[test]
 fn nothing_keeps_running_after_the_command_returns() {
     let sb = Sb::new();
-    let p = probe();
+    let p = gatehouse_tests::exec_probe();
     let out = sb.run(&[], &[p.to_str().unwrap(), "leave-behind", "987654"]);
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("ok pid"));
     assert_eq!(out.status.code(), Some(0));
@@ -712,7 +700,7 @@ fn secrets_and_loader_variables_never_reach_the_command() {
             .env("LANG", "C.UTF-8")
             .env("SOME_PLAIN", "visible-only-when-asked");
     };
-    let p = probe();
+    let p = gatehouse_tests::exec_probe();
     let p = p.to_str().unwrap();
     for (name, want) in [
         ("GITHUB_TOKEN", "ok <unset>"),
@@ -737,7 +725,7 @@ fn secrets_and_loader_variables_never_reach_the_command() {
 #[test]
 fn stdin_is_empty_whatever_the_caller_gives() {
     let sb = Sb::new();
-    let p = probe();
+    let p = gatehouse_tests::exec_probe();
     let mut c = Command::new(bin("gatehouse"));
     c.arg("--data-dir")
         .arg(sb.data.path())

@@ -22,34 +22,6 @@ use std::sync::{Arc, Mutex};
 const TOKEN: &str = "test-token";
 const ALLOWED: &str = "allowed.test";
 
-fn root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
-fn owned_dir(prefix: &str) -> tempfile::TempDir {
-    let d = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
-    if root() {
-        std::os::unix::fs::chown(d.path(), Some(65534), Some(65534)).unwrap();
-    }
-    d
-}
-
-fn probe() -> PathBuf {
-    static COPY: std::sync::OnceLock<(tempfile::TempDir, PathBuf)> = std::sync::OnceLock::new();
-    let (_, p) = COPY.get_or_init(|| {
-        let d = tempfile::Builder::new()
-            .prefix("gh-probe-")
-            .tempdir()
-            .unwrap();
-        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let p = d.path().join("gatehouse-exec-probe");
-        std::fs::copy(bin("gatehouse-exec-probe"), &p).unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-        (d, p)
-    });
-    p.clone()
-}
-
 fn base64(input: &[u8]) -> String {
     const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::new();
@@ -193,7 +165,7 @@ fn sandbox(work: &Path, proxy: Option<&Proxy>, argv: &[&str]) -> Output {
         .arg(data.path())
         .arg("sandbox")
         .arg("--allow-read")
-        .arg(probe());
+        .arg(gatehouse_tests::exec_probe());
     if let Some(p) = proxy {
         c.arg("--test-proxy-socket").arg(&p.socket);
     }
@@ -220,7 +192,7 @@ fn curl_reaches_an_allowed_name_through_the_proxy_and_gets_403_for_another() {
     assert_eq!(String::from_utf8_lossy(&direct.stdout), "hello");
 
     let px = proxy(server);
-    let work = owned_dir("gh-net-work-");
+    let work = gatehouse_tests::sandbox_owned_dir("gh-net-work-");
     let out = sandbox(
         work.path(),
         Some(&px),
@@ -257,8 +229,8 @@ fn curl_reaches_an_allowed_name_through_the_proxy_and_gets_403_for_another() {
 fn with_the_proxy_the_variables_point_at_the_bridge_and_nothing_else_is_reachable() {
     let server = http_server("127.0.0.1");
     let px = proxy(server);
-    let work = owned_dir("gh-net-work-");
-    let p = probe();
+    let work = gatehouse_tests::sandbox_owned_dir("gh-net-work-");
+    let p = gatehouse_tests::exec_probe();
     let p = p.to_str().unwrap();
     let url = format!("ok http://gatehouse:{TOKEN}@127.0.0.1:3128");
     for v in [
@@ -332,8 +304,8 @@ fn with_the_proxy_the_variables_point_at_the_bridge_and_nothing_else_is_reachabl
 #[test]
 fn without_the_proxy_there_is_no_network_at_all() {
     let server = http_server("127.0.0.1");
-    let work = owned_dir("gh-net-work-");
-    let p = probe();
+    let work = gatehouse_tests::sandbox_owned_dir("gh-net-work-");
+    let p = gatehouse_tests::exec_probe();
     let p = p.to_str().unwrap();
     assert_eq!(
         line(&sandbox(work.path(), None, &[p, "env", "HTTPS_PROXY"])),
@@ -364,7 +336,7 @@ fn without_the_proxy_there_is_no_network_at_all() {
 
 #[test]
 fn a_bad_allow_domain_is_refused_with_the_proxys_reason() {
-    let work = owned_dir("gh-net-work-");
+    let work = gatehouse_tests::sandbox_owned_dir("gh-net-work-");
     let data = tempfile::tempdir().unwrap();
     let out = Command::new(bin("gatehouse"))
         .arg("--data-dir")
@@ -393,7 +365,7 @@ fn allow_domain_uses_the_net_helper_proxy_with_its_test_address_policy() {
     let server = http_server("127.0.0.2");
     let dns = LoopbackDns::start(&[ALLOWED], "127.0.0.2".parse().unwrap());
     let port = server.port().to_string();
-    let work = owned_dir("gh-net-work-");
+    let work = gatehouse_tests::sandbox_owned_dir("gh-net-work-");
     let data = tempfile::tempdir().unwrap();
     let run = |url: String| {
         Command::new(bin("gatehouse"))
