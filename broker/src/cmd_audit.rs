@@ -5,6 +5,7 @@
 use crate::head_key::PrivateSeal;
 use crate::store::{self, verify};
 use crate::{fail, Global, EXIT_FAILURE};
+use ipc_schema::ui::AuditEntry;
 use rusqlite::params;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -70,37 +71,16 @@ pub fn verify(g: &Global) -> ExitCode {
     }
 }
 
-struct Row {
-    seq: i64,
-    ts_ms: i64,
-    kind: String,
-    session: Option<String>,
-    actor: String,
-    tool: Option<String>,
-    target: Option<String>,
-    outcome: String,
-    detail: String,
-}
-
-fn rows_after(conn: &rusqlite::Connection, after: i64, limit: u32) -> rusqlite::Result<Vec<Row>> {
-    let mut stmt = conn.prepare(
-        "SELECT seq, ts_ms, kind, session, actor, tool, target, outcome, detail FROM audit \
-         WHERE seq > ?1 ORDER BY seq DESC LIMIT ?2",
-    )?;
-    let mut rows: Vec<Row> = stmt
-        .query_map(params![after, limit], |r| {
-            Ok(Row {
-                seq: r.get(0)?,
-                ts_ms: r.get(1)?,
-                kind: r.get(2)?,
-                session: r.get(3)?,
-                actor: r.get(4)?,
-                tool: r.get(5)?,
-                target: r.get(6)?,
-                outcome: r.get(7)?,
-                detail: r.get(8)?,
-            })
-        })?
+/// The rows after `after`, oldest first (the newest `limit` of them).
+fn rows_after(
+    conn: &rusqlite::Connection,
+    after: u64,
+    limit: u32,
+) -> rusqlite::Result<Vec<AuditEntry>> {
+    let mut stmt = conn.prepare(store::AUDIT_AFTER_NEWEST_FIRST)?;
+    let after = i64::try_from(after).unwrap_or(i64::MAX);
+    let mut rows: Vec<AuditEntry> = stmt
+        .query_map(params![after, limit], store::audit_entry)?
         .collect::<Result<_, _>>()?;
     rows.reverse();
     Ok(rows)
@@ -119,16 +99,16 @@ pub fn inert(s: &str) -> String {
         .collect()
 }
 
-fn print_row(r: &Row, json: bool) {
+fn print_row(r: &AuditEntry, json: bool) {
     if json {
         println!(
             "{}",
-            serde_json::json!({"seq": r.seq, "ts_ms": r.ts_ms, "kind": r.kind, "session": r.session, "actor": r.actor,
+            serde_json::json!({"seq": r.seq, "ts_ms": r.ts_unix_ms, "kind": r.kind, "session": r.session, "actor": r.actor,
                 "tool": r.tool, "target": r.target, "outcome": r.outcome, "detail": r.detail})
         );
         return;
     }
-    let secs = r.ts_ms / 1000;
+    let secs = r.ts_unix_ms / 1000;
     let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
     let session = r
         .session

@@ -128,24 +128,12 @@ pub fn audit_tail(
     after: u64,
     limit: u32,
 ) -> rusqlite::Result<Vec<AuditEntry>> {
-    let mut stmt = conn.prepare(
-        "SELECT seq, ts_ms, kind, session, actor, tool, target, outcome, detail FROM audit \
-         WHERE seq > ?1 ORDER BY seq DESC LIMIT ?2",
-    )?;
+    let mut stmt = conn.prepare(crate::store::AUDIT_AFTER_NEWEST_FIRST)?;
     let after = i64::try_from(after).unwrap_or(i64::MAX);
-    let rows = stmt.query_map(rusqlite::params![after, limit.min(TAIL_MAX)], |r| {
-        Ok(AuditEntry {
-            seq: r.get::<_, i64>(0)? as u64,
-            ts_unix_ms: r.get::<_, i64>(1)? as u64,
-            kind: r.get(2)?,
-            session: r.get(3)?,
-            actor: r.get(4)?,
-            tool: r.get(5)?,
-            target: r.get(6)?,
-            outcome: r.get(7)?,
-            detail: r.get(8)?,
-        })
-    })?;
+    let rows = stmt.query_map(
+        rusqlite::params![after, limit.min(TAIL_MAX)],
+        crate::store::audit_entry,
+    )?;
     let mut out = Vec::new();
     let mut bytes = 0usize;
     for row in rows {

@@ -123,6 +123,27 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// The audit rows after `seq` ?1, newest first, at most ?2 of them; each read by
+/// [`audit_entry`].
+pub const AUDIT_AFTER_NEWEST_FIRST: &str =
+    "SELECT seq, ts_ms, kind, session, actor, tool, target, outcome, detail FROM audit \
+     WHERE seq > ?1 ORDER BY seq DESC LIMIT ?2";
+
+/// One row of [`AUDIT_AFTER_NEWEST_FIRST`].
+pub fn audit_entry(r: &rusqlite::Row) -> rusqlite::Result<ipc_schema::ui::AuditEntry> {
+    Ok(ipc_schema::ui::AuditEntry {
+        seq: r.get::<_, i64>(0)? as u64,
+        ts_unix_ms: r.get::<_, i64>(1)? as u64,
+        kind: r.get(2)?,
+        session: r.get(3)?,
+        actor: r.get(4)?,
+        tool: r.get(5)?,
+        target: r.get(6)?,
+        outcome: r.get(7)?,
+        detail: r.get(8)?,
+    })
+}
+
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
