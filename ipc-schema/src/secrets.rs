@@ -187,9 +187,10 @@ impl std::fmt::Display for HostPattern {
     }
 }
 
-/// Header names a credential may not be sent as: they frame the request or belong to the
-/// connection, and setting them could smuggle a second request or reroute this one.
-const FORBIDDEN_HEADERS: &[&str] = &[
+/// Header names that frame the request or belong to the connection: setting them could
+/// smuggle a second request or reroute this one. A credential may not be sent as one, nor may
+/// an agent's `http_request` set one (the net-helper also refuses `proxy-authorization`).
+pub const FRAMING_HEADERS: &[&str] = &[
     "host",
     "content-length",
     "transfer-encoding",
@@ -214,7 +215,7 @@ impl HeaderName {
             return invalid(format!("{s:?} is not a valid HTTP header name"));
         }
         let lower = s.to_ascii_lowercase();
-        if FORBIDDEN_HEADERS.contains(&lower.as_str()) {
+        if FRAMING_HEADERS.contains(&lower.as_str()) {
             return invalid(format!(
                 "a credential cannot be sent as the {s} header (it frames the request)"
             ));

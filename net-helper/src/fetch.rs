@@ -146,6 +146,44 @@ pub(crate) fn check_allowed(allow: Option<&Allowlist>, target: &Target) -> Resul
     }
 }
 
+/// The hops of one request so far: a redirect past the limit, or back to a URL already
+/// visited, is refused.
+pub(crate) struct Hops {
+    /// The URLs left by redirects, in order.
+    pub redirects: Vec<String>,
+    seen: HashSet<String>,
+}
+
+impl Hops {
+    pub fn new(first: &Target) -> Hops {
+        Hops {
+            redirects: Vec::new(),
+            seen: HashSet::from([first.url.to_string()]),
+        }
+    }
+
+    /// Records that `from` redirected to `next`, or refuses it.
+    pub fn follow(&mut self, from: &Target, next: &Target, max: u8) -> Result<(), FetchError> {
+        if self.redirects.len() >= usize::from(max) {
+            return Err(FetchError::refused(
+                RefusalKind::Limit,
+                format!(
+                    "more than {max} redirects (the redirect limit); the next was to {}",
+                    next.url
+                ),
+            ));
+        }
+        if !self.seen.insert(next.url.to_string()) {
+            return Err(FetchError::refused(
+                RefusalKind::Redirect,
+                format!("redirect loop: {} redirects back to {}", from.url, next.url),
+            ));
+        }
+        self.redirects.push(from.url.to_string());
+        Ok(())
+    }
+}
+
 pub(crate) fn is_redirect(status: u16) -> bool {
     matches!(status, 301 | 302 | 303 | 307 | 308)
 }
@@ -159,11 +197,10 @@ async fn follow(
     let mut target =
         parse_target(url).map_err(|e| FetchError::refused(RefusalKind::Url, e.to_string()))?;
     check_allowed(allow, &target)?;
-    let mut redirects: Vec<String> = Vec::new();
-    let mut seen = HashSet::from([target.url.to_string()]);
+    let mut hops = Hops::new(&target);
     loop {
         let hop = one_hop(ctx, &target, limits).await;
-        let (resp, address) = if redirects.is_empty() {
+        let (resp, address) = if hops.redirects.is_empty() {
             hop?
         } else {
             hop.map_err(|e| e.context(&format!("redirect to {}", target.url)))?
@@ -173,29 +210,11 @@ async fn follow(
             let next = next_hop(&target, &resp, status)?;
             check_allowed(allow, &next)
                 .map_err(|e| e.context(&format!("redirect to {}", next.url)))?;
-            if redirects.len() >= usize::from(limits.max_redirects) {
-                return Err(FetchError::refused(
-                    RefusalKind::Limit,
-                    format!(
-                        "more than {} redirects (the redirect limit); the next was to {}",
-                        limits.max_redirects, next.url
-                    ),
-                ));
-            }
-            if !seen.insert(next.url.to_string()) {
-                return Err(FetchError::refused(
-                    RefusalKind::Redirect,
-                    format!(
-                        "redirect loop: {} redirects back to {}",
-                        target.url, next.url
-                    ),
-                ));
-            }
-            redirects.push(target.url.to_string());
+            hops.follow(&target, &next, limits.max_redirects)?;
             target = next;
             continue;
         }
-        return read_reply(resp, &target, address, redirects, limits).await;
+        return read_reply(resp, &target, address, hops.redirects, limits).await;
     }
 }
 

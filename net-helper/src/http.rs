@@ -12,7 +12,7 @@ use crate::body;
 use crate::error::{human_bytes, human_ms, FetchError};
 use crate::fetch::{
     check_allowed, check_limits, is_redirect, next_hop, parse_allowed_hosts, request_builder,
-    send_pinned, FetchedBody,
+    send_pinned, FetchedBody, Hops,
 };
 use crate::target::{parse_target, Target};
 use crate::NetContext;
@@ -20,28 +20,12 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use ipc_schema::net::{FetchLimits, FetchedPage, HttpReply, HttpSend, NetReply, RefusalKind};
-use ipc_schema::secrets::{normalize_host, CredentialHeader};
+use ipc_schema::secrets::{normalize_host, CredentialHeader, FRAMING_HEADERS};
 use ipc_schema::tool::HttpMethod;
-use std::collections::HashSet;
 use std::net::IpAddr;
 use std::time::Duration;
 
 const USER_AGENT: &str = concat!("gatehouse-http/", env!("CARGO_PKG_VERSION"));
-/// Request headers the agent may not set: they frame the request or belong to the connection
-/// (or the proxy), and setting them could smuggle a second request.
-const FRAMING: &[&str] = &[
-    "host",
-    "content-length",
-    "transfer-encoding",
-    "connection",
-    "upgrade",
-    "te",
-    "trailer",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authorization",
-    "expect",
-];
 const MAX_HEADERS: usize = 64;
 const MAX_HEADER_VALUE: usize = 8 * 1024;
 
@@ -110,7 +94,7 @@ pub fn check_headers(
             return Err(invalid(format!("{name:?} is not a valid header name")));
         }
         let lower = name.to_ascii_lowercase();
-        if FRAMING.contains(&lower.as_str()) {
+        if FRAMING_HEADERS.contains(&lower.as_str()) || lower == "proxy-authorization" {
             return Err(invalid(format!(
                 "the {name} header is set by gatehouse, not by the request"
             )));
@@ -187,8 +171,7 @@ async fn follow(
         }
     }
     let follows = matches!(req.method, HttpMethod::Get | HttpMethod::Head);
-    let mut redirects: Vec<String> = Vec::new();
-    let mut seen = HashSet::from([target.url.to_string()]);
+    let mut hops = Hops::new(&target);
     // Once a redirect leaves the credential's host, the credential stays behind for good.
     let mut credential_live = req.credential.is_some();
     loop {
@@ -198,7 +181,7 @@ async fn follow(
             .filter(|c| credential_live && carries(&target, c));
         credential_live = cred.is_some();
         let hop = one_hop(ctx, &target, req, cred, &req.limits).await;
-        let (resp, address) = if redirects.is_empty() {
+        let (resp, address) = if hops.redirects.is_empty() {
             hop?
         } else {
             hop.map_err(|e| e.context(&format!("redirect to {}", target.url)))?
@@ -222,29 +205,11 @@ async fn follow(
                     ));
                 }
             }
-            if redirects.len() >= usize::from(req.limits.max_redirects) {
-                return Err(FetchError::refused(
-                    RefusalKind::Limit,
-                    format!(
-                        "more than {} redirects (the redirect limit); the next was to {}",
-                        req.limits.max_redirects, next.url
-                    ),
-                ));
-            }
-            if !seen.insert(next.url.to_string()) {
-                return Err(FetchError::refused(
-                    RefusalKind::Redirect,
-                    format!(
-                        "redirect loop: {} redirects back to {}",
-                        target.url, next.url
-                    ),
-                ));
-            }
-            redirects.push(target.url.to_string());
+            hops.follow(&target, &next, req.limits.max_redirects)?;
             target = next;
             continue;
         }
-        return read_reply(resp, &target, address, redirects, req, cred.is_some()).await;
+        return read_reply(resp, &target, address, hops.redirects, req, cred.is_some()).await;
     }
 }
 
