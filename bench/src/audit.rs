@@ -17,7 +17,7 @@ use ipc_schema::tool::{ToolCall, WriteFile};
 use ipc_schema::{Body, Envelope, Role};
 use std::io::{BufReader, BufWriter, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -565,17 +565,6 @@ fn describe_lockdown(l: &ipc_schema::status::LockdownReport) -> String {
     )
 }
 
-fn bin_dir(args: &[String]) -> PathBuf {
-    if let Some(i) = args.iter().position(|a| a == "--bin-dir") {
-        return PathBuf::from(&args[i + 1]);
-    }
-    std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
 pub fn run(args: &[String]) {
     let dir = crate::ipc::tempdir().join("audit");
     std::fs::create_dir_all(&dir).unwrap();
@@ -589,7 +578,7 @@ pub fn run(args: &[String]) {
         );
         return;
     }
-    let bins = bin_dir(args);
+    let bins = crate::ipc::bin_dir(args);
     let helper = Arc::new(SecretsHelper::start(&bins).unwrap_or_else(|e| panic!("{e}")));
     let lockdown = describe_lockdown(&helper.lockdown);
     let full = per_row(&dir, "FULL", 1_000);

@@ -14,7 +14,7 @@ use ipc_schema::{Body, Envelope};
 use std::ffi::OsString;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 struct Case {
@@ -38,17 +38,6 @@ const CASES: [Case; 2] = [
         iterations: 1_000,
     },
 ];
-
-fn bin_dir(args: &[String]) -> PathBuf {
-    if let Some(i) = args.iter().position(|a| a == "--bin-dir") {
-        return PathBuf::from(&args[i + 1]);
-    }
-    std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
 
 /// The read requests one `read_file` of `size` bytes takes (one per 512 KiB page).
 fn requests(size: usize, file: &str) -> Vec<FsRequest> {
@@ -293,7 +282,7 @@ fn line(label: &str, s: &Samples) {
 }
 
 pub fn run(args: &[String]) {
-    let bins = bin_dir(args);
+    let bins = crate::ipc::bin_dir(args);
     let dir = std::env::temp_dir().join(format!("gh-bench-fs-{}", std::process::id()));
     std::fs::create_dir_all(dir.join("work")).unwrap();
     std::fs::create_dir_all(dir.join("data/checkpoints")).unwrap();

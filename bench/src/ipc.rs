@@ -62,7 +62,8 @@ pub fn run(args: &[String]) {
     );
 }
 
-fn bin_dir(args: &[String]) -> PathBuf {
+/// Where the binaries under test are: `--bin-dir DIR`, else beside this bench.
+pub fn bin_dir(args: &[String]) -> PathBuf {
     if let Some(i) = args.iter().position(|a| a == "--bin-dir") {
         return PathBuf::from(&args[i + 1]);
     }

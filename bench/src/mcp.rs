@@ -14,7 +14,7 @@ use ipc_schema::tool::{ReadFile, ToolCall, ToolReply, ToolResult};
 use ipc_schema::{Body, Envelope};
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -28,17 +28,6 @@ const SEQUENTIAL: usize = ROUNDS * PER_ROUND;
 const PIPELINED: usize = 10_000;
 const RATE_ROUNDS: usize = 3;
 const WINDOW: usize = 8;
-
-fn bin_dir(args: &[String]) -> PathBuf {
-    if let Some(i) = args.iter().position(|a| a == "--bin-dir") {
-        return PathBuf::from(&args[i + 1]);
-    }
-    std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
 
 /// Times `PER_ROUND` calls of `f` into `v`.
 fn sample(v: &mut Vec<Duration>, mut f: impl FnMut()) {
@@ -232,7 +221,7 @@ fn row(label: &str, s: &Samples, rate: Option<f64>) {
 }
 
 pub fn run(args: &[String]) {
-    let bins = bin_dir(args);
+    let bins = crate::ipc::bin_dir(args);
     let dir = std::env::temp_dir().join(format!("gh-bench-mcp-{}", std::process::id()));
     let project = dir.join("project");
     std::fs::create_dir_all(&project).unwrap();
