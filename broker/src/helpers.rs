@@ -136,7 +136,7 @@ impl HelperSlot {
         let id = st.next_id;
         st.next_id += 1;
         let env = Envelope::new(id, body);
-        let frame = match if carries_secrets(self.role) {
+        let frame = match if sent_secrets(self.role) {
             ipc_schema::codec::encode_exact(&env)
         } else {
             ipc_schema::codec::encode(&env)
@@ -551,7 +551,7 @@ where
         Err(e) => return Some(format!("channel setup failed: {e}")),
     };
     let (rd, wr) = sock.into_split();
-    let mut rd = if carries_secrets(role) {
+    let mut rd = if answers_with_secrets(role) {
         crate::framed::FrameReader::wiping(rd, MAX_FRAME)
     } else {
         crate::framed::FrameReader::new(rd, MAX_FRAME)
@@ -616,7 +616,7 @@ where
         format!("pid {pid}"),
     );
 
-    let wipe = carries_secrets(role);
+    let wipe = sent_secrets(role);
     let writer = async move {
         // Frames that may carry a secret are written straight to the socket (a write buffer
         // would keep a copy) and zeroed once written.
@@ -682,10 +682,15 @@ where
     }
 }
 
-/// The helpers whose channel carries secrets: the secrets-helper answers with credential
-/// headers, and the net-helper is sent them with `http_request`. Their frames are encoded in
-/// one allocation, written unbuffered and zeroed after use, and read into a wiping buffer
-/// (rule 9: a secret is not left behind in the broker's memory by its routing).
-fn carries_secrets(role: Role) -> bool {
-    matches!(role, Role::Secrets | Role::Net)
+/// The helper that answers with secrets: the secrets-helper's credential headers. Its frames
+/// are read into a wiping buffer (rule 9: routing leaves no secret in the broker's memory).
+fn answers_with_secrets(role: Role) -> bool {
+    role == Role::Secrets
+}
+
+/// The helper that is sent secrets: the net-helper gets credential headers with
+/// `http_request`. Frames to it are encoded in one allocation, written unbuffered and zeroed
+/// after the write. (Its answers are scrubbed of the credential, so they are read as usual.)
+fn sent_secrets(role: Role) -> bool {
+    role == Role::Net
 }
