@@ -116,16 +116,11 @@ pub fn configured_store(config_dir: &Path) -> CmdResult<StoreKind> {
     let Some(s) = cfg.secrets.store.as_deref() else {
         return default();
     };
-    let here: Vec<String> = StoreKind::ALL
-        .into_iter()
-        .filter(|k| k.os() == os)
-        .map(|k| format!("{:?}", k.as_str()))
-        .collect();
     let kind = StoreKind::from_name(s).ok_or_else(|| {
         format!(
             "{}: [secrets] store = {s:?} is not a store; use {}",
             path.display(),
-            here.join(" or ")
+            StoreKind::choices_on(os)
         )
     })?;
     // Another OS's store is refused, never swapped for this one's.

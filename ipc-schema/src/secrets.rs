@@ -589,21 +589,28 @@ impl StoreKind {
         }
     }
 
+    /// The stores of `os`, as a config file names them: `"keyutils" or "secret-service"`
+    /// (empty where gatehouse has none).
+    pub fn choices_on(os: &str) -> String {
+        StoreKind::ALL
+            .into_iter()
+            .filter(|k| k.os() == os)
+            .map(|k| format!("{:?}", k.as_str()))
+            .collect::<Vec<_>>()
+            .join(" or ")
+    }
+
     /// Refuses a store of another operating system (`os` as `std::env::consts::OS`), naming
     /// the stores that exist there: a store is never replaced by another one.
     pub fn check_os(self, os: &str) -> Result<(), String> {
         if self.os() == os {
             return Ok(());
         }
-        let here: Vec<String> = StoreKind::ALL
-            .into_iter()
-            .filter(|k| k.os() == os)
-            .map(|k| format!("{:?}", k.as_str()))
-            .collect();
+        let here = StoreKind::choices_on(os);
         let choose = if here.is_empty() {
             format!("gatehouse has no credential store for {os}")
         } else {
-            format!("on {os} choose {} in [secrets] store", here.join(" or "))
+            format!("on {os} choose {here} in [secrets] store")
         };
         Err(format!(
             "the {} store exists only on {}, not on {os}; {choose}",
