@@ -321,6 +321,26 @@ fn stop(dirs: &Dirs) -> ExitCode {
 
 mod broker;
 
+/// The helper binaries the broker starts, each expected beside it.
+const HELPER_ROLES: [Role; 4] = [Role::Fs, Role::Net, Role::Exec, Role::Secrets];
+
+/// Names every helper binary missing from `dir`, and how to build them.
+fn missing_helpers(dir: &std::path::Path) -> Option<String> {
+    let missing: Vec<&str> = HELPER_ROLES
+        .iter()
+        .map(|r| r.name())
+        .filter(|n| !dir.join(n).is_file())
+        .collect();
+    if missing.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "cannot start: {} not found in {} (the broker starts each helper from the directory of its own binary). Build them all with `cargo build --release --workspace`, or run `./scripts/demo.sh`, which does",
+        missing.join(", "),
+        dir.display()
+    ))
+}
+
 fn run_broker(dirs: Dirs, args: BrokerArgs) -> ExitCode {
     #[cfg(feature = "test-hooks")]
     let test_unlocked = match args.test_unlocked_helper.as_deref().map(Role::from_short) {
@@ -340,6 +360,25 @@ fn run_broker(dirs: Dirs, args: BrokerArgs) -> ExitCode {
             None => return fail("cannot find the directory of this binary"),
         },
     };
+    // Before anything is opened or logged: a broker without its helpers refuses at once, with
+    // what to do (a `cargo run --bin gatehouse` builds only this binary).
+    if let Some(msg) = missing_helpers(&helper_dir) {
+        return fail(&msg);
+    }
+    // A broker started from `gatehouse run` or `sandbox` inherits their blocked stop signals
+    // (signal masks survive fork and exec): it must still stop on SIGTERM as `gatehouse stop`
+    // asks, so the mask is cleared before any thread starts.
+    let mut stop = nix::sys::signal::SigSet::empty();
+    for s in [
+        nix::sys::signal::Signal::SIGTERM,
+        nix::sys::signal::Signal::SIGINT,
+        nix::sys::signal::Signal::SIGHUP,
+    ] {
+        stop.add(s);
+    }
+    if let Err(e) = stop.thread_unblock() {
+        return fail(&format!("unblocking the stop signals: {e}"));
+    }
     let gate = match args.gate.options(args.allow_degraded) {
         Ok(g) => g,
         Err(e) => return fail(&e),

@@ -2,7 +2,7 @@
 //! peers that break the protocol, restarts crashed helpers, and leaves no orphans.
 
 use gatehouse_tests::misbehaving_peer;
-use gatehouse_tests::{alive, bin, bin_dir, BrokerUnderTest, Conn};
+use gatehouse_tests::{alive, bin, bin_dir, forget_audit_key, BrokerUnderTest, Conn};
 use ipc_schema::codec::encode;
 use ipc_schema::status::{DoctorReport, LandlockStatus, ProcessState};
 use ipc_schema::{Body, Envelope, ErrorCode, Role};
@@ -345,4 +345,123 @@ fn a_helper_started_by_hand_refuses_to_run() {
     let out = Command::new(bin("net-helper")).output().unwrap();
     assert_eq!(out.status.code(), Some(70));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no broker channel"));
+}
+
+/// A broker started by a process that blocks the stop signals (as `gatehouse run` and
+/// `gatehouse sandbox` do while they supervise) inherits that mask across exec: it must still
+/// stop on SIGTERM, the way `gatehouse stop` and a service manager ask.
+#[test]
+fn a_broker_started_with_stop_signals_blocked_still_stops_on_sigterm() {
+    let dir = tempfile::Builder::new()
+        .prefix("gh-test-")
+        .tempdir()
+        .unwrap();
+    // python3 blocks SIGTERM, SIGINT and SIGHUP, then execs the broker with that mask.
+    let mut child = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import os, signal, sys\n\
+             signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])\n\
+             os.execv(sys.argv[1], sys.argv[1:])",
+        )
+        .arg(bin("gatehouse"))
+        .arg("--data-dir")
+        .arg(dir.path())
+        .arg("broker")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Conn::connect(&dir.path().join("run/ui.sock")).is_err() {
+        assert!(Instant::now() < deadline, "broker did not open its socket");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The mask really was inherited (the control: without the fix, this mask stays on).
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    let blocked = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigBlk:"))
+        .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+        .unwrap();
+    assert_eq!(
+        blocked & (1 << (libc::SIGTERM - 1)),
+        0,
+        "the broker's main thread still blocks SIGTERM: {status}"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            assert!(st.success(), "broker exited {st:?} on SIGTERM");
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the broker ignored SIGTERM for 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    forget_audit_key(dir.path());
+}
+
+/// A `gatehouse` binary without its helpers beside it (what `cargo run --bin gatehouse` builds)
+/// refuses to start the broker at once, naming each missing helper and how to build them, and
+/// logs nothing else (no audit rows lost, no database created).
+#[test]
+fn a_broker_without_its_helpers_says_which_are_missing_and_how_to_build_them() {
+    let lone = tempfile::tempdir().unwrap();
+    let exe = lone.path().join("gatehouse");
+    std::fs::copy(bin("gatehouse"), &exe).unwrap();
+    // fs-helper present, the other three missing.
+    std::fs::copy(bin("fs-helper"), lone.path().join("fs-helper")).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let out = Command::new(&exe)
+        .arg("--data-dir")
+        .arg(data.path())
+        .arg("broker")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("net-helper, exec-helper, secrets-helper not found in")
+            && err.contains("cargo build --release --workspace"),
+        "{err}"
+    );
+    assert!(!err.contains("fs-helper,"), "{err}");
+    assert_eq!(err.lines().count(), 1, "more than the one refusal: {err}");
+    assert!(!data.path().join("data/gatehouse.db").exists());
+    // The positive control: the same copy with all four helpers beside it starts.
+    for h in ["net-helper", "exec-helper", "secrets-helper"] {
+        std::fs::copy(bin(h), lone.path().join(h)).unwrap();
+    }
+    let mut child = Command::new(&exe)
+        .arg("--data-dir")
+        .arg(data.path())
+        .arg("broker")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Conn::connect(&data.path().join("run/ui.sock")).is_err() {
+        assert!(
+            child.try_wait().unwrap().is_none() && Instant::now() < deadline,
+            "the broker with all helpers did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(child.wait().unwrap().success());
+    forget_audit_key(data.path());
 }
