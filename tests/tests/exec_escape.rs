@@ -275,24 +275,87 @@ fn git_hooks_and_config_cannot_be_created_or_read() {
     assert_eq!(sb.probe(&[], &["write", ".git/description"]), "ok");
 }
 
+/// A repository whose `.git` has no `hooks/` cannot have it masked without gatehouse writing to
+/// the user's repository: the command is refused, the refusal says what to do, and nothing is
+/// created. With the directory made as the refusal says, the same command runs, masked.
 #[test]
-fn a_repository_without_hooks_gets_masks_anyway() {
+fn a_repository_without_hooks_is_refused_with_what_to_do_and_left_untouched() {
     let sb = Sb::new();
-    std::fs::create_dir(sb.path().join(".git")).unwrap();
+    let git = sb.path().join(".git");
+    std::fs::create_dir(&git).unwrap();
+    std::fs::write(git.join("config"), "[core]\n").unwrap();
+    chown_tree(sb.path());
+    let out = sb.run(&[], &["/bin/true"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    let hooks = git.join("hooks");
+    assert!(
+        err.contains(&format!(
+            "{} does not exist, so it cannot be masked",
+            hooks.display()
+        )) && err.contains(&format!("`mkdir {}`", hooks.display())),
+        "{err}"
+    );
+    assert!(!hooks.exists(), "the sandbox wrote to the repository");
+    // Positive control: created as the refusal says, the command runs and the hooks are masked.
+    std::fs::create_dir(&hooks).unwrap();
     chown_tree(sb.path());
     assert_eq!(sb.probe(&[], &["mkdir", ".git/hooks/x"]), "errno EACCES");
     assert_eq!(sb.probe(&[], &["write", ".git/config"]), "errno EROFS");
-    // What the sandbox created so it could mask them is empty.
-    assert_eq!(
-        std::fs::read_dir(sb.path().join(".git/hooks"))
+    assert_eq!(std::fs::read_dir(&hooks).unwrap().count(), 0);
+}
+
+/// A project under /var/tmp keeps its path inside the sandbox (the sandbox's own /var/tmp is
+/// not a link to its private /tmp there), so relative paths stay in the grant.
+#[test]
+fn a_project_under_var_tmp_keeps_its_path() {
+    let work = tempfile::Builder::new()
+        .prefix("gh-escape-vartmp-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    chown_tree(work.path());
+    let data = tempfile::tempdir().unwrap();
+    let run = |argv: &[&str]| {
+        Command::new(bin("gatehouse"))
+            .arg("--data-dir")
+            .arg(data.path())
+            .arg("sandbox")
+            .arg("--")
+            .args(argv)
+            .current_dir(work.path())
+            .stdin(Stdio::null())
+            .output()
             .unwrap()
-            .count(),
-        0
+    };
+    let out = run(&["/bin/sh", "-c", "pwd -P && echo hi > made-inside"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let real = std::fs::canonicalize(work.path()).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        real.to_str().unwrap()
     );
     assert_eq!(
-        std::fs::read(sb.path().join(".git/config")).unwrap().len(),
-        0
+        std::fs::read_to_string(work.path().join("made-inside")).unwrap(),
+        "hi\n"
     );
+    // The rest of /var/tmp stays private: a file of the host's /var/tmp is not visible.
+    let host_file = tempfile::Builder::new()
+        .prefix("gh-escape-vartmp-host-")
+        .tempfile_in("/var/tmp")
+        .unwrap();
+    let probe = format!(
+        "test -e {} && echo seen || echo absent",
+        host_file.path().display()
+    );
+    let out = run(&["/bin/sh", "-c", &probe]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "absent");
+    // Control: the same check on the host sees it.
+    let out = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(&probe)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "seen");
 }
 
 #[test]

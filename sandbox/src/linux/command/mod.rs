@@ -140,8 +140,7 @@ struct Grant {
     is_dir: bool,
 }
 
-/// Checks `spec` and plans the sandbox. Creates nothing except, in writable grants, an empty
-/// `.git/hooks` or `.git/config` that is missing (so that it can be masked).
+/// Checks `spec` and plans the sandbox. Creates nothing on the host but its staging directory.
 pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
     let uid = nix::unistd::geteuid().as_raw();
     let gid = nix::unistd::getegid().as_raw();
@@ -422,7 +421,20 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
         );
     }
     layout.mkdir_p(Path::new("/var"), &mut ops);
-    if layout.cover(Path::new("/var")) == Cover::Fresh {
+    let var_tmp = Path::new("/var/tmp");
+    if grants.iter().any(|g| g.path.starts_with(var_tmp)) {
+        // A grant under /var/tmp keeps its name: /var/tmp is a private tmpfs of its own here
+        // (a link to /tmp would move the grant, and the working directory, under /tmp).
+        if layout.cover(var_tmp) == Cover::Fresh {
+            fresh_tmpfs(
+                &mut layout,
+                &mut ops,
+                var_tmp,
+                TMP_TMPFS,
+                libc::MS_NOSUID | libc::MS_NODEV,
+            );
+        }
+    } else if layout.cover(Path::new("/var")) == Cover::Fresh {
         ops.push((
             Op::Symlink {
                 target: cstr("../tmp"),
@@ -790,22 +802,20 @@ fn build_dev(layout: &mut Layout, ops: &mut Vec<(Op, String)>) {
     ));
 }
 
-/// Missing `.git/hooks` (directory) and `.git/config` (file) in a writable grant are created
-/// empty, so that they exist to be masked: otherwise the command could create them.
+/// A writable grant's git dir must have `hooks/` and `config` for them to be masked: a mount
+/// needs something to mount on, and a command could otherwise create them and have git on the
+/// host run what it put there. gatehouse does not write to the user's repository to make them
+/// (and as another uid it could not), so a missing one refuses the command with what to do.
 fn ensure_git_maskable(dir: &Path) -> Result<(), SandboxError> {
-    let hooks = dir.join("hooks");
-    if std::fs::symlink_metadata(&hooks).is_err() {
-        std::fs::create_dir(&hooks).map_err(io_err(format!(
-            "creating {} so that it can be masked",
-            hooks.display()
-        )))?;
-    }
-    let config = dir.join("config");
-    if std::fs::symlink_metadata(&config).is_err() {
-        std::fs::File::create(&config).map_err(io_err(format!(
-            "creating {} so that it can be masked",
-            config.display()
-        )))?;
+    for (name, make) in [("hooks", "mkdir"), ("config", "touch")] {
+        let p = dir.join(name);
+        if std::fs::symlink_metadata(&p).is_err() {
+            return Err(SandboxError::Refused(format!(
+                "{} does not exist, so it cannot be masked, and a command could create it for git on the host to run: create it (`{make} {}`, as `git init` does) and run again",
+                p.display(),
+                p.display()
+            )));
+        }
     }
     Ok(())
 }
