@@ -214,6 +214,7 @@ fn spec(root: &Path, home: &Path, network: Network) -> SandboxSpec {
         }],
         env: vec![],
         home: home.to_path_buf(),
+        state_home: None,
         network,
         limits: Limits::default(),
         protect: vec![],

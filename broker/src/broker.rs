@@ -87,14 +87,14 @@ pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
             Role::Secrets,
             crate::cmd_secret::helper_args(&dirs).map_err(|e| format!("refusing to start: {e}"))?,
         );
-        // Commands never see gatehouse's own config, data and runtime dirs, even when a grant
-        // holds them.
+        // Commands never see gatehouse's own config, data, runtime and agent-state dirs, even
+        // when a grant holds them.
         helpers::set_extra_args(
             &opts,
             Role::Exec,
-            [&dirs.config, &dirs.data, &dirs.runtime]
+            dirs.own()
                 .into_iter()
-                .flat_map(|d| ["--protect".into(), d.clone().into_os_string()])
+                .flat_map(|d| ["--protect".into(), d.into_os_string()])
                 .collect(),
         );
         // The audit key lives in the secrets-helper: the log opens once it is up.

@@ -6,6 +6,7 @@
 use crate::{client, Global};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -30,6 +31,13 @@ pub struct McpArgs {
     /// on stderr).
     #[arg(long)]
     allow_degraded: bool,
+    /// Under `gatehouse run`: the socket the run relays (inside its sandbox), as the MCP
+    /// configs `gatehouse run` writes pass it; needs --token-file.
+    #[arg(long, value_name = "PATH", requires = "token_file")]
+    gateway_socket: Option<PathBuf>,
+    /// Under `gatehouse run`: the file holding the run's token; needs --gateway-socket.
+    #[arg(long, value_name = "PATH", requires = "gateway_socket")]
+    token_file: Option<PathBuf>,
     /// Test builds only: serve without the lockdown (the positive control of lockdown tests).
     #[cfg(feature = "test-hooks")]
     #[arg(long)]
@@ -39,6 +47,19 @@ pub struct McpArgs {
 fn fail(code: u8, msg: &str) -> ExitCode {
     eprintln!("gatehouse mcp: {msg}");
     ExitCode::from(code)
+}
+
+/// A refusal before any session exists: said on stderr and, since most clients hide the
+/// server's stderr, as the JSON-RPC error of every request the client sends (in the gateway's
+/// lockdown: this process reads the agent's input).
+fn refuse(msg: &str, allow_degraded: bool) -> ExitCode {
+    eprintln!("gatehouse mcp: {msg}");
+    if let Err(e) = gateway::lock_down(&[], allow_degraded) {
+        eprintln!("gatehouse mcp: {e}");
+        return ExitCode::from(1);
+    }
+    let _ = gateway::serve_refusal(msg);
+    ExitCode::from(1)
 }
 
 pub fn run(g: &Global, args: McpArgs) -> ExitCode {
@@ -53,25 +74,18 @@ pub fn run(g: &Global, args: McpArgs) -> ExitCode {
         Some(Ok(p)) => Some(p),
         Some(Err(e)) => return fail(2, &format!("--profile: {e}")),
     };
-    let token = match std::env::var_os(TOKEN_ENV) {
-        None => None,
-        Some(t) => {
-            // Not left in the environment of anything this process might start.
-            std::env::remove_var(TOKEN_ENV);
-            match t.into_string() {
-                Ok(t) if !t.trim().is_empty() => Some(ipc_schema::tool::ResumeToken(t)),
-                Ok(_) => return fail(1, &format!("{TOKEN_ENV} is set but empty: refusing to start a session without the token `gatehouse run` gave")),
-                Err(_) => return fail(1, &format!("{TOKEN_ENV} is not valid text")),
-            }
-        }
+    let run = match RunLink::find(args.gateway_socket.as_deref(), args.token_file.as_deref()) {
+        Ok(r) => r,
+        Err(e) => return refuse(&e, args.allow_degraded),
     };
     let base = std::env::current_dir()
         .ok()
         .map(|d| d.as_os_str().as_bytes().to_vec());
-    let stream = match connect(g) {
+    let stream = match connect(g, run.as_ref()) {
         Ok(s) => s,
-        Err(e) => return fail(1, &e),
+        Err(e) => return refuse(&e, args.allow_degraded),
     };
+    let token = run.map(|r| r.token);
     let opts = gateway::Options {
         approval_wait: Duration::from_secs(args.approval_wait),
         base: gateway::args::PathBase(base),
@@ -87,23 +101,69 @@ pub fn run(g: &Global, args: McpArgs) -> ExitCode {
     }
 }
 
-/// A connection on the gateway socket, starting the broker if none answers; or, under
-/// `gatehouse run`, on the socket [`SOCKET_ENV`] names (which leads to the broker through
-/// `gatehouse run`), with no fallback: a broker started inside the sandbox would be the
-/// agent's own.
-fn connect(g: &Global) -> Result<UnixStream, String> {
-    if let Some(p) = std::env::var_os(SOCKET_ENV) {
-        let path = std::path::PathBuf::from(p);
-        if !path.is_absolute() {
+/// Where a `gatehouse mcp` started inside `gatehouse run` reaches its run: the socket the run
+/// relays and the run's token. Found from `--run DIR` (what the generated MCP configs pass, as
+/// clients such as Codex and the official SDKs start servers with a filtered environment), else
+/// from the variables `gatehouse run` sets.
+struct RunLink {
+    socket: PathBuf,
+    token: ipc_schema::tool::ResumeToken,
+}
+
+impl RunLink {
+    fn find(socket: Option<&Path>, token_file: Option<&Path>) -> Result<Option<RunLink>, String> {
+        // Not left in the environment of anything this process might start.
+        let env_token = std::env::var_os(TOKEN_ENV);
+        std::env::remove_var(TOKEN_ENV);
+        let (socket, token) = match (socket, token_file) {
+            (Some(s), Some(file)) => {
+                let t = std::fs::read_to_string(file).map_err(|e| {
+                    format!(
+                        "cannot read the run's token {}: {e}; is this `gatehouse mcp` inside `gatehouse run`?",
+                        file.display()
+                    )
+                })?;
+                (s.to_path_buf(), t)
+            }
+            _ => {
+                match (std::env::var_os(SOCKET_ENV), env_token) {
+                    (None, None) => return Ok(None),
+                    (Some(_), None) => return Err(format!("{SOCKET_ENV} is set but {TOKEN_ENV} is not: the client dropped it from the environment; use the MCP config `gatehouse run` wrote (it passes --gateway-socket and --token-file)")),
+                    (None, Some(_)) => return Err(format!("{TOKEN_ENV} is set but {SOCKET_ENV} is not")),
+                    (Some(p), Some(t)) => (
+                        PathBuf::from(p),
+                        t.into_string()
+                            .map_err(|_| format!("{TOKEN_ENV} is not valid text"))?,
+                    ),
+                }
+            }
+        };
+        let token = token.trim().to_string();
+        if token.is_empty() {
+            return Err("the run's token is empty: refusing to start a session without the token `gatehouse run` gave".into());
+        }
+        if !socket.is_absolute() {
             return Err(format!(
-                "{SOCKET_ENV} must be an absolute path, not {}",
-                path.display()
+                "the run's socket must be an absolute path, not {}",
+                socket.display()
             ));
         }
-        return UnixStream::connect(&path).map_err(|e| {
+        Ok(Some(RunLink {
+            socket,
+            token: ipc_schema::tool::ResumeToken(token),
+        }))
+    }
+}
+
+/// A connection on the gateway socket, starting the broker if none answers; or, under
+/// `gatehouse run`, on the run's socket (which leads to the broker through `gatehouse run`),
+/// with no fallback: a broker started inside the sandbox would be the agent's own.
+fn connect(g: &Global, run: Option<&RunLink>) -> Result<UnixStream, String> {
+    if let Some(r) = run {
+        return UnixStream::connect(&r.socket).map_err(|e| {
             format!(
-                "cannot reach the gateway at {} ({SOCKET_ENV}): {e}; is `gatehouse run` still running?",
-                path.display()
+                "cannot reach the gateway at {}: {e}; is `gatehouse run` still running?",
+                r.socket.display()
             )
         });
     }

@@ -1,20 +1,35 @@
 //! `gatehouse run`: an agent CLI (Claude Code, Codex, any program) inside the exec sandbox, with
 //! gatehouse as its way to act on the machine and the egress proxy as its only way out.
 //!
-//! Order: ask the broker (ui channel: this is the user's own command) for a fresh session of the
-//! profile and its one-use launch token; open one connection to the broker's gateway socket;
-//! drop root if we are root; build the sandbox exactly as `gatehouse sandbox` does (the working
-//! directory read-write, `--allow-read` grants, protected paths masked, the proxy for
-//! `--allow-domain`), plus a Unix socket inside its private `/tmp` whose connections the
-//! sandbox's init process passes out to this process. The first such connection that opens this
-//! run's session (it presents the launch token) is relayed to the broker over the gateway
-//! connection opened before; anything else is refused. When the agent ends, the token is
-//! revoked (`LaunchRequest::End`, an audit row).
+//! Order: on the ui channel (this is the user's own command) check the profile by opening the
+//! first session; when root, start the gateway connector (below); drop root; give the agent its
+//! own state directory as `HOME`; build the sandbox as `gatehouse sandbox` does (the working
+//! directory read-only, or read-write with `--own-tools write`; `--allow-read` grants; the
+//! agent's program and interpreter read-only; protected paths masked; the proxy for the recipe's
+//! provider hosts and `--allow-domain`), plus a Unix socket inside its private `/tmp` whose
+//! connections the sandbox's init process passes out to this process.
 //!
-//! The agent finds its way in through the environment: `GATEHOUSE_GATEWAY_SOCKET`,
-//! `GATEHOUSE_SESSION_TOKEN` and `GATEHOUSE_MCP_CONFIG` (a ready-made MCP config in the private
-//! `/tmp` that starts `gatehouse mcp`). The runtime directory, and with it `ui.sock`, stays
-//! masked: the agent has no path to the ui channel.
+//! Each connection on that socket that presents the run's token (a random value gatehouse put
+//! in `/tmp/gatehouse-token` inside the sandbox) becomes a session of its own: this process
+//! opens a fresh session of the run's profile on the ui channel, connects to the broker's
+//! gateway socket, and forwards the opening frame with that session's one-use launch token in
+//! place of the run's token; then it relays bytes. Anything else is refused. When the agent
+//! ends, every session's token is revoked (`LaunchRequest::End`, an audit row each).
+//!
+//! The agent is told where gatehouse is in its own terms (recipe.rs): the generated MCP config
+//! (`$GATEHOUSE_MCP_CONFIG`, passing `gatehouse mcp --gateway-socket ... --token-file ...` as
+//! arguments, since clients such as Codex start servers with a filtered environment), Claude
+//! Code's and Codex's own flags. The runtime directory, and with it `ui.sock`, stays masked: the
+//! agent has no path to the ui channel.
+//!
+//! Run as root, this process becomes an unprivileged user before it builds the sandbox and can
+//! then no longer connect to the broker's sockets (0600, the broker's uid). A connector child,
+//! started before root is dropped, does that one thing for it: on each byte it reads from its
+//! stdin socket, it connects to the gateway socket and passes the connection back
+//! (`gatehouse run-connector`, hidden; it ends with the run).
+
+mod program;
+mod recipe;
 
 use crate::cmd_sandbox::{self, refused, Stop};
 use crate::{client::Client, Global};
@@ -23,9 +38,14 @@ use ipc_schema::exec::{GrantAccess, Limits, PathGrant};
 use ipc_schema::tool::{ProfileName, ResumeToken, SessionId, ToolCall};
 use ipc_schema::ui::{LaunchReply, LaunchRequest, UiReply, UiRequest};
 use ipc_schema::{Body, Envelope, ErrorCode, ErrorReply};
-use sandbox::linux::command::{self, fdpass::recv_with_fds, identity, Network, SandboxSpec};
+use recipe::{Agent, OwnTools};
+use sandbox::linux::command::{
+    self,
+    fdpass::{recv_with_fds, send_with_fd},
+    identity, Network, SandboxSpec,
+};
 use std::collections::VecDeque;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -35,6 +55,7 @@ use std::sync::{Arc, Mutex};
 const WHO: &str = "gatehouse run";
 /// Inside the sandbox (its private `/tmp`, seen by nothing outside it).
 pub const GATEWAY_SOCKET_INSIDE: &str = "/tmp/gatehouse-gateway.sock";
+pub const TOKEN_FILE_INSIDE: &str = "/tmp/gatehouse-token";
 pub const MCP_CONFIG_INSIDE: &str = "/tmp/gatehouse-mcp.json";
 pub const MCP_CONFIG_ENV: &str = "GATEHOUSE_MCP_CONFIG";
 /// An agent session may run long: a day, not the 10 minutes of one command.
@@ -44,16 +65,36 @@ const RUN_OUTPUT_MAX: u64 = 64 << 20;
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
-    /// The session profile of the policy (`[profile.NAME]` in policy.toml) the agent's session
-    /// runs under; without it, the default profile.
+    /// The session profile of the policy (`[profile.NAME]` in policy.toml) the agent's sessions
+    /// run under; without it, the default profile.
     #[arg(long, value_name = "NAME")]
     profile: Option<String>,
-    /// A directory (or file) the agent may read besides the working directory (e.g. its own
-    /// config directory); repeatable.
+    /// A directory (or file) the agent may read besides the working directory; repeatable.
     #[arg(long = "allow-read", value_name = "PATH")]
     read: Vec<PathBuf>,
     #[command(flatten)]
     proxy: cmd_sandbox::ProxyArgs,
+    /// Do not allow the recipe's provider hosts (only `--allow-domain` ones).
+    #[arg(long)]
+    no_recipe_domains: bool,
+    /// What the agent's own tools may do with the project: `read` (the default: the project is
+    /// read-only inside the sandbox and the agent's own shell and editors are turned off, so
+    /// every change goes through gatehouse's tools) or `write` (its own tools may change the
+    /// project, inside the sandbox).
+    #[arg(long, value_enum, default_value_t = OwnTools::Read)]
+    own_tools: OwnTools,
+    /// Pass this variable of this process's environment to the agent even though its name
+    /// looks like a secret (its API key); repeatable. The recipe's key variables pass when set.
+    #[arg(long = "pass-env", value_name = "NAME")]
+    pass_env: Vec<String>,
+    /// Pass this variable too (NAME takes this process's value); secret-looking names, LD_* and
+    /// the sandbox's own variables are refused (use --pass-env for a key).
+    #[arg(long = "env", value_name = "NAME[=VALUE]")]
+    env: Vec<String>,
+    /// Seconds a call waits for the human before the agent is told "proposal N is waiting, call
+    /// again" (default: the recipe's, below its client's own timeout).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    approval_wait: Option<u64>,
     /// Run with less than the full sandbox if this kernel lacks a mechanism (each gap is printed).
     #[arg(long)]
     allow_degraded: bool,
@@ -72,22 +113,44 @@ pub fn run(g: &Global, args: RunArgs) -> ExitCode {
     }
 }
 
-/// The run's session, held on the ui channel; ended (token revoked) on drop, however the run
-/// ends. If this process is killed outright, the token still dies with the agent's gateway
-/// connection (the broker revokes a presented token when its gateway disconnects).
+/// The run's ui connection and the sessions opened on it; every session's token is revoked on
+/// drop, however the run ends. If this process is killed outright, each token still dies with
+/// its gateway connection (the broker revokes a presented token when its gateway disconnects),
+/// and the broker revokes a ui connection's launched sessions when it closes.
 struct Launch {
-    ui: Client,
-    session: SessionId,
+    ui: Mutex<Client>,
+    profile: Option<ProfileName>,
+    sessions: Mutex<Vec<SessionId>>,
+    /// The session opened at start (to check the profile), for the first connection.
+    spare: Mutex<Option<ResumeToken>>,
 }
 
 impl Launch {
-    fn open(g: &Global, profile: Option<ProfileName>) -> Result<(Launch, ResumeToken), Stop> {
-        let mut ui = g
+    fn open(g: &Global, profile: Option<ProfileName>) -> Result<Launch, Stop> {
+        let ui = g
             .ui_client()
             .map_err(|e| refused(format!("cannot reach the broker: {e}")))?;
-        match ui.request(Body::Ui(UiRequest::Launch(LaunchRequest::Open { profile }))) {
+        let l = Launch {
+            ui: Mutex::new(ui),
+            profile,
+            sessions: Mutex::new(Vec::new()),
+            spare: Mutex::new(None),
+        };
+        let first = l.session()?;
+        *l.spare.lock().expect("not poisoned") = Some(first);
+        Ok(l)
+    }
+
+    /// A fresh session of the run's profile: its one-use launch token.
+    fn session(&self) -> Result<ResumeToken, Stop> {
+        let req = Body::Ui(UiRequest::Launch(LaunchRequest::Open {
+            profile: self.profile.clone(),
+        }));
+        let reply = self.ui.lock().expect("not poisoned").request(req);
+        match reply {
             Ok(Body::UiReply(UiReply::Launch(LaunchReply::Opened { session, token, .. }))) => {
-                Ok((Launch { ui, session }, token))
+                self.sessions.lock().expect("not poisoned").push(session);
+                Ok(token)
             }
             Ok(Body::Error(e)) => Err(refused(format!(
                 "the broker refused the session: {}",
@@ -100,23 +163,183 @@ impl Launch {
             Err(e) => Err(refused(format!("asking the broker for a session: {e}"))),
         }
     }
+
+    /// The token for the next connection: the spare one first.
+    fn next_token(&self) -> Result<ResumeToken, Stop> {
+        if let Some(t) = self.spare.lock().expect("not poisoned").take() {
+            return Ok(t);
+        }
+        self.session()
+    }
 }
 
 impl Drop for Launch {
     fn drop(&mut self) {
-        let end = Body::Ui(UiRequest::Launch(LaunchRequest::End {
-            session: self.session.clone(),
-        }));
-        match self.ui.request(end) {
-            Ok(Body::UiReply(UiReply::Launch(LaunchReply::Ended { .. }))) => {}
-            Ok(Body::Error(e)) => eprintln!("{WHO}: revoking the session's token: {}", e.message),
-            Ok(other) => eprintln!(
-                "{WHO}: revoking the session's token: unexpected answer {:?}",
-                other.kind()
-            ),
-            Err(e) => eprintln!("{WHO}: revoking the session's token: {e}"),
+        let sessions = std::mem::take(&mut *self.sessions.lock().expect("not poisoned"));
+        let ui = self.ui.get_mut().expect("not poisoned");
+        for session in sessions {
+            let end = Body::Ui(UiRequest::Launch(LaunchRequest::End { session }));
+            match ui.request(end) {
+                Ok(Body::UiReply(UiReply::Launch(LaunchReply::Ended { .. }))) => {}
+                Ok(Body::Error(e)) => {
+                    eprintln!("{WHO}: revoking a session's token: {}", e.message)
+                }
+                Ok(other) => eprintln!(
+                    "{WHO}: revoking a session's token: unexpected answer {:?}",
+                    other.kind()
+                ),
+                Err(e) => eprintln!("{WHO}: revoking a session's token: {e}"),
+            }
         }
     }
+}
+
+/// How this run reaches the broker's gateway socket for each new agent connection.
+enum Upstream {
+    /// Not root: connect ourselves.
+    Direct(PathBuf),
+    /// Root dropped: ask the connector child (kept so that it ends with us).
+    Connector(Mutex<(UnixStream, std::process::Child)>),
+}
+
+impl Upstream {
+    fn connect(&self) -> Result<UnixStream, String> {
+        match self {
+            Upstream::Direct(p) => UnixStream::connect(p)
+                .map_err(|e| format!("cannot reach the broker's gateway at {}: {e}", p.display())),
+            Upstream::Connector(c) => {
+                let guard = c.lock().map_err(|_| "the connector lock is poisoned")?;
+                let sock = &guard.0;
+                (&*sock)
+                    .write_all(b"c")
+                    .map_err(|e| format!("the gateway connector is gone: {e}"))?;
+                let mut fds = VecDeque::new();
+                let mut b = [0u8; 1];
+                match recv_with_fds(sock.as_fd(), &mut b, &mut fds) {
+                    Ok(1) if b[0] == b'c' => fds
+                        .pop_front()
+                        .map(UnixStream::from)
+                        .ok_or_else(|| "the gateway connector sent no connection".to_string()),
+                    Ok(_) => Err("the gateway connector could not reach the broker".into()),
+                    Err(e) => Err(format!("the gateway connector is gone: {e}")),
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        if let Upstream::Connector(c) = self {
+            if let Ok(g) = c.get_mut() {
+                let _ = g.0.shutdown(std::net::Shutdown::Both);
+                let _ = g.1.wait();
+            }
+        }
+    }
+}
+
+/// `gatehouse run-connector` (hidden): started by a root `gatehouse run` with a socket as
+/// stdin; for each byte read there, one connection to the gateway socket, passed back with
+/// SCM_RIGHTS (byte `c`), or byte `e` if the broker cannot be reached. Ends at end of input.
+pub fn connector(g: &Global) -> ExitCode {
+    let Ok(fd) = std::io::stdin().as_fd().try_clone_to_owned() else {
+        return ExitCode::from(1);
+    };
+    let chan = UnixStream::from(fd);
+    let path = g.dirs.gateway_socket();
+    let mut b = [0u8; 1];
+    loop {
+        match (&chan).read(&mut b) {
+            Ok(0) | Err(_) => return ExitCode::SUCCESS,
+            Ok(_) => {}
+        }
+        let sent = match UnixStream::connect(&path) {
+            Ok(s) => send_with_fd(chan.as_fd(), b"c", s.as_fd()).map(|_| ()),
+            Err(e) => {
+                eprintln!("{WHO}: connector: {}: {e}", path.display());
+                (&chan).write_all(b"e")
+            }
+        };
+        if sent.is_err() {
+            return ExitCode::from(1);
+        }
+    }
+}
+
+fn start_connector(g: &Global, exe: &Path) -> Result<Upstream, Stop> {
+    let (ours, theirs) = UnixStream::pair().map_err(|e| refused(format!("socket pair: {e}")))?;
+    let mut cmd = std::process::Command::new(exe);
+    if let Some(d) = &g.data_dir {
+        cmd.arg("--data-dir").arg(d);
+    }
+    let child = cmd
+        .arg("run-connector")
+        .stdin(std::process::Stdio::from(OwnedFd::from(theirs)))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| refused(format!("starting the gateway connector: {e}")))?;
+    Ok(Upstream::Connector(Mutex::new((ours, child))))
+}
+
+/// A random token for this run's connections (hex of 32 random bytes).
+fn run_token() -> String {
+    use rand::RngCore;
+    let mut b = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut b);
+    hex::encode(b)
+}
+
+/// The directory of this agent's login and state, created 0700 for `owner`.
+fn agent_home(g: &Global, agent: Agent, argv0: &str, owner: (u32, u32)) -> Result<PathBuf, Stop> {
+    let name = match agent {
+        Agent::Generic => Path::new(argv0)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .filter(|n| {
+                n.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+                    && !n.starts_with('.')
+            })
+            .unwrap_or("agent")
+            .to_string(),
+        a => a.name().to_string(),
+    };
+    let root = g.dirs.agents();
+    let dir = root.join(name);
+    for d in [&root, &dir] {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+        match std::fs::DirBuilder::new().mode(0o700).create(d) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(refused(format!("creating {}: {e}", d.display()))),
+        }
+        let want = if d == &dir { owner } else { (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw()) };
+        let meta = std::fs::symlink_metadata(d).map_err(|e| refused(format!("{}: {e}", d.display())))?;
+        if !meta.is_dir() {
+            return Err(refused(format!("{} is not a directory", d.display())));
+        }
+        if meta.uid() != want.0 {
+            if nix::unistd::geteuid().is_root() {
+                std::os::unix::fs::lchown(d, Some(want.0), Some(want.1))
+                    .map_err(|e| refused(format!("{}: {e}", d.display())))?;
+            } else {
+                return Err(refused(format!(
+                    "{} belongs to uid {}, not to this user",
+                    d.display(),
+                    meta.uid()
+                )));
+            }
+        }
+    }
+    // The root of the agents' homes must be passable by the agent's uid (it is 0711 when
+    // the agent runs as another uid than the broker's).
+    if owner.0 != nix::unistd::geteuid().as_raw() {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o711))
+            .map_err(|e| refused(format!("{}: {e}", root.display())))?;
+    }
+    Ok(dir)
 }
 
 fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
@@ -139,22 +362,28 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
         .to_str()
         .ok_or_else(|| refused(format!("{}: the path is not UTF-8", exe.display())))?
         .to_string();
+    let argv0 = args.argv[0].clone();
+    let agent = Agent::for_program(&argv0);
 
-    // While we may still be root: the session, and the one gateway connection the agent gets.
-    let (launch, token) = Launch::open(g, profile)?;
-    let gateway_path = g.dirs.gateway_socket();
-    let upstream = UnixStream::connect(&gateway_path).map_err(|e| {
-        refused(format!(
-            "cannot reach the broker's gateway at {}: {e}",
-            gateway_path.display()
-        ))
-    })?;
+    // While we may still be root: the sessions' channel, the connector, the agent's home.
+    let launch = Launch::open(g, profile)?;
+    let root = nix::unistd::geteuid().is_root();
+    let upstream = if root {
+        start_connector(g, &exe)?
+    } else {
+        Upstream::Direct(g.dirs.gateway_socket())
+    };
+    let owner = if root {
+        identity::run_as_for(&cwd)
+    } else {
+        (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw())
+    };
+    let state_home = agent_home(g, agent, &argv0, owner)?;
 
     // Never root toward the host (as `gatehouse sandbox`): the agent runs as the owner of the
     // working directory, or nobody. The connections above keep the broker's user.
-    if nix::unistd::geteuid().is_root() {
-        let (uid, gid) = identity::run_as_for(&cwd);
-        identity::become_user(uid, gid)
+    if root {
+        identity::become_user(owner.0, owner.1)
             .map_err(|e| refused(format!("cannot drop root before sandboxing: {e}")))?;
     }
     let uid = nix::unistd::geteuid().as_raw();
@@ -166,10 +395,20 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
         )));
     }
 
-    let mut grants = vec![PathGrant {
-        path: cwd.clone(),
-        access: GrantAccess::ReadWrite,
-    }];
+    let project = match args.own_tools {
+        OwnTools::Read => GrantAccess::Read,
+        OwnTools::Write => GrantAccess::ReadWrite,
+    };
+    let mut grants = vec![
+        PathGrant {
+            path: cwd.clone(),
+            access: project,
+        },
+        PathGrant {
+            path: state_home.clone(),
+            access: GrantAccess::ReadWrite,
+        },
+    ];
     for p in &args.read {
         let abs = std::path::absolute(p).map_err(|e| refused(format!("{}: {e}", p.display())))?;
         grants.push(PathGrant {
@@ -177,18 +416,131 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
             access: GrantAccess::Read,
         });
     }
-    // The agent starts `gatehouse mcp` from the MCP config: this very binary, read-only.
+    // The agent starts `gatehouse mcp` from its MCP config: this very binary, read-only.
     if !exe.starts_with(&cwd) {
         grants.push(PathGrant {
             path: exe.clone(),
             access: GrantAccess::Read,
         });
     }
+    let path_var = std::env::var("PATH").unwrap_or_else(|_| command::env::DEFAULT_PATH.into());
+    let Some(visible) = program::visible(&argv0, &path_var, &cwd) else {
+        return Err(Stop(
+            format!("{argv0}: not found in PATH"),
+            cmd_sandbox::EXIT_NOT_FOUND,
+        ));
+    };
+    for p in &visible.grants {
+        grants.push(PathGrant {
+            path: p.clone(),
+            access: GrantAccess::Read,
+        });
+    }
 
-    let (network, egress) = match cmd_sandbox::open_proxy(&args.proxy, args.allow_degraded)? {
+    // The environment: the allowlist, the recipe's settings, --env, the endpoint variables;
+    // the keys are added after planning (they pass the secret-name filter by name only).
+    let mut env = command::env::inherited_from_process();
+    for e in &args.env {
+        let (name, value) = match e.split_once('=') {
+            Some((n, v)) => (n.to_string(), v.to_string()),
+            None => (e.clone(), std::env::var(e).unwrap_or_default()),
+        };
+        if let Some(why) = command::env::refusal(&name, &value) {
+            return Err(refused(format!(
+                "--env {name}: {why}; it is never passed (a key: --pass-env {name})"
+            )));
+        }
+        env.push((name, value));
+    }
+    let mut domains = args.proxy.domains.clone();
+    let mut recipe_domains: Vec<String> = Vec::new();
+    if !args.no_recipe_domains {
+        recipe_domains.extend(agent.domains().iter().map(|d| d.to_string()));
+    }
+    for name in agent.endpoint_vars() {
+        if let Ok(v) = std::env::var(name) {
+            if let Some(host) = url::Url::parse(&v).ok().and_then(|u| u.host_str().map(String::from)) {
+                if !args.no_recipe_domains {
+                    recipe_domains.push(host);
+                }
+            }
+            env.push((name.to_string(), v));
+        }
+    }
+    for d in &recipe_domains {
+        if !domains.contains(d) {
+            domains.push(d.clone());
+        }
+    }
+    let mut keys: Vec<(String, String)> = Vec::new();
+    for name in &args.pass_env {
+        match std::env::var(name) {
+            Ok(v) => keys.push((name.clone(), v)),
+            Err(_) => {
+                return Err(refused(format!(
+                    "--pass-env {name}: this process has no such variable"
+                )))
+            }
+        }
+    }
+    for name in agent.key_vars() {
+        if let Ok(v) = std::env::var(name) {
+            if !keys.iter().any(|(k, _)| k == name) {
+                keys.push((name.to_string(), v));
+            }
+        }
+    }
+
+    let approval_wait = args
+        .approval_wait
+        .unwrap_or(agent.approval_wait().as_secs());
+    let mcp_args: Vec<String> = [
+        "mcp",
+        "--gateway-socket",
+        GATEWAY_SOCKET_INSIDE,
+        "--token-file",
+        TOKEN_FILE_INSIDE,
+        "--approval-wait",
+        &approval_wait.to_string(),
+    ]
+    .map(String::from)
+    .to_vec();
+    let setup = agent.setup(
+        &recipe::Wiring {
+            exe: &exe_text,
+            mcp_config: MCP_CONFIG_INSIDE,
+            mcp_args: &mcp_args,
+        },
+        args.own_tools,
+    );
+    env.extend(setup.env.iter().cloned());
+    let exec_text = visible
+        .exec
+        .to_str()
+        .ok_or_else(|| refused(format!("{}: the path is not UTF-8", visible.exec.display())))?
+        .to_string();
+    let mut argv = vec![exec_text];
+    argv.extend(setup.leading.iter().cloned());
+    argv.extend(args.argv[1..].iter().cloned());
+    argv.extend(setup.trailing.iter().cloned());
+
+    let proxy = cmd_sandbox::ProxyArgs {
+        domains,
+        ..args.proxy
+    };
+    let (network, egress) = match cmd_sandbox::open_proxy(&proxy, args.allow_degraded)? {
         None => (Network::None, None),
         Some((connector, token, egress)) => (Network::Proxy { connector, token }, egress),
     };
+    // gatehouse's own dirs and the other agents' homes are never shown; this agent's is.
+    let mut protect = vec![
+        g.dirs.config.clone(),
+        g.dirs.data.clone(),
+        g.dirs.runtime.clone(),
+    ];
+    if let Ok(rd) = std::fs::read_dir(g.dirs.agents()) {
+        protect.extend(rd.flatten().map(|e| e.path()).filter(|p| p != &state_home));
+    }
     // The sandbox's rlimits are a command's (checked against the ceilings); the time and
     // output limits, which this process enforces while it watches, are an agent session's.
     let limits = Limits::default();
@@ -199,23 +551,19 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
         ..limits
     };
     let spec = SandboxSpec {
-        argv: args.argv.clone(),
+        argv: argv.clone(),
         cwd: cwd.clone(),
         grants,
-        env: command::env::inherited_from_process(),
+        env,
         home,
+        state_home: Some(state_home.clone()),
         network,
         limits,
-        protect: vec![
-            g.dirs.config.clone(),
-            g.dirs.data.clone(),
-            g.dirs.runtime.clone(),
-        ],
+        protect,
         allow_degraded: args.allow_degraded,
     };
     let mut prepared = command::prepare(spec).map_err(|e| {
-        let argv0 = Path::new(args.argv.first().map(String::as_str).unwrap_or(""));
-        if let Some(why) = command::policy::builtin_denial(&args.argv, argv0) {
+        if let Some(why) = command::policy::builtin_denial(&argv, Path::new(&argv[0])) {
             return refused(why);
         }
         match e {
@@ -225,38 +573,44 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
             other => refused(other),
         }
     })?;
-    if let Some(why) = command::policy::builtin_denial(&args.argv, &prepared.program) {
+    if let Some(why) = command::policy::builtin_denial(&argv, &prepared.program) {
         return Err(refused(why));
     }
+    for (name, value) in &keys {
+        prepared.pass_named_secret(name, value).map_err(refused)?;
+    }
 
-    // The gateway bridge: the socket inside, the MCP config beside it, and the variables.
+    // The gateway bridge: the socket inside, the token and MCP config beside it, the variables.
+    let token = run_token();
     let (ours, theirs) = UnixStream::pair().map_err(|e| refused(format!("socket pair: {e}")))?;
-    let socket = Path::new(GATEWAY_SOCKET_INSIDE);
     prepared
-        .bridge_unix_socket(socket, OwnedFd::from(theirs))
+        .bridge_unix_socket(Path::new(GATEWAY_SOCKET_INSIDE), OwnedFd::from(theirs))
         .map_err(refused)?;
     prepared
-        .add_tmp_file(Path::new(MCP_CONFIG_INSIDE), &mcp_config(&exe_text))
+        .add_tmp_file(Path::new(TOKEN_FILE_INSIDE), &token)
+        .map_err(refused)?;
+    prepared
+        .add_tmp_file(Path::new(MCP_CONFIG_INSIDE), &mcp_config(&exe_text, &mcp_args))
         .map_err(refused)?;
     for (name, value) in [
         (crate::cmd_mcp::SOCKET_ENV, GATEWAY_SOCKET_INSIDE),
-        (crate::cmd_mcp::TOKEN_ENV, token.0.as_str()),
+        (crate::cmd_mcp::TOKEN_ENV, token.as_str()),
         (MCP_CONFIG_ENV, MCP_CONFIG_INSIDE),
     ] {
         prepared.set_gatehouse_var(name, value).map_err(refused)?;
     }
+    let launch = Arc::new(launch);
     let relay = Relay {
-        upstream: Arc::new(Mutex::new(Some(upstream))),
-        token,
+        launch: launch.clone(),
+        upstream: Arc::new(upstream),
+        token: ResumeToken(token),
     };
     std::thread::spawn(move || relay.serve(ours));
 
     for d in &prepared.report.degraded {
         eprintln!("{WHO}: degraded: {d}");
     }
-    eprintln!(
-        "{WHO}: the agent's MCP config is ${MCP_CONFIG_ENV} ({MCP_CONFIG_INSIDE}); for Claude Code: claude --mcp-config ${MCP_CONFIG_ENV} --strict-mcp-config"
-    );
+    say_setup(agent, &state_home, &recipe_domains, &proxy.domains, &keys, args.own_tools);
     let _ = std::io::stderr().flush();
     let sb = prepared.spawn().map_err(refused)?;
     let outcome = cmd_sandbox::supervise(sb, &watch_limits, g.json)?;
@@ -267,26 +621,69 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
     Ok(cmd_sandbox::report(WHO, outcome, &watch_limits, g.json))
 }
 
-/// The MCP config the agent is pointed at: gatehouse as its one server (the session token and
-/// socket come from the environment, so this file holds no secret).
-fn mcp_config(exe: &str) -> String {
+/// What the run set up, on stderr before the agent starts (names only, never a value).
+fn say_setup(
+    agent: Agent,
+    home: &Path,
+    recipe_domains: &[String],
+    domains: &[String],
+    keys: &[(String, String)],
+    own: OwnTools,
+) {
+    eprintln!(
+        "{WHO}: {} recipe; its login and state: {}",
+        agent.name(),
+        home.display()
+    );
+    if domains.is_empty() {
+        eprintln!("{WHO}: no network (add hosts with --allow-domain)");
+    } else {
+        eprintln!(
+            "{WHO}: egress allowed to {}{}",
+            domains.join(", "),
+            if recipe_domains.is_empty() {
+                String::new()
+            } else {
+                " (the recipe's hosts: drop them with --no-recipe-domains)".to_string()
+            }
+        );
+    }
+    if !keys.is_empty() {
+        let names: Vec<&str> = keys.iter().map(|(k, _)| k.as_str()).collect();
+        eprintln!("{WHO}: passing {} to the agent", names.join(", "));
+    }
+    eprintln!(
+        "{WHO}: {}",
+        match own {
+            OwnTools::Read => "the project is read-only to the agent's own tools; changes go through gatehouse (--own-tools write to change that)",
+            OwnTools::Write => "the agent's own tools may change the project (--own-tools write)",
+        }
+    );
+}
+
+/// The MCP config the agent is pointed at: gatehouse as its one server, reached through the
+/// run's socket and token file (passed as arguments: a client may filter the environment).
+/// The file holds no secret.
+fn mcp_config(exe: &str, args: &[String]) -> String {
     serde_json::json!({
         "mcpServers": {
             "gatehouse": {
                 "command": exe,
-                "args": ["mcp"],
+                "args": args,
             }
         }
     })
     .to_string()
 }
 
-/// Hands the agent's gateway connections to the broker: the first one that opens this run's
-/// session (presenting the launch token) is relayed over the connection opened before root was
-/// dropped; every other one gets a refusal and is closed. So the agent has exactly one session,
-/// the one of its profile, and cannot open a session of another profile.
+/// Hands the agent's gateway connections to the broker: each one that opens a session with the
+/// run's token gets a fresh session of the run's profile (its own launch token put in place of
+/// the run's) on a connection of its own; anything else gets a refusal and is closed. So the
+/// agent has as many sessions as it opens, all of the run's profile, and cannot open a session
+/// of another profile.
 struct Relay {
-    upstream: Arc<Mutex<Option<UnixStream>>>,
+    launch: Arc<Launch>,
+    upstream: Arc<Upstream>,
     token: ResumeToken,
 }
 
@@ -302,39 +699,44 @@ impl Relay {
             }
             while let Some(fd) = fds.pop_front() {
                 let agent = UnixStream::from(fd);
+                let launch = self.launch.clone();
                 let upstream = self.upstream.clone();
                 let token = self.token.clone();
-                std::thread::spawn(move || relay_one(agent, &upstream, &token));
+                std::thread::spawn(move || relay_one(agent, &launch, &upstream, &token));
             }
         }
     }
 }
 
-fn relay_one(agent: UnixStream, upstream: &Mutex<Option<UnixStream>>, token: &ResumeToken) {
+fn relay_one(agent: UnixStream, launch: &Launch, upstream: &Upstream, token: &ResumeToken) {
     let refuse = |id: u64, why: &str| {
         let e = Body::Error(ErrorReply::new(ErrorCode::Refused, why));
         let _ = write_frame(&mut &agent, &Envelope::new(id, e));
     };
-    let first = match read_frame(&mut &agent, MAX_FRAME) {
+    let mut first = match read_frame(&mut &agent, MAX_FRAME) {
         Ok(Some(env)) => env,
         _ => return,
     };
-    let opens_ours = matches!(
-        &first.body,
-        Body::ToolCall(ToolCall::OpenSession { resume: Some(t), .. }) if t.0 == token.0
-    );
-    if !opens_ours {
+    let Body::ToolCall(ToolCall::OpenSession {
+        resume: Some(t), ..
+    }) = &mut first.body
+    else {
         return refuse(
             first.id,
-            "gatehouse run: the gateway must first open the run's session with the launch token in GATEHOUSE_SESSION_TOKEN",
-        );
-    }
-    let Some(up) = upstream.lock().ok().and_then(|mut u| u.take()) else {
-        return refuse(
-            first.id,
-            "gatehouse run: this run's session is already in use or has ended (one gateway session per run)",
+            "gatehouse run: the gateway must first open a session with the run's token (gatehouse mcp --token-file, as in the MCP config gatehouse run wrote)",
         );
     };
+    if !subtle_eq(t.0.as_bytes(), token.0.as_bytes()) {
+        return refuse(first.id, "gatehouse run: that is not this run's token");
+    }
+    let up = match upstream.connect() {
+        Ok(u) => u,
+        Err(e) => return refuse(first.id, &format!("gatehouse run: {e}")),
+    };
+    match launch.next_token() {
+        Ok(session_token) => *t = session_token,
+        Err(Stop(why, _)) => return refuse(first.id, &format!("gatehouse run: {why}")),
+    }
     if write_frame(&mut &up, &first).is_err() {
         return;
     }
@@ -352,4 +754,9 @@ fn relay_one(agent: UnixStream, upstream: &Mutex<Option<UnixStream>>, token: &Re
     let _ = up.shutdown(std::net::Shutdown::Both);
     let _ = agent.shutdown(std::net::Shutdown::Both);
     let _ = back.join();
+}
+
+/// Compares two byte strings in time independent of where they differ.
+fn subtle_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }

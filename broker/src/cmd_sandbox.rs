@@ -58,30 +58,30 @@ pub struct ProxyArgs {
     /// A name (or *.suffix) the command may reach through the egress proxy; repeatable. Without
     /// any, the command has no network at all.
     #[arg(long = "allow-domain", value_name = "DOMAIN")]
-    domains: Vec<String>,
+    pub(crate) domains: Vec<String>,
     /// Test builds only: use the proxy listening on this Unix socket (it receives each client
     /// connection as a descriptor) instead of starting the net-helper.
     #[cfg(feature = "test-hooks")]
     #[arg(long, value_name = "SOCKET")]
-    test_proxy_socket: Option<PathBuf>,
+    pub(crate) test_proxy_socket: Option<PathBuf>,
     /// Test builds only: the proxy token to use with --test-proxy-socket.
     #[cfg(feature = "test-hooks")]
     #[arg(long, value_name = "TOKEN", default_value = "test-token")]
-    test_proxy_token: String,
+    pub(crate) test_proxy_token: String,
     /// Test builds only: an argument for the net-helper (its test name server and address
     /// policy); repeatable.
     #[cfg(feature = "test-hooks")]
     #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
-    test_net_arg: Vec<String>,
+    pub(crate) test_net_arg: Vec<String>,
     /// Test builds only: a port the proxy session allows besides 443.
     #[cfg(feature = "test-hooks")]
     #[arg(long, value_name = "PORT")]
-    test_proxy_port: Option<u16>,
+    pub(crate) test_proxy_port: Option<u16>,
     /// Test builds only: do not require the tunnel's TLS SNI to match (for plain-text test
     /// servers).
     #[cfg(feature = "test-hooks")]
     #[arg(long)]
-    test_no_sni_check: bool,
+    pub(crate) test_no_sni_check: bool,
 }
 
 /// A refusal or failure before the command ran: message, exit code.
@@ -194,13 +194,10 @@ fn run_inner(g: &Global, args: SandboxArgs) -> Result<ExitCode, Stop> {
         grants,
         env,
         home,
+        state_home: None,
         network,
         limits,
-        protect: vec![
-            g.dirs.config.clone(),
-            g.dirs.data.clone(),
-            g.dirs.runtime.clone(),
-        ],
+        protect: g.dirs.own().to_vec(),
         allow_degraded: args.allow_degraded,
     };
     let prepared = command::prepare(spec).map_err(|e| {

@@ -50,6 +50,25 @@ impl Dirs {
         })
     }
 
+    /// Where `gatehouse run` keeps each agent's login and state (`<data>-agents/<agent>`): beside
+    /// the data dir rather than in it, so that a run can grant an agent its own directory while
+    /// the data dir stays whole among the paths every sandbox and file tool refuses.
+    pub fn agents(&self) -> PathBuf {
+        let mut name = self.data.file_name().unwrap_or_default().to_os_string();
+        name.push("-agents");
+        self.data.with_file_name(name)
+    }
+
+    /// gatehouse's own directories: never granted, always masked, refused by the file tools.
+    pub fn own(&self) -> [PathBuf; 4] {
+        [
+            self.config.clone(),
+            self.data.clone(),
+            self.runtime.clone(),
+            self.agents(),
+        ]
+    }
+
     /// Creates the directories (0700) and checks that each is ours and closed to others.
     pub fn ensure(&self) -> io::Result<()> {
         for d in [&self.config, &self.data, &self.runtime] {

@@ -149,7 +149,7 @@ impl Gate {
         crate::audit::install(store.clone());
 
         let protected =
-            Protected::new(&[dirs.config.clone(), dirs.data.clone(), dirs.runtime.clone()]);
+            Protected::new(&dirs.own());
         let policy = PolicyState::load(
             policy_path(&dirs.config),
             default_root(opts.grant_root.as_ref()),
@@ -248,9 +248,9 @@ impl Gate {
         }
         args.push("--checkpoint-dir".into());
         args.push(self.checkpoint_dir().into());
-        for d in [&self.dirs.config, &self.dirs.data, &self.dirs.runtime] {
+        for d in self.dirs.own() {
             args.push("--protect".into());
-            args.push(std::fs::canonicalize(d).unwrap_or(d.clone()).into());
+            args.push(std::fs::canonicalize(&d).unwrap_or(d).into());
         }
         args
     }

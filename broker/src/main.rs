@@ -91,6 +91,9 @@ enum Cmd {
     Sandbox(cmd_sandbox::SandboxArgs),
     /// An agent CLI inside the exec sandbox, with gatehouse as its only MCP server and the egress proxy as its only way out: `gatehouse run [--profile NAME] [--allow-domain D]... [--allow-read P]... -- AGENT ARGS`.
     Run(cmd_run::RunArgs),
+    /// Internal to a root `gatehouse run`: connects to the gateway socket on request.
+    #[command(hide = true)]
+    RunConnector,
     /// The MCP server for one agent session, over stdio (what an agent's MCP config launches).
     Mcp(cmd_mcp::McpArgs),
     /// One safe fetch through the broker (policy applies): prints the wrapped text; a refusal exits 3, a network failure 4.
@@ -223,6 +226,7 @@ fn main() -> ExitCode {
         Cmd::Approve(args) => cmd_approve::run(&g, args),
         Cmd::Sandbox(args) => cmd_sandbox::run(&g, args),
         Cmd::Run(args) => cmd_run::run(&g, args),
+        Cmd::RunConnector => cmd_run::connector(&g),
         Cmd::Mcp(args) => cmd_mcp::run(&g, args),
         Cmd::Fetch(args) => cmd_fetch::run(&g, args),
         Cmd::Ui(args) => cmd_ui::run(&g, args),

@@ -36,6 +36,7 @@ pub fn start(
         grants: spec.grants,
         env: spec.env,
         home: cfg.home.clone(),
+        state_home: None,
         network,
         limits: spec.limits,
         protect: cfg.protect.clone(),

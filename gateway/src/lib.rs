@@ -98,7 +98,15 @@ pub fn run(broker: UnixStream, opts: Options) -> Result<(), GatewayError> {
         );
     }
 
-    let session = link.open_session(opts.token, opts.profile)?;
+    let session = match link.open_session(opts.token, opts.profile) {
+        Ok(s) => s,
+        Err(e) => {
+            // The client may hide this process's stderr: it is told in MCP too.
+            // (The caller says it on stderr.)
+            let _ = serve_refusal(&e.to_string());
+            return Err(e.into());
+        }
+    };
     eprintln!(
         "gatehouse mcp: session {} {} (profile {})",
         session.session,
@@ -136,4 +144,45 @@ pub fn run(broker: UnixStream, opts: Options) -> Result<(), GatewayError> {
         .with_view(view)
         .serve(stdin.as_fd())?;
     Ok(())
+}
+
+/// The JSON-RPC error code of a server that cannot serve this session at all.
+pub const REFUSED_SESSION: i64 = -32001;
+
+/// Answers every request read from stdin with `reason` as a JSON-RPC error until stdin closes,
+/// so that a client which hides the server's stderr (most do) still shows why gatehouse would
+/// not serve it. Notifications and responses get no answer.
+pub fn serve_refusal(reason: &str) -> std::io::Result<()> {
+    use std::io::{Read, Write};
+    let error = jsonrpc::RpcError::new(REFUSED_SESSION, format!("gatehouse: {reason}"));
+    let mut split = lines::LineSplitter::new(lines::MAX_LINE);
+    let mut stdin = std::io::stdin().lock();
+    let mut out = std::io::stdout().lock();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut events = Vec::new();
+    loop {
+        let n = stdin.read(&mut buf)?;
+        if n == 0 {
+            split.finish(&mut events);
+        } else {
+            split.push(&buf[..n], &mut events);
+        }
+        for ev in events.drain(..) {
+            let id = match ev {
+                lines::LineEvent::Line(l) => match jsonrpc::parse_line(&l) {
+                    Ok(Some(jsonrpc::Incoming::Request { id, .. })) => id.0,
+                    Ok(_) => continue,
+                    Err(r) => r.id,
+                },
+                lines::LineEvent::TooLong { id, .. } => id,
+            };
+            let mut line = serde_json::to_vec(&jsonrpc::error(&id, &error))?;
+            line.push(b'\n');
+            out.write_all(&line)?;
+            out.flush()?;
+        }
+        if n == 0 {
+            return Ok(());
+        }
+    }
 }

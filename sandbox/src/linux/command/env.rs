@@ -59,6 +59,9 @@ pub fn looks_secret(name: &str) -> bool {
     words.windows(2).any(|w| w == ["DATABASE", "URL"])
 }
 
+/// The refusal of a secret-looking name (which only an explicit, named pass overrides).
+pub const LOOKS_SECRET: &str = "looks like a secret";
+
 /// Why `name=value` may not be passed, if it may not.
 pub fn refusal(name: &str, value: &str) -> Option<&'static str> {
     if name.is_empty() || name.contains(['=', '\0']) || value.contains('\0') {
@@ -68,7 +71,7 @@ pub fn refusal(name: &str, value: &str) -> Option<&'static str> {
         return Some("LD_ variables are never passed");
     }
     if looks_secret(name) {
-        return Some("looks like a secret");
+        return Some(LOOKS_SECRET);
     }
     if SET_BY_SANDBOX.contains(&name) || PROXY_NAMES.contains(&name) {
         return Some("set by the sandbox");

@@ -48,8 +48,13 @@ pub struct SandboxSpec {
     pub grants: Vec<PathGrant>,
     /// Variables asked for (filtered by [`env::build`]).
     pub env: Vec<(String, String)>,
-    /// The command's `HOME`: a fresh tmpfs unless a grant covers it.
+    /// The user's home: a fresh tmpfs unless a grant covers it (and the command's `HOME`
+    /// unless `state_home` is given).
     pub home: PathBuf,
+    /// A directory gatehouse keeps for this command's state (an agent's login and settings
+    /// under `gatehouse run`), made its `HOME` instead of `home`. The caller grants it; it is
+    /// not a user's home, so no login shell ever reads what is written there.
+    pub state_home: Option<PathBuf>,
     pub network: Network,
     pub limits: Limits,
     /// More paths to mask and never grant (gatehouse's config, data and runtime directories).
@@ -284,7 +289,7 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
     let built = env::build(
         &spec.env,
         &env::SandboxEnv {
-            home: &spec.home,
+            home: spec.state_home.as_deref().unwrap_or(&spec.home),
             user: &user,
             proxy_url: token
                 .as_ref()
@@ -999,6 +1004,26 @@ impl Prepared {
             return Err(SandboxError::Invalid(format!(
                 "{name}: not a gatehouse variable (GATEHOUSE_ and upper-case letters, digits, _)"
             )));
+        }
+        let prefix = format!("{name}=");
+        self.plan
+            .envp
+            .retain(|v| !v.as_bytes().starts_with(prefix.as_bytes()));
+        self.plan.envp.push(cstr(&format!("{name}={value}")));
+        self.plan.seal();
+        Ok(())
+    }
+}
+
+impl Prepared {
+    /// Passes `name=value` to the command although the name looks like a secret: only for a
+    /// variable the user named for this command (`gatehouse run --pass-env`, or an agent
+    /// recipe's key variable, said on screen). `LD_*` and the sandbox's own names still never
+    /// pass.
+    pub fn pass_named_secret(&mut self, name: &str, value: &str) -> Result<(), SandboxError> {
+        match env::refusal(name, value) {
+            None | Some(env::LOOKS_SECRET) => {}
+            Some(why) => return Err(SandboxError::Invalid(format!("{name}: {why}"))),
         }
         let prefix = format!("{name}=");
         self.plan
