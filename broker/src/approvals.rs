@@ -17,6 +17,8 @@ use tokio::sync::watch;
 pub enum Outcome {
     Decided(Choice),
     Expired,
+    /// The agent's side gave the call up (its request cancelled, its session closed).
+    Withdrawn,
 }
 
 /// Why a decision was refused.
@@ -191,16 +193,30 @@ impl Approvals {
         self.close(id, Outcome::Expired, "expired: no answer means deny".into());
     }
 
-    /// Withdraws a proposal whose call can no longer go ahead.
-    pub fn withdraw(&mut self, id: ProposalId, why: &str) {
+    /// The open proposals of `session`.
+    pub fn open_of(&self, session: &ipc_schema::tool::SessionId) -> Vec<ProposalId> {
+        self.open
+            .values()
+            .filter(|o| &o.proposal.session == session)
+            .map(|o| o.proposal.id)
+            .collect()
+    }
+
+    /// Withdraws a proposal whose call can no longer go ahead: the card closes as withdrawn,
+    /// and a decision sent after this is refused (the proposal is closed), so nothing is
+    /// carried out. Returns whether it was still open.
+    pub fn withdraw(&mut self, id: ProposalId, why: &str) -> bool {
         if let Some(o) = self.open.remove(&id) {
-            let _ = o.done.send(Some(Outcome::Expired));
+            let _ = o.done.send(Some(Outcome::Withdrawn));
             self.closed.insert(id, format!("withdrawn: {why}"));
             self.closed_order.push_back(id);
             self.publish(UiEvent::ProposalClosed {
                 proposal: id,
                 outcome: format!("withdrawn: {why}"),
             });
+            true
+        } else {
+            false
         }
     }
 

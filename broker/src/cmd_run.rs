@@ -314,8 +314,16 @@ fn agent_home(g: &Global, agent: Agent, argv0: &str, owner: (u32, u32)) -> Resul
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(refused(format!("creating {}: {e}", d.display()))),
         }
-        let want = if d == &dir { owner } else { (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw()) };
-        let meta = std::fs::symlink_metadata(d).map_err(|e| refused(format!("{}: {e}", d.display())))?;
+        let want = if d == &dir {
+            owner
+        } else {
+            (
+                nix::unistd::geteuid().as_raw(),
+                nix::unistd::getegid().as_raw(),
+            )
+        };
+        let meta =
+            std::fs::symlink_metadata(d).map_err(|e| refused(format!("{}: {e}", d.display())))?;
         if !meta.is_dir() {
             return Err(refused(format!("{} is not a directory", d.display())));
         }
@@ -376,7 +384,10 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
     let owner = if root {
         identity::run_as_for(&cwd)
     } else {
-        (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw())
+        (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        )
     };
     let state_home = agent_home(g, agent, &argv0, owner)?;
 
@@ -459,7 +470,10 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
     }
     for name in agent.endpoint_vars() {
         if let Ok(v) = std::env::var(name) {
-            if let Some(host) = url::Url::parse(&v).ok().and_then(|u| u.host_str().map(String::from)) {
+            if let Some(host) = url::Url::parse(&v)
+                .ok()
+                .and_then(|u| u.host_str().map(String::from))
+            {
                 if !args.no_recipe_domains {
                     recipe_domains.push(host);
                 }
@@ -590,7 +604,10 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
         .add_tmp_file(Path::new(TOKEN_FILE_INSIDE), &token)
         .map_err(refused)?;
     prepared
-        .add_tmp_file(Path::new(MCP_CONFIG_INSIDE), &mcp_config(&exe_text, &mcp_args))
+        .add_tmp_file(
+            Path::new(MCP_CONFIG_INSIDE),
+            &mcp_config(&exe_text, &mcp_args),
+        )
         .map_err(refused)?;
     for (name, value) in [
         (crate::cmd_mcp::SOCKET_ENV, GATEWAY_SOCKET_INSIDE),
@@ -610,7 +627,14 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
     for d in &prepared.report.degraded {
         eprintln!("{WHO}: degraded: {d}");
     }
-    say_setup(agent, &state_home, &recipe_domains, &proxy.domains, &keys, args.own_tools);
+    say_setup(
+        agent,
+        &state_home,
+        &recipe_domains,
+        &proxy.domains,
+        &keys,
+        args.own_tools,
+    );
     let _ = std::io::stderr().flush();
     let sb = prepared.spawn().map_err(refused)?;
     let outcome = cmd_sandbox::supervise(sb, &watch_limits, g.json)?;

@@ -148,8 +148,7 @@ impl Gate {
         let (store, writer) = StoreHandle::unstarted();
         crate::audit::install(store.clone());
 
-        let protected =
-            Protected::new(&dirs.own());
+        let protected = Protected::new(&dirs.own());
         let policy = PolicyState::load(
             policy_path(&dirs.config),
             default_root(opts.grant_root.as_ref()),

@@ -675,7 +675,10 @@ fn arguments(call: &ToolCall) -> Vec<Argument> {
     let text =
         |name: &str, t: &[u8]| arg(name, String::from_utf8_lossy(t).into_owned(), Shape::Text);
     match call {
-        ToolCall::OpenSession { .. } | ToolCall::DescribeAgent(_) | ToolCall::UndoChange(_) => {
+        ToolCall::OpenSession { .. }
+        | ToolCall::DescribeAgent(_)
+        | ToolCall::Withdraw(_)
+        | ToolCall::UndoChange(_) => {
             vec![]
         }
         ToolCall::ReadFile(a) => vec![path("path", &a.path)],

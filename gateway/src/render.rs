@@ -418,6 +418,7 @@ fn refusal(r: &Refusal) -> Rendered {
         RefusalKind::RateLimited => "Refused",
         RefusalKind::HumanDenied => "The human refused this call",
         RefusalKind::Expired => "Not approved in time",
+        RefusalKind::Withdrawn => "Withdrawn before a decision",
         RefusalKind::RejectedEarlier => "Refused earlier in this session",
         RefusalKind::StillRunning => "Not carried out now",
         RefusalKind::Uncertain => "Not carried out again",

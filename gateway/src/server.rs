@@ -292,10 +292,26 @@ impl<W: Write> Server<W> {
             .map(|(k, _)| *k);
         if let Some(k) = found {
             let c = self.calls.remove(&k).expect("found above");
-            eprintln!(
-                "gatehouse mcp: the client cancelled {} (request {}); gatehouse may still carry it out",
-                c.tool, c.rpc_id.0
-            );
+            match c.wait.as_ref().map(|w| w.proposal) {
+                // Waiting for the human: the proposal is withdrawn, so a decision made after
+                // this carries nothing out.
+                Some(p) => {
+                    if let Err(e) = self
+                        .broker
+                        .send(Body::ToolCall(ipc_schema::tool::ToolCall::Withdraw(p)))
+                    {
+                        eprintln!("gatehouse mcp: could not withdraw proposal {p}: {e}");
+                    }
+                    eprintln!(
+                        "gatehouse mcp: the client cancelled {} (request {}); proposal {p} withdrawn",
+                        c.tool, c.rpc_id.0
+                    );
+                }
+                None => eprintln!(
+                    "gatehouse mcp: the client cancelled {} (request {}); gatehouse may still carry it out",
+                    c.tool, c.rpc_id.0
+                ),
+            }
         }
     }
 
@@ -550,6 +566,8 @@ impl<W: Write> Server<W> {
             Body::ToolReply(ToolReply::Session(_)) => Ok(()),
             // The broker noted the client's name.
             Body::Pong if Some(env.id) == self.described => Ok(()),
+            // A withdrawal taken (its call is already answered).
+            Body::Pong => Ok(()),
             Body::Error(e) if Some(env.id) == self.described => {
                 eprintln!(
                     "gatehouse mcp: the broker did not take the client's name: {}",

@@ -358,6 +358,11 @@ pub enum ToolCall {
     FetchUrl(FetchUrl),
     HttpRequest(HttpRequest),
     RunCommand(RunCommand),
+    /// The agent's client gave up on a call that waits for the human (`notifications/cancelled`):
+    /// the proposal is withdrawn (on the card and in the audit log) and a decision that comes
+    /// later carries nothing out. Only a proposal of this connection's own session. This can
+    /// only stop a call, never let one through. Answered with `Pong`.
+    Withdraw(ProposalId),
 }
 
 impl ToolCall {
@@ -365,7 +370,9 @@ impl ToolCall {
     /// [`ToolCall::DescribeAgent`]).
     pub fn tool(&self) -> Option<ToolName> {
         Some(match self {
-            ToolCall::OpenSession { .. } | ToolCall::DescribeAgent(_) => return None,
+            ToolCall::OpenSession { .. } | ToolCall::DescribeAgent(_) | ToolCall::Withdraw(_) => {
+                return None
+            }
             ToolCall::ReadFile(_) => ToolName::ReadFile,
             ToolCall::ListDir(_) => ToolName::ListDir,
             ToolCall::SearchFiles(_) => ToolName::SearchFiles,
@@ -517,6 +524,9 @@ pub enum RefusalKind {
     /// The net-helper refused the URL by its own rules (scheme, address table, redirect,
     /// content type, TLS, a limit), or the secrets-helper refused the credential for it.
     Network,
+    /// The call was given up (its request cancelled, its session closed) before the human
+    /// decided: nothing was done, and the same call asked again is a new proposal.
+    Withdrawn,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]

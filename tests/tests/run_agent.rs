@@ -272,8 +272,7 @@ fn an_agent_uses_the_gateway_alone_and_its_token_dies_with_the_run() {
     assert!(result_text(&r["read"]).contains("hello"), "{}", r["read"]);
     // A second gateway in the same run gets a session of its own.
     assert_eq!(
-        r["second"]["result"]["serverInfo"]["name"],
-        "gatehouse",
+        r["second"]["result"]["serverInfo"]["name"], "gatehouse",
         "{}",
         r["second"]
     );
@@ -358,11 +357,7 @@ fn a_run_whose_agent_never_connects_still_revokes_its_token() {
         .iter()
         .any(|r| r.outcome == "run ended; token revoked")
     {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{:#?}",
-            audit(&b)
-        );
+        assert!(std::time::Instant::now() < deadline, "{:#?}", audit(&b));
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }

@@ -139,8 +139,11 @@ impl Agent {
                     // Its shell and editors: the project is read-only to them anyway.
                     s.trailing.splice(
                         0..0,
-                        ["--disallowedTools", "Bash,Edit,Write,MultiEdit,NotebookEdit"]
-                            .map(String::from),
+                        [
+                            "--disallowedTools",
+                            "Bash,Edit,Write,MultiEdit,NotebookEdit",
+                        ]
+                        .map(String::from),
                     );
                 }
                 for (k, v) in [
@@ -191,17 +194,23 @@ mod tests {
     use super::*;
 
     fn wiring() -> (Vec<String>, Wiring<'static>) {
-        (Vec::new(), Wiring {
-            exe: "/opt/gh/gatehouse",
-            mcp_config: "/tmp/gatehouse-mcp.json",
-            mcp_args: &[],
-        })
+        (
+            Vec::new(),
+            Wiring {
+                exe: "/opt/gh/gatehouse",
+                mcp_config: "/tmp/gatehouse-mcp.json",
+                mcp_args: &[],
+            },
+        )
     }
 
     #[test]
     fn recipes_are_chosen_by_the_program_name() {
         assert_eq!(Agent::for_program("claude"), Agent::Claude);
-        assert_eq!(Agent::for_program("/home/u/.local/bin/claude"), Agent::Claude);
+        assert_eq!(
+            Agent::for_program("/home/u/.local/bin/claude"),
+            Agent::Claude
+        );
         assert_eq!(Agent::for_program("codex"), Agent::Codex);
         assert_eq!(Agent::for_program("python3"), Agent::Generic);
         assert_eq!(Agent::for_program("claude-wrapper"), Agent::Generic);
@@ -230,20 +239,27 @@ mod tests {
 
     #[test]
     fn codex_gets_its_server_through_config_overrides() {
-        let args = vec!["mcp".to_string(), "--gateway-socket".into(), "/tmp/s".into()];
+        let args = vec![
+            "mcp".to_string(),
+            "--gateway-socket".into(),
+            "/tmp/s".into(),
+        ];
         let w = Wiring {
             exe: "/opt/gh/gatehouse",
             mcp_config: "/tmp/gatehouse-mcp.json",
             mcp_args: &args,
         };
         let s = Agent::Codex.setup(&w, OwnTools::Read);
-        assert!(s
-            .leading
-            .contains(&r#"mcp_servers.gatehouse.args=["mcp","--gateway-socket","/tmp/s"]"#.to_string()));
+        assert!(s.leading.contains(
+            &r#"mcp_servers.gatehouse.args=["mcp","--gateway-socket","/tmp/s"]"#.to_string()
+        ));
         assert!(s
             .leading
             .contains(&r#"mcp_servers.gatehouse.command="/opt/gh/gatehouse""#.to_string()));
-        assert!(s.leading.windows(2).any(|w| w == ["--disable", "shell_tool"]));
+        assert!(s
+            .leading
+            .windows(2)
+            .any(|w| w == ["--disable", "shell_tool"]));
         let s = Agent::Codex.setup(&w, OwnTools::Write);
         assert!(!s.leading.contains(&"--disable".to_string()));
     }

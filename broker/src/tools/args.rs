@@ -42,7 +42,9 @@ fn path_key(p: &FsPath) -> Value {
 /// SHA-256). The ledger key is computed over this.
 pub fn canonical(call: &ToolCall) -> String {
     let v = match call {
-        ToolCall::OpenSession { .. } | ToolCall::DescribeAgent(_) => json!({}),
+        ToolCall::OpenSession { .. } | ToolCall::DescribeAgent(_) | ToolCall::Withdraw(_) => {
+            json!({})
+        }
         ToolCall::ReadFile(a) => {
             json!({"path": path_key(&a.path), "offset": a.offset, "length": a.length})
         }
@@ -156,7 +158,9 @@ pub(crate) fn redact_url(u: &str) -> String {
 /// The audit log's form: no file content, no secret-looking values.
 pub fn redacted(call: &ToolCall) -> String {
     let v = match call {
-        ToolCall::OpenSession { .. } | ToolCall::DescribeAgent(_) => json!({}),
+        ToolCall::OpenSession { .. } | ToolCall::DescribeAgent(_) | ToolCall::Withdraw(_) => {
+            json!({})
+        }
         ToolCall::ReadFile(a) => {
             json!({"path": path_json(&a.path), "offset": a.offset, "length": a.length})
         }

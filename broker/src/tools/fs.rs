@@ -142,7 +142,7 @@ fn url_host(url: &str) -> Result<String, ToolReply> {
 /// Resolves every path the call names (each with the access it needs).
 pub async fn resolve(ctx: &Rc<Ctx>, call: &ToolCall) -> Result<Resolved, ToolReply> {
     let wanted: Vec<(&FsPath, Access)> = match call {
-        ToolCall::OpenSession { .. } | ToolCall::DescribeAgent(_) => vec![],
+        ToolCall::OpenSession { .. } | ToolCall::DescribeAgent(_) | ToolCall::Withdraw(_) => vec![],
         ToolCall::ReadFile(a) => vec![(&a.path, Access::Read)],
         ToolCall::ListDir(a) => vec![(&a.path, Access::Read)],
         ToolCall::SearchFiles(a) => vec![(&a.path, Access::Read)],
@@ -332,7 +332,9 @@ pub fn effect(call: &ToolCall, r: &Resolved, preview: Option<&ChangePreview>) ->
         ToolCall::FetchUrl(a) => format!("fetch {}", a.url),
         ToolCall::HttpRequest(a) => format!("{:?} {}", a.method, a.url),
         ToolCall::RunCommand(a) => format!("run {:?} in {}", a.argv, p(0)),
-        ToolCall::OpenSession { .. } | ToolCall::DescribeAgent(_) => String::new(),
+        ToolCall::OpenSession { .. } | ToolCall::DescribeAgent(_) | ToolCall::Withdraw(_) => {
+            String::new()
+        }
     }
 }
 

@@ -44,9 +44,45 @@ pub struct Conn {
     pub launched: RefCell<Vec<ipc_schema::tool::SessionId>>,
 }
 
-/// A gateway connection ended. A session carried on with a token ends with its gateway: the
+/// The agent's client gave up waiting for proposal `p` of its own session: withdrawn.
+fn withdraw(ctx: &Rc<Ctx>, conn: &Rc<Conn>, p: ProposalId) -> Body {
+    let Some(session) = conn
+        .attached
+        .borrow()
+        .as_ref()
+        .map(|a| a.0.borrow().id.clone())
+    else {
+        return Body::Error(ErrorReply::new(
+            ErrorCode::Refused,
+            "no session on this connection",
+        ));
+    };
+    let mut approvals = ctx.gate.approvals.borrow_mut();
+    if !approvals.open_of(&session).contains(&p) {
+        return Body::Error(ErrorReply::new(
+            ErrorCode::Refused,
+            format!("proposal {p} is not waiting in this session"),
+        ));
+    }
+    approvals.withdraw(p, "the agent's client cancelled the call");
+    Body::Pong
+}
+
+/// A gateway connection ended: the proposals its session left waiting are withdrawn (no one
+/// is there to take the result). A session carried on with a token ends with its gateway: the
 /// token is revoked (replaced by a value no token hashes to), so it cannot be used again.
 pub fn connection_closed(ctx: &Rc<Ctx>, conn: &Rc<Conn>) {
+    if let Some(session) = conn
+        .attached
+        .borrow()
+        .as_ref()
+        .map(|a| a.0.borrow().id.clone())
+    {
+        let mut approvals = ctx.gate.approvals.borrow_mut();
+        for p in approvals.open_of(&session) {
+            approvals.withdraw(p, "the agent's session ended (its MCP connection closed)");
+        }
+    }
     let Some(id) = conn.presented_token.borrow_mut().take() else {
         return;
     };
@@ -86,6 +122,7 @@ pub fn handle(ctx: &Rc<Ctx>, conn: &Rc<Conn>, id: u64, call: ToolCall, reply: &R
                 open_session(&ctx, &conn, resume, profile).await
             }
             ToolCall::DescribeAgent(agent) => describe_agent(&ctx, &conn, agent),
+            ToolCall::Withdraw(p) => withdraw(&ctx, &conn, p),
             call => Body::ToolReply(run(&ctx, &conn, id, call, &reply).await),
         };
         reply.send(id, body);
@@ -566,16 +603,17 @@ async fn run(
             }
             Err(r) => {
                 let why = describe(&r);
-                if let Err(e) = ledger::transition(
-                    &gate.store,
-                    &info,
-                    row,
-                    CallState::Proposed,
-                    CallState::Rejected,
-                    why,
-                    None,
-                )
-                .await
+                // A withdrawn call did not happen and was not decided: the same call asked
+                // again is claimed afresh (a new proposal), not answered "rejected earlier".
+                let to = match &r {
+                    ToolReply::Refused(x) if x.kind == RefusalKind::Withdrawn => {
+                        CallState::Abandoned
+                    }
+                    _ => CallState::Rejected,
+                };
+                if let Err(e) =
+                    ledger::transition(&gate.store, &info, row, CallState::Proposed, to, why, None)
+                        .await
                 {
                     return internal(e);
                 }
@@ -958,6 +996,25 @@ async fn ask(
                     Some(p.id),
                 ))
             }
+        }
+        Outcome::Withdrawn => {
+            crate::audit::record(
+                event(AuditKind::Decision, &sid, tool, "withdrawn")
+                    .target(target)
+                    .detail(format!(
+                        "proposal {}: the agent gave the call up before a decision; nothing was carried out",
+                        p.id
+                    )),
+            );
+            Err(refused(
+                RefusalKind::Withdrawn,
+                format!(
+                    "proposal {} was withdrawn: the call was cancelled before the human decided; nothing was done",
+                    p.id
+                ),
+                Some(v.clone()),
+                Some(p.id),
+            ))
         }
         Outcome::Expired => {
             crate::audit::record(
