@@ -389,6 +389,14 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
             nix::unistd::getegid().as_raw(),
         )
     };
+    if root && args.own_tools == OwnTools::Write && owner == identity::NOBODY {
+        // The agent would run as nobody (never root toward the host) in a project root owns:
+        // its own tools could not write it, and would fail one by one with EACCES.
+        return Err(refused(format!(
+            "{} belongs to root and the agent never runs as root, so with --own-tools write its own tools could not change it. Run without --own-tools write (changes then go through gatehouse's tools, which can), or give the project to a user (chown) and run as that user",
+            cwd.display()
+        )));
+    }
     let state_home = agent_home(g, agent, &argv0, owner)?;
 
     // Never root toward the host (as `gatehouse sandbox`): the agent runs as the owner of the

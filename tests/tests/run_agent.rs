@@ -562,3 +562,53 @@ print("direct", tcp({port}))
         "proxy-var True\nbridge HTTP/1.1 200 the test proxy\ndirect errno ECONNREFUSED\n"
     );
 }
+
+/// Run as root (devcontainers, CI boxes), the agent runs as the project's owner or, for a
+/// root-owned project, as nobody: by default it reads the project (root-only files stay
+/// unreadable) and changes go through gatehouse's tools; `--own-tools write` on a root-owned
+/// project is refused up front with what to do instead of failing write by write. As another
+/// user, the same project is the user's own and `--own-tools write` writes it.
+#[test]
+fn a_root_owned_project_is_read_by_the_agent_and_own_writes_are_refused_with_what_to_do() {
+    use std::os::unix::fs::PermissionsExt;
+    let i = Instance::new(None);
+    let _b = i.broker(&[]);
+    let secret = i.file("root-only.txt");
+    std::fs::write(&secret, "for root\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let script =
+        "cat hello.txt; cat root-only.txt 2>&1 | sed 's/.*: //'; touch made 2>&1 | sed 's/.*: //'";
+    let out = finish(gatehouse_run(&i, &[], &["/bin/sh", "-c", script]));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if root() {
+        assert_eq!(stdout, "hello\nPermission denied\nRead-only file system\n");
+    } else {
+        // The user's own 0600 file is theirs to read; the project is still read-only.
+        assert_eq!(stdout, "hello\nfor root\nRead-only file system\n");
+    }
+    assert!(!i.file("made").exists());
+    let out = finish(gatehouse_run(
+        &i,
+        &["--own-tools", "write"],
+        &["/bin/sh", "-c", "touch made"],
+    ));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    if root() {
+        assert_eq!(out.status.code(), Some(125), "{stderr}");
+        assert!(
+            stderr.contains("belongs to root and the agent never runs as root")
+                && stderr.contains("Run without --own-tools write"),
+            "{stderr}"
+        );
+        assert!(!i.file("made").exists());
+    } else {
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        assert!(i.file("made").exists());
+    }
+}
