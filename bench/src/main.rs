@@ -9,6 +9,7 @@ mod fs;
 mod ipc;
 mod mcp;
 mod net;
+mod run;
 mod stats;
 
 fn main() {
@@ -22,8 +23,9 @@ fn main() {
         "ipc" => ipc::run(rest),
         "mcp" => mcp::run(rest),
         "net" => net::run(rest),
+        "run" => run::run(rest),
         _ => {
-            eprintln!("usage: bench <audit|exec|fs|ipc|mcp|net> [options]");
+            eprintln!("usage: bench <audit|exec|fs|ipc|mcp|net|run> [options]");
             std::process::exit(if name == "--help" { 0 } else { 2 });
         }
     }

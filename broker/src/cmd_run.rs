@@ -309,7 +309,11 @@ fn agent_home(g: &Global, agent: Agent, argv0: &str, owner: (u32, u32)) -> Resul
     let dir = root.join(name);
     for d in [&root, &dir] {
         use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-        match std::fs::DirBuilder::new().mode(0o700).create(d) {
+        match std::fs::DirBuilder::new()
+            .mode(0o700)
+            .recursive(d == &root)
+            .create(d)
+        {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(refused(format!("creating {}: {e}", d.display()))),
@@ -340,12 +344,25 @@ fn agent_home(g: &Global, agent: Agent, argv0: &str, owner: (u32, u32)) -> Resul
             }
         }
     }
-    // The root of the agents' homes must be passable by the agent's uid (it is 0711 when
-    // the agent runs as another uid than the broker's).
+    // When the agent runs as another uid (root dropped), it must be able to pass through to
+    // its home: the agents' root and, for a --data-dir instance, the instance's root get
+    // search permission for others (0711: nothing in them can be listed, and the data, config
+    // and runtime dirs inside stay 0700).
     if owner.0 != nix::unistd::geteuid().as_raw() {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o711))
-            .map_err(|e| refused(format!("{}: {e}", root.display())))?;
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let mut passable = vec![root.clone()];
+        if g.data_dir.is_some() {
+            passable.extend(root.parent().map(Path::to_path_buf));
+        }
+        for d in passable {
+            let meta =
+                std::fs::metadata(&d).map_err(|e| refused(format!("{}: {e}", d.display())))?;
+            if meta.uid() == nix::unistd::geteuid().as_raw() {
+                let mode = (meta.mode() & 0o7777) | 0o011;
+                std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode))
+                    .map_err(|e| refused(format!("{}: {e}", d.display())))?;
+            }
+        }
     }
     Ok(dir)
 }

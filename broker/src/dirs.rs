@@ -14,7 +14,12 @@ pub struct Dirs {
     pub data: PathBuf,
     /// Sockets and the broker lock (`$XDG_RUNTIME_DIR/gatehouse`, 0700).
     pub runtime: PathBuf,
+    /// Each agent's login and state under `gatehouse run` (see [`Dirs::agents`]).
+    agents: PathBuf,
 }
+
+/// Root's agents' homes (see [`Dirs::from_env`]).
+pub const ROOT_AGENTS: &str = "/var/lib/gatehouse-agents";
 
 impl Dirs {
     /// A private instance under one directory (tests, `demo`).
@@ -23,6 +28,7 @@ impl Dirs {
             config: root.join("config"),
             data: root.join("data"),
             runtime: root.join("run"),
+            agents: root.join("agents"),
         }
     }
 
@@ -43,20 +49,28 @@ impl Dirs {
             Some(v) if Path::new(&v).is_absolute() => PathBuf::from(v).join("gatehouse"),
             _ => PathBuf::from(format!("/tmp/gatehouse-{uid}")),
         };
+        // Root's agents run as another uid, which cannot pass root's 0700 home: their homes
+        // live where that uid can reach its own (0711 above, 0700 each, owned by the agent).
+        let agents = if uid == 0 {
+            PathBuf::from(ROOT_AGENTS)
+        } else {
+            xdg("XDG_DATA_HOME", ".local/share")?.join("gatehouse-agents")
+        };
         Ok(Dirs {
             config: xdg("XDG_CONFIG_HOME", ".config")?.join("gatehouse"),
             data: xdg("XDG_DATA_HOME", ".local/share")?.join("gatehouse"),
             runtime,
+            agents,
         })
     }
 
-    /// Where `gatehouse run` keeps each agent's login and state (`<data>-agents/<agent>`): beside
-    /// the data dir rather than in it, so that a run can grant an agent its own directory while
-    /// the data dir stays whole among the paths every sandbox and file tool refuses.
+    /// Where `gatehouse run` keeps each agent's login and state (`<this>/<agent>`): beside the
+    /// data dir rather than in it (`$XDG_DATA_HOME/gatehouse-agents`, `DIR/agents` for
+    /// `--data-dir DIR`, `/var/lib/gatehouse-agents` for root), so that a run can grant an agent
+    /// its own directory while the data dir stays whole among the paths every sandbox and file
+    /// tool refuses.
     pub fn agents(&self) -> PathBuf {
-        let mut name = self.data.file_name().unwrap_or_default().to_os_string();
-        name.push("-agents");
-        self.data.with_file_name(name)
+        self.agents.clone()
     }
 
     /// gatehouse's own directories: never granted, always masked, refused by the file tools.
