@@ -65,4 +65,17 @@ for l in sys.stdin:
     exit 1
   fi
 fi
+echo "== the README's first command, on a fresh clone"
+# Exactly as a new user runs it: a clone of what is committed, nothing built before.
+FRESH=$(mktemp -d /tmp/gatehouse-fresh.XXXXXX)
+git clone -q "$ROOT" "$FRESH/gatehouse"
+if ! (cd "$FRESH/gatehouse" && env -u CARGO_TARGET_DIR ./scripts/demo.sh) >"$FRESH/demo.log" 2>&1; then
+  cat "$FRESH/demo.log" >&2
+  echo "the README's first command FAILED on a fresh clone" >&2
+  exit 1
+fi
+grep -q "all 10 outcomes as expected" "$FRESH/demo.log" || { cat "$FRESH/demo.log" >&2; exit 1; }
+tail -n 2 "$FRESH/demo.log"
+rm -rf "$FRESH"
+
 echo "== all tests passed"
