@@ -123,6 +123,8 @@ struct Launch {
     sessions: Mutex<Vec<SessionId>>,
     /// The session opened at start (to check the profile), for the first connection.
     spare: Mutex<Option<ResumeToken>>,
+    /// That session's id: the run's egress rows are written under it.
+    first: Option<SessionId>,
 }
 
 impl Launch {
@@ -130,14 +132,16 @@ impl Launch {
         let ui = g
             .ui_client()
             .map_err(|e| refused(format!("cannot reach the broker: {e}")))?;
-        let l = Launch {
+        let mut l = Launch {
             ui: Mutex::new(ui),
             profile,
             sessions: Mutex::new(Vec::new()),
             spare: Mutex::new(None),
+            first: None,
         };
-        let first = l.session()?;
-        *l.spare.lock().expect("not poisoned") = Some(first);
+        let token = l.session()?;
+        l.first = l.sessions.lock().expect("not poisoned").first().cloned();
+        *l.spare.lock().expect("not poisoned") = Some(token);
         Ok(l)
     }
 
@@ -164,6 +168,25 @@ impl Launch {
         }
     }
 
+    /// Writes one egress record to the audit log, under the run's first session.
+    fn egress(&self, record: ipc_schema::net::EgressRecord) {
+        let Some(session) = self.first.clone() else {
+            return;
+        };
+        let req = Body::Ui(UiRequest::Launch(LaunchRequest::Egress { session, record }));
+        match self.ui.lock().expect("not poisoned").request(req) {
+            Ok(Body::Pong) => {}
+            Ok(Body::Error(e)) => {
+                eprintln!("{WHO}: the audit row of a proxy connection: {}", e.message)
+            }
+            Ok(other) => eprintln!(
+                "{WHO}: the audit row of a proxy connection: unexpected answer {:?}",
+                other.kind()
+            ),
+            Err(e) => eprintln!("{WHO}: the audit row of a proxy connection: {e}"),
+        }
+    }
+
     /// The token for the next connection: the spare one first.
     fn next_token(&self) -> Result<ResumeToken, Stop> {
         if let Some(t) = self.spare.lock().expect("not poisoned").take() {
@@ -175,8 +198,16 @@ impl Launch {
 
 impl Drop for Launch {
     fn drop(&mut self) {
+        self.end_all();
+    }
+}
+
+impl Launch {
+    /// Ends every session the run opened (their tokens revoked); the relay threads may still
+    /// hold the run, so this is said at the run's end and not left to the last drop.
+    fn end_all(&self) {
         let sessions = std::mem::take(&mut *self.sessions.lock().expect("not poisoned"));
-        let ui = self.ui.get_mut().expect("not poisoned");
+        let mut ui = self.ui.lock().expect("not poisoned");
         for session in sessions {
             let end = Body::Ui(UiRequest::Launch(LaunchRequest::End { session }));
             match ui.request(end) {
@@ -567,10 +598,14 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
         domains,
         ..args.proxy
     };
-    let (network, egress) = match cmd_sandbox::open_proxy(&proxy, args.allow_degraded)? {
-        None => (Network::None, None),
-        Some((connector, token, egress)) => (Network::Proxy { connector, token }, egress),
-    };
+    // Every connection through the proxy becomes an audit row of the run (sent on the ui
+    // channel by a thread started once the sessions are shared).
+    let (records, egress_rows) = std::sync::mpsc::channel();
+    let (network, egress) =
+        match cmd_sandbox::open_proxy(&proxy, args.allow_degraded, Some(records))? {
+            None => (Network::None, None),
+            Some((connector, token, egress)) => (Network::Proxy { connector, token }, egress),
+        };
     // gatehouse's own dirs and the other agents' homes are never shown; this agent's is.
     let mut protect = vec![
         g.dirs.config.clone(),
@@ -642,6 +677,12 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
         prepared.set_gatehouse_var(name, value).map_err(refused)?;
     }
     let launch = Arc::new(launch);
+    let audit_launch = launch.clone();
+    let egress_audit = std::thread::spawn(move || {
+        for record in egress_rows {
+            audit_launch.egress(record);
+        }
+    });
     let relay = Relay {
         launch: launch.clone(),
         upstream: Arc::new(upstream),
@@ -666,7 +707,9 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
     if let Some(e) = egress {
         e.close();
     }
-    drop(launch);
+    // Every proxy connection's row is written before the sessions end.
+    let _ = egress_audit.join();
+    launch.end_all();
     Ok(cmd_sandbox::report(WHO, outcome, &watch_limits, g.json))
 }
 

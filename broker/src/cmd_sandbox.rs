@@ -180,7 +180,7 @@ fn run_inner(g: &Global, args: SandboxArgs) -> Result<ExitCode, Stop> {
         env.push((name, value));
     }
 
-    let (network, egress) = match open_proxy(&args.proxy, args.allow_degraded)? {
+    let (network, egress) = match open_proxy(&args.proxy, args.allow_degraded, None)? {
         None => (Network::None, None),
         Some((connector, token, egress)) => (Network::Proxy { connector, token }, egress),
     };
@@ -245,7 +245,13 @@ pub(crate) fn implicit_root_refusal(cwd: &Path, home: &Path) -> Option<String> {
 /// `--allow-domain`, the net-helper serving it).
 pub(crate) type Proxy = Option<(OwnedFd, String, Option<egress::Egress>)>;
 
-pub(crate) fn open_proxy(args: &ProxyArgs, allow_degraded: bool) -> Result<Proxy, Stop> {
+/// `records`, when given, receives every connection's record as it ends (`gatehouse run` sends
+/// them to the broker's audit log); refusals are printed either way.
+pub(crate) fn open_proxy(
+    args: &ProxyArgs,
+    allow_degraded: bool,
+    records: Option<std::sync::mpsc::Sender<ipc_schema::net::EgressRecord>>,
+) -> Result<Proxy, Stop> {
     #[cfg(feature = "test-hooks")]
     if let Some(sock) = &args.test_proxy_socket {
         let s = std::os::unix::net::UnixStream::connect(sock)
@@ -269,6 +275,7 @@ pub(crate) fn open_proxy(args: &ProxyArgs, allow_degraded: bool) -> Result<Proxy
     let (extra, ports, sni_check) = (Vec::new(), Vec::new(), true);
     let mut e = egress::Egress::open(&args.domains, allow_degraded, extra, ports, sni_check)
         .map_err(refused)?;
+    e.records = records;
     let (connector, token) = (e.connector_for_sandbox()?, e.token.clone());
     Ok(Some((connector, token, Some(e))))
 }
@@ -457,6 +464,7 @@ pub(crate) mod egress {
         session: String,
         chan: Option<UnixStream>,
         relay: Option<std::thread::JoinHandle<()>>,
+        pub records: Option<std::sync::mpsc::Sender<ipc_schema::net::EgressRecord>>,
     }
 
     impl Egress {
@@ -487,6 +495,7 @@ pub(crate) mod egress {
                 session: format!("sandbox-{}", std::process::id()),
                 chan: None,
                 relay: None,
+                records: None,
             };
             ours.set_read_timeout(Some(Duration::from_secs(15)))
                 .map_err(|e| e.to_string())?;
@@ -547,8 +556,11 @@ pub(crate) mod egress {
                 .try_clone()
                 .map_err(|e| refused(format!("proxy channel: {e}")))?;
             let session = self.session.clone();
+            let records = self.records.clone();
             // The relay ends when the sandbox (the connector's other holder) is gone.
-            self.relay = Some(std::thread::spawn(move || relay(chan, ours, session)));
+            self.relay = Some(std::thread::spawn(move || {
+                relay(chan, ours, session, records)
+            }));
             Ok(OwnedFd::from(theirs))
         }
 
@@ -567,7 +579,12 @@ pub(crate) mod egress {
     /// Passes each bridge connection to the net-helper and prints what it refused. When the
     /// sandbox is gone, waits (up to 2 s) for the records of connections already handed over,
     /// so that a refusal is never lost to the command having exited first.
-    fn relay(chan: UnixStream, connector: UnixStream, session: String) {
+    fn relay(
+        chan: UnixStream,
+        connector: UnixStream,
+        session: String,
+        records: Option<std::sync::mpsc::Sender<ipc_schema::net::EgressRecord>>,
+    ) {
         use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
         use std::time::{Duration, Instant};
         let mut inbuf = Vec::new();
@@ -648,6 +665,9 @@ pub(crate) mod egress {
                             outstanding = outstanding.saturating_sub(1);
                             if !matches!(rec.verdict, EgressVerdict::Tunnelled { .. }) {
                                 eprintln!("gatehouse sandbox: {}", rec.audit_line());
+                            }
+                            if let Some(tx) = &records {
+                                let _ = tx.send(rec);
                             }
                         }
                         Body::Error(e) => {

@@ -187,6 +187,17 @@ pub fn handle(
                         conn.launched.borrow_mut().retain(|s| *s != session);
                         launch_end(&ctx, session, "run ended").await
                     }
+                    LaunchRequest::Egress { session, record } => {
+                        if conn.launched.borrow().contains(&session) {
+                            egress_row(session, record);
+                            Body::Pong
+                        } else {
+                            error(
+                                ErrorCode::Invalid,
+                                format!("session {session} was not launched on this connection"),
+                            )
+                        }
+                    }
                 };
                 reply.send(id, body);
             });
@@ -209,6 +220,22 @@ pub fn handle(
             });
         }
     }
+}
+
+/// One connection through a run's egress proxy, as the audit log keeps it.
+fn egress_row(session: SessionId, record: ipc_schema::net::EgressRecord) {
+    use ipc_schema::net::EgressVerdict;
+    let outcome = match &record.verdict {
+        EgressVerdict::Refused { status, .. } => format!("refused ({status})"),
+        EgressVerdict::Failed { status, .. } => format!("failed ({status})"),
+        EgressVerdict::Tunnelled { .. } => "tunnelled".to_string(),
+    };
+    crate::audit::record(
+        AuditEvent::new(AuditKind::Egress, "ui", outcome)
+            .session(session.0.clone())
+            .target(record.target.clone())
+            .detail(record.audit_line()),
+    );
 }
 
 /// `gatehouse run`: a fresh session of `profile` and its one-use launch token, stored (hashed)

@@ -311,6 +311,12 @@ pub enum LaunchRequest {
     },
     /// The run is over: revoke the session's token (an audit row says so).
     End { session: crate::tool::SessionId },
+    /// One connection through the run's egress proxy ended: an audit row, under `session` (one
+    /// this connection launched). Answered with `Pong`.
+    Egress {
+        session: crate::tool::SessionId,
+        record: crate::net::EgressRecord,
+    },
 }
 
 /// The broker's answer to a [`LaunchRequest`].

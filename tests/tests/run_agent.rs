@@ -612,3 +612,98 @@ fn a_root_owned_project_is_read_by_the_agent_and_own_writes_are_refused_with_wha
         assert!(i.file("made").exists());
     }
 }
+
+/// Every connection through the run's egress proxy is an audit row of the run: a tunnel to an
+/// allowed name, and the `403` for another name (which the agent sees as the proxy's answer).
+#[test]
+fn the_runs_egress_lands_in_the_audit_log() {
+    use std::io::{Read, Write};
+    let i = instance();
+    let b = i.broker(&[]);
+    // A loopback server at 127.0.0.2, which the net-helper's test address policy treats as
+    // public; the test's DNS server resolves the allowed name there.
+    let l = TcpListener::bind(("127.0.0.2", 0)).unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    std::thread::spawn(move || {
+        for mut c in l.incoming().flatten() {
+            let mut buf = [0u8; 1024];
+            let _ = c.read(&mut buf);
+            let _ = c.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+            );
+        }
+    });
+    let dns = gatehouse_tests::LoopbackDns::start(&["allowed.test"], "127.0.0.2".parse().unwrap());
+    let dns_addr = dns.addr.to_string();
+    let run = |url: &str| {
+        finish(gatehouse_run(
+            &i,
+            &[
+                "--allow-domain",
+                "allowed.test",
+                "--test-net-arg",
+                "--nameserver",
+                "--test-net-arg",
+                &dns_addr,
+                "--test-net-arg",
+                "--test-public-addr",
+                "--test-net-arg",
+                "127.0.0.2",
+                "--test-proxy-port",
+                &port,
+                "--test-no-sni-check",
+            ],
+            &["curl", "-sS", "-p", url],
+        ))
+    };
+    let out = run(&format!("http://allowed.test:{port}/"));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "hello",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(&format!("http://denied.test:{port}/"));
+    assert_eq!(
+        out.status.code(),
+        Some(56),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let rows = loop {
+        let rows: Vec<AuditEntry> = audit(&b)
+            .into_iter()
+            .filter(|r| r.kind == "egress")
+            .collect();
+        if rows.len() >= 2 || std::time::Instant::now() > deadline {
+            break rows;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    assert_eq!(rows[0].outcome, "tunnelled");
+    assert_eq!(
+        rows[0].target.as_deref(),
+        Some(format!("allowed.test:{port}").as_str())
+    );
+    assert_eq!(rows[1].outcome, "refused (403)");
+    assert_eq!(
+        rows[1].target.as_deref(),
+        Some(format!("denied.test:{port}").as_str())
+    );
+    assert!(
+        rows[1].detail.contains("egress REFUSED denied.test"),
+        "{rows:#?}"
+    );
+    // Each row is under a session the run opened.
+    for r in &rows {
+        let sid = r.session.as_deref().unwrap();
+        assert!(
+            audit(&b)
+                .iter()
+                .any(|x| x.session.as_deref() == Some(sid) && x.outcome == "launch token issued"),
+            "{r:?}"
+        );
+    }
+}

@@ -49,6 +49,8 @@ pub enum AuditKind {
     Session,
     /// A credential was set, changed or deleted with `gatehouse secret` (never its value).
     Credential,
+    /// A connection through the egress proxy of `gatehouse run` (tunnelled, failed, refused).
+    Egress,
 }
 
 impl AuditKind {
@@ -68,6 +70,7 @@ impl AuditKind {
             AuditKind::Broker => "broker",
             AuditKind::Session => "session",
             AuditKind::Credential => "credential",
+            AuditKind::Egress => "egress",
         }
     }
 }
