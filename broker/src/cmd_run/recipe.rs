@@ -151,6 +151,9 @@ impl Agent {
                     // Only the model API: no telemetry, error reporting or update checks, so
                     // the provider hosts are all it needs.
                     ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".to_string()),
+                    // gatehouse's tools are the agent's whole toolset: offered up front, not
+                    // deferred behind a tool search.
+                    ("ENABLE_TOOL_SEARCH", "false".to_string()),
                     (
                         "MCP_TOOL_TIMEOUT",
                         self.client_timeout().as_millis().to_string(),

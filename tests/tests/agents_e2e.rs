@@ -1,0 +1,366 @@
+//! The real agent CLIs inside `gatehouse run`: Claude Code (`@anthropic-ai/claude-code`) and
+//! Codex (`@openai/codex`), installed from npm by `scripts/test-deps.sh` into
+//! `/opt/gatehouse-test-npm`, each running its real tool loop against a scripted model endpoint
+//! (`tests/agents/model_server.py`: Anthropic Messages and OpenAI Responses shapes) on loopback.
+//!
+//! The agent reaches its "provider" exactly as it would the real one: its recipe's host
+//! (`api.anthropic.com`, `api.openai.com`) through the run's egress proxy, the name resolved by
+//! a DNS server of the test's own to a loopback address that the net-helper's test address policy
+//! treats as public, over TLS with a certificate from a CA the test makes (the agent is told to
+//! trust it). Nothing here leaves the machine.
+//!
+//! Build first: `cargo build --workspace --all-features`.
+
+mod mcp_support;
+
+use gatehouse_tests::{bin, LoopbackDns};
+use ipc_schema::ui::{AuditEntry, Choice, Decision, UiReply, UiRequest};
+use ipc_schema::Body;
+use mcp_support::{Broker, Instance, PATIENCE};
+use serde_json::{json, Value};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const NPM: &str = "/opt/gatehouse-test-npm/bin";
+/// The loopback address the provider hosts resolve to (the net-helper's test "public" one).
+const MODEL_ADDR: &str = "127.0.0.1";
+
+fn root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// A CA and a certificate for the provider hosts, as PEM files in a directory every user may
+/// read (the agent runs as another uid when the tests run as root).
+struct Certs {
+    dir: tempfile::TempDir,
+}
+
+impl Certs {
+    fn new() -> Certs {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::Builder::new()
+            .prefix("gh-e2e-ca-")
+            .tempdir()
+            .unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "gatehouse e2e test CA");
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let leaf_key = KeyPair::generate().unwrap();
+        let leaf = CertificateParams::new(vec![
+            "api.anthropic.com".to_string(),
+            "api.openai.com".to_string(),
+        ])
+        .unwrap()
+        .signed_by(&leaf_key, &ca, &ca_key)
+        .unwrap();
+        for (name, pem) in [
+            ("ca.pem", ca.pem()),
+            ("leaf.pem", leaf.pem()),
+            ("leaf.key", leaf_key.serialize_pem()),
+        ] {
+            let p = dir.path().join(name);
+            std::fs::write(&p, pem).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        Certs { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+/// The scripted model endpoint, and the requests it saw.
+struct Model {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Model {
+    fn start(dir: &Path, certs: &Certs, script: &Value) -> Model {
+        let script_file = dir.join("script.json");
+        std::fs::write(&script_file, script.to_string()).unwrap();
+        let log = dir.join("model.jsonl");
+        let mut child = Command::new("python3")
+            .arg(source_dir().join("tests/agents/model_server.py"))
+            .arg("--script")
+            .arg(&script_file)
+            .arg("--host")
+            .arg(MODEL_ADDR)
+            .arg("--log")
+            .arg(&log)
+            .arg("--cert")
+            .arg(certs.path("leaf.pem"))
+            .arg("--key")
+            .arg(certs.path("leaf.key"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        let port = serde_json::from_str::<Value>(&first).unwrap()["port"]
+            .as_u64()
+            .unwrap() as u16;
+        Model { child, port, log }
+    }
+
+    /// Every request logged so far.
+    fn requests(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// Every tool result the agent sent back to the model, as text.
+    fn tool_results(&self) -> String {
+        self.requests()
+            .iter()
+            .map(|r| r["tool_results"].to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn source_dir() -> PathBuf {
+    mcp_support::source_dir()
+}
+
+/// One end-to-end setting: an instance (broker, project), the CA, the DNS server, the model.
+struct E2e {
+    i: Instance,
+    b: Broker,
+    certs: Certs,
+    dns: LoopbackDns,
+    model: Model,
+}
+
+impl E2e {
+    fn new(script: impl Fn(&Instance) -> Value) -> E2e {
+        let i = Instance::new(None);
+        std::fs::write(i.file("notes.txt"), "the launch code is tuesday\n").unwrap();
+        // As root the project stays root's: the agent runs as nobody, reads it, and its
+        // changes go through gatehouse's tools (the default `--own-tools read`).
+        let b = i.broker(&[]);
+        let certs = Certs::new();
+        let dns = LoopbackDns::start(
+            &["api.anthropic.com", "api.openai.com"],
+            MODEL_ADDR.parse().unwrap(),
+        );
+        let model = Model::start(i.tmp.path(), &certs, &script(&i));
+        E2e {
+            i,
+            b,
+            certs,
+            dns,
+            model,
+        }
+    }
+
+    /// `gatehouse run [test network args] RUN_ARGS -- AGENT...` with `env` set for it.
+    fn run(&self, run_args: &[&str], agent: &[&str], env: &[(&str, String)]) -> Child {
+        let port = self.model.port.to_string();
+        let mut c = Command::new(bin("gatehouse"));
+        c.arg("--data-dir")
+            .arg(&self.i.data)
+            .arg("run")
+            .args(["--test-net-arg", "--nameserver", "--test-net-arg"])
+            .arg(self.dns.addr.to_string())
+            .args([
+                "--test-net-arg",
+                "--test-public-addr",
+                "--test-net-arg",
+                MODEL_ADDR,
+            ])
+            .args(["--test-proxy-port", &port])
+            .arg("--allow-read")
+            .arg(self.certs.dir.path())
+            .args(run_args)
+            .arg("--")
+            .args(agent)
+            .current_dir(&self.i.project)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.spawn().expect("start gatehouse run")
+    }
+
+    fn audit(&self) -> Vec<AuditEntry> {
+        match self.b.ui().request(Body::Ui(UiRequest::AuditTail {
+            after: 0,
+            limit: 10_000,
+        })) {
+            Body::UiReply(UiReply::Audit(rows)) => rows,
+            other => panic!("AuditTail answered {other:?}"),
+        }
+    }
+
+    /// Approves (allow once) the next proposal for `tool`, as the console would.
+    fn approve_next(&self, tool: ipc_schema::tool::ToolName, child: &mut Child) {
+        let deadline = Instant::now() + PATIENCE * 2;
+        loop {
+            let pending = match self.b.ui().request(Body::Ui(UiRequest::ListPending)) {
+                Body::UiReply(UiReply::Pending(p)) => p,
+                other => panic!("{other:?}"),
+            };
+            if let Some(p) = pending.into_iter().find(|p| p.tool == tool) {
+                match self.b.ui().request(Body::Ui(UiRequest::Decide(Decision {
+                    proposal: p.id,
+                    digest: p.digest,
+                    choice: Choice::AllowOnce,
+                }))) {
+                    Body::UiReply(UiReply::Decided { .. }) => return,
+                    other => panic!("Decide answered {other:?}"),
+                }
+            }
+            if let Ok(Some(st)) = child.try_wait() {
+                panic!(
+                    "the agent ended ({st:?}) before asking for {tool:?}; model saw:\n{:#?}",
+                    self.model.requests()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {tool:?} proposal; model saw:\n{:#?}",
+                self.model.requests()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn finish(child: Child) -> Output {
+    child.wait_with_output().expect("wait for gatehouse run")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// The day's work, for either agent: read a file, read a key it must not get, write a file
+/// (asked, approved), run a command (asked, approved), answer.
+fn working_day(i: &Instance) -> Value {
+    json!([
+        {"tool": "read_file", "args": {"path": "notes.txt"}},
+        {"tool": "read_file", "args": {"path": "/root/.ssh/id_ed25519"}},
+        {"tool": "write_file", "args": {"path": i.file("summary.txt").to_str().unwrap(),
+                                        "content": "notes read\n"}},
+        {"tool": "run_command", "args": {"argv": ["sh", "-c", "echo from-the-sandbox; cat summary.txt"],
+                                         "cwd": i.project.to_str().unwrap()}},
+        {"text": "All done: notes read, summary written."}
+    ])
+}
+
+fn check_working_day(e: &E2e, out: &Output) {
+    let (stdout, stderr) = text(out);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(
+        stdout.contains("All done"),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let results = e.model.tool_results();
+    // The read reached the model; the key did not; the write and the command ran once each.
+    assert!(results.contains("the launch code is tuesday"), "{results}");
+    assert!(!results.contains("BEGIN OPENSSH"), "{results}");
+    assert!(
+        results.contains("protected") || results.contains("not inside any grant"),
+        "{results}"
+    );
+    assert!(results.contains("from-the-sandbox"), "{results}");
+    assert!(results.contains("notes read"), "{results}");
+    assert_eq!(
+        std::fs::read_to_string(e.i.file("summary.txt")).unwrap(),
+        "notes read\n"
+    );
+    // The audit log has the whole day, under the run's sessions.
+    let rows = e.audit();
+    let has =
+        |kind: &str, outcome: &str| rows.iter().any(|r| r.kind == kind && r.outcome == outcome);
+    assert!(has("proposal", "asked"), "{rows:#?}");
+    assert!(
+        rows.iter().filter(|r| r.kind == "decision").count() >= 2,
+        "{rows:#?}"
+    );
+    assert!(
+        rows.iter()
+            .any(|r| r.kind == "egress" && r.outcome == "tunnelled"),
+        "{rows:#?}"
+    );
+    // The model endpoint was reached through the proxy under the recipe's provider host.
+    assert!(
+        e.model
+            .requests()
+            .iter()
+            .all(|r| r["host"].as_str().is_some_and(|h| h.starts_with("api."))),
+        "{:#?}",
+        e.model.requests()
+    );
+}
+
+#[test]
+fn claude_code_works_a_day_inside_gatehouse_run() {
+    let claude = Path::new(NPM).join("claude");
+    assert!(
+        claude.exists(),
+        "{} missing: run scripts/test-deps.sh",
+        claude.display()
+    );
+    let e = E2e::new(working_day);
+    let base = format!("https://api.anthropic.com:{}", e.model.port);
+    let ca = e.certs.path("ca.pem").display().to_string();
+    let nec = format!("NODE_EXTRA_CA_CERTS={ca}");
+    let mut child = e.run(
+        &["--env", &nec],
+        &[
+            claude.to_str().unwrap(),
+            "-p",
+            "Read notes.txt and summarise it.",
+        ],
+        &[
+            ("ANTHROPIC_BASE_URL", base),
+            ("ANTHROPIC_API_KEY", "sk-ant-test-not-a-key".into()),
+        ],
+    );
+    e.approve_next(ipc_schema::tool::ToolName::WriteFile, &mut child);
+    e.approve_next(ipc_schema::tool::ToolName::RunCommand, &mut child);
+    let out = finish(child);
+    check_working_day(&e, &out);
+    let (_, stderr) = text(&out);
+    assert!(stderr.contains("gatehouse run: claude recipe"), "{stderr}");
+    assert!(
+        stderr.contains("passing ANTHROPIC_API_KEY to the agent"),
+        "{stderr}"
+    );
+    // Its login and state stayed in its own home, not the user's.
+    assert!(e.i.data.join("agents/claude").is_dir());
+}
