@@ -242,11 +242,17 @@ impl E2e {
                     self.model.requests()
                 );
             }
-            assert!(
-                Instant::now() < deadline,
-                "no {tool:?} proposal; model saw:\n{:#?}",
-                self.model.requests()
-            );
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let mut err = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
+                }
+                panic!(
+                    "no {tool:?} proposal; the agent's stderr:\n{err}\nmodel saw:\n{:#?}",
+                    self.model.requests()
+                );
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -363,4 +369,56 @@ fn claude_code_works_a_day_inside_gatehouse_run() {
     );
     // Its login and state stayed in its own home, not the user's.
     assert!(e.i.data.join("agents/claude").is_dir());
+}
+
+#[test]
+fn codex_works_a_day_inside_gatehouse_run() {
+    let codex = Path::new(NPM).join("codex");
+    assert!(
+        codex.exists(),
+        "{} missing: run scripts/test-deps.sh",
+        codex.display()
+    );
+    let e = E2e::new(working_day);
+    let base = format!("https://api.openai.com:{}/v1", e.model.port);
+    let ca = e.certs.path("ca.pem").display().to_string();
+    let (ssl, codex_ca) = (
+        format!("SSL_CERT_FILE={ca}"),
+        format!("CODEX_CA_CERTIFICATE={ca}"),
+    );
+    let mut child = e.run(
+        &["--env", &ssl, "--env", &codex_ca],
+        &[
+            codex.to_str().unwrap(),
+            // The scripted endpoint as a provider of its own (the built-in one speaks
+            // WebSockets to a fixed host).
+            "-c",
+            "model_provider=\"scripted\"",
+            "-c",
+            "model_providers.scripted.name=\"scripted\"",
+            "-c",
+            &format!("model_providers.scripted.base_url=\"{base}\""),
+            "-c",
+            "model_providers.scripted.wire_api=\"responses\"",
+            "-c",
+            "model_providers.scripted.env_key=\"OPENAI_API_KEY\"",
+            "-c",
+            "model=\"test-model\"",
+            "exec",
+            "--skip-git-repo-check",
+            "Read notes.txt and summarise it.",
+        ],
+        &[("OPENAI_API_KEY", "sk-test-not-a-key".into())],
+    );
+    e.approve_next(ipc_schema::tool::ToolName::WriteFile, &mut child);
+    e.approve_next(ipc_schema::tool::ToolName::RunCommand, &mut child);
+    let out = finish(child);
+    check_working_day(&e, &out);
+    let (_, stderr) = text(&out);
+    assert!(stderr.contains("gatehouse run: codex recipe"), "{stderr}");
+    assert!(
+        stderr.contains("passing OPENAI_API_KEY to the agent"),
+        "{stderr}"
+    );
+    assert!(e.i.data.join("agents/codex").is_dir());
 }
