@@ -20,6 +20,7 @@ Prints {"port": N} as its first stdout line.
 import argparse
 import gzip
 import json
+import os
 import ssl
 import sys
 import threading
@@ -34,6 +35,7 @@ SIDE_TEXT = "ok"
 ARGS = None
 SCRIPT = []
 LOG_LOCK = threading.Lock()
+NAMESPACED = {}  # "mcp__srv__tool" -> ("mcp__srv", "tool"), from Responses namespace tools
 
 
 def log(entry):
@@ -81,6 +83,10 @@ def decide(offered, n_results):
     if n_results >= len(SCRIPT):
         return ("text", "script finished", n_results)
     step = SCRIPT[n_results]
+    # A step may wait for a file the test creates (e.g. once the human has decided).
+    deadline = time.time() + 120
+    while "wait_for" in step and not os.path.exists(step["wait_for"]) and time.time() < deadline:
+        time.sleep(0.05)
     if "text" in step:
         return ("text", step["text"], n_results)
     name = resolve_tool(step["tool"], offered)
@@ -147,14 +153,19 @@ def anthropic_reply(body, decision, rid):
 # ---------------------------------------------------------------- OpenAI Responses
 
 def responses_parse(body):
+    """Tool names offered; Codex groups MCP tools as {"type": "namespace", "name": "mcp__srv",
+    "tools": [...]}: those are listed as "mcp__srv__tool" and remembered in NAMESPACED."""
     offered = []
     for t in body.get("tools") or []:
         if not isinstance(t, dict):
             continue
-        if t.get("type") == "namespace" or isinstance(t.get("tools"), list):  # grouped tools
+        if isinstance(t.get("tools"), list):
             ns = t.get("name", "")
-            offered += [(ns + x.get("name", "")) if ns else x.get("name", "")
-                        for x in t.get("tools") or [] if isinstance(x, dict)]
+            for x in t["tools"]:
+                if isinstance(x, dict):
+                    full = ns + ("" if ns.endswith("_") else "__") + x.get("name", "")
+                    NAMESPACED[full] = (ns, x.get("name", ""))
+                    offered.append(full)
         else:
             offered.append(t.get("name") or (t.get("function") or {}).get("name") or t.get("type", ""))
     results = []
@@ -169,14 +180,10 @@ def responses_parse(body):
 def responses_reply(body, decision, rid):
     if decision[0] == "tool":
         _, name, args, idx = decision
-        ns, short = "", name
-        if "__" in name:  # Codex may want the MCP namespace split off: "mcp__srv__" + "tool"
-            cut = name.rfind("__") + 2
-            ns, short = name[:cut], name[cut:]
         item = {"type": "function_call", "id": "fc_%s_%d" % (rid, idx), "status": "completed",
                 "call_id": "call_%s_%d" % (rid, idx), "name": name, "arguments": json.dumps(args)}
-        if ARGS.split_namespace and ns:
-            item.update(name=short, namespace=ns)
+        if name in NAMESPACED:  # answer a namespaced tool as {"namespace": ns, "name": tool}
+            item.update(namespace=NAMESPACED[name][0], name=NAMESPACED[name][1])
     else:
         item = {"type": "message", "id": "msg_" + rid, "status": "completed", "role": "assistant",
                 "content": [{"type": "output_text", "text": decision[1], "annotations": []}]}
@@ -263,6 +270,9 @@ class Handler(BaseHTTPRequestHandler):
                  "user_agent": self.headers.get("User-Agent")}
         try:
             raw = self.read_body()
+            if ARGS.dump:
+                with open("%s/%s.json" % (ARGS.dump, rid), "wb") as f:
+                    f.write(raw)
             body = json.loads(raw) if raw.strip() else {}
             if self.command == "POST" and path.endswith("/messages") and "messages" in body:
                 offered, results = anthropic_parse(body)
@@ -273,6 +283,10 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 api = None
             if api:
+                nxt = SCRIPT[len(results)] if offered and len(results) < len(SCRIPT) else {}
+                if "wait_for" in nxt:
+                    # Said before the wait, so a test can see what the agent sent so far.
+                    log(dict(entry, api=api, tool_results=results, waiting_for=nxt["wait_for"]))
                 d = decide(offered, len(results))
                 entry.update(api=api, model=body.get("model"), stream=bool(body.get("stream")),
                              tools=offered, tool_results=results, step=d[-1],
@@ -315,8 +329,7 @@ def main():
     p.add_argument("--log")
     p.add_argument("--cert")
     p.add_argument("--key")
-    p.add_argument("--split-namespace", action="store_true",
-                   help="Responses: send function_call name without its namespace prefix")
+    p.add_argument("--dump", metavar="DIR", help="write every request body to DIR/<n>.json")
     ARGS = p.parse_args()
     with open(ARGS.script, encoding="utf-8") as f:
         SCRIPT = json.load(f)

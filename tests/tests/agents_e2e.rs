@@ -422,3 +422,88 @@ fn codex_works_a_day_inside_gatehouse_run() {
     );
     assert!(e.i.data.join("agents/codex").is_dir());
 }
+
+/// An approval that takes longer than gatehouse keeps the client waiting: the agent is told
+/// that proposal N waits and to call again; the human approves later; the agent's repeat of the
+/// same call returns the decision's result from the ledger, and the write happened once.
+#[test]
+fn an_approval_slower_than_the_wait_reaches_the_agent_on_its_repeat() {
+    let claude = Path::new(NPM).join("claude");
+    let flag = tempfile::Builder::new()
+        .prefix("gh-e2e-flag-")
+        .tempdir()
+        .unwrap();
+    let approved = flag.path().join("approved");
+    let approved_text = approved.display().to_string();
+    let e = E2e::new(|i: &Instance| {
+        let write = json!({"path": i.file("late.txt").to_str().unwrap(), "content": "late\n"});
+        json!([
+            {"tool": "write_file", "args": write},
+            {"tool": "write_file", "args": write, "wait_for": approved_text},
+            {"text": "Written once the human said yes."}
+        ])
+    });
+    let base = format!("https://api.anthropic.com:{}", e.model.port);
+    let nec = format!("NODE_EXTRA_CA_CERTS={}", e.certs.path("ca.pem").display());
+    let mut child = e.run(
+        &["--env", &nec, "--approval-wait", "2"],
+        &[claude.to_str().unwrap(), "-p", "Write late.txt."],
+        &[
+            ("ANTHROPIC_BASE_URL", base),
+            ("ANTHROPIC_API_KEY", "sk-ant-test-not-a-key".into()),
+        ],
+    );
+    // The agent hears "waiting, call again" before anyone decides.
+    let deadline = Instant::now() + PATIENCE * 2;
+    while !e
+        .model
+        .tool_results()
+        .contains("was not decided within 2 s")
+    {
+        assert!(
+            Instant::now() < deadline && child.try_wait().unwrap().is_none(),
+            "no 'waiting' answer reached the model: {:#?}",
+            e.model.requests()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        !e.i.file("late.txt").exists(),
+        "written before the decision"
+    );
+    e.approve_next(ipc_schema::tool::ToolName::WriteFile, &mut child);
+    let deadline = Instant::now() + PATIENCE;
+    while !e.i.file("late.txt").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the approved write did not happen"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::write(&approved, "").unwrap();
+    let out = finish(child);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("Written once the human said yes"),
+        "{stdout}\n{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(e.i.file("late.txt")).unwrap(),
+        "late\n"
+    );
+    // The repeat was answered from the ledger, as a success, not carried out again.
+    let last = e.model.requests().into_iter().last().unwrap();
+    let results = last["tool_results"].as_array().unwrap().clone();
+    assert_eq!(results.len(), 2, "{results:#?}");
+    assert_eq!(results[1]["is_error"], json!(false), "{results:#?}");
+    let rows = e.audit();
+    assert!(rows.iter().any(|r| r.outcome == "from_ledger"), "{rows:#?}");
+    assert_eq!(
+        rows.iter()
+            .filter(|r| r.kind == "execution" && r.outcome == "done")
+            .count(),
+        1,
+        "{rows:#?}"
+    );
+}
