@@ -27,10 +27,6 @@ const NPM: &str = "/opt/gatehouse-test-npm/bin";
 /// The loopback address the provider hosts resolve to (the net-helper's test "public" one).
 const MODEL_ADDR: &str = "127.0.0.1";
 
-fn root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
 /// A CA and a certificate for the provider hosts, as PEM files in a directory every user may
 /// read (the agent runs as another uid when the tests run as root).
 struct Certs {
@@ -506,4 +502,48 @@ fn an_approval_slower_than_the_wait_reaches_the_agent_on_its_repeat() {
         1,
         "{rows:#?}"
     );
+}
+
+/// A client that starts gatehouse's server more than once in one run (`claude mcp list`'s
+/// health check, then again) gets a session each time, through the generated MCP config alone
+/// (here under the generic recipe: a shell that runs Claude Code's own `mcp` commands).
+#[test]
+fn claude_mcp_list_twice_in_one_run_connects_twice() {
+    let claude = Path::new(NPM).join("claude");
+    let e = E2e::new(|_: &Instance| json!([]));
+    let script = format!(
+        r#"c={claude}
+entry=$(python3 -c 'import json,os; print(json.dumps(json.load(open(os.environ["GATEHOUSE_MCP_CONFIG"]))["mcpServers"]["gatehouse"]))')
+"$c" mcp add-json gatehouse "$entry" >/dev/null
+"$c" mcp list
+"$c" mcp list"#,
+        claude = claude.display()
+    );
+    let out = finish(e.run(
+        &["--env", "DISABLE_AUTOUPDATER=1", "--own-tools", "read"],
+        &["/bin/sh", "-c", &script],
+        &[],
+    ));
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert_eq!(
+        stdout.matches("--token-file /tmp/gatehouse-token").count(),
+        2,
+        "{stdout}\n{stderr}"
+    );
+    assert_eq!(stdout.matches("Connected").count(), 2, "{stdout}\n{stderr}");
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let sessions: std::collections::BTreeSet<String> = e
+            .audit()
+            .into_iter()
+            .filter(|r| r.outcome == "resumed")
+            .filter_map(|r| r.session)
+            .collect();
+        if sessions.len() == 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{:#?}", e.audit());
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
