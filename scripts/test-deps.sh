@@ -71,42 +71,18 @@ if [[ $(id -u) -eq 0 ]] && ! id "$TEST_USER" >/dev/null 2>&1; then
 fi
 
 # --- agent CLIs (tests/agents) ---
-# The real Claude Code and Codex CLIs for tests/agents and tests/tests/agents_e2e.rs, installed
-# with npm into a prefix every user can read and run. Both packages ship native binaries (Claude
-# Code: an ELF linked against glibc, copied over bin/claude.exe by the package's postinstall;
-# Codex: a static musl ELF in @openai/codex-linux-x64 that bin/codex.js execs), so node v20 is
-# enough even though claude-code declares engines.node >= 22: npm only warns. Pinned exactly; on
-# a bump keep the major lines (claude-code 2.x, codex 0.x) and re-run tests/agents/try_agents.sh.
+# The real Claude Code and Codex CLIs that tests/agents and the end-to-end tests drive, from npm,
+# into a prefix every user can read and run (the unprivileged test user too). Both packages ship
+# native binaries, so nothing is downloaded at run time and node v20 is enough even though
+# claude-code declares engines.node >= 22 (npm only warns): Claude Code's postinstall copies its
+# glibc ELF (optional dependency @anthropic-ai/claude-code-linux-x64) over bin/claude.exe; Codex's
+# bin/codex.js (node) execs the static musl ELF in @openai/codex-linux-x64. Pinned exactly; on a
+# bump keep the major lines (claude-code 2.x, codex 0.x) and re-run tests/agents/try_agents.sh.
 AGENT_NPM=/opt/gatehouse-test-npm
 CLAUDE_CODE_VERSION=2.1.332
 CODEX_VERSION=0.171.0
 agent_version() { "$AGENT_NPM/bin/$1" --version 2>/dev/null | grep -oE '[0-9]+\.[0-9]+\.[0-9]+' | head -1; }
 if [[ $(agent_version claude) != "$CLAUDE_CODE_VERSION" || $(agent_version codex) != "$CODEX_VERSION" ]]; then
-  if ! command -v npm >/dev/null 2>&1; then
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
-  fi
-  echo "test-deps: installing Claude Code $CLAUDE_CODE_VERSION and Codex $CODEX_VERSION into $AGENT_NPM"
-  mkdir -p "$AGENT_NPM"
-  (cd /tmp && umask 022 && npm install -g --prefix "$AGENT_NPM" --no-fund --no-audit --loglevel=error \
-    "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" "@openai/codex@$CODEX_VERSION" >/dev/null)
-  chmod -R a+rX "$AGENT_NPM"
-  [[ $(agent_version claude) == "$CLAUDE_CODE_VERSION" ]] || { echo "test-deps: claude not runnable" >&2; exit 1; }
-  [[ $(agent_version codex) == "$CODEX_VERSION" ]] || { echo "test-deps: codex not runnable" >&2; exit 1; }
-fi
-# --- end agent CLIs ---
-
-# --- agent CLIs (tests/agents) ---
-# The real agent CLIs the end-to-end tests drive inside `gatehouse run`, from npm, into a prefix
-# every user can run (the unprivileged test user too). Each ships its native binary inside an
-# npm package (an optional dependency for this platform), so nothing is downloaded at run time.
-NPM_PREFIX=/opt/gatehouse-test-npm
-CLAUDE_CODE_VERSION=2.1.332
-CODEX_VERSION=0.171.0
-have_npm_pkg() { [[ -f $NPM_PREFIX/lib/node_modules/$1/package.json ]] &&
-  grep -q "\"version\": \"$2\"" "$NPM_PREFIX/lib/node_modules/$1/package.json"; }
-if ! have_npm_pkg @anthropic-ai/claude-code "$CLAUDE_CODE_VERSION" || ! have_npm_pkg @openai/codex "$CODEX_VERSION"; then
   if ! command -v npm >/dev/null 2>&1; then
     if [[ $(id -u) -ne 0 ]]; then
       echo "test-deps: npm is missing and not root to install it" >&2
@@ -116,9 +92,14 @@ if ! have_npm_pkg @anthropic-ai/claude-code "$CLAUDE_CODE_VERSION" || ! have_npm
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
   fi
-  echo "test-deps: installing Claude Code $CLAUDE_CODE_VERSION and Codex $CODEX_VERSION into $NPM_PREFIX"
-  npm install -g --silent --no-fund --no-audit --prefix "$NPM_PREFIX" \
-    "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" "@openai/codex@$CODEX_VERSION" >/dev/null
-  chmod -R a+rX "$NPM_PREFIX"
+  echo "test-deps: installing Claude Code $CLAUDE_CODE_VERSION and Codex $CODEX_VERSION into $AGENT_NPM"
+  mkdir -p "$AGENT_NPM"
+  (cd /tmp && umask 022 && npm install -g --prefix "$AGENT_NPM" --no-fund --no-audit --loglevel=error \
+    --allow-scripts=@anthropic-ai/claude-code \
+    "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" "@openai/codex@$CODEX_VERSION" >/dev/null)
+  chmod -R a+rX "$AGENT_NPM"
+  # A claude.exe left as the package's placeholder (postinstall not run) fails here.
+  [[ $(agent_version claude) == "$CLAUDE_CODE_VERSION" ]] || { echo "test-deps: claude not runnable" >&2; exit 1; }
+  [[ $(agent_version codex) == "$CODEX_VERSION" ]] || { echo "test-deps: codex not runnable" >&2; exit 1; }
 fi
 # --- end agent CLIs ---

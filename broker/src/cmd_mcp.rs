@@ -101,12 +101,13 @@ pub fn run(g: &Global, args: McpArgs) -> ExitCode {
     }
 }
 
-/// Where a `gatehouse mcp` started inside `gatehouse run` reaches its run: the socket the run
-/// relays and the run's token. Found from `--run DIR` (what the generated MCP configs pass, as
-/// clients such as Codex and the official SDKs start servers with a filtered environment), else
-/// from the variables `gatehouse run` sets.
+/// How this `gatehouse mcp` opens its session: with a token (from `gatehouse run`, or one to carry
+/// a session on) and, inside `gatehouse run`, the run's socket. Found from `--gateway-socket` and
+/// `--token-file` (what the MCP configs `gatehouse run` writes pass, as clients such as Codex and
+/// the official SDKs start servers with a filtered environment), else from the variables.
 struct RunLink {
-    socket: PathBuf,
+    /// The run's socket inside its sandbox; `None`: the broker's own gateway socket.
+    socket: Option<PathBuf>,
     token: ipc_schema::tool::ResumeToken,
 }
 
@@ -123,29 +124,26 @@ impl RunLink {
                         file.display()
                     )
                 })?;
-                (s.to_path_buf(), t)
+                (Some(s.to_path_buf()), t)
             }
-            _ => {
-                match (std::env::var_os(SOCKET_ENV), env_token) {
-                    (None, None) => return Ok(None),
-                    (Some(_), None) => return Err(format!("{SOCKET_ENV} is set but {TOKEN_ENV} is not: the client dropped it from the environment; use the MCP config `gatehouse run` wrote (it passes --gateway-socket and --token-file)")),
-                    (None, Some(_)) => return Err(format!("{TOKEN_ENV} is set but {SOCKET_ENV} is not")),
-                    (Some(p), Some(t)) => (
-                        PathBuf::from(p),
-                        t.into_string()
-                            .map_err(|_| format!("{TOKEN_ENV} is not valid text"))?,
-                    ),
-                }
-            }
+            _ => match (std::env::var_os(SOCKET_ENV), env_token) {
+                (None, None) => return Ok(None),
+                (Some(_), None) => return Err(format!("{SOCKET_ENV} is set but {TOKEN_ENV} is not: the client dropped it from the environment; use the MCP config `gatehouse run` wrote (it passes --gateway-socket and --token-file)")),
+                (socket, Some(t)) => (
+                    socket.map(PathBuf::from),
+                    t.into_string()
+                        .map_err(|_| format!("{TOKEN_ENV} is not valid text"))?,
+                ),
+            },
         };
         let token = token.trim().to_string();
         if token.is_empty() {
-            return Err("the run's token is empty: refusing to start a session without the token `gatehouse run` gave".into());
+            return Err(format!("the session token is empty ({TOKEN_ENV} or --token-file): refusing to start a session without the token `gatehouse run` gave"));
         }
-        if !socket.is_absolute() {
+        if let Some(s) = socket.as_ref().filter(|s| !s.is_absolute()) {
             return Err(format!(
                 "the run's socket must be an absolute path, not {}",
-                socket.display()
+                s.display()
             ));
         }
         Ok(Some(RunLink {
@@ -159,11 +157,11 @@ impl RunLink {
 /// `gatehouse run`, on the run's socket (which leads to the broker through `gatehouse run`),
 /// with no fallback: a broker started inside the sandbox would be the agent's own.
 fn connect(g: &Global, run: Option<&RunLink>) -> Result<UnixStream, String> {
-    if let Some(r) = run {
-        return UnixStream::connect(&r.socket).map_err(|e| {
+    if let Some(socket) = run.and_then(|r| r.socket.as_ref()) {
+        return UnixStream::connect(socket).map_err(|e| {
             format!(
                 "cannot reach the gateway at {}: {e}; is `gatehouse run` still running?",
-                r.socket.display()
+                socket.display()
             )
         });
     }

@@ -437,7 +437,11 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
             nix::unistd::getegid().as_raw(),
         )
     };
-    if root && args.own_tools == OwnTools::Write && owner == identity::NOBODY {
+    let root_owned = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(&cwd).is_ok_and(|m| m.uid() == 0)
+    };
+    if root && args.own_tools == OwnTools::Write && root_owned {
         // The agent would run as nobody (never root toward the host) in a project root owns:
         // its own tools could not write it, and would fail one by one with EACCES.
         return Err(refused(format!(
@@ -507,18 +511,10 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
     // The environment: the allowlist, the recipe's settings, --env, the endpoint variables;
     // the keys are added after planning (they pass the secret-name filter by name only).
     let mut env = command::env::inherited_from_process();
-    for e in &args.env {
-        let (name, value) = match e.split_once('=') {
-            Some((n, v)) => (n.to_string(), v.to_string()),
-            None => (e.clone(), std::env::var(e).unwrap_or_default()),
-        };
-        if let Some(why) = command::env::refusal(&name, &value) {
-            return Err(refused(format!(
-                "--env {name}: {why}; it is never passed (a key: --pass-env {name})"
-            )));
-        }
-        env.push((name, value));
-    }
+    env.extend(cmd_sandbox::env_args(
+        &args.env,
+        " (a key the agent needs: --pass-env NAME)",
+    )?);
     let mut domains = args.proxy.domains.clone();
     let mut recipe_domains: Vec<String> = Vec::new();
     if !args.no_recipe_domains {

@@ -97,6 +97,25 @@ pub fn run(g: &Global, args: SandboxArgs) -> ExitCode {
     }
 }
 
+/// The `--env NAME[=VALUE]` variables (NAME alone takes this process's value); one that may not
+/// pass refuses the command, with `hint` after the reason.
+pub(crate) fn env_args(args: &[String], hint: &str) -> Result<Vec<(String, String)>, Stop> {
+    let mut out = Vec::new();
+    for e in args {
+        let (name, value) = match e.split_once('=') {
+            Some((n, v)) => (n.to_string(), v.to_string()),
+            None => (e.clone(), std::env::var(e).unwrap_or_default()),
+        };
+        if let Some(why) = command::env::refusal(&name, &value) {
+            return Err(refused(format!(
+                "--env {name}: {why}; it is never passed{hint}"
+            )));
+        }
+        out.push((name, value));
+    }
+    Ok(out)
+}
+
 pub(crate) fn refused(msg: impl std::fmt::Display) -> Stop {
     Stop(msg.to_string(), EXIT_REFUSED)
 }
@@ -169,16 +188,7 @@ fn run_inner(g: &Global, args: SandboxArgs) -> Result<ExitCode, Stop> {
     }
 
     let mut env = command::env::inherited_from_process();
-    for e in &args.env {
-        let (name, value) = match e.split_once('=') {
-            Some((n, v)) => (n.to_string(), v.to_string()),
-            None => (e.clone(), std::env::var(e).unwrap_or_default()),
-        };
-        if let Some(why) = command::env::refusal(&name, &value) {
-            return Err(refused(format!("--env {name}: {why}; it is never passed")));
-        }
-        env.push((name, value));
-    }
+    env.extend(env_args(&args.env, "")?);
 
     let (network, egress) = match open_proxy(&args.proxy, args.allow_degraded, None)? {
         None => (Network::None, None),

@@ -12,6 +12,10 @@ Script (--script FILE, JSON list):
    {"text": "final answer"}]
 "tool" is resolved against the tool names offered in the request: exact, then a name ending
 in "__<tool>", then any name containing it. "expect_result_contains" is only logged.
+A step with "wait_for": PATH is answered only once PATH exists (at most 120 s).
+Codex's namespaced MCP tools ({"type": "namespace", "name": "mcp__srv", "tools": [...]}) are
+offered as "mcp__srv__tool" and called back with {"namespace": "mcp__srv", "name": "tool"}.
+--dump DIR writes every request body to DIR/<n>.json (to see what a CLI really sends).
 
 Every request is appended as one JSON line to --log FILE. Python stdlib only.
 Usage: model_server.py --script S.json [--port 0] [--log L.jsonl] [--cert C --key K]

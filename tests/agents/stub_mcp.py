@@ -4,7 +4,7 @@
 Tools: read_file(path), write_file(path, content), sleep(seconds, progress_every).
 Logs to $STUB_MCP_LOG (or --log FILE), one JSON line per event: its start (pid, uid, argv,
 environment), every JSON-RPC message it receives (method, id, params._meta), tool calls,
-progress sent and cancellations.
+progress sent and cancellations. $STUB_MCP_DELAY=<seconds> delays its start (slow server).
 """
 import asyncio
 import io
@@ -100,5 +100,6 @@ async def sleep(seconds: float, progress_every: float = 0, ctx: Context = None) 
 if __name__ == "__main__":
     log(event="start", uid=os.getuid(), argv=sys.argv, cwd=os.getcwd(), env_keys=sorted(os.environ),
         env_test={k: v for k, v in os.environ.items() if k.startswith(("GH_", "STUB_", "TEST_"))})
+    time.sleep(float(os.environ.get("STUB_MCP_DELAY", "0")))  # a slow-starting server
     tap_stdin()
     mcp.run("stdio")

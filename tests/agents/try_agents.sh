@@ -9,13 +9,16 @@
 #              claude-noproxy codex-noproxy claude-user codex-user claude-timeout codex-timeout
 #              claude-progress codex-progress claude-chatty codex-chatty
 # Output: one line per scenario (PASS/FAIL + findings), then "N passed, N failed".
+# TRY_MCP_DELAY=<s> makes the stub MCP server start that much later.
+# TRY_NO_CA=1 leaves out the CA variables (the TLS scenarios must then FAIL).
+# TRY_STRACE=1 records the files each CLI touches in <scenario>/strace.txt.
 # Keeps its work dir (printed) for inspection: model.log, stub.log, proxy.log, dns.log, stdout.
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 NPM=${GATEHOUSE_TEST_NPM:-/opt/gatehouse-test-npm}
 CLAUDE=$NPM/bin/claude
-CODEX=$NPM/bin/codex
+CODEX=${TRY_CODEX:-$NPM/bin/codex}   # TRY_CODEX=<native binary> runs it without node
 PY=/usr/bin/python3
 TEST_USER=${TEST_USER:-gatehouse-test}
 ALL="claude codex claude-tls codex-tls codex-tls-sslcertfile claude-proxy codex-proxy claude-noproxy
@@ -31,7 +34,7 @@ ip link set lo up
 R=$(mktemp -d /tmp/gh-agents-try.XXXXXX); chmod 755 "$R"
 echo "try_agents: work dir $R"
 PIDS=()
-trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done' EXIT
+trap 'for p in "${PIDS[@]}" $(cat "$R/pids" 2>/dev/null); do kill "$p" 2>/dev/null; done' EXIT
 
 # ---- fake DNS (logs every query, answers NXDOMAIN) and a CONNECT proxy (trial only)
 cat > "$R/dns.py" <<'EOF'
@@ -105,8 +108,8 @@ openssl x509 -req -in "$R/srv.csr" -CA "$R/ca.pem" -CAkey "$R/ca.key" -CAcreates
 chmod 644 "$R"/*.pem "$R"/*.key
 
 start_json() {  # start_json LOGFILE CMD...: runs CMD in the background, echoes its {"port"}
-  local out=$1; shift
-  "$@" > "$out" 2>"$out.err" & PIDS+=($!)
+  local out=$1; shift   # (called in $(...): its pid goes to $R/pids for the exit trap)
+  "$@" > "$out" 2>"$out.err" & echo $! >> "$R/pids"
   for _ in $(seq 50); do [[ -s $out ]] && break; sleep 0.1; done
   $PY -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["port"])' "$out"
 }
@@ -115,7 +118,7 @@ PASS=0; FAIL=0
 run() {  # run SCENARIO
   local sc=$1 agent=${1%%-*} variant=${1#*-}
   [[ $variant == "$sc" ]] && variant=plain
-  local D=$R/$sc; mkdir -p "$D/work" "$D/home" "$D/state"; chmod 755 "$D"
+  local D=$R/$sc; mkdir -p "$D/work" "$D/home" "$D/state" "$D/tmp"; chmod 755 "$D"
   echo "hello from input file 42" > "$D/in.txt"; chmod 644 "$D/in.txt"
   local scheme=http host=127.0.0.1 tls=() ms_env=() envs=() as=() timeout_s=90
   local script='[{"tool": "read_file", "args": {"path": "'$D'/in.txt"}, "expect_result_contains": "hello from input"},
@@ -128,7 +131,7 @@ run() {  # run SCENARIO
     timeout) script='[{"tool": "sleep", "args": {"seconds": 8}}, {"text": "All done: FINAL-ANSWER-OK"}]';;
     progress) script='[{"tool": "sleep", "args": {"seconds": 8, "progress_every": 1}}, {"text": "All done: FINAL-ANSWER-OK"}]';;
   esac
-  echo "$script" > "$D/script.json"
+  echo "$script" > "$D/script.json"; touch "$D/model.log"
   local port; port=$(start_json "$D/port.json" $PY "$HERE/model_server.py" --script "$D/script.json" \
     --log "$D/model.log" "${tls[@]}")
   local pport=""
@@ -139,10 +142,10 @@ run() {  # run SCENARIO
     else envs+=(NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost); fi
   fi
   local url=$scheme://$host:$port
-  local stub_env="\"STUB_MCP_LOG\": \"$D/stub.log\", \"TEST_FROM_CONFIG\": \"yes\""
+  local stub_env="\"STUB_MCP_LOG\": \"$D/stub.log\", \"TEST_FROM_CONFIG\": \"yes\", \"STUB_MCP_DELAY\": \"${TRY_MCP_DELAY:-0}\""
   local dns0; dns0=$(wc -l < "$R/dns.log")
   if [[ $variant == user ]]; then
-    chown -R "$TEST_USER" "$D/work" "$D/state"; chown root "$D/home"; chmod 555 "$D/home"
+    chown -R "$TEST_USER" "$D/work" "$D/state" "$D/tmp"; chown root "$D/home"; chmod 555 "$D/home"
     touch "$D/stub.log" "$D/model.log"; chown "$TEST_USER" "$D/stub.log"
     as=(runuser -u "$TEST_USER" --)
   fi
@@ -154,7 +157,7 @@ EOF
     envs+=(ANTHROPIC_BASE_URL=$url ANTHROPIC_API_KEY=dummy CLAUDE_CONFIG_DIR=$D/state
       DISABLE_AUTOUPDATER=1)
     [[ $variant != chatty ]] && envs+=(CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1)
-    [[ $scheme == https ]] && envs+=(NODE_EXTRA_CA_CERTS=$R/ca.pem)
+    [[ $scheme == https && -z ${TRY_NO_CA:-} ]] && envs+=(NODE_EXTRA_CA_CERTS=$R/ca.pem)
     [[ $variant == timeout || $variant == progress ]] && envs+=(MCP_TOOL_TIMEOUT=3000)
     local cmd=("$CLAUDE" -p "do the task" --mcp-config "$D/mcp.json" --strict-mcp-config
       --allowedTools mcp__gatehouse --tools "" --model test-model --output-format text)
@@ -162,15 +165,39 @@ EOF
     local tt="" ; [[ $variant == timeout || $variant == progress ]] && tt="tool_timeout_sec = 3"
     local quiet='check_for_update_on_startup = false
 web_search = "disabled"'
+    # analytics: ab.chatgpt.com; plugins/remote_plugin: github.com, api.github.com, chatgpt.com.
+    # The other features only add built-in tools (shell, patch, images, sub-agents, goals, ...).
     local quiet_tables='[analytics]
 enabled = false
+
 [feedback]
-enabled = false'
+enabled = false
+
+[agents]
+enabled = false
+
+[features]
+apps = false
+plugins = false
+remote_plugin = false
+shell_tool = false
+unified_exec = false
+view_image = false
+goals = false
+image_generation = false
+sleep_tool = false
+tool_suggest = false
+skill_search = false
+browser_use = false
+computer_use = false
+shell_snapshot = false
+unbounded_connection_retries = false'
     [[ $variant == chatty ]] && quiet="" quiet_tables=""
     cat > "$D/state/config.toml" <<EOF
 model = "test-model"
 model_provider = "mock"
 approval_policy = "never"
+sandbox_mode = "danger-full-access"
 $quiet
 
 [model_providers.mock]
@@ -188,23 +215,21 @@ env = { ${stub_env//\": \"/\" = \"} }
 env_vars = ["TEST_PASSED"]
 default_tools_approval_mode = "approve"
 startup_timeout_sec = 20
+required = true
 $tt
 
 $quiet_tables
 EOF
     envs+=(CODEX_HOME=$D/state MOCK_API_KEY=dummy)
-    if [[ $scheme == https ]]; then
+    if [[ $scheme == https && -z ${TRY_NO_CA:-} ]]; then
       if [[ $variant == tls-sslcertfile ]]; then envs+=(SSL_CERT_FILE=$R/ca.pem)
       else envs+=(CODEX_CA_CERTIFICATE=$R/ca.pem); fi
     fi
     local cmd=("$CODEX" exec --strict-config --skip-git-repo-check)
-    [[ $variant != chatty ]] && for f in apps plugins remote_plugin shell_tool unified_exec view_image \
-        multi_agent goals image_generation sleep_tool tool_suggest skill_search browser_use computer_use; do
-      cmd+=(--disable "$f"); done
     cmd+=("do the task")
   fi
-  ( cd "$D/work" && "${as[@]}" env -i PATH=/usr/bin:/bin HOME=$D/home TEST_PASSED=yes TEST_NOT_PASSED=yes \
-      "${envs[@]}" timeout $timeout_s "${cmd[@]}" < /dev/null > "$D/stdout" 2> "$D/stderr" )
+  ( cd "$D/work" && "${as[@]}" env -i PATH=/usr/bin:/bin HOME=$D/home TMPDIR=$D/tmp TEST_PASSED=yes TEST_NOT_PASSED=yes \
+      "${envs[@]}" timeout $timeout_s ${TRY_STRACE:+strace -f -qq -o "$D/strace.txt" -e trace=%file,execve} "${cmd[@]}" < /dev/null > "$D/stdout" 2> "$D/stderr" )
   local rc=$?
   sleep 0.5
   # ---- verdict and findings

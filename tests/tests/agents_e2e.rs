@@ -174,7 +174,7 @@ impl E2e {
     }
 
     /// `gatehouse run [test network args] RUN_ARGS -- AGENT...` with `env` set for it.
-    fn run(&self, run_args: &[&str], agent: &[&str], env: &[(&str, String)]) -> Child {
+    fn run(&self, run_args: &[&str], agent: &[&str], env: &[(&str, String)]) -> Run {
         let port = self.model.port.to_string();
         let mut c = Command::new(bin("gatehouse"));
         c.arg("--data-dir")
@@ -201,17 +201,11 @@ impl E2e {
         for (k, v) in env {
             c.env(k, v);
         }
-        c.spawn().expect("start gatehouse run")
+        Run(Some(c.spawn().expect("start gatehouse run")))
     }
 
     fn audit(&self) -> Vec<AuditEntry> {
-        match self.b.ui().request(Body::Ui(UiRequest::AuditTail {
-            after: 0,
-            limit: 10_000,
-        })) {
-            Body::UiReply(UiReply::Audit(rows)) => rows,
-            other => panic!("AuditTail answered {other:?}"),
-        }
+        self.b.audit()
     }
 
     /// Approves (allow once) the next proposal for `tool`, as the console would.
@@ -254,8 +248,38 @@ impl E2e {
     }
 }
 
-fn finish(child: Child) -> Output {
-    child.wait_with_output().expect("wait for gatehouse run")
+/// A running `gatehouse run`, killed if the test fails before it ends (an agent left behind
+/// would retry its provider for ever).
+struct Run(Option<Child>);
+
+impl std::ops::Deref for Run {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        self.0.as_ref().expect("running")
+    }
+}
+
+impl std::ops::DerefMut for Run {
+    fn deref_mut(&mut self) -> &mut Child {
+        self.0.as_mut().expect("running")
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn finish(mut run: Run) -> Output {
+    run.0
+        .take()
+        .expect("running")
+        .wait_with_output()
+        .expect("wait for gatehouse run")
 }
 
 fn text(o: &Output) -> (String, String) {

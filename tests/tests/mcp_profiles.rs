@@ -208,7 +208,7 @@ fn an_unknown_or_malformed_profile_is_refused_before_serving() {
     let s = setup();
     let _b = s.inst.broker(&[]);
     let mut m = s.inst.mcp(&["--profile", "nope"]);
-    let st = m.wait();
+    let st = m.refused_with("there is no profile nope in the policy");
     assert_eq!(st.code(), Some(1), "{}", m.stderr());
     assert!(
         m.stderr().contains(
@@ -346,7 +346,13 @@ fn a_resumed_session_keeps_its_profile_and_a_resume_naming_another_is_refused() 
         &["--profile", "default"],
         &[("GATEHOUSE_SESSION_TOKEN", &token.0)],
     );
-    assert_eq!(m.wait().code(), Some(1), "{}", m.stderr());
+    assert_eq!(
+        m.refused_with("it cannot be carried on with profile default")
+            .code(),
+        Some(1),
+        "{}",
+        m.stderr()
+    );
     assert!(
         m.stderr().contains(&format!(
             "session {sid} was opened with profile alpha; it cannot be carried on with profile default"
@@ -447,7 +453,7 @@ fn a_multi_profile_document_is_applied_or_refused_whole() {
     assert_eq!(v["revision"], 1);
     assert_eq!(v["profiles"], json!(["default", "alpha", "beta", "gamma"]));
     let mut m = s.inst.mcp(&["--profile", "delta"]);
-    assert_eq!(m.wait().code(), Some(1));
+    assert_eq!(m.refused_with("there is no profile delta").code(), Some(1));
     assert!(
         m.stderr().contains("there is no profile delta"),
         "{}",

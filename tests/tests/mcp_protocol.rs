@@ -315,37 +315,39 @@ fn stdout_carries_only_protocol_and_a_cancelled_call_gets_no_answer() {
     m.send(&json!({"jsonrpc": "2.0", "id": "w1", "method": "tools/call", "params": {"name": "write_file", "arguments": {"path": "c.txt", "content": "c"}}}));
     let p = b.pending(1).remove(0);
     m.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "w1", "reason": "user"}}));
-    // The human decides after the client gave up: the broker carries the call out (it cannot
-    // be taken back), and the gateway sends no response for the cancelled request.
+    // The client gave up: the proposal is withdrawn, and a decision after that does nothing.
+    let deadline = std::time::Instant::now() + mcp_support::PATIENCE;
+    while !b.pending(0).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the proposal was not withdrawn"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let out = b.cli(&["approve", &p.id.0.to_string(), "allow"]);
+    assert!(!out.status.success(), "a withdrawn proposal was approved");
+    assert!(!inst.file("c.txt").exists());
+    // The same call again is a new proposal; approved, it is carried out. The gateway never
+    // answers the cancelled "w1" (a response to it would come first and fail the check below).
+    m.send(&json!({"jsonrpc": "2.0", "id": "w2", "method": "tools/call", "params": {"name": "write_file", "arguments": {"path": "c.txt", "content": "c"}}}));
+    let p2 = b.pending(1).remove(0);
+    assert_ne!(p2.id, p.id);
+    let out = b.cli(&["approve", &p2.id.0.to_string(), "allow"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // The same call again is answered from the ledger once the first is done; the broker sent
-    // the first one's answer before that, so by then the gateway has dropped it (a response to
-    // "w1" would fail `request_collecting`).
-    let mut tries = 0;
-    loop {
-        let (err, text) = m.call("write_file", json!({"path": "c.txt", "content": "c"}));
-        if text.contains("not carried out again") {
-            assert!(!err, "{text}");
-            break;
-        }
-        assert!(
-            text.contains("still running") || text.contains("waiting for the human"),
-            "{text}"
-        );
-        tries += 1;
-        assert!(tries < 1000, "the approved call never finished");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let r = m.recv();
+    assert_eq!(r["id"], "w2", "{r}");
+    assert_eq!(tool_text(&r).0, false, "{r}");
     assert_eq!(std::fs::read_to_string(inst.file("c.txt")).unwrap(), "c");
     // Every line so far parsed as JSON-RPC in `recv`; the logs went to stderr.
     assert!(
-        m.stderr()
-            .contains("the client cancelled write_file (request \"w1\")"),
+        m.stderr().contains(&format!(
+            "the client cancelled write_file (request \"w1\"); proposal {} withdrawn",
+            p.id
+        )),
         "{}",
         m.stderr()
     );

@@ -269,7 +269,7 @@ fn unknown_and_empty_session_tokens_are_refused() {
         &[],
         &[("GATEHOUSE_SESSION_TOKEN", "00ff00ff")],
     );
-    assert_eq!(m.wait().code(), Some(1));
+    assert_eq!(m.refused_with("unknown resume token").code(), Some(1));
     assert!(
         m.stderr()
             .contains("the broker refused the session: unknown resume token"),
@@ -287,10 +287,10 @@ fn unknown_and_empty_session_tokens_are_refused() {
             &[],
             &[("GATEHOUSE_SESSION_TOKEN", empty)],
         );
-        assert_eq!(m.wait().code(), Some(1));
+        assert_eq!(m.refused_with("the session token is empty").code(), Some(1));
         assert!(
             m.stderr()
-                .contains("GATEHOUSE_SESSION_TOKEN is set but empty"),
+                .contains("the session token is empty (GATEHOUSE_SESSION_TOKEN or --token-file)"),
             "{}",
             m.stderr()
         );

@@ -11,13 +11,7 @@ use serde_json::json;
 use std::time::{Duration, Instant};
 
 fn audit(b: &Broker) -> Vec<AuditEntry> {
-    match b.ui().request(Body::Ui(UiRequest::AuditTail {
-        after: 0,
-        limit: 10_000,
-    })) {
-        Body::UiReply(UiReply::Audit(rows)) => rows,
-        other => panic!("AuditTail answered {other:?}"),
-    }
+    b.audit()
 }
 
 fn wait_for_row(b: &Broker, outcome: &str) -> AuditEntry {

@@ -157,13 +157,7 @@ fn report(o: &Output) -> serde_json::Map<String, Value> {
 }
 
 fn audit(b: &Broker) -> Vec<AuditEntry> {
-    match b.ui().request(Body::Ui(UiRequest::AuditTail {
-        after: 0,
-        limit: 10_000,
-    })) {
-        Body::UiReply(UiReply::Audit(rows)) => rows,
-        other => panic!("AuditTail answered {other:?}"),
-    }
+    b.audit()
 }
 
 fn result_text(r: &Value) -> String {
@@ -441,7 +435,7 @@ ls -a "$HOME"
     for why in [
         "GATEHOUSE_GATEWAY_SOCKET is set but GATEHOUSE_SESSION_TOKEN is not",
         "gatehouse run: that is not this run's token",
-        "the run's token is empty",
+        "the session token is empty",
         "cannot reach the gateway at /tmp/nothing.sock: No such file or directory",
     ] {
         assert_eq!(stderr.matches(why).count(), 1, "{why}: {stderr}");

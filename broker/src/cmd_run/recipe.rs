@@ -175,6 +175,14 @@ impl Agent {
                     // gatehouse asks the human itself; Codex's own gate would refuse its
                     // effectful tools in `codex exec` before they reach gatehouse.
                     "mcp_servers.gatehouse.default_tools_approval_mode=\"approve\"".into(),
+                    // Wait for gatehouse at start (a cold broker takes a moment) instead of
+                    // starting without its tools.
+                    "mcp_servers.gatehouse.required=true".into(),
+                    // Its plugin and analytics features reach hosts that are not the model's
+                    // (github.com, chatgpt.com): the proxy would refuse them one by one.
+                    "features.plugins=false".into(),
+                    "features.remote_plugin=false".into(),
+                    "analytics.enabled=false".into(),
                 ] {
                     s.leading.push("-c".into());
                     s.leading.push(c);

@@ -151,6 +151,17 @@ impl Broker {
         c
     }
 
+    /// The whole audit log, as the console reads it.
+    pub fn audit(&self) -> Vec<ipc_schema::ui::AuditEntry> {
+        match self.ui().request(Body::Ui(UiRequest::AuditTail {
+            after: 0,
+            limit: 10_000,
+        })) {
+            Body::UiReply(UiReply::Audit(rows)) => rows,
+            other => panic!("AuditTail answered {other:?}"),
+        }
+    }
+
     /// The proposals waiting, once there are at least `n` (or fails after [`PATIENCE`]).
     pub fn pending(&self, n: usize) -> Vec<Proposal> {
         let mut ui = self.ui();
@@ -222,6 +233,26 @@ impl Mcp {
         let mut line = serde_json::to_vec(msg).unwrap();
         line.push(b'\n');
         self.send_raw(&line);
+    }
+
+    /// A refusal before any session: the client's first request is answered with it as a
+    /// JSON-RPC error (code -32001, what clients that hide stderr show), and the process exits
+    /// once the client closes stdin. Returns the exit status.
+    pub fn refused_with(&mut self, needle: &str) -> ExitStatus {
+        let id = self.fresh_id();
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "rust-test", "version": "1"}}}));
+        let r = self.recv();
+        assert_eq!(r["id"], json!(id), "{r}");
+        assert_eq!(r["error"]["code"], -32001, "{r}");
+        let msg = r["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            msg.starts_with("gatehouse: ") && msg.contains(needle),
+            "{needle}: {r}"
+        );
+        self.close();
+        self.wait()
     }
 
     /// Closes stdin: the client ends the session.

@@ -1005,17 +1005,20 @@ impl Prepared {
                 "{name}: not a gatehouse variable (GATEHOUSE_ and upper-case letters, digits, _)"
             )));
         }
+        self.put_var(name, value);
+        Ok(())
+    }
+
+    /// Sets `name=value` in the planned environment, replacing an earlier value.
+    fn put_var(&mut self, name: &str, value: &str) {
         let prefix = format!("{name}=");
         self.plan
             .envp
             .retain(|v| !v.as_bytes().starts_with(prefix.as_bytes()));
         self.plan.envp.push(cstr(&format!("{name}={value}")));
         self.plan.seal();
-        Ok(())
     }
-}
 
-impl Prepared {
     /// Passes `name=value` to the command although the name looks like a secret: only for a
     /// variable the user named for this command (`gatehouse run --pass-env`, or an agent
     /// recipe's key variable, said on screen). `LD_*` and the sandbox's own names still never
@@ -1025,12 +1028,7 @@ impl Prepared {
             None | Some(env::LOOKS_SECRET) => {}
             Some(why) => return Err(SandboxError::Invalid(format!("{name}: {why}"))),
         }
-        let prefix = format!("{name}=");
-        self.plan
-            .envp
-            .retain(|v| !v.as_bytes().starts_with(prefix.as_bytes()));
-        self.plan.envp.push(cstr(&format!("{name}={value}")));
-        self.plan.seal();
+        self.put_var(name, value);
         Ok(())
     }
 }
