@@ -340,7 +340,7 @@ fn stdout_carries_only_protocol_and_a_cancelled_call_gets_no_answer() {
     );
     let r = m.recv();
     assert_eq!(r["id"], "w2", "{r}");
-    assert_eq!(tool_text(&r).0, false, "{r}");
+    assert!(!tool_text(&r).0, "{r}");
     assert_eq!(std::fs::read_to_string(inst.file("c.txt")).unwrap(), "c");
     // Every line so far parsed as JSON-RPC in `recv`; the logs went to stderr.
     assert!(
