@@ -114,12 +114,29 @@ pub fn run(args: &[String]) {
         "{}",
         String::from_utf8_lossy(&warm.stderr)
     );
-    let (mut floor, mut bare, mut run) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut floor, mut bare, mut flagged, mut run) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // What the Claude recipe adds to the command line (broker/src/cmd_run/recipe.rs), with an
+    // empty MCP config: Claude Code's own cost of those options, outside any sandbox.
+    let recipe_flags = [
+        "--disallowedTools",
+        "Bash,Edit,Write,MultiEdit,NotebookEdit",
+        "--strict-mcp-config",
+        "--allowedTools",
+        "mcp__gatehouse",
+        "--mcp-config",
+        "/dev/null",
+    ];
     for _ in 0..STARTS {
         floor.push(time(Command::new("/bin/true")));
         let mut c = Command::new(&agent);
         c.arg("--version").current_dir(&project);
         bare.push(time(c));
+        let mut c = Command::new(&agent);
+        c.arg("--version").args(recipe_flags).current_dir(&project);
+        c.env("DISABLE_AUTOUPDATER", "1")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1");
+        flagged.push(time(c));
         let mut c = gatehouse(&bins, &data);
         c.args(["run", "--"])
             .arg(&agent)
@@ -127,21 +144,31 @@ pub fn run(args: &[String]) {
             .current_dir(&project);
         run.push(time(c));
     }
-    let (floor, bare, run) = (Samples::new(floor), Samples::new(bare), Samples::new(run));
+    let (floor, bare, flagged, run) = (
+        Samples::new(floor),
+        Samples::new(bare),
+        Samples::new(flagged),
+        Samples::new(run),
+    );
     println!("agent start ({}; p50 of {STARTS})", agent.display());
     println!(
-        "  floor: spawn /bin/true           {:8.2} ms",
+        "  floor: spawn /bin/true             {:8.2} ms",
         ms(floor.p50())
     );
     println!(
-        "  claude --version bare            {:8.2} ms",
+        "  claude --version bare              {:8.2} ms",
         ms(bare.p50())
     );
     println!(
-        "  gatehouse run -- claude --version {:7.2} ms  = {:.2}x bare (+{:.0} ms)",
+        "  the same with the recipe's flags   {:8.2} ms  (Claude Code's own cost of them)",
+        ms(flagged.p50())
+    );
+    println!(
+        "  gatehouse run -- claude --version  {:8.2} ms  = {:.2}x bare, {:.2}x with the flags (+{:.0} ms)",
         ms(run.p50()),
         run.p50().as_secs_f64() / bare.p50().as_secs_f64(),
-        ms(run.p50().saturating_sub(bare.p50()))
+        run.p50().as_secs_f64() / flagged.p50().as_secs_f64(),
+        ms(run.p50().saturating_sub(flagged.p50()))
     );
 
     // A session's first tool call, cold (no broker) and warm.
