@@ -12,6 +12,7 @@
 //! Build first: `cargo build --workspace --all-features`.
 
 mod mcp_support;
+mod ui_support;
 
 use gatehouse_tests::{bin, LoopbackDns};
 use ipc_schema::ui::{AuditEntry, Choice, Decision, UiReply, UiRequest};
@@ -365,6 +366,14 @@ fn claude_code_works_a_day_inside_gatehouse_run() {
     let base = format!("https://api.anthropic.com:{}", e.model.port);
     let ca = e.certs.path("ca.pem").display().to_string();
     let nec = format!("NODE_EXTRA_CA_CERTS={ca}");
+    // The human's console, in a real terminal: the write is approved there with a key press.
+    let console = format!(
+        "{} --data-dir {} ui; sleep 600",
+        ui_support::sh_quote(&bin("gatehouse")),
+        ui_support::sh_quote(&e.i.data)
+    );
+    let t = ui_support::Tmux::start(&console, &e.i.project, 150, 45);
+    t.wait_for("the console", 30, |s| s.contains("● connected"));
     let mut child = e.run(
         &["--env", &nec],
         &[
@@ -377,7 +386,16 @@ fn claude_code_works_a_day_inside_gatehouse_run() {
             ("ANTHROPIC_API_KEY", "sk-ant-test-not-a-key".into()),
         ],
     );
-    e.approve_next(ipc_schema::tool::ToolName::WriteFile, &mut child);
+    let target = format!("Target     {}", e.i.file("summary.txt").display());
+    let card = t.wait_for("the write's card", 60, |s| {
+        s.contains("Approval 1 of 1") && s.contains(&target)
+    });
+    assert!(card.contains("write_file"), "{card}");
+    t.wait_for("the card's keys to be live", 10, |s| {
+        !s.contains("keys work in a moment")
+    });
+    t.keys("a");
+    // The command is approved on the ui channel, as a second console would.
     e.approve_next(ipc_schema::tool::ToolName::RunCommand, &mut child);
     let out = finish(child);
     check_working_day(&e, &out);
