@@ -598,7 +598,7 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
     // channel by a thread started once the sessions are shared).
     let (records, egress_rows) = std::sync::mpsc::channel();
     let (network, egress) =
-        match cmd_sandbox::open_proxy(&proxy, args.allow_degraded, Some(records))? {
+        match cmd_sandbox::open_proxy(WHO, &proxy, args.allow_degraded, Some(records))? {
             None => (Network::None, None),
             Some((connector, token, egress)) => (Network::Proxy { connector, token }, egress),
         };

@@ -190,10 +190,11 @@ fn run_inner(g: &Global, args: SandboxArgs) -> Result<ExitCode, Stop> {
     let mut env = command::env::inherited_from_process();
     env.extend(env_args(&args.env, "")?);
 
-    let (network, egress) = match open_proxy(&args.proxy, args.allow_degraded, None)? {
-        None => (Network::None, None),
-        Some((connector, token, egress)) => (Network::Proxy { connector, token }, egress),
-    };
+    let (network, egress) =
+        match open_proxy("gatehouse sandbox", &args.proxy, args.allow_degraded, None)? {
+            None => (Network::None, None),
+            Some((connector, token, egress)) => (Network::Proxy { connector, token }, egress),
+        };
     let limits = Limits {
         timeout_ms,
         ..Limits::default()
@@ -258,6 +259,7 @@ pub(crate) type Proxy = Option<(OwnedFd, String, Option<egress::Egress>)>;
 /// `records`, when given, receives every connection's record as it ends (`gatehouse run` sends
 /// them to the broker's audit log); refusals are printed either way.
 pub(crate) fn open_proxy(
+    who: &'static str,
     args: &ProxyArgs,
     allow_degraded: bool,
     records: Option<std::sync::mpsc::Sender<ipc_schema::net::EgressRecord>>,
@@ -286,6 +288,7 @@ pub(crate) fn open_proxy(
     let mut e = egress::Egress::open(&args.domains, allow_degraded, extra, ports, sni_check)
         .map_err(refused)?;
     e.records = records;
+    e.who = who;
     let (connector, token) = (e.connector_for_sandbox()?, e.token.clone());
     Ok(Some((connector, token, Some(e))))
 }
@@ -475,6 +478,8 @@ pub(crate) mod egress {
         chan: Option<UnixStream>,
         relay: Option<std::thread::JoinHandle<()>>,
         pub records: Option<std::sync::mpsc::Sender<ipc_schema::net::EgressRecord>>,
+        /// The command its messages are printed under.
+        pub who: &'static str,
     }
 
     impl Egress {
@@ -506,6 +511,7 @@ pub(crate) mod egress {
                 chan: None,
                 relay: None,
                 records: None,
+                who: "gatehouse sandbox",
             };
             ours.set_read_timeout(Some(Duration::from_secs(15)))
                 .map_err(|e| e.to_string())?;
@@ -566,10 +572,10 @@ pub(crate) mod egress {
                 .try_clone()
                 .map_err(|e| refused(format!("proxy channel: {e}")))?;
             let session = self.session.clone();
-            let records = self.records.clone();
+            let (records, who) = (self.records.clone(), self.who);
             // The relay ends when the sandbox (the connector's other holder) is gone.
             self.relay = Some(std::thread::spawn(move || {
-                relay(chan, ours, session, records)
+                relay(chan, ours, session, records, who)
             }));
             Ok(OwnedFd::from(theirs))
         }
@@ -594,6 +600,7 @@ pub(crate) mod egress {
         connector: UnixStream,
         session: String,
         records: Option<std::sync::mpsc::Sender<ipc_schema::net::EgressRecord>>,
+        who: &'static str,
     ) {
         use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
         use std::time::{Duration, Instant};
@@ -652,7 +659,7 @@ pub(crate) mod egress {
                     match send_with_fd(chan.as_fd(), &frame, fd.as_fd()) {
                         Ok(n) if (&chan).write_all(&frame[n..]).is_ok() => outstanding += 1,
                         _ => {
-                            eprintln!("gatehouse sandbox: the egress proxy is gone");
+                            eprintln!("{who}: the egress proxy is gone");
                             return;
                         }
                     }
@@ -662,7 +669,7 @@ pub(crate) mod egress {
                 let mut b = [0u8; 8192];
                 match (&chan).read(&mut b) {
                     Ok(0) | Err(_) => {
-                        eprintln!("gatehouse sandbox: the egress proxy stopped");
+                        eprintln!("{who}: the egress proxy stopped");
                         return;
                     }
                     Ok(n) => inbuf.extend_from_slice(&b[..n]),
@@ -674,7 +681,7 @@ pub(crate) mod egress {
                         Body::NetReply(NetReply::ProxyDone(rec)) => {
                             outstanding = outstanding.saturating_sub(1);
                             if !matches!(rec.verdict, EgressVerdict::Tunnelled { .. }) {
-                                eprintln!("gatehouse sandbox: {}", rec.audit_line());
+                                eprintln!("{who}: {}", rec.audit_line());
                             }
                             if let Some(tx) = &records {
                                 let _ = tx.send(rec);
@@ -682,7 +689,7 @@ pub(crate) mod egress {
                         }
                         Body::Error(e) => {
                             outstanding = outstanding.saturating_sub(1);
-                            eprintln!("gatehouse sandbox: egress proxy: {}", e.message)
+                            eprintln!("{who}: egress proxy: {}", e.message)
                         }
                         _ => {}
                     }

@@ -658,6 +658,12 @@ fn the_runs_egress_lands_in_the_audit_log() {
         String::from_utf8_lossy(&out.stderr)
     );
     let out = run(&format!("http://denied.test:{port}/"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains(&format!("gatehouse run: egress REFUSED denied.test:{port}")),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(
         out.status.code(),
         Some(56),
