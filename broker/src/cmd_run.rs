@@ -321,9 +321,11 @@ fn run_token() -> String {
     hex::encode(b)
 }
 
-/// The directory of this agent's login and state, created 0700 for `owner`.
+/// The directory of this agent's login and state, created 0700 for `owner`. When root runs the
+/// agent as another uid (a project's owner, or nobody), that uid gets a directory of its own
+/// (`<agent>-uid<N>`): a login made in one user's project is never handed to another user.
 fn agent_home(g: &Global, agent: Agent, argv0: &str, owner: (u32, u32)) -> Result<PathBuf, Stop> {
-    let name = match agent {
+    let mut name = match agent {
         Agent::Generic => Path::new(argv0)
             .file_name()
             .and_then(|n| n.to_str())
@@ -336,6 +338,9 @@ fn agent_home(g: &Global, agent: Agent, argv0: &str, owner: (u32, u32)) -> Resul
             .to_string(),
         a => a.name().to_string(),
     };
+    if owner.0 != nix::unistd::geteuid().as_raw() {
+        name = format!("{name}-uid{}", owner.0);
+    }
     let root = g.dirs.agents();
     let dir = root.join(name);
     for d in [&root, &dir] {
@@ -373,6 +378,12 @@ fn agent_home(g: &Global, agent: Agent, argv0: &str, owner: (u32, u32)) -> Resul
                     meta.uid()
                 )));
             }
+        }
+        // Closed to everyone but its owner, whatever an earlier hand left it as.
+        if d == &dir && meta.mode() & 0o077 != 0 {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700))
+                .map_err(|e| refused(format!("{}: {e}", d.display())))?;
         }
     }
     // When the agent runs as another uid (root dropped), it must be able to pass through to

@@ -275,6 +275,31 @@ impl Drop for Run {
     }
 }
 
+/// The agent's login and state stayed in the home gatehouse keeps for it: 0700, the agent's
+/// uid's own (as root the agent runs as nobody in a root-owned project, with a home of its own).
+fn assert_agent_home(e: &E2e, agent: &str) {
+    use std::os::unix::fs::MetadataExt;
+    let root = nix::unistd::geteuid().is_root();
+    let name = if root {
+        format!("{agent}-uid65534")
+    } else {
+        agent.to_string()
+    };
+    let m = std::fs::metadata(e.i.data.join("agents").join(&name)).unwrap();
+    assert!(m.is_dir());
+    assert_eq!(m.mode() & 0o777, 0o700);
+    let uid = if root {
+        65534
+    } else {
+        nix::unistd::geteuid().as_raw()
+    };
+    assert_eq!(m.uid(), uid);
+    if root {
+        // Not in root's own directory for that agent.
+        assert!(!e.i.data.join("agents").join(agent).exists());
+    }
+}
+
 fn finish(mut run: Run) -> Output {
     run.0
         .take()
@@ -406,7 +431,7 @@ fn claude_code_works_a_day_inside_gatehouse_run() {
         "{stderr}"
     );
     // Its login and state stayed in its own home, not the user's.
-    assert!(e.i.data.join("agents/claude").is_dir());
+    assert_agent_home(&e, "claude");
 }
 
 #[test]
@@ -458,7 +483,7 @@ fn codex_works_a_day_inside_gatehouse_run() {
         stderr.contains("passing OPENAI_API_KEY to the agent"),
         "{stderr}"
     );
-    assert!(e.i.data.join("agents/codex").is_dir());
+    assert_agent_home(&e, "codex");
 }
 
 /// An approval that takes longer than gatehouse keeps the client waiting: the agent is told
