@@ -303,7 +303,8 @@ impl Config {
                     "{what} {shown} is / or a home directory (or contains one); such a grant needs the `confirmed` flag"
                 ));
             }
-            if let Some(p) = protector.check(&g.root) {
+            let writes = g.caps.write || g.caps.edit || g.caps.delete;
+            if let Some(p) = protector.refuses(&g.root, writes) {
                 return Err(format!(
                     "{what} {shown} is protected ({}: {})",
                     p.why, p.place

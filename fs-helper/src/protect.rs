@@ -1,35 +1,22 @@
 //! Protected paths: refused whatever a grant or an approval says (DESIGN.md, "Policy").
 //!
-//! Matched on the resolved absolute path, component by component, case-insensitively (always,
-//! not only where the filesystem folds case: refusing `.SSH` on ext4 costs nothing, missing it on
-//! a case-folding filesystem costs a key). A rule matches a path if its components appear
-//! consecutively anywhere in it, so a rule protects the named place and everything beneath.
+//! The table and the matcher are `ipc_schema::protected`, the same the broker and the exec
+//! sandbox apply: matched on the resolved absolute path, component by component,
+//! case-insensitively (always, not only where the filesystem folds case: refusing `.SSH` on
+//! ext4 costs nothing, missing it on a case-folding filesystem costs a key). Writes are refused
+//! in every protected place; reads only where the place is never read (keys, credentials).
+//!
+//! Added here, where the directory can be looked at: nothing the tools write may turn a
+//! directory into a git directory whose config or hooks git would then run (a bare repository
+//! is any directory with `HEAD`, `objects/` and `refs/`; git finds one above the user's working
+//! directory without any `.git`).
 
-use ipc_schema::protected::RULES;
-
-use ipc_schema::protected::GIT_INTERNAL;
-
-/// Why a path is protected.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Protection {
-    /// The protected place, as a path (a rule, or one of gatehouse's directories).
-    pub place: String,
-    pub why: &'static str,
-}
+pub use ipc_schema::protected::{Guard, Protection};
 
 /// gatehouse's own directories (config, data, runtime, checkpoints), passed by the broker.
 #[derive(Debug, Clone, Default)]
 pub struct Protector {
-    dirs: Vec<Vec<Vec<u8>>>,
-    dirs_raw: Vec<Vec<u8>>,
-}
-
-/// Lower-cases one component for matching: Unicode-aware when it is UTF-8, ASCII otherwise.
-fn fold(c: &[u8]) -> Vec<u8> {
-    match std::str::from_utf8(c) {
-        Ok(s) => s.to_lowercase().into_bytes(),
-        Err(_) => c.to_ascii_lowercase(),
-    }
+    inner: ipc_schema::protected::Protector,
 }
 
 /// The non-empty components of an absolute path.
@@ -39,70 +26,82 @@ pub fn components(abs: &[u8]) -> Vec<&[u8]> {
         .collect()
 }
 
+/// What a write under a git-shaped directory may not create: the names git runs or reads
+/// programs from, and `HEAD`, which makes a directory holding them a git directory.
+const GIT_SHAPE: &[&str] = &["config", "config.worktree", "hooks", "commondir"];
+
 impl Protector {
     /// `dirs` are absolute directories (canonical where they exist).
     pub fn new(dirs: Vec<Vec<u8>>) -> Protector {
         Protector {
-            dirs: dirs
-                .iter()
-                .map(|d| components(d).into_iter().map(fold).collect())
-                .collect(),
-            dirs_raw: dirs,
+            inner: ipc_schema::protected::Protector::new(dirs),
         }
     }
 
-    pub fn dirs(&self) -> &[Vec<u8>] {
-        &self.dirs_raw
+    pub fn dirs(&self) -> Vec<Vec<u8>> {
+        self.inner.dirs()
     }
 
-    /// Why `abs` (an absolute, resolved path) is protected, if it is.
+    /// Why `abs` (an absolute, resolved path) is protected, if it is, whatever the access.
+    #[cfg(test)]
     pub fn check(&self, abs: &[u8]) -> Option<Protection> {
-        let comps: Vec<Vec<u8>> = components(abs).into_iter().map(fold).collect();
-        for (dir, raw) in self.dirs.iter().zip(&self.dirs_raw) {
-            if comps.len() >= dir.len() && comps[..dir.len()] == dir[..] {
-                return Some(Protection {
-                    place: String::from_utf8_lossy(raw).into_owned(),
-                    why: "gatehouse's own directory",
-                });
-            }
-        }
-        for (rule, why) in RULES {
-            if rule.len() <= comps.len()
-                && comps
-                    .windows(rule.len())
-                    .any(|w| w.iter().zip(rule.iter()).all(|(c, r)| c == r.as_bytes()))
-            {
-                return Some(Protection {
-                    place: rule.join("/"),
-                    why,
-                });
-            }
-        }
-        if let Some(git) = comps.iter().position(|c| c == b".git") {
-            if let Some(name) = comps[git + 1..]
-                .iter()
-                .find(|c| GIT_INTERNAL.iter().any(|g| c.as_slice() == g.as_bytes()))
-            {
-                return Some(Protection {
-                    place: format!(".git/…/{}", String::from_utf8_lossy(name)),
-                    why: "git hooks and config run code",
-                });
-            }
-        }
-        None
+        self.inner.check(abs)
     }
 
-    /// Like [`Protector::check`], and also refuses creating a non-directory named `.git`: a
-    /// `.git` file (`gitdir: ...`) points git at a directory whose hooks would then run.
+    /// Why an access to `abs` is refused: every protected place refuses a write, only
+    /// [`Guard::NoAccess`] places a read.
+    pub fn refuses(&self, abs: &[u8], writes: bool) -> Option<Protection> {
+        self.inner.refuses(abs, writes)
+    }
+
+    /// Like a write check, and also refuses creating a non-directory named `.git`: a `.git`
+    /// file (`gitdir: ...`) points git at a directory whose hooks would then run.
     pub fn check_new_file(&self, abs: &[u8]) -> Option<Protection> {
-        if let Some(p) = self.check(abs) {
+        if let Some(p) = self.refuses(abs, true) {
             return Some(p);
         }
-        let last = components(abs).last().map(|c| fold(c));
+        let last = components(abs)
+            .last()
+            .map(|c| ipc_schema::protected::fold(c));
         (last.as_deref() == Some(b".git")).then(|| Protection {
             place: ".git".into(),
             why: "a .git file redirects git to another directory",
+            guard: Guard::NoAccess,
         })
+    }
+
+    /// Why writing `comps` (relative to a grant root) would make git run something, judged by
+    /// what already exists (`exists(dir components, name)`): a `config`, `hooks/...` or
+    /// `commondir` in a directory that has a `HEAD`, or a `HEAD` beside any of those.
+    pub fn git_shape(
+        comps: &[Vec<u8>],
+        exists: impl Fn(&[Vec<u8>], &str) -> bool,
+    ) -> Option<Protection> {
+        let folded: Vec<Vec<u8>> = comps.iter().map(|c| ipc_schema::protected::fold(c)).collect();
+        let refuse = |dir: &[Vec<u8>], name: &str| Protection {
+            place: format!(
+                "{}{}",
+                String::from_utf8_lossy(&crate::kernel::join(dir)),
+                if dir.is_empty() { "" } else { "/" }
+            ) + name,
+            why: "a git directory's config and hooks run code (the directory has HEAD)",
+            guard: Guard::NoAccess,
+        };
+        for (i, c) in folded.iter().enumerate() {
+            let dir = &comps[..i];
+            let is_last = i + 1 == folded.len();
+            let named = GIT_SHAPE.iter().any(|g| c.as_slice() == g.as_bytes());
+            // `hooks/...` below a HEAD; `config` itself as the last name.
+            if named && (c.as_slice() == b"hooks" || is_last) && exists(dir, "HEAD") {
+                return Some(refuse(dir, &String::from_utf8_lossy(c)));
+            }
+            if is_last && c.as_slice() == b"head" {
+                if let Some(g) = GIT_SHAPE.iter().find(|g| exists(dir, g)) {
+                    return Some(refuse(dir, g));
+                }
+            }
+        }
+        None
     }
 }
 
@@ -126,7 +125,7 @@ mod tests {
             "/w/.docker/config.json",
             "/w/.Cargo/Credentials.toml",
         ] {
-            assert!(p().check(path.as_bytes()).is_some(), "{path}");
+            assert!(p().refuses(path.as_bytes(), false).is_some(), "{path}");
         }
         assert!(p().check(b"/w/.kube/cache").is_none());
         assert!(p().check(b"/w/docker/config.json").is_none());
@@ -153,6 +152,42 @@ mod tests {
             p().check_new_file(b"/w/sub/.git").unwrap().why,
             "a .git file redirects git to another directory"
         );
+    }
+
+    #[test]
+    fn a_bare_repository_cannot_be_assembled() {
+        let c = |s: &str| -> Vec<Vec<u8>> { s.split('/').map(|x| x.as_bytes().to_vec()).collect() };
+        let has = |present: &'static [&'static str]| {
+            move |dir: &[Vec<u8>], name: &str| {
+                let mut p = crate::kernel::join(dir);
+                if !p.is_empty() {
+                    p.push(b'/');
+                }
+                p.extend_from_slice(name.as_bytes());
+                present.iter().any(|x| x.as_bytes() == p.as_slice())
+            }
+        };
+        // evil/ has HEAD: its config and hooks are refused, other files are not.
+        let head = has(&["evil/HEAD"]);
+        assert!(Protector::git_shape(&c("evil/config"), head).is_some());
+        assert!(Protector::git_shape(&c("evil/hooks/post-checkout"), head).is_some());
+        assert!(Protector::git_shape(&c("evil/Config"), head).is_some());
+        assert!(Protector::git_shape(&c("evil/description"), head).is_none());
+        assert!(Protector::git_shape(&c("other/config"), head).is_none());
+        // The other order: HEAD beside a config.
+        let cfg = has(&["evil/config"]);
+        assert!(Protector::git_shape(&c("evil/HEAD"), cfg).is_some());
+        assert!(Protector::git_shape(&c("src/HEAD"), cfg).is_none());
+        // A project file named config, with no HEAD beside it, is fine.
+        assert!(Protector::git_shape(&c("app/config"), has(&[])).is_none());
+    }
+
+    #[test]
+    fn files_that_run_code_are_read_only() {
+        assert!(p().refuses(b"/w/.vscode/tasks.json", false).is_none());
+        assert!(p().refuses(b"/w/.vscode/tasks.json", true).is_some());
+        assert!(p().check_new_file(b"/w/.claude/commands/x.md").is_some());
+        assert!(p().refuses(b"/w/.codex/auth.json", false).is_some());
     }
 
     #[test]

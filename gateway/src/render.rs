@@ -181,6 +181,12 @@ fn command_run(c: &CommandRun) -> Vec<String> {
         }
         blocks.push(b);
     }
+    if !c.held.is_empty() {
+        blocks.push(format!(
+            "[gatehouse: set aside after the command, because the user's own tools would run them: {}]",
+            c.held.join("; ")
+        ));
+    }
     blocks
 }
 
@@ -618,6 +624,7 @@ mod tests {
             stderr_dropped: 0,
             elapsed_ms: 12,
             sandbox: "sb".into(),
+            held: vec![],
         };
         let r = final_reply(
             ToolName::RunCommand,

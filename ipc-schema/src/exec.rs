@@ -230,6 +230,34 @@ pub struct RunEnd {
     pub stdout_dropped: u64,
     pub stderr_dropped: u64,
     pub elapsed_ms: u64,
+    /// What the command planted in its writable grants that the user's own tools would run
+    /// (a new repository's hooks and config, editor or agent settings), set aside after it
+    /// ended: at most [`HELD_SHOWN_MAX`], the rest counted.
+    pub held: Vec<HeldPath>,
+    pub held_more: u64,
+}
+
+/// The most [`HeldPath`]s one [`RunEnd`] lists (so an end always fits a frame).
+pub const HELD_SHOWN_MAX: usize = 32;
+
+/// One thing a command planted that the sandbox set aside.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct HeldPath {
+    #[serde(with = "serde_bytes")]
+    pub path: Vec<u8>,
+    /// Where it is now; `None`: it could not be moved (`why` says what to do).
+    pub moved_to: Option<serde_bytes::ByteBuf>,
+    pub why: String,
+}
+
+impl std::fmt::Display for HeldPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let show = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        match &self.moved_to {
+            Some(to) => write!(f, "{} ({}) set aside as {}", show(&self.path), self.why, show(to)),
+            None => write!(f, "{} ({})", show(&self.path), self.why),
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -287,6 +315,15 @@ mod tests {
                     stdout_dropped: u64::MAX,
                     stderr_dropped: u64::MAX,
                     elapsed_ms: u64::MAX,
+                    held: vec![
+                        HeldPath {
+                            path: vec![0xff; 1024],
+                            moved_to: Some(serde_bytes::ByteBuf::from(vec![0xff; 1040])),
+                            why: "x".repeat(300),
+                        };
+                        HELD_SHOWN_MAX
+                    ],
+                    held_more: u64::MAX,
                 }),
             }),
         );

@@ -1,90 +1,501 @@
 //! The protected-path table (DESIGN.md, "Policy"): places refused whatever a grant, a rule or
-//! an approval says. One table for every layer that checks it (the broker's policy and the
-//! fs-helper), so the layers cannot drift apart.
+//! an approval says, and the one matcher every layer applies to it (the broker's policy, the
+//! fs-helper's tools and the exec sandbox's masks), so the layers cannot drift apart.
 //!
 //! A rule matches a path when its components appear consecutively anywhere in it, compared
-//! case-insensitively, so a rule protects the named place and everything beneath it.
+//! case-insensitively, so a rule protects the named place and everything beneath it. A rule's
+//! component may hold one `*` (any run of characters within that component: `settings*.json`).
+//!
+//! Two guards: [`Guard::NoAccess`] places (keys, credentials, profiles, start-up files) are
+//! neither read nor written; [`Guard::NoWrite`] places (files that make the user's own tools run
+//! code when the project is merely opened or used: git attributes and modules, agent and editor
+//! settings, `.envrc`) may be read but never written, created, moved or deleted.
+//!
+//! Separately, [`sensitive`] names files that by name usually hold secrets inside a project
+//! (`.env`, private keys, keystores, Terraform state): not protected, but a read of one asks by
+//! default (a read is a disclosure to the agent's model provider).
 
-/// Consecutive components that are protected wherever they appear, with why.
-pub const RULES: &[(&[&str], &str)] = &[
+/// What a protected place refuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Guard {
+    /// Writing, creating, moving and deleting; reading stays allowed.
+    NoWrite,
+    /// Everything: reading too.
+    NoAccess,
+}
+
+/// One protected place.
+#[derive(Debug, Clone, Copy)]
+pub struct Rule {
+    /// Consecutive components, lower case; one may hold a `*`.
+    pub path: &'static [&'static str],
+    pub guard: Guard,
+    pub why: &'static str,
+}
+
+const fn no(path: &'static [&'static str], why: &'static str) -> Rule {
+    Rule {
+        path,
+        guard: Guard::NoAccess,
+        why,
+    }
+}
+
+const fn ro(path: &'static [&'static str], why: &'static str) -> Rule {
+    Rule {
+        path,
+        guard: Guard::NoWrite,
+        why,
+    }
+}
+
+/// The table. Each rule says why it is here.
+pub const RULES: &[Rule] = &[
     // Key material and credentials.
-    (&[".ssh"], "SSH keys"),
-    (&[".gnupg"], "GnuPG keys"),
-    (&[".aws"], "AWS credentials"),
-    (&[".azure"], "Azure credentials"),
-    (&[".config", "gcloud"], "Google Cloud credentials"),
-    (&[".kube", "config"], "Kubernetes credentials"),
-    (&[".docker", "config.json"], "Docker registry credentials"),
-    (&[".netrc"], "netrc credentials"),
-    (&["_netrc"], "netrc credentials"),
-    (&[".git-credentials"], "git credentials"),
-    (&[".pgpass"], "PostgreSQL passwords"),
-    (&[".my.cnf"], "MySQL passwords"),
-    (&[".cargo", "credentials"], "crates.io token"),
-    (&[".cargo", "credentials.toml"], "crates.io token"),
-    (&[".npmrc"], "npm token"),
-    (&[".pypirc"], "PyPI token"),
-    (&[".gem", "credentials"], "RubyGems token"),
-    (
-        &[".terraform.d", "credentials.tfrc.json"],
-        "Terraform token",
-    ),
-    (&[".vault-token"], "Vault token"),
-    (&[".config", "gh", "hosts.yml"], "GitHub CLI token"),
-    (&[".password-store"], "pass password store"),
-    (&[".local", "share", "keyrings"], "GNOME keyring"),
-    (&[".pki"], "NSS certificate store"),
+    no(&[".ssh"], "SSH keys"),
+    no(&[".gnupg"], "GnuPG keys"),
+    no(&[".aws"], "AWS credentials"),
+    no(&[".azure"], "Azure credentials"),
+    no(&[".config", "gcloud"], "Google Cloud credentials"),
+    no(&[".kube", "config"], "Kubernetes credentials"),
+    no(&[".minikube"], "minikube client keys"),
+    no(&[".docker", "config.json"], "Docker registry credentials"),
+    no(&[".dockercfg"], "Docker registry credentials (old format)"),
+    no(&[".config", "containers", "auth.json"], "Podman registry credentials"),
+    no(&[".netrc"], "netrc credentials"),
+    no(&["_netrc"], "netrc credentials"),
+    no(&[".git-credentials"], "git credentials"),
+    no(&[".config", "git", "credentials"], "git credentials"),
+    no(&[".pgpass"], "PostgreSQL passwords"),
+    no(&[".my.cnf"], "MySQL passwords"),
+    no(&[".mylogin.cnf"], "MySQL login paths"),
+    no(&[".cargo", "credentials"], "crates.io token"),
+    no(&[".cargo", "credentials.toml"], "crates.io token"),
+    no(&[".npmrc"], "npm token"),
+    no(&[".yarnrc"], "yarn registry token"),
+    no(&[".pypirc"], "PyPI token"),
+    no(&[".config", "pypoetry", "auth.toml"], "Poetry repository credentials"),
+    no(&[".gem", "credentials"], "RubyGems token"),
+    no(&[".composer", "auth.json"], "Composer credentials"),
+    no(&[".config", "composer", "auth.json"], "Composer credentials"),
+    no(&[".m2", "settings.xml"], "Maven repository passwords"),
+    no(&[".m2", "settings-security.xml"], "Maven master password"),
+    no(&[".gradle", "gradle.properties"], "Gradle repository credentials"),
+    no(&[".nuget", "nuget", "nuget.config"], "NuGet feed credentials"),
+    no(&[".config", "nuget", "nuget.config"], "NuGet feed credentials"),
+    no(&[".terraform.d", "credentials.tfrc.json"], "Terraform token"),
+    no(&[".terraformrc"], "Terraform token"),
+    no(&[".vault-token"], "Vault token"),
+    no(&[".pulumi", "credentials.json"], "Pulumi token"),
+    no(&[".config", "gh", "hosts.yml"], "GitHub CLI token"),
+    no(&[".config", "hub"], "hub GitHub token"),
+    no(&[".config", "glab-cli"], "GitLab CLI token"),
+    no(&[".config", "github-copilot"], "GitHub Copilot token"),
+    no(&[".config", "doctl"], "DigitalOcean token"),
+    no(&[".config", "hcloud"], "Hetzner Cloud token"),
+    no(&[".config", "linode-cli"], "Linode token"),
+    no(&[".oci"], "Oracle Cloud keys"),
+    no(&[".fly"], "Fly.io token"),
+    no(&[".config", "netlify"], "Netlify token"),
+    no(&[".local", "share", "com.vercel.cli"], "Vercel token"),
+    no(&[".wrangler"], "Cloudflare token"),
+    no(&[".databrickscfg"], "Databricks token"),
+    no(&[".snowsql"], "Snowflake credentials"),
+    no(&[".config", "snowflake"], "Snowflake credentials"),
+    no(&[".ngrok2"], "ngrok token"),
+    no(&[".config", "ngrok"], "ngrok token"),
+    no(&[".config", "rclone", "rclone.conf"], "rclone remote credentials"),
+    no(&[".s3cfg"], "s3cmd credentials"),
+    no(&[".boto"], "boto / gsutil credentials"),
+    no(&[".tsh"], "Teleport keys"),
+    no(&[".config", "sops"], "SOPS / age keys"),
+    no(&[".config", "op"], "1Password CLI sessions"),
+    no(&[".password-store"], "pass password store"),
+    no(&[".local", "share", "keyrings"], "GNOME keyring"),
+    no(&[".local", "share", "kwalletd"], "KDE wallet"),
+    no(&[".pki"], "NSS certificate store"),
+    no(&[".bitcoin"], "Bitcoin wallet"),
+    no(&[".ethereum"], "Ethereum keystore"),
+    no(&[".electrum"], "Electrum wallet"),
+    // The logins of AI agents and model tools.
+    no(&[".claude", ".credentials.json"], "Claude Code login"),
+    no(&[".claude.json"], "Claude Code account and API key"),
+    no(&[".codex", "auth.json"], "Codex login"),
+    no(&[".gemini", "oauth_creds.json"], "Gemini CLI login"),
+    no(&[".gemini", "google_accounts.json"], "Gemini CLI accounts"),
+    no(&[".cache", "huggingface", "token"], "Hugging Face token"),
+    no(&[".huggingface", "token"], "Hugging Face token"),
+    no(&[".continue", "config.json"], "Continue API keys"),
+    // Shell and tool histories: typed passwords and tokens end up there.
+    no(&[".bash_history"], "shell history"),
+    no(&[".zsh_history"], "shell history"),
+    no(&[".zhistory"], "shell history"),
+    no(&[".history"], "shell history"),
+    no(&[".local", "share", "fish", "fish_history"], "shell history"),
+    no(&[".python_history"], "Python history"),
+    no(&[".psql_history"], "psql history"),
+    no(&[".mysql_history"], "MySQL history"),
+    no(&[".node_repl_history"], "Node history"),
     // Browser and mail profiles.
-    (&[".mozilla"], "Firefox profile"),
-    (&[".thunderbird"], "Thunderbird profile"),
-    (&[".config", "google-chrome"], "Chrome profile"),
-    (&[".config", "chromium"], "Chromium profile"),
-    (&[".config", "bravesoftware"], "Brave profile"),
-    (&[".config", "microsoft-edge"], "Edge profile"),
-    (&[".config", "vivaldi"], "Vivaldi profile"),
-    (&[".config", "evolution"], "Evolution mail"),
-    (&[".local", "share", "evolution"], "Evolution mail"),
-    (
+    no(&[".mozilla"], "Firefox profile"),
+    no(&[".thunderbird"], "Thunderbird profile"),
+    no(&[".config", "google-chrome"], "Chrome profile"),
+    no(&[".config", "chromium"], "Chromium profile"),
+    no(&[".config", "bravesoftware"], "Brave profile"),
+    no(&[".config", "microsoft-edge"], "Edge profile"),
+    no(&[".config", "vivaldi"], "Vivaldi profile"),
+    no(&[".config", "slack"], "Slack session"),
+    no(&[".config", "evolution"], "Evolution mail"),
+    no(&[".local", "share", "evolution"], "Evolution mail"),
+    no(
         &["library", "application support", "google", "chrome"],
         "Chrome profile",
     ),
-    (
+    no(
         &["library", "application support", "firefox"],
         "Firefox profile",
     ),
-    (&["library", "safari"], "Safari profile"),
-    (&["library", "mail"], "Apple Mail"),
-    (&["library", "keychains"], "macOS keychains"),
+    no(&["library", "safari"], "Safari profile"),
+    no(&["library", "mail"], "Apple Mail"),
+    no(&["library", "keychains"], "macOS keychains"),
     // Places that run code at login.
-    (&[".config", "autostart"], "autostart entries"),
-    (&[".config", "systemd"], "systemd user units"),
-    (&[".local", "share", "systemd"], "systemd user units"),
-    (&[".config", "environment.d"], "login environment"),
-    (&["library", "launchagents"], "launch agents"),
-    (&[".pam_environment"], "login environment"),
-    (&[".xprofile"], "X session start-up"),
-    (&[".xinitrc"], "X session start-up"),
-    (&[".xsession"], "X session start-up"),
-    (&[".xsessionrc"], "X session start-up"),
+    no(&[".config", "autostart"], "autostart entries"),
+    no(&[".config", "systemd"], "systemd user units"),
+    no(&[".local", "share", "systemd"], "systemd user units"),
+    no(&[".config", "environment.d"], "login environment"),
+    no(&["library", "launchagents"], "launch agents"),
+    no(&[".pam_environment"], "login environment"),
+    no(&[".xprofile"], "X session start-up"),
+    no(&[".xinitrc"], "X session start-up"),
+    no(&[".xsession"], "X session start-up"),
+    no(&[".xsessionrc"], "X session start-up"),
     // Shell start-up files.
-    (&[".bashrc"], "shell start-up file"),
-    (&[".bash_profile"], "shell start-up file"),
-    (&[".bash_login"], "shell start-up file"),
-    (&[".bash_logout"], "shell start-up file"),
-    (&[".profile"], "shell start-up file"),
-    (&[".zshrc"], "shell start-up file"),
-    (&[".zshenv"], "shell start-up file"),
-    (&[".zprofile"], "shell start-up file"),
-    (&[".zlogin"], "shell start-up file"),
-    (&[".zlogout"], "shell start-up file"),
-    (&[".cshrc"], "shell start-up file"),
-    (&[".tcshrc"], "shell start-up file"),
-    (&[".login"], "shell start-up file"),
-    (&[".kshrc"], "shell start-up file"),
-    (&[".config", "fish"], "shell start-up file"),
+    no(&[".bashrc"], "shell start-up file"),
+    no(&[".bash_profile"], "shell start-up file"),
+    no(&[".bash_login"], "shell start-up file"),
+    no(&[".bash_logout"], "shell start-up file"),
+    no(&[".profile"], "shell start-up file"),
+    no(&[".zshrc"], "shell start-up file"),
+    no(&[".zshenv"], "shell start-up file"),
+    no(&[".zprofile"], "shell start-up file"),
+    no(&[".zlogin"], "shell start-up file"),
+    no(&[".zlogout"], "shell start-up file"),
+    no(&[".cshrc"], "shell start-up file"),
+    no(&[".tcshrc"], "shell start-up file"),
+    no(&[".login"], "shell start-up file"),
+    no(&[".kshrc"], "shell start-up file"),
+    no(&[".inputrc"], "readline start-up file"),
+    no(&[".config", "fish"], "shell start-up file"),
+    // Files that make the user's own tools run code when the project is opened or used: read,
+    // never written.
+    ro(&[".gitconfig"], "git config names programs git runs"),
+    ro(&[".config", "git"], "git config names programs git runs"),
+    ro(&[".gitmodules"], "git submodule commands run on update"),
+    ro(&[".gitattributes"], "git runs the filter and diff drivers these select"),
+    ro(&[".pre-commit-config.yaml"], "pre-commit runs the hooks it names"),
+    ro(&["lefthook.yml"], "lefthook runs the hooks it names"),
+    ro(&[".lefthook.yml"], "lefthook runs the hooks it names"),
+    ro(&[".husky"], "husky's git hooks"),
+    ro(&[".mcp.json"], "agents start the MCP servers it names"),
+    ro(&[".claude"], "Claude Code settings, hooks, commands and agents"),
+    ro(&[".codex"], "Codex settings and the MCP servers it starts"),
+    ro(&[".gemini"], "Gemini CLI settings and the MCP servers it starts"),
+    ro(&[".cursor"], "Cursor settings and the MCP servers it starts"),
+    ro(&[".continue"], "Continue settings and the MCP servers it starts"),
+    ro(&[".vscode"], "editor tasks and settings run programs"),
+    ro(&[".idea"], "IDE run configurations and settings run programs"),
+    ro(&[".zed"], "editor tasks run programs"),
+    ro(&[".devcontainer"], "dev container commands run on open"),
+    ro(&[".envrc"], "direnv runs it on entering the directory"),
 ];
 
-/// Inside a `.git` directory, these names run code or redirect git (hooks, `core.hooksPath`,
+/// Inside a git directory, these names run code or redirect git (hooks, `core.hooksPath`,
 /// `core.fsmonitor`, ...): protected at any depth below a `.git` component, so nested repositories
 /// and submodules (`.git/modules/X/hooks`) are covered.
 pub const GIT_INTERNAL: &[&str] = &["hooks", "config", "config.worktree"];
+
+/// Files that by name usually hold secrets inside a project, each with its reason: reads ask by
+/// default. Matched on the last component only, case-insensitively; `*` as in [`RULES`].
+pub const SENSITIVE: &[(&str, &str)] = &[
+    (".env", "environment files hold keys and passwords"),
+    (".env.*", "environment files hold keys and passwords"),
+    ("*.env", "environment files hold keys and passwords"),
+    (".envrc", "environment files hold keys and passwords"),
+    (".dev.vars", "Cloudflare local secrets"),
+    ("*.pem", "PEM files hold private keys"),
+    ("*.key", "key files"),
+    ("id_rsa*", "SSH private key"),
+    ("id_ecdsa*", "SSH private key"),
+    ("id_ed25519*", "SSH private key"),
+    ("id_dsa*", "SSH private key"),
+    ("*.ppk", "PuTTY private key"),
+    ("*.p12", "PKCS#12 keystore"),
+    ("*.pfx", "PKCS#12 keystore"),
+    ("*.jks", "Java keystore"),
+    ("*.keystore", "keystore"),
+    ("*.kdbx", "KeePass database"),
+    ("*.gpg", "encrypted or key material"),
+    ("*.asc", "PGP key or signature"),
+    ("*.tfstate", "Terraform state holds resource secrets"),
+    ("*.tfstate.backup", "Terraform state holds resource secrets"),
+    ("*.tfvars", "Terraform variables often hold secrets"),
+    ("credentials", "credential file"),
+    ("credentials.json", "credential file"),
+    ("credentials.yml", "credential file"),
+    ("credentials.yaml", "credential file"),
+    ("service-account*.json", "cloud service account key"),
+    ("*-service-account.json", "cloud service account key"),
+    ("client_secret*.json", "OAuth client secret"),
+    ("secrets.yml", "secrets file"),
+    ("secrets.yaml", "secrets file"),
+    ("secrets.json", "secrets file"),
+    ("secrets.toml", "secrets file"),
+    (".htpasswd", "password hashes"),
+    (".npmrc", "npm token"),
+    (".pypirc", "PyPI token"),
+    (".netrc", "netrc credentials"),
+    (".pgpass", "PostgreSQL passwords"),
+    ("master.key", "Rails master key"),
+    ("*.mobileprovision", "signing profile"),
+];
+
+/// Whether `name` (one component, already lower case) matches `pat` (lower case, at most one
+/// `*`).
+fn component_matches(pat: &[u8], name: &[u8]) -> bool {
+    match pat.iter().position(|&b| b == b'*') {
+        None => pat == name,
+        Some(star) => {
+            let (pre, post) = (&pat[..star], &pat[star + 1..]);
+            name.len() >= pre.len() + post.len() && name.starts_with(pre) && name.ends_with(post)
+        }
+    }
+}
+
+/// Lower-cases one component for matching: Unicode-aware when it is UTF-8, ASCII otherwise.
+pub fn fold(c: &[u8]) -> Vec<u8> {
+    match std::str::from_utf8(c) {
+        Ok(s) => s.to_lowercase().into_bytes(),
+        Err(_) => c.to_ascii_lowercase(),
+    }
+}
+
+/// The non-empty components of an absolute path (`.` skipped), folded.
+pub fn folded_components(abs: &[u8]) -> Vec<Vec<u8>> {
+    abs.split(|&b| b == b'/')
+        .filter(|c| !c.is_empty() && *c != b".")
+        .map(fold)
+        .collect()
+}
+
+/// Why a path is protected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Protection {
+    /// The protected place, as a path (a rule, `.git/…/NAME`, or one of gatehouse's dirs).
+    pub place: String,
+    pub why: &'static str,
+    pub guard: Guard,
+}
+
+impl Protection {
+    /// Whether this protection refuses an access that writes (`true`) or reads (`false`).
+    pub fn refuses(&self, writes: bool) -> bool {
+        writes || self.guard == Guard::NoAccess
+    }
+}
+
+/// The most restrictive table rule (or git internal) that `comps` (folded) fall under.
+pub fn check_components(comps: &[Vec<u8>]) -> Option<Protection> {
+    let mut best: Option<Protection> = None;
+    for r in RULES {
+        if r.path.len() <= comps.len()
+            && comps.windows(r.path.len()).any(|w| {
+                w.iter()
+                    .zip(r.path.iter())
+                    .all(|(c, p)| component_matches(p.as_bytes(), c))
+            })
+            && best.as_ref().is_none_or(|b| r.guard > b.guard)
+        {
+            best = Some(Protection {
+                place: r.path.join("/"),
+                why: r.why,
+                guard: r.guard,
+            });
+        }
+    }
+    if best.as_ref().is_some_and(|b| b.guard == Guard::NoAccess) {
+        return best;
+    }
+    if let Some(git) = comps.iter().position(|c| c == b".git") {
+        if let Some(name) = comps[git + 1..]
+            .iter()
+            .find(|c| GIT_INTERNAL.iter().any(|g| c.as_slice() == g.as_bytes()))
+        {
+            return Some(Protection {
+                place: format!(".git/…/{}", String::from_utf8_lossy(name)),
+                why: "git hooks and config run code",
+                guard: Guard::NoAccess,
+            });
+        }
+    }
+    best
+}
+
+/// gatehouse's own directories plus the fixed table: what the broker and the fs-helper check.
+#[derive(Debug, Clone, Default)]
+pub struct Protector {
+    dirs: Vec<(Vec<Vec<u8>>, Vec<u8>)>,
+}
+
+impl Protector {
+    /// `dirs`: absolute directories (as given and canonical, where they differ).
+    pub fn new(dirs: Vec<Vec<u8>>) -> Protector {
+        Protector {
+            dirs: dirs
+                .into_iter()
+                .map(|d| (folded_components(&d), d))
+                .filter(|(c, _)| !c.is_empty())
+                .collect(),
+        }
+    }
+
+    /// The directories as given.
+    pub fn dirs(&self) -> Vec<Vec<u8>> {
+        self.dirs.iter().map(|(_, raw)| raw.clone()).collect()
+    }
+
+    /// Why `abs` (an absolute, resolved path) is protected, if it is, whatever the access.
+    pub fn check(&self, abs: &[u8]) -> Option<Protection> {
+        let comps = folded_components(abs);
+        for (dir, raw) in &self.dirs {
+            if comps.len() >= dir.len() && comps[..dir.len()] == dir[..] {
+                return Some(Protection {
+                    place: String::from_utf8_lossy(raw).into_owned(),
+                    why: "gatehouse's own directory",
+                    guard: Guard::NoAccess,
+                });
+            }
+        }
+        check_components(&comps)
+    }
+
+    /// Why an access to `abs` is refused, if it is: every protection refuses a write, only
+    /// [`Guard::NoAccess`] a read.
+    pub fn refuses(&self, abs: &[u8], writes: bool) -> Option<Protection> {
+        self.check(abs).filter(|p| p.refuses(writes))
+    }
+}
+
+/// Why the file at `abs` usually holds a secret, if its name says so.
+pub fn sensitive(abs: &[u8]) -> Option<&'static str> {
+    let last = abs.rsplit(|&b| b == b'/').find(|c| !c.is_empty())?;
+    let name = fold(last);
+    SENSITIVE
+        .iter()
+        .find(|(pat, _)| component_matches(pat.as_bytes(), &name))
+        .map(|(_, why)| *why)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p() -> Protector {
+        Protector::new(vec![b"/home/u/.local/share/gatehouse".to_vec()])
+    }
+
+    #[test]
+    fn credential_stores_of_agents_and_tools_are_never_read() {
+        for path in [
+            "/home/u/.codex/auth.json",
+            "/home/u/.claude/.credentials.json",
+            "/home/u/.gemini/oauth_creds.json",
+            "/home/u/.config/github-copilot/hosts.json",
+            "/home/u/.cache/huggingface/token",
+            "/home/u/.config/rclone/rclone.conf",
+            "/home/u/.s3cfg",
+            "/home/u/.boto",
+            "/home/u/.dockercfg",
+            "/home/u/.SSH/id_rsa",
+            "/home/u/.zsh_history",
+        ] {
+            let got = p().check(path.as_bytes()).unwrap_or_else(|| panic!("{path}"));
+            assert_eq!(got.guard, Guard::NoAccess, "{path}");
+            assert!(p().refuses(path.as_bytes(), false).is_some(), "{path}");
+        }
+    }
+
+    #[test]
+    fn files_that_run_code_are_readable_but_never_written() {
+        for path in [
+            "/w/p/.gitmodules",
+            "/w/p/.gitattributes",
+            "/w/p/.claude/settings.json",
+            "/w/p/.claude/settings.local.json",
+            "/w/p/.claude/commands/x.md",
+            "/w/p/.claude/agents/x.md",
+            "/w/p/.mcp.json",
+            "/w/p/.codex/config.toml",
+            "/w/p/.gemini/settings.json",
+            "/w/p/.vscode/tasks.json",
+            "/w/p/.idea/workspace.xml",
+            "/w/p/.envrc",
+            "/w/p/sub/.VSCode/settings.json",
+        ] {
+            let got = p().check(path.as_bytes()).unwrap_or_else(|| panic!("{path}"));
+            assert_eq!(got.guard, Guard::NoWrite, "{path}");
+            assert!(p().refuses(path.as_bytes(), false).is_none(), "{path}");
+            assert!(p().refuses(path.as_bytes(), true).is_some(), "{path}");
+        }
+        // The most restrictive rule wins: a login inside a read-only settings dir stays unread.
+        let got = p().check(b"/w/.codex/auth.json").unwrap();
+        assert_eq!((got.guard, got.why), (Guard::NoAccess, "Codex login"));
+        assert!(p().check(b"/w/p/src/main.rs").is_none());
+        assert!(p().check(b"/w/p/claude/settings.json").is_none());
+    }
+
+    #[test]
+    fn git_internals_and_own_dirs() {
+        for path in [
+            "/w/.git/hooks/pre-commit",
+            "/w/a/b/.git/modules/sub/config",
+            "/w/.GIT/Hooks",
+            "/home/u/.local/share/gatehouse/gatehouse.db",
+        ] {
+            assert_eq!(
+                p().check(path.as_bytes()).map(|p| p.guard),
+                Some(Guard::NoAccess),
+                "{path}"
+            );
+        }
+        assert!(p().check(b"/w/.git/HEAD").is_none());
+        assert!(p().check(b"/home/u/.local/share/gatehousex").is_none());
+        assert!(p().check(b"/w/\xff/.SsH/key").is_some());
+    }
+
+    #[test]
+    fn secret_looking_names() {
+        for path in [
+            "/p/.env",
+            "/p/.env.local",
+            "/p/prod.env",
+            "/p/tls/server.PEM",
+            "/p/k/signing.key",
+            "/p/infra/terraform.tfstate",
+            "/p/app/release.jks",
+            "/p/gcp/service-account-prod.json",
+        ] {
+            assert!(sensitive(path.as_bytes()).is_some(), "{path}");
+        }
+        for path in ["/p/src/env.rs", "/p/.environment/x", "/p/README.md", "/p/keys.rs"] {
+            assert_eq!(sensitive(path.as_bytes()), None, "{path}");
+        }
+    }
+
+    #[test]
+    fn stars_match_within_one_component_only() {
+        assert!(component_matches(b"settings*.json", b"settings.json"));
+        assert!(component_matches(b"settings*.json", b"settings.local.json"));
+        assert!(!component_matches(b"settings*.json", b"settings.jso"));
+        assert!(!component_matches(b"*.pem", b".pe"));
+    }
+}

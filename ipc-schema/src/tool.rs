@@ -452,6 +452,9 @@ pub struct CommandRun {
     pub elapsed_ms: u64,
     /// What the sandbox enforced, one line (namespaces, Landlock ABI, seccomp, network).
     pub sandbox: String,
+    /// What the command planted that the user's own tools would run, set aside after it
+    /// ended, one line each (`ipc_schema::exec::HeldPath`).
+    pub held: Vec<String>,
 }
 
 /// A fetched page, as the agent gets it.

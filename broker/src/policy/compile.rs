@@ -294,11 +294,12 @@ pub fn compile_profile(
                 canon.display()
             ));
         }
-        if let Some(why) = protected.check(canon.as_os_str().as_bytes()) {
-            return Err(format!("{what}: the root lies in a protected place: {why}"));
-        }
         if g.capabilities.is_empty() {
             return Err(format!("{what}: no capabilities (give at least \"read\")"));
+        }
+        let writes = g.capabilities.iter().any(|c| *c != CapabilityDoc::Read);
+        if let Some(why) = protected.check(canon.as_os_str().as_bytes(), writes) {
+            return Err(format!("{what}: the root lies in a protected place: {why}"));
         }
         let set: BTreeSet<CapabilityDoc> = g.capabilities.iter().copied().collect();
         let caps = Caps {

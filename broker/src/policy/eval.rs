@@ -215,7 +215,7 @@ pub fn evaluate(
     match target {
         Target::Paths(ps) => {
             for p in ps {
-                if let Some(why) = protected.check(&p.abs) {
+                if let Some(why) = protected.check(&p.abs, p.access != Access::Read) {
                     return deny(format!("protected path: {why}"));
                 }
                 if let Err(v) = check_grant(policy, p) {
@@ -224,7 +224,7 @@ pub fn evaluate(
             }
         }
         Target::Command { cwd, .. } => {
-            if let Some(why) = protected.check(cwd) {
+            if let Some(why) = protected.check(cwd, false) {
                 return deny(format!("protected path: {why}"));
             }
             if grant_for(policy, cwd).is_none() {

@@ -2,32 +2,16 @@
 //! too: DESIGN rule 10, every layer re-checks). Refused whatever a grant, a rule or an approval
 //! says.
 //!
-//! Same table as the fs-helper's (`ipc_schema::protected`) and the same semantics (a rule's
-//! components appearing consecutively anywhere in the path, matched case-insensitively; `hooks`
-//! and `config` anywhere below a `.git`), so the two layers cannot disagree.
+//! The table and the matcher are the fs-helper's and the exec sandbox's too
+//! (`ipc_schema::protected`), so the layers cannot disagree; this adds only the broker's own
+//! directories, as given and canonical.
 
-use ipc_schema::protected::RULES;
-
-use ipc_schema::protected::GIT_INTERNAL;
-
-fn fold(c: &[u8]) -> Vec<u8> {
-    match std::str::from_utf8(c) {
-        Ok(s) => s.to_lowercase().into_bytes(),
-        Err(_) => c.to_ascii_lowercase(),
-    }
-}
-
-fn components(abs: &[u8]) -> Vec<Vec<u8>> {
-    abs.split(|&b| b == b'/')
-        .filter(|c| !c.is_empty() && *c != b".")
-        .map(fold)
-        .collect()
-}
+use ipc_schema::protected::Protector;
 
 /// gatehouse's own directories plus the fixed table.
 #[derive(Debug, Clone, Default)]
 pub struct Protected {
-    dirs: Vec<(Vec<Vec<u8>>, String)>,
+    inner: Protector,
 }
 
 impl Protected {
@@ -36,49 +20,28 @@ impl Protected {
         let mut dirs = Vec::new();
         for d in own_dirs {
             // Both as given and canonical: a data dir reached through a link is still ours.
-            let mut forms = vec![d.clone()];
+            dirs.push(d.as_os_str().as_bytes().to_vec());
             if let Ok(c) = std::fs::canonicalize(d) {
-                forms.push(c);
-            }
-            for f in forms {
-                dirs.push((
-                    components(f.as_os_str().as_bytes()),
-                    d.display().to_string(),
-                ));
+                dirs.push(c.as_os_str().as_bytes().to_vec());
             }
         }
-        Protected { dirs }
+        Protected {
+            inner: Protector::new(dirs),
+        }
     }
 
-    /// Why `abs` (absolute, resolved) is protected, if it is.
-    pub fn check(&self, abs: &[u8]) -> Option<String> {
-        let comps = components(abs);
-        for (dir, shown) in &self.dirs {
-            if !dir.is_empty() && comps.len() >= dir.len() && comps[..dir.len()] == dir[..] {
-                return Some(format!("{shown} is gatehouse's own directory"));
+    /// Why an access to `abs` (absolute, resolved) is refused, if it is: a write (`writes`) is
+    /// refused in every protected place, a read only where the place is never read.
+    pub fn check(&self, abs: &[u8], writes: bool) -> Option<String> {
+        self.inner.refuses(abs, writes).map(|p| {
+            if p.why == "gatehouse's own directory" {
+                format!("{} is gatehouse's own directory", p.place)
+            } else if p.refuses(false) {
+                format!("{} is protected ({})", p.place, p.why)
+            } else {
+                format!("{} is protected from writes ({})", p.place, p.why)
             }
-        }
-        for (rule, why) in RULES {
-            if rule.len() <= comps.len()
-                && comps
-                    .windows(rule.len())
-                    .any(|w| w.iter().zip(rule.iter()).all(|(c, r)| c == r.as_bytes()))
-            {
-                return Some(format!("{} is protected ({why})", rule.join("/")));
-            }
-        }
-        if let Some(git) = comps.iter().position(|c| c == b".git") {
-            if let Some(name) = comps[git + 1..]
-                .iter()
-                .find(|c| GIT_INTERNAL.iter().any(|g| c.as_slice() == g.as_bytes()))
-            {
-                return Some(format!(
-                    ".git/…/{} is protected (git hooks and config run code)",
-                    String::from_utf8_lossy(name)
-                ));
-            }
-        }
-        None
+        })
     }
 }
 
@@ -99,8 +62,9 @@ mod tests {
             "/home/u/.config/autostart/x.desktop",
             "/home/u/.local/share/gatehouse/gatehouse.db",
             "/home/u/.local/share/GATEHOUSE",
+            "/home/u/.codex/auth.json",
         ] {
-            assert!(p.check(path.as_bytes()).is_some(), "{path}");
+            assert!(p.check(path.as_bytes(), false).is_some(), "{path}");
         }
         for path in [
             "/w/proj/src/main.rs",
@@ -108,7 +72,12 @@ mod tests {
             "/w/.sshd_notes",
             "/home/u/.local/share/other",
         ] {
-            assert_eq!(p.check(path.as_bytes()), None, "{path}");
+            assert_eq!(p.check(path.as_bytes(), true), None, "{path}");
         }
+        assert_eq!(p.check(b"/w/proj/.vscode/tasks.json", false), None);
+        assert_eq!(
+            p.check(b"/w/proj/.vscode/tasks.json", true).unwrap(),
+            ".vscode is protected from writes (editor tasks and settings run programs)"
+        );
     }
 }

@@ -245,6 +245,12 @@ pub async fn execute_effect(
         stderr_dropped: err_dropped + end.stderr_dropped,
         elapsed_ms: end.elapsed_ms,
         sandbox: sandbox_line(&sandbox),
+        held: end
+            .held
+            .iter()
+            .map(|h| h.to_string())
+            .chain((end.held_more > 0).then(|| format!("and {} more", end.held_more)))
+            .collect(),
     })))
 }
 

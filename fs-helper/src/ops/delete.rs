@@ -95,7 +95,7 @@ pub fn check_tree(
             comps.extend_from_slice(below);
             let rel = kernel::join(&comps);
             let abs = r.grant.absolute(&rel);
-            if let Some(p) = fs.protector.check(&abs) {
+            if let Some(p) = fs.protector.refuses(&abs, true) {
                 return Err(FsError::new(
                     FsErrorKind::Protected,
                     format!(

@@ -61,7 +61,10 @@ pub fn list_dir(fs: &Fs, path: &FsPath, offset: u32, limit: u32) -> Result<FsRep
         }
         bytes += name.len() + 32;
         entries.push(DirEntry {
-            protected: fs.protector.check(&r.grant.absolute(&child)).is_some(),
+            protected: fs
+                .protector
+                .refuses(&r.grant.absolute(&child), false)
+                .is_some(),
             size: if kind == FileKind::File {
                 st.st_size as u64
             } else {

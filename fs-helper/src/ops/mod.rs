@@ -195,7 +195,27 @@ impl Fs {
         let abs = r.absolute();
         let shown = r.shown();
         let kind = r.kind();
-        if let Some(p) = self.protector.check(&abs) {
+        let writes = access != Access::Read;
+        let git_shape = || {
+            let exists = |dir: &[Vec<u8>], name: &str| {
+                let mut c = dir.to_vec();
+                c.push(name.as_bytes().to_vec());
+                kernel::open_beneath(
+                    self.mode,
+                    r.grant.root_fd.as_fd(),
+                    &c,
+                    OFlags::PATH | OFlags::NOFOLLOW,
+                    Mode::empty(),
+                )
+                .is_ok()
+            };
+            Protector::git_shape(&r.comps, exists)
+        };
+        let refused = self
+            .protector
+            .refuses(&abs, writes)
+            .or_else(|| writes.then(git_shape).flatten());
+        if let Some(p) = refused {
             return Err(FsError::new(
                 FsErrorKind::Protected,
                 format!(

@@ -177,7 +177,7 @@ impl<'a> Walk<'a> {
         let is_dir = kernel::kind_of(st) == FileKind::Dir;
         self.fs
             .protector
-            .check(&self.grant.absolute(&rel))
+            .refuses(&self.grant.absolute(&rel), false)
             .is_none()
             && self.grant.check_scope(&rel, real.len(), is_dir).is_ok()
     }

@@ -3,8 +3,11 @@
 //! Built from an allowlist: `PATH`, `LANG`, `LC_*`, `TERM` and `TZ` from the caller (the CLI
 //! takes them from its own environment, the broker sends them), plus whatever else the caller
 //! explicitly asks for, minus three kinds of names that never pass, even when asked for: names
-//! that look like secrets, `LD_*`, and the names the sandbox sets itself (`HOME`, `USER`,
-//! `LOGNAME`, `SHELL`, `TMPDIR`, the proxy variables).
+//! that look like secrets ([`looks_secret`], also applied to the inherited names: an
+//! `LC_PGPASSWORD` is a password whatever its prefix), `LD_*`, and the names the sandbox sets
+//! itself (`HOME`, `USER`, `LOGNAME`, `SHELL`, `TMPDIR`, the proxy variables). A secret-looking
+//! variable passes only when the user names it for this one command (`--pass-env NAME`, said on
+//! screen and recorded): see `Prepared::pass_named_secret`.
 
 use std::path::Path;
 
@@ -13,7 +16,7 @@ pub const INHERITED: &[&str] = &["PATH", "LANG", "TERM", "TZ"];
 /// Prefixes taken from the caller's environment (`LC_ALL`, `LC_CTYPE`, ...).
 pub const INHERITED_PREFIXES: &[&str] = &["LC_"];
 
-/// Whole words (split on `_`, compared upper-case) that mark a name as a secret.
+/// Whole words (the name split on `_`, compared upper-case) that mark a name as a secret.
 pub const SECRET_WORDS: &[&str] = &[
     "KEY",
     "KEYS",
@@ -25,13 +28,100 @@ pub const SECRET_WORDS: &[&str] = &[
     "PASSWD",
     "PASS",
     "PASSPHRASE",
+    // MYSQL_PWD, DB_PWD, LDAP_PW (the shell's own PWD and OLDPWD are exempt, see below).
+    "PWD",
+    "PW",
     "CREDENTIAL",
     "CREDENTIALS",
+    "CREDS",
     "AUTH",
     "PAT",
     "APIKEY",
     "COOKIE",
+    "COOKIES",
+    "PRIVATE",
+    "JWT",
+    "BEARER",
+    // A DSN names the server and usually the user and password (SENTRY_DSN carries a key).
+    "DSN",
+    // The URL of a webhook is the credential (SLACK_WEBHOOK_URL).
+    "WEBHOOK",
 ];
+
+/// Marks of a secret found anywhere in the name with its `_` removed, so that run-together
+/// names (`PGPASSWORD`, `GH_ACCESSTOKEN`, `OPENAI_APIKEY`, `MY_PRIVATEKEY`) are caught as well
+/// as the word-separated ones.
+pub const SECRET_SUBSTRINGS: &[&str] = &[
+    "PASSWORD",
+    "PASSWD",
+    "PASSPHRASE",
+    // PGPASSFILE, and any other pointer to a password file.
+    "PASSFILE",
+    "SECRET",
+    "CREDENTIAL",
+    "APIKEY",
+    "ACCESSKEY",
+    "PRIVATEKEY",
+    "SIGNINGKEY",
+    "MASTERKEY",
+    "ENCRYPTIONKEY",
+    "SESSIONKEY",
+    "AUTHKEY",
+    "KEYFILE",
+    "COOKIE",
+    // Frameworks' database URLs (PROD_DATABASE_URL): the login is inside.
+    "DATABASEURL",
+    "DATABASEURI",
+];
+
+/// Names of common tools' secrets (or of where a tool keeps them) that the word rules miss,
+/// each with why it is one.
+pub const SECRET_NAMES: &[(&str, &str)] = &[
+    // The X11 authority cookie: whoever holds it may drive the user's display (keystrokes).
+    ("XAUTHORITY", "the X11 cookie file"),
+    // The running gpg-agent: it signs and decrypts with the user's keys on request.
+    ("GPG_AGENT_INFO", "the gpg-agent socket"),
+    // The user's keyring directory (private keys).
+    ("GNUPGHOME", "the GnuPG key directory"),
+    // The Kerberos ticket cache: a ticket is a login.
+    ("KRB5CCNAME", "the Kerberos ticket cache"),
+    // kubectl's config holds cluster certificates and tokens.
+    ("KUBECONFIG", "kubectl's credentials file"),
+    // docker's config.json holds registry logins.
+    ("DOCKER_CONFIG", "docker's credentials directory"),
+    // rclone's config holds every remote's credentials.
+    ("RCLONE_CONFIG", "rclone's credentials file"),
+    // boto's config holds AWS and GCS keys.
+    ("BOTO_CONFIG", "boto's credentials file"),
+    ("BOTO_PATH", "boto's credentials files"),
+    // curl's and git's netrc holds passwords per host.
+    ("NETRC", "a netrc file (passwords per host)"),
+    // A program that hands out passwords on request.
+    ("GIT_ASKPASS", "a password helper"),
+    ("SSH_ASKPASS", "a password helper"),
+    ("SUDO_ASKPASS", "a password helper"),
+    // Bitwarden CLI's unlocked session key.
+    ("BW_SESSION", "Bitwarden's session key"),
+    // The database URL of frameworks (Rails, Django, Prisma): user and password inside.
+    ("DATABASE_URL", "a database URL with its login"),
+];
+
+/// Prefixes of whole families of credential variables, each with why.
+pub const SECRET_PREFIXES: &[(&str, &str)] = &[
+    // The AWS CLI and SDKs read keys, session tokens, container and web-identity credentials
+    // from a growing set of AWS_ variables; the harmless ones (AWS_REGION) pass with --pass-env.
+    ("AWS_", "AWS credentials"),
+    // Azure's SDKs and CLI: client secrets, certificate passwords, federated token files.
+    ("AZURE_", "Azure credentials"),
+    // Terraform's azurerm provider: ARM_CLIENT_SECRET, ARM_ACCESS_KEY, ...
+    ("ARM_", "Azure credentials (Terraform)"),
+    // 1Password CLI's unlocked session: OP_SESSION_<account>.
+    ("OP_SESSION_", "1Password's session token"),
+];
+
+/// Names that look like secrets by the rules above but are not: the shell's working
+/// directories (`PWD` is the word rule's `PWD`).
+const NOT_SECRET: &[&str] = &["PWD", "OLDPWD"];
 
 /// The `PATH` used when the caller gives none.
 pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
@@ -48,18 +138,74 @@ const SET_BY_SANDBOX: &[&str] = &[
     "HOME", "USER", "LOGNAME", "SHELL", "TMPDIR", "NO_PROXY", "no_proxy",
 ];
 
-/// Does `name` look like it holds a secret (`GITHUB_TOKEN`, `AWS_SECRET_ACCESS_KEY`,
-/// `DATABASE_URL`, `npm_config__auth`)?
+/// Does `name` look like it holds a secret (`GITHUB_TOKEN`, `PGPASSWORD`, `MYSQL_PWD`,
+/// `GH_ACCESSTOKEN`, `LC_PGPASSWORD`, `SSH_AUTH_SOCK`, `AWS_SESSION_TOKEN`, `DATABASE_URL`,
+/// `npm_config__auth`)? Case does not matter. The rules, in order:
+///
+/// - a whole `_`-separated word of [`SECRET_WORDS`];
+/// - a word that ends with `TOKEN`, `PWD` or `AUTH` (`ACCESSTOKEN`, `DBPWD`, `OAUTH`), or
+///   begins with `AUTH` (`AUTHORIZATION`, `AUTHTOKEN`; but not `AUTHOR`, as in
+///   `GIT_AUTHOR_NAME`);
+/// - one of [`SECRET_SUBSTRINGS`] anywhere in the name with its `_` removed;
+/// - a name of [`SECRET_NAMES`] or a prefix of [`SECRET_PREFIXES`].
+///
+/// `TOKEN` at the start of a word is not a mark (`TOKENIZERS_PARALLELISM`), nor `KEY` inside
+/// one (`KEYBOARD`, `MONKEY`); `PWD` and `OLDPWD` are the shell's working directory.
 pub fn looks_secret(name: &str) -> bool {
-    let upper = name.to_ascii_uppercase();
-    let words: Vec<&str> = upper.split('_').filter(|w| !w.is_empty()).collect();
-    if words.iter().any(|w| SECRET_WORDS.contains(w)) {
-        return true;
-    }
-    words.windows(2).any(|w| w == ["DATABASE", "URL"])
+    secret_reason(name).is_some()
 }
 
-/// The refusal of a secret-looking name (which only an explicit, named pass overrides).
+/// Which rule makes `name` look like a secret, for messages.
+pub fn secret_reason(name: &str) -> Option<&'static str> {
+    let upper = name.to_ascii_uppercase();
+    if NOT_SECRET.contains(&upper.as_str()) {
+        return None;
+    }
+    if let Some((_, why)) = SECRET_NAMES.iter().find(|(n, _)| *n == upper) {
+        return Some(why);
+    }
+    if let Some((_, why)) = SECRET_PREFIXES.iter().find(|(p, _)| upper.starts_with(p)) {
+        return Some(why);
+    }
+    let words: Vec<&str> = upper.split('_').filter(|w| !w.is_empty()).collect();
+    if words.iter().any(|w| SECRET_WORDS.contains(w)) {
+        return Some("a secret word in its name");
+    }
+    let marked = |w: &&str| {
+        w.ends_with("TOKEN")
+            || w.ends_with("PWD")
+            || w.ends_with("AUTH")
+            || (w.starts_with("AUTH") && !matches!(*w, "AUTHOR" | "AUTHORS"))
+    };
+    if words.iter().any(marked) {
+        return Some("a secret word in its name");
+    }
+    let joined: String = words.concat();
+    if SECRET_SUBSTRINGS.iter().any(|s| joined.contains(s)) {
+        return Some("a secret word in its name");
+    }
+    None
+}
+
+/// Does `value` carry a password in a URL (`postgres://app:hunter2@db/prod`), whatever the
+/// variable is called (`REDIS_URL`, `MONGODB_URI`, `CELERY_BROKER_URL`)?
+pub fn value_has_url_password(value: &str) -> bool {
+    let mut rest = value;
+    while let Some(i) = rest.find("://") {
+        let after = &rest[i + 3..];
+        let authority = after.split(['/', '?', '#', ' ']).next().unwrap_or("");
+        if let Some((userinfo, _host)) = authority.rsplit_once('@') {
+            if userinfo.contains(':') {
+                return true;
+            }
+        }
+        rest = after;
+    }
+    false
+}
+
+/// The refusal of a secret-looking name or value (which only an explicit, named pass
+/// overrides).
 pub const LOOKS_SECRET: &str = "looks like a secret";
 
 /// Why `name=value` may not be passed, if it may not.
@@ -70,7 +216,7 @@ pub fn refusal(name: &str, value: &str) -> Option<&'static str> {
     if name.starts_with("LD_") {
         return Some("LD_ variables are never passed");
     }
-    if looks_secret(name) {
+    if looks_secret(name) || value_has_url_password(value) {
         return Some(LOOKS_SECRET);
     }
     if SET_BY_SANDBOX.contains(&name) || PROXY_NAMES.contains(&name) {
@@ -79,7 +225,8 @@ pub fn refusal(name: &str, value: &str) -> Option<&'static str> {
     None
 }
 
-/// The allowlisted variables of the current process (what `gatehouse sandbox` passes on).
+/// The allowlisted variables of the current process (what `gatehouse sandbox` passes on). The
+/// secret-looking ones among them are dropped later, by [`build`], which says so.
 pub fn inherited_from_process() -> Vec<(String, String)> {
     std::env::vars()
         .filter(|(k, _)| {
@@ -138,8 +285,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn secret_looking_names_are_whole_words() {
+    fn secret_looking_names_are_caught_joined_or_split() {
         for n in [
+            // What the issue saw pass.
+            "PGPASSWORD",
+            "MYSQL_PWD",
+            "GH_ACCESSTOKEN",
+            "LC_PGPASSWORD",
+            // Whole words.
             "GITHUB_TOKEN",
             "AWS_SECRET_ACCESS_KEY",
             "AWS_ACCESS_KEY_ID",
@@ -149,24 +302,134 @@ mod tests {
             "GPG_PASSPHRASE",
             "GOOGLE_APPLICATION_CREDENTIALS",
             "GITHUB_PAT",
+            "CR_PAT",
             "DATABASE_URL",
             "PROD_DATABASE_URL",
             "api_key",
             "npm_config__auth",
+            "LDAP_BIND_PW",
+            "SENTRY_DSN",
+            "SLACK_WEBHOOK_URL",
+            "GITHUB_APP_PRIVATE_KEY",
+            // Common tools' keys.
+            "OPENAI_API_KEY",
+            "ANTHROPIC_API_KEY",
+            "GEMINI_API_KEY",
+            "GH_TOKEN",
+            "GITLAB_TOKEN",
+            "NPM_TOKEN",
+            "NODE_AUTH_TOKEN",
+            "HF_TOKEN",
+            "HUGGING_FACE_HUB_TOKEN",
+            "VAULT_TOKEN",
+            "CARGO_REGISTRY_TOKEN",
+            "TWINE_PASSWORD",
+            "DOCKER_AUTH_CONFIG",
+            "CLAUDE_CODE_OAUTH_TOKEN",
+            "REDISCLI_AUTH",
+            "CONSUL_HTTP_TOKEN",
+            "GOOGLE_CLOUD_KEYFILE_JSON",
+            "HTTP_AUTHORIZATION",
+            "PGPASSFILE",
+            // Joined together, any case.
+            "DBPWD",
+            "SMTPPASSWORD",
+            "ghAccessToken",
+            "MYAPIKEY",
+            "OAUTH",
+            "AUTHTOKEN",
+            "SIGNINGKEY_FILE",
+            "X_CLIENTSECRET",
+            // The table: names and families.
+            "XAUTHORITY",
+            "GPG_AGENT_INFO",
+            "GNUPGHOME",
+            "KRB5CCNAME",
+            "KUBECONFIG",
+            "DOCKER_CONFIG",
+            "RCLONE_CONFIG",
+            "BOTO_CONFIG",
+            "NETRC",
+            "GIT_ASKPASS",
+            "SSH_ASKPASS",
+            "BW_SESSION",
+            "AWS_PROFILE",
+            "AWS_SESSION_TOKEN",
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+            "AZURE_CLIENT_SECRET",
+            "AZURE_FEDERATED_TOKEN_FILE",
+            "ARM_ACCESS_KEY",
+            "OP_SESSION_my",
         ] {
+            assert!(looks_secret(n), "{n}");
+            assert_eq!(refusal(n, "x"), Some(LOOKS_SECRET), "{n}");
+        }
+        for (n, _) in SECRET_NAMES {
             assert!(looks_secret(n), "{n}");
         }
         for n in [
             "PATH",
+            "LANG",
+            "LC_ALL",
+            "LC_CTYPE",
+            "TERM",
+            "TERM_PROGRAM",
+            "COLORTERM",
+            "TZ",
+            "HOSTNAME",
+            "EDITOR",
+            "VISUAL",
+            "PAGER",
+            "CARGO_HOME",
+            "CARGO_TERM_COLOR",
+            "RUSTUP_HOME",
+            "RUST_LOG",
+            "NODE_ENV",
+            "PYTHONPATH",
+            "VIRTUAL_ENV",
+            "GOPATH",
             "KEYBOARD",
             "PASSAGE",
             "MONKEY",
             "PATH_INFO",
-            "TERM",
             "AUTHOR_NAME",
+            "GIT_AUTHOR_NAME",
+            "GIT_AUTHOR_EMAIL",
+            "GIT_COMMITTER_NAME",
+            "TOKENIZERS_PARALLELISM",
+            "PWD",
+            "OLDPWD",
+            "SHLVL",
+            "DEBIAN_FRONTEND",
+            "CI",
+            "MAKEFLAGS",
+            "XDG_SESSION_TYPE",
+            "DISPLAY",
         ] {
             assert!(!looks_secret(n), "{n}");
         }
+    }
+
+    #[test]
+    fn a_url_with_a_password_in_the_value_is_a_secret_whatever_its_name() {
+        for v in [
+            "postgres://app:hunter2@db.internal/prod",
+            "redis://:pw@127.0.0.1:6379/0",
+            "see amqp://u:p@mq/ for the broker",
+        ] {
+            assert!(value_has_url_password(v), "{v}");
+            assert_eq!(refusal("BROKER_URL", v), Some(LOOKS_SECRET), "{v}");
+        }
+        for v in [
+            "https://example.com/a@b",
+            "https://user@example.com/",
+            "ssh://git@github.com/o/r.git",
+            "/usr/bin:/bin",
+            "a:b@c",
+        ] {
+            assert!(!value_has_url_password(v), "{v}");
+        }
+        assert_eq!(refusal("MIRROR", "https://example.com/x"), None);
     }
 
     #[test]

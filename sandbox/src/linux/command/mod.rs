@@ -20,6 +20,8 @@ pub mod fdpass;
 pub mod identity;
 mod landlock_rules;
 mod plan;
+pub mod project;
+mod gitconfig;
 pub mod policy;
 #[cfg(feature = "test-hooks")]
 pub mod probe;
@@ -128,6 +130,8 @@ pub struct Prepared {
     /// judges.
     pub program: PathBuf,
     pub report: SandboxReport,
+    /// What the writable grants held before, for [`Sandboxed::sweep`].
+    snapshot: project::Snapshot,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -244,27 +248,46 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
             _ => {}
         }
     }
-    let mut git_dirs: Vec<PathBuf> = Vec::new();
-    for g in grants.iter().filter(|g| g.is_dir) {
+    // Read-only grants: the git dirs at their top and one level down keep hooks and config
+    // hidden. Writable grants: everything `project` finds at any depth.
+    for g in grants.iter().filter(|g| g.is_dir && !g.write) {
         let mut found = protected::git_dirs(&g.path);
         if g.path.file_name().is_some_and(|n| n == ".git") {
             found.push(g.path.clone());
         }
         for dir in found {
-            if g.write {
-                ensure_git_maskable(&dir)?;
-            }
             for name in GIT_PROTECTED {
                 let p = dir.join(name);
                 if std::fs::symlink_metadata(&p).is_ok() {
                     masks.push(p);
                 }
             }
-            if g.write {
-                git_dirs.push(dir);
-            }
         }
     }
+    let mut exempt: Vec<PathBuf> = protect.clone();
+    if let Some(h) = &spec.state_home {
+        exempt.push(std::fs::canonicalize(h).unwrap_or_else(|_| h.clone()));
+    }
+    let writable: Vec<PathBuf> = grants
+        .iter()
+        .filter(|g| g.write && g.is_dir)
+        .map(|g| g.path.clone())
+        .collect();
+    let found = project::before(&writable, &exempt, &spec.home).map_err(SandboxError::Refused)?;
+    if let Some(first) = found.refusals.first() {
+        let more = found.refusals.len() - 1;
+        return Err(SandboxError::Refused(if more == 0 {
+            first.clone()
+        } else {
+            format!(
+                "{first} (and {more} more: {})",
+                found.refusals[1..].join("; ")
+            )
+        }));
+    }
+    masks.extend(found.masks.iter().cloned());
+    // A state home is the agent's own: nothing in it is masked.
+    masks.retain(|m| !exempt[protect.len()..].iter().any(|e| m.starts_with(e)));
     masks.sort();
     masks.dedup();
 
@@ -485,8 +508,12 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
         ));
         layout.mounted(&g.path, Cover::Host);
     }
-    // A .git that is a mount point cannot be renamed away (and replaced by one without masks).
-    for d in &git_dirs {
+    // Pins: a mount point cannot be renamed or removed, so no protected place (nor a git dir)
+    // can be replaced by moving it, or a directory above it, away. Shallow first, so that each
+    // later mount lands on top of the earlier ones.
+    let mut pins = found.pins.clone();
+    pins.sort_by_key(|p| p.components().count());
+    for d in &pins {
         let s = cpath(&layout.staged(d));
         ops.push((
             Op::Mount {
@@ -497,6 +524,34 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
                 data: None,
             },
             format!("pinning {}", d.display()),
+        ));
+    }
+    // Read, never written: bound onto themselves read-only.
+    for p in &found.read_only {
+        let s = cpath(&layout.staged(p));
+        ops.push((
+            Op::Mount {
+                src: Some(s.clone()),
+                target: s.clone(),
+                fstype: None,
+                flags: libc::MS_BIND | libc::MS_REC,
+                data: None,
+            },
+            format!("binding {} for read-only", p.display()),
+        ));
+        ops.push((
+            Op::Mount {
+                src: None,
+                target: s,
+                fstype: None,
+                flags: libc::MS_REMOUNT
+                    | libc::MS_BIND
+                    | libc::MS_RDONLY
+                    | libc::MS_NOSUID
+                    | libc::MS_NODEV,
+                data: None,
+            },
+            format!("making {} read-only", p.display()),
         ));
     }
     if !masks.is_empty() {
@@ -682,6 +737,7 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
         unix_connector: None,
         program,
         report,
+        snapshot: found.snapshot,
     })
 }
 
@@ -807,26 +863,6 @@ fn build_dev(layout: &mut Layout, ops: &mut Vec<(Op, String)>) {
     ));
 }
 
-/// A writable grant's git dir must have `hooks/` and `config` for them to be masked: a mount
-/// needs something to mount on, and a command could otherwise create them and have git on the
-/// host run what it put there. gatehouse does not write to the user's repository to make them
-/// (and as another uid it could not), so a missing one refuses the command with what to do.
-fn ensure_git_maskable(dir: &Path) -> Result<(), SandboxError> {
-    for (name, make) in [("hooks", "mkdir"), ("config", "touch")] {
-        let p = dir.join(name);
-        if std::fs::symlink_metadata(&p).is_err() {
-            return Err(SandboxError::Refused(format!(
-                "{} does not exist, so it cannot be masked, and a command could create it for git on the host to run: create it (`{make} {}`, as `git init` does) and run again",
-                p.display(),
-                p.display()
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// `argv0` as the sandbox will find it: the path to exec, and the resolved program (links
-/// followed) for the command policy. Only host trees shown in the sandbox are searched.
 fn resolve_program(
     argv0: &str,
     path_var: &str,
@@ -930,6 +966,7 @@ pub struct Sandboxed {
     op_text: Vec<String>,
     pub report: SandboxReport,
     reaped: bool,
+    snapshot: project::Snapshot,
 }
 
 /// A path in the sandbox's private `/tmp`, one name deep: nothing of the host is there, so
@@ -1114,6 +1151,7 @@ impl Prepared {
             op_text: std::mem::take(&mut self.plan.op_text),
             report: self.report.clone(),
             reaped: false,
+            snapshot: std::mem::take(&mut self.snapshot),
         })
     }
 }
@@ -1186,6 +1224,15 @@ impl Sandboxed {
     }
 
     /// Reaps the init process (call once its pidfd is readable, or after [`Sandboxed::kill`]).
+    /// After the command: what it planted in its writable grants that the user's tools would
+    /// run (a new git dir's hooks and config, editor and agent settings), set aside under
+    /// `NAME.gatehouse-held` (see `project`). Waits for the sandbox to end first: when its init
+    /// process has been reaped, the kernel has ended every process of the command.
+    pub fn sweep(&mut self) -> io::Result<Vec<project::Held>> {
+        self.reap()?;
+        Ok(project::after(&self.snapshot))
+    }
+
     pub fn reap(&mut self) -> io::Result<()> {
         if self.reaped {
             return Ok(());

@@ -2,15 +2,19 @@
 //! granted. Home directories are not mounted at all unless granted; these masks matter when a
 //! grant contains a home directory (or lies inside one), and for `.git` inside any grant.
 
+use ipc_schema::protected::Guard;
 use std::path::{Path, PathBuf};
 
-/// Protected places: the one table every layer checks (`ipc_schema::protected::RULES`: key
-/// material and credentials, browser and mail profiles, places that run code at login, shell
-/// start-up files), consecutive path components matched case-insensitively wherever they appear.
+/// Places a command never reads: the [`Guard::NoAccess`] rules of the one table every layer
+/// checks (`ipc_schema::protected::RULES`: key material and credentials, browser and mail
+/// profiles, places that run code at login, shell start-up files), consecutive path components
+/// matched case-insensitively wherever they appear. The read-only rules matter only where a
+/// command may write: `project` applies them in writable grants.
 fn rules() -> impl Iterator<Item = &'static [&'static str]> {
     ipc_schema::protected::RULES
         .iter()
-        .map(|(rule, _why)| *rule)
+        .filter(|r| r.guard == Guard::NoAccess)
+        .map(|r| r.path)
         .chain(OWN_DIRS.iter().copied())
 }
 
@@ -39,35 +43,18 @@ pub(crate) fn homes(own: &Path) -> Vec<PathBuf> {
     out
 }
 
-fn lower_components(p: &Path) -> Vec<String> {
-    p.components()
-        .filter_map(|c| match c {
-            std::path::Component::Normal(n) => Some(n.to_string_lossy().to_lowercase()),
-            _ => None,
-        })
-        .collect()
-}
-
-/// The protected place `path` is in, if any (a rule, or `.git/.../hooks|config`).
-pub(crate) fn protected_place(path: &Path) -> Option<String> {
-    let comps = lower_components(path);
-    for rule in rules() {
-        if comps
-            .windows(rule.len())
-            .any(|w| w.iter().zip(rule.iter()).all(|(c, r)| c == r))
-        {
-            return Some(rule.join("/"));
-        }
+/// The protected place `path` is in, if any (a rule, or `.git/.../hooks|config`), and its guard.
+pub(crate) fn protected_place(path: &Path) -> Option<(String, Guard)> {
+    use std::os::unix::ffi::OsStrExt;
+    let comps = ipc_schema::protected::folded_components(path.as_os_str().as_bytes());
+    if let Some(own) = OWN_DIRS.iter().find(|r| {
+        comps
+            .windows(r.len())
+            .any(|w| w.iter().zip(r.iter()).all(|(c, x)| c == x.as_bytes()))
+    }) {
+        return Some((own.join("/"), Guard::NoAccess));
     }
-    if let Some(git) = comps.iter().position(|c| c == ".git") {
-        if let Some(name) = comps[git + 1..]
-            .iter()
-            .find(|c| GIT_PROTECTED.contains(&c.as_str()))
-        {
-            return Some(format!(".git/.../{name}"));
-        }
-    }
-    None
+    ipc_schema::protected::check_components(&comps).map(|p| (p.place, p.guard))
 }
 
 /// Why `path` (absolute, resolved) may not be granted at all, if it may not.
@@ -87,7 +74,9 @@ pub(crate) fn refuse_grant(path: &Path, extra: &[PathBuf]) -> Option<String> {
             return Some(format!("{} is gatehouse's own directory", p.display()));
         }
     }
-    protected_place(path).map(|place| format!("it is inside a protected place ({place})"))
+    protected_place(path)
+        .filter(|(_, g)| *g == Guard::NoAccess)
+        .map(|(place, _)| format!("it is inside a protected place ({place})"))
 }
 
 /// Why `path` may not be granted read-write, if it may not: a writable grant must not contain a
@@ -114,7 +103,9 @@ pub(crate) fn refuse_write_grant(
             ));
         }
     }
-    None
+    protected_place(path).map(|(place, _)| {
+        format!("it is inside {place}, which commands may read but never write")
+    })
 }
 
 /// The existing protected places directly in `dir`: each entry whose name (case-insensitively)
@@ -236,10 +227,10 @@ mod tests {
             r("/data/gh/run").unwrap(),
             "/data/gh is gatehouse's own directory"
         );
-        assert!(r("/p/.git/hooks").unwrap().contains(".git/.../hooks"));
+        assert!(r("/p/.git/hooks").unwrap().contains(".git/…/hooks"));
         assert!(r("/p/.git/modules/x/config")
             .unwrap()
-            .contains(".git/.../config"));
+            .contains(".git/…/config"));
         assert_eq!(r("/home/a/project"), None);
         assert_eq!(r("/home/a/.config"), None);
         assert_eq!(r("/p/.git"), None);
@@ -250,18 +241,21 @@ mod tests {
     fn every_rule_of_the_shared_table_is_protected_here_too() {
         // The exec sandbox once kept its own copy of the table and it drifted (no macOS
         // Library/ entries); now every shared rule must refuse a grant here as well.
-        for (rule, why) in ipc_schema::protected::RULES {
-            let p = Path::new("/w").join(rule.join("/")).join("inner");
+        for rule in ipc_schema::protected::RULES {
+            let p = Path::new("/w")
+                .join(rule.path.join("/").replace('*', "x"))
+                .join("inner");
             assert_eq!(
-                protected_place(&p),
-                Some(rule.join("/")),
-                "{} ({why}) is not protected in the exec sandbox",
-                p.display()
+                protected_place(&p).map(|(place, _)| place),
+                Some(rule.path.join("/")),
+                "{} ({}) is not protected in the exec sandbox",
+                p.display(),
+                rule.why
             );
         }
         assert_eq!(
             protected_place(Path::new("/w/Library/Keychains/login.keychain-db")),
-            Some("library/keychains".to_string())
+            Some(("library/keychains".to_string(), Guard::NoAccess))
         );
         assert_eq!(protected_place(Path::new("/w/Library/Fonts")), None);
     }

@@ -33,6 +33,7 @@ pub struct Watch {
     open: [bool; 2],
     events_open: bool,
     init_gone: bool,
+    held: Vec<super::project::Held>,
     status: Option<i32>,
     setup_failed: Option<String>,
     exec_failed: Option<(i32, String)>,
@@ -64,6 +65,7 @@ impl Watch {
             open: [true, true],
             events_open: true,
             init_gone: false,
+            held: Vec::new(),
             status: None,
             setup_failed: None,
             exec_failed: None,
@@ -173,7 +175,8 @@ impl Watch {
         if ready[3] && !self.init_gone {
             self.init_gone = true;
             self.gone_at = Some(Instant::now());
-            let _ = self.sb.reap();
+            // Every process of the command has ended: what it planted is set aside now.
+            self.held = self.sb.sweep().unwrap_or_default();
         }
     }
 
@@ -228,11 +231,27 @@ impl Watch {
                 message: "the sandbox ended before the command reported an exit".into(),
             }
         };
+        use std::os::unix::ffi::OsStrExt;
+        let bytes = |p: &std::path::Path| p.as_os_str().as_bytes().to_vec();
         RunEnd {
             outcome,
             stdout_dropped: self.dropped[0],
             stderr_dropped: self.dropped[1],
             elapsed_ms: self.start.elapsed().as_millis() as u64,
+            held: self
+                .held
+                .iter()
+                .take(ipc_schema::exec::HELD_SHOWN_MAX)
+                .map(|h| ipc_schema::exec::HeldPath {
+                    path: bytes(&h.path),
+                    moved_to: h.moved_to.as_deref().map(|p| bytes(p).into()),
+                    why: h.why.chars().take(200).collect(),
+                })
+                .collect(),
+            held_more: self
+                .held
+                .len()
+                .saturating_sub(ipc_schema::exec::HELD_SHOWN_MAX) as u64,
         }
     }
 }
