@@ -206,6 +206,7 @@ pub fn run(args: &[String]) {
 
 fn spec(root: &Path, home: &Path, network: Network) -> SandboxSpec {
     SandboxSpec {
+        hide: Default::default(),
         argv: vec!["/bin/true".into()],
         cwd: root.to_path_buf(),
         grants: vec![PathGrant {

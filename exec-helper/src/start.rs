@@ -30,7 +30,9 @@ pub fn start(
     // The helper re-checks the built-in command policy (the broker checked it first).
     let denial = |program: &Path| policy::builtin_denial(&spec.argv, program);
     let argv0 = spec.argv.first().cloned().unwrap_or_default();
+    let hide = spec.hide.clone();
     let prepared = command::prepare(SandboxSpec {
+        hide,
         argv: spec.argv.clone(),
         cwd: spec.cwd,
         grants: spec.grants,

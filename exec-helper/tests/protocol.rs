@@ -193,6 +193,7 @@ fn placeholder_hello() -> Hello {
 
 fn spec(work: &Path, argv: &[&str]) -> CommandSpec {
     CommandSpec {
+        hide: Default::default(),
         argv: argv.iter().map(|s| s.to_string()).collect(),
         cwd: work.to_path_buf(),
         grants: vec![

@@ -1,6 +1,6 @@
 //! Directory grants: what the broker allows under each root, and the checks that follow from it.
 
-use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
+use globset::{Glob, GlobBuilder, GlobSet};
 use ipc_schema::fs::{Access, Caps, FsError, FsErrorKind, GrantId, GrantInfo};
 use rustix::fd::OwnedFd;
 use std::ffi::OsStr;
@@ -41,11 +41,7 @@ impl Grant {
         exclude: Vec<String>,
     ) -> Result<Grant, String> {
         let build = |pats: &[String]| -> Result<GlobSet, String> {
-            let mut b = GlobSetBuilder::new();
-            for p in pats {
-                b.add(glob(p).map_err(|e| format!("grant {id}: bad glob {p:?}: {e}"))?);
-            }
-            b.build().map_err(|e| format!("grant {id}: {e}"))
+            ipc_schema::grant_glob::set(pats, &format!("grant {id}"))
         };
         let include_set = if include.is_empty() {
             None
@@ -108,19 +104,15 @@ impl Grant {
             ));
         }
         let path = Path::new(OsStr::from_bytes(rel));
-        let mut prefix = Some(path);
-        while let Some(p) = prefix.filter(|p| !p.as_os_str().is_empty()) {
-            if self.exclude_set.is_match(p) {
-                return Err(FsError::new(
-                    FsErrorKind::Excluded,
-                    format!(
-                        "{shown}: excluded by grant {} ({})",
-                        self.id,
-                        self.exclude.join(", ")
-                    ),
-                ));
-            }
-            prefix = p.parent();
+        if ipc_schema::grant_glob::excluded(&self.exclude_set, path) {
+            return Err(FsError::new(
+                FsErrorKind::Excluded,
+                format!(
+                    "{shown}: excluded by grant {} ({})",
+                    self.id,
+                    self.exclude.join(", ")
+                ),
+            ));
         }
         if let (Some(inc), false) = (&self.include_set, is_dir || rel.is_empty()) {
             if !inc.is_match(path) {

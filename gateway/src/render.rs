@@ -316,6 +316,12 @@ fn grep(g: &GrepResults) -> String {
             if m.line_truncated { " [line cut]" } else { "" }
         ));
     }
+    if g.secret_files_withheld > 0 {
+        out.push_str(&format!(
+            "[gatehouse: lines from {} files that may hold secrets were withheld; read_file asks for them]\n",
+            g.secret_files_withheld
+        ));
+    }
     out.push_str(&stopped(g.stopped, g.depth_limited));
     out
 }

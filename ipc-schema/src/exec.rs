@@ -108,6 +108,18 @@ pub struct CommandSpec {
     pub env: Vec<(String, String)>,
     pub network: NetworkMode,
     pub limits: Limits,
+    /// What the command may not see in its grants (their exclude globs, files that may hold
+    /// secrets): masked.
+    pub hide: Hide,
+}
+
+/// What is masked inside the grants, beyond the protected places.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+pub struct Hide {
+    /// Globs relative to the first grant's root (`ipc_schema::grant_glob`).
+    pub exclude: Vec<String>,
+    /// Files whose names say they hold secrets (`ipc_schema::protected::sensitive`).
+    pub sensitive: bool,
 }
 
 /// One path the command may see, and how.

@@ -325,6 +325,9 @@ pub struct GrepResults {
     pub files_searched: u64,
     /// Binary, too large, special, hard-linked or protected files passed over.
     pub files_skipped: u64,
+    /// Files whose names say they hold secrets, whose matching lines the broker withheld (the
+    /// grant does not allow secret files; `read_file` asks for each).
+    pub secret_files_withheld: u64,
     pub depth_limited: bool,
     pub stopped: Option<StopReason>,
 }

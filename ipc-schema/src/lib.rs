@@ -15,7 +15,9 @@ pub mod exec;
 pub mod fs;
 #[cfg(unix)]
 pub mod helper;
+pub mod inert;
 pub mod net;
+pub mod grant_glob;
 pub mod protected;
 pub mod route;
 pub mod secrets;

@@ -308,6 +308,11 @@ pub enum LaunchRequest {
     /// refused.
     Open {
         profile: Option<crate::tool::ProfileName>,
+        /// The names (never the values) of the variables passed to the agent although they
+        /// look like secrets, because the user named them (`--pass-env`, or the recipe's key
+        /// variables): written into the session's audit row. Each a variable name (letters,
+        /// digits, `_`, not starting with a digit); anything else refuses the request.
+        passed_env: Vec<String>,
     },
     /// The run is over: revoke the session's token (an audit row says so).
     End { session: crate::tool::SessionId },

@@ -3,7 +3,7 @@
 
 use super::doc::{ActionDoc, CapabilityDoc, PolicyDoc, ProfileDoc};
 use super::protected::Protected;
-use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use globset::GlobSet;
 use ipc_schema::fs::{Caps, GrantId};
 use ipc_schema::tool::{Action, ProfileName, ToolName};
 use std::collections::{BTreeMap, BTreeSet};
@@ -24,6 +24,8 @@ pub struct Grant {
     pub exclude: Vec<String>,
     pub include_set: Option<GlobSet>,
     pub exclude_set: GlobSet,
+    /// `secret_files = "allow"`: files that may hold secrets are read without asking.
+    pub secret_files_allowed: bool,
 }
 
 /// A `hosts` entry.
@@ -192,18 +194,9 @@ pub fn action(a: ActionDoc) -> Action {
     }
 }
 
-/// Globs on paths: `*` stays within one component, `**` crosses (as in the fs-helper).
+/// Globs on paths: the grants' one implementation (`ipc_schema::grant_glob`).
 fn globset(patterns: &[String], what: &str) -> Result<GlobSet, String> {
-    let mut b = GlobSetBuilder::new();
-    for p in patterns {
-        let g = GlobBuilder::new(p)
-            .literal_separator(true)
-            .backslash_escape(true)
-            .build()
-            .map_err(|e| format!("{what}: bad glob {p:?}: {e}"))?;
-        b.add(g);
-    }
-    b.build().map_err(|e| format!("{what}: {e}"))
+    ipc_schema::grant_glob::set(patterns, what)
 }
 
 /// Is `root` `/`, the user's home directory, or a directory containing it?
@@ -328,6 +321,7 @@ pub fn compile_profile(
                 Some(globset(&g.include, &what)?)
             },
             exclude_set: globset(&g.exclude, &what)?,
+            secret_files_allowed: g.secret_files == super::doc::SecretFilesDoc::Allow,
         });
     }
     let mut rules = Vec::new();

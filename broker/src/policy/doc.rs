@@ -121,6 +121,25 @@ pub struct GrantDoc {
     /// Required to grant `/` or a home directory.
     #[serde(default)]
     pub confirm_broad_root: bool,
+    /// Files whose names say they hold secrets (`.env`, private keys, keystores, Terraform
+    /// state): `ask` (the default) asks before each read and hides them from commands and
+    /// searches; `allow` treats them like any other file of the grant.
+    #[serde(default, skip_serializing_if = "SecretFilesDoc::is_default")]
+    pub secret_files: SecretFilesDoc,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum SecretFilesDoc {
+    #[default]
+    Ask,
+    Allow,
+}
+
+impl SecretFilesDoc {
+    fn is_default(&self) -> bool {
+        *self == SecretFilesDoc::Ask
+    }
 }
 
 fn yes() -> bool {
@@ -185,6 +204,7 @@ pub fn default_profile(root: Option<&str>) -> PolicyDoc {
                     CapabilityDoc::Delete,
                 ],
                 confirm_broad_root: false,
+                secret_files: SecretFilesDoc::Ask,
             })
             .into_iter()
             .collect(),

@@ -92,12 +92,8 @@ fn check_grant(policy: &Policy, t: &PathTarget) -> Result<(), Verdict> {
     if !g.recursive && depth > 1 {
         return Err(deny(format!("{gname} is not recursive ({shown_path})")));
     }
-    let mut prefix = Some(relp);
-    while let Some(p) = prefix.filter(|p| !p.as_os_str().is_empty()) {
-        if g.exclude_set.is_match(p) {
-            return Err(deny(format!("{gname} excludes {shown_path}")));
-        }
-        prefix = p.parent();
+    if ipc_schema::grant_glob::excluded(&g.exclude_set, relp) {
+        return Err(deny(format!("{gname} excludes {shown_path}")));
     }
     if let Some(inc) = &g.include_set {
         if !t.is_dir && depth > 0 && !inc.is_match(relp) {
@@ -205,8 +201,67 @@ pub fn hops_off_network<'a>(
     None
 }
 
+/// Why a command's sandbox could not keep to `g`, if it could not: it shows a directory tree
+/// whole (exclude globs and secret files masked), so a grant that admits only some of its
+/// files, only its top level, or nothing to read is refused for commands rather than widened.
+/// A grant without every one of write, edit and delete is given read-only.
+pub fn command_cannot_hold(g: &super::compile::Grant) -> Option<&'static str> {
+    if !g.caps.read {
+        Some("does not give read")
+    } else if !g.recursive {
+        Some("is not recursive")
+    } else if g.include_set.is_some() {
+        Some("admits only the files its include globs name")
+    } else {
+        None
+    }
+}
+
+/// Whether a command in `g` may write there: only when the grant gives every kind of change,
+/// since a writable tree lets a command write, edit and delete alike.
+pub fn command_writes(g: &super::compile::Grant) -> bool {
+    g.caps.write && g.caps.edit && g.caps.delete
+}
+
 /// The policy's verdict on `tool` acting on `target`.
 pub fn evaluate(
+    policy: &Policy,
+    protected: &Protected,
+    tool: ToolName,
+    target: &Target,
+) -> Verdict {
+    let v = evaluate_rules(policy, protected, tool, target);
+    // A read of a file that may hold secrets is a disclosure to the agent's model provider:
+    // asked, unless the grant allows secret files or a rule naming the path allows it.
+    if v.action != Action::Allow {
+        return v;
+    }
+    let Target::Paths(ps) = target else { return v };
+    for p in ps.iter().filter(|p| p.access == Access::Read && !p.is_dir) {
+        let Some(why) = ipc_schema::protected::sensitive(&p.abs) else {
+            continue;
+        };
+        if grant_for(policy, &p.abs).is_some_and(|(g, _, _)| g.secret_files_allowed) {
+            continue;
+        }
+        let named = policy.rules.iter().any(|r| {
+            r.action == Action::Allow && r.paths.is_some() && rule_applies(r, tool, target)
+        });
+        if named {
+            continue;
+        }
+        return Verdict {
+            action: Action::Ask,
+            rule: format!(
+                "{} may hold secrets ({why}); what the agent reads goes to its model provider (secret_files = \"allow\" on the grant, or an allow rule naming the path, reads it without asking)",
+                shown(&p.abs)
+            ),
+        };
+    }
+    v
+}
+
+fn evaluate_rules(
     policy: &Policy,
     protected: &Protected,
     tool: ToolName,
@@ -227,11 +282,18 @@ pub fn evaluate(
             if let Some(why) = protected.check(cwd, false) {
                 return deny(format!("protected path: {why}"));
             }
-            if grant_for(policy, cwd).is_none() {
+            let Some((g, root, _)) = grant_for(policy, cwd) else {
                 return deny(format!(
                     "the working directory {} is outside the grants of profile {}",
                     shown(cwd),
                     policy.profile
+                ));
+            };
+            if let Some(why) = command_cannot_hold(g) {
+                return deny(format!(
+                    "grant {} ({}) {why}, which a command's sandbox cannot hold to; give commands a grant without it",
+                    g.id,
+                    root.display()
                 ));
             }
         }

@@ -121,14 +121,22 @@ pub async fn execute_effect(
     };
     // The session's own profile's grant (the fs-helper's grant may be another profile's,
     // nested inside): its root is what the command sees, writable if that grant writes.
-    let (writable, root) = {
+    let (writable, root, hide) = {
         let policy = ctx.gate.policy.borrow().profile(profile).ok();
         let grant = policy.as_ref().and_then(|p| {
-            crate::policy::eval::grant_for(p, &cwd.absolute)
-                .map(|(g, root, _)| (g.caps, root.as_os_str().as_bytes().to_vec()))
+            crate::policy::eval::grant_for(p, &cwd.absolute).map(|(g, root, _)| {
+                (
+                    crate::policy::eval::command_writes(g),
+                    root.as_os_str().as_bytes().to_vec(),
+                    ipc_schema::exec::Hide {
+                        exclude: g.exclude.clone(),
+                        sensitive: !g.secret_files_allowed,
+                    },
+                )
+            })
         });
         match grant {
-            Some((c, root)) => (c.write, root),
+            Some(g) => g,
             None => {
                 return never(
                     ErrorCode::Refused,
@@ -153,6 +161,7 @@ pub async fn execute_effect(
             },
         }],
         env: vec![],
+        hide,
         network: NetworkMode::None,
         limits: Limits {
             timeout_ms,

@@ -508,6 +508,7 @@ async fn run(
         } else {
             fs::execute(ctx, &call, &resolved, None)
                 .await
+                .map(|r| without_secret_lines(&profile, ctx, r))
                 .map_err(ToolReply::Failed)
         };
         let outcome = match &out {
@@ -751,6 +752,31 @@ fn web_url(call: &ToolCall) -> Option<&str> {
 
 /// A page fetched for a profile with a network allowlist, refused if a redirect took it off
 /// the list (the net-helper follows redirects of reads itself).
+/// Content-search lines from files that may hold secrets are withheld (and counted), unless
+/// their grant allows secret files: a search must not read what `read_file` would ask for.
+fn without_secret_lines(profile: &ProfileName, ctx: &Rc<Ctx>, r: ToolResult) -> ToolResult {
+    let ToolResult::Grep(mut g) = r else { return r };
+    let policy = ctx.gate.policy.borrow().profile(profile).ok();
+    let allowed = |abs: &[u8]| {
+        policy.as_ref().is_some_and(|p| {
+            crate::policy::eval::grant_for(p, abs).is_some_and(|(g, _, _)| g.secret_files_allowed)
+        })
+    };
+    let mut withheld = std::collections::BTreeSet::new();
+    g.matches.retain(|m| {
+        let mut abs = g.base.root.clone();
+        abs.push(b'/');
+        abs.extend_from_slice(&m.relative);
+        let hide = ipc_schema::protected::sensitive(&abs).is_some() && !allowed(&abs);
+        if hide {
+            withheld.insert(m.relative.clone());
+        }
+        !hide
+    });
+    g.secret_files_withheld = withheld.len() as u64;
+    ToolResult::Grep(g)
+}
+
 fn stayed_on_network(
     profile: &ProfileName,
     ctx: &Rc<Ctx>,

@@ -376,6 +376,7 @@ pub fn grep(
             matches: Vec::new(),
             files_searched: 0,
             files_skipped: 0,
+            secret_files_withheld: 0,
             depth_limited: false,
             stopped: None,
         },

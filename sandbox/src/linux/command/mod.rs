@@ -29,7 +29,7 @@ mod protected;
 pub mod watch;
 
 pub use denylist::refused_syscall_count;
-pub use ipc_schema::exec::{GrantAccess, Limits, PathGrant, SandboxReport, PROXY_BRIDGE_PORT};
+pub use ipc_schema::exec::{GrantAccess, Hide, Limits, PathGrant, SandboxReport, PROXY_BRIDGE_PORT};
 pub use landlock_rules::{kernel_abi as landlock_kernel_abi, FULL_ABI as LANDLOCK_FULL_ABI};
 pub use protected::{GIT_PROTECTED, NOT_GRANTABLE};
 pub use watch::{Kill, Stream, Watch};
@@ -64,6 +64,8 @@ pub struct SandboxSpec {
     /// Run with less than the full sandbox when the kernel lacks a mechanism (each gap is named
     /// in [`SandboxReport::degraded`]).
     pub allow_degraded: bool,
+    /// What else is masked in the grants (an agent's grant's exclude globs, secret files).
+    pub hide: Hide,
 }
 
 /// The command's network.
@@ -286,6 +288,12 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
         }));
     }
     masks.extend(found.masks.iter().cloned());
+    let dirs: Vec<PathBuf> = grants
+        .iter()
+        .filter(|g| g.is_dir)
+        .map(|g| g.path.clone())
+        .collect();
+    masks.extend(project::hidden(&dirs, &exempt, &spec.hide).map_err(SandboxError::Refused)?);
     // A state home is the agent's own: nothing in it is masked.
     masks.retain(|m| !exempt[protect.len()..].iter().any(|e| m.starts_with(e)));
     masks.sort();

@@ -576,6 +576,56 @@ pub fn after(snap: &Snapshot) -> Vec<Held> {
     held
 }
 
+/// What `hide` masks in the grants `dirs` (the first is the one its exclude globs are relative
+/// to): every existing match, at any depth; an excluded directory whole.
+pub(crate) fn hidden(
+    dirs: &[PathBuf],
+    exempt: &[PathBuf],
+    hide: &ipc_schema::exec::Hide,
+) -> Result<Vec<PathBuf>, String> {
+    if hide.exclude.is_empty() && !hide.sensitive {
+        return Ok(Vec::new());
+    }
+    let exclude = ipc_schema::grant_glob::set(&hide.exclude, "exclude")?;
+    let mut out = Vec::new();
+    let mut entries = 0usize;
+    for (i, root) in dirs.iter().enumerate() {
+        if exempt.iter().any(|e| root.starts_with(e)) {
+            continue;
+        }
+        let mut stack = vec![root.clone()];
+        while let Some(dir) = stack.pop() {
+            let Ok(rd) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in rd.flatten() {
+                entries += 1;
+                if entries > MAX_ENTRIES {
+                    return Err(format!(
+                        "the grants hold more than {MAX_ENTRIES} entries; gatehouse looks at each to hide what the grant excludes, so grant a smaller directory"
+                    ));
+                }
+                let path = e.path();
+                if exempt.iter().any(|x| path.starts_with(x)) {
+                    continue;
+                }
+                let Ok(ft) = e.file_type() else { continue };
+                let rel = path.strip_prefix(root).unwrap_or(&path);
+                let excluded = i == 0 && !hide.exclude.is_empty() && exclude.is_match(rel);
+                let secret = hide.sensitive
+                    && ft.is_file()
+                    && ipc_schema::protected::sensitive(path.as_os_str().as_bytes()).is_some();
+                if excluded || secret {
+                    out.push(path);
+                } else if ft.is_dir() {
+                    stack.push(path);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
