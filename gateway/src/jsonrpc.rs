@@ -99,8 +99,11 @@ pub fn parse_line(line: &[u8]) -> Result<Option<Incoming>, Rejected> {
         return Ok(None);
     }
     if nesting_exceeds(line, MAX_DEPTH) {
+        // Not parsed, but the request's id is still answered when it can be read: a client
+        // waiting on that id would otherwise wait forever. The sniffer reads only top-level
+        // tokens, in constant memory and without recursion, however deep the rest goes.
         return Err(reject(
-            Value::Null,
+            sniff_id(line),
             RpcError::invalid_request(format!(
                 "the message nests arrays and objects deeper than {MAX_DEPTH} levels"
             )),
@@ -233,9 +236,15 @@ fn nesting_exceeds(b: &[u8], max: usize) -> bool {
     false
 }
 
-/// Finds the id of a message too long to keep, byte by byte as the line streams past: the value
-/// of its top-level `"id"` member (a string or a number), wherever in the object it stands. So a
-/// client that sent an oversized request gets its error on that request, not a hang.
+/// Finds the id of a message that is not parsed (too long to keep, or nested too deep), byte by
+/// byte as the line streams past: the value of its top-level `"id"` member (a string or a
+/// number), wherever in the object it stands. So a client whose request was refused that way gets
+/// its error on that request, not a hang.
+///
+/// Only top-level tokens are looked at: the state is a depth counter and at most one kept token
+/// of [`IdSniffer::KEEP`] bytes, so neither memory nor time grows with how deep the rest nests.
+/// Keys are compared after JSON unescaping (`"\u0069d"` is `"id"`), and a second top-level id
+/// makes the id unreadable (null), as a strict parser refuses the duplicate key.
 #[derive(Debug, Default)]
 pub struct IdSniffer {
     depth: u32,
@@ -247,6 +256,8 @@ pub struct IdSniffer {
     key_is_id: bool,
     /// The token being kept (a key, or the id's value), at most [`IdSniffer::KEEP`] bytes.
     token: Option<Vec<u8>>,
+    /// The kept token went over [`IdSniffer::KEEP`] bytes (then it is not `"id"`).
+    token_overflow: bool,
     found: Option<Value>,
     /// Not a JSON object, or the id is unusable: give up.
     done: bool,
@@ -279,23 +290,46 @@ impl IdSniffer {
         self.found.unwrap_or(Value::Null)
     }
 
+    fn start_token(&mut self, c: u8) {
+        self.token = Some(vec![c]);
+        self.token_overflow = false;
+    }
+
     fn keep(&mut self, c: u8) {
         if let Some(t) = self.token.as_mut() {
             if t.len() < Self::KEEP {
                 t.push(c);
             } else {
-                self.done = true;
+                self.token_overflow = true;
             }
         }
     }
 
-    fn end_scalar(&mut self) {
-        if let Some(t) = self.token.take() {
-            if let Ok(v @ Value::Number(_)) = serde_json::from_slice::<Value>(&t) {
-                self.found = Some(v);
-            }
-            self.done = true;
+    /// The kept token, unless it was cut off.
+    fn take_token(&mut self) -> Option<Vec<u8>> {
+        let t = self.token.take();
+        if std::mem::take(&mut self.token_overflow) {
+            None
+        } else {
+            t
         }
+    }
+
+    fn end_scalar(&mut self) {
+        self.slot = Slot::Comma;
+        match self.take_token() {
+            Some(t) => match serde_json::from_slice::<Value>(&t) {
+                Ok(v @ Value::Number(_)) => self.found = Some(v),
+                _ => self.give_up(),
+            },
+            None => self.give_up(),
+        }
+    }
+
+    /// The id is unusable: answer null.
+    fn give_up(&mut self) {
+        self.found = None;
+        self.done = true;
     }
 
     fn byte(&mut self, c: u8) {
@@ -317,10 +351,14 @@ impl IdSniffer {
             // Inside the id's scalar value.
             if c.is_ascii_whitespace() || c == b',' || c == b'}' {
                 self.end_scalar();
+                if self.done {
+                    return;
+                }
+                // The byte that ended the number is read as itself below.
             } else {
                 self.keep(c);
+                return;
             }
-            return;
         }
         match c {
             _ if c.is_ascii_whitespace() => {}
@@ -329,7 +367,7 @@ impl IdSniffer {
                 if self.depth == 1
                     && (self.slot == Slot::Key || (self.slot == Slot::Value && self.key_is_id))
                 {
-                    self.token = Some(vec![c]);
+                    self.start_token(c);
                 }
             }
             b'{' | b'[' => {
@@ -340,7 +378,7 @@ impl IdSniffer {
                     self.slot = Slot::Key;
                 } else if self.depth == 1 && self.slot == Slot::Value {
                     if self.key_is_id {
-                        self.done = true;
+                        self.give_up();
                     }
                     self.slot = Slot::Comma;
                 }
@@ -356,7 +394,7 @@ impl IdSniffer {
             b',' if self.depth == 1 => self.slot = Slot::Key,
             _ if self.depth == 1 && self.slot == Slot::Value => {
                 if self.key_is_id {
-                    self.token = Some(vec![c]);
+                    self.start_token(c);
                 } else {
                     self.slot = Slot::Comma;
                 }
@@ -367,18 +405,24 @@ impl IdSniffer {
     }
 
     fn string_ended(&mut self) {
-        let token = self.token.take();
+        let token = self.take_token();
         match self.slot {
             Slot::Key => {
-                self.key_is_id = token.as_deref() == Some(b"\"id\"");
+                // Compared as JSON reads it; a key too long to keep cannot be "id".
+                let key = token.and_then(|t| serde_json::from_slice::<String>(&t).ok());
+                self.key_is_id = key.as_deref() == Some("id");
+                if self.key_is_id && self.found.is_some() {
+                    // Two ids: no reading of the message is the right one.
+                    self.give_up();
+                }
                 self.slot = Slot::Colon;
             }
             Slot::Value => {
                 if self.key_is_id {
-                    if let Some(Ok(v)) = token.map(|t| serde_json::from_slice::<Value>(&t)) {
-                        self.found = Some(v);
+                    match token.map(|t| serde_json::from_slice::<Value>(&t)) {
+                        Some(Ok(v)) => self.found = Some(v),
+                        _ => self.give_up(),
                     }
-                    self.done = true;
                 }
                 self.slot = Slot::Comma;
             }
@@ -611,6 +655,78 @@ mod tests {
             parse_line(ok_depth.as_bytes()),
             Ok(Some(Incoming::Request { .. }))
         ));
+    }
+
+    /// A message nested too deep is not parsed, but its error carries its id when the id can be
+    /// read at the top level, before or after the deep part, so the client is not left waiting.
+    #[test]
+    fn a_too_deep_message_is_answered_with_its_id_when_the_id_can_be_read() {
+        let deep = |n: usize| format!("{}1{}", "[".repeat(n), "]".repeat(n));
+        let d = deep(MAX_DEPTH + 1);
+        for (line, want) in [
+            (
+                format!(
+                    r#"{{"jsonrpc":"2.0","id":41,"method":"tools/call","params":{{"name":"x","arguments":{{"a":{d}}}}}}}"#
+                ),
+                json!(41),
+            ),
+            (
+                format!(
+                    r#"{{"jsonrpc":"2.0","method":"tools/call","params":{{"arguments":{{"a":{d}}}}},"id":"after-1"}}"#
+                ),
+                json!("after-1"),
+            ),
+            (
+                format!(r#"{{"id":-2.5e3,"params":{d},"jsonrpc":"2.0","method":"m"}}"#),
+                json!(-2.5e3),
+            ),
+            (
+                format!(r#"{{"params":{d},"id":"q\"{{[","method":"m"}}"#),
+                json!("q\"{["),
+            ),
+            // A key spelled with escapes is still "id", as a parser reads it.
+            (format!(r#"{{"\u0069d":9,"params":{d}}}"#), json!(9)),
+        ] {
+            let r = rejected(&line);
+            assert_eq!(r.error.code, INVALID_REQUEST, "{line}");
+            assert!(r.error.message.contains("deeper than 64"), "{r:?}");
+            assert_eq!(r.id, want, "{line}");
+        }
+        // Very deep (200,000 levels, also inside the id's neighbour): no recursion, id found.
+        let huge = format!(
+            r#"{{"jsonrpc":"2.0","params":{{"a":{}}},"id":77,"method":"tools/call"}}"#,
+            deep(200_000)
+        );
+        assert_eq!(rejected(&huge).id, json!(77));
+        let open_only = format!(r#"{{"id":"open","params":{}"#, "[".repeat(200_000));
+        assert_eq!(rejected(&open_only).id, json!("open"));
+    }
+
+    #[test]
+    fn a_too_deep_message_whose_id_cannot_be_read_is_answered_with_null() {
+        let d = format!("{}{}", "[".repeat(MAX_DEPTH + 1), "]".repeat(MAX_DEPTH + 1));
+        for line in [
+            // No id; an id only inside the deep part or inside params.
+            format!(r#"{{"jsonrpc":"2.0","method":"m","params":{d}}}"#),
+            format!(r#"{{"params":{{"id":3,"a":{d}}},"method":"m"}}"#),
+            format!(r#"{{"params":[{{"id":3}},{d}]}}"#),
+            // An id that is null, an object, an array, a boolean, or deep itself.
+            format!(r#"{{"id":null,"params":{d}}}"#),
+            format!(r#"{{"id":{{"a":1}},"params":{d}}}"#),
+            format!(r#"{{"id":{d}}}"#),
+            format!(r#"{{"id":true,"params":{d}}}"#),
+            // Two ids: a strict parser refuses the duplicate key, so neither is the id.
+            format!(r#"{{"id":1,"params":{d},"id":2}}"#),
+            format!(r#"{{"id":"a","params":{d},"\u0069d":"b"}}"#),
+            // Not an object at all, or the id cut off at the end of the line.
+            d.clone(),
+            format!(r#"[{{"id":5}},{d}]"#),
+            format!(r#"{{"params":{d},"id":12"#),
+        ] {
+            let r = rejected(&line);
+            assert_eq!(r.error.code, INVALID_REQUEST, "{line}");
+            assert_eq!(r.id, Value::Null, "{line}");
+        }
     }
 
     #[test]

@@ -241,6 +241,80 @@ fn malformed_messages_get_the_json_rpc_error_and_the_session_goes_on() {
     drop(m);
 }
 
+/// A `tools/call` nested deeper than the limit is refused unparsed, but on its own id whenever
+/// the id stands readable at the top level (before or after the deep part, a number or a
+/// string): a client waiting on that id gets its answer. An id that cannot be read (none, only
+/// inside the deep part, two of them, the wrong type) still gets null, and the session goes on.
+#[test]
+fn a_too_deep_tools_call_is_refused_on_its_own_id() {
+    let inst = Instance::new(None);
+    let _b = inst.broker(&[]);
+    let mut m = inst.mcp(&[]);
+    m.initialize("2025-06-18");
+
+    let deep = |n: usize| format!("{}\"x\"{}", "[".repeat(n), "]".repeat(n));
+    let d = deep(100);
+    let call = |args: &str| {
+        format!(
+            r#""method":"tools/call","params":{{"name":"read_file","arguments":{{"path":"a","x":{args}}}}}"#
+        )
+    };
+    let cases: Vec<(String, Value)> = vec![
+        (
+            format!(r#"{{"jsonrpc":"2.0","id":21,{}}}"#, call(&d)),
+            json!(21),
+        ),
+        (
+            format!(r#"{{"jsonrpc":"2.0",{},"id":22}}"#, call(&d)),
+            json!(22),
+        ),
+        (
+            format!(r#"{{"id":"before-deep","jsonrpc":"2.0",{}}}"#, call(&d)),
+            json!("before-deep"),
+        ),
+        (
+            format!(r#"{{{},"jsonrpc":"2.0","id":"after-deep"}}"#, call(&d)),
+            json!("after-deep"),
+        ),
+        // 100,000 levels: the same answer, no recursion.
+        (
+            format!(r#"{{{},"jsonrpc":"2.0","id":23}}"#, call(&deep(100_000))),
+            json!(23),
+        ),
+        // Unreadable ids: none, only nested, two, null, an object.
+        (format!(r#"{{"jsonrpc":"2.0",{}}}"#, call(&d)), Value::Null),
+        (
+            format!(r#"{{"jsonrpc":"2.0","params":{{"id":24,"x":{d}}},"method":"tools/call"}}"#),
+            Value::Null,
+        ),
+        (
+            format!(r#"{{"jsonrpc":"2.0","id":25,{},"id":26}}"#, call(&d)),
+            Value::Null,
+        ),
+        (
+            format!(r#"{{"jsonrpc":"2.0","id":null,{}}}"#, call(&d)),
+            Value::Null,
+        ),
+        (
+            format!(r#"{{"jsonrpc":"2.0","id":{{"n":27}},{}}}"#, call(&d)),
+            Value::Null,
+        ),
+    ];
+    for (line, id) in cases {
+        m.send_raw(format!("{line}\n").as_bytes());
+        let r = m.recv();
+        let shown = &line[..line.len().min(80)];
+        assert_eq!(r["id"], id, "{shown}: {r}");
+        let (c, msg) = error_of(&r);
+        assert_eq!(c, -32600, "{shown}: {msg}");
+        assert!(msg.contains("deeper than 64"), "{shown}: {msg}");
+        // The session goes on, and the next answer is the next request's.
+        let list = m.request("tools/list", json!({}));
+        assert_eq!(tool_names(&list["result"]).len(), 12, "after {shown}");
+    }
+    drop(m);
+}
+
 #[test]
 fn a_call_waiting_for_the_human_reports_progress_then_gives_up_naming_the_proposal() {
     let inst = Instance::new(None);
