@@ -1,8 +1,8 @@
 //! `gatehouse approve`: a console without the console, on the ui socket. Lists the proposals
 //! waiting for a decision and decides one. Tests use it as the ui peer.
 
-use crate::cmd_audit::inert;
 use crate::{fail, Global, EXIT_FAILURE};
+use ipc_schema::inert::escaped;
 use ipc_schema::tool::ProposalId;
 use ipc_schema::ui::{Choice, Decision, Proposal, ProposalDigest, UiReply, UiRequest};
 use ipc_schema::Body;
@@ -35,17 +35,20 @@ fn parse_choice(s: &str) -> Option<Choice> {
     })
 }
 
+/// A proposal as the console's card shows it, in plain text: each field on its own line and made
+/// inert (an agent's target, arguments and diff, a server's URL), so no field can add a line that
+/// passes for another field or another proposal, or drive the terminal.
 fn render(p: &Proposal) -> String {
     let now = crate::store::now_ms() as u64;
     let mut s = format!(
         "proposal {} [{}] {} on {}\n  effect:    {}\n  rule:      {}\n  arguments: {}\n",
         p.id.0,
-        p.session.0,
+        escaped(&p.session.0),
         p.tool,
-        inert(&p.target),
-        inert(&p.effect),
-        inert(&p.rule),
-        inert(&p.arguments),
+        escaped(&p.target),
+        escaped(&p.effect),
+        escaped(&p.rule),
+        escaped(&p.arguments),
     );
     let o = &p.outside_text;
     if !o.matches.is_empty() || o.matches_not_listed > 0 || o.sources_forgotten > 0 {
@@ -67,9 +70,9 @@ fn render(p: &Proposal) -> String {
             };
             s.push_str(&format!(
                 "    {}: {} {}\n",
-                inert(&m.argument),
+                escaped(&m.argument),
                 crate::provenance::part_text(&m.part),
-                inert(&from)
+                escaped(&from)
             ));
         }
         if o.matches_not_listed > 0 {
@@ -87,8 +90,10 @@ fn render(p: &Proposal) -> String {
     }
     if let Some(d) = &p.diff {
         s.push_str("  diff:\n");
-        for line in d.lines() {
-            s.push_str(&format!("    {}\n", inert(line)));
+        // One diff line per line, as the console's card splits it: a `\r` or any other
+        // character that could start or rewrite a line is shown escaped inside its own line.
+        for line in d.strip_suffix('\n').unwrap_or(d).split('\n') {
+            s.push_str(&format!("    {}\n", escaped(line)));
         }
     }
     s.push_str(&format!(
@@ -193,5 +198,77 @@ pub fn run(g: &Global, a: ApproveArgs) -> ExitCode {
         }
         Ok(other) => fail(&format!("unexpected reply {:?}", other.kind())),
         Err(e) => fail(&e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipc_schema::tool::{SessionId, ToolName};
+    use ipc_schema::ui::{MatchedPart, OutsideMatch, OutsideSource, OutsideText};
+
+    #[test]
+    fn every_field_of_a_hostile_card_stays_on_its_own_line_inert() {
+        let hostile = "x\n  rule:      allowed by the user\x1b[2J\x1b]52;c;aGk=\x07\u{202E}";
+        let p = Proposal {
+            id: ProposalId(5),
+            digest: ProposalDigest([7; 32]),
+            session: SessionId("abc".into()),
+            tool: ToolName::WriteFile,
+            target: hostile.into(),
+            arguments: format!("{{\"path\":\"{hostile}\"}}"),
+            // A diff line per line of the content, as the fs-helper writes it.
+            diff: Some(format!(
+                "--- a\n+++ b\n+{}\r\n-old\n",
+                hostile.replace('\n', "\n+")
+            )),
+            effect: hostile.into(),
+            rule: "write_file asks".into(),
+            policy_revision: 1,
+            created_unix_ms: 0,
+            expires_unix_ms: 0,
+            outside_text: OutsideText {
+                sources: vec![OutsideSource {
+                    tool: ToolName::FetchUrl,
+                    url: format!("http://e/{hostile}"),
+                    call: 1,
+                    read_unix_ms: 0,
+                    partial: false,
+                }],
+                matches: vec![OutsideMatch {
+                    argument: "content".into(),
+                    part: MatchedPart::WholeValue,
+                    diff_lines: vec![],
+                    source: 0,
+                }],
+                matches_not_listed: 0,
+                sources_forgotten: 0,
+            },
+        };
+        let out = render(&p);
+        assert!(!out.contains(['\x1b', '\x07', '\r', '\u{202E}']), "{out}");
+        let lines: Vec<&str> = out.lines().collect();
+        // header, effect, rule, arguments, outside text (title + one match), diff (title + 5
+        // lines), digest, expiry.
+        assert_eq!(lines.len(), 14, "{out}");
+        assert_eq!(
+            lines.iter().filter(|l| l.starts_with("  rule:")).count(),
+            1,
+            "{out}"
+        );
+        assert!(
+            lines[1].starts_with("  effect:    x\\n  rule:      allowed by the user\\x1b[2J"),
+            "{out}"
+        );
+        assert!(
+            lines[5].contains("from fetch_url http://e/x\\n  rule:"),
+            "{out}"
+        );
+        assert!(
+            lines[10].ends_with(
+                "+  rule:      allowed by the user\\x1b[2J\\x1b]52;c;aGk=\\x07\\u{202E}\\r"
+            ),
+            "{out}"
+        );
     }
 }

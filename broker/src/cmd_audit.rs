@@ -5,6 +5,7 @@
 use crate::head_key::PrivateSeal;
 use crate::store::{self, verify};
 use crate::{fail, Global, EXIT_FAILURE};
+use ipc_schema::inert::escaped;
 use ipc_schema::ui::AuditEntry;
 use rusqlite::params;
 use std::process::ExitCode;
@@ -86,19 +87,6 @@ fn rows_after(
     Ok(rows)
 }
 
-/// Control characters and bidi overrides from agents are shown escaped, never interpreted.
-pub fn inert(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if (c.is_control() && c != '\n') || matches!(c, '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') {
-                format!("\\u{{{:04x}}}", c as u32)
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
-}
-
 fn print_row(r: &AuditEntry, json: bool) {
     if json {
         println!(
@@ -108,23 +96,32 @@ fn print_row(r: &AuditEntry, json: bool) {
         );
         return;
     }
+    print!("{}", row_line(r));
+}
+
+/// One audit row as one line of text. Every field an agent, a tool or a remote server could
+/// have written (the target and detail above all, but also the tool's name, which a third-party
+/// server chooses) is made inert, so the row cannot hold a line break or drive the terminal, and
+/// cannot pass for two rows.
+fn row_line(r: &AuditEntry) -> String {
     let secs = r.ts_unix_ms / 1000;
     let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
-    let session = r
+    let session: String = r
         .session
         .as_deref()
-        .map(|s| &s[..s.len().min(8)])
-        .unwrap_or("-");
-    println!(
-        "{:>6} {h:02}:{m:02}:{s:02}Z {:<14} {:<10} {:<9} {session:<8} {} {} {}",
+        .map(|s| s.chars().take(8).collect())
+        .unwrap_or_else(|| "-".into());
+    format!(
+        "{:>6} {h:02}:{m:02}:{s:02}Z {:<14} {:<10} {:<9} {:<8} {} {} {}\n",
         r.seq,
-        r.kind,
-        inert(&r.actor),
-        inert(&r.outcome),
-        r.tool.as_deref().unwrap_or("-"),
-        inert(r.target.as_deref().unwrap_or("-")),
-        inert(&r.detail).replace('\n', "\\n"),
-    );
+        escaped(&r.kind),
+        escaped(&r.actor),
+        escaped(&r.outcome),
+        escaped(&session),
+        escaped(r.tool.as_deref().unwrap_or("-")),
+        escaped(r.target.as_deref().unwrap_or("-")),
+        escaped(&r.detail),
+    )
 }
 
 pub fn run(g: &Global, cmd: AuditCmd) -> ExitCode {
@@ -164,5 +161,36 @@ pub fn run(g: &Global, cmd: AuditCmd) -> ExitCode {
                 return ExitCode::from(EXIT_FAILURE);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hostile_row_is_one_inert_line() {
+        let hostile = "x\n    42 12:00:00Z decision ui allowed\x1b[2J\x1b]52;c;aGk=\x07\u{202E}";
+        let r = AuditEntry {
+            seq: 7,
+            ts_unix_ms: 3_600_000 + 61_000,
+            kind: "refusal".into(),
+            session: Some("0123456789abcdef".into()),
+            actor: "gateway".into(),
+            tool: Some(format!("srv__{hostile}")),
+            target: Some(hostile.into()),
+            outcome: "refused".into(),
+            detail: format!("because\r\n{hostile}"),
+        };
+        let line = row_line(&r);
+        assert!(line.ends_with('\n'));
+        assert_eq!(line.matches('\n').count(), 1, "{line:?}");
+        assert!(
+            !line.contains(['\x1b', '\x07', '\r', '\u{202E}']),
+            "{line:?}"
+        );
+        assert!(line.starts_with("     7 01:01:01Z refusal"), "{line:?}");
+        assert!(line.contains(" 01234567 srv__x\\n    42 12:00:00Z decision ui allowed\\x1b[2J\\x1b]52;c;aGk=\\x07\\u{202E} x\\n"), "{line:?}");
+        assert!(line.contains("because\\r\\nx\\n"), "{line:?}");
     }
 }

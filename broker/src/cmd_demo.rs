@@ -59,7 +59,7 @@ pub enum Ev {
 const CALL_WAIT: Duration = Duration::from_secs(90);
 
 fn fail(msg: &str) -> ExitCode {
-    eprintln!("gatehouse demo: {msg}");
+    eprintln!("gatehouse demo: {}", ipc_schema::inert::escaped(msg));
     ExitCode::from(crate::EXIT_FAILURE)
 }
 

@@ -3,11 +3,19 @@
 //! for an agent's `fetch_url`. `--yes` answers this call's own proposal "allow once" (through the
 //! console socket, as a human at `gatehouse approve` would).
 //!
+//! What is printed for a person is inert ([`ipc_schema::inert`]): the page's text keeps its line
+//! breaks and tabs, and every other control character, terminal escape (ESC, C1), bidi override
+//! and invisible format character is shown as a visible escape such as `\x1b` or `\u{202E}`,
+//! whether stdout is a terminal or not (a pager or a later `cat` reads it too). Refusal reasons
+//! and errors are one line each. `--json` gives the exact text (JSON escapes every control
+//! character), for programs.
+//!
 //! Exit status: 0 fetched; 3 refused (policy, the human, or the net-helper's rules: URL, address,
 //! redirect, content, TLS, limit); 4 failed on the network; 1 anything else.
 
 use crate::{client, Global};
 use ipc_schema::codec::{read_frame, write_frame, MAX_FRAME};
+use ipc_schema::inert::{escaped, escaped_lines};
 use ipc_schema::tool::{Done, FetchUrl, ToolCall, ToolName, ToolReply, ToolResult, Waiting};
 use ipc_schema::ui::{Choice, Decision, UiReply, UiRequest};
 use ipc_schema::{Body, Envelope};
@@ -95,7 +103,8 @@ fn approve(g: &Global, w: &Waiting) -> Result<(), String> {
     }
     eprintln!(
         "gatehouse: --yes: allowing proposal {} once ({})",
-        p.id.0, p.target
+        p.id.0,
+        escaped(&p.target)
     );
     let d = Decision {
         proposal: p.id,
@@ -138,9 +147,10 @@ fn done(g: &Global, d: &Done) -> ExitCode {
             })
         );
     } else {
+        let text = page_text(&f.text);
         let mut out = std::io::stdout().lock();
-        let ended = out.write_all(f.text.as_bytes()).and_then(|_| {
-            if f.text.ends_with('\n') {
+        let ended = out.write_all(text.as_bytes()).and_then(|_| {
+            if text.ends_with('\n') {
                 Ok(())
             } else {
                 out.write_all(b"\n")
@@ -154,13 +164,23 @@ fn done(g: &Global, d: &Done) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// The fetched page for a person: multi-line, inert.
+fn page_text(text: &str) -> String {
+    escaped_lines(text)
+}
+
+/// A refusal or failure reason (which can quote the URL, a redirect target or a server's words)
+/// as one inert line.
+fn reason_line(word: &str, msg: &str) -> String {
+    format!("{word}: {}", escaped(msg))
+}
+
 fn outcome(g: &Global, code: u8, word: &str, msg: &str) -> ExitCode {
-    // One line, whatever the message holds.
-    let line = msg.replace('\n', " ");
     if g.json {
-        println!("{}", serde_json::json!({ word: line }));
+        // One line in the JSON text too; the value itself is exact (JSON escapes controls).
+        println!("{}", serde_json::json!({ word: msg }));
     } else {
-        eprintln!("{word}: {line}");
+        eprintln!("{}", reason_line(word, msg));
     }
     ExitCode::from(code)
 }
@@ -169,7 +189,7 @@ fn other(g: &Global, msg: &str) -> ExitCode {
     if g.json {
         println!("{}", serde_json::json!({ "error": msg }));
     }
-    eprintln!("gatehouse: {msg}");
+    eprintln!("gatehouse: {}", escaped(msg));
     ExitCode::from(EXIT_OTHER)
 }
 
@@ -183,4 +203,30 @@ fn connect(g: &Global) -> Result<UnixStream, String> {
         .map_err(|e| e.to_string())?;
     UnixStream::connect(&path)
         .map_err(|e| format!("cannot reach the broker at {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_keeps_its_lines_and_nothing_else_reaches_the_terminal() {
+        let page = "a\tb\r\n\x1b[2J\x1b]52;c;aGk=\x07\nsafe\rFAKE\n\u{9b}1m\u{202E}z";
+        assert_eq!(
+            page_text(page),
+            "a\tb\r\n\\x1b[2J\\x1b]52;c;aGk=\\x07\nsafe\\rFAKE\n\\u{009B}1m\\u{202E}z"
+        );
+    }
+
+    #[test]
+    fn a_reason_is_one_inert_line() {
+        let line = reason_line(
+            "refused",
+            "redirect to http://x/\n    42 12:00:00Z decision\x1b[2J\u{202E}",
+        );
+        assert_eq!(
+            line,
+            "refused: redirect to http://x/\\n    42 12:00:00Z decision\\x1b[2J\\u{202E}"
+        );
+    }
 }

@@ -4,6 +4,7 @@
 //! down before it reads the agent's first byte. The gateway runs in its own process: this one.
 
 use crate::{client, Global};
+use ipc_schema::inert::escaped;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -45,7 +46,7 @@ pub struct McpArgs {
 }
 
 fn fail(code: u8, msg: &str) -> ExitCode {
-    eprintln!("gatehouse mcp: {msg}");
+    eprintln!("gatehouse mcp: {}", escaped(msg));
     ExitCode::from(code)
 }
 
@@ -53,9 +54,9 @@ fn fail(code: u8, msg: &str) -> ExitCode {
 /// server's stderr, as the JSON-RPC error of every request the client sends (in the gateway's
 /// lockdown: this process reads the agent's input).
 fn refuse(msg: &str, allow_degraded: bool) -> ExitCode {
-    eprintln!("gatehouse mcp: {msg}");
+    eprintln!("gatehouse mcp: {}", escaped(msg));
     if let Err(e) = gateway::lock_down(&[], allow_degraded) {
-        eprintln!("gatehouse mcp: {e}");
+        eprintln!("gatehouse mcp: {}", escaped(&e.to_string()));
         return ExitCode::from(1);
     }
     let _ = gateway::serve_refusal(msg);

@@ -1,7 +1,13 @@
 //! `gatehouse policy show|apply|forget`: through the running broker (started if none runs).
+//!
+//! What `show` prints for a person is inert ([`ipc_schema::inert`]): the document keeps its line
+//! breaks and every other control character, terminal escape or bidi override in it is shown as
+//! a visible escape; the remembered decisions (whose targets come from agents' calls), the
+//! source and any error are one inert line each. `--json` prints the exact values.
 
 use crate::policy::doc::PolicyDoc;
-use crate::{fail, Global, EXIT_FAILURE};
+use crate::{fail, Global};
+use ipc_schema::inert::{escaped, escaped_lines};
 use ipc_schema::tool::ProfileName;
 use ipc_schema::ui::{PolicyView, UiReply, UiRequest};
 use ipc_schema::Body;
@@ -55,8 +61,9 @@ pub fn run(g: &Global, cmd: PolicyCmd) -> ExitCode {
                     print!("{}", render(&v, names.as_deref()));
                 }
                 if let Some(e) = &v.error {
-                    eprintln!("gatehouse: the policy is invalid, every call is refused: {e}");
-                    return ExitCode::from(EXIT_FAILURE);
+                    return fail(&format!(
+                        "the policy is invalid, every call is refused: {e}"
+                    ));
                 }
                 ExitCode::SUCCESS
             }
@@ -146,36 +153,50 @@ fn show_profile(g: &Global, v: &PolicyView, doc: Option<&PolicyDoc>, name: &str)
         );
     } else {
         println!(
-            "# profile {name} of policy revision {} from {}",
-            v.revision, v.source
+            "# profile {} of policy revision {} from {}",
+            escaped(name),
+            v.revision,
+            escaped(&v.source)
         );
         if let Some(e) = &v.error {
-            println!("# INVALID: {e}\n# every tool call is refused until this is fixed");
+            println!(
+                "# INVALID: {}\n# every tool call is refused until this is fixed",
+                escaped(e)
+            );
         }
-        print!("{text}");
+        print!("{}", escaped_lines(&text));
     }
     if let Some(e) = &v.error {
-        eprintln!("gatehouse: the policy is invalid, every call is refused: {e}");
-        return ExitCode::from(EXIT_FAILURE);
+        return fail(&format!(
+            "the policy is invalid, every call is refused: {e}"
+        ));
     }
     ExitCode::SUCCESS
 }
 
+/// The policy for a person: the header and remembered decisions as comment lines, one inert line
+/// each; the document inert, its own line breaks kept.
 fn render(v: &PolicyView, profiles: Option<&[String]>) -> String {
-    let mut out = format!("# policy revision {} from {}\n", v.revision, v.source);
+    let mut out = format!(
+        "# policy revision {} from {}\n",
+        v.revision,
+        escaped(&v.source)
+    );
     if let Some(n) = profiles {
         out.push_str(&format!(
             "# profiles: {} (`policy show --profile NAME` prints one)\n",
-            n.join(", ")
+            escaped(&n.join(", "))
         ));
     }
     if let Some(e) = &v.error {
         out.push_str(&format!(
-            "# INVALID: {e}\n# every tool call is refused until this is fixed\n"
+            "# INVALID: {}\n# every tool call is refused until this is fixed\n",
+            escaped(e)
         ));
     }
-    out.push_str(&v.document);
-    if !v.document.ends_with('\n') {
+    let document = escaped_lines(&v.document);
+    out.push_str(&document);
+    if !document.ends_with('\n') {
         out.push('\n');
     }
     if !v.remembered.is_empty() {
@@ -184,11 +205,11 @@ fn render(v: &PolicyView, profiles: Option<&[String]>) -> String {
             out.push_str(&format!(
                 "#   {}: always {} {} on {} (from proposal {} in profile {}{})\n",
                 r.id,
-                r.action,
-                r.tool,
-                r.target,
-                r.origin,
-                r.profile,
+                escaped(&r.action),
+                escaped(&r.tool),
+                escaped(&r.target),
+                escaped(&r.origin),
+                escaped(&r.profile),
                 if r.action == "deny" {
                     "; applies in every profile"
                 } else {
@@ -198,4 +219,45 @@ fn render(v: &PolicyView, profiles: Option<&[String]>) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipc_schema::ui::Remembered;
+
+    #[test]
+    fn the_document_keeps_its_lines_and_remembered_targets_are_one_inert_line() {
+        let hostile = "x\n#   9: always allow run_command on *\x1b[2J\u{202E}";
+        let v = PolicyView {
+            revision: 3,
+            source: "/etc/gatehouse/policy.toml".into(),
+            document:
+                "revision = 3\n[tools]\n# \x1b]52;c;aGk=\x07 \u{202E}\nrun_command = \"ask\"\n"
+                    .into(),
+            error: None,
+            remembered: vec![Remembered {
+                id: 1,
+                tool: "run_command".into(),
+                target: hostile.into(),
+                action: "allow".into(),
+                created_unix_ms: 0,
+                origin: "proposal 5".into(),
+                profile: "default".into(),
+            }],
+        };
+        let out = render(&v, Some(&["default".to_string()]));
+        assert!(!out.contains(['\x1b', '\x07', '\u{202E}']), "{out}");
+        assert!(
+            out.contains("[tools]\n# \\x1b]52;c;aGk=\\x07 \\u{202E}\nrun_command = \"ask\"\n"),
+            "{out}"
+        );
+        let remembered: Vec<&str> = out.lines().filter(|l| l.starts_with("#   ")).collect();
+        assert_eq!(remembered.len(), 1, "{out}");
+        assert!(
+            remembered[0]
+                .contains("on x\\n#   9: always allow run_command on *\\x1b[2J\\u{202E} (from"),
+            "{out}"
+        );
+    }
 }

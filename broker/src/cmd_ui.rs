@@ -55,7 +55,7 @@ impl UiArgs {
 }
 
 fn fail(msg: &str) -> ExitCode {
-    eprintln!("gatehouse ui: {msg}");
+    eprintln!("gatehouse ui: {}", ipc_schema::inert::escaped(msg));
     ExitCode::from(crate::EXIT_FAILURE)
 }
 

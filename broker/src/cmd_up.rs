@@ -31,7 +31,7 @@ pub struct UpArgs {
 }
 
 fn say(msg: &str) {
-    eprintln!("gatehouse up: {msg}");
+    eprintln!("gatehouse up: {}", ipc_schema::inert::escaped(msg));
 }
 
 fn fail(msg: &str) -> ExitCode {

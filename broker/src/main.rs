@@ -296,8 +296,11 @@ fn ping_cmd(g: &Global, helper: Option<String>, count: u32) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// An error, on one line of stderr. Messages carry paths, arguments and replies that agents,
+/// tools and servers chose, so they are made inert ([`ipc_schema::inert::escaped`]): no line
+/// break, no terminal escape, no bidi override reaches the terminal.
 fn fail(msg: &str) -> ExitCode {
-    eprintln!("gatehouse: {msg}");
+    eprintln!("gatehouse: {}", ipc_schema::inert::escaped(msg));
     ExitCode::from(EXIT_FAILURE)
 }
 

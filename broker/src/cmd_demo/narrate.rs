@@ -1,7 +1,7 @@
 //! The demo's narration: short lines, coloured on a terminal (not with NO_COLOR or --json).
 
+use ipc_schema::inert::escaped;
 use std::io::Write;
-use ui::inert::escaped;
 
 pub(super) struct Narrator {
     pub(super) on: bool,

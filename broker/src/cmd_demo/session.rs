@@ -8,13 +8,13 @@ use super::report::{classify, Asked, CallReport};
 use super::{Ev, CALL_WAIT};
 use crate::cmd_ui::UiArgs;
 use crate::Global;
+use ipc_schema::inert::escaped;
 use ipc_schema::tool::ProposalId;
 use ipc_schema::ui::{Choice, Proposal, UiEvent, UiReply, UiRequest};
 use ipc_schema::{Body, Envelope};
 use serde_json::{json, Value};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
-use ui::inert::escaped;
 
 pub(super) struct Session {
     pub(super) agent: Agent,
