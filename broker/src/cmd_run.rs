@@ -95,6 +95,11 @@ pub struct RunArgs {
     /// again" (default: the recipe's, below its client's own timeout).
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
     approval_wait: Option<u64>,
+    /// Pass the agent's output to this terminal byte for byte. Without it, output bound for a
+    /// terminal has its control characters and escape sequences shown as visible escapes (what
+    /// the agent prints is its model's to choose); output to a pipe or file is never changed.
+    #[arg(long)]
+    raw_output: bool,
     /// Run with less than the full sandbox if this kernel lacks a mechanism (each gap is printed).
     #[arg(long)]
     allow_degraded: bool,
@@ -120,6 +125,8 @@ pub fn run(g: &Global, args: RunArgs) -> ExitCode {
 struct Launch {
     ui: Mutex<Client>,
     profile: Option<ProfileName>,
+    /// The secret-looking variables the agent gets by name: on each session's audit row.
+    passed_env: Vec<String>,
     sessions: Mutex<Vec<SessionId>>,
     /// The session opened at start (to check the profile), for the first connection.
     spare: Mutex<Option<ResumeToken>>,
@@ -128,13 +135,18 @@ struct Launch {
 }
 
 impl Launch {
-    fn open(g: &Global, profile: Option<ProfileName>) -> Result<Launch, Stop> {
+    fn open(
+        g: &Global,
+        profile: Option<ProfileName>,
+        passed_env: Vec<String>,
+    ) -> Result<Launch, Stop> {
         let ui = g
             .ui_client()
             .map_err(|e| refused(format!("cannot reach the broker: {e}")))?;
         let mut l = Launch {
             ui: Mutex::new(ui),
             profile,
+            passed_env,
             sessions: Mutex::new(Vec::new()),
             spare: Mutex::new(None),
             first: None,
@@ -149,6 +161,7 @@ impl Launch {
     fn session(&self) -> Result<ResumeToken, Stop> {
         let req = Body::Ui(UiRequest::Launch(LaunchRequest::Open {
             profile: self.profile.clone(),
+            passed_env: self.passed_env.clone(),
         }));
         let reply = self.ui.lock().expect("not poisoned").request(req);
         match reply {
@@ -432,8 +445,20 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
     let argv0 = args.argv[0].clone();
     let agent = Agent::for_program(&argv0);
 
+    // The secret-looking variables passed by name: each `--pass-env NAME`, then the recipe's
+    // key variables that are set. Known before the first session, whose audit row names them.
+    let mut keys = cmd_sandbox::pass_env_args(&args.pass_env)?;
+    for name in agent.key_vars() {
+        if let Ok(v) = std::env::var(name) {
+            if !keys.iter().any(|(k, _)| k == name) {
+                keys.push((name.to_string(), v));
+            }
+        }
+    }
+    let key_names: Vec<String> = keys.iter().map(|(k, _)| k.clone()).collect();
+
     // While we may still be root: the sessions' channel, the connector, the agent's home.
-    let launch = Launch::open(g, profile)?;
+    let launch = Launch::open(g, profile, key_names)?;
     let root = nix::unistd::geteuid().is_root();
     let upstream = if root {
         start_connector(g, &exe)?
@@ -507,6 +532,18 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
     }
     let path_var = std::env::var("PATH").unwrap_or_else(|_| command::env::DEFAULT_PATH.into());
     let Some(visible) = program::visible(&argv0, &path_var, &cwd) else {
+        // A path to a file that is there but not executable: say so, as exec would.
+        if argv0.contains('/') && Path::new(&argv0).is_file() {
+            return Err(Stop(
+                format!(
+                    "could not run: {}: Permission denied (it is not executable)",
+                    std::path::absolute(&argv0)
+                        .unwrap_or_else(|_| PathBuf::from(&argv0))
+                        .display()
+                ),
+                cmd_sandbox::EXIT_NOT_EXECUTABLE,
+            ));
+        }
         return Err(Stop(
             format!("{argv0}: not found in PATH"),
             cmd_sandbox::EXIT_NOT_FOUND,
@@ -522,10 +559,7 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
     // The environment: the allowlist, the recipe's settings, --env, the endpoint variables;
     // the keys are added after planning (they pass the secret-name filter by name only).
     let mut env = command::env::inherited_from_process();
-    env.extend(cmd_sandbox::env_args(
-        &args.env,
-        " (a key the agent needs: --pass-env NAME)",
-    )?);
+    env.extend(cmd_sandbox::env_args(&args.env)?);
     let mut domains = args.proxy.domains.clone();
     let mut recipe_domains: Vec<String> = Vec::new();
     if !args.no_recipe_domains {
@@ -547,24 +581,6 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
     for d in &recipe_domains {
         if !domains.contains(d) {
             domains.push(d.clone());
-        }
-    }
-    let mut keys: Vec<(String, String)> = Vec::new();
-    for name in &args.pass_env {
-        match std::env::var(name) {
-            Ok(v) => keys.push((name.clone(), v)),
-            Err(_) => {
-                return Err(refused(format!(
-                    "--pass-env {name}: this process has no such variable"
-                )))
-            }
-        }
-    }
-    for name in agent.key_vars() {
-        if let Ok(v) = std::env::var(name) {
-            if !keys.iter().any(|(k, _)| k == name) {
-                keys.push((name.to_string(), v));
-            }
         }
     }
 
@@ -632,6 +648,11 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
         ..limits
     };
     let spec = SandboxSpec {
+        // What the agent reads goes to its model's provider: secret files stay out of sight.
+        hide: command::Hide {
+            exclude: Vec::new(),
+            sensitive: true,
+        },
         argv: argv.clone(),
         cwd: cwd.clone(),
         grants,
@@ -708,9 +729,22 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
         &keys,
         args.own_tools,
     );
+    if !g.json {
+        cmd_sandbox::say_env(WHO, &prepared.report.env_dropped, &keys, false);
+    }
     let _ = std::io::stderr().flush();
     let sb = prepared.spawn().map_err(refused)?;
-    let outcome = cmd_sandbox::supervise(sb, &watch_limits, g.json)?;
+    // The agent's output is escaped on a terminal as a command's is: the sandbox gives the
+    // agent pipes, never a terminal, so no agent draws a full-screen interface through
+    // `gatehouse run`, and what it prints is its model's to choose (an OSC 52 clipboard
+    // write, a screen clear). `--raw-output` passes it byte for byte.
+    let output = if g.json {
+        cmd_sandbox::Output::Capture
+    } else {
+        cmd_sandbox::Output::relay(args.raw_output)
+    };
+    let mut outcome = cmd_sandbox::supervise(sb, &watch_limits, output)?;
+    outcome.passed = keys.iter().map(|(k, _)| k.clone()).collect();
     if let Some(e) = egress {
         e.close();
     }

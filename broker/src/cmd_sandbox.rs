@@ -41,9 +41,20 @@ pub struct SandboxArgs {
     #[arg(long, value_name = "SECONDS")]
     timeout: Option<u64>,
     /// Pass this variable too (NAME takes this process's value); secret-looking names, LD_* and
-    /// the sandbox's own variables are refused.
+    /// the sandbox's own variables are refused (use --pass-env for a secret the command needs).
     #[arg(long = "env", value_name = "NAME[=VALUE]")]
     env: Vec<String>,
+    /// Pass this variable of this process's environment even though its name (or value) looks
+    /// like a secret (`PGPASSWORD` for `psql`); repeatable. Said on stderr before the command
+    /// runs, and in `--json`. LD_* and the sandbox's own variables still never pass.
+    #[arg(long = "pass-env", value_name = "NAME")]
+    pass_env: Vec<String>,
+    /// Pass the command's output to this terminal byte for byte. Without it, output bound for
+    /// a terminal has its control characters and escape sequences (clipboard writes, screen
+    /// clears, title changes) shown as visible escapes; output to a pipe or file is never
+    /// changed.
+    #[arg(long)]
+    raw_output: bool,
     /// Run with less than the full sandbox if this kernel lacks a mechanism (each gap is printed).
     #[arg(long)]
     allow_degraded: bool,
@@ -98,22 +109,82 @@ pub fn run(g: &Global, args: SandboxArgs) -> ExitCode {
 }
 
 /// The `--env NAME[=VALUE]` variables (NAME alone takes this process's value); one that may not
-/// pass refuses the command, with `hint` after the reason.
-pub(crate) fn env_args(args: &[String], hint: &str) -> Result<Vec<(String, String)>, Stop> {
+/// pass refuses the command. A secret-looking one is refused with how to pass it anyway
+/// (`--pass-env NAME`, which says so on screen).
+pub(crate) fn env_args(args: &[String]) -> Result<Vec<(String, String)>, Stop> {
     let mut out = Vec::new();
     for e in args {
         let (name, value) = match e.split_once('=') {
             Some((n, v)) => (n.to_string(), v.to_string()),
             None => (e.clone(), std::env::var(e).unwrap_or_default()),
         };
-        if let Some(why) = command::env::refusal(&name, &value) {
-            return Err(refused(format!(
-                "--env {name}: {why}; it is never passed{hint}"
-            )));
+        match command::env::refusal(&name, &value) {
+            None => out.push((name, value)),
+            Some(command::env::LOOKS_SECRET) => {
+                let why = command::env::secret_reason(&name).unwrap_or("a password in a URL");
+                return Err(refused(format!(
+                    "--env {name}: looks like a secret ({why}); it is passed only when named with --pass-env {name} (which takes this process's value and is said on screen)"
+                )));
+            }
+            Some(why) => return Err(refused(format!("--env {name}: {why}; it is never passed"))),
         }
-        out.push((name, value));
     }
     Ok(out)
+}
+
+/// The `--pass-env NAME` variables: this process's values of secret-looking names the user
+/// chose to pass. A name this process does not have is refused (a typo must not pass silently
+/// as nothing).
+pub(crate) fn pass_env_args(names: &[String]) -> Result<Vec<(String, String)>, Stop> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for name in names {
+        if name.contains('=') {
+            return Err(refused(format!(
+                "--pass-env {name}: takes a NAME only (the value is this process's)"
+            )));
+        }
+        match std::env::var(name) {
+            Ok(v) => {
+                if !out.iter().any(|(k, _)| k == name) {
+                    out.push((name.clone(), v))
+                }
+            }
+            Err(_) => {
+                return Err(refused(format!(
+                    "--pass-env {name}: this process has no such variable"
+                )))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Says on stderr which variables were left out, and which secret-looking ones pass because
+/// they were named (names only, never a value).
+pub(crate) fn say_env(
+    who: &str,
+    dropped: &[String],
+    passed: &[(String, String)],
+    say_passed: bool,
+) {
+    let passed: Vec<&str> = passed.iter().map(|(k, _)| k.as_str()).collect();
+    let dropped: Vec<String> = dropped
+        .iter()
+        .filter(|d| {
+            let name = d.split_once(": ").map_or(d.as_str(), |(n, _)| n);
+            !passed.contains(&name)
+        })
+        .map(|d| ipc_schema::inert::escaped(d))
+        .collect();
+    if !dropped.is_empty() {
+        eprintln!("{who}: not passed to the command: {}", dropped.join(", "));
+    }
+    if say_passed && !passed.is_empty() {
+        eprintln!(
+            "{who}: passing {} to the command although it looks like a secret (--pass-env)",
+            passed.join(", ")
+        );
+    }
 }
 
 pub(crate) fn refused(msg: impl std::fmt::Display) -> Stop {
@@ -188,7 +259,8 @@ fn run_inner(g: &Global, args: SandboxArgs) -> Result<ExitCode, Stop> {
     }
 
     let mut env = command::env::inherited_from_process();
-    env.extend(env_args(&args.env, "")?);
+    env.extend(env_args(&args.env)?);
+    let passed = pass_env_args(&args.pass_env)?;
 
     let (network, egress) =
         match open_proxy("gatehouse sandbox", &args.proxy, args.allow_degraded, None)? {
@@ -200,6 +272,7 @@ fn run_inner(g: &Global, args: SandboxArgs) -> Result<ExitCode, Stop> {
         ..Limits::default()
     };
     let spec = SandboxSpec {
+        hide: Default::default(),
         argv: args.argv.clone(),
         cwd: cwd.clone(),
         grants,
@@ -211,7 +284,7 @@ fn run_inner(g: &Global, args: SandboxArgs) -> Result<ExitCode, Stop> {
         protect: g.dirs.own().to_vec(),
         allow_degraded: args.allow_degraded,
     };
-    let prepared = command::prepare(spec).map_err(|e| {
+    let mut prepared = command::prepare(spec).map_err(|e| {
         // A denied program is refused as such even where it is not installed.
         let argv0 = Path::new(args.argv.first().map(String::as_str).unwrap_or(""));
         if let Some(why) = command::policy::builtin_denial(&args.argv, argv0) {
@@ -225,11 +298,23 @@ fn run_inner(g: &Global, args: SandboxArgs) -> Result<ExitCode, Stop> {
     if let Some(why) = command::policy::builtin_denial(&args.argv, &prepared.program) {
         return Err(refused(why));
     }
+    for (name, value) in &passed {
+        prepared.pass_named_secret(name, value).map_err(refused)?;
+    }
     for d in &prepared.report.degraded {
         eprintln!("gatehouse sandbox: degraded: {d}");
     }
+    if !g.json {
+        say_env(WHO, &prepared.report.env_dropped, &passed, true);
+    }
     let sb = prepared.spawn().map_err(refused)?;
-    let outcome = supervise(sb, &limits, g.json)?;
+    let output = if g.json {
+        Output::Capture
+    } else {
+        Output::relay(args.raw_output)
+    };
+    let mut outcome = supervise(sb, &limits, output)?;
+    outcome.passed = passed.into_iter().map(|(k, _)| k).collect();
     if let Some(e) = egress {
         e.close();
     }
@@ -301,11 +386,61 @@ pub(crate) struct Outcome {
     stdout: Vec<u8>,
     stderr: Vec<u8>,
     sandbox: ipc_schema::exec::SandboxReport,
+    /// The secret-looking variables passed because the user named them (`--pass-env`).
+    pub(crate) passed: Vec<String>,
+}
+
+/// Where the command's output goes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Output {
+    /// Kept for the `--json` summary.
+    Capture,
+    /// Relayed to this process's stdout and stderr as it comes; a stream marked here is shown
+    /// inert (`ipc_schema::inert::StreamEscaper`): what the command prints is the agent's (or
+    /// a model's) to choose, and a terminal obeys escape sequences (OSC 52 writes the
+    /// clipboard, others clear the screen, retitle the window or fake a prompt).
+    Relay { escape: [bool; 2] },
+}
+
+impl Output {
+    /// Each stream escaped when it is a terminal (checked separately: `cmd 2>log` keeps a
+    /// terminal stdout), unless the user asked for the raw bytes.
+    pub(crate) fn relay(raw: bool) -> Output {
+        use std::io::IsTerminal;
+        Output::Relay {
+            escape: [
+                !raw && std::io::stdout().is_terminal(),
+                !raw && std::io::stderr().is_terminal(),
+            ],
+        }
+    }
+}
+
+/// Writes a chunk of the command's output to our stream `i`, inert when `esc` is given.
+fn relay_chunk(i: usize, bytes: &[u8], esc: Option<&mut ipc_schema::inert::StreamEscaper>) {
+    let mut shown = Vec::new();
+    let bytes = match esc {
+        Some(e) => {
+            e.push(bytes, &mut shown);
+            &shown[..]
+        }
+        None => bytes,
+    };
+    if bytes.is_empty() {
+        return;
+    }
+    // A closed terminal or pipe on our side must not stop the relay.
+    let _ = if i == 0 {
+        let mut o = std::io::stdout();
+        o.write_all(bytes).and_then(|_| o.flush())
+    } else {
+        std::io::stderr().write_all(bytes)
+    };
 }
 
 /// Relays output (up to the limits), enforces the time limit, and turns SIGINT/SIGTERM/SIGHUP
 /// into killing the sandbox.
-pub(crate) fn supervise(sb: Sandboxed, limits: &Limits, capture: bool) -> Result<Outcome, Stop> {
+pub(crate) fn supervise(sb: Sandboxed, limits: &Limits, output: Output) -> Result<Outcome, Stop> {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use nix::sys::signalfd::{SfdFlags, SignalFd};
 
@@ -318,6 +453,10 @@ pub(crate) fn supervise(sb: Sandboxed, limits: &Limits, capture: bool) -> Result
     let mut w =
         Watch::new(sb, *limits).map_err(|e| refused(format!("watching the sandbox: {e}")))?;
     let mut captured: [Vec<u8>; 2] = [Vec::new(), Vec::new()];
+    let mut escapers: [Option<ipc_schema::inert::StreamEscaper>; 2] = match output {
+        Output::Relay { escape } => escape.map(|e| e.then(ipc_schema::inert::StreamEscaper::new)),
+        Output::Capture => [None, None],
+    };
     let mut interrupted = None;
 
     while !w.finished() {
@@ -361,18 +500,13 @@ pub(crate) fn supervise(sb: Sandboxed, limits: &Limits, capture: bool) -> Result
         let signalled = is_ready(&fds[4]);
         drop(fds);
         w.service(ready, &mut |stream, bytes| {
-            let i = stream as usize;
-            if capture {
-                captured[i].extend_from_slice(bytes);
-            } else {
-                // A closed terminal or pipe on our side must not stop the relay.
-                let _ = match stream {
-                    Stream::Stdout => {
-                        let mut o = std::io::stdout();
-                        o.write_all(bytes).and_then(|_| o.flush())
-                    }
-                    Stream::Stderr => std::io::stderr().write_all(bytes),
-                };
+            let i = match stream {
+                Stream::Stdout => 0,
+                Stream::Stderr => 1,
+            };
+            match output {
+                Output::Capture => captured[i].extend_from_slice(bytes),
+                Output::Relay { .. } => relay_chunk(i, bytes, escapers[i].as_mut()),
             }
         });
         if signalled {
@@ -382,6 +516,14 @@ pub(crate) fn supervise(sb: Sandboxed, limits: &Limits, capture: bool) -> Result
             }
         }
     }
+    // What an escaper held back (a character cut short, a final `\r`).
+    for (i, e) in escapers.iter_mut().enumerate() {
+        if let Some(e) = e {
+            let mut rest = Vec::new();
+            e.finish(&mut rest);
+            relay_chunk(i, &rest, None);
+        }
+    }
     let [stdout, stderr] = captured;
     Ok(Outcome {
         end: w.end(),
@@ -389,6 +531,7 @@ pub(crate) fn supervise(sb: Sandboxed, limits: &Limits, capture: bool) -> Result
         stdout,
         stderr,
         sandbox,
+        passed: Vec::new(),
     })
 }
 
@@ -428,12 +571,26 @@ pub(crate) fn report(who: &str, o: Outcome, limits: &Limits, json: bool) -> Exit
                 "landlock_abi": o.sandbox.landlock_abi,
                 "seccomp_denylist": o.sandbox.seccomp_denylist,
                 "masked": o.sandbox.masked,
-                "env_dropped": o.sandbox.env_dropped,
+                "env_dropped": o.sandbox.env_dropped.iter().filter(|d| {
+                    let name = d.split_once(": ").map_or(d.as_str(), |(n, _)| n);
+                    !o.passed.iter().any(|p| p == name)
+                }).collect::<Vec<_>>(),
+                "env_passed": o.passed,
                 "degraded": o.sandbox.degraded,
             },
+            "held": o.end.held.iter().map(|h| h.to_string()).collect::<Vec<_>>(),
+            "held_more": o.end.held_more,
         });
         println!("{v}");
     } else {
+        for h in &o.end.held {
+            eprintln!(
+                "{who}: set aside after the command, because your own tools would run it: {h}"
+            );
+        }
+        if o.end.held_more > 0 {
+            eprintln!("{who}: and {} more set aside", o.end.held_more);
+        }
         let dropped = [o.end.stdout_dropped, o.end.stderr_dropped];
         for i in 0..2 {
             if dropped[i] > 0 {

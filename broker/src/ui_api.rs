@@ -173,8 +173,11 @@ pub fn handle(
             let (ctx, reply, conn) = (ctx.clone(), reply.clone(), conn.clone());
             tokio::task::spawn_local(async move {
                 let body = match req {
-                    LaunchRequest::Open { profile } => {
-                        let body = launch_open(&ctx, profile).await;
+                    LaunchRequest::Open {
+                        profile,
+                        passed_env,
+                    } => {
+                        let body = launch_open(&ctx, profile, &passed_env).await;
                         if let Body::UiReply(UiReply::Launch(LaunchReply::Opened {
                             session, ..
                         })) = &body
@@ -240,9 +243,26 @@ fn egress_row(session: SessionId, record: ipc_schema::net::EgressRecord) {
 
 /// `gatehouse run`: a fresh session of `profile` and its one-use launch token, stored (hashed)
 /// like any resumable session, so the agent's gateway carries it on with `OpenSession`.
-async fn launch_open(ctx: &Rc<Ctx>, profile: Option<ProfileName>) -> Body {
+async fn launch_open(ctx: &Rc<Ctx>, profile: Option<ProfileName>, passed_env: &[String]) -> Body {
     let profile = profile.unwrap_or_else(ProfileName::default_profile);
-    let detail = format!("gatehouse run; profile {profile}");
+    let is_name = |n: &String| {
+        (1..=128).contains(&n.len())
+            && !n.starts_with(|c: char| c.is_ascii_digit())
+            && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    };
+    if passed_env.len() > 64 || !passed_env.iter().all(is_name) {
+        return error(
+            ErrorCode::Invalid,
+            "passed_env must list at most 64 variable names (letters, digits, _)",
+        );
+    }
+    let mut detail = format!("gatehouse run; profile {profile}");
+    if !passed_env.is_empty() {
+        detail.push_str(&format!(
+            "; secret-looking variables passed by name: {}",
+            passed_env.join(", ")
+        ));
+    }
     match crate::sessions::create(&ctx.gate, &profile, "ui", "launch token issued", detail).await {
         Ok((session, token)) => Body::UiReply(UiReply::Launch(LaunchReply::Opened {
             session,
