@@ -298,6 +298,10 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
     masks.retain(|m| !exempt[protect.len()..].iter().any(|e| m.starts_with(e)));
     masks.sort();
     masks.dedup();
+    // A mask inside another is hidden already (and its path does not exist under the outer
+    // mask, so mounting it would fail).
+    let outer = masks.clone();
+    masks.retain(|m| !outer.iter().any(|o| o != m && m.starts_with(o)));
 
     // The environment and the program.
     let user = identity::user_name(uid);

@@ -609,6 +609,12 @@ pub(crate) fn hidden(
                 if exempt.iter().any(|x| path.starts_with(x)) {
                     continue;
                 }
+                // Never-read places are masked whole already.
+                if check_components(&folded_components(path.as_os_str().as_bytes()))
+                    .is_some_and(|p| p.guard == Guard::NoAccess)
+                {
+                    continue;
+                }
                 let Ok(ft) = e.file_type() else { continue };
                 let rel = path.strip_prefix(root).unwrap_or(&path);
                 let excluded = i == 0 && !hide.exclude.is_empty() && exclude.is_match(rel);
