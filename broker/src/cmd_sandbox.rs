@@ -585,7 +585,8 @@ pub(crate) fn report(who: &str, o: Outcome, limits: &Limits, json: bool) -> Exit
     } else {
         for h in &o.end.held {
             eprintln!(
-                "{who}: set aside after the command, because your own tools would run it: {h}"
+                "{who}: set aside after the command, because your own tools would run it: {}",
+                ipc_schema::inert::escaped(&h.to_string())
             );
         }
         if o.end.held_more > 0 {

@@ -77,7 +77,10 @@ impl Protector {
         comps: &[Vec<u8>],
         exists: impl Fn(&[Vec<u8>], &str) -> bool,
     ) -> Option<Protection> {
-        let folded: Vec<Vec<u8>> = comps.iter().map(|c| ipc_schema::protected::fold(c)).collect();
+        let folded: Vec<Vec<u8>> = comps
+            .iter()
+            .map(|c| ipc_schema::protected::fold(c))
+            .collect();
         let refuse = |dir: &[Vec<u8>], name: &str| Protection {
             place: format!(
                 "{}{}",

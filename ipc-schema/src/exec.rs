@@ -266,7 +266,13 @@ impl std::fmt::Display for HeldPath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let show = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
         match &self.moved_to {
-            Some(to) => write!(f, "{} ({}) set aside as {}", show(&self.path), self.why, show(to)),
+            Some(to) => write!(
+                f,
+                "{} ({}) set aside as {}",
+                show(&self.path),
+                self.why,
+                show(to)
+            ),
             None => write!(f, "{} ({})", show(&self.path), self.why),
         }
     }

@@ -13,11 +13,11 @@ use serde::{Deserialize, Serialize};
 pub mod codec;
 pub mod exec;
 pub mod fs;
+pub mod grant_glob;
 #[cfg(unix)]
 pub mod helper;
 pub mod inert;
 pub mod net;
-pub mod grant_glob;
 pub mod protected;
 pub mod route;
 pub mod secrets;

@@ -61,7 +61,10 @@ pub const RULES: &[Rule] = &[
     no(&[".minikube"], "minikube client keys"),
     no(&[".docker", "config.json"], "Docker registry credentials"),
     no(&[".dockercfg"], "Docker registry credentials (old format)"),
-    no(&[".config", "containers", "auth.json"], "Podman registry credentials"),
+    no(
+        &[".config", "containers", "auth.json"],
+        "Podman registry credentials",
+    ),
     no(&[".netrc"], "netrc credentials"),
     no(&["_netrc"], "netrc credentials"),
     no(&[".git-credentials"], "git credentials"),
@@ -74,16 +77,34 @@ pub const RULES: &[Rule] = &[
     no(&[".npmrc"], "npm token"),
     no(&[".yarnrc"], "yarn registry token"),
     no(&[".pypirc"], "PyPI token"),
-    no(&[".config", "pypoetry", "auth.toml"], "Poetry repository credentials"),
+    no(
+        &[".config", "pypoetry", "auth.toml"],
+        "Poetry repository credentials",
+    ),
     no(&[".gem", "credentials"], "RubyGems token"),
     no(&[".composer", "auth.json"], "Composer credentials"),
-    no(&[".config", "composer", "auth.json"], "Composer credentials"),
+    no(
+        &[".config", "composer", "auth.json"],
+        "Composer credentials",
+    ),
     no(&[".m2", "settings.xml"], "Maven repository passwords"),
     no(&[".m2", "settings-security.xml"], "Maven master password"),
-    no(&[".gradle", "gradle.properties"], "Gradle repository credentials"),
-    no(&[".nuget", "nuget", "nuget.config"], "NuGet feed credentials"),
-    no(&[".config", "nuget", "nuget.config"], "NuGet feed credentials"),
-    no(&[".terraform.d", "credentials.tfrc.json"], "Terraform token"),
+    no(
+        &[".gradle", "gradle.properties"],
+        "Gradle repository credentials",
+    ),
+    no(
+        &[".nuget", "nuget", "nuget.config"],
+        "NuGet feed credentials",
+    ),
+    no(
+        &[".config", "nuget", "nuget.config"],
+        "NuGet feed credentials",
+    ),
+    no(
+        &[".terraform.d", "credentials.tfrc.json"],
+        "Terraform token",
+    ),
     no(&[".terraformrc"], "Terraform token"),
     no(&[".vault-token"], "Vault token"),
     no(&[".pulumi", "credentials.json"], "Pulumi token"),
@@ -104,7 +125,10 @@ pub const RULES: &[Rule] = &[
     no(&[".config", "snowflake"], "Snowflake credentials"),
     no(&[".ngrok2"], "ngrok token"),
     no(&[".config", "ngrok"], "ngrok token"),
-    no(&[".config", "rclone", "rclone.conf"], "rclone remote credentials"),
+    no(
+        &[".config", "rclone", "rclone.conf"],
+        "rclone remote credentials",
+    ),
     no(&[".s3cfg"], "s3cmd credentials"),
     no(&[".boto"], "boto / gsutil credentials"),
     no(&[".tsh"], "Teleport keys"),
@@ -131,7 +155,10 @@ pub const RULES: &[Rule] = &[
     no(&[".zsh_history"], "shell history"),
     no(&[".zhistory"], "shell history"),
     no(&[".history"], "shell history"),
-    no(&[".local", "share", "fish", "fish_history"], "shell history"),
+    no(
+        &[".local", "share", "fish", "fish_history"],
+        "shell history",
+    ),
     no(&[".python_history"], "Python history"),
     no(&[".psql_history"], "psql history"),
     no(&[".mysql_history"], "MySQL history"),
@@ -191,19 +218,40 @@ pub const RULES: &[Rule] = &[
     ro(&[".gitconfig"], "git config names programs git runs"),
     ro(&[".config", "git"], "git config names programs git runs"),
     ro(&[".gitmodules"], "git submodule commands run on update"),
-    ro(&[".gitattributes"], "git runs the filter and diff drivers these select"),
-    ro(&[".pre-commit-config.yaml"], "pre-commit runs the hooks it names"),
+    ro(
+        &[".gitattributes"],
+        "git runs the filter and diff drivers these select",
+    ),
+    ro(
+        &[".pre-commit-config.yaml"],
+        "pre-commit runs the hooks it names",
+    ),
     ro(&["lefthook.yml"], "lefthook runs the hooks it names"),
     ro(&[".lefthook.yml"], "lefthook runs the hooks it names"),
     ro(&[".husky"], "husky's git hooks"),
     ro(&[".mcp.json"], "agents start the MCP servers it names"),
-    ro(&[".claude"], "Claude Code settings, hooks, commands and agents"),
+    ro(
+        &[".claude"],
+        "Claude Code settings, hooks, commands and agents",
+    ),
     ro(&[".codex"], "Codex settings and the MCP servers it starts"),
-    ro(&[".gemini"], "Gemini CLI settings and the MCP servers it starts"),
-    ro(&[".cursor"], "Cursor settings and the MCP servers it starts"),
-    ro(&[".continue"], "Continue settings and the MCP servers it starts"),
+    ro(
+        &[".gemini"],
+        "Gemini CLI settings and the MCP servers it starts",
+    ),
+    ro(
+        &[".cursor"],
+        "Cursor settings and the MCP servers it starts",
+    ),
+    ro(
+        &[".continue"],
+        "Continue settings and the MCP servers it starts",
+    ),
     ro(&[".vscode"], "editor tasks and settings run programs"),
-    ro(&[".idea"], "IDE run configurations and settings run programs"),
+    ro(
+        &[".idea"],
+        "IDE run configurations and settings run programs",
+    ),
     ro(&[".zed"], "editor tasks run programs"),
     ro(&[".devcontainer"], "dev container commands run on open"),
     ro(&[".envrc"], "direnv runs it on entering the directory"),
@@ -418,7 +466,9 @@ mod tests {
             "/home/u/.SSH/id_rsa",
             "/home/u/.zsh_history",
         ] {
-            let got = p().check(path.as_bytes()).unwrap_or_else(|| panic!("{path}"));
+            let got = p()
+                .check(path.as_bytes())
+                .unwrap_or_else(|| panic!("{path}"));
             assert_eq!(got.guard, Guard::NoAccess, "{path}");
             assert!(p().refuses(path.as_bytes(), false).is_some(), "{path}");
         }
@@ -441,7 +491,9 @@ mod tests {
             "/w/p/.envrc",
             "/w/p/sub/.VSCode/settings.json",
         ] {
-            let got = p().check(path.as_bytes()).unwrap_or_else(|| panic!("{path}"));
+            let got = p()
+                .check(path.as_bytes())
+                .unwrap_or_else(|| panic!("{path}"));
             assert_eq!(got.guard, Guard::NoWrite, "{path}");
             assert!(p().refuses(path.as_bytes(), false).is_none(), "{path}");
             assert!(p().refuses(path.as_bytes(), true).is_some(), "{path}");
@@ -486,7 +538,12 @@ mod tests {
         ] {
             assert!(sensitive(path.as_bytes()).is_some(), "{path}");
         }
-        for path in ["/p/src/env.rs", "/p/.environment/x", "/p/README.md", "/p/keys.rs"] {
+        for path in [
+            "/p/src/env.rs",
+            "/p/.environment/x",
+            "/p/README.md",
+            "/p/keys.rs",
+        ] {
             assert_eq!(sensitive(path.as_bytes()), None, "{path}");
         }
     }

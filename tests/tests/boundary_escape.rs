@@ -79,8 +79,14 @@ fn submodule_config_and_hooks_cannot_be_planted(via: Via) {
         c.probe(&["write", ".git/modules/sub/hooks/post-checkout"]),
         "errno EACCES"
     );
-    assert_eq!(c.probe(&["write", ".git/modules/sub/config"]), "errno EROFS");
-    assert_eq!(c.probe(&["read", ".git/modules/sub/config"]), "errno EACCES");
+    assert_eq!(
+        c.probe(&["write", ".git/modules/sub/config"]),
+        "errno EROFS"
+    );
+    assert_eq!(
+        c.probe(&["read", ".git/modules/sub/config"]),
+        "errno EACCES"
+    );
     // The .git file cannot be pointed elsewhere, nor swapped.
     assert_eq!(c.probe(&["write", "sub/.git"]), "errno EROFS");
     assert_eq!(c.probe(&["rename", "sub", "sub2"]), "errno EBUSY");
@@ -97,7 +103,10 @@ fn a_nested_repository_cannot_be_replaced_by_renaming_its_parent(via: Via) {
     std::fs::rename(c.work().join("spare"), c.work().join("spare2")).unwrap();
     chown_tree(c.work());
     assert_eq!(c.probe(&["rename", "vendor", "v2"]), "errno EBUSY");
-    assert_eq!(c.probe(&["rename", "vendor/lib", "vendor/lib2"]), "errno EBUSY");
+    assert_eq!(
+        c.probe(&["rename", "vendor/lib", "vendor/lib2"]),
+        "errno EBUSY"
+    );
     assert_eq!(
         c.probe(&["rename", "vendor/lib/.git", "vendor/lib/y"]),
         "errno EBUSY"
@@ -129,7 +138,10 @@ fn a_hooks_path_into_the_working_tree_is_read_only_or_refused(via: Via) {
         Status::Refused(m) => {
             assert!(m.contains("core.hookspath") && m.contains(".hooks"), "{m}")
         }
-        other => panic!("{via:?}: ran without its hooks directory: {other:?} {}", out.notes),
+        other => panic!(
+            "{via:?}: ran without its hooks directory: {other:?} {}",
+            out.notes
+        ),
     }
     assert!(!c.work().join(".hooks").exists(), "nothing was created");
 }
@@ -158,7 +170,13 @@ fn a_repository_made_by_the_command_keeps_no_hook_the_users_git_would_run(via: V
         plant_hook_script("new/.git/hooks/pre-commit")
     );
     let out = c.run(&["sh", "-c", &script]);
-    assert_eq!(out.status, Status::Exited(0), "{}\n{}", out.stderr, out.notes);
+    assert_eq!(
+        out.status,
+        Status::Exited(0),
+        "{}\n{}",
+        out.stderr,
+        out.notes
+    );
     let w = c.work();
     assert!(!w.join("new/.git/hooks/pre-commit").exists());
     assert!(w.join("new/.git/hooks/pre-commit.gatehouse-held").exists());
@@ -172,7 +190,10 @@ fn a_repository_made_by_the_command_keeps_no_hook_the_users_git_would_run(via: V
     assert!(said.contains("pre-commit"), "{said}");
     // The user's git, in the repository the command made: nothing it planted runs.
     assert!(user_commits(&w.join("new")).status.success());
-    assert!(!w.join("new/RAN").exists(), "the planted hook ran on the host");
+    assert!(
+        !w.join("new/RAN").exists(),
+        "the planted hook ran on the host"
+    );
 }
 
 fn files_that_make_tools_run_code_are_read_but_never_written(via: Via) {
@@ -210,7 +231,12 @@ fn files_that_make_tools_run_code_are_read_but_never_written(via: Via) {
 fn agent_logins_in_a_readable_directory_are_never_read(via: Via) {
     let c = Ctx::new(via);
     let home = c.readable("gh-boundary-home-");
-    for p in [".codex/auth.json", ".claude/.credentials.json", ".s3cfg", "notes"] {
+    for p in [
+        ".codex/auth.json",
+        ".claude/.credentials.json",
+        ".s3cfg",
+        "notes",
+    ] {
         std::fs::create_dir_all(home.join(p).parent().unwrap()).unwrap();
         std::fs::write(home.join(p), "secret").unwrap();
     }

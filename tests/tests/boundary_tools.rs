@@ -91,13 +91,24 @@ fn writes_keep_off_code_running_files_and_cannot_assemble_a_git_dir() {
         done(gw.call(read_call(&inst.file(".vscode/tasks.json")))),
         ToolResult::File(_)
     ));
-    for rel in [".vscode/tasks.json", ".claude/settings.json", ".gitattributes", ".mcp.json"] {
+    for rel in [
+        ".vscode/tasks.json",
+        ".claude/settings.json",
+        ".gitattributes",
+        ".mcp.json",
+    ] {
         let m = refused_message(&gw.call(write_call(&inst.file(rel), "{}")));
         assert!(m.contains("protected"), "{rel}: {m}");
     }
-    assert_eq!(std::fs::read_to_string(inst.file(".vscode/tasks.json")).unwrap(), "{}");
+    assert_eq!(
+        std::fs::read_to_string(inst.file(".vscode/tasks.json")).unwrap(),
+        "{}"
+    );
     // A directory with HEAD gets no config or hooks; a config gets no HEAD beside it.
-    let m = refused_message(&gw.call(write_call(&inst.file("evil/config"), "[core]\n\tfsmonitor = x\n")));
+    let m = refused_message(&gw.call(write_call(
+        &inst.file("evil/config"),
+        "[core]\n\tfsmonitor = x\n",
+    )));
     assert!(m.contains("git directory"), "{m}");
     assert!(!inst.file("evil/config").exists());
     let m = refused_message(&gw.call(write_call(&inst.file("cfg/HEAD"), "ref: refs/heads/x\n")));
@@ -130,7 +141,10 @@ fn a_secret_file_asks_before_it_is_read_and_stays_out_of_search() {
     ));
     let (reply, rule) = approving(&mut gw, &mut ui, read_call(&inst.file(".env")));
     let rule = rule.expect("reading .env asks");
-    assert!(rule.contains("may hold secrets") && rule.contains("model provider"), "{rule}");
+    assert!(
+        rule.contains("may hold secrets") && rule.contains("model provider"),
+        "{rule}"
+    );
     match done(reply) {
         ToolResult::File(f) => assert_eq!(f.data, b"API_TOKEN=hunter2\n"),
         other => panic!("{other:?}"),
@@ -189,10 +203,7 @@ fn command(gw: &mut Gateway, ui: &mut Ui, inst: &Instance, argv: &[&str]) -> (Op
 
 #[test]
 fn a_commands_sandbox_keeps_the_grants_excludes() {
-    let inst = instance(&policy_with(
-        "",
-        "exclude = [\"secret/**\", \"*.key\"]\n",
-    ));
+    let inst = instance(&policy_with("", "exclude = [\"secret/**\", \"*.key\"]\n"));
     put(&inst, "secret/key.pem", "PRIVATE\n");
     put(&inst, "signing.key", "K\n");
     put(&inst, "notes.txt", "visible\n");
@@ -204,10 +215,17 @@ fn a_commands_sandbox_keeps_the_grants_excludes() {
     let m = refused_message(&gw.call(read_call(&inst.file("secret/key.pem"))));
     assert!(m.contains("excluded"), "{m}");
     let (code, out) = command(&mut gw, &mut ui, &inst, &["cat", "notes.txt"]);
-    assert_eq!((code, out.as_str()), (Some(0), "visible\n"), "positive control");
+    assert_eq!(
+        (code, out.as_str()),
+        (Some(0), "visible\n"),
+        "positive control"
+    );
     let (code, out) = command(&mut gw, &mut ui, &inst, &["cat", "secret/key.pem"]);
     assert_eq!(code, Some(1));
-    assert!(out.contains("Permission denied") || out.contains("Not a directory"), "{out}");
+    assert!(
+        out.contains("Permission denied") || out.contains("Not a directory"),
+        "{out}"
+    );
     assert!(!out.contains("PRIVATE"), "{out}");
     let (code, out) = command(&mut gw, &mut ui, &inst, &["cat", "signing.key"]);
     assert_eq!(code, Some(1), "{out}");
@@ -217,8 +235,16 @@ fn a_commands_sandbox_keeps_the_grants_excludes() {
 #[test]
 fn grants_a_commands_sandbox_cannot_keep_to_are_refused_for_commands() {
     for (extra, caps, says) in [
-        ("recursive = false\n", "\"read\", \"write\", \"edit\", \"delete\"", "is not recursive"),
-        ("include = [\"*.md\"]\n", "\"read\", \"write\", \"edit\", \"delete\"", "include globs"),
+        (
+            "recursive = false\n",
+            "\"read\", \"write\", \"edit\", \"delete\"",
+            "is not recursive",
+        ),
+        (
+            "include = [\"*.md\"]\n",
+            "\"read\", \"write\", \"edit\", \"delete\"",
+            "include globs",
+        ),
     ] {
         let policy = format!(
             "revision = 0\n[tools]\nread_file = \"allow\"\n[approvals]\nexpire_after_secs = 60\n\
@@ -229,13 +255,17 @@ fn grants_a_commands_sandbox_cannot_keep_to_are_refused_for_commands() {
         let mut gw = b.gateway();
         gw.open_session(None);
         let m = refused_message(&gw.call(run(&inst, &["true"])));
-        assert!(m.contains(says) && m.contains("cannot hold"), "{extra}: {m}");
+        assert!(
+            m.contains(says) && m.contains("cannot hold"),
+            "{extra}: {m}"
+        );
     }
 }
 
 #[test]
 fn a_grant_without_delete_gives_commands_a_read_only_tree() {
-    let policy = "revision = 0\n[tools]\nread_file = \"allow\"\n[approvals]\nexpire_after_secs = 60\n\
+    let policy =
+        "revision = 0\n[tools]\nread_file = \"allow\"\n[approvals]\nexpire_after_secs = 60\n\
                   [[grant]]\nroot = \"{ROOT}\"\ncapabilities = [\"read\", \"write\", \"edit\"]\n";
     let inst = instance(policy);
     put(&inst, "f.txt", "x\n");

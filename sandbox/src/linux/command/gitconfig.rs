@@ -124,7 +124,11 @@ const INERT: &[&str] = &[
 pub(crate) fn names(e: &Entry) -> Option<Names> {
     let key = e.key();
     if e.section == "alias" {
-        return e.value.trim_start().starts_with('!').then_some(Names::Program);
+        return e
+            .value
+            .trim_start()
+            .starts_with('!')
+            .then_some(Names::Program);
     }
     if e.section == "pager" {
         return Some(Names::Program);
@@ -334,8 +338,14 @@ mod tests {
                 ("core.repositoryformatversion=0".into(), None),
                 ("core.fsmonitor=./tools/fsm".into(), Some(Names::Program)),
                 ("core.hookspath=.husky".into(), Some(Names::Dir)),
-                ("filter.*.clean=git-lfs clean -- %f".into(), Some(Names::Program)),
-                ("diff.*.textconv=../bin/pdf2txt".into(), Some(Names::Program)),
+                (
+                    "filter.*.clean=git-lfs clean -- %f".into(),
+                    Some(Names::Program)
+                ),
+                (
+                    "diff.*.textconv=../bin/pdf2txt".into(),
+                    Some(Names::Program)
+                ),
                 ("alias.st=status".into(), None),
                 ("alias.x=!./run.sh".into(), Some(Names::Program)),
                 ("include.path=../shared.inc".into(), Some(Names::File)),
@@ -346,7 +356,10 @@ mod tests {
         );
         assert_eq!(program_path("./tools/fsm"), Some("./tools/fsm".into()));
         assert_eq!(program_path("!./run.sh arg"), Some("./run.sh".into()));
-        assert_eq!(program_path("\"/opt/my tool/x\" -a"), Some("/opt/my tool/x".into()));
+        assert_eq!(
+            program_path("\"/opt/my tool/x\" -a"),
+            Some("/opt/my tool/x".into())
+        );
         assert_eq!(program_path("git-lfs clean"), None);
     }
 
@@ -362,7 +375,12 @@ mod tests {
 
     #[test]
     fn broken_configs_are_errors() {
-        for bad in ["key = x\n", "[core\nx=1\n", "[core]\nx = \"open\n", "[core]\n=1\n"] {
+        for bad in [
+            "key = x\n",
+            "[core\nx=1\n",
+            "[core]\nx = \"open\n",
+            "[core]\n=1\n",
+        ] {
             assert!(parse(bad).is_err(), "{bad:?}");
         }
     }

@@ -17,19 +17,21 @@ mod child;
 mod denylist;
 pub mod env;
 pub mod fdpass;
+mod gitconfig;
 pub mod identity;
 mod landlock_rules;
 mod plan;
-pub mod project;
-mod gitconfig;
 pub mod policy;
 #[cfg(feature = "test-hooks")]
 pub mod probe;
+pub mod project;
 mod protected;
 pub mod watch;
 
 pub use denylist::refused_syscall_count;
-pub use ipc_schema::exec::{GrantAccess, Hide, Limits, PathGrant, SandboxReport, PROXY_BRIDGE_PORT};
+pub use ipc_schema::exec::{
+    GrantAccess, Hide, Limits, PathGrant, SandboxReport, PROXY_BRIDGE_PORT,
+};
 pub use landlock_rules::{kernel_abi as landlock_kernel_abi, FULL_ABI as LANDLOCK_FULL_ABI};
 pub use protected::{GIT_PROTECTED, NOT_GRANTABLE};
 pub use watch::{Kill, Stream, Watch};

@@ -121,7 +121,8 @@ fn git_shaped(dir: &Path) -> bool {
 
 impl Walk {
     fn writable(&self, p: &Path) -> bool {
-        self.grants.iter().any(|g| p.starts_with(g)) && !self.exempt.iter().any(|e| p.starts_with(e))
+        self.grants.iter().any(|g| p.starts_with(g))
+            && !self.exempt.iter().any(|e| p.starts_with(e))
     }
 
     fn fail(&mut self, msg: String) {
@@ -190,8 +191,7 @@ impl Walk {
                     }
                     continue;
                 }
-                if let Some(p) = check_components(&folded_components(path.as_os_str().as_bytes()))
-                {
+                if let Some(p) = check_components(&folded_components(path.as_os_str().as_bytes())) {
                     self.places.push((path.clone(), p.guard));
                     // A read-only place may hold a never-read one (`.codex/auth.json`).
                     if p.guard == Guard::NoAccess {
@@ -267,7 +267,9 @@ impl Walk {
 
     /// Git dirs below `.git/modules` (names may nest) and `.git/worktrees`.
     fn admin_dirs(&mut self, dir: &Path) {
-        let Ok(rd) = std::fs::read_dir(dir) else { return };
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
         for e in rd.flatten() {
             let p = e.path();
             if !e.file_type().is_ok_and(|t| t.is_dir()) {
@@ -301,12 +303,10 @@ impl Walk {
         };
         let entries = match gitconfig::parse(&text) {
             Ok(e) => e,
-            Err(e) => {
-                return self.fail(format!(
-                    "cannot read the git config {} ({e}); gatehouse must know what it makes git run",
-                    cfg.display()
-                ))
-            }
+            Err(e) => return self.fail(format!(
+                "cannot read the git config {} ({e}); gatehouse must know what it makes git run",
+                cfg.display()
+            )),
         };
         let cfg_dir = cfg.parent().unwrap_or(base).to_path_buf();
         for e in entries {
@@ -410,14 +410,21 @@ pub(crate) fn before(grants: &[PathBuf], exempt: &[PathBuf], home: &Path) -> Res
     found.read_only.dedup();
     // Nothing inside a mask needs more; read-only inside read-only is covered.
     let masks = found.masks.clone();
-    found.read_only.retain(|p| !masks.iter().any(|m| p.starts_with(m)));
+    found
+        .read_only
+        .retain(|p| !masks.iter().any(|m| p.starts_with(m)));
     let ro = found.read_only.clone();
     found
         .read_only
         .retain(|p| !ro.iter().any(|r| r != p && p.starts_with(r)));
     // Pins: each git dir, and every directory between a grant's root and anything protected.
     let mut pins: BTreeSet<PathBuf> = w.git.keys().cloned().collect();
-    for p in found.masks.iter().chain(&found.read_only).chain(w.git.keys()) {
+    for p in found
+        .masks
+        .iter()
+        .chain(&found.read_only)
+        .chain(w.git.keys())
+    {
         let Some(root) = grants.iter().filter(|g| p.starts_with(g)).max() else {
             continue;
         };
@@ -570,7 +577,11 @@ pub fn after(snap: &Snapshot) -> Vec<Held> {
                 }
             }
         } else if std::fs::symlink_metadata(&hooks).is_ok() {
-            hold(&hooks, "a git hooks entry written by the command".into(), &mut held);
+            hold(
+                &hooks,
+                "a git hooks entry written by the command".into(),
+                &mut held,
+            );
         }
     }
     held
@@ -656,7 +667,11 @@ mod tests {
         std::fs::write(root.join(".git/modules/sub/HEAD"), "x\n").unwrap();
         std::fs::write(root.join(".git/modules/sub/config"), "[core]\n").unwrap();
         std::fs::create_dir_all(root.join("vendor/sub")).unwrap();
-        std::fs::write(root.join("vendor/sub/.git"), "gitdir: ../../.git/modules/sub\n").unwrap();
+        std::fs::write(
+            root.join("vendor/sub/.git"),
+            "gitdir: ../../.git/modules/sub\n",
+        )
+        .unwrap();
         std::fs::create_dir_all(root.join("deep/x/.vscode")).unwrap();
         let f = before(std::slice::from_ref(&root), &[], &root).unwrap();
         assert!(f.refusals.is_empty(), "{:?}", f.refusals);
@@ -668,12 +683,29 @@ mod tests {
             ".git/modules/sub/hooks",
             ".git/modules/sub/config",
         ] {
-            assert!(f.masks.contains(&root.join(m)), "{m} not masked: {:?}", f.masks);
+            assert!(
+                f.masks.contains(&root.join(m)),
+                "{m} not masked: {:?}",
+                f.masks
+            );
         }
         assert!(f.read_only.contains(&root.join("deep/x/.vscode")));
         assert!(f.read_only.contains(&root.join("vendor/sub/.git")));
-        for p in ["a", "a/b", "a/b/c", "a/b/c/.git", "deep", "deep/x", "vendor", "vendor/sub"] {
-            assert!(f.pins.contains(&root.join(p)), "{p} not pinned: {:?}", f.pins);
+        for p in [
+            "a",
+            "a/b",
+            "a/b/c",
+            "a/b/c/.git",
+            "deep",
+            "deep/x",
+            "vendor",
+            "vendor/sub",
+        ] {
+            assert!(
+                f.pins.contains(&root.join(p)),
+                "{p} not pinned: {:?}",
+                f.pins
+            );
         }
     }
 
@@ -694,7 +726,11 @@ mod tests {
         assert!(f.read_only.contains(&root.join(".husky")));
         assert!(f.read_only.contains(&root.join("tools/fsm")));
         assert_eq!(f.refusals.len(), 1, "{:?}", f.refusals);
-        assert!(f.refusals[0].contains("filter.x.clean"), "{}", f.refusals[0]);
+        assert!(
+            f.refusals[0].contains("filter.x.clean"),
+            "{}",
+            f.refusals[0]
+        );
         assert!(f.refusals[0].contains("tools/clean"), "{}", f.refusals[0]);
     }
 
@@ -729,9 +765,14 @@ mod tests {
             ],
             "{held:?}"
         );
-        assert!(root.join("new/.git/hooks/post-checkout.gatehouse-held").exists());
+        assert!(root
+            .join("new/.git/hooks/post-checkout.gatehouse-held")
+            .exists());
         assert!(root.join("new/.git/hooks/pre-commit.sample").exists());
-        assert!(root.join("clean/.git/config").exists(), "a fresh repo's config is kept");
+        assert!(
+            root.join("clean/.git/config").exists(),
+            "a fresh repo's config is kept"
+        );
         assert!(root.join("sub/.vscode.gatehouse-held/tasks.json").exists());
         // Nothing new: nothing held.
         let f2 = before(std::slice::from_ref(&root), &[], &root).unwrap();

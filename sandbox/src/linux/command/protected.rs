@@ -103,9 +103,8 @@ pub(crate) fn refuse_write_grant(
             ));
         }
     }
-    protected_place(path).map(|(place, _)| {
-        format!("it is inside {place}, which commands may read but never write")
-    })
+    protected_place(path)
+        .map(|(place, _)| format!("it is inside {place}, which commands may read but never write"))
 }
 
 /// The existing protected places directly in `dir`: each entry whose name (case-insensitively)
