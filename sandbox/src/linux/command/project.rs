@@ -303,10 +303,12 @@ impl Walk {
         };
         let entries = match gitconfig::parse(&text) {
             Ok(e) => e,
-            Err(e) => return self.fail(format!(
+            Err(e) => {
+                return self.fail(format!(
                 "cannot read the git config {} ({e}); gatehouse must know what it makes git run",
                 cfg.display()
-            )),
+            ))
+            }
         };
         let cfg_dir = cfg.parent().unwrap_or(base).to_path_buf();
         for e in entries {
