@@ -68,6 +68,29 @@ pub fn run(args: &[String]) {
     let lib_proxy = sample(n, || {
         run_in_sandbox(&root, &home, true);
     });
+    // A project tree as the walk of writable grants meets it: 10,000 files in 1,000
+    // directories, ten nested repositories (git dirs masked, their parents pinned), editor
+    // settings (read-only binds). Walked before the command and again after it.
+    let tree = work.join("tree");
+    for d in 0..1000 {
+        let dir = tree.join(format!("d{}/e{}", d / 10, d % 10));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in 0..10 {
+            std::fs::write(dir.join(format!("f{f}.rs")), "x").unwrap();
+        }
+        if d % 100 == 0 {
+            let g = dir.join(".git");
+            for sub in ["hooks", "objects", "refs"] {
+                std::fs::create_dir_all(g.join(sub)).unwrap();
+            }
+            std::fs::write(g.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+            std::fs::write(g.join("config"), "[core]\n\tbare = false\n").unwrap();
+            std::fs::create_dir_all(dir.join(".vscode")).unwrap();
+        }
+    }
+    let lib_tree = sample(n, || {
+        run_in_sandbox(&tree, &home, false);
+    });
     let plan_only = sample(n, || {
         command::prepare(spec(&root, &home, Network::None)).unwrap();
     });
@@ -159,6 +182,10 @@ pub fn run(args: &[String]) {
     row(
         "sandbox, proxy bridge (as the exec-helper runs it)",
         &lib_proxy,
+    );
+    row(
+        "sandbox, writable tree: 10k files, 10 repos (walk, pins)",
+        &lib_tree,
     );
     row("gatehouse sandbox -- /bin/true (a process)", &cli);
     row(

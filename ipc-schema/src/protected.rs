@@ -443,6 +443,27 @@ pub fn sensitive(abs: &[u8]) -> Option<&'static str> {
         .map(|(_, why)| *why)
 }
 
+/// Markers of private key material in a file's first bytes, each with what it is.
+const SECRET_CONTENT: &[(&[u8], &str)] = &[
+    (b"PRIVATE KEY-----", "a private key"),
+    (
+        b"-----BEGIN PGP PRIVATE KEY BLOCK-----",
+        "a PGP private key",
+    ),
+    (b"PuTTY-User-Key-File-", "a PuTTY private key"),
+    (b"aws_secret_access_key", "an AWS secret key"),
+];
+
+/// What secret `data` (a file's content) holds by its content, if it says so: private keys
+/// (PEM, OpenSSH, PGP, PuTTY) and AWS secret keys, looked for in the first 64 KiB.
+pub fn secret_content(data: &[u8]) -> Option<&'static str> {
+    let head = &data[..data.len().min(64 << 10)];
+    SECRET_CONTENT
+        .iter()
+        .find(|(m, _)| head.windows(m.len()).any(|w| w.eq_ignore_ascii_case(m)))
+        .map(|(_, why)| *why)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -546,6 +567,24 @@ mod tests {
         ] {
             assert_eq!(sensitive(path.as_bytes()), None, "{path}");
         }
+    }
+
+    #[test]
+    fn key_material_is_recognised_by_content() {
+        assert_eq!(
+            secret_content(b"x\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3Bl\n"),
+            Some("a private key")
+        );
+        assert_eq!(
+            secret_content(b"-----BEGIN RSA PRIVATE KEY-----"),
+            Some("a private key")
+        );
+        assert_eq!(
+            secret_content(b"[default]\nAWS_SECRET_ACCESS_KEY = x"),
+            Some("an AWS secret key")
+        );
+        assert_eq!(secret_content(b"-----BEGIN PUBLIC KEY-----\n"), None);
+        assert_eq!(secret_content(b"fn main() {}\n"), None);
     }
 
     #[test]

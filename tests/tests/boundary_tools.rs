@@ -280,3 +280,30 @@ fn a_grant_without_delete_gives_commands_a_read_only_tree() {
     assert!(out.contains("Read-only file system"), "{out}");
     assert!(inst.file("f.txt").exists());
 }
+
+#[test]
+fn a_key_under_an_ordinary_name_asks_by_its_content() {
+    let inst = instance(&policy_with("", ""));
+    put(
+        &inst,
+        "notes.txt",
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaA==\n",
+    );
+    put(&inst, "pub.txt", "-----BEGIN PUBLIC KEY-----\nMFkw\n");
+    open_up(&inst);
+    let b = inst.start(&[]);
+    let (mut gw, mut ui) = (b.gateway(), b.ui());
+    gw.open_session(None);
+    // Positive control: a public key is read without a question.
+    assert!(matches!(
+        done(gw.call(read_call(&inst.file("pub.txt")))),
+        ToolResult::File(_)
+    ));
+    let (reply, rule) = approving(&mut gw, &mut ui, read_call(&inst.file("notes.txt")));
+    let rule = rule.expect("a private key asks");
+    assert!(rule.contains("holds a private key"), "{rule}");
+    match done(reply) {
+        ToolResult::File(f) => assert!(f.data.starts_with(b"-----BEGIN OPENSSH")),
+        other => panic!("{other:?}"),
+    }
+}

@@ -241,13 +241,7 @@ pub fn evaluate(
         let Some(why) = ipc_schema::protected::sensitive(&p.abs) else {
             continue;
         };
-        if grant_for(policy, &p.abs).is_some_and(|(g, _, _)| g.secret_files_allowed) {
-            continue;
-        }
-        let named = policy.rules.iter().any(|r| {
-            r.action == Action::Allow && r.paths.is_some() && rule_applies(r, tool, target)
-        });
-        if named {
+        if secret_files_opted_in(policy, tool, target, &p.abs) {
             continue;
         }
         return Verdict {
@@ -259,6 +253,15 @@ pub fn evaluate(
         };
     }
     v
+}
+
+/// Whether the policy opts in to reading secret files at `abs` without asking: its grant says
+/// `secret_files = "allow"`, or an allow rule naming paths applies to this call.
+pub fn secret_files_opted_in(policy: &Policy, tool: ToolName, target: &Target, abs: &[u8]) -> bool {
+    grant_for(policy, abs).is_some_and(|(g, _, _)| g.secret_files_allowed)
+        || policy.rules.iter().any(|r| {
+            r.action == Action::Allow && r.paths.is_some() && rule_applies(r, tool, target)
+        })
 }
 
 fn evaluate_rules(

@@ -481,10 +481,34 @@ async fn run(
     }
     let ttl = policy.expire_after;
     let revision = policy.revision;
+    // A file allowed by name may still hold a key by content: read it first (a read changes
+    // nothing) and ask before the agent gets it.
+    let sniff = tool == ToolName::ReadFile
+        && verdict.action == Action::Allow
+        && resolved.paths.first().is_some_and(|p| {
+            !eval::secret_files_opted_in(&policy, tool, &resolved.target, &p.absolute)
+        });
     drop(policy);
 
     if !effectful {
         let mut proposal = None;
+        let mut verdict = verdict;
+        let mut early = None;
+        if sniff {
+            let out = fs::execute(ctx, &call, &resolved, None).await;
+            if let Ok(ToolResult::File(f)) = &out {
+                if let Some(why) = ipc_schema::protected::secret_content(&f.data) {
+                    verdict = ipc_schema::tool::Verdict {
+                        action: Action::Ask,
+                        rule: format!(
+                            "{} holds {why}; what the agent reads goes to its model provider (secret_files = \"allow\" on the grant, or an allow rule naming the path, reads it without asking)",
+                            target_key
+                        ),
+                    };
+                }
+            }
+            early = Some(out);
+        }
         if verdict.action == Action::Ask {
             let draft = draft(
                 &session,
@@ -501,7 +525,9 @@ async fn run(
                 Err(r) => return r,
             }
         }
-        let out = if checked.is_some() {
+        let out = if let Some(out) = early {
+            out.map_err(ToolReply::Failed)
+        } else if checked.is_some() {
             net::execute_read(ctx, &session, call_number, &call, checked.as_ref())
                 .await
                 .and_then(|r| stayed_on_network(&profile, ctx, r))
