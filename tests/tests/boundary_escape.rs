@@ -252,7 +252,17 @@ fn secret_files_are_out_of_sight_of_agents(via: Via) {
     let w = c.work();
     std::fs::create_dir_all(w.join("deploy")).unwrap();
     std::fs::write(w.join(".env"), "TOKEN=x\n").unwrap();
-    std::fs::write(w.join("deploy/server.pem"), "key\n").unwrap();
+    std::fs::write(
+        w.join("deploy/server.pem"),
+        "-----BEGIN PRIVATE KEY-----\nMC4C\n-----END PRIVATE KEY-----\n",
+    )
+    .unwrap();
+    // A CA bundle discloses nothing and TLS clients need it: it stays visible.
+    std::fs::write(
+        w.join("deploy/ca.pem"),
+        "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
     std::fs::write(w.join("app.txt"), "text\n").unwrap();
     chown_tree(w);
     assert_eq!(c.probe(&["read", "app.txt"]), "ok 5 bytes");
@@ -266,6 +276,7 @@ fn secret_files_are_out_of_sight_of_agents(via: Via) {
     if via != Via::Sandbox {
         assert_eq!(c.probe(&["read", "deploy/server.pem"]), "errno EACCES");
     }
+    assert_eq!(c.probe(&["read", "deploy/ca.pem"]), "ok 59 bytes");
 }
 
 escape_cases! {

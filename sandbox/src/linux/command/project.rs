@@ -589,6 +589,25 @@ pub fn after(snap: &Snapshot) -> Vec<Held> {
     held
 }
 
+/// Whether `path` is a PEM-style file (`*.pem`, `*.crt`, `*.key`, `*.asc`) that holds no
+/// private key by content: a CA bundle or a public certificate, which programs need (a TLS
+/// client's trust store) and which discloses nothing. Unreadable counts as secret.
+fn certificate_only(path: &Path) -> bool {
+    let name = path.as_os_str().as_bytes().to_ascii_lowercase();
+    if ![&b".pem"[..], b".crt", b".key", b".asc"]
+        .iter()
+        .any(|e| name.ends_with(e))
+    {
+        return false;
+    }
+    use std::io::Read;
+    let mut head = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(64 << 10).read_to_end(&mut head))
+        .is_ok()
+        && ipc_schema::protected::secret_content(&head).is_none()
+}
+
 /// What `hide` masks in the grants `dirs` (the first is the one its exclude globs are relative
 /// to): every existing match, at any depth; an excluded directory whole.
 pub(crate) fn hidden(
@@ -633,7 +652,8 @@ pub(crate) fn hidden(
                 let excluded = i == 0 && !hide.exclude.is_empty() && exclude.is_match(rel);
                 let secret = hide.sensitive
                     && ft.is_file()
-                    && ipc_schema::protected::sensitive(path.as_os_str().as_bytes()).is_some();
+                    && ipc_schema::protected::sensitive(path.as_os_str().as_bytes()).is_some()
+                    && !certificate_only(&path);
                 if excluded || secret {
                     out.push(path);
                 } else if ft.is_dir() {
