@@ -112,6 +112,12 @@ pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
         for c in &uncertain {
             tracing::warn!(ledger = c.id, tool = %c.tool, target = %c.target, "uncertain: {}", c.reason);
         }
+        // Handlers first: once the sockets exist, a client may answer with SIGTERM at once
+        // (`gatehouse stop`), and it must get the orderly stop, not the default death.
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(|e| e.to_string())?;
+        let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+            .map_err(|e| e.to_string())?;
         let ui = fronts::bind(&dirs.ui_socket()).map_err(|e| format!("{}: {e}", dirs.ui_socket().display()))?;
         let gw = fronts::bind(&dirs.gateway_socket())
             .map_err(|e| format!("{}: {e}", dirs.gateway_socket().display()))?;
@@ -126,10 +132,6 @@ pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
         tokio::task::spawn_local(fronts::accept_loop(ctx.clone(), gw, Role::Gateway));
         tracing::info!(pid = std::process::id(), "broker serving {}", dirs.runtime.display());
 
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .map_err(|e| e.to_string())?;
-        let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-            .map_err(|e| e.to_string())?;
         tokio::select! {
             _ = term.recv() => {}
             _ = int.recv() => {}

@@ -446,7 +446,7 @@ fn a_broker_without_its_helpers_says_which_are_missing_and_how_to_build_them() {
         .arg(data.path())
         .arg("broker")
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -462,6 +462,12 @@ fn a_broker_without_its_helpers_says_which_are_missing_and_how_to_build_them() {
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    assert!(child.wait().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
     forget_audit_key(data.path());
 }
