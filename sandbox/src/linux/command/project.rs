@@ -400,6 +400,8 @@ pub(crate) fn before(grants: &[PathBuf], exempt: &[PathBuf], home: &Path) -> Res
         return Err(e);
     }
     let mut found = std::mem::take(&mut w.found);
+    found.refusals.sort();
+    found.refusals.dedup();
     for (p, guard) in &w.places {
         match guard {
             Guard::NoAccess => found.masks.push(p.clone()),
