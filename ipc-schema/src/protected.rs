@@ -388,6 +388,43 @@ pub fn check_components(comps: &[Vec<u8>]) -> Option<Protection> {
     best
 }
 
+/// [`check_components`] for a walk that has judged every parent already: `last` (folded) in
+/// the directory whose folded components are `parent`; only the rules that end at `last`, and
+/// a git internal name as `last`. Some exactly when `check_components` would find a place that
+/// the parent is not in.
+pub fn check_last(parent: &[Vec<u8>], last: &[u8]) -> Option<Protection> {
+    let mut best: Option<Protection> = None;
+    for r in RULES {
+        let n = r.path.len();
+        if n > parent.len() + 1 || !component_matches(r.path[n - 1].as_bytes(), last) {
+            continue;
+        }
+        if parent[parent.len() + 1 - n..]
+            .iter()
+            .zip(r.path.iter())
+            .all(|(c, p)| component_matches(p.as_bytes(), c))
+            && best.as_ref().is_none_or(|b| r.guard > b.guard)
+        {
+            best = Some(Protection {
+                place: r.path.join("/"),
+                why: r.why,
+                guard: r.guard,
+            });
+        }
+    }
+    if best.as_ref().is_some_and(|b| b.guard == Guard::NoAccess) {
+        return best;
+    }
+    if GIT_INTERNAL.iter().any(|g| last == g.as_bytes()) && parent.iter().any(|c| c == b".git") {
+        return Some(Protection {
+            place: format!(".git/…/{}", String::from_utf8_lossy(last)),
+            why: "git hooks and config run code",
+            guard: Guard::NoAccess,
+        });
+    }
+    best
+}
+
 /// gatehouse's own directories plus the fixed table: what the broker and the fs-helper check.
 #[derive(Debug, Clone, Default)]
 pub struct Protector {
@@ -566,6 +603,36 @@ mod tests {
             "/p/keys.rs",
         ] {
             assert_eq!(sensitive(path.as_bytes()), None, "{path}");
+        }
+    }
+
+    #[test]
+    fn the_walks_check_agrees_with_the_whole_path_check() {
+        let mut paths: Vec<String> = RULES
+            .iter()
+            .flat_map(|r| {
+                let p = r.path.join("/").replace('*', "x");
+                [
+                    format!("/w/{p}"),
+                    format!("/w/a/{p}/inner"),
+                    format!("/{p}/b/c"),
+                ]
+            })
+            .collect();
+        paths.extend(
+            [
+                "/w/src/main.rs",
+                "/w/.git/hooks/x",
+                "/w/a/.git/modules/s/config",
+            ]
+            .map(String::from),
+        );
+        for path in paths {
+            let comps = folded_components(path.as_bytes());
+            let whole = check_components(&comps).is_some();
+            let walked =
+                (1..=comps.len()).any(|n| check_last(&comps[..n - 1], &comps[n - 1]).is_some());
+            assert_eq!(whole, walked, "{path}");
         }
     }
 

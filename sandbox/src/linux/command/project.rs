@@ -21,7 +21,7 @@
 //! are not git's `.sample` files.
 
 use super::gitconfig::{self, Names};
-use ipc_schema::protected::{check_components, folded_components, Guard};
+use ipc_schema::protected::{check_components, check_last, folded_components, Guard};
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
@@ -141,8 +141,13 @@ impl Walk {
     }
 
     fn tree(&mut self, root: &Path) {
-        let mut stack = vec![root.to_path_buf()];
-        while let Some(dir) = stack.pop() {
+        // Each directory with its folded components: every entry is judged by the rules that
+        // end at its own name (its parents were judged on the way down).
+        let mut stack = vec![(
+            root.to_path_buf(),
+            folded_components(root.as_os_str().as_bytes()),
+        )];
+        while let Some((dir, comps)) = stack.pop() {
             if self.error.is_some() {
                 return;
             }
@@ -189,10 +194,11 @@ impl Walk {
                     ));
                 }
                 let path = e.path();
-                if self.exempt.iter().any(|x| path.starts_with(x)) {
+                let Ok(ft) = e.file_type() else { continue };
+                // Exempt places are directories: nothing below one is ever reached.
+                if ft.is_dir() && self.exempt.iter().any(|x| path.starts_with(x)) {
                     continue;
                 }
-                let Ok(ft) = e.file_type() else { continue };
                 let name = ipc_schema::protected::fold(e.file_name().as_bytes());
                 if name == b".git" {
                     if ft.is_dir() {
@@ -202,7 +208,7 @@ impl Walk {
                     }
                     continue;
                 }
-                if let Some(p) = check_components(&folded_components(path.as_os_str().as_bytes())) {
+                if let Some(p) = check_last(&comps, &name) {
                     self.places.push((path.clone(), p.guard));
                     // A read-only place may hold a never-read one (`.codex/auth.json`).
                     if p.guard == Guard::NoAccess {
@@ -210,7 +216,9 @@ impl Walk {
                     }
                 }
                 if ft.is_dir() {
-                    stack.push(path);
+                    let mut child = comps.clone();
+                    child.push(name);
+                    stack.push((path, child));
                 }
             }
         }
@@ -650,8 +658,8 @@ pub(crate) fn hidden(
         if exempt.iter().any(|e| root.starts_with(e)) {
             continue;
         }
-        let mut stack = vec![root.clone()];
-        while let Some(dir) = stack.pop() {
+        let mut stack = vec![(root.clone(), folded_components(root.as_os_str().as_bytes()))];
+        while let Some((dir, comps)) = stack.pop() {
             let Ok(rd) = std::fs::read_dir(&dir) else {
                 continue;
             };
@@ -663,16 +671,15 @@ pub(crate) fn hidden(
                     ));
                 }
                 let path = e.path();
-                if exempt.iter().any(|x| path.starts_with(x)) {
-                    continue;
-                }
-                // Never-read places are masked whole already.
-                if check_components(&folded_components(path.as_os_str().as_bytes()))
-                    .is_some_and(|p| p.guard == Guard::NoAccess)
-                {
-                    continue;
-                }
                 let Ok(ft) = e.file_type() else { continue };
+                if ft.is_dir() && exempt.iter().any(|x| path.starts_with(x)) {
+                    continue;
+                }
+                let name = ipc_schema::protected::fold(e.file_name().as_bytes());
+                // Never-read places are masked whole already.
+                if check_last(&comps, &name).is_some_and(|p| p.guard == Guard::NoAccess) {
+                    continue;
+                }
                 let rel = path.strip_prefix(root).unwrap_or(&path);
                 let excluded = i == 0 && !hide.exclude.is_empty() && exclude.is_match(rel);
                 let secret = hide.sensitive
@@ -682,7 +689,9 @@ pub(crate) fn hidden(
                 if excluded || secret {
                     out.push(path);
                 } else if ft.is_dir() {
-                    stack.push(path);
+                    let mut child = comps.clone();
+                    child.push(name);
+                    stack.push((path, child));
                 }
             }
         }
