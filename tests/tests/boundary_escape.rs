@@ -196,6 +196,37 @@ fn a_repository_made_by_the_command_keeps_no_hook_the_users_git_would_run(via: V
     );
 }
 
+/// While the command still runs (an agent's session under `gatehouse run` lasts hours), what it
+/// plants is set aside within seconds: the command itself sees its hook renamed under it.
+fn a_planted_hook_is_set_aside_while_the_command_still_runs(via: Via) {
+    let c = Ctx::new(via);
+    chown_tree(c.work());
+    let script = format!(
+        "git init -q -b main new && {} && for i in $(seq 1 120); do \
+         test -e new/.git/hooks/pre-commit || {{ echo set-aside-while-running; exit 0; }}; sleep 0.25; done; \
+         echo still-there",
+        plant_hook_script("new/.git/hooks/pre-commit")
+    );
+    let out = c.run(&["sh", "-c", &script]);
+    assert_eq!(
+        out.status,
+        Status::Exited(0),
+        "{}\n{}",
+        out.stderr,
+        out.notes
+    );
+    assert_eq!(out.text(), "set-aside-while-running", "{}", out.notes);
+    assert!(c
+        .work()
+        .join("new/.git/hooks/pre-commit.gatehouse-held")
+        .exists());
+    // Set aside once, not again and again by each later look.
+    assert!(!c
+        .work()
+        .join("new/.git/hooks/pre-commit.gatehouse-held.gatehouse-held")
+        .exists());
+}
+
 fn files_that_make_tools_run_code_are_read_but_never_written(via: Via) {
     let c = Ctx::new(via);
     let w = c.work();
@@ -284,6 +315,7 @@ escape_cases! {
     a_nested_repository_cannot_be_replaced_by_renaming_its_parent: [Sandbox, RunCommand, Run],
     a_hooks_path_into_the_working_tree_is_read_only_or_refused: [Sandbox, RunCommand, Run],
     a_repository_made_by_the_command_keeps_no_hook_the_users_git_would_run: [Sandbox, RunCommand, Run],
+    a_planted_hook_is_set_aside_while_the_command_still_runs: [Sandbox, RunCommand, Run],
     files_that_make_tools_run_code_are_read_but_never_written: [Sandbox, RunCommand, Run],
     agent_logins_in_a_readable_directory_are_never_read: [Sandbox, RunCommand, Run],
     secret_files_are_out_of_sight_of_agents: [Sandbox, RunCommand, Run],

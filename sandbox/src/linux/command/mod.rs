@@ -1247,6 +1247,17 @@ impl Sandboxed {
         Ok(project::after(&self.snapshot))
     }
 
+    /// The same look while the command still runs (what it is writing at that moment may be
+    /// set aside under it; nothing is lost, it is renamed).
+    pub fn sweep_running(&self) -> Vec<project::Held> {
+        project::after(&self.snapshot)
+    }
+
+    /// Whether the command has writable grants to look at.
+    pub fn sweeps(&self) -> bool {
+        self.snapshot.writable()
+    }
+
     pub fn reap(&mut self) -> io::Result<()> {
         if self.reaped {
             return Ok(());

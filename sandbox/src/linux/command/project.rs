@@ -494,6 +494,28 @@ pub(crate) fn before(grants: &[PathBuf], exempt: &[PathBuf], home: &Path) -> Res
     Ok(found)
 }
 
+impl Snapshot {
+    /// Whether there is anything to look at after (or while) the command runs.
+    pub fn writable(&self) -> bool {
+        self.grants
+            .iter()
+            .any(|g| !self.exempt.iter().any(|e| g.starts_with(e)))
+    }
+}
+
+/// Whether `name` is something gatehouse already set aside (`NAME.gatehouse-held[-N]`).
+fn already_held(name: &[u8]) -> bool {
+    let s = String::from_utf8_lossy(name);
+    match s.rfind(HELD_SUFFIX) {
+        Some(i) => {
+            let rest = &s[i + HELD_SUFFIX.len()..];
+            rest.is_empty()
+                || (rest.starts_with('-') && rest[1..].bytes().all(|b| b.is_ascii_digit()))
+        }
+        None => false,
+    }
+}
+
 /// A free name beside `p` to set it aside under.
 fn held_name(p: &Path) -> PathBuf {
     let mut base = p.as_os_str().to_owned();
@@ -602,7 +624,7 @@ pub fn after(snap: &Snapshot) -> Vec<Held> {
             if let Ok(rd) = std::fs::read_dir(&hooks) {
                 for e in rd.flatten() {
                     let n = e.file_name();
-                    if !n.as_bytes().ends_with(b".sample") {
+                    if !n.as_bytes().ends_with(b".sample") && !already_held(n.as_bytes()) {
                         hold(
                             &e.path(),
                             "a git hook written by the command".into(),

@@ -34,6 +34,8 @@ pub struct Watch {
     events_open: bool,
     init_gone: bool,
     held: Vec<super::project::Held>,
+    /// When the next look for planted files is due while the command runs.
+    next_sweep: Option<Instant>,
     status: Option<i32>,
     setup_failed: Option<String>,
     exec_failed: Option<(i32, String)>,
@@ -66,6 +68,7 @@ impl Watch {
             events_open: true,
             init_gone: false,
             held: Vec::new(),
+            next_sweep: Some(Instant::now() + SWEEP_EVERY_MIN),
             status: None,
             setup_failed: None,
             exec_failed: None,
@@ -90,15 +93,31 @@ impl Watch {
         ]
     }
 
-    /// When the time limit kills the sandbox (`None` once it has been killed or has ended).
+    /// When [`Watch::check_time`] next has work: the time limit, or the next look for what the
+    /// command planted (`None` once the sandbox has been killed or has ended).
     pub fn deadline(&self) -> Option<Instant> {
-        (self.killed.is_none() && self.status.is_none()).then_some(self.deadline)
+        let sweep = self.next_sweep.filter(|_| self.sb.sweeps());
+        (self.killed.is_none() && self.status.is_none())
+            .then_some(sweep.map_or(self.deadline, |s| s.min(self.deadline)))
     }
 
-    /// Kills the sandbox if its time is up.
+    /// Kills the sandbox if its time is up; sets aside what it planted so far when that look
+    /// is due (the window in which the user's own git could run a planted hook is then
+    /// seconds, not the command's whole life).
     pub fn check_time(&mut self, now: Instant) {
         if now >= self.deadline && self.killed.is_none() && self.status.is_none() {
             self.kill(Kill::TimedOut);
+        }
+        if self.sb.sweeps() && self.next_sweep.is_some_and(|t| now >= t) && !self.init_gone {
+            let t0 = Instant::now();
+            for h in self.sb.sweep_running() {
+                if !self.held.iter().any(|k| k.path == h.path && k.why == h.why) {
+                    self.held.push(h);
+                }
+            }
+            // At most 5% of the time spent looking.
+            let took = t0.elapsed();
+            self.next_sweep = Some(Instant::now() + (took * 20).max(SWEEP_EVERY_MIN));
         }
     }
 
@@ -176,7 +195,11 @@ impl Watch {
             self.init_gone = true;
             self.gone_at = Some(Instant::now());
             // Every process of the command has ended: what it planted is set aside now.
-            self.held = self.sb.sweep().unwrap_or_default();
+            for h in self.sb.sweep().unwrap_or_default() {
+                if !self.held.iter().any(|k| k.path == h.path && k.why == h.why) {
+                    self.held.push(h);
+                }
+            }
         }
     }
 
@@ -255,6 +278,9 @@ impl Watch {
         }
     }
 }
+
+/// The shortest time between two looks for planted files while a command runs.
+const SWEEP_EVERY_MIN: Duration = Duration::from_secs(2);
 
 fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
     use nix::fcntl::{fcntl, FcntlArg, OFlag};
