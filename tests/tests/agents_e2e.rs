@@ -412,8 +412,9 @@ fn claude_code_works_a_day_inside_gatehouse_run() {
         ],
     );
     let target = format!("Target     {}", e.i.file("summary.txt").display());
+    // The whole card: a capture can catch the terminal in the middle of drawing a frame.
     let card = t.wait_for("the write's card", 60, |s| {
-        s.contains("Approval 1 of 1") && s.contains(&target)
+        s.contains("Approval 1 of 1") && s.contains(&target) && s.contains("write_file")
     });
     assert!(card.contains("write_file"), "{card}");
     t.wait_for("the card's keys to be live", 10, |s| {

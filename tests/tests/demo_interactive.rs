@@ -18,8 +18,11 @@ fn demo_deciding_with(key: &str, home: &Path, tmp: &Path) -> String {
         sh_quote(&bin("gatehouse"))
     );
     let t = Tmux::start(&cmd, tmp, 150, 50);
+    // The whole card: a capture can catch the terminal in the middle of drawing a frame.
     let card = t.wait_for("the edit's card in the console", 60, |s| {
-        s.contains("Approval 1 of 1") && s.contains("/home/project/src/main.rs")
+        s.contains("Approval 1 of 1")
+            && s.contains("/home/project/src/main.rs")
+            && s.contains("+    println!(\"hello from gatehouse\");")
     });
     assert!(
         card.contains("+    println!(\"hello from gatehouse\");"),

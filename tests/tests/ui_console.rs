@@ -130,16 +130,20 @@ fn a_key_press_in_the_console_approves_an_agents_edit() {
 
     let mut agent = start_agent(b.dir.path(), &project);
     let target = format!("Target     {}/notes.txt", project.display());
-    let card = t.wait_for("the approval card", 60, |s| {
-        s.contains("Approval 1 of 1") && s.contains(&target)
-    });
-    for shown in [
+    let expected = [
         "edit_file",
         "-hello world",
         "+hello gatehouse",
         " a  allow once",
         " d  deny",
-    ] {
+    ];
+    // The whole card: a capture can catch the terminal in the middle of drawing a frame.
+    let card = t.wait_for("the whole approval card", 60, |s| {
+        s.contains("Approval 1 of 1")
+            && s.contains(&target)
+            && expected.iter().all(|e| s.contains(e))
+    });
+    for shown in expected {
         assert!(
             card.contains(shown),
             "{shown:?} missing from the card:\n{card}"
