@@ -351,38 +351,18 @@ impl Protection {
     }
 }
 
-/// The most restrictive table rule (or git internal) that `comps` (folded) fall under.
+/// The most restrictive table rule (or git internal) that `comps` (folded) fall under: the
+/// rules ending at each component in turn ([`check_last`]), the first of the most restrictive.
 pub fn check_components(comps: &[Vec<u8>]) -> Option<Protection> {
     let mut best: Option<Protection> = None;
-    for r in RULES {
-        if r.path.len() <= comps.len()
-            && comps.windows(r.path.len()).any(|w| {
-                w.iter()
-                    .zip(r.path.iter())
-                    .all(|(c, p)| component_matches(p.as_bytes(), c))
-            })
-            && best.as_ref().is_none_or(|b| r.guard > b.guard)
-        {
-            best = Some(Protection {
-                place: r.path.join("/"),
-                why: r.why,
-                guard: r.guard,
-            });
-        }
-    }
-    if best.as_ref().is_some_and(|b| b.guard == Guard::NoAccess) {
-        return best;
-    }
-    if let Some(git) = comps.iter().position(|c| c == b".git") {
-        if let Some(name) = comps[git + 1..]
-            .iter()
-            .find(|c| GIT_INTERNAL.iter().any(|g| c.as_slice() == g.as_bytes()))
-        {
-            return Some(Protection {
-                place: format!(".git/…/{}", String::from_utf8_lossy(name)),
-                why: "git hooks and config run code",
-                guard: Guard::NoAccess,
-            });
+    for n in 1..=comps.len() {
+        if let Some(p) = check_last(&comps[..n - 1], &comps[n - 1]) {
+            if best.as_ref().is_none_or(|b| p.guard > b.guard) {
+                best = Some(p);
+            }
+            if best.as_ref().is_some_and(|b| b.guard == Guard::NoAccess) {
+                break;
+            }
         }
     }
     best
