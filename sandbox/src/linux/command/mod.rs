@@ -877,6 +877,8 @@ fn build_dev(layout: &mut Layout, ops: &mut Vec<(Op, String)>) {
     ));
 }
 
+/// `argv0` as the sandbox will find it: the path to exec, and the resolved program (links
+/// followed) for the command policy. Only host trees shown in the sandbox are searched.
 fn resolve_program(
     argv0: &str,
     path_var: &str,
@@ -1237,7 +1239,6 @@ impl Sandboxed {
         }
     }
 
-    /// Reaps the init process (call once its pidfd is readable, or after [`Sandboxed::kill`]).
     /// After the command: what it planted in its writable grants that the user's tools would
     /// run (a new git dir's hooks and config, editor and agent settings), set aside under
     /// `NAME.gatehouse-held` (see `project`). Waits for the sandbox to end first: when its init
@@ -1258,6 +1259,7 @@ impl Sandboxed {
         self.snapshot.writable()
     }
 
+    /// Reaps the init process (call once its pidfd is readable, or after [`Sandboxed::kill`]).
     pub fn reap(&mut self) -> io::Result<()> {
         if self.reaped {
             return Ok(());
