@@ -151,6 +151,7 @@ pub fn run(g: &Global, a: DemoArgs) -> ExitCode {
         asked: Vec::new(),
         person_decides: false,
         home: s.home.display().to_string(),
+        backlog: Default::default(),
     };
     match session.wait_for(hello) {
         Ok(v) if v.get("result").is_some() => {}

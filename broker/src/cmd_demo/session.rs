@@ -33,6 +33,9 @@ pub(super) struct Session {
     pub(super) person_decides: bool,
     /// The scratch HOME, shown as `~`.
     pub(super) home: String,
+    /// Events read while waiting for a console's choice that were not ui events: handled by
+    /// the next wait, in order.
+    pub(super) backlog: std::collections::VecDeque<Ev>,
 }
 
 impl Session {
@@ -40,7 +43,11 @@ impl Session {
         let deadline = Instant::now() + CALL_WAIT;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.rx.recv_timeout(left) {
+            let next = match self.backlog.pop_front() {
+                Some(ev) => Ok(ev),
+                None => self.rx.recv_timeout(left),
+            };
+            match next {
                 Ok(Ev::Mcp(v)) => {
                     if v.get("id") == Some(&json!(id)) {
                         return Ok(v);
@@ -69,6 +76,25 @@ impl Session {
             Ok(reply) => classify(&reply),
             Err(e) => ("no_answer".into(), e),
         };
+        // The agent's answer and the console's closing event travel on different sockets:
+        // the answer may come first. Wait a little for the event before saying what was chosen.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self
+            .asked
+            .iter()
+            .any(|a| a.decided_by == "you" && a.choice.is_none())
+        {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(Ev::Ui(env)) => {
+                    if self.on_ui(*env).is_err() {
+                        break;
+                    }
+                }
+                Ok(other) => self.backlog.push_back(other),
+                Err(_) => break,
+            }
+        }
         for a in self.asked.iter().filter(|a| a.decided_by == "you") {
             let choice = a.choice.as_deref().unwrap_or("no decision");
             self.out.line(&format!(
