@@ -19,6 +19,15 @@ fn s(p: &Path) -> String {
     p.to_str().unwrap().to_string()
 }
 
+/// The probe's line outside any sandbox, as this test's user (the positive control).
+fn outside(op: &[&str]) -> String {
+    let out = Command::new(gatehouse_tests::exec_probe())
+        .args(op)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim_end().to_string()
+}
+
 /// A repository as `git init` leaves it, made by the real git (as the sandbox's user).
 fn git_init(dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
@@ -73,8 +82,11 @@ fn submodule_config_and_hooks_cannot_be_planted(via: Via) {
     std::fs::create_dir_all(c.work().join("sub")).unwrap();
     std::fs::write(c.work().join("sub/.git"), "gitdir: ../.git/modules/sub\n").unwrap();
     chown_tree(c.work());
-    // Positive control: the module's hooks dir is a real, writable directory outside.
-    assert!(m.join("hooks").is_dir());
+    // Positive control: outside, the module's hook and config are written.
+    let hook = s(&m.join("hooks/post-checkout"));
+    assert_eq!(outside(&["write", &hook]), "ok");
+    std::fs::remove_file(&hook).unwrap();
+    assert_eq!(outside(&["read", &s(&m.join("config"))]).split(' ').next(), Some("ok"));
     assert_eq!(
         c.probe(&["write", ".git/modules/sub/hooks/post-checkout"]),
         "errno EACCES"
@@ -128,6 +140,10 @@ fn a_hooks_path_into_the_working_tree_is_read_only_or_refused(via: Via) {
     std::fs::write(c.work().join("README"), "x").unwrap();
     chown_tree(c.work());
     assert_eq!(c.probe(&["read", "README"]), "ok 1 bytes");
+    // Positive control: outside, the hooks directory takes a hook.
+    let hook = s(&c.work().join(".hooks/pre-commit"));
+    assert_eq!(outside(&["write", &hook]), "ok");
+    std::fs::remove_file(&hook).unwrap();
     assert_eq!(c.probe(&["write", ".hooks/pre-commit"]), "errno EROFS");
     assert_eq!(c.probe(&["rename", ".hooks", "h2"]), "errno EBUSY");
     assert!(!c.work().join(".hooks/pre-commit").exists());
@@ -243,6 +259,10 @@ fn files_that_make_tools_run_code_are_read_but_never_written(via: Via) {
     std::fs::write(w.join("main.rs"), "x").unwrap();
     chown_tree(w);
     assert_eq!(c.probe(&["write", "main.rs"]), "ok", "positive control");
+    // Positive control: outside, the same settings file is written.
+    let launch = s(&w.join(".vscode/launch.json"));
+    assert_eq!(outside(&["write", &launch]), "ok");
+    std::fs::remove_file(&launch).unwrap();
     assert_eq!(c.probe(&["read", ".vscode/tasks.json"]), "ok 2 bytes");
     for p in [
         ".vscode/tasks.json",
@@ -273,6 +293,8 @@ fn agent_logins_in_a_readable_directory_are_never_read(via: Via) {
     }
     chown_tree(&home);
     assert_eq!(c.probe(&["read", &s(&home.join("notes"))]), "ok 6 bytes");
+    // Positive control: outside, the logins are readable.
+    assert_eq!(outside(&["read", &s(&home.join(".codex/auth.json"))]), "ok 6 bytes");
     for p in [".codex/auth.json", ".claude/.credentials.json", ".s3cfg"] {
         assert_eq!(c.probe(&["read", &s(&home.join(p))]), "errno EACCES", "{p}");
     }

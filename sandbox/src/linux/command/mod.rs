@@ -554,17 +554,7 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
             format!("binding {} for read-only", p.display()),
         ));
         ops.push((
-            Op::Mount {
-                src: None,
-                target: s,
-                fstype: None,
-                flags: libc::MS_REMOUNT
-                    | libc::MS_BIND
-                    | libc::MS_RDONLY
-                    | libc::MS_NOSUID
-                    | libc::MS_NODEV,
-                data: None,
-            },
+            Op::remount_read_only(s, libc::MS_NOSUID | libc::MS_NODEV),
             format!("making {} read-only", p.display()),
         ));
     }
@@ -599,18 +589,7 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
                 format!("masking {}", m.display()),
             ));
             ops.push((
-                Op::Mount {
-                    src: None,
-                    target,
-                    fstype: None,
-                    flags: libc::MS_REMOUNT
-                        | libc::MS_BIND
-                        | libc::MS_RDONLY
-                        | libc::MS_NOSUID
-                        | libc::MS_NODEV
-                        | libc::MS_NOEXEC,
-                    data: None,
-                },
+                Op::remount_read_only(target, libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC),
                 format!("making the mask on {} read-only", m.display()),
             ));
         }
@@ -636,17 +615,7 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
         "switching to the sandbox's root".into(),
     ));
     ops.push((
-        Op::Mount {
-            src: None,
-            target: cstr("/"),
-            fstype: None,
-            flags: libc::MS_REMOUNT
-                | libc::MS_BIND
-                | libc::MS_RDONLY
-                | libc::MS_NOSUID
-                | libc::MS_NODEV,
-            data: None,
-        },
+        Op::remount_read_only(cstr("/"), libc::MS_NOSUID | libc::MS_NODEV),
         "making the sandbox's root read-only".into(),
     ));
 
@@ -862,17 +831,10 @@ fn build_dev(layout: &mut Layout, ops: &mut Vec<(Op, String)>) {
         ));
     }
     ops.push((
-        Op::Mount {
-            src: None,
-            target: cpath(&layout.staged(dev)),
-            fstype: None,
-            flags: libc::MS_REMOUNT
-                | libc::MS_BIND
-                | libc::MS_RDONLY
-                | libc::MS_NOSUID
-                | libc::MS_NOEXEC,
-            data: None,
-        },
+        Op::remount_read_only(
+            cpath(&layout.staged(dev)),
+            libc::MS_NOSUID | libc::MS_NOEXEC,
+        ),
         "making /dev read-only".into(),
     ));
 }

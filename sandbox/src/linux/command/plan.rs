@@ -60,6 +60,20 @@ pub(crate) enum Op {
     },
 }
 
+impl Op {
+    /// Makes the bind mount at `target` read-only, with the other attributes in `flags`
+    /// (`MS_NOSUID`, `MS_NODEV`, `MS_NOEXEC`): a bind remount replaces them all at once.
+    pub fn remount_read_only(target: CString, flags: libc::c_ulong) -> Op {
+        Op::Mount {
+            src: None,
+            target,
+            fstype: None,
+            flags: libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | flags,
+            data: None,
+        }
+    }
+}
+
 /// Everything the children need, prepared.
 pub(crate) struct Plan {
     pub ops: Vec<Op>,
