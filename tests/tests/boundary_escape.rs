@@ -86,7 +86,10 @@ fn submodule_config_and_hooks_cannot_be_planted(via: Via) {
     let hook = s(&m.join("hooks/post-checkout"));
     assert_eq!(outside(&["write", &hook]), "ok");
     std::fs::remove_file(&hook).unwrap();
-    assert_eq!(outside(&["read", &s(&m.join("config"))]).split(' ').next(), Some("ok"));
+    assert_eq!(
+        outside(&["read", &s(&m.join("config"))]).split(' ').next(),
+        Some("ok")
+    );
     assert_eq!(
         c.probe(&["write", ".git/modules/sub/hooks/post-checkout"]),
         "errno EACCES"
@@ -294,7 +297,10 @@ fn agent_logins_in_a_readable_directory_are_never_read(via: Via) {
     chown_tree(&home);
     assert_eq!(c.probe(&["read", &s(&home.join("notes"))]), "ok 6 bytes");
     // Positive control: outside, the logins are readable.
-    assert_eq!(outside(&["read", &s(&home.join(".codex/auth.json"))]), "ok 6 bytes");
+    assert_eq!(
+        outside(&["read", &s(&home.join(".codex/auth.json"))]),
+        "ok 6 bytes"
+    );
     for p in [".codex/auth.json", ".claude/.credentials.json", ".s3cfg"] {
         assert_eq!(c.probe(&["read", &s(&home.join(p))]), "errno EACCES", "{p}");
     }
