@@ -35,8 +35,9 @@ pub enum Profile {
     Net,
     /// Command helper: may fork, exec and unshare; each command gets its own sandbox.
     Exec,
-    /// Keyring helper: no network, no exec; only what its store needs.
-    Secrets,
+    /// Keyring helper: no network, no exec; only what its store (the backend config.toml names)
+    /// needs.
+    Secrets(ipc_schema::secrets::StoreKind),
     /// The human's console: its terminal and its broker socket, nothing else.
     Ui,
     /// An agent's MCP gateway: stdio and its broker socket, nothing else.
@@ -50,7 +51,7 @@ impl Profile {
             Profile::Fs(_) => "fs",
             Profile::Net => "net",
             Profile::Exec => "exec",
-            Profile::Secrets => "secrets",
+            Profile::Secrets(_) => "secrets",
             Profile::Ui => "ui",
             Profile::Gateway => "gateway",
         }

@@ -69,7 +69,7 @@ pub fn profile_sbpl(profile: &Profile) -> Result<String, LockdownError> {
   (global-name "com.apple.system.logger"))
 "#,
         ),
-        Profile::Secrets => secrets_rules(&mut s)?,
+        Profile::Secrets(_) => secrets_rules(&mut s)?,
         Profile::Ui => s.push_str(
             r#"; the terminal the console runs in
 (allow file-ioctl (regex #"^/dev/tty"))

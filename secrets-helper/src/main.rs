@@ -4,6 +4,8 @@
 //! API for that OS, but the helper cannot serve yet: handing it the broker channel
 //! (`sandbox::process`) exists on Linux only. There it locks down, then refuses to go on.
 
+#![forbid(unsafe_code)]
+
 use ipc_schema::status::LockdownReport;
 use sandbox::{LockdownError, Profile};
 use secrets_helper::args::{Config, HelperArgs, OPTIONS};
@@ -31,7 +33,7 @@ fn run(args: &HelperArgs, cfg: Config) -> ExitCode {
     };
     // Before lockdown: the Secret Service's bus socket cannot be created after it.
     let opened = secrets_helper::open::open(&cfg);
-    let report = match lock_down(args, &opened.keep_fds) {
+    let report = match lock_down(args, cfg.store, &opened.keep_fds) {
         Ok(r) => r,
         Err(e) => return fatal(&format!("lockdown failed: {e}")),
     };
@@ -50,17 +52,22 @@ fn run(args: &HelperArgs, cfg: Config) -> ExitCode {
     }
 }
 
-/// The secrets profile, keeping the store's descriptors (the session bus socket) open.
+/// The secrets profile of the configured store (only the kernel keyring backend may make
+/// keyring calls), keeping the store's descriptors (the session bus socket) open.
 #[cfg(target_os = "linux")]
-fn lock_down(args: &HelperArgs, store_fds: &[i32]) -> Result<LockdownReport, LockdownError> {
-    sandbox::helper_args::lock_down_keeping(args, &Profile::Secrets, store_fds)
+fn lock_down(
+    args: &HelperArgs,
+    store: ipc_schema::secrets::StoreKind,
+    store_fds: &[i32],
+) -> Result<LockdownReport, LockdownError> {
+    sandbox::helper_args::lock_down_keeping(args, &Profile::Secrets(store), store_fds)
 }
 
 #[cfg(not(target_os = "linux"))]
 fn run(args: &HelperArgs, cfg: Config) -> ExitCode {
     // Opened before lockdown, as on Linux (these stores touch nothing until a request).
     let _opened = secrets_helper::open::open(&cfg);
-    if let Err(e) = lock_down(args) {
+    if let Err(e) = lock_down(args, cfg.store) {
         return fatal(&format!("lockdown failed: {e}"));
     }
     fatal(&format!(
@@ -73,9 +80,12 @@ fn run(args: &HelperArgs, cfg: Config) -> ExitCode {
 /// lockdown is not implemented and always refuses, only `--allow-degraded` runs without it,
 /// and the report says so (DESIGN.md rule 8).
 #[cfg(not(target_os = "linux"))]
-fn lock_down(args: &HelperArgs) -> Result<LockdownReport, LockdownError> {
+fn lock_down(
+    args: &HelperArgs,
+    store: ipc_schema::secrets::StoreKind,
+) -> Result<LockdownReport, LockdownError> {
     degrade_unsupported(
-        sandbox::helper_args::lock_down(args, &Profile::Secrets),
+        sandbox::helper_args::lock_down(args, &Profile::Secrets(store)),
         args.allow_degraded,
     )
 }

@@ -70,7 +70,7 @@ pub fn min_abi(profile: &Profile) -> u32 {
     match profile {
         Profile::Fs(_) => 3,
         Profile::Exec => 6,
-        Profile::Net | Profile::Secrets | Profile::Ui | Profile::Gateway => 1,
+        Profile::Net | Profile::Secrets(_) | Profile::Ui | Profile::Gateway => 1,
     }
 }
 
@@ -110,7 +110,7 @@ fn wants(profile: &Profile) -> Wants<'_> {
             deny_inet: false,
             scopes: true,
         },
-        Profile::Secrets | Profile::Ui | Profile::Gateway => Wants {
+        Profile::Secrets(_) | Profile::Ui | Profile::Gateway => Wants {
             fs: FsRules::Nothing,
             deny_inet: true,
             scopes: true,
@@ -290,7 +290,7 @@ mod tests {
             Profile::Fs(FsProfile::default()),
             Profile::Net,
             Profile::Exec,
-            Profile::Secrets,
+            Profile::Secrets(ipc_schema::secrets::StoreKind::Keyutils),
             Profile::Ui,
             Profile::Gateway,
         ]

@@ -723,7 +723,10 @@ fn report_is_truthful() {
         ("fs", sandbox::Profile::Fs(Default::default())),
         ("net", sandbox::Profile::Net),
         ("exec", sandbox::Profile::Exec),
-        ("secrets", sandbox::Profile::Secrets),
+        (
+            "secrets",
+            sandbox::Profile::Secrets(ipc_schema::secrets::StoreKind::Keyutils),
+        ),
         ("ui", sandbox::Profile::Ui),
         ("gateway", sandbox::Profile::Gateway),
     ] {

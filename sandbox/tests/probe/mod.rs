@@ -47,7 +47,7 @@ fn spec_from_env(raw: &str) -> Spec {
         }),
         "net" => Profile::Net,
         "exec" => Profile::Exec,
-        "secrets" => Profile::Secrets,
+        "secrets" => Profile::Secrets(ipc_schema::secrets::StoreKind::Keyutils),
         "ui" => Profile::Ui,
         // `none` probes lock nothing down; the profile is never used.
         "gateway" | "none" => Profile::Gateway,

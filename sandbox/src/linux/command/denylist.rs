@@ -52,7 +52,31 @@ const CLONE_NEWUSER: u32 = 0x1000_0000;
 const PER_LINUX: u32 = 0;
 const PER_QUERY: u32 = 0xffff_ffff;
 
-/// Syscalls refused with EPERM, each with why.
+/// What a rule of the denylist looks at before refusing. Arguments are compared on their low
+/// 32 bits (see `terminal_ioctls_are_compared_on_32_bits`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Test {
+    /// Every call of the syscall.
+    Always,
+    /// Calls whose argument `arg` has any bit of `mask` set.
+    AnyBit { arg: u8, mask: u32 },
+    /// Calls whose argument `arg` is one of `values`.
+    OneOf { arg: u8, values: &'static [u32] },
+    /// Calls whose argument `arg` is none of `values`.
+    NoneOf { arg: u8, values: &'static [u32] },
+}
+
+/// One rule of the denylist: the calls of `syscall` that `when` picks fail with `errno`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    pub syscall: c_long,
+    pub when: Test,
+    pub errno: i32,
+    /// Why the rule is there.
+    pub why: &'static str,
+}
+
+/// Syscalls refused with EPERM whatever their arguments, each with why.
 fn refused() -> Vec<(c_long, &'static str)> {
     let mut v: Vec<(c_long, &'static str)> = vec![
         // Reading or writing another process's memory.
@@ -74,7 +98,10 @@ fn refused() -> Vec<(c_long, &'static str)> {
             "acting on another process's memory",
         ),
         // Changing the filesystem view the sandbox built.
-        (libc::SYS_mount, "mounting"),
+        (
+            libc::SYS_mount,
+            "mounting (would change the view the sandbox built)",
+        ),
         (
             libc::SYS_umount2,
             "unmounting (would reveal what a mask hides)",
@@ -90,11 +117,14 @@ fn refused() -> Vec<(c_long, &'static str)> {
         (libc::SYS_mount_setattr, "mount API"),
         (libc::SYS_setns, "joining other namespaces"),
         // Kernel keyrings hold other programs' secrets and have a history of bugs.
-        (libc::SYS_keyctl, "kernel keyrings"),
+        (
+            libc::SYS_keyctl,
+            "kernel keyrings (other programs' secrets, a history of bugs)",
+        ),
         (libc::SYS_add_key, "kernel keyrings"),
         (libc::SYS_request_key, "kernel keyrings"),
         // Large kernel attack surface that no ordinary command needs.
-        (libc::SYS_bpf, "BPF programs"),
+        (libc::SYS_bpf, "BPF programs (kernel attack surface)"),
         (
             libc::SYS_perf_event_open,
             "performance counters (side channels, kernel bugs)",
@@ -133,6 +163,82 @@ fn refused() -> Vec<(c_long, &'static str)> {
         (libc::SYS_iopl, "raw I/O ports"),
         (libc::SYS_ioperm, "raw I/O ports"),
     ]);
+    v
+}
+
+const UNIX_ONLY: &[u32] = &[libc::AF_UNIX as u32];
+const UNIX_AND_INET: &[u32] = &[
+    libc::AF_UNIX as u32,
+    libc::AF_INET as u32,
+    libc::AF_INET6 as u32,
+];
+
+/// Every rule of the filter, in the order the program tests them. `inet`: the command may
+/// create AF_INET/AF_INET6 sockets (it has the proxy); otherwise only AF_UNIX sockets exist
+/// for it.
+pub fn rules(inet: bool) -> Vec<Refusal> {
+    let rule = |syscall, when, errno, why| Refusal {
+        syscall,
+        when,
+        errno,
+        why,
+    };
+    let mut v: Vec<Refusal> = refused()
+        .into_iter()
+        .map(|(nr, why)| rule(nr, Test::Always, libc::EPERM, why))
+        .collect();
+    v.push(rule(
+        libc::SYS_clone3,
+        Test::Always,
+        libc::ENOSYS,
+        "clone3 passes its flags in memory, which a filter cannot read: ENOSYS makes libc fall back to clone, whose flags are checked",
+    ));
+    let new_user = Test::AnyBit {
+        arg: 0,
+        mask: CLONE_NEWUSER,
+    };
+    let why_userns = "a new user namespace would give the command every capability inside it (and with them mount, and the kernel code reachable only with capabilities)";
+    v.push(rule(libc::SYS_clone, new_user, libc::EPERM, why_userns));
+    v.push(rule(libc::SYS_unshare, new_user, libc::EPERM, why_userns));
+    v.push(rule(
+        libc::SYS_ioctl,
+        Test::OneOf {
+            arg: 1,
+            values: &[TIOCSTI, TIOCLINUX],
+        },
+        libc::EPERM,
+        "pushing input into a terminal (TIOCSTI) or driving the console (TIOCLINUX) would let a command type into the user's shell; compared on 32 bits, as the kernel ignores the high half",
+    ));
+    v.push(rule(
+        libc::SYS_personality,
+        Test::NoneOf {
+            arg: 0,
+            values: &[PER_LINUX, PER_QUERY],
+        },
+        libc::EPERM,
+        "execution-domain changes (READ_IMPLIES_EXEC, ADDR_NO_RANDOMIZE, ...); querying is fine",
+    ));
+    let families = Test::NoneOf {
+        arg: 0,
+        values: if inet { UNIX_AND_INET } else { UNIX_ONLY },
+    };
+    let why_families = if inet {
+        "socket families: Unix, and inet for the proxy; netlink, packet, vsock, bluetooth and the rest never (EAFNOSUPPORT is what programs expect for a family that does not exist)"
+    } else {
+        "socket families: Unix only (no proxy, no network); netlink, packet, vsock, bluetooth and the rest never (EAFNOSUPPORT is what programs expect for a family that does not exist)"
+    };
+    v.push(rule(
+        libc::SYS_socket,
+        families,
+        libc::EAFNOSUPPORT,
+        why_families,
+    ));
+    v.push(rule(
+        libc::SYS_socketpair,
+        families,
+        libc::EAFNOSUPPORT,
+        why_families,
+    ));
     v
 }
 
@@ -188,8 +294,7 @@ fn refuse_values(arg: u32, refused: &[u32], errno: i32) -> Vec<sock_filter> {
     b
 }
 
-/// The filter program. `inet`: the command may create AF_INET/AF_INET6 sockets (it has the
-/// proxy); otherwise only AF_UNIX sockets exist for it.
+/// The filter program for [`rules`]`(inet)`.
 pub(crate) fn program(inet: bool) -> Vec<sock_filter> {
     let mut p = vec![
         stmt(BPF_LD_W_ABS, OFF_ARCH),
@@ -202,67 +307,20 @@ pub(crate) fn program(inet: bool) -> Vec<sock_filter> {
         p.push(jump(BPF_JGE_K, X32_SYSCALL_BIT, 0, 1));
         p.push(stmt(BPF_RET_K, RET_KILL_PROCESS));
     }
-    for (nr, _why) in refused() {
-        guarded(&mut p, nr, vec![stmt(BPF_RET_K, ret_errno(libc::EPERM))]);
+    for r in rules(inet) {
+        let block = match r.when {
+            Test::Always => vec![stmt(BPF_RET_K, ret_errno(r.errno))],
+            Test::AnyBit { arg, mask } => refuse_flag(u32::from(arg), mask, r.errno),
+            Test::OneOf { arg, values } => refuse_values(u32::from(arg), values, r.errno),
+            Test::NoneOf { arg, values } => allow_values(u32::from(arg), values, r.errno),
+        };
+        guarded(&mut p, r.syscall, block);
     }
-    // clone3 passes its flags in memory, which a filter cannot read: answer ENOSYS so that libc
-    // falls back to clone, whose flags we can check.
-    guarded(
-        &mut p,
-        libc::SYS_clone3,
-        vec![stmt(BPF_RET_K, ret_errno(libc::ENOSYS))],
-    );
-    // A new user namespace would give the command every capability inside it (and with them
-    // mount, and the kernel code reachable only with capabilities).
-    guarded(
-        &mut p,
-        libc::SYS_clone,
-        refuse_flag(0, CLONE_NEWUSER, libc::EPERM),
-    );
-    guarded(
-        &mut p,
-        libc::SYS_unshare,
-        refuse_flag(0, CLONE_NEWUSER, libc::EPERM),
-    );
-    // Pushing input into a terminal (TIOCSTI) or driving the console (TIOCLINUX) would let a
-    // command type into the user's shell. Compared on 32 bits: the kernel ignores the high half.
-    guarded(
-        &mut p,
-        libc::SYS_ioctl,
-        refuse_values(1, &[TIOCSTI, TIOCLINUX], libc::EPERM),
-    );
-    // Execution-domain changes (READ_IMPLIES_EXEC, ADDR_NO_RANDOMIZE, ...); querying is fine.
-    guarded(
-        &mut p,
-        libc::SYS_personality,
-        allow_values(0, &[PER_LINUX, PER_QUERY], libc::EPERM),
-    );
-    // Socket families: Unix always; inet only with the proxy; netlink, packet, vsock, bluetooth
-    // and the rest never. EAFNOSUPPORT is what programs expect for a family that does not exist.
-    let families: &[u32] = if inet {
-        &[
-            libc::AF_UNIX as u32,
-            libc::AF_INET as u32,
-            libc::AF_INET6 as u32,
-        ]
-    } else {
-        &[libc::AF_UNIX as u32]
-    };
-    guarded(
-        &mut p,
-        libc::SYS_socket,
-        allow_values(0, families, libc::EAFNOSUPPORT),
-    );
-    guarded(
-        &mut p,
-        libc::SYS_socketpair,
-        allow_values(0, families, libc::EAFNOSUPPORT),
-    );
     p.push(stmt(BPF_RET_K, RET_ALLOW));
     p
 }
 
-/// The names of the refused syscalls, for documentation and `doctor`.
+/// How many syscalls the filter refuses whatever their arguments (for `doctor`).
 pub fn refused_syscall_count() -> usize {
     refused().len()
 }

@@ -14,7 +14,7 @@
 //! The caller (the exec-helper, or `gatehouse sandbox`) must not be root: see [`identity`].
 
 mod child;
-mod denylist;
+pub(crate) mod denylist;
 pub mod env;
 pub mod fdpass;
 mod gitconfig;

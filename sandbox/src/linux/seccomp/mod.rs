@@ -13,7 +13,12 @@
 //!    `AUDIT_ARCH`) and any argument mismatch kills the whole process with SIGSYS.
 //!
 //! The allowlist goes in last so that it does not have to permit `seccomp(2)` itself.
+//!
+//! Every filter, flattened to one line per rule, is committed under `docs/seccomp/` (see
+//! [`listing`]); a test fails when a filter and its listing differ.
 
+pub mod listing;
+mod names;
 mod profiles;
 
 use crate::{LockdownError, Profile};
@@ -43,6 +48,9 @@ pub enum Arg {
     Ne(u8, u32),
     /// Argument `.0` masked with `.1` equals `.2`.
     Masked(u8, u32, u32),
+    /// Argument `.0` equals the id of the process installing the filter (taken when the filter
+    /// is compiled, in that process).
+    EqOwnPid(u8),
 }
 
 /// One entry of a profile.
@@ -187,6 +195,7 @@ fn condition(arg: &Arg) -> Result<SeccompCondition, String> {
         Arg::Eq(i, v) => (i, SeccompCmpOp::Eq, v),
         Arg::Ne(i, v) => (i, SeccompCmpOp::Ne, v),
         Arg::Masked(i, mask, v) => (i, SeccompCmpOp::MaskedEq(u64::from(mask)), v),
+        Arg::EqOwnPid(i) => (i, SeccompCmpOp::Eq, std::process::id()),
     };
     SeccompCondition::new(index, SeccompCmpArgLen::Dword, op, u64::from(value))
         .map_err(|e| e.to_string())
@@ -277,17 +286,9 @@ fn x32_guard() -> Option<BpfProgram> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::FsProfile;
 
     fn all_profiles() -> Vec<Profile> {
-        vec![
-            Profile::Fs(FsProfile::default()),
-            Profile::Net,
-            Profile::Exec,
-            Profile::Secrets,
-            Profile::Ui,
-            Profile::Gateway,
-        ]
+        listing::allowlist_profiles()
     }
 
     #[test]

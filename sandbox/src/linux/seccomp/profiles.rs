@@ -8,6 +8,7 @@
 
 use super::{Arg, Policy};
 use crate::Profile;
+use ipc_schema::secrets::StoreKind;
 use libc::{EACCES, ENOSYS, F_DUPFD_CLOEXEC, F_GETFD, F_GETFL, F_SETFD, F_SETFL, PROT_EXEC};
 
 pub(super) fn policy(profile: &Profile) -> Policy {
@@ -16,7 +17,7 @@ pub(super) fn policy(profile: &Profile) -> Policy {
         Profile::Fs(_) => fs(&mut p),
         Profile::Net => net(&mut p),
         Profile::Exec => exec(&mut p),
-        Profile::Secrets => secrets(&mut p),
+        Profile::Secrets(store) => secrets(&mut p, *store),
         Profile::Ui => ui(&mut p),
         Profile::Gateway => gateway(&mut p),
     }
@@ -58,16 +59,23 @@ fn exec(p: &mut Policy) {
     probed_but_refused(p);
 }
 
-/// secrets-helper: the kernel keyring; no filesystem, no sockets, no exec. A D-Bus Secret
-/// Service connection, if a later backend needs one, is opened before lockdown and kept.
-fn secrets(p: &mut Policy) {
+/// secrets-helper: no filesystem, no sockets, no exec, and only what its backend needs. The
+/// Secret Service backend talks over the session bus socket it connected before lockdown
+/// (secrets-helper/src/open.rs), which `base` covers; only the kernel keyring backend gets the
+/// keyring calls.
+fn secrets(p: &mut Policy, store: StoreKind) {
     base(p);
     no_executable_memory(p);
     no_files(p);
-    p.allow(
-        &[libc::SYS_keyctl, libc::SYS_add_key, libc::SYS_request_key],
-        "the kernel keyring backend stores, finds and removes credentials",
-    );
+    match store {
+        StoreKind::Keyutils => p.allow(
+            &[libc::SYS_keyctl, libc::SYS_add_key, libc::SYS_request_key],
+            "the kernel keyring backend stores, finds and removes credentials",
+        ),
+        // Linux has no other store; were one configured, the helper runs Unusable and needs
+        // nothing more.
+        StoreKind::SecretService | StoreKind::Keychain | StoreKind::CredentialManager => {}
+    }
 }
 
 /// ui: a terminal console (ratatui over crossterm, possibly on tokio); no filesystem, no
@@ -163,7 +171,7 @@ fn base(p: &mut Policy) {
     );
     p.allow_if(
         libc::SYS_tgkill,
-        &[Arg::Eq(0, std::process::id())],
+        &[Arg::EqOwnPid(0)],
         "abort() raises SIGABRT on its own thread; never another process",
     );
     p.allow(
