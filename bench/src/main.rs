@@ -3,6 +3,8 @@
 //!
 //! `cargo run --release -p bench -- <name>`; `--help` lists the names.
 
+#![forbid(unsafe_code)]
+
 mod audit;
 mod exec;
 mod fs;

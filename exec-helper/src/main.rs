@@ -5,6 +5,8 @@
 //! denylist. This process only starts sandboxes (one small `clone` each), watches them, and
 //! reports their output and end to the broker. See docs/exec-helper.md.
 
+#![forbid(unsafe_code)]
+
 mod config;
 mod serve;
 mod start;

@@ -2,6 +2,8 @@
 //!
 //! What it can and cannot do: docs/fs-helper.md.
 
+#![forbid(unsafe_code)]
+
 mod checkpoint;
 mod config;
 mod grant;

@@ -10,6 +10,8 @@
 //!
 //! Both MCP eras are served (see [`era`]); the JSON-RPC layer is strict (see [`jsonrpc`]).
 
+#![forbid(unsafe_code)]
+
 pub mod args;
 pub mod broker;
 pub mod catalog;

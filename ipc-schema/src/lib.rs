@@ -8,6 +8,8 @@
 //! Who may send what is the [`route`] table; the broker checks it on every frame, and each helper
 //! re-checks what the broker sends it.
 
+#![forbid(unsafe_code)]
+
 use serde::{Deserialize, Serialize};
 
 pub mod codec;

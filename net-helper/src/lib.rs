@@ -2,6 +2,8 @@
 //! safe fetch ([`fetch`]) and the CONNECT egress proxy ([`proxy`]), both judged against one
 //! forbidden-address table ([`addr`]). See docs/net-helper.md.
 
+#![forbid(unsafe_code)]
+
 pub mod addr;
 pub mod allowlist;
 pub mod body;

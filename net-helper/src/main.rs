@@ -1,5 +1,7 @@
 //! net-helper: read the resolver configuration, lock down, say hello, serve.
 
+#![forbid(unsafe_code)]
+
 use ipc_schema::status::Hello;
 use ipc_schema::Role;
 use net_helper::channel::{split, Replies};

@@ -3,6 +3,8 @@
 //! to one of a credential's hosts, and MACs the audit log under a key it never exports. See
 //! docs/secrets-helper.md.
 
+#![forbid(unsafe_code)]
+
 pub mod args;
 pub mod audit_key;
 pub mod credentials;

@@ -3,6 +3,8 @@
 //! The binaries must be built first (`cargo build --workspace --all-features`, which the README's
 //! test command does); tests find them in the target directory beside the test executable.
 
+#![forbid(unsafe_code)]
+
 use ipc_schema::codec::{read_frame, write_frame, MAX_FRAME};
 use ipc_schema::status::Hello;
 use ipc_schema::{Body, Envelope, Role};

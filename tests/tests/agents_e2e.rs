@@ -11,6 +11,8 @@
 //!
 //! Build first: `cargo build --workspace --all-features`.
 
+#![forbid(unsafe_code)]
+
 mod mcp_support;
 mod ui_support;
 

@@ -1,6 +1,8 @@
 //! Approvals: decisions only from the ui channel, bound to the digest, counted once, expiring
 //! into a deny; "always" decisions survive a restart, "session" ones stay in their session.
 
+#![forbid(unsafe_code)]
+
 mod broker_core_support;
 
 use broker_core_support::*;

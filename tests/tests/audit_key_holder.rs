@@ -3,6 +3,8 @@
 //! is gone; `gatehouse secret set|delete` changes are audited (name, hosts, how sent, never the
 //! value), whether or not a broker runs.
 
+#![forbid(unsafe_code)]
+
 use gatehouse_tests::{children_of, forget_audit_key, BrokerUnderTest};
 use ipc_schema::secrets::CredentialName;
 use ipc_schema::ui::UiRequest;

@@ -2,6 +2,8 @@
 //! tool, modify, delete, insert, rewrite (triggers dropped, hashes recomputed) and truncate;
 //! `verify-audit` (no broker running) names the entry every time.
 
+#![forbid(unsafe_code)]
+
 mod broker_core_support;
 
 use broker_core_support::*;

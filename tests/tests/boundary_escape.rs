@@ -8,6 +8,8 @@
 //! Runs as root and as an unprivileged user. Build first: `cargo build --workspace
 //! --all-features`.
 
+#![forbid(unsafe_code)]
+
 mod broker_core_support;
 mod escape_support;
 

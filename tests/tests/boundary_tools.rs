@@ -5,6 +5,8 @@
 //! grants a sandbox cannot keep to refused, read-only unless the grant gives every change).
 //! Each refusal has its positive control beside it.
 
+#![forbid(unsafe_code)]
+
 mod broker_core_support;
 
 use broker_core_support::{abs, policy_with, read_call, write_call, Gateway, Instance, Ui};

@@ -1,6 +1,8 @@
 //! The tool path end to end: gateway socket -> ToolCall -> policy -> proposal -> ledger ->
 //! fs-helper -> ToolReply, with the audit log recording each step and no file content.
 
+#![forbid(unsafe_code)]
+
 mod broker_core_support;
 
 use broker_core_support::*;

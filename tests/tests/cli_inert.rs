@@ -6,6 +6,8 @@
 //! nothing was printed). `--json` stays exact JSON. And `gatehouse fetch` prints a hostile page
 //! with its line breaks kept and everything else escaped.
 
+#![forbid(unsafe_code)]
+
 mod broker_core_support;
 
 use broker_core_support::{abs, audit_rows, policy_with, read_call, Instance};

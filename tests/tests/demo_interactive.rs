@@ -2,6 +2,8 @@
 //! edit, the person's key decides it, and the narration goes on with what they chose and what
 //! then happened to the file.
 
+#![forbid(unsafe_code)]
+
 mod ui_support;
 
 use gatehouse_tests::bin;

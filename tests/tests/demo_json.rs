@@ -3,6 +3,8 @@
 //! files on disk). It must touch nothing outside its scratch directory: it runs here with a
 //! HOME and a TMPDIR of the test's own, which must be as they were afterwards.
 
+#![forbid(unsafe_code)]
+
 use gatehouse_tests::bin;
 use serde_json::Value;
 use std::path::Path;

@@ -15,6 +15,8 @@
 //! the tests hand their directories to nobody then.
 //! Build first: `cargo build --workspace --all-features`.
 
+#![forbid(unsafe_code)]
+
 mod broker_core_support;
 mod escape_support;
 

@@ -7,6 +7,8 @@
 //! builds only) uses it in place of the net-helper. Build first:
 //! `cargo build --workspace --all-features`.
 
+#![forbid(unsafe_code)]
+
 use gatehouse_tests::{bin, LoopbackDns};
 use sandbox::linux::command::fdpass::recv_with_fds;
 use std::collections::VecDeque;

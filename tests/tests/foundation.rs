@@ -1,6 +1,8 @@
 //! Foundation: the broker supervises locked-down helpers, routes only to verified ones, kills
 //! peers that break the protocol, restarts crashed helpers, and leaves no orphans.
 
+#![forbid(unsafe_code)]
+
 use gatehouse_tests::misbehaving_peer;
 use gatehouse_tests::{alive, bin, bin_dir, forget_audit_key, BrokerUnderTest, Conn};
 use ipc_schema::codec::encode;

@@ -6,6 +6,8 @@
 //! The effect is the fs-helper's write_file. After the crash the test overwrites the file with a
 //! sentinel: if the repeat carried the write out again, the sentinel would be gone.
 
+#![forbid(unsafe_code)]
+
 mod broker_core_support;
 
 use broker_core_support::*;

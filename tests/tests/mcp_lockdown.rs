@@ -2,6 +2,8 @@
 //! exec. Each denial is the exact errno or the exact kill, beside a positive control: the same
 //! probe in a test build started with `--test-skip-lockdown` succeeds.
 
+#![forbid(unsafe_code)]
+
 mod mcp_support;
 
 use mcp_support::*;

@@ -4,6 +4,8 @@
 //! a resume; a multi-profile document is applied or refused whole; the console's session list
 //! names the agent and the profile.
 
+#![forbid(unsafe_code)]
+
 mod mcp_support;
 
 use gatehouse_tests::{bin, http_response, Conn, LoopbackDns, TestWebServer};

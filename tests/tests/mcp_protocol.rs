@@ -2,6 +2,8 @@
 //! (every malformed message gets the error the JSON-RPC specification names, and the session
 //! goes on).
 
+#![forbid(unsafe_code)]
+
 mod mcp_support;
 
 use mcp_support::*;

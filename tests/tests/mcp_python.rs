@@ -3,6 +3,8 @@
 //! scenarios live in tests/python/mcp_agent.py; they check what the agent sees, and these tests
 //! check the summary they print and what happened on disk.
 
+#![forbid(unsafe_code)]
+
 mod mcp_support;
 
 use mcp_support::*;

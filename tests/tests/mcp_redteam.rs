@@ -2,6 +2,8 @@
 //! tokens, a gateway that tries to decide its own proposal, a flood of effectful calls with
 //! nobody approving, and arguments built to slip past the schema.
 
+#![forbid(unsafe_code)]
+
 mod mcp_support;
 
 use gatehouse_tests::Conn;

@@ -2,6 +2,8 @@
 //! whose session closes, is withdrawn: the card closes as withdrawn, an audit row says so, and
 //! approving it afterwards carries nothing out. Driven through the real `gatehouse mcp`.
 
+#![forbid(unsafe_code)]
+
 mod mcp_support;
 
 use ipc_schema::ui::{AuditEntry, Choice, Decision, UiReply, UiRequest};

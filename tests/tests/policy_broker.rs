@@ -1,6 +1,8 @@
 //! Policy through the running broker: an invalid file refuses everything with the reason;
 //! revisioned apply; rate limits named in the refusal.
 
+#![forbid(unsafe_code)]
+
 mod broker_core_support;
 
 use broker_core_support::*;

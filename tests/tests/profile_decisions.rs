@@ -2,6 +2,8 @@
 //! turns that profile's later asks on the same target into allows, and no other profile's; an
 //! "always deny" applies in every profile (the most restrictive answer wins).
 
+#![forbid(unsafe_code)]
+
 mod broker_core_support;
 
 use broker_core_support::*;

@@ -4,6 +4,8 @@
 //! and the page's URL; a proposal with unrelated content names none. The decision's audit row
 //! names the same, without content.
 
+#![forbid(unsafe_code)]
+
 mod broker_core_support;
 
 use broker_core_support::{abs, audit_rows, policy_with, write_call, Instance};

@@ -7,6 +7,8 @@
 //! probes what it must not reach, and reports everything as JSON lines on stdout.
 //! Build first: `cargo build --workspace --all-features`.
 
+#![forbid(unsafe_code)]
+
 mod mcp_support;
 
 use gatehouse_tests::{bin, Conn};

@@ -1,6 +1,8 @@
 //! `gatehouse secret set|delete|list|status`, and the fronts that must never carry a secret:
 //! a ui or gateway peer that asks the broker for anything of the secrets helper is killed.
 
+#![forbid(unsafe_code)]
+
 use gatehouse_tests::misbehaving_peer;
 use gatehouse_tests::{bin, BrokerUnderTest};
 use ipc_schema::codec::encode;

@@ -2,6 +2,8 @@
 //! policy asks, the ledger records) -> exec-helper (a sandbox per command) -> exit status and
 //! capped output.
 
+#![forbid(unsafe_code)]
+
 mod broker_core_support;
 
 use broker_core_support::{abs, policy_with, Gateway, Instance, Ui};

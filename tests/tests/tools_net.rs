@@ -7,6 +7,8 @@
 //! refused address too, and asserts it was never connected to: the refusal comes from the
 //! address table, not from a connection that failed.
 
+#![forbid(unsafe_code)]
+
 use gatehouse_tests::{bin_dir, http_response, BrokerUnderTest, TestWebServer};
 use ipc_schema::ui::{Choice, Decision, UiReply, UiRequest};
 use ipc_schema::Body;

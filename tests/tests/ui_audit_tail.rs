@@ -1,6 +1,8 @@
 //! The console's live audit tail on the ui socket (`UiRequest::AuditTail`): entries after a
 //! given seq, oldest first, the newest `limit` of them.
 
+#![forbid(unsafe_code)]
+
 use gatehouse_tests::BrokerUnderTest;
 use ipc_schema::ui::{AuditEntry, UiReply, UiRequest};
 use ipc_schema::Body;

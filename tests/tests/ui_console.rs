@@ -5,6 +5,8 @@
 //! lockdown is checked from outside (/proc) and from inside (test-build probes, each beside its
 //! positive control).
 
+#![forbid(unsafe_code)]
+
 mod ui_support;
 
 use gatehouse_tests::{bin, bin_dir, children_of, BrokerUnderTest};

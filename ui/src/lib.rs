@@ -10,6 +10,8 @@
 //! The model ([`state::Console`]) and the drawing ([`view::draw`]) know nothing about the
 //! terminal, so tests render them on ratatui's test backend.
 
+#![forbid(unsafe_code)]
+
 pub mod card;
 pub mod console;
 pub mod fds;

@@ -3,6 +3,8 @@
 //! `errno NAME`. Exit status 0 for `ok`, 1 for an errno, 2 for bad usage. A filter that kills the
 //! process shows as the signal in the caller's wait status.
 
+#![forbid(unsafe_code)]
+
 use sandbox::linux::command::probe;
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
