@@ -12,6 +12,7 @@ scripts/test-deps.sh
 echo "== fmt and clippy"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features -q -- -D warnings
+scripts/size-check.sh
 
 echo "== build"
 # Test builds carry the test-only switches (feature test-hooks); release builds must not, and

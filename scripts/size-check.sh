@@ -1,0 +1,331 @@
+#!/usr/bin/env bash
+# The size check: each helper's audit surface in non-test Rust lines, against DESIGN's target
+# ("under about 2,000 lines" for the helper itself) and a ratchet per helper, and each helper's
+# page (docs/<helper>.md, section "Audit surface") against the list of files counted.
+#
+#   scripts/size-check.sh               check (CI runs this after fmt and clippy)
+#   scripts/size-check.sh --write-docs  rewrite the "Audit surface" sections from the code
+#
+# A script, not a Rust test: it reads the sources as text, needs no build, and so runs in the
+# lint step, seconds after a push, and on a tree that does not compile yet.
+#
+# What counts: a line of a .rs file that is not blank, not only a comment, and not inside an
+# item marked #[cfg(test)]. A helper's audit surface is
+#   - its own crate: every such line under <helper>/src, except binaries built only for tests
+#     (required-features = ["test-hooks"]); this is what the budget is about;
+#   - ipc-schema: lib.rs and the modules the helper's code names (`ipc_schema::fs`, ...),
+#     and what those name in turn (`crate::...`, `super::...`);
+#   - sandbox: the files the helper's code reaches the same way from `sandbox::...` paths
+#     (lib.rs, the lockdown and its layers, and for the exec-helper the exec sandbox).
+# Reaching is by path at file granularity: a file is in if some counted file names an item
+# in it. Linux only (macos.rs and windows.rs are not built there).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+exec python3 - "$@" <<'PY'
+import os, re, sys
+
+TARGET = 2000
+# The ratchet: each helper's own-crate count may not grow past this. Set from the counts of
+# 2026-12 rounded up a little; only ever lower it (when a helper shrinks, the check says to).
+RATCHET = {
+    "fs-helper": 3450,
+    "net-helper": 2850,
+    "exec-helper": 500,
+    "secrets-helper": 2250,
+}
+HELPERS = ["fs-helper", "net-helper", "exec-helper", "secrets-helper"]
+SHARED = {"ipc_schema": "ipc-schema", "sandbox": "sandbox"}
+NOT_ON_LINUX = {"sandbox/src/macos.rs", "sandbox/src/windows.rs"}
+
+# ---- counting ---------------------------------------------------------------------------
+
+def strip_comments(text):
+    """The code of `text` with comments and string contents blanked, lines kept."""
+    out, i, n = [], 0, len(text)
+    depth = 0  # nested block comments
+    while i < n:
+        c = text[i]
+        if depth:
+            if text.startswith("*/", i):
+                depth -= 1; i += 2; continue
+            if text.startswith("/*", i):
+                depth += 1; i += 2; continue
+            out.append("\n" if c == "\n" else " "); i += 1; continue
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out.append(" " * (j - i)); i = j; continue
+        if text.startswith("/*", i):
+            depth = 1; out.append("  "); i += 2; continue
+        m = re.match(r'r(#*)"', text[i:i + 10]) if c == "r" and (i == 0 or not (text[i-1].isalnum() or text[i-1] == "_")) else None
+        if m:
+            end = '"' + m.group(1)
+            j = text.find(end, i + len(m.group(0)))
+            j = n if j < 0 else j + len(end)
+            out.append('""' + "".join("\n" if ch == "\n" else "" for ch in text[i:j])); i = j; continue
+        if c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            out.append('""' + "".join("\n" if ch == "\n" else "" for ch in text[i:j + 1])); i = j + 1; continue
+        if c == "'":
+            m = re.match(r"'(\\.[^']*|[^\\'])'", text[i:i + 12])
+            if m:
+                out.append("' '"); i += len(m.group(0)); continue
+        out.append(c); i += 1
+    return "".join(out)
+
+def code_lines(path):
+    """The non-test code lines of `path` (comments and #[cfg(test)] items left out)."""
+    code = strip_comments(open(path, encoding="utf-8").read()).split("\n")
+    keep, skip_depth, pending, depth = [], None, False, 0
+    for line in code:
+        s = line.strip()
+        if skip_depth is None and re.match(r"#\[cfg\((test|all\(test.*)\)\]", s):
+            pending = True
+            continue
+        opens, closes = s.count("{"), s.count("}")
+        if pending and skip_depth is None:
+            if s.startswith("#["):
+                continue
+            # the item under #[cfg(test)]: skipped to its end (a `;` item ends on its line)
+            if opens == 0 and s.endswith(";"):
+                pending = False
+                continue
+            if opens:
+                skip_depth = depth
+                depth += opens - closes
+                pending = False
+                if depth <= skip_depth:
+                    skip_depth = None
+                continue
+            continue
+        depth += opens - closes
+        if skip_depth is not None:
+            if depth <= skip_depth:
+                skip_depth = None
+            continue
+        if s:
+            keep.append(s)
+    return keep
+
+# ---- which files a helper reaches -------------------------------------------------------
+
+def required_test_bins(crate):
+    """Binaries of `crate` built only with the test-hooks feature."""
+    out, cur = set(), None
+    for line in open(os.path.join(crate, "Cargo.toml")):
+        line = line.strip()
+        if line == "[[bin]]":
+            cur = {}
+        elif line.startswith("[") and cur is not None:
+            if "path" in cur and "test-hooks" in cur.get("required-features", ""):
+                out.add(os.path.join(crate, cur["path"]))
+            cur = None
+        elif cur is not None and "=" in line:
+            k, v = line.split("=", 1)
+            cur[k.strip()] = v.strip().strip('"')
+    if cur and "path" in cur and "test-hooks" in cur.get("required-features", ""):
+        out.add(os.path.join(crate, cur["path"]))
+    return out
+
+def own_files(crate):
+    skip = required_test_bins(crate)
+    files = []
+    for d, _, names in os.walk(os.path.join(crate, "src")):
+        for f in names:
+            p = os.path.join(d, f)
+            if f.endswith(".rs") and p not in skip:
+                files.append(p)
+    return sorted(files)
+
+def module_dir(path):
+    """The directory holding the child modules of the module in `path`."""
+    d, f = os.path.split(path)
+    if f in ("lib.rs", "main.rs", "mod.rs"):
+        return d
+    return os.path.join(d, f[:-3])
+
+def child(path, name):
+    base = module_dir(path)
+    for p in (os.path.join(base, name + ".rs"), os.path.join(base, name, "mod.rs")):
+        if os.path.exists(p) and p not in NOT_ON_LINUX:
+            return p
+    return None
+
+def parent(path):
+    d, f = os.path.split(path)
+    if f in ("lib.rs", "main.rs"):
+        return None
+    if f == "mod.rs":
+        d = os.path.dirname(d)
+    for p in (os.path.join(d, "mod.rs"), os.path.join(d, "lib.rs"), os.path.join(d, "main.rs")):
+        if os.path.exists(p):
+            return p
+    up = d + ".rs"
+    return up if os.path.exists(up) else None
+
+def resolve(start, segments):
+    """The file the path `segments` (relative to the module in `start`) lands in."""
+    cur = start
+    for s in segments:
+        if s == "super":
+            cur = parent(cur) or cur
+            continue
+        if s == "self":
+            continue
+        nxt = child(cur, s)
+        if nxt is None:
+            break
+        cur = nxt
+    return cur
+
+IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+
+def use_paths(code):
+    """Every path a `use` declaration in `code` names, braces expanded."""
+    paths = []
+    for m in re.finditer(r"\buse\s+([^;]+);", code):
+        paths += expand(re.sub(r"\s+", "", m.group(1)))
+    return paths
+
+def expand(tree):
+    tree = re.sub(r"\bas" + IDENT, "", tree)
+    i = tree.find("{")
+    if i < 0:
+        return [tree.split("::")]
+    prefix, body = tree[:i], tree[i + 1:tree.rfind("}")]
+    parts, depth, cur = [], 0, ""
+    for ch in body:
+        if ch == "," and depth == 0:
+            parts.append(cur); cur = ""; continue
+        depth += ch == "{"
+        depth -= ch == "}"
+        cur += ch
+    parts.append(cur)
+    out = []
+    for p in parts:
+        if p:
+            out += [prefix.rstrip(":").split("::") + q if prefix else q for q in expand(p)]
+    return [[s for s in p if s] for p in out]
+
+def references(path, crate_root, local_mods):
+    """(crate, segments) of every path `path` names: `ipc_schema::`, `sandbox::`,
+    `crate::`, `super::`, and its own child modules."""
+    code = "\n".join(code_lines(path))
+    refs = []
+    paths = use_paths(code) + [p.split("::") for p in re.findall(IDENT + r"(?:::" + IDENT + r")+", code)]
+    for segs in paths:
+        segs = [s for s in segs if s and s != "*"]
+        if not segs:
+            continue
+        head = segs[0].lstrip(":")
+        if head in SHARED:
+            refs.append((SHARED[head], None, segs[1:]))
+        elif head == "crate" and crate_root:
+            refs.append((None, crate_root, segs[1:]))
+        elif head in ("super", "self") and crate_root:
+            refs.append((None, path, segs))
+        elif head in local_mods and crate_root:
+            refs.append((None, path, segs))
+    return refs
+
+def declared_mods(path):
+    code = "\n".join(code_lines(path))
+    return set(re.findall(r"\bmod\s+(" + IDENT + r")\s*;", code))
+
+def root_of(crate):
+    return os.path.join(crate, "src", "lib.rs")
+
+def surface(helper):
+    own = own_files(helper)
+    reached, todo = set(), []
+    def visit(crate, start, segs):
+        f = resolve(start or root_of(crate), segs)
+        if f not in reached:
+            reached.add(f); todo.append(f)
+    for f in own:
+        for crate, start, segs in references(f, None, set()):
+            if crate:
+                visit(crate, None, segs)
+    while todo:
+        f = todo.pop()
+        crate = f.split(os.sep)[0]
+        for c, start, segs in references(f, root_of(crate), declared_mods(f)):
+            visit(c, start, segs) if c else visit(crate, start, segs)
+    shared = {c: sorted(p for p in reached if p.startswith(c + os.sep)) for c in SHARED.values()}
+    return own, shared
+
+def count(files):
+    return sum(len(code_lines(f)) for f in files)
+
+# ---- the pages --------------------------------------------------------------------------
+
+BEGIN = "## Audit surface"
+
+def section(helper, own, shared):
+    lines = [BEGIN, "",
+             "What a reviewer reads to audit this helper on Linux: its own crate, and the ipc-schema and",
+             "sandbox files its code reaches by path (and those reach in turn; ipc-schema's `Body` names",
+             "every role's messages, so every helper links them all). `scripts/size-check.sh` counts their",
+             "non-test lines in CI, holds the helper's own crate to its budget, and fails when this list and",
+             "the code disagree (`scripts/size-check.sh --write-docs` rewrites it).", ""]
+    for title, files in (("Own crate", own), ("ipc-schema", shared["ipc-schema"]), ("sandbox", shared["sandbox"])):
+        lines.append(f"{title}:")
+        lines.append("")
+        lines += [f"- `{f}`" for f in files]
+        lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+def page_section(text):
+    i = text.find("\n" + BEGIN + "\n")
+    if i < 0:
+        return None, None, None
+    i += 1
+    j = text.find("\n## ", i + len(BEGIN))
+    j = len(text) if j < 0 else j + 1
+    return text[:i], text[i:j], text[j:]
+
+def main():
+    write = "--write-docs" in sys.argv[1:]
+    failures, over = [], []
+    print(f"== size check: non-test Rust lines (target: the helper's own crate under {TARGET:,})")
+    print(f"{'helper':<16}{'own crate':>10}{'ratchet':>9}{'target':>8}{'ipc-schema':>12}{'sandbox':>9}{'surface':>9}")
+    for h in HELPERS:
+        own, shared = surface(h)
+        n_own, n_ipc, n_sb = count(own), count(shared["ipc-schema"]), count(shared["sandbox"])
+        ratchet = RATCHET[h]
+        state = "within target" if n_own < TARGET else "OVER TARGET"
+        print(f"{h:<16}{n_own:>10}{ratchet:>9}{TARGET:>8}{n_ipc:>12}{n_sb:>9}{n_own + n_ipc + n_sb:>9}   {state}")
+        if n_own >= TARGET:
+            over.append(f"{h} ({n_own - TARGET + 1:,} lines over)")
+        if n_own > ratchet:
+            failures.append(f"{h}: {n_own} lines in its own crate, over its ratchet of {ratchet}: "
+                            f"shrink it (or move code to where it belongs); the ratchet only goes down")
+        elif ratchet - n_own > 100:
+            print(f"  {h} is {ratchet - n_own} lines under its ratchet: lower RATCHET[\"{h}\"] in scripts/size-check.sh to {-(-(n_own + 25) // 50) * 50}")
+        page = os.path.join("docs", h + ".md")
+        text = open(page, encoding="utf-8").read()
+        want = section(h, own, shared)
+        before, have, after = page_section(text)
+        if write:
+            if have is None:
+                text = text.rstrip("\n") + "\n\n" + want
+            else:
+                text = before + want + ("\n" + after if after else "")
+            open(page, "w", encoding="utf-8").write(text)
+        elif have is None:
+            failures.append(f"{page} has no \"{BEGIN}\" section: run scripts/size-check.sh --write-docs")
+        elif have.rstrip("\n") != want.rstrip("\n"):
+            failures.append(f"{page}: its \"{BEGIN}\" list differs from what the size check counts: "
+                            f"run scripts/size-check.sh --write-docs and commit the page")
+    if over:
+        print(f"over the {TARGET:,}-line target: " + ", ".join(over) + " (held by their ratchets; not yet meeting DESIGN)")
+    else:
+        print(f"every helper is under the {TARGET:,}-line target")
+    if failures:
+        print("\n".join("size check FAILED: " + f for f in failures), file=sys.stderr)
+        sys.exit(1)
+
+main()
+PY
