@@ -1,90 +1,510 @@
-//! The helper side of a broker channel: say hello, then answer requests in order.
+//! The helper side of a broker channel, one type for all four helpers: the channel says hello
+//! itself, then reads frames, checks each against the helper's route table
+//! ([`crate::route`]), and hands what passes to the helper's handler, with the descriptor the
+//! frame brought ([`crate::fdpass`]) when its row says it may bring one.
 //!
-//! Helpers are single-threaded and blocking: one request at a time, replies in order, written in
-//! batches (flushed whenever no further request is already buffered), which keeps their seccomp
-//! allowlists short and pipelined throughput high.
+//! Anything unexpected (a frame that does not decode, one over [`MAX_FRAME`], a request the
+//! table does not list or whose flags it breaks, a descriptor without a frame to take it, a
+//! frame without the descriptor it needs) ends the helper through [`fatal`], the one place
+//! that does: the broker is the only peer, so any of these means it is confused, and it
+//! restarts the helper.
+//!
+//! Three ways to serve, one per kind of helper:
+//! - [`HelperChannel::serve`]: blocking, one request at a time, replies in order, written in
+//!   batches (flushed whenever no further request is already buffered) — fs-helper,
+//!   secrets-helper;
+//! - [`HelperChannel::into_polled`]: non-blocking, for a helper with a `poll(2)` loop of its
+//!   own that answers requests out of order (exec-helper);
+//! - `HelperChannel::into_async` (feature `tokio`): for a helper that answers each request from
+//!   its own task (net-helper).
+//!
+//! `Ping` is answered by the channel in every mode. [`HelperChannel::wiping`] keeps every byte
+//! read or written in buffers that are zeroed after use and never reallocated behind their own
+//! back (the secrets-helper: a request may carry a value in, a reply a header out).
 
-use crate::codec::{self, FrameError, MAX_FRAME};
-use crate::route::broker_may_send;
-use crate::status::Hello;
-use crate::{Body, Envelope, Role};
-use std::io::{BufRead, BufReader, BufWriter, Read, Write};
+use crate::codec::{self, DecodeError, HEADER_LEN, MAX_FRAME};
+use crate::route::{Flags, RouteError, RouteState, Table};
+use crate::status::{Hello, LockdownReport};
+use crate::{Body, Envelope, ErrorCode, ErrorReply, Role};
+use std::collections::VecDeque;
+use std::fmt::Display;
+use std::io::{self, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+use zeroize::{Zeroize, Zeroizing};
 
-/// Why a helper stopped serving.
-#[derive(Debug, thiserror::Error)]
-pub enum ServeError {
-    #[error("broker channel: {0}")]
-    Frame(#[from] FrameError),
-    #[error("the broker sent a {kind:?} message, which the {role} may not receive")]
-    Forbidden { role: Role, kind: crate::Kind },
-    #[error("i/o on the broker channel: {0}")]
-    Io(#[from] std::io::Error),
+pub use crate::exit::{fatal, FATAL_EXIT};
+
+/// How much a read asks for at least.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// One request the table let through.
+#[derive(Debug)]
+pub struct Request {
+    pub id: u64,
+    pub body: Body,
+    /// Its row's flags.
+    pub flags: Flags,
+    /// The descriptor it brought (only for rows with [`Flags::FD`]).
+    pub fd: Option<OwnedFd>,
+}
+
+impl Request {
+    /// For the arm of a handler's `match` that the table makes unreachable (a kind the table
+    /// lists but the handler does not serve is a bug of this helper): ends the helper.
+    pub fn unserved(self, role: Role) -> ! {
+        fatal(
+            role,
+            format!(
+                "the route table admits {:?}, which this helper does not serve",
+                crate::route::kind_of(&self.body)
+            ),
+        )
+    }
+}
+
+/// What a handler answers.
+pub struct Answer {
+    body: Body,
+    stop: Option<String>,
+}
+
+impl Answer {
+    pub fn reply(body: Body) -> Answer {
+        Answer { body, stop: None }
+    }
+
+    /// Sends `body`, then ends the helper with `why` (it cannot serve further requests; the
+    /// broker restarts it).
+    pub fn reply_then_stop(body: Body, why: impl Into<String>) -> Answer {
+        Answer {
+            body,
+            stop: Some(why.into()),
+        }
+    }
+}
+
+impl From<Body> for Answer {
+    fn from(body: Body) -> Answer {
+        Answer::reply(body)
+    }
 }
 
 /// A helper's channel to the broker.
 pub struct HelperChannel {
     role: Role,
-    reader: BufReader<UnixStream>,
-    writer: BufWriter<UnixStream>,
+    sock: UnixStream,
+    wipe: bool,
 }
 
 impl HelperChannel {
-    pub fn new(role: Role, sock: UnixStream) -> std::io::Result<Self> {
-        let w = sock.try_clone()?;
-        Ok(HelperChannel {
+    /// Says hello on `sock` (the inherited channel): the helper's role, pid and `lockdown`
+    /// report, as frame id 0. Call it once lockdown is done, before anything is read.
+    pub fn hello(role: Role, sock: UnixStream, lockdown: LockdownReport) -> HelperChannel {
+        let hello = Body::Hello(Hello {
             role,
-            reader: BufReader::with_capacity(64 * 1024, sock),
-            writer: BufWriter::with_capacity(64 * 1024, w),
+            pid: std::process::id(),
+            lockdown,
+        });
+        let frame = match codec::encode(&Envelope::new(0, hello)) {
+            Ok(f) => f,
+            Err(e) => fatal(role, format!("cannot encode the hello: {e}")),
+        };
+        if let Err(e) = (&sock).write_all(&frame) {
+            fatal(role, format!("sending the hello: {e}"));
+        }
+        HelperChannel {
+            role,
+            sock,
+            wipe: false,
+        }
+    }
+
+    /// Reads and writes in wiping buffers from now on.
+    pub fn wiping(mut self) -> HelperChannel {
+        self.wipe = true;
+        self
+    }
+
+    /// Answers requests with `handle`, one at a time and in order, until the broker closes the
+    /// channel. Returns only then; anything unexpected ends the helper.
+    pub fn serve(self, table: &'static Table, mut handle: impl FnMut(Request) -> Answer) {
+        let role = self.role;
+        let mut inbox = Inbox::new(role, table, self.wipe);
+        let mut out = Outbox::new(self.wipe);
+        loop {
+            while let Some(req) = inbox.next() {
+                let id = req.id;
+                let answer = match req.body {
+                    Body::Ping { .. } => Answer::reply(Body::Pong),
+                    _ => handle(req),
+                };
+                out.push(role, id, answer.body);
+                if let Some(why) = answer.stop {
+                    out.write_all(role, &self.sock);
+                    fatal(role, why);
+                }
+                if !inbox.has_whole_frame() {
+                    out.write_all(role, &self.sock);
+                }
+            }
+            out.write_all(role, &self.sock);
+            match inbox.fill(self.sock.as_fd()) {
+                Ok(0) => return inbox.end(),
+                Ok(_) => {}
+                Err(e) => fatal(role, format!("reading the broker channel: {e}")),
+            }
+        }
+    }
+
+    /// The channel for a helper's own `poll(2)` loop (the socket becomes non-blocking).
+    pub fn into_polled(self, table: &'static Table) -> PolledChannel {
+        if let Err(e) = self.sock.set_nonblocking(true) {
+            fatal(self.role, format!("broker channel: {e}"));
+        }
+        PolledChannel {
+            role: self.role,
+            inbox: Inbox::new(self.role, table, self.wipe),
+            out: Vec::new(),
+            sock: self.sock,
+        }
+    }
+}
+
+/// [`HelperChannel::into_polled`]: the helper polls [`PolledChannel::as_fd`] (for writing too
+/// when [`PolledChannel::wants_write`]), calls [`PolledChannel::read_ready`] when it is
+/// readable, takes requests with [`PolledChannel::next_request`], queues replies with
+/// [`PolledChannel::reply`] and writes them with [`PolledChannel::flush`].
+pub struct PolledChannel {
+    role: Role,
+    sock: UnixStream,
+    inbox: Inbox,
+    out: Vec<u8>,
+}
+
+impl PolledChannel {
+    pub fn as_fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+
+    /// Replies are waiting to be written.
+    pub fn wants_write(&self) -> bool {
+        !self.out.is_empty()
+    }
+
+    /// Reads everything the socket has. `false`: the broker closed the channel.
+    pub fn read_ready(&mut self) -> bool {
+        loop {
+            match self.inbox.fill(self.sock.as_fd()) {
+                Ok(0) => {
+                    self.inbox.end();
+                    return false;
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                Err(e) => fatal(self.role, format!("reading the broker channel: {e}")),
+            }
+        }
+    }
+
+    /// The next request read (pings are answered here).
+    pub fn next_request(&mut self) -> Option<Request> {
+        loop {
+            let req = self.inbox.next()?;
+            match req.body {
+                Body::Ping { .. } => self.reply(req.id, Body::Pong),
+                _ => return Some(req),
+            }
+        }
+    }
+
+    /// Queues a reply.
+    pub fn reply(&mut self, id: u64, body: Body) {
+        encode_reply(self.role, id, body, &mut self.out);
+    }
+
+    /// Writes what the socket takes now; the rest waits for the next call.
+    pub fn flush(&mut self) {
+        while !self.out.is_empty() {
+            match self.sock.write(&self.out) {
+                Ok(0) => fatal(self.role, "the broker channel closed"),
+                Ok(n) => {
+                    self.out.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => fatal(self.role, format!("writing to the broker: {e}")),
+            }
+        }
+    }
+}
+
+/// Appends the frame of a reply to `out`. A reply that cannot be encoded (too large for a
+/// frame: a bug of the helper) becomes an error reply, so the broker still gets an answer.
+fn encode_reply(role: Role, id: u64, body: Body, out: &mut Vec<u8>) {
+    let env = Envelope::new(id, body);
+    if let Err(e) = codec::encode_into(&env, out) {
+        let err = Envelope::new(id, not_sent(role, e));
+        if let Err(e) = codec::encode_into(&err, out) {
+            fatal(role, format!("cannot encode a reply: {e}"));
+        }
+    }
+}
+
+fn not_sent(role: Role, e: impl Display) -> Body {
+    Body::Error(ErrorReply::new(
+        ErrorCode::Internal,
+        format!("{role} reply not sent: {e}"),
+    ))
+}
+
+/// Replies of the blocking loop: batched in one buffer, or (wiping) each encoded into a buffer
+/// of its exact size, written and zeroed.
+struct Outbox {
+    wipe: bool,
+    buf: Vec<u8>,
+    pending: VecDeque<Zeroizing<Vec<u8>>>,
+}
+
+impl Outbox {
+    fn new(wipe: bool) -> Outbox {
+        Outbox {
+            wipe,
+            buf: Vec::with_capacity(if wipe { 0 } else { READ_CHUNK }),
+            pending: VecDeque::new(),
+        }
+    }
+
+    fn push(&mut self, role: Role, id: u64, body: Body) {
+        if !self.wipe {
+            return encode_reply(role, id, body, &mut self.buf);
+        }
+        // Wiping: each frame is written on its own (no buffer grows with a secret in it).
+        let frame = match codec::encode_exact(&Envelope::new(id, body)) {
+            Ok(f) => Zeroizing::new(f),
+            Err(e) => Zeroizing::new(
+                codec::encode(&Envelope::new(id, not_sent(role, e)))
+                    .unwrap_or_else(|e| fatal(role, format!("cannot encode a reply: {e}"))),
+            ),
+        };
+        self.pending.push_back(frame);
+    }
+
+    fn write_all(&mut self, role: Role, mut sock: &UnixStream) {
+        let r = if self.wipe {
+            self.pending
+                .drain(..)
+                .try_for_each(|frame| sock.write_all(&frame))
+        } else {
+            let r = sock.write_all(&self.buf);
+            self.buf.clear();
+            r
+        };
+        if let Err(e) = r {
+            fatal(role, format!("writing to the broker: {e}"));
+        }
+    }
+}
+
+/// Bytes read and not yet decoded, the descriptors that came with them, and the route state:
+/// what turns a byte stream into checked [`Request`]s. Shared by every way of serving.
+struct Inbox {
+    role: Role,
+    table: &'static Table,
+    state: RouteState,
+    buf: Buffer,
+    fds: VecDeque<OwnedFd>,
+}
+
+impl Inbox {
+    fn new(role: Role, table: &'static Table, wipe: bool) -> Inbox {
+        Inbox {
+            role,
+            table,
+            state: RouteState::default(),
+            buf: Buffer::new(wipe),
+            fds: VecDeque::new(),
+        }
+    }
+
+    /// One `recvmsg` (the descriptors that come are queued). `Ok(0)`: the end of the stream.
+    fn fill(&mut self, sock: BorrowedFd<'_>) -> io::Result<usize> {
+        let have = self.buf.filled().len();
+        // Room for the whole frame that is coming, if its header is here.
+        let want = match self.buf.filled().get(..HEADER_LEN) {
+            Some(h) => {
+                let len = u32::from_le_bytes(h.try_into().expect("4 bytes")) as usize;
+                (HEADER_LEN + len.min(MAX_FRAME))
+                    .saturating_sub(have)
+                    .max(READ_CHUNK)
+            }
+            None => READ_CHUNK,
+        };
+        let n = crate::fdpass::recv_with_fds(sock, self.buf.spare(want), &mut self.fds)?;
+        self.buf.advance(n);
+        Ok(n)
+    }
+
+    fn has_whole_frame(&self) -> bool {
+        let filled = self.buf.filled();
+        match filled.get(..HEADER_LEN) {
+            Some(h) => {
+                let len = u32::from_le_bytes(h.try_into().expect("4 bytes")) as usize;
+                filled.len() >= HEADER_LEN + len
+            }
+            None => false,
+        }
+    }
+
+    /// The next whole frame, checked; `None` until more bytes are read.
+    fn next(&mut self) -> Option<Request> {
+        let role = self.role;
+        let (env, used) = match codec::decode_from_slice(self.buf.filled(), MAX_FRAME) {
+            Ok(Some(got)) => got,
+            Ok(None) => return None,
+            Err(e) => fatal(role, format!("the broker sent a bad frame: {e}")),
+        };
+        self.buf.consume(used);
+        let flags = match self.table.check(&mut self.state, &env.body) {
+            Ok(f) => f,
+            Err(RouteError::NotPermitted { channel, kind }) => fatal(
+                role,
+                format!(
+                    "the broker sent a {:?} message ({kind:?}), which the {role} may not receive on the {channel:?} channel",
+                    env.body.kind()
+                ),
+            ),
+            Err(e) => fatal(role, format!("the broker broke the protocol: {e}")),
+        };
+        let fd = if flags.contains(Flags::FD) {
+            self.fds.pop_front()
+        } else {
+            None
+        };
+        if flags.contains(Flags::NEEDS_FD) && fd.is_none() {
+            fatal(
+                role,
+                format!(
+                    "a {:?} frame arrived without its descriptor",
+                    crate::route::kind_of(&env.body)
+                ),
+            );
+        }
+        // A descriptor arrives with the first byte of its frame: once every buffered byte is
+        // consumed, none may be left.
+        if self.buf.filled().is_empty() && !self.fds.is_empty() {
+            self.stray();
+        }
+        Some(Request {
+            id: env.id,
+            body: env.body,
+            flags,
+            fd,
         })
     }
 
-    /// Sends the hello frame (id 0).
-    pub fn hello(&mut self, hello: Hello) -> Result<(), ServeError> {
-        codec::write_frame(&mut self.writer, &Envelope::new(0, Body::Hello(hello)))?;
-        self.writer.flush()?;
-        Ok(())
-    }
-
-    /// Answers requests until the broker closes the channel. `handle` gets each request body and
-    /// returns the reply body. Any frame the route table does not allow toward this role ends
-    /// the helper (the broker is the only peer, so this means the broker is confused).
-    pub fn serve(mut self, mut handle: impl FnMut(Body) -> Body) -> Result<(), ServeError> {
-        loop {
-            let Some(env) = self.next_frame()? else {
-                return Ok(());
+    /// At the end of the stream: a frame cut short, or a descriptor no frame took, is fatal.
+    fn end(&self) {
+        let left = self.buf.filled().len();
+        if left > 0 {
+            let e = DecodeError::Truncated {
+                expected: left + 1,
+                got: left,
             };
-            let kind = env.body.kind();
-            if !broker_may_send(self.role, kind) {
-                return Err(ServeError::Forbidden {
-                    role: self.role,
-                    kind,
-                });
-            }
-            let reply = match env.body {
-                Body::Ping { .. } => Body::Pong,
-                other => handle(other),
-            };
-            codec::write_frame(&mut self.writer, &Envelope::new(env.id, reply))?;
-            if self.reader.buffer().is_empty() {
-                self.writer.flush()?;
-            }
+            fatal(self.role, format!("the broker sent a bad frame: {e}"));
+        }
+        if !self.fds.is_empty() {
+            self.stray();
         }
     }
 
-    /// The next frame: decoded in place when it is already whole in the read buffer (the
-    /// pipelined case, no allocation for the payload), read from the socket otherwise.
-    fn next_frame(&mut self) -> Result<Option<Envelope>, FrameError> {
-        let buffered = self.reader.buffer();
-        if let Ok(Some((env, used))) = codec::decode_from_slice(buffered, MAX_FRAME) {
-            self.reader.consume(used);
-            return Ok(Some(env));
-        }
-        codec::read_frame(&mut self.reader, MAX_FRAME)
-    }
-
-    /// The raw reader, for helpers that stream (exec output).
-    pub fn reader(&mut self) -> &mut impl Read {
-        &mut self.reader
+    fn stray(&self) -> ! {
+        fatal(
+            self.role,
+            format!(
+                "the broker sent {} descriptor(s) with messages that take none",
+                self.fds.len()
+            ),
+        )
     }
 }
+
+/// A read buffer that never moves bytes behind its own back: consumed bytes are skipped, and
+/// compacted or grown only here, zeroing every copy it leaves behind when wiping.
+struct Buffer {
+    data: Vec<u8>,
+    start: usize,
+    end: usize,
+    wipe: bool,
+}
+
+impl Buffer {
+    fn new(wipe: bool) -> Buffer {
+        Buffer {
+            data: vec![0; READ_CHUNK],
+            start: 0,
+            end: 0,
+            wipe,
+        }
+    }
+
+    fn filled(&self) -> &[u8] {
+        &self.data[self.start..self.end]
+    }
+
+    fn consume(&mut self, n: usize) {
+        if self.wipe {
+            self.data[self.start..self.start + n].zeroize();
+        }
+        self.start += n;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    /// At least `want` writable bytes after the filled ones.
+    fn spare(&mut self, want: usize) -> &mut [u8] {
+        if self.data.len() - self.end < want && self.start > 0 {
+            let len = self.end - self.start;
+            self.data.copy_within(self.start..self.end, 0);
+            if self.wipe {
+                self.data[len..self.end].zeroize();
+            }
+            self.start = 0;
+            self.end = len;
+        }
+        if self.data.len() - self.end < want {
+            let size = (self.end + want).max(self.data.len() * 2);
+            if self.wipe {
+                let mut grown = vec![0; size];
+                grown[..self.end].copy_from_slice(&self.data[..self.end]);
+                self.data.zeroize();
+                self.data = grown;
+            } else {
+                self.data.resize(size, 0);
+            }
+        }
+        &mut self.data[self.end..]
+    }
+
+    fn advance(&mut self, n: usize) {
+        self.end += n;
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        if self.wipe {
+            self.data.zeroize();
+        }
+    }
+}
+
+#[cfg(feature = "tokio")]
+mod tokio_channel;
+#[cfg(feature = "tokio")]
+pub use tokio_channel::{AsyncReader, AsyncWriter, Replies};
+
+#[cfg(test)]
+mod tests;

@@ -5,8 +5,8 @@
 //! length-prefixed postcard frame ([`codec`]). The enums are closed: a frame that does not decode
 //! to one of these variants is malformed, and the broker kills the peer that sent it.
 //!
-//! Who may send what is the [`route`] table; the broker checks it on every frame, and each helper
-//! re-checks what the broker sends it.
+//! Who may send what is the [`route`] table, one per channel; the broker checks it on every frame,
+//! and each helper re-checks what the broker sends it ([`helper`], the helpers' one channel type).
 
 #![forbid(unsafe_code)]
 
@@ -14,6 +14,9 @@ use serde::{Deserialize, Serialize};
 
 pub mod codec;
 pub mod exec;
+pub mod exit;
+#[cfg(unix)]
+pub mod fdpass;
 pub mod fs;
 pub mod grant_glob;
 #[cfg(unix)]

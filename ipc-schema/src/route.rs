@@ -1,8 +1,36 @@
-//! The route table: which message kinds each role may send to the broker, and which the broker
-//! may send to each role. The broker checks [`may_send_to_broker`] on every frame it reads; a
-//! frame outside the table gets its sender killed. Helpers check [`broker_may_send`] on what they
-//! receive, so a confused broker cannot make a helper do another helper's job.
+//! The route tables: per channel, every request kind a peer may send on it, with flags, the way
+//! OpenSSH's `mon_dispatch` tables read (request, flags; anything else is fatal).
+//!
+//! A channel is one direction between two processes ([`Channel`]). Its [`Table`] lists every
+//! [`RequestKind`] a peer may send on it, at the level of requests (`SecretsKind::Attach`, not
+//! just "a secrets message"), each with [`Flags`]:
+//!
+//! | flag | meaning |
+//! |---|---|
+//! | [`Flags::FIRST`] | must be the first message on the channel (and, in a table that has one, nothing else may come first) |
+//! | [`Flags::ONCE`] | at most once per channel |
+//! | [`Flags::EFFECT`] | changes something outside the receiver's memory (files, the keyring, a remote server, processes) |
+//! | [`Flags::FD`] | may bring one descriptor (`SCM_RIGHTS`, see [`crate::fdpass`]); a descriptor with any other message is fatal |
+//! | [`Flags::NEEDS_FD`] | [`Flags::FD`], and the message without its descriptor is fatal |
+//!
+//! The receiver of a channel calls [`check`] (or [`Table::check`]) on every frame with the
+//! channel's [`RouteState`]; an `Err` means the peer broke the protocol and ends it. Helpers do
+//! this in [`crate::helper`]; a reader answers "what may the broker ask the secrets-helper?"
+//! from [`BROKER_TO_SECRETS`] alone.
+//!
+//! [`kind_of`] maps every variant of every request enum to its kind with exhaustive matches, so
+//! a new variant does not compile until it has a kind, and is refused everywhere until a table
+//! lists it.
+//!
+//! The older body-level view ([`Kind`], [`may_send_to_broker`], [`broker_may_send`]) is derived
+//! from these tables.
 
+use crate::exec::{ExecRequest, NetworkMode};
+use crate::fs::FsRequest;
+use crate::net::NetRequest;
+use crate::secrets::SecretsRequest;
+use crate::tool::ToolCall;
+use crate::ui::UiRequest;
 use crate::{Body, Role};
 use serde::{Deserialize, Serialize};
 
@@ -52,127 +80,754 @@ impl Body {
             Body::SecretsReply(_) => Kind::SecretsReply,
         }
     }
+
+    /// The request-level kind ([`kind_of`]).
+    pub fn request_kind(&self) -> RequestKind {
+        kind_of(self)
+    }
 }
 
-/// What each role may send to the broker. The gateway (the agent's channel) may send tool calls
-/// and pings only: never a decision, never a policy change, never a helper's message.
-const TO_BROKER: &[(Role, &[Kind])] = &[
-    (Role::Ui, &[Kind::Ping, Kind::Doctor, Kind::Ui]),
-    (Role::Gateway, &[Kind::Ping, Kind::ToolCall]),
-    (
-        Role::Fs,
-        &[Kind::Hello, Kind::Pong, Kind::Error, Kind::FsReply],
-    ),
-    (
-        Role::Net,
-        &[Kind::Hello, Kind::Pong, Kind::Error, Kind::NetReply],
-    ),
-    (
-        Role::Exec,
-        &[Kind::Hello, Kind::Pong, Kind::Error, Kind::ExecReply],
-    ),
-    (
-        Role::Secrets,
-        &[Kind::Hello, Kind::Pong, Kind::Error, Kind::SecretsReply],
-    ),
-];
+// ---------------------------------------------------------------------------------------------
+// Request-level kinds
 
-/// What the broker may send to each role.
-const FROM_BROKER: &[(Role, &[Kind])] = &[
-    (
-        Role::Ui,
-        &[Kind::Pong, Kind::Error, Kind::DoctorReport, Kind::UiReply],
-    ),
-    (Role::Gateway, &[Kind::Pong, Kind::Error, Kind::ToolReply]),
-    (Role::Fs, &[Kind::Ping, Kind::Fs]),
-    (Role::Net, &[Kind::Ping, Kind::Net]),
-    (Role::Exec, &[Kind::Ping, Kind::Exec]),
-    (Role::Secrets, &[Kind::Ping, Kind::Secrets]),
-];
-
-fn lookup(table: &[(Role, &'static [Kind])], role: Role) -> &'static [Kind] {
-    table
-        .iter()
-        .find(|(r, _)| *r == role)
-        .map(|(_, kinds)| *kinds)
-        .unwrap_or(&[])
+/// [`UiRequest`] without its payload.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UiKind {
+    ListPending,
+    Subscribe,
+    Decide,
+    ListUncertain,
+    ListSessions,
+    PolicyShow,
+    PolicyApply,
+    PolicyForget,
+    AuditTail,
+    CredentialChanged,
+    Launch,
 }
 
-/// May a peer in `from` send a message of `kind` to the broker?
+/// [`ToolCall`] without its payload.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ToolKind {
+    OpenSession,
+    DescribeAgent,
+    ReadFile,
+    ListDir,
+    SearchFiles,
+    Grep,
+    WriteFile,
+    EditFile,
+    DeletePath,
+    MovePath,
+    UndoChange,
+    FetchUrl,
+    HttpRequest,
+    RunCommand,
+    Withdraw,
+}
+
+/// [`FsRequest`] without its payload.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FsKind {
+    Status,
+    Resolve,
+    ReadFile,
+    ListDir,
+    Stat,
+    SearchFiles,
+    Grep,
+    WriteFile,
+    EditFile,
+    DeletePath,
+    MovePath,
+    Undo,
+    ListCheckpoints,
+    TestProbe,
+}
+
+/// [`NetRequest`] without its payload.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NetKind {
+    Check,
+    Fetch,
+    FetchPart,
+    ProxyOpen,
+    ProxyClose,
+    ProxyConnection,
+    Http,
+}
+
+/// [`ExecRequest`] without its payload. A `Start` is two kinds: with the proxy network its
+/// frame brings the proxy connector, without it the frame brings nothing.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ExecKind {
+    /// `Start` with [`NetworkMode::None`].
+    Start,
+    /// `Start` with [`NetworkMode::Proxy`].
+    StartProxied,
+    Poll,
+    Stop,
+}
+
+/// [`SecretsRequest`] without its payload.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SecretsKind {
+    Status,
+    List,
+    Has,
+    Set,
+    Delete,
+    Attach,
+    AuditKey,
+    AuditMac,
+}
+
+/// A message's kind at the level of requests: [`Kind`], with each request enum's variant.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RequestKind {
+    Ping,
+    Pong,
+    Hello,
+    Error,
+    Doctor,
+    DoctorReport,
+    Ui(UiKind),
+    UiReply,
+    Tool(ToolKind),
+    ToolReply,
+    Fs(FsKind),
+    FsReply,
+    Net(NetKind),
+    NetReply,
+    Exec(ExecKind),
+    ExecReply,
+    Secrets(SecretsKind),
+    SecretsReply,
+}
+
+impl RequestKind {
+    /// The [`Body`] variant this kind travels in.
+    pub const fn body_kind(self) -> Kind {
+        match self {
+            RequestKind::Ping => Kind::Ping,
+            RequestKind::Pong => Kind::Pong,
+            RequestKind::Hello => Kind::Hello,
+            RequestKind::Error => Kind::Error,
+            RequestKind::Doctor => Kind::Doctor,
+            RequestKind::DoctorReport => Kind::DoctorReport,
+            RequestKind::Ui(_) => Kind::Ui,
+            RequestKind::UiReply => Kind::UiReply,
+            RequestKind::Tool(_) => Kind::ToolCall,
+            RequestKind::ToolReply => Kind::ToolReply,
+            RequestKind::Fs(_) => Kind::Fs,
+            RequestKind::FsReply => Kind::FsReply,
+            RequestKind::Net(_) => Kind::Net,
+            RequestKind::NetReply => Kind::NetReply,
+            RequestKind::Exec(_) => Kind::Exec,
+            RequestKind::ExecReply => Kind::ExecReply,
+            RequestKind::Secrets(_) => Kind::Secrets,
+            RequestKind::SecretsReply => Kind::SecretsReply,
+        }
+    }
+}
+
+impl UiKind {
+    pub fn of(r: &UiRequest) -> UiKind {
+        match r {
+            UiRequest::ListPending => UiKind::ListPending,
+            UiRequest::Subscribe => UiKind::Subscribe,
+            UiRequest::Decide(_) => UiKind::Decide,
+            UiRequest::ListUncertain => UiKind::ListUncertain,
+            UiRequest::ListSessions => UiKind::ListSessions,
+            UiRequest::PolicyShow => UiKind::PolicyShow,
+            UiRequest::PolicyApply { .. } => UiKind::PolicyApply,
+            UiRequest::PolicyForget { .. } => UiKind::PolicyForget,
+            UiRequest::AuditTail { .. } => UiKind::AuditTail,
+            UiRequest::CredentialChanged { .. } => UiKind::CredentialChanged,
+            UiRequest::Launch(_) => UiKind::Launch,
+        }
+    }
+}
+
+impl ToolKind {
+    pub fn of(c: &ToolCall) -> ToolKind {
+        match c {
+            ToolCall::OpenSession { .. } => ToolKind::OpenSession,
+            ToolCall::DescribeAgent(_) => ToolKind::DescribeAgent,
+            ToolCall::ReadFile(_) => ToolKind::ReadFile,
+            ToolCall::ListDir(_) => ToolKind::ListDir,
+            ToolCall::SearchFiles(_) => ToolKind::SearchFiles,
+            ToolCall::Grep(_) => ToolKind::Grep,
+            ToolCall::WriteFile(_) => ToolKind::WriteFile,
+            ToolCall::EditFile(_) => ToolKind::EditFile,
+            ToolCall::DeletePath(_) => ToolKind::DeletePath,
+            ToolCall::MovePath(_) => ToolKind::MovePath,
+            ToolCall::UndoChange(_) => ToolKind::UndoChange,
+            ToolCall::FetchUrl(_) => ToolKind::FetchUrl,
+            ToolCall::HttpRequest(_) => ToolKind::HttpRequest,
+            ToolCall::RunCommand(_) => ToolKind::RunCommand,
+            ToolCall::Withdraw(_) => ToolKind::Withdraw,
+        }
+    }
+}
+
+impl FsKind {
+    pub fn of(r: &FsRequest) -> FsKind {
+        match r {
+            FsRequest::Status => FsKind::Status,
+            FsRequest::Resolve { .. } => FsKind::Resolve,
+            FsRequest::ReadFile { .. } => FsKind::ReadFile,
+            FsRequest::ListDir { .. } => FsKind::ListDir,
+            FsRequest::Stat { .. } => FsKind::Stat,
+            FsRequest::SearchFiles { .. } => FsKind::SearchFiles,
+            FsRequest::Grep { .. } => FsKind::Grep,
+            FsRequest::WriteFile { .. } => FsKind::WriteFile,
+            FsRequest::EditFile { .. } => FsKind::EditFile,
+            FsRequest::DeletePath { .. } => FsKind::DeletePath,
+            FsRequest::MovePath { .. } => FsKind::MovePath,
+            FsRequest::Undo { .. } => FsKind::Undo,
+            FsRequest::ListCheckpoints { .. } => FsKind::ListCheckpoints,
+            FsRequest::TestProbe(_) => FsKind::TestProbe,
+        }
+    }
+}
+
+impl NetKind {
+    pub fn of(r: &NetRequest) -> NetKind {
+        match r {
+            NetRequest::Check { .. } => NetKind::Check,
+            NetRequest::Fetch(_) => NetKind::Fetch,
+            NetRequest::FetchPart { .. } => NetKind::FetchPart,
+            NetRequest::ProxyOpen(_) => NetKind::ProxyOpen,
+            NetRequest::ProxyClose { .. } => NetKind::ProxyClose,
+            NetRequest::ProxyConnection { .. } => NetKind::ProxyConnection,
+            NetRequest::Http(_) => NetKind::Http,
+        }
+    }
+}
+
+impl ExecKind {
+    pub fn of(r: &ExecRequest) -> ExecKind {
+        match r {
+            ExecRequest::Start(spec) => match spec.network {
+                NetworkMode::None => ExecKind::Start,
+                NetworkMode::Proxy { .. } => ExecKind::StartProxied,
+            },
+            ExecRequest::Poll { .. } => ExecKind::Poll,
+            ExecRequest::Stop { .. } => ExecKind::Stop,
+        }
+    }
+}
+
+impl SecretsKind {
+    pub fn of(r: &SecretsRequest) -> SecretsKind {
+        match r {
+            SecretsRequest::Status => SecretsKind::Status,
+            SecretsRequest::List => SecretsKind::List,
+            SecretsRequest::Has { .. } => SecretsKind::Has,
+            SecretsRequest::Set { .. } => SecretsKind::Set,
+            SecretsRequest::Delete { .. } => SecretsKind::Delete,
+            SecretsRequest::Attach { .. } => SecretsKind::Attach,
+            SecretsRequest::AuditKey { .. } => SecretsKind::AuditKey,
+            SecretsRequest::AuditMac { .. } => SecretsKind::AuditMac,
+        }
+    }
+}
+
+/// The request-level kind of `body`.
+pub fn kind_of(body: &Body) -> RequestKind {
+    match body {
+        Body::Ping { .. } => RequestKind::Ping,
+        Body::Pong => RequestKind::Pong,
+        Body::Hello(_) => RequestKind::Hello,
+        Body::Error(_) => RequestKind::Error,
+        Body::Doctor => RequestKind::Doctor,
+        Body::DoctorReport(_) => RequestKind::DoctorReport,
+        Body::Ui(r) => RequestKind::Ui(UiKind::of(r)),
+        Body::UiReply(_) => RequestKind::UiReply,
+        Body::ToolCall(c) => RequestKind::Tool(ToolKind::of(c)),
+        Body::ToolReply(_) => RequestKind::ToolReply,
+        Body::Fs(r) => RequestKind::Fs(FsKind::of(r)),
+        Body::FsReply(_) => RequestKind::FsReply,
+        Body::Net(r) => RequestKind::Net(NetKind::of(r)),
+        Body::NetReply(_) => RequestKind::NetReply,
+        Body::Exec(r) => RequestKind::Exec(ExecKind::of(r)),
+        Body::ExecReply(_) => RequestKind::ExecReply,
+        Body::Secrets(r) => RequestKind::Secrets(SecretsKind::of(r)),
+        Body::SecretsReply(_) => RequestKind::SecretsReply,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flags, rows, tables
+
+/// What a row says about its request, beyond "permitted" (see the module's table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Flags(u8);
+
+impl Flags {
+    pub const NONE: Flags = Flags(0);
+    /// At most once per channel.
+    pub const ONCE: Flags = Flags(1);
+    /// The first message on the channel.
+    pub const FIRST: Flags = Flags(2);
+    /// Changes something outside the receiver's memory.
+    pub const EFFECT: Flags = Flags(4);
+    /// May bring one descriptor.
+    pub const FD: Flags = Flags(8);
+    /// Must bring one descriptor (implies [`Flags::FD`]).
+    pub const NEEDS_FD: Flags = Flags(8 | 16);
+
+    pub const fn union(self, other: Flags) -> Flags {
+        Flags(self.0 | other.0)
+    }
+
+    pub const fn contains(self, other: Flags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for Flags {
+    type Output = Flags;
+    fn bitor(self, rhs: Flags) -> Flags {
+        self.union(rhs)
+    }
+}
+
+/// One row: a request kind a peer may send, and its flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    pub kind: RequestKind,
+    pub flags: Flags,
+}
+
+const fn route(kind: RequestKind, flags: Flags) -> Route {
+    Route { kind, flags }
+}
+
+/// One direction between two processes.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Channel {
+    UiToBroker,
+    BrokerToUi,
+    GatewayToBroker,
+    BrokerToGateway,
+    BrokerToFs,
+    FsToBroker,
+    BrokerToNet,
+    NetToBroker,
+    BrokerToExec,
+    ExecToBroker,
+    BrokerToSecrets,
+    SecretsToBroker,
+    /// The CLI to a secrets-helper of its own (`gatehouse secret set|delete|list`,
+    /// `verify-audit` without a broker): the only channel that carries `Set` and `Delete`.
+    SecretsPrivate,
+    /// That helper's replies to the CLI.
+    SecretsPrivateReplies,
+}
+
+impl Channel {
+    pub const ALL: [Channel; 14] = [
+        Channel::UiToBroker,
+        Channel::BrokerToUi,
+        Channel::GatewayToBroker,
+        Channel::BrokerToGateway,
+        Channel::BrokerToFs,
+        Channel::FsToBroker,
+        Channel::BrokerToNet,
+        Channel::NetToBroker,
+        Channel::BrokerToExec,
+        Channel::ExecToBroker,
+        Channel::BrokerToSecrets,
+        Channel::SecretsToBroker,
+        Channel::SecretsPrivate,
+        Channel::SecretsPrivateReplies,
+    ];
+
+    /// The channel a peer in `from` sends to the broker on.
+    pub fn to_broker(from: Role) -> Channel {
+        match from {
+            Role::Ui => Channel::UiToBroker,
+            Role::Gateway => Channel::GatewayToBroker,
+            Role::Fs => Channel::FsToBroker,
+            Role::Net => Channel::NetToBroker,
+            Role::Exec => Channel::ExecToBroker,
+            Role::Secrets => Channel::SecretsToBroker,
+        }
+    }
+
+    /// The channel the broker sends to a peer in `to` on.
+    pub fn from_broker(to: Role) -> Channel {
+        match to {
+            Role::Ui => Channel::BrokerToUi,
+            Role::Gateway => Channel::BrokerToGateway,
+            Role::Fs => Channel::BrokerToFs,
+            Role::Net => Channel::BrokerToNet,
+            Role::Exec => Channel::BrokerToExec,
+            Role::Secrets => Channel::BrokerToSecrets,
+        }
+    }
+
+    /// This channel's table.
+    pub fn table(self) -> &'static Table {
+        match self {
+            Channel::UiToBroker => &UI_TO_BROKER,
+            Channel::BrokerToUi => &BROKER_TO_UI,
+            Channel::GatewayToBroker => &GATEWAY_TO_BROKER,
+            Channel::BrokerToGateway => &BROKER_TO_GATEWAY,
+            Channel::BrokerToFs => &BROKER_TO_FS,
+            Channel::FsToBroker => &FS_TO_BROKER,
+            Channel::BrokerToNet => &BROKER_TO_NET,
+            Channel::NetToBroker => &NET_TO_BROKER,
+            Channel::BrokerToExec => &BROKER_TO_EXEC,
+            Channel::ExecToBroker => &EXEC_TO_BROKER,
+            Channel::BrokerToSecrets => &BROKER_TO_SECRETS,
+            Channel::SecretsToBroker => &SECRETS_TO_BROKER,
+            Channel::SecretsPrivate => &SECRETS_PRIVATE,
+            Channel::SecretsPrivateReplies => &SECRETS_PRIVATE_REPLIES,
+        }
+    }
+}
+
+/// A channel's table: every request kind a peer may send on it.
+#[derive(Debug)]
+pub struct Table {
+    pub channel: Channel,
+    pub routes: &'static [Route],
+}
+
+impl Table {
+    /// The row of `kind`, if the table has one.
+    pub fn lookup(&self, kind: RequestKind) -> Option<&'static Route> {
+        self.routes.iter().find(|r| r.kind == kind)
+    }
+
+    /// Whether any row is of the body-level `kind`.
+    pub fn admits_body_kind(&self, kind: Kind) -> bool {
+        self.routes.iter().any(|r| r.kind.body_kind() == kind)
+    }
+
+    /// Checks the next frame on this channel against the table and `state` (which it updates):
+    /// its row's flags, or why it is refused.
+    pub fn check(&self, state: &mut RouteState, body: &Body) -> Result<Flags, RouteError> {
+        let kind = kind_of(body);
+        let channel = self.channel;
+        let Some(index) = self.routes.iter().position(|r| r.kind == kind) else {
+            return Err(RouteError::NotPermitted { channel, kind });
+        };
+        let flags = self.routes[index].flags;
+        let first = !state.started;
+        if flags.contains(Flags::FIRST) && !first {
+            return Err(RouteError::NotFirst { channel, kind });
+        }
+        if first && !flags.contains(Flags::FIRST) {
+            if let Some(want) = self.routes.iter().find(|r| r.flags.contains(Flags::FIRST)) {
+                return Err(RouteError::FirstExpected {
+                    channel,
+                    kind,
+                    first: want.kind,
+                });
+            }
+        }
+        let bit = 1u64 << index;
+        if flags.contains(Flags::ONCE) {
+            if state.used & bit != 0 {
+                return Err(RouteError::Again { channel, kind });
+            }
+            state.used |= bit;
+        }
+        state.started = true;
+        Ok(flags)
+    }
+}
+
+/// What a channel's receiver remembers for [`Flags::FIRST`] and [`Flags::ONCE`]. One per channel,
+/// starting at [`RouteState::default`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RouteState {
+    started: bool,
+    /// One bit per row of the table (tables have at most 64 rows; a test checks).
+    used: u64,
+}
+
+/// Why a frame is refused. Each ends the peer that sent it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    #[error("{kind:?} may not be sent on the {channel:?} channel")]
+    NotPermitted { channel: Channel, kind: RequestKind },
+    #[error("{kind:?} may only be the first message on the {channel:?} channel")]
+    NotFirst { channel: Channel, kind: RequestKind },
+    #[error("{kind:?} came first on the {channel:?} channel, where {first:?} must")]
+    FirstExpected {
+        channel: Channel,
+        kind: RequestKind,
+        first: RequestKind,
+    },
+    #[error("{kind:?} may be sent only once on the {channel:?} channel")]
+    Again { channel: Channel, kind: RequestKind },
+}
+
+/// Checks the next frame on `channel` ([`Table::check`]).
+pub fn check(channel: Channel, state: &mut RouteState, body: &Body) -> Result<Flags, RouteError> {
+    channel.table().check(state, body)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The tables
+
+use ExecKind as X;
+use FsKind as F;
+use NetKind as N;
+use RequestKind as K;
+use SecretsKind as S;
+use ToolKind as T;
+use UiKind as U;
+
+const NONE: Flags = Flags::NONE;
+const ONCE: Flags = Flags::ONCE;
+const FIRST: Flags = Flags::FIRST;
+const EFFECT: Flags = Flags::EFFECT;
+const FD: Flags = Flags::FD;
+const NEEDS_FD: Flags = Flags::NEEDS_FD;
+/// A helper's hello: its first message, sent once.
+const HELLO: Flags = FIRST.union(ONCE);
+
+/// The human's console to the broker: decisions and policy changes travel only here.
+pub const UI_TO_BROKER: Table = Table {
+    channel: Channel::UiToBroker,
+    routes: &[
+        route(K::Ping, NONE),
+        route(K::Doctor, NONE),
+        route(K::Ui(U::ListPending), NONE),
+        route(K::Ui(U::Subscribe), NONE),
+        route(K::Ui(U::Decide), EFFECT),
+        route(K::Ui(U::ListUncertain), NONE),
+        route(K::Ui(U::ListSessions), NONE),
+        route(K::Ui(U::PolicyShow), NONE),
+        route(K::Ui(U::PolicyApply), EFFECT),
+        route(K::Ui(U::PolicyForget), EFFECT),
+        route(K::Ui(U::AuditTail), NONE),
+        route(K::Ui(U::CredentialChanged), EFFECT),
+        route(K::Ui(U::Launch), EFFECT),
+    ],
+};
+
+pub const BROKER_TO_UI: Table = Table {
+    channel: Channel::BrokerToUi,
+    routes: &[
+        route(K::Pong, NONE),
+        route(K::Error, NONE),
+        route(K::DoctorReport, NONE),
+        route(K::UiReply, NONE),
+    ],
+};
+
+/// The agent's channel: tool calls and pings, never a decision, a policy change or a helper's
+/// message.
+pub const GATEWAY_TO_BROKER: Table = Table {
+    channel: Channel::GatewayToBroker,
+    routes: &[
+        route(K::Ping, NONE),
+        route(K::Tool(T::OpenSession), FIRST.union(ONCE)),
+        route(K::Tool(T::DescribeAgent), ONCE),
+        route(K::Tool(T::ReadFile), NONE),
+        route(K::Tool(T::ListDir), NONE),
+        route(K::Tool(T::SearchFiles), NONE),
+        route(K::Tool(T::Grep), NONE),
+        route(K::Tool(T::WriteFile), EFFECT),
+        route(K::Tool(T::EditFile), EFFECT),
+        route(K::Tool(T::DeletePath), EFFECT),
+        route(K::Tool(T::MovePath), EFFECT),
+        route(K::Tool(T::UndoChange), EFFECT),
+        route(K::Tool(T::FetchUrl), NONE),
+        route(K::Tool(T::HttpRequest), EFFECT),
+        route(K::Tool(T::RunCommand), EFFECT),
+        route(K::Tool(T::Withdraw), NONE),
+    ],
+};
+
+pub const BROKER_TO_GATEWAY: Table = Table {
+    channel: Channel::BrokerToGateway,
+    routes: &[
+        route(K::Pong, NONE),
+        route(K::Error, NONE),
+        route(K::ToolReply, NONE),
+    ],
+};
+
+pub const BROKER_TO_FS: Table = Table {
+    channel: Channel::BrokerToFs,
+    routes: &[
+        route(K::Ping, NONE),
+        route(K::Fs(F::Status), NONE),
+        route(K::Fs(F::Resolve), NONE),
+        route(K::Fs(F::ReadFile), NONE),
+        route(K::Fs(F::ListDir), NONE),
+        route(K::Fs(F::Stat), NONE),
+        route(K::Fs(F::SearchFiles), NONE),
+        route(K::Fs(F::Grep), NONE),
+        route(K::Fs(F::WriteFile), EFFECT),
+        route(K::Fs(F::EditFile), EFFECT),
+        route(K::Fs(F::DeletePath), EFFECT),
+        route(K::Fs(F::MovePath), EFFECT),
+        route(K::Fs(F::Undo), EFFECT),
+        route(K::Fs(F::ListCheckpoints), NONE),
+        // Answered only by test builds (`probe.rs`); a release helper says it has no probes.
+        route(K::Fs(F::TestProbe), NONE),
+    ],
+};
+
+pub const FS_TO_BROKER: Table = Table {
+    channel: Channel::FsToBroker,
+    routes: &[
+        route(K::Hello, HELLO),
+        route(K::Pong, NONE),
+        route(K::Error, NONE),
+        route(K::FsReply, NONE),
+    ],
+};
+
+pub const BROKER_TO_NET: Table = Table {
+    channel: Channel::BrokerToNet,
+    routes: &[
+        route(K::Ping, NONE),
+        route(K::Net(N::Check), NONE),
+        route(K::Net(N::Fetch), NONE),
+        route(K::Net(N::FetchPart), NONE),
+        route(K::Net(N::Http), EFFECT),
+        route(K::Net(N::ProxyOpen), NONE),
+        route(K::Net(N::ProxyClose), NONE),
+        // A sandboxed command's connection to the egress proxy, relayed until it ends.
+        route(K::Net(N::ProxyConnection), EFFECT.union(NEEDS_FD)),
+    ],
+};
+
+pub const NET_TO_BROKER: Table = Table {
+    channel: Channel::NetToBroker,
+    routes: &[
+        route(K::Hello, HELLO),
+        route(K::Pong, NONE),
+        route(K::Error, NONE),
+        route(K::NetReply, NONE),
+    ],
+};
+
+pub const BROKER_TO_EXEC: Table = Table {
+    channel: Channel::BrokerToExec,
+    routes: &[
+        route(K::Ping, NONE),
+        route(K::Exec(X::Start), EFFECT),
+        // The proxy connector travels with the frame; without it the Start is refused.
+        route(K::Exec(X::StartProxied), EFFECT.union(FD)),
+        route(K::Exec(X::Poll), NONE),
+        route(K::Exec(X::Stop), NONE),
+    ],
+};
+
+pub const EXEC_TO_BROKER: Table = Table {
+    channel: Channel::ExecToBroker,
+    routes: &[
+        route(K::Hello, HELLO),
+        route(K::Pong, NONE),
+        route(K::Error, NONE),
+        route(K::ExecReply, NONE),
+    ],
+};
+
+/// What the broker may ask the secrets-helper. `Set`, `Delete` and `List` are absent: only the
+/// CLI's own helper serves them ([`SECRETS_PRIVATE`]).
+pub const BROKER_TO_SECRETS: Table = Table {
+    channel: Channel::BrokerToSecrets,
+    routes: &[
+        route(K::Ping, NONE),
+        route(K::Secrets(S::Status), NONE),
+        route(K::Secrets(S::Has), NONE),
+        route(K::Secrets(S::Attach), NONE),
+        route(K::Secrets(S::AuditKey), EFFECT),
+        route(K::Secrets(S::AuditMac), NONE),
+    ],
+};
+
+pub const SECRETS_TO_BROKER: Table = Table {
+    channel: Channel::SecretsToBroker,
+    routes: &[
+        route(K::Hello, HELLO),
+        route(K::Pong, NONE),
+        route(K::Error, NONE),
+        route(K::SecretsReply, NONE),
+    ],
+};
+
+/// What the CLI may ask a secrets-helper it started itself: keep credentials, and seal the audit
+/// log when no broker runs. No `Attach`: only the broker's tool path makes request headers.
+pub const SECRETS_PRIVATE: Table = Table {
+    channel: Channel::SecretsPrivate,
+    routes: &[
+        route(K::Ping, NONE),
+        route(K::Secrets(S::Status), NONE),
+        route(K::Secrets(S::List), NONE),
+        route(K::Secrets(S::Has), NONE),
+        route(K::Secrets(S::Set), EFFECT),
+        route(K::Secrets(S::Delete), EFFECT),
+        route(K::Secrets(S::AuditKey), EFFECT),
+        route(K::Secrets(S::AuditMac), NONE),
+    ],
+};
+
+pub const SECRETS_PRIVATE_REPLIES: Table = Table {
+    channel: Channel::SecretsPrivateReplies,
+    routes: &[
+        route(K::Hello, HELLO),
+        route(K::Pong, NONE),
+        route(K::Error, NONE),
+        route(K::SecretsReply, NONE),
+    ],
+};
+
+/// Transitional, for a secrets-helper started without `--channel` (what the broker and the CLI
+/// do until they pass it): the union of [`BROKER_TO_SECRETS`] and [`SECRETS_PRIVATE`], which is
+/// what `Kind::Secrets` admitted before. Remove once both pass `--channel`.
+pub const SECRETS_UNSPECIFIED: Table = Table {
+    channel: Channel::BrokerToSecrets,
+    routes: &[
+        route(K::Ping, NONE),
+        route(K::Secrets(S::Status), NONE),
+        route(K::Secrets(S::List), NONE),
+        route(K::Secrets(S::Has), NONE),
+        route(K::Secrets(S::Set), EFFECT),
+        route(K::Secrets(S::Delete), EFFECT),
+        route(K::Secrets(S::Attach), NONE),
+        route(K::Secrets(S::AuditKey), EFFECT),
+        route(K::Secrets(S::AuditMac), NONE),
+    ],
+};
+
+// ---------------------------------------------------------------------------------------------
+// The body-level view, derived from the tables
+
+/// May a peer in `from` send a message of `kind` to the broker? (Some message of that body kind
+/// is in its table; [`check`] decides about the request itself.)
 pub fn may_send_to_broker(from: Role, kind: Kind) -> bool {
-    lookup(TO_BROKER, from).contains(&kind)
+    Channel::to_broker(from).table().admits_body_kind(kind)
 }
 
 /// May the broker send a message of `kind` to a peer in `to`?
 pub fn broker_may_send(to: Role, kind: Kind) -> bool {
-    lookup(FROM_BROKER, to).contains(&kind)
+    Channel::from_broker(to).table().admits_body_kind(kind)
 }
 
-/// The kinds `from` may send to the broker (for `doctor` and documentation).
-pub fn kinds_to_broker(from: Role) -> &'static [Kind] {
-    lookup(TO_BROKER, from)
+/// The body kinds `from` may send to the broker (for `doctor` and documentation).
+pub fn kinds_to_broker(from: Role) -> Vec<Kind> {
+    let mut kinds: Vec<Kind> = Vec::new();
+    for r in Channel::to_broker(from).table().routes {
+        let k = r.kind.body_kind();
+        if !kinds.contains(&k) {
+            kinds.push(k);
+        }
+    }
+    kinds
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn gateway_never_carries_decisions_policy_or_helper_messages() {
-        for kind in [
-            Kind::Ui,
-            Kind::Doctor,
-            Kind::Hello,
-            Kind::Fs,
-            Kind::FsReply,
-            Kind::Net,
-            Kind::NetReply,
-            Kind::Exec,
-            Kind::ExecReply,
-            Kind::Secrets,
-            Kind::SecretsReply,
-            Kind::UiReply,
-            Kind::ToolReply,
-        ] {
-            assert!(!may_send_to_broker(Role::Gateway, kind), "{kind:?}");
-        }
-        assert!(may_send_to_broker(Role::Gateway, Kind::ToolCall));
-    }
-
-    #[test]
-    fn helpers_send_only_their_own_replies() {
-        for helper in Role::HELPERS {
-            for kind in [Kind::Ui, Kind::ToolCall, Kind::Doctor, Kind::Ping] {
-                assert!(!may_send_to_broker(helper, kind), "{helper} {kind:?}");
-            }
-        }
-        assert!(!may_send_to_broker(Role::Fs, Kind::NetReply));
-        assert!(!may_send_to_broker(Role::Net, Kind::SecretsReply));
-        assert!(!may_send_to_broker(Role::Exec, Kind::FsReply));
-        assert!(!may_send_to_broker(Role::Secrets, Kind::ExecReply));
-    }
-
-    #[test]
-    fn broker_sends_helpers_only_their_requests() {
-        assert!(broker_may_send(Role::Fs, Kind::Fs));
-        assert!(!broker_may_send(Role::Fs, Kind::Net));
-        assert!(!broker_may_send(Role::Net, Kind::Secrets));
-        assert!(!broker_may_send(Role::Gateway, Kind::UiReply));
-        assert!(!broker_may_send(Role::Gateway, Kind::DoctorReport));
-    }
-
-    #[test]
-    fn every_role_has_a_row_in_both_tables() {
-        for role in [
-            Role::Ui,
-            Role::Gateway,
-            Role::Fs,
-            Role::Net,
-            Role::Exec,
-            Role::Secrets,
-        ] {
-            assert!(!kinds_to_broker(role).is_empty(), "{role}");
-            assert!(!lookup(FROM_BROKER, role).is_empty(), "{role}");
-        }
-    }
-}
+mod tests;

@@ -57,6 +57,37 @@ pub struct LockdownReport {
     pub degraded: Vec<String>,
 }
 
+impl LockdownReport {
+    /// The report of a process that did none of the lockdown: every step false, no Landlock, no
+    /// filter, and `reason` (why it runs unconfined) as its one degraded entry.
+    pub fn unconfined(profile: impl Into<String>, reason: impl Into<String>) -> LockdownReport {
+        LockdownReport {
+            degraded: vec![reason.into()],
+            ..LockdownReport::nothing_yet(profile)
+        }
+    }
+
+    /// Every step still to do: what a lockdown starts from and fills in as each step succeeds.
+    pub fn nothing_yet(profile: impl Into<String>) -> LockdownReport {
+        LockdownReport {
+            profile: profile.into(),
+            stray_fds_closed: false,
+            env_cleared: false,
+            core_dumps_off: false,
+            dumpable_off: false,
+            no_new_privs: false,
+            capabilities_dropped: false,
+            landlock_abi: 0,
+            landlock_min_abi: 0,
+            landlock: LandlockStatus::NotEnforced,
+            seccomp_filter: false,
+            seccomp_allowed_syscalls: 0,
+            namespaces: Vec::new(),
+            degraded: Vec::new(),
+        }
+    }
+}
+
 /// What the kernel says about a process (`/proc/<pid>/status`), read by the broker itself so
 /// that a helper's own report is never the only evidence.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,435 @@
+//! The route tables' tests: the old body-level rules still hold, every kind has a row
+//! somewhere, and the flags are enforced.
+
+use super::*;
+use crate::exec::{CommandSpec, Limits};
+use crate::secrets::CredentialName;
+
+#[test]
+fn gateway_never_carries_decisions_policy_or_helper_messages() {
+    for kind in [
+        Kind::Ui,
+        Kind::Doctor,
+        Kind::Hello,
+        Kind::Fs,
+        Kind::FsReply,
+        Kind::Net,
+        Kind::NetReply,
+        Kind::Exec,
+        Kind::ExecReply,
+        Kind::Secrets,
+        Kind::SecretsReply,
+        Kind::UiReply,
+        Kind::ToolReply,
+    ] {
+        assert!(!may_send_to_broker(Role::Gateway, kind), "{kind:?}");
+    }
+    assert!(may_send_to_broker(Role::Gateway, Kind::ToolCall));
+}
+
+#[test]
+fn helpers_send_only_their_own_replies() {
+    for helper in Role::HELPERS {
+        for kind in [Kind::Ui, Kind::ToolCall, Kind::Doctor, Kind::Ping] {
+            assert!(!may_send_to_broker(helper, kind), "{helper} {kind:?}");
+        }
+    }
+    assert!(!may_send_to_broker(Role::Fs, Kind::NetReply));
+    assert!(!may_send_to_broker(Role::Net, Kind::SecretsReply));
+    assert!(!may_send_to_broker(Role::Exec, Kind::FsReply));
+    assert!(!may_send_to_broker(Role::Secrets, Kind::ExecReply));
+}
+
+#[test]
+fn broker_sends_helpers_only_their_requests() {
+    assert!(broker_may_send(Role::Fs, Kind::Fs));
+    assert!(!broker_may_send(Role::Fs, Kind::Net));
+    assert!(!broker_may_send(Role::Net, Kind::Secrets));
+    assert!(!broker_may_send(Role::Gateway, Kind::UiReply));
+    assert!(!broker_may_send(Role::Gateway, Kind::DoctorReport));
+}
+
+#[test]
+fn every_role_has_a_row_in_both_tables() {
+    for role in [
+        Role::Ui,
+        Role::Gateway,
+        Role::Fs,
+        Role::Net,
+        Role::Exec,
+        Role::Secrets,
+    ] {
+        assert!(!kinds_to_broker(role).is_empty(), "{role}");
+        assert!(
+            !Channel::from_broker(role).table().routes.is_empty(),
+            "{role}"
+        );
+    }
+}
+
+/// Every request-level kind, listed by hand. The match below names every variant, so a new
+/// variant does not compile until it is listed here, and the test after it then fails until a
+/// table has a row for it.
+fn every_kind() -> Vec<RequestKind> {
+    fn named(k: RequestKind) {
+        match k {
+            K::Ping | K::Pong | K::Hello | K::Error | K::Doctor | K::DoctorReport => {}
+            K::UiReply | K::ToolReply | K::FsReply | K::NetReply | K::ExecReply => {}
+            K::SecretsReply => {}
+            K::Ui(
+                U::ListPending
+                | U::Subscribe
+                | U::Decide
+                | U::ListUncertain
+                | U::ListSessions
+                | U::PolicyShow
+                | U::PolicyApply
+                | U::PolicyForget
+                | U::AuditTail
+                | U::CredentialChanged
+                | U::Launch,
+            ) => {}
+            K::Tool(
+                T::OpenSession
+                | T::DescribeAgent
+                | T::ReadFile
+                | T::ListDir
+                | T::SearchFiles
+                | T::Grep
+                | T::WriteFile
+                | T::EditFile
+                | T::DeletePath
+                | T::MovePath
+                | T::UndoChange
+                | T::FetchUrl
+                | T::HttpRequest
+                | T::RunCommand
+                | T::Withdraw,
+            ) => {}
+            K::Fs(
+                F::Status
+                | F::Resolve
+                | F::ReadFile
+                | F::ListDir
+                | F::Stat
+                | F::SearchFiles
+                | F::Grep
+                | F::WriteFile
+                | F::EditFile
+                | F::DeletePath
+                | F::MovePath
+                | F::Undo
+                | F::ListCheckpoints
+                | F::TestProbe,
+            ) => {}
+            K::Net(
+                N::Check
+                | N::Fetch
+                | N::FetchPart
+                | N::ProxyOpen
+                | N::ProxyClose
+                | N::ProxyConnection
+                | N::Http,
+            ) => {}
+            K::Exec(X::Start | X::StartProxied | X::Poll | X::Stop) => {}
+            K::Secrets(
+                S::Status
+                | S::List
+                | S::Has
+                | S::Set
+                | S::Delete
+                | S::Attach
+                | S::AuditKey
+                | S::AuditMac,
+            ) => {}
+        }
+    }
+    let mut all = vec![
+        K::Ping,
+        K::Pong,
+        K::Hello,
+        K::Error,
+        K::Doctor,
+        K::DoctorReport,
+        K::UiReply,
+        K::ToolReply,
+        K::FsReply,
+        K::NetReply,
+        K::ExecReply,
+        K::SecretsReply,
+    ];
+    all.extend(
+        [
+            U::ListPending,
+            U::Subscribe,
+            U::Decide,
+            U::ListUncertain,
+            U::ListSessions,
+            U::PolicyShow,
+            U::PolicyApply,
+            U::PolicyForget,
+            U::AuditTail,
+            U::CredentialChanged,
+            U::Launch,
+        ]
+        .map(K::Ui),
+    );
+    all.extend(
+        [
+            T::OpenSession,
+            T::DescribeAgent,
+            T::ReadFile,
+            T::ListDir,
+            T::SearchFiles,
+            T::Grep,
+            T::WriteFile,
+            T::EditFile,
+            T::DeletePath,
+            T::MovePath,
+            T::UndoChange,
+            T::FetchUrl,
+            T::HttpRequest,
+            T::RunCommand,
+            T::Withdraw,
+        ]
+        .map(K::Tool),
+    );
+    all.extend(
+        [
+            F::Status,
+            F::Resolve,
+            F::ReadFile,
+            F::ListDir,
+            F::Stat,
+            F::SearchFiles,
+            F::Grep,
+            F::WriteFile,
+            F::EditFile,
+            F::DeletePath,
+            F::MovePath,
+            F::Undo,
+            F::ListCheckpoints,
+            F::TestProbe,
+        ]
+        .map(K::Fs),
+    );
+    all.extend(
+        [
+            N::Check,
+            N::Fetch,
+            N::FetchPart,
+            N::ProxyOpen,
+            N::ProxyClose,
+            N::ProxyConnection,
+            N::Http,
+        ]
+        .map(K::Net),
+    );
+    all.extend([X::Start, X::StartProxied, X::Poll, X::Stop].map(K::Exec));
+    all.extend(
+        [
+            S::Status,
+            S::List,
+            S::Has,
+            S::Set,
+            S::Delete,
+            S::Attach,
+            S::AuditKey,
+            S::AuditMac,
+        ]
+        .map(K::Secrets),
+    );
+    all.iter().copied().for_each(named);
+    all
+}
+
+#[test]
+fn every_kind_has_a_row_somewhere_and_tables_are_well_formed() {
+    for kind in every_kind() {
+        assert!(
+            Channel::ALL
+                .iter()
+                .any(|c| c.table().lookup(kind).is_some()),
+            "{kind:?} is in no table"
+        );
+    }
+    for c in Channel::ALL {
+        let t = c.table();
+        assert_eq!(t.channel, c, "{c:?}'s table names another channel");
+        assert!(t.routes.len() <= 64, "{c:?}: RouteState has 64 bits");
+        for (i, r) in t.routes.iter().enumerate() {
+            assert!(
+                !t.routes[..i].iter().any(|o| o.kind == r.kind),
+                "{c:?} lists {:?} twice",
+                r.kind
+            );
+        }
+    }
+}
+
+#[test]
+fn the_broker_may_not_set_or_delete_credentials() {
+    let name = CredentialName::parse("api").unwrap();
+    let delete = Body::Secrets(SecretsRequest::Delete { name: name.clone() });
+    for body in [delete.clone(), Body::Secrets(SecretsRequest::List)] {
+        let e = check(Channel::BrokerToSecrets, &mut RouteState::default(), &body).unwrap_err();
+        assert!(matches!(e, RouteError::NotPermitted { .. }), "{e}");
+    }
+    assert!(BROKER_TO_SECRETS.lookup(K::Secrets(S::Set)).is_none());
+    // The CLI's own helper serves them, as effects; and it makes no request headers.
+    assert_eq!(
+        check(Channel::SecretsPrivate, &mut RouteState::default(), &delete),
+        Ok(EFFECT)
+    );
+    assert!(SECRETS_PRIVATE.lookup(K::Secrets(S::Set)).is_some());
+    let attach = Body::Secrets(SecretsRequest::Attach {
+        name,
+        host: "example.com".into(),
+    });
+    assert!(check(
+        Channel::BrokerToSecrets,
+        &mut RouteState::default(),
+        &attach
+    )
+    .is_ok());
+    assert!(check(Channel::SecretsPrivate, &mut RouteState::default(), &attach).is_err());
+    // The body-level view cannot tell: it still says the broker may send secrets messages.
+    assert!(broker_may_send(Role::Secrets, Kind::Secrets));
+}
+
+#[test]
+fn hello_comes_first_and_once() {
+    let hello = Body::Hello(crate::status::Hello {
+        role: Role::Fs,
+        pid: 1,
+        lockdown: crate::status::LockdownReport::unconfined("fs", "test"),
+    });
+    let mut st = RouteState::default();
+    assert_eq!(
+        check(Channel::FsToBroker, &mut st, &Body::Pong),
+        Err(RouteError::FirstExpected {
+            channel: Channel::FsToBroker,
+            kind: K::Pong,
+            first: K::Hello
+        })
+    );
+    let mut st = RouteState::default();
+    assert_eq!(check(Channel::FsToBroker, &mut st, &hello), Ok(HELLO));
+    assert_eq!(check(Channel::FsToBroker, &mut st, &Body::Pong), Ok(NONE));
+    assert_eq!(
+        check(Channel::FsToBroker, &mut st, &hello),
+        Err(RouteError::NotFirst {
+            channel: Channel::FsToBroker,
+            kind: K::Hello
+        })
+    );
+}
+
+#[test]
+fn a_session_is_opened_first_and_once_and_its_client_named_once() {
+    let open = Body::ToolCall(ToolCall::OpenSession {
+        resume: None,
+        profile: None,
+    });
+    let describe = Body::ToolCall(ToolCall::DescribeAgent(crate::tool::AgentInfo::capped(
+        "a", "1",
+    )));
+    let mut st = RouteState::default();
+    assert!(matches!(
+        check(Channel::GatewayToBroker, &mut st, &describe),
+        Err(RouteError::FirstExpected { .. })
+    ));
+    let mut st = RouteState::default();
+    assert_eq!(
+        check(Channel::GatewayToBroker, &mut st, &open),
+        Ok(FIRST | ONCE)
+    );
+    assert_eq!(
+        check(Channel::GatewayToBroker, &mut st, &describe),
+        Ok(ONCE)
+    );
+    assert_eq!(
+        check(Channel::GatewayToBroker, &mut st, &describe),
+        Err(RouteError::Again {
+            channel: Channel::GatewayToBroker,
+            kind: K::Tool(T::DescribeAgent)
+        })
+    );
+    assert!(matches!(
+        check(Channel::GatewayToBroker, &mut st, &open),
+        Err(RouteError::NotFirst { .. })
+    ));
+    // Pings come as often as they like, and never first on a channel that wants a session.
+    assert_eq!(
+        check(
+            Channel::GatewayToBroker,
+            &mut st,
+            &Body::Ping { target: None }
+        ),
+        Ok(NONE)
+    );
+    assert_eq!(
+        check(
+            Channel::GatewayToBroker,
+            &mut st,
+            &Body::Ping { target: None }
+        ),
+        Ok(NONE)
+    );
+    // The agent's channel never carries a decision.
+    let ui = Body::Ui(UiRequest::ListPending);
+    assert!(matches!(
+        check(Channel::GatewayToBroker, &mut st, &ui),
+        Err(RouteError::NotPermitted { .. })
+    ));
+}
+
+#[test]
+fn a_start_brings_its_connector_only_with_the_proxy_network() {
+    let spec = |network| CommandSpec {
+        argv: vec!["true".into()],
+        cwd: "/w".into(),
+        grants: vec![],
+        env: vec![],
+        network,
+        limits: Limits::default(),
+        hide: Default::default(),
+    };
+    let plain = Body::Exec(ExecRequest::Start(Box::new(spec(NetworkMode::None))));
+    let proxied = Body::Exec(ExecRequest::Start(Box::new(spec(NetworkMode::Proxy {
+        token: "t".into(),
+    }))));
+    assert_eq!(kind_of(&plain), K::Exec(X::Start));
+    assert_eq!(kind_of(&proxied), K::Exec(X::StartProxied));
+    let mut st = RouteState::default();
+    assert!(!check(Channel::BrokerToExec, &mut st, &plain)
+        .unwrap()
+        .contains(FD));
+    let f = check(Channel::BrokerToExec, &mut st, &proxied).unwrap();
+    assert!(f.contains(FD) && !f.contains(NEEDS_FD) && f.contains(EFFECT));
+    let conn = Body::Net(NetRequest::ProxyConnection {
+        session: "s".into(),
+    });
+    assert!(check(Channel::BrokerToNet, &mut st, &conn)
+        .unwrap()
+        .contains(NEEDS_FD));
+}
+
+#[test]
+fn body_level_kinds_agree_with_request_kinds() {
+    for kind in every_kind() {
+        let channels: Vec<Channel> = Channel::ALL
+            .into_iter()
+            .filter(|c| c.table().lookup(kind).is_some())
+            .collect();
+        for c in channels {
+            assert!(c.table().admits_body_kind(kind.body_kind()));
+        }
+    }
+    assert_eq!(
+        kind_of(&Body::Ui(UiRequest::PolicyApply {
+            document: String::new()
+        })),
+        K::Ui(U::PolicyApply)
+    );
+}
