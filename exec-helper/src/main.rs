@@ -11,38 +11,26 @@ mod config;
 mod serve;
 mod start;
 
-use ipc_schema::status::Hello;
+use ipc_schema::helper::{fatal, HelperChannel};
 use ipc_schema::Role;
 use sandbox::helper_args::{lock_down, HelperArgs};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args = HelperArgs::from_env_with(config::OPTIONS);
-    let channel = match sandbox::process::take_inherited_channel() {
-        Ok(c) => c,
-        Err(e) => return fatal(&format!("no broker channel: {e}")),
-    };
+    let channel = sandbox::process::take_inherited_channel()
+        .unwrap_or_else(|e| fatal(Role::Exec, format!("no broker channel: {e}")));
     // Before the lockdown: becoming an unprivileged user needs the root we may still have.
-    let config = match config::Config::from_args(&args) {
-        Ok(c) => c,
-        Err(e) => return fatal(&e),
-    };
-    let report = match lock_down(&args, &sandbox::Profile::Exec) {
-        Ok(r) => r,
-        Err(e) => return fatal(&format!("lockdown failed: {e}")),
-    };
-    let hello = Hello {
-        role: Role::Exec,
-        pid: std::process::id(),
-        lockdown: report,
-    };
-    match serve::serve(channel, hello, config) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fatal(&e),
-    }
-}
+    let config = config::Config::from_args(&args).unwrap_or_else(|e| fatal(Role::Exec, e));
 
-fn fatal(msg: &str) -> ExitCode {
-    eprintln!("exec-helper: {msg}");
-    ExitCode::from(70)
+    // Lock down.
+    let report = lock_down(&args, &sandbox::Profile::Exec)
+        .unwrap_or_else(|e| fatal(Role::Exec, format!("lockdown failed: {e}")));
+
+    // Hello.
+    let chan = HelperChannel::hello(Role::Exec, channel, report);
+
+    // Serve what the broker may ask (ipc_schema::route::BROKER_TO_EXEC).
+    serve::serve(chan, config);
+    ExitCode::SUCCESS
 }

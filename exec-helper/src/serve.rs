@@ -2,26 +2,19 @@
 //! sandbox's output, report socket and pidfd.
 //!
 //! Requests are answered concurrently (a `Poll` waiting for output holds up nothing); replies
-//! carry their request's id. A frame that does not decode, a message the route table does not
-//! allow toward this helper, or a descriptor that no `Start` takes ends the helper: the broker is
-//! its only peer, so any of these means the broker is confused.
+//! carry their request's id. The channel ([`PolledChannel`]) checks every frame against
+//! [`BROKER_TO_EXEC`] and ends the helper on anything unexpected.
 
 use crate::config::Config;
 use crate::start::start;
-use ipc_schema::codec::{decode_from_slice, encode_into, MAX_FRAME};
-use ipc_schema::exec::{
-    ExecReply, ExecRequest, NetworkMode, RunId, OUTPUT_PIECE_MAX, POLL_WAIT_MAX_MS,
-};
-use ipc_schema::route::broker_may_send;
-use ipc_schema::status::Hello;
-use ipc_schema::{Body, Envelope, ErrorCode, ErrorReply, Role};
+use ipc_schema::exec::{ExecReply, ExecRequest, RunId, OUTPUT_PIECE_MAX, POLL_WAIT_MAX_MS};
+use ipc_schema::helper::{fatal, HelperChannel, PolledChannel, Request};
+use ipc_schema::route::BROKER_TO_EXEC;
+use ipc_schema::{Body, ErrorCode, ErrorReply, Role};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use sandbox::linux::command::fdpass::recv_with_fds;
 use sandbox::linux::command::{Kill, Stream, Watch};
-use std::collections::{BTreeMap, VecDeque};
-use std::io::Write;
-use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::net::UnixStream;
+use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 /// Runs started and not yet collected (running, or ended with output or an end to deliver).
@@ -38,58 +31,44 @@ struct Run {
 }
 
 struct Server {
-    sock: UnixStream,
-    inbuf: Vec<u8>,
-    fds: VecDeque<OwnedFd>,
-    out: Vec<u8>,
+    chan: PolledChannel,
     runs: BTreeMap<RunId, Run>,
     next_run: u64,
     cfg: Config,
 }
 
-/// Says hello, then serves until the broker closes the channel (`Ok`) or breaks the protocol.
-pub fn serve(sock: UnixStream, hello: Hello, cfg: Config) -> Result<(), String> {
+/// Serves what the broker may ask ([`BROKER_TO_EXEC`]) until it closes the channel.
+pub fn serve(chan: HelperChannel, cfg: Config) {
     let mut s = Server {
-        sock,
-        inbuf: Vec::with_capacity(64 * 1024),
-        fds: VecDeque::new(),
-        out: Vec::new(),
+        chan: chan.into_polled(&BROKER_TO_EXEC),
         runs: BTreeMap::new(),
         next_run: 1,
         cfg,
     };
-    s.reply(0, Body::Hello(hello))?;
-    s.sock
-        .write_all(&std::mem::take(&mut s.out))
-        .map_err(|e| format!("sending hello: {e}"))?;
-    s.sock
-        .set_nonblocking(true)
-        .map_err(|e| format!("broker channel: {e}"))?;
     loop {
         let now = Instant::now();
         for r in s.runs.values_mut() {
             r.watch.check_time(now);
         }
-        s.answer_polls(now)?;
+        s.answer_polls(now);
         s.forget_uncollected(now);
-        if !s.step()? {
-            return Ok(());
+        if !s.step() {
+            return;
         }
     }
 }
 
 impl Server {
-    fn reply(&mut self, id: u64, body: Body) -> Result<(), String> {
-        encode_into(&Envelope::new(id, body), &mut self.out)
-            .map_err(|e| format!("encoding a reply: {e}"))
+    fn reply(&mut self, id: u64, body: Body) {
+        self.chan.reply(id, body)
     }
 
-    fn error(&mut self, id: u64, code: ErrorCode, msg: impl Into<String>) -> Result<(), String> {
+    fn error(&mut self, id: u64, code: ErrorCode, msg: impl Into<String>) {
         self.reply(id, Body::Error(ErrorReply::new(code, msg)))
     }
 
-    /// One poll round. `Ok(false)`: the broker closed the channel.
-    fn step(&mut self) -> Result<bool, String> {
+    /// One poll round. `false`: the broker closed the channel.
+    fn step(&mut self) -> bool {
         let now = Instant::now();
         let mut wake: Option<Instant> = None;
         for r in self.runs.values() {
@@ -115,24 +94,24 @@ impl Server {
             }
         };
         let mut chan_flags = PollFlags::POLLIN;
-        if !self.out.is_empty() {
+        if self.chan.wants_write() {
             chan_flags |= PollFlags::POLLOUT;
         }
         let ids: Vec<RunId> = self.runs.keys().copied().collect();
         let (chan_ready, run_ready) = {
-            let mut fds = vec![PollFd::new(self.sock.as_fd(), chan_flags)];
+            let mut fds = vec![PollFd::new(self.chan.as_fd(), chan_flags)];
             for r in self.runs.values() {
                 for fd in r.watch.poll_set() {
                     // A slot that needs no polling polls the channel for nothing.
                     fds.push(match fd {
                         Some(fd) => PollFd::new(fd, PollFlags::POLLIN),
-                        None => PollFd::new(self.sock.as_fd(), PollFlags::empty()),
+                        None => PollFd::new(self.chan.as_fd(), PollFlags::empty()),
                     });
                 }
             }
             match poll(&mut fds, timeout) {
-                Err(nix::errno::Errno::EINTR) => return Ok(true),
-                Err(e) => return Err(format!("poll: {e}")),
+                Err(nix::errno::Errno::EINTR) => return true,
+                Err(e) => fatal(Role::Exec, format!("poll: {e}")),
                 Ok(_) => {}
             }
             let ev: Vec<PollFlags> = fds
@@ -167,69 +146,30 @@ impl Server {
                 }
             }
         }
-        if chan_ready.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR)
-            && !self.read_requests()?
-        {
-            return Ok(false);
-        }
-        self.flush()?;
-        Ok(true)
-    }
-
-    /// Reads what the broker sent and handles every complete frame. `Ok(false)` at its end.
-    fn read_requests(&mut self) -> Result<bool, String> {
-        let mut buf = [0u8; 64 * 1024];
-        loop {
-            match recv_with_fds(self.sock.as_fd(), &mut buf, &mut self.fds) {
-                Ok(0) => return Ok(false),
-                Ok(n) => self.inbuf.extend_from_slice(&buf[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(format!("reading the broker channel: {e}")),
+        if chan_ready.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR) {
+            if !self.chan.read_ready() {
+                return false;
+            }
+            while let Some(req) = self.chan.next_request() {
+                self.handle(req);
             }
         }
-        let mut used = 0;
-        while let Some((env, n)) = decode_from_slice(&self.inbuf[used..], MAX_FRAME)
-            .map_err(|e| format!("the broker sent a bad frame: {e}"))?
-        {
-            used += n;
-            self.handle(env)?;
-        }
-        self.inbuf.drain(..used);
-        if self.inbuf.is_empty() && !self.fds.is_empty() {
-            return Err(format!(
-                "the broker sent {} descriptor(s) with messages that take none",
-                self.fds.len()
-            ));
-        }
-        Ok(true)
+        self.chan.flush();
+        true
     }
 
-    fn handle(&mut self, env: Envelope) -> Result<(), String> {
-        let kind = env.body.kind();
-        if !broker_may_send(Role::Exec, kind) {
-            return Err(format!(
-                "the broker sent a {kind:?} message, which the exec-helper may not receive"
-            ));
-        }
-        let id = env.id;
-        match env.body {
-            Body::Ping { .. } => self.reply(id, Body::Pong),
-            Body::Exec(ExecRequest::Start(spec)) => self.start(id, *spec),
+    fn handle(&mut self, req: Request) {
+        let id = req.id;
+        match req.body {
+            Body::Exec(ExecRequest::Start(spec)) => self.start(id, *spec, req.fd),
             Body::Exec(ExecRequest::Poll { run, wait_ms }) => self.poll(id, run, wait_ms),
             Body::Exec(ExecRequest::Stop { run }) => self.stop(id, run),
-            other => Err(format!(
-                "the broker sent a {:?} message, which the exec-helper does not serve",
-                other.kind()
-            )),
+            _ => req.unserved(Role::Exec),
         }
     }
 
-    fn start(&mut self, id: u64, spec: ipc_schema::exec::CommandSpec) -> Result<(), String> {
-        let connector = match spec.network {
-            NetworkMode::Proxy { .. } => self.fds.pop_front(),
-            NetworkMode::None => None,
-        };
+    /// `connector`: the descriptor that came with the frame (a proxied `Start` only).
+    fn start(&mut self, id: u64, spec: ipc_schema::exec::CommandSpec, connector: Option<OwnedFd>) {
         if self.runs.len() >= MAX_RUNS {
             return self.error(
                 id,
@@ -267,7 +207,7 @@ impl Server {
         self.reply(id, Body::ExecReply(ExecReply::Started { run, sandbox }))
     }
 
-    fn poll(&mut self, id: u64, run: RunId, wait_ms: u32) -> Result<(), String> {
+    fn poll(&mut self, id: u64, run: RunId, wait_ms: u32) {
         if wait_ms > POLL_WAIT_MAX_MS {
             return self.error(
                 id,
@@ -290,10 +230,9 @@ impl Server {
             );
         }
         r.waiting = Some((id, Instant::now() + Duration::from_millis(wait_ms as u64)));
-        Ok(())
     }
 
-    fn stop(&mut self, id: u64, run: RunId) -> Result<(), String> {
+    fn stop(&mut self, id: u64, run: RunId) {
         let Some(r) = self.runs.get_mut(&run) else {
             return self.error(
                 id,
@@ -306,7 +245,7 @@ impl Server {
     }
 
     /// Answers each waiting `Poll` that has output, an end, or has waited long enough.
-    fn answer_polls(&mut self, now: Instant) -> Result<(), String> {
+    fn answer_polls(&mut self, now: Instant) {
         let mut replies = Vec::new();
         let mut done = Vec::new();
         for (run, r) in self.runs.iter_mut() {
@@ -340,9 +279,8 @@ impl Server {
             self.runs.remove(&run);
         }
         for (req, reply) in replies {
-            self.reply(req, Body::ExecReply(reply))?;
+            self.reply(req, Body::ExecReply(reply));
         }
-        Ok(())
     }
 
     fn forget_uncollected(&mut self, now: Instant) {
@@ -350,20 +288,5 @@ impl Server {
             r.ended_at
                 .is_none_or(|t| r.waiting.is_some() || now < t + UNCOLLECTED_TTL)
         });
-    }
-
-    fn flush(&mut self) -> Result<(), String> {
-        while !self.out.is_empty() {
-            match self.sock.write(&self.out) {
-                Ok(0) => return Err("the broker channel closed".into()),
-                Ok(n) => {
-                    self.out.drain(..n);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(format!("writing to the broker: {e}")),
-            }
-        }
-        Ok(())
     }
 }

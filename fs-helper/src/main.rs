@@ -13,9 +13,9 @@ mod probe;
 mod protect;
 mod resolve;
 
-use ipc_schema::helper::HelperChannel;
-use ipc_schema::status::Hello;
-use ipc_schema::{Body, ErrorCode, ErrorReply, Role};
+use ipc_schema::helper::{fatal, Answer, HelperChannel, Request};
+use ipc_schema::route::BROKER_TO_FS;
+use ipc_schema::{Body, Role};
 use sandbox::helper_args::HelperArgs;
 use sandbox::Profile;
 use std::process::ExitCode;
@@ -30,17 +30,13 @@ fn main() -> ExitCode {
             return ExitCode::from(64);
         }
     };
-    let channel = match sandbox::process::take_inherited_channel() {
-        Ok(c) => c,
-        Err(e) => return fatal(&format!("no broker channel: {e}")),
-    };
+    let channel = sandbox::process::take_inherited_channel()
+        .unwrap_or_else(|e| fatal(Role::Fs, format!("no broker channel: {e}")));
 
     // 2. Lock down.
     let profile = Profile::Fs(opened.profile.clone());
-    let report = match sandbox::helper_args::lock_down_keeping(&args, &profile, &opened.fds()) {
-        Ok(r) => r,
-        Err(e) => return fatal(&format!("lockdown failed: {e}")),
-    };
+    let report = sandbox::helper_args::lock_down_keeping(&args, &profile, &opened.fds())
+        .unwrap_or_else(|e| fatal(Role::Fs, format!("lockdown failed: {e}")));
     let fs = ops::Fs {
         store: checkpoint::CheckpointStore::new(opened.checkpoint_fd, opened.mode),
         grants: opened.grants,
@@ -53,33 +49,12 @@ fn main() -> ExitCode {
     fs.store.sweep();
 
     // 3. Hello.
-    let mut chan = match HelperChannel::new(Role::Fs, channel) {
-        Ok(c) => c,
-        Err(e) => return fatal(&format!("broker channel: {e}")),
-    };
-    let hello = Hello {
-        role: Role::Fs,
-        pid: std::process::id(),
-        lockdown: report,
-    };
-    if let Err(e) = chan.hello(hello) {
-        return fatal(&e.to_string());
-    }
+    let chan = HelperChannel::hello(Role::Fs, channel, report);
 
-    // 4. Serve.
-    match chan.serve(|body| match body {
-        Body::Fs(req) => Body::FsReply(fs.handle(req)),
-        other => Body::Error(ErrorReply::new(
-            ErrorCode::Invalid,
-            format!("the fs-helper does not serve {:?}", other.kind()),
-        )),
-    }) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fatal(&e.to_string()),
-    }
-}
-
-fn fatal(msg: &str) -> ExitCode {
-    eprintln!("fs-helper: {msg}");
-    ExitCode::from(70)
+    // 4. Serve what the broker may ask (ipc_schema::route::BROKER_TO_FS).
+    chan.serve(&BROKER_TO_FS, |req: Request| match req.body {
+        Body::Fs(r) => Answer::reply(Body::FsReply(fs.handle(r))),
+        _ => req.unserved(Role::Fs),
+    });
+    ExitCode::SUCCESS
 }

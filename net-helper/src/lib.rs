@@ -7,12 +7,10 @@
 pub mod addr;
 pub mod allowlist;
 pub mod body;
-pub mod channel;
 pub mod client;
 pub mod config;
 pub mod connect;
 pub mod error;
-pub mod fdpass;
 pub mod fetch;
 pub mod http;
 pub mod proxy;

@@ -1,15 +1,15 @@
 //! What the net-helper does with each request: the dispatcher between the channel and the fetch
 //! and proxy modules.
 
-use crate::channel::{ChannelError, ChannelReader, Replies};
 use crate::fetch;
 use crate::proxy::Proxy;
 use crate::wrap::wrap;
 use crate::NetContext;
+use ipc_schema::helper::{AsyncReader, Replies};
 use ipc_schema::net::{
     FetchLimits, FetchRequest, FetchedPage, NetReply, NetRequest, FETCH_PART_MAX,
 };
-use ipc_schema::{Body, ErrorCode, ErrorReply};
+use ipc_schema::{Body, Role};
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,28 +36,19 @@ impl NetService {
     }
 
     /// Reads requests until the broker closes the channel; each is answered by its own task.
-    pub async fn serve(
-        self: Arc<Self>,
-        mut reader: ChannelReader,
-        replies: Replies,
-    ) -> Result<(), ChannelError> {
-        while let Some(inb) = reader.next().await? {
+    pub async fn serve(self: Arc<Self>, mut reader: AsyncReader, replies: Replies) {
+        while let Some(req) = reader.next().await {
             let me = self.clone();
             let replies = replies.clone();
             tokio::spawn(async move {
-                let reply = match inb.body {
-                    Body::Ping { .. } => Body::Pong,
-                    Body::Net(req) => Body::NetReply(me.handle(req, inb.fd).await),
-                    // The reader refuses every other kind (route table).
-                    other => Body::Error(ErrorReply::new(
-                        ErrorCode::Invalid,
-                        format!("unexpected {:?}", other.kind()),
-                    )),
+                let id = req.id;
+                let reply = match req.body {
+                    Body::Net(r) => Body::NetReply(me.handle(r, req.fd).await),
+                    _ => req.unserved(Role::Net),
                 };
-                replies.send(inb.id, reply);
+                replies.send(id, reply);
             });
         }
-        Ok(())
     }
 
     pub async fn handle(&self, req: NetRequest, fd: Option<OwnedFd>) -> NetReply {
@@ -100,7 +91,9 @@ impl NetService {
             // issue 7: http_request with a stored credential (src/http.rs).
             NetRequest::Http(req) => crate::http::serve(&self.ctx, req, |b| self.page(b)).await,
             NetRequest::ProxyConnection { session } => {
-                let fd = fd.expect("the channel attaches a descriptor to every ProxyConnection");
+                // The channel ends the helper on a ProxyConnection without its descriptor
+                // (its row says NEEDS_FD).
+                let fd = fd.expect("ProxyConnection comes with its descriptor");
                 NetReply::ProxyDone(crate::client::serve_client(&self.proxy, &session, fd).await)
             }
         }

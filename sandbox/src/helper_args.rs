@@ -97,7 +97,6 @@ pub fn lock_down_keeping(
     if args.skip_lockdown {
         // Test-only: pretend. The broker must catch this from /proc/<pid>/status.
         return Ok(LockdownReport {
-            profile: profile.name().to_string(),
             stray_fds_closed: true,
             env_cleared: true,
             core_dumps_off: true,
@@ -109,8 +108,7 @@ pub fn lock_down_keeping(
             landlock: crate::LandlockStatus::FullyEnforced,
             seccomp_filter: true,
             seccomp_allowed_syscalls: 1,
-            namespaces: vec![],
-            degraded: vec![],
+            ..LockdownReport::nothing_yet(profile.name())
         });
     }
     let opts = LockdownOptions {

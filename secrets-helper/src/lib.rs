@@ -12,8 +12,5 @@ pub mod credentials;
 pub mod dbus;
 pub mod open;
 pub mod record;
-// The broker channel is a Unix socket (sandbox::process hands it over on Linux).
-#[cfg(unix)]
-pub mod serve;
 pub mod service;
 pub mod store;

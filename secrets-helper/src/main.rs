@@ -6,50 +6,80 @@
 
 #![forbid(unsafe_code)]
 
+use ipc_schema::exit::fatal;
 use ipc_schema::status::LockdownReport;
+use ipc_schema::Role;
 use sandbox::{LockdownError, Profile};
 use secrets_helper::args::{Config, HelperArgs, OPTIONS};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let args = HelperArgs::from_env_with(OPTIONS);
-    let cfg = match Config::from_args(&args) {
-        Ok(c) => c,
-        Err(e) => return fatal(&e),
-    };
+    let options: Vec<&str> = OPTIONS.iter().copied().chain(["--channel"]).collect();
+    let args = HelperArgs::from_env_with(&options);
+    let cfg = Config::from_args(&args).unwrap_or_else(|e| fatal(Role::Secrets, e));
     run(&args, cfg)
 }
 
 #[cfg(target_os = "linux")]
 fn run(args: &HelperArgs, cfg: Config) -> ExitCode {
-    use ipc_schema::status::Hello;
-    use ipc_schema::{Body, Role};
-    use secrets_helper::serve::{serve, Channel};
+    use ipc_schema::helper::{Answer, HelperChannel, Request};
+    use ipc_schema::Body;
     use secrets_helper::service::Service;
 
-    let channel = match sandbox::process::take_inherited_channel() {
-        Ok(c) => c,
-        Err(e) => return fatal(&format!("no broker channel: {e}")),
-    };
+    let table = served_table(args).unwrap_or_else(|e| fatal(Role::Secrets, e));
+    let channel = sandbox::process::take_inherited_channel()
+        .unwrap_or_else(|e| fatal(Role::Secrets, format!("no broker channel: {e}")));
     // Before lockdown: the Secret Service's bus socket cannot be created after it.
     let opened = secrets_helper::open::open(&cfg);
-    let report = match lock_down(args, cfg.store, &opened.keep_fds) {
-        Ok(r) => r,
-        Err(e) => return fatal(&format!("lockdown failed: {e}")),
+
+    // Lock down.
+    let report = lock_down(args, cfg.store, &opened.keep_fds)
+        .unwrap_or_else(|e| fatal(Role::Secrets, format!("lockdown failed: {e}")));
+
+    // Hello; from here on every frame is read and written in wiping buffers.
+    let chan = HelperChannel::hello(Role::Secrets, channel, report).wiping();
+
+    // Serve what this channel's peer may ask (`served_table`).
+    let mut service = Service::new(opened.store, cfg.namespace);
+    chan.serve(table, |req: Request| match req.body {
+        Body::Secrets(r) => {
+            let a = service.handle(r);
+            let reply = Body::SecretsReply(a.reply);
+            match a.stop {
+                false => Answer::reply(reply),
+                true => Answer::reply_then_stop(
+                    reply,
+                    "the credential store's connection broke; stopping so that the broker restarts the helper",
+                ),
+            }
+        }
+        _ => req.unserved(Role::Secrets),
+    });
+    ExitCode::SUCCESS
+}
+
+/// The table of the channel this helper serves, from `--channel`: `broker` (the broker's own
+/// helper, which never sets, deletes or lists: `ipc_schema::route::BROKER_TO_SECRETS`) or
+/// `private` (a helper a CLI command started for itself: `SECRETS_PRIVATE`). Without it, the
+/// union of both (`SECRETS_UNSPECIFIED`), until the broker and the CLI pass it.
+#[cfg(target_os = "linux")]
+fn served_table(args: &HelperArgs) -> Result<&'static ipc_schema::route::Table, String> {
+    use ipc_schema::route::{BROKER_TO_SECRETS, SECRETS_PRIVATE, SECRETS_UNSPECIFIED};
+    let mut given = args.all("--channel");
+    let table = match given.next().map(|v| v.to_str()) {
+        None => &SECRETS_UNSPECIFIED,
+        Some(Some("broker")) => &BROKER_TO_SECRETS,
+        Some(Some("private")) => &SECRETS_PRIVATE,
+        Some(other) => {
+            return Err(format!(
+                "--channel {other:?}: the channels are \"broker\" and \"private\""
+            ))
+        }
     };
-    let mut chan = Channel::new(channel);
-    let hello = Hello {
-        role: Role::Secrets,
-        pid: std::process::id(),
-        lockdown: report,
-    };
-    if let Err(e) = chan.send(0, Body::Hello(hello)) {
-        return fatal(&e.to_string());
+    if given.next().is_some() {
+        return Err("--channel given more than once".into());
     }
-    match serve(chan, Service::new(opened.store, cfg.namespace)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fatal(&e.to_string()),
-    }
+    Ok(table)
 }
 
 /// The secrets profile of the configured store (only the kernel keyring backend may make
@@ -68,9 +98,9 @@ fn run(args: &HelperArgs, cfg: Config) -> ExitCode {
     // Opened before lockdown, as on Linux (these stores touch nothing until a request).
     let _opened = secrets_helper::open::open(&cfg);
     if let Err(e) = lock_down(args, cfg.store) {
-        return fatal(&format!("lockdown failed: {e}"));
+        fatal(Role::Secrets, format!("lockdown failed: {e}"));
     }
-    fatal(&format!(
+    fatal(Role::Secrets, format!(
         "cannot serve on {}: the broker channel is handed over by sandbox::process, which exists on Linux only so far",
         std::env::consts::OS
     ))
@@ -98,31 +128,14 @@ fn degrade_unsupported(
     allow_degraded: bool,
 ) -> Result<LockdownReport, LockdownError> {
     match result {
-        Err(e @ LockdownError::Unsupported(profile)) if allow_degraded => Ok(LockdownReport {
-            profile: profile.to_string(),
-            stray_fds_closed: false,
-            env_cleared: false,
-            core_dumps_off: false,
-            dumpable_off: false,
-            no_new_privs: false,
-            capabilities_dropped: false,
-            landlock_abi: 0,
-            landlock_min_abi: 0,
-            landlock: ipc_schema::status::LandlockStatus::NotEnforced,
-            seccomp_filter: false,
-            seccomp_allowed_syscalls: 0,
-            namespaces: Vec::new(),
-            degraded: vec![format!(
-                "no OS lockdown at all ({e}); running only because of --allow-degraded"
-            )],
-        }),
+        Err(e @ LockdownError::Unsupported(profile)) if allow_degraded => {
+            Ok(LockdownReport::unconfined(
+                profile,
+                format!("no OS lockdown at all ({e}); running only because of --allow-degraded"),
+            ))
+        }
         other => other,
     }
-}
-
-fn fatal(msg: &str) -> ExitCode {
-    eprintln!("secrets-helper: {msg}");
-    ExitCode::from(70)
 }
 
 #[cfg(test)]

@@ -518,3 +518,53 @@ fn a_message_for_another_helper_ends_the_helper_and_ping_is_answered() {
     assert!(h.conn.recv().is_none(), "no reply to a forbidden kind");
     assert_eq!(h.child.wait().unwrap().code(), Some(70));
 }
+
+/// `--channel broker`: the broker's own helper serves what the broker asks
+/// (`ipc_schema::route::BROKER_TO_SECRETS`) and ends on a `Set`, a `Delete` or a `List`, which
+/// only a CLI's own helper (`--channel private`) serves; that one makes no request headers.
+#[test]
+fn the_brokers_helper_refuses_to_set_delete_or_list() {
+    let ns = namespace("chan");
+    let with = |channel: &str| {
+        let mut a = keyutils_args(&ns);
+        a.extend(["--channel".into(), channel.into()]);
+        a
+    };
+    let _cleanup = Cleanup(keyutils_args(&ns), vec![name("api")]);
+    let set = || SecretsRequest::Set {
+        spec: spec("api", &["api.example.com"], SendAs::Bearer),
+        value: Some(value(VALUE)),
+    };
+    for refused in [
+        set(),
+        SecretsRequest::Delete { name: name("api") },
+        SecretsRequest::List,
+    ] {
+        let mut h = spawn(&with("broker"));
+        // Positive control: the same helper answers what the broker may ask.
+        assert!(matches!(
+            ask(&mut h, SecretsRequest::Has { name: name("api") }),
+            SecretsReply::Credential(None)
+        ));
+        h.conn.send(Body::Secrets(refused));
+        assert_eq!(h.child.wait().unwrap().code(), Some(70));
+    }
+    // Nothing was stored by the refused Set.
+    let mut private = spawn(&with("private"));
+    assert!(matches!(
+        ask(&mut private, SecretsRequest::Has { name: name("api") }),
+        SecretsReply::Credential(None)
+    ));
+    assert!(matches!(ask(&mut private, set()), SecretsReply::Saved { .. }));
+    private.conn.send(Body::Secrets(SecretsRequest::Attach {
+        name: name("api"),
+        host: "api.example.com".into(),
+    }));
+    assert_eq!(private.child.wait().unwrap().code(), Some(70));
+    // A channel that does not exist is a usage error.
+    let out = std::process::Command::new(gatehouse_tests::bin(Role::Secrets.name()))
+        .args(with("other"))
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+}

@@ -77,7 +77,7 @@ impl NetHelper {
         let id = self.next_id;
         self.next_id += 1;
         let frame = encode(&Envelope::new(id, body)).unwrap();
-        net_helper::fdpass::send_frame_with_fd(&self.sock, &frame, fd.as_fd()).expect("sendmsg");
+        ipc_schema::fdpass::send_frame_with_fd(&self.sock, &frame, fd.as_fd()).expect("sendmsg");
         id
     }
 
