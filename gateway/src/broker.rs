@@ -50,6 +50,11 @@ impl BrokerLink {
         self.stream.as_fd()
     }
 
+    /// Whether `id` is one of the requests this link has sent (the broker answers nothing else).
+    pub fn sent(&self, id: u64) -> bool {
+        (1..self.next_id).contains(&id)
+    }
+
     /// Queues `body` as a new request and returns its id.
     pub fn send(&mut self, body: Body) -> Result<u64, FrameError> {
         let id = self.next_id;
@@ -113,16 +118,22 @@ impl BrokerLink {
             if !self.receive(&mut frames)? {
                 return Err(SessionError::Closed);
             }
-            for env in frames.drain(..) {
-                if env.id != id {
-                    continue;
-                }
-                return match env.body {
-                    Body::ToolReply(ToolReply::Session(s)) => Ok(s),
-                    Body::Error(e) => Err(SessionError::Refused(e.message)),
-                    other => Err(SessionError::Unexpected(format!("{:?}", other.kind()))),
-                };
+            let Some(env) = frames.drain(..).next() else {
+                continue;
+            };
+            // Nothing else has been sent yet: anything else breaks the protocol.
+            if env.id != id {
+                return Err(SessionError::Unexpected(format!(
+                    "a {:?} message for request {}, which was never sent",
+                    env.body.kind(),
+                    env.id
+                )));
             }
+            return match env.body {
+                Body::ToolReply(ToolReply::Session(s)) => Ok(s),
+                Body::Error(e) => Err(SessionError::Refused(e.message)),
+                other => Err(SessionError::Unexpected(format!("{:?}", other.kind()))),
+            };
         }
     }
 }

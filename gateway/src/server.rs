@@ -13,6 +13,7 @@ use crate::era::{self, Version};
 use crate::jsonrpc::{self, Id, Incoming, RpcError, INVALID_REQUEST, METHOD_NOT_FOUND};
 use crate::lines::{LineEvent, LineSplitter, MAX_LINE};
 use crate::render::{self, Rendered};
+use ipc_schema::route::{RouteState, BROKER_TO_GATEWAY};
 use ipc_schema::tool::{ProposalId, ToolName, ToolReply};
 use ipc_schema::{Body, Envelope};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
@@ -44,6 +45,10 @@ pub enum ServeError {
     Stdin(std::io::Error),
     #[error("waiting for input failed: {0}")]
     Poll(std::io::Error),
+    /// The broker sent a frame that does not decode or that the route table does not allow
+    /// toward a gateway (`ipc_schema::route::BROKER_TO_GATEWAY`): the session is over.
+    #[error("the broker broke the protocol: {0}; the session is closed")]
+    BrokerProtocol(String),
 }
 
 /// A call waiting for the human.
@@ -80,6 +85,8 @@ pub struct Server<W: Write> {
     view: Option<BTreeMap<ToolName, Standing>>,
     /// The broker request that told it the client's `clientInfo`, once sent (it is sent once).
     described: Option<u64>,
+    /// What the broker has sent so far, for its route table.
+    route: RouteState,
 }
 
 fn progress_token(params: Option<&Map<String, Value>>) -> Option<Value> {
@@ -107,6 +114,7 @@ impl<W: Write> Server<W> {
             broker_gone: None,
             view: None,
             described: None,
+            route: RouteState::default(),
         }
     }
 
@@ -183,6 +191,11 @@ impl<W: Write> Server<W> {
                         if !open {
                             self.on_broker_gone("the broker closed the connection".into())?;
                         }
+                    }
+                    // Bytes that are not a frame: the broker is confused, not gone.
+                    Err(ipc_schema::FrameError::Decode(e)) => {
+                        frames.clear();
+                        return self.broker_broke_protocol(format!("it sent a bad frame: {e}"));
                     }
                     Err(e) => {
                         frames.clear();
@@ -550,6 +563,15 @@ impl<W: Write> Server<W> {
     }
 
     fn on_frame(&mut self, env: Envelope) -> Result<(), ServeError> {
+        if let Err(e) = BROKER_TO_GATEWAY.check(&mut self.route, &env.body) {
+            return self.broker_broke_protocol(e.to_string());
+        }
+        if !self.broker.sent(env.id) {
+            return self.broker_broke_protocol(format!(
+                "it answered request {}, which this gateway never sent",
+                env.id
+            ));
+        }
         match env.body {
             Body::ToolReply(ToolReply::AwaitingApproval(w)) => {
                 let now = Instant::now();
@@ -592,14 +614,29 @@ impl<W: Write> Server<W> {
                 );
                 self.tool_error(&call.rpc_id, call.version, text)
             }
-            other => {
-                eprintln!(
-                    "gatehouse mcp: ignored a {:?} frame from the broker",
-                    other.kind()
-                );
-                Ok(())
-            }
+            // The route table above lets nothing else through.
+            other => self.broker_broke_protocol(format!(
+                "it sent a {:?} message, which a gateway does not take",
+                other.kind()
+            )),
         }
+    }
+
+    /// The broker sent what it may not: every call in flight is answered with a tool error that
+    /// says so, and serving ends with [`ServeError::BrokerProtocol`] (the process exits
+    /// non-zero; the client sees its server close).
+    fn broker_broke_protocol(&mut self, why: String) -> Result<(), ServeError> {
+        eprintln!("gatehouse mcp: the broker broke the protocol: {why}; closing the session");
+        let calls: Vec<Pending> = self.calls.drain().map(|(_, c)| c).collect();
+        for c in calls {
+            let text = format!(
+                "gatehouse's broker sent a message this gateway does not accept while {} was in flight ({why}): whether it took effect is unknown. The session is closed; restart the MCP server.",
+                c.tool
+            );
+            self.tool_error(&c.rpc_id, c.version, text)?;
+        }
+        self.out.flush().map_err(ServeError::Stdout)?;
+        Err(ServeError::BrokerProtocol(why))
     }
 
     fn on_broker_gone(&mut self, why: String) -> Result<(), ServeError> {
