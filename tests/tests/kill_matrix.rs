@@ -5,6 +5,14 @@
 //!
 //! The effect is the fs-helper's write_file. After the crash the test overwrites the file with a
 //! sentinel: if the repeat carried the write out again, the sentinel would be gone.
+//!
+//! At the in-helper step the broker dies while the request is with the helper, at a random moment
+//! of up to 3 ms, so the write may or may not have happened. Neither outcome is left to that
+//! chance: the step runs once with the helper stopped (SIGSTOP) while the call waits for approval,
+//! so it holds the write request unread and dies with the broker, and the write certainly did
+//! not happen; and once at
+//! `after-answer`, where the write certainly did. Each asserts its exact outcome; the random runs
+//! check whichever outcome they get.
 
 #![forbid(unsafe_code)]
 
@@ -13,10 +21,14 @@ mod broker_core_support;
 use broker_core_support::*;
 use gatehouse_tests::bin_dir;
 use ipc_schema::tool::{RefusalKind, ToolReply};
-use ipc_schema::ui::{CallState, UiReply, UiRequest};
+use ipc_schema::ui::{CallState, Decision, UiReply, UiRequest};
 use ipc_schema::Body;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 const UNCERTAIN: &str = "gatehouse stopped while carrying it out. Check whether it happened.";
 const SENTINEL: &str = "SENTINEL written by the test after the crash";
@@ -35,10 +47,87 @@ fn uncertain_calls(b: &Broker) -> Vec<ipc_schema::ui::LedgerCall> {
     }
 }
 
+/// What the fs-helper does while the broker carries out the call.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Helper {
+    /// Runs: whether it carries the write out before the broker dies depends on the step.
+    Runs,
+    /// Stopped (SIGSTOP) once the call is resolved and waits for approval: it holds the write
+    /// request unread when the broker dies, and dies then too (it is killed after the broker,
+    /// in case nothing else kills it).
+    Stopped,
+}
+
+/// The fs-helper of the broker on `root`: found by its name and its arguments (which name the
+/// instance's directories), so that neither the parent that started it nor another test's
+/// helper matters. Waits until there is exactly one live one.
+fn fs_helper_pid(root: &Path) -> i32 {
+    let root = root.display().to_string();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let live: Vec<i32> = std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| {
+                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                comm.trim_end() == "fs-helper"
+                    && String::from_utf8_lossy(&cmdline).contains(&root)
+                    && !matches!(state(*pid), None | Some('Z' | 'X'))
+            })
+            .collect();
+        if let [pid] = live[..] {
+            return pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "expected one fs-helper for {root}, found {live:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The state letter of `/proc/PID/stat` (R, S, T, Z, ...), or None once the process is gone.
+fn state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) S ...": comm may hold spaces and parentheses, the state follows the last ')'.
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Waits until `pid` is in a state `done` accepts (None: gone).
+fn wait_state(pid: i32, what: &str, done: impl Fn(Option<char>) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done(state(pid)) {
+        assert!(
+            Instant::now() < deadline,
+            "fs-helper {pid} is not {what}: {:?}",
+            state(pid)
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn signal(pid: i32, sig: Signal) {
+    match kill(Pid::from_raw(pid), sig) {
+        Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
+        Err(e) => panic!("kill({pid}, {sig}): {e}"),
+    }
+}
+
 /// Runs `step` `iterations()` times on one instance; returns how often the write had happened
 /// before the restart (for steps where either outcome is allowed).
 fn run_step(step: &str) -> (usize, usize) {
-    let inst = Instance::new(Some(&policy_with("write_file = \"allow\"", "")));
+    run_step_with(step, Helper::Runs)
+}
+
+fn run_step_with(step: &str, helper: Helper) -> (usize, usize) {
+    let write_file = match helper {
+        Helper::Runs => "write_file = \"allow\"",
+        // Stopping the helper needs a moment when it is idle between the call's resolution
+        // and its write: the approval gives one.
+        Helper::Stopped => "write_file = \"ask\"",
+    };
+    let inst = Instance::new(Some(&policy_with(write_file, "")));
     let (mut happened, mut not) = (0, 0);
     for i in 0..iterations() {
         let file = inst.file(&format!("{step}-{i}.txt"));
@@ -49,6 +138,23 @@ fn run_step(step: &str) -> (usize, usize) {
         let mut gw = b.gateway();
         let session = gw.open_session(None);
         let id = gw.send(call.clone());
+        let held = (helper == Helper::Stopped).then(|| {
+            // The call asks: the broker has resolved and previewed it with the fs-helper and now
+            // waits for the human, so the helper is idle and the next thing it would read is the
+            // write itself. Stop it, then approve (without waiting for the console's answer: the
+            // broker may die first).
+            let mut ui = b.ui();
+            let proposal = ui.wait_pending(1).remove(0);
+            let pid = fs_helper_pid(inst.root());
+            signal(pid, Signal::SIGSTOP);
+            wait_state(pid, "stopped", |s| s == Some('T'));
+            ui.0.send(Body::Ui(UiRequest::Decide(Decision {
+                proposal: proposal.id,
+                digest: proposal.digest,
+                choice: choice_allow(),
+            })));
+            (pid, ui)
+        });
         assert_eq!(
             gw.final_for(id),
             None,
@@ -67,8 +173,19 @@ fn run_step(step: &str) -> (usize, usize) {
             b.log()
         );
         drop(b);
+        if let Some((pid, _ui)) = held {
+            // The broker is gone; its stopped helper dies with it (parent-death signal), or here.
+            signal(pid, Signal::SIGKILL);
+            wait_state(pid, "dead", |s| matches!(s, None | Some('Z' | 'X')));
+        }
 
         let before = std::fs::read_to_string(&file).ok();
+        if helper == Helper::Stopped {
+            assert_eq!(
+                before, None,
+                "{step}#{i}: the stopped helper held the request unread and died: no write"
+            );
+        }
         match &before {
             Some(c) => {
                 assert_eq!(c, &content, "{step}#{i}: a partial write");
@@ -160,15 +277,29 @@ fn kill_after_executing() {
     run_step("after-executing");
 }
 
+/// The broker dies at a random moment while the helper works: either outcome may come, and
+/// each is checked (that both are right is shown by the two cases below, each forced).
 #[test]
 fn kill_while_the_helper_works() {
     let (happened, not) = run_step("in-helper");
     eprintln!("in-helper: the write had happened {happened} times, not {not} times");
 }
 
+/// The in-helper step before the effect, forced: the helper holds the request, stopped, when
+/// the broker dies. Every run: no write, the call uncertain, never carried out again.
+#[test]
+fn kill_while_the_helper_holds_the_request_unread() {
+    let (happened, not) = run_step_with("in-helper", Helper::Stopped);
+    assert_eq!((happened, not), (0, iterations()));
+}
+
+/// The in-helper outcome after the effect, forced: the broker dies once the helper has done the
+/// write and answered, before it records the answer. Every run: the write happened exactly once,
+/// the call is uncertain, and the repeat does not carry it out again.
 #[test]
 fn kill_after_the_helper_answered() {
-    run_step("after-answer");
+    let (happened, not) = run_step("after-answer");
+    assert_eq!((happened, not), (iterations(), 0));
 }
 
 #[test]
