@@ -29,9 +29,9 @@ TARGET = 2000
 # 2026-12 rounded up a little; only ever lower it (when a helper shrinks, the check says to).
 RATCHET = {
     "fs-helper": 3450,
-    "net-helper": 2850,
-    "exec-helper": 500,
-    "secrets-helper": 2250,
+    "net-helper": 2650,
+    "exec-helper": 450,
+    "secrets-helper": 2200,
 }
 HELPERS = ["fs-helper", "net-helper", "exec-helper", "secrets-helper"]
 SHARED = {"ipc_schema": "ipc-schema", "sandbox": "sandbox"}
