@@ -22,10 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-#[allow(dead_code)]
-#[path = "../../broker/src/store/mod.rs"]
-mod store;
-
+use audit_store as store;
 use store::chain::{AuditEvent, AuditKind, Sealer};
 use store::seal::{Mac, Seal, SealError};
 use store::{Chain, StoreHandle};
@@ -681,7 +678,7 @@ pub fn run(args: &[String]) {
 /// What the broker has and this has not: the hop from the writer thread to the event loop
 /// (`HelperSeal` -> `bridge` -> `HelperSlot::call`) and back, two thread wake-ups per batch.
 pub mod helper_seal {
-    use super::store::seal::{Mac, Seal, SealError};
+    use audit_store::seal::{Mac, Seal, SealError};
     use ipc_schema::codec::{self, HEADER_LEN, MAX_FRAME};
     use ipc_schema::secrets::{AuditHead, AuditInstance, AuditRow, SecretsReply, SecretsRequest};
     use ipc_schema::status::LockdownReport;

@@ -1,8 +1,8 @@
 //! Writing audit rows from anywhere in the broker (helper supervision, fronts, the tool path)
 //! without threading a handle through code that has no business holding one.
 
-use crate::store::chain::{AuditEvent, AuditKind};
-use crate::store::StoreHandle;
+use audit_store::chain::{AuditEvent, AuditKind};
+use audit_store::StoreHandle;
 use std::sync::OnceLock;
 
 static SINK: OnceLock<StoreHandle> = OnceLock::new();

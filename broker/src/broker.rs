@@ -1,44 +1,14 @@
 //! The broker process: one per user (or per `--data-dir`), held by a lock file.
 
-use crate::dirs::Dirs;
 use crate::{fronts, helpers, BrokerOptions, Ctx};
+use gatehouse_client::{running_broker_pid, Dirs};
 use ipc_schema::Role;
-use std::fs::File;
-use std::io::{Read, Seek, Write};
+use std::io::{Seek, Write};
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// The pid of the broker holding `lock`, if one runs.
-pub fn running_broker_pid(lock: &std::path::Path) -> Option<u32> {
-    let mut f = File::open(lock).ok()?;
-    // SAFETY-free probe: if we can take the lock, nobody holds it.
-    if flock(&f, libc::LOCK_SH | libc::LOCK_NB) {
-        return None;
-    }
-    let mut s = String::new();
-    f.read_to_string(&mut s).ok()?;
-    s.trim().parse().ok()
-}
-
-fn flock(f: &File, op: i32) -> bool {
-    nix::fcntl::Flock::lock(
-        f.try_clone().expect("dup lock fd"),
-        if op & libc::LOCK_EX != 0 {
-            nix::fcntl::FlockArg::LockExclusiveNonblock
-        } else {
-            nix::fcntl::FlockArg::LockSharedNonblock
-        },
-    )
-    .map(|l| {
-        // Keep the probe lock only as long as this check.
-        let _ = l.unlock();
-        true
-    })
-    .unwrap_or(false)
-}
 
 /// Runs the broker until SIGINT or SIGTERM.
 pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
@@ -85,7 +55,7 @@ pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
         helpers::set_extra_args(
             &opts,
             Role::Secrets,
-            crate::cmd_secret::helper_args(&dirs).map_err(|e| format!("refusing to start: {e}"))?,
+            crate::secrets_link::helper_args(&dirs).map_err(|e| format!("refusing to start: {e}"))?,
         );
         // Commands never see gatehouse's own config, data, runtime and agent-state dirs, even
         // when a grant holds them.

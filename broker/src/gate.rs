@@ -2,17 +2,17 @@
 //! sessions. One value in [`crate::Ctx`], opened before the helpers start.
 
 use crate::approvals::Approvals;
-use crate::dirs::Dirs;
 use crate::head_key;
 use crate::helpers::HelperSlot;
-use crate::policy::protected::Protected;
-use crate::policy::{policy_path, PolicyState};
 use crate::sessions::Sessions;
-use crate::store::chain::{AuditEvent, AuditKind};
-use crate::store::writer::Unstarted;
-use crate::store::{self, StoreHandle};
 use crate::test_hooks::CrashStep;
+use audit_store::chain::{AuditEvent, AuditKind};
+use audit_store::writer::Unstarted;
+use audit_store::{self as store, StoreHandle};
+use gatehouse_client::Dirs;
 use ipc_schema::ui::{LedgerCall, Remembered};
+use policy::protected::Protected;
+use policy::{policy_path, PolicyState};
 use std::cell::RefCell;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
@@ -112,21 +112,7 @@ fn default_root(given: Option<&PathBuf>) -> Option<String> {
 }
 
 pub fn load_remembered(conn: &rusqlite::Connection) -> rusqlite::Result<Vec<Remembered>> {
-    let mut stmt = conn.prepare(
-        "SELECT id, tool, target, action, created_ms, origin, profile FROM remembered ORDER BY id",
-    )?;
-    let rows = stmt.query_map([], |r| {
-        Ok(Remembered {
-            id: r.get::<_, i64>(0)? as u64,
-            tool: r.get(1)?,
-            target: r.get(2)?,
-            action: r.get(3)?,
-            created_unix_ms: r.get::<_, i64>(4)? as u64,
-            origin: r.get(5)?,
-            profile: r.get(6)?,
-        })
-    })?;
-    rows.collect()
+    audit_store::remembered::load(conn)
 }
 
 impl Gate {

@@ -16,10 +16,10 @@
 //! died during a call is asked again (a MAC request has no effect, so repeating it is safe).
 //! What the writer does when no MAC can be had is in broker/src/store/writer.rs.
 
-use crate::cmd_secret::PrivateHelper;
-use crate::dirs::Dirs;
 use crate::helpers::{CallError, HelperSlot};
-use crate::store::seal::{Mac, Seal, SealError};
+use crate::secrets_link::PrivateHelper;
+use audit_store::seal::{Mac, Seal, SealError};
+use gatehouse_client::Dirs;
 use ipc_schema::secrets::{AuditHead, AuditInstance, AuditRow, SecretsReply, SecretsRequest};
 use ipc_schema::Body;
 use std::sync::{Arc, Mutex};

@@ -346,7 +346,7 @@ async fn supervise(slot: Arc<HelperSlot>, opts: Arc<BrokerOptions>) {
         slot.ready.send_replace(false);
         slot.fail_pending(&how);
         crate::audit::helper(
-            crate::store::chain::AuditKind::HelperExit,
+            audit_store::chain::AuditKind::HelperExit,
             slot.role.name(),
             "exited",
             how.clone(),
@@ -359,7 +359,7 @@ async fn supervise(slot: Arc<HelperSlot>, opts: Arc<BrokerOptions>) {
         if let Some(why) = planned {
             tracing::info!(helper = %slot.role, "restarting: {why}");
             crate::audit::helper(
-                crate::store::chain::AuditKind::HelperRestart,
+                audit_store::chain::AuditKind::HelperRestart,
                 slot.role.name(),
                 "restarting",
                 why,
@@ -369,7 +369,7 @@ async fn supervise(slot: Arc<HelperSlot>, opts: Arc<BrokerOptions>) {
         }
         tracing::warn!(helper = %slot.role, "{how}; restarting in {backoff:?}");
         crate::audit::helper(
-            crate::store::chain::AuditKind::HelperRestart,
+            audit_store::chain::AuditKind::HelperRestart,
             slot.role.name(),
             "restarting",
             format!("after {backoff:?}: {how}"),
@@ -610,7 +610,7 @@ where
     slot.ready.send_replace(true);
     tracing::info!(helper = %role, pid, "locked down and ready");
     crate::audit::helper(
-        crate::store::chain::AuditKind::HelperStart,
+        audit_store::chain::AuditKind::HelperStart,
         role.name(),
         "ready",
         format!("pid {pid}"),

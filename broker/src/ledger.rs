@@ -3,11 +3,11 @@
 //! conditional update committed with FULL sync before the helper is asked, so it happens once.
 //! A call found `executing` at start becomes `uncertain` and is never retried on its own.
 
-use crate::store::chain::{AuditEvent, AuditKind};
-use crate::store::{now_ms, StoreError, StoreHandle};
+use audit_store::chain::{AuditEvent, AuditKind};
+use audit_store::ledger as sql;
+use audit_store::{now_ms, StoreError, StoreHandle};
 use ipc_schema::tool::{SessionId, ToolName};
 use ipc_schema::ui::{CallState, LedgerCall};
-use rusqlite::{params, OptionalExtension};
 use sha2::{Digest, Sha256};
 
 /// The text an uncertain call carries (the wording, shown to agent and human).
@@ -23,14 +23,7 @@ pub fn call_key(tool: ToolName, canonical_json: &str) -> [u8; 32] {
     h.finalize().into()
 }
 
-/// A ledger row as the tool path needs it.
-#[derive(Debug, Clone)]
-pub struct Entry {
-    pub id: i64,
-    pub state: CallState,
-    pub reason: String,
-    pub result: Option<Vec<u8>>,
-}
+pub use audit_store::ledger::Entry;
 
 /// What claiming a call found.
 #[derive(Debug)]
@@ -62,16 +55,6 @@ impl CallInfo {
     }
 }
 
-fn state_of(s: &str) -> rusqlite::Result<CallState> {
-    CallState::from_name(s).ok_or_else(|| {
-        rusqlite::Error::FromSqlConversionFailure(
-            0,
-            rusqlite::types::Type::Text,
-            format!("unknown ledger state {s:?}").into(),
-        )
-    })
-}
-
 /// Records the call in `state` (`pending` or `proposed`), unless the same call exists in this
 /// session (then that row is returned; an `abandoned` one is taken over).
 pub async fn claim(
@@ -84,34 +67,29 @@ pub async fn claim(
     store
         .txn(move |tx, audit| {
             let now = now_ms();
-            let existing: Option<(i64, String, String, Option<Vec<u8>>)> = tx
-                .query_row(
-                    "SELECT id, state, reason, result FROM ledger WHERE session = ?1 AND call_key = ?2",
-                    params![c.session.0, &c.key[..]],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-                )
-                .optional()?;
-            match existing {
-                Some((id, st, reason, result)) if st != "abandoned" => Ok(Claim::Existing(Entry {
-                    id,
-                    state: state_of(&st)?,
-                    reason,
-                    result,
-                })),
-                Some((id, _, _, _)) => {
-                    tx.execute(
-                        "UPDATE ledger SET state = ?1, reason = '', result = NULL, summary = ?2, updated_ms = ?3 WHERE id = ?4 AND state = 'abandoned'",
-                        params![state.as_str(), c.summary, now, id],
-                    )?;
-                    audit.push(c.event(state.as_str(), format!("ledger {id} (again, after it was abandoned); {detail}")));
+            match sql::find(tx, &c.session, &c.key)? {
+                Some(e) if e.state != CallState::Abandoned => Ok(Claim::Existing(e)),
+                Some(Entry { id, .. }) => {
+                    sql::retake_abandoned(tx, id, state, &c.summary, now)?;
+                    audit.push(c.event(
+                        state.as_str(),
+                        format!("ledger {id} (again, after it was abandoned); {detail}"),
+                    ));
                     Ok(Claim::New(id))
                 }
                 None => {
-                    tx.execute(
-                        "INSERT INTO ledger (session, call_key, tool, target, summary, state, created_ms, updated_ms) VALUES (?1,?2,?3,?4,?5,?6,?7,?7)",
-                        params![c.session.0, &c.key[..], c.tool.as_str(), c.target, c.summary, state.as_str(), now],
+                    let id = sql::insert(
+                        tx,
+                        &sql::NewCall {
+                            session: &c.session,
+                            key: &c.key,
+                            tool: c.tool.as_str(),
+                            target: &c.target,
+                            summary: &c.summary,
+                            state,
+                            now_ms: now,
+                        },
                     )?;
-                    let id = tx.last_insert_rowid();
                     audit.push(c.event(state.as_str(), format!("ledger {id}; {detail}")));
                     Ok(Claim::New(id))
                 }
@@ -126,25 +104,10 @@ pub async fn lookup(
     session: &SessionId,
     key: [u8; 32],
 ) -> Result<Option<Entry>, StoreError> {
-    let session = session.0.clone();
+    let session = session.clone();
     store
         .read(move |tx| {
-            let row: Option<(i64, String, String, Option<Vec<u8>>)> = tx
-                .query_row(
-                    "SELECT id, state, reason, result FROM ledger WHERE session = ?1 AND call_key = ?2",
-                    params![session, &key[..]],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-                )
-                .optional()?;
-            match row {
-                Some((id, st, reason, result)) if st != "abandoned" => Ok(Some(Entry {
-                    id,
-                    state: state_of(&st)?,
-                    reason,
-                    result,
-                })),
-                _ => Ok(None),
-            }
+            Ok(sql::find(tx, &session, &key)?.filter(|e| e.state != CallState::Abandoned))
         })
         .await
 }
@@ -163,19 +126,20 @@ pub async fn transition(
     let c = call.clone();
     store
         .txn(move |tx, audit| {
-            let n = tx.execute(
-                "UPDATE ledger SET state = ?1, reason = ?2, result = ?3, updated_ms = ?4 WHERE id = ?5 AND state = ?6",
-                params![to.as_str(), reason, result, now_ms(), id, from.as_str()],
-            )?;
-            if n == 1 {
+            let moved = sql::transition(tx, id, from, to, &reason, result.as_deref(), now_ms())?;
+            if moved {
                 let detail = if reason.is_empty() {
                     format!("ledger {id}: {} -> {}", from.as_str(), to.as_str())
                 } else {
-                    format!("ledger {id}: {} -> {}: {reason}", from.as_str(), to.as_str())
+                    format!(
+                        "ledger {id}: {} -> {}: {reason}",
+                        from.as_str(),
+                        to.as_str()
+                    )
                 };
                 audit.push(c.event(to.as_str(), detail));
             }
-            Ok(n == 1)
+            Ok(moved)
         })
         .await
 }
@@ -203,10 +167,7 @@ pub fn recover(
         } else {
             (CallState::Abandoned, abandoned_text)
         };
-        conn.execute(
-            "UPDATE ledger SET state = ?1, reason = ?2, updated_ms = ?3 WHERE id = ?4",
-            params![to.as_str(), why, now, c.id as i64],
-        )?;
+        sql::set_state(conn, c.id, to, why, now)?;
         audit.push(
             AuditEvent::new(AuditKind::Execution, "broker", to.as_str())
                 .session(c.session.0.clone())
@@ -225,29 +186,14 @@ pub fn recover(
 
 /// Rows in `state`, newest first.
 pub fn list(conn: &rusqlite::Connection, state: CallState) -> rusqlite::Result<Vec<LedgerCall>> {
-    let mut stmt = conn.prepare(
-        "SELECT id, session, tool, target, summary, state, reason, updated_ms FROM ledger WHERE state = ?1 ORDER BY updated_ms DESC, id DESC LIMIT 1000",
-    )?;
-    let rows = stmt.query_map(params![state.as_str()], |r| {
-        Ok(LedgerCall {
-            id: r.get::<_, i64>(0)? as u64,
-            session: SessionId(r.get(1)?),
-            tool: r.get(2)?,
-            target: r.get(3)?,
-            summary: r.get(4)?,
-            state: state_of(&r.get::<_, String>(5)?)?,
-            reason: r.get(6)?,
-            updated_unix_ms: r.get::<_, i64>(7)? as u64,
-        })
-    })?;
-    rows.collect()
+    sql::list(conn, state)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::chain::Sealer;
-    use crate::store::{open_rw, Chain};
+    use audit_store::chain::Sealer;
+    use audit_store::{open_rw, Chain};
 
     fn store(dir: &std::path::Path) -> StoreHandle {
         let conn = open_rw(&dir.join("db")).unwrap();

@@ -2,8 +2,8 @@
 //! limits and its "allow for this session" decisions. A gateway that reconnects (after a broker
 //! restart) may carry its session on by presenting the resume token the broker gave it.
 
-use crate::policy::rate::RateState;
 use ipc_schema::tool::{AgentInfo, ProfileName, ResumeToken, SessionId, ToolName};
+use policy::rate::RateState;
 use sha2::{Digest, Sha256};
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -69,7 +69,7 @@ pub async fn create(
         if all.get(profile).is_none() {
             return Err((
                 ipc_schema::ErrorCode::Refused,
-                crate::policy::unknown_profile(profile, all),
+                policy::unknown_profile(profile, all),
             ));
         }
     }
@@ -77,17 +77,16 @@ pub async fn create(
     let (sid, hash, pname) = (id.0.clone(), token_hash(&token), profile.to_string());
     gate.store
         .txn(move |tx, audit| {
-            tx.execute(
-                "INSERT INTO sessions (id, resume_hash, created_ms) VALUES (?1, ?2, ?3)",
-                rusqlite::params![sid, hash, crate::store::now_ms()],
-            )?;
-            tx.execute(
-                "INSERT INTO session_profiles (session, profile) VALUES (?1, ?2)",
-                rusqlite::params![sid, pname],
+            audit_store::sessions::insert(
+                tx,
+                &SessionId(sid.clone()),
+                &hash,
+                &pname,
+                audit_store::now_ms(),
             )?;
             audit.push(
-                crate::store::chain::AuditEvent::new(
-                    crate::store::chain::AuditKind::Session,
+                audit_store::chain::AuditEvent::new(
+                    audit_store::chain::AuditKind::Session,
                     actor,
                     outcome,
                 )

@@ -1,9 +1,9 @@
 //! The console's requests: proposals and decisions, uncertain calls, sessions, policy.
 
 use crate::fronts::Replier;
-use crate::store::chain::{AuditEvent, AuditKind};
-use crate::store::now_ms;
 use crate::Ctx;
+use audit_store::chain::{AuditEvent, AuditKind};
+use audit_store::now_ms;
 use ipc_schema::tool::{ProfileName, SessionId};
 use ipc_schema::ui::{
     CallState, LaunchReply, LaunchRequest, PolicyView, SessionSummary, UiReply, UiRequest,
@@ -136,15 +136,14 @@ pub fn handle(
                     .gate
                     .store
                     .txn(move |tx, audit| {
-                        let n = tx
-                            .execute("DELETE FROM remembered WHERE id = ?1", [remembered as i64])?;
-                        if n == 1 {
+                        let gone = audit_store::remembered::delete(tx, remembered)?;
+                        if gone {
                             audit.push(
                                 AuditEvent::new(AuditKind::Policy, "ui", "forgotten")
                                     .detail(format!("remembered decision {remembered} dropped")),
                             );
                         }
-                        Ok(n == 1)
+                        Ok(gone)
                     })
                     .await;
                 reply.send(
@@ -167,7 +166,7 @@ pub fn handle(
             });
         }
         UiRequest::CredentialChanged { name, deleted } => {
-            crate::cmd_secret::record_for_cli(ctx, id, name, deleted, reply)
+            crate::secrets_link::record_for_cli(ctx, id, name, deleted, reply)
         }
         UiRequest::Launch(req) => {
             let (ctx, reply, conn) = (ctx.clone(), reply.clone(), conn.clone());
@@ -211,7 +210,7 @@ pub fn handle(
                 let r = ctx
                     .gate
                     .store
-                    .read(move |tx| crate::cmd_ui::audit_tail(tx, after, limit))
+                    .read(move |tx| audit_store::audit::audit_tail(tx, after, limit))
                     .await;
                 reply.send(
                     id,
@@ -295,11 +294,9 @@ async fn launch_end(ctx: &Rc<Ctx>, session: SessionId, why: &'static str) -> Bod
         .gate
         .store
         .txn(move |tx, audit| {
-            let n = tx.execute(
-                "UPDATE sessions SET resume_hash = ?2 WHERE id = ?1",
-                rusqlite::params![sid, revoked],
-            )?;
-            if n == 1 {
+            let found =
+                audit_store::sessions::set_resume_hash(tx, &SessionId(sid.clone()), &revoked)?;
+            if found {
                 let what = if had {
                     format!("{why}; token already revoked")
                 } else {
@@ -307,7 +304,7 @@ async fn launch_end(ctx: &Rc<Ctx>, session: SessionId, why: &'static str) -> Bod
                 };
                 audit.push(AuditEvent::new(AuditKind::Session, "ui", what).session(sid));
             }
-            Ok(n == 1)
+            Ok(found)
         })
         .await;
     match r {

@@ -238,6 +238,41 @@ fn release_binaries_do_not_have_the_test_switches() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The binaries `gatehouse broker` and `gatehouse mcp` exec, asked directly and through
+    // the command line, and the command line's own switches; each test build has the switch
+    // (`--help` after it: the test build parses it, then only prints the usage).
+    let switches: [(&str, &[&str]); 5] = [
+        ("gatehouse-broker", &["--test-unlocked-helper", "fs"]),
+        ("gatehouse-mcp", &["--test-skip-lockdown"]),
+        ("gatehouse", &["mcp", "--test-skip-lockdown"]),
+        ("gatehouse", &["ui", "--test-skip-lockdown"]),
+        ("gatehouse", &["sandbox", "--test-no-sni-check"]),
+    ];
+    for (name, args) in switches {
+        let switch = args.iter().rev().find(|a| a.starts_with("--")).unwrap();
+        let out = Command::new(release.join(name))
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{name} {args:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr)
+                .contains(&format!("unexpected argument '{switch}'")),
+            "{name} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = Command::new(bin(name))
+            .args(args)
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{name} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     for role in Role::HELPERS {
         let out = Command::new(release.join(role.name()))
             .arg("--test-skip-lockdown")
@@ -420,6 +455,12 @@ fn a_broker_without_its_helpers_says_which_are_missing_and_how_to_build_them() {
     let lone = tempfile::tempdir().unwrap();
     let exe = lone.path().join("gatehouse");
     std::fs::copy(bin("gatehouse"), &exe).unwrap();
+    // `gatehouse broker` execs the daemon beside it.
+    std::fs::copy(
+        bin("gatehouse-broker"),
+        lone.path().join("gatehouse-broker"),
+    )
+    .unwrap();
     // fs-helper present, the other three missing.
     std::fs::copy(bin("fs-helper"), lone.path().join("fs-helper")).unwrap();
     let data = tempfile::tempdir().unwrap();

@@ -2,9 +2,9 @@
 //! shows), a redacted summary (what the audit log keeps: no file content, no secrets), and
 //! one line on what it will change.
 
-use crate::policy::eval::shown;
 use ipc_schema::fs::{Edit, FsPath};
 use ipc_schema::tool::ToolCall;
+use policy::eval::shown;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 

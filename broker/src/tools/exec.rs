@@ -7,7 +7,6 @@
 //! no network"); the egress proxy is for `gatehouse run` / `gatehouse sandbox`.
 
 use super::fs::{EffectAnswer, Resolved};
-use crate::policy::eval::shown;
 use crate::Ctx;
 use ipc_schema::exec::{
     CommandSpec, ExecReply, ExecRequest, GrantAccess, Limits, NetworkMode, PathGrant, RunEnd,
@@ -16,6 +15,7 @@ use ipc_schema::exec::{
 };
 use ipc_schema::tool::{CommandRun, Failure, RunCommand, ToolResult};
 use ipc_schema::{Body, ErrorCode, Role};
+use policy::eval::shown;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -124,9 +124,9 @@ pub async fn execute_effect(
     let (writable, root, hide) = {
         let policy = ctx.gate.policy.borrow().profile(profile).ok();
         let grant = policy.as_ref().and_then(|p| {
-            crate::policy::eval::grant_for(p, &cwd.absolute).map(|(g, root, _)| {
+            policy::eval::grant_for(p, &cwd.absolute).map(|(g, root, _)| {
                 (
-                    crate::policy::eval::command_writes(g),
+                    policy::eval::command_writes(g),
                     root.as_os_str().as_bytes().to_vec(),
                     ipc_schema::exec::Hide {
                         exclude: g.exclude.clone(),

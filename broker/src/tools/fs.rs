@@ -2,7 +2,6 @@
 //! previews for approval cards, and carrying the call out.
 
 use super::{failed, refused};
-use crate::policy::eval::{shown, PathTarget, Target};
 use crate::test_hooks::{crash_point, CrashStep};
 use crate::Ctx;
 use ipc_schema::fs::{
@@ -11,6 +10,7 @@ use ipc_schema::fs::{
 };
 use ipc_schema::tool::{Failure, RefusalKind, ToolCall, ToolReply, ToolResult};
 use ipc_schema::{Body, ErrorCode, Role};
+use policy::eval::{shown, PathTarget, Target};
 use std::rc::Rc;
 
 /// A call's targets after resolution.

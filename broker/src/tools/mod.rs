@@ -15,18 +15,18 @@ mod net;
 use crate::approvals::{Draft, Outcome};
 use crate::fronts::Replier;
 use crate::ledger::{self, CallInfo, Claim, Entry};
-use crate::policy::eval;
 use crate::sessions::{self, Attached, SessionRef};
-use crate::store::chain::{AuditEvent, AuditKind};
-use crate::store::now_ms;
 use crate::test_hooks::{crash_point, CrashStep};
 use crate::Ctx;
+use audit_store::chain::{AuditEvent, AuditKind};
+use audit_store::now_ms;
 use ipc_schema::tool::{
     Action, AgentInfo, Done, Failure, ProfileName, ProposalId, Refusal, RefusalKind, ResumeToken,
     SessionInfo, ToolCall, ToolName, ToolReply, ToolResult, Verdict, Waiting,
 };
 use ipc_schema::ui::{CallState, Choice, Remembered};
 use ipc_schema::{Body, ErrorCode, ErrorReply};
+use policy::eval;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Instant;
@@ -96,9 +96,10 @@ pub fn connection_closed(ctx: &Rc<Ctx>, conn: &Rc<Conn>) {
         };
         let r = store
             .txn(move |tx, audit| {
-                tx.execute(
-                    "UPDATE sessions SET resume_hash = ?2 WHERE id = ?1",
-                    rusqlite::params![sid, revoked],
+                audit_store::sessions::set_resume_hash(
+                    tx,
+                    &ipc_schema::tool::SessionId(sid.clone()),
+                    &revoked,
                 )?;
                 audit.push(
                     AuditEvent::new(AuditKind::Session, "gateway", "ended; token revoked")
@@ -194,19 +195,11 @@ fn describe_agent(ctx: &Rc<Ctx>, conn: &Rc<Conn>, agent: AgentInfo) -> Body {
 /// The profile a resumable session was opened with (`default` for a session older than
 /// profiles).
 async fn stored_profile(ctx: &Rc<Ctx>, sid: &str) -> Result<ProfileName, String> {
-    let sid = sid.to_string();
+    let sid = ipc_schema::tool::SessionId(sid.to_string());
     let name = ctx
         .gate
         .store
-        .read(move |tx| {
-            use rusqlite::OptionalExtension;
-            tx.query_row(
-                "SELECT profile FROM session_profiles WHERE session = ?1",
-                [sid],
-                |r| r.get::<_, String>(0),
-            )
-            .optional()
-        })
+        .read(move |tx| audit_store::sessions::profile(tx, &sid))
         .await
         .map_err(|e| e.to_string())?;
     match name {
@@ -235,13 +228,8 @@ async fn open_session(
             let found = gate
                 .store
                 .read(move |tx| {
-                    use rusqlite::OptionalExtension;
-                    tx.query_row(
-                        "SELECT id, created_ms FROM sessions WHERE resume_hash = ?1",
-                        [hash],
-                        |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)),
-                    )
-                    .optional()
+                    Ok(audit_store::sessions::by_resume_hash(tx, &hash)?
+                        .map(|(id, created)| (id.0, created)))
                 })
                 .await;
             match found {
@@ -317,7 +305,7 @@ async fn open_session(
     let tools = match ctx.gate.policy.borrow().profile(&profile) {
         Ok(policy) => ToolName::ALL
             .into_iter()
-            .map(|t| crate::policy::eval::standing(&policy, t))
+            .map(|t| policy::eval::standing(&policy, t))
             .collect(),
         Err(_) => Vec::new(),
     };
@@ -785,7 +773,7 @@ fn without_secret_lines(profile: &ProfileName, ctx: &Rc<Ctx>, r: ToolResult) -> 
     let policy = ctx.gate.policy.borrow().profile(profile).ok();
     let allowed = |abs: &[u8]| {
         policy.as_ref().is_some_and(|p| {
-            crate::policy::eval::grant_for(p, abs).is_some_and(|(g, _, _)| g.secret_files_allowed)
+            policy::eval::grant_for(p, abs).is_some_and(|(g, _, _)| g.secret_files_allowed)
         })
     };
     let mut withheld = std::collections::BTreeSet::new();
@@ -1100,7 +1088,7 @@ pub async fn remember(
     action: &str,
     origin: ProposalId,
     profile: &ProfileName,
-) -> Result<(), crate::store::StoreError> {
+) -> Result<(), audit_store::StoreError> {
     let (t, a, o) = (target.to_string(), action.to_string(), origin.to_string());
     let prof = profile.to_string();
     let now = now_ms();
@@ -1108,11 +1096,17 @@ pub async fn remember(
         .gate
         .store
         .txn(move |tx, audit| {
-            tx.execute(
-                "INSERT INTO remembered (tool, target, action, created_ms, origin, profile) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                rusqlite::params![tool.as_str(), t, a, now, o, prof],
+            let id = audit_store::remembered::insert(
+                tx,
+                &audit_store::remembered::NewRemembered {
+                    tool: tool.as_str(),
+                    target: &t,
+                    action: &a,
+                    origin: &o,
+                    profile: &prof,
+                    now_ms: now,
+                },
             )?;
-            let id = tx.last_insert_rowid();
             audit.push(
                 AuditEvent::new(AuditKind::Policy, "ui", "remembered")
                     .tool(tool.as_str())

@@ -7,7 +7,6 @@
 
 use super::fs::Resolved;
 use super::{failed, refused};
-use crate::policy::eval::Target;
 use crate::sessions::SessionRef;
 use crate::Ctx;
 use ipc_schema::net::{
@@ -15,6 +14,7 @@ use ipc_schema::net::{
 };
 use ipc_schema::tool::{FetchedText, RefusalKind, ToolCall, ToolName, ToolReply, ToolResult};
 use ipc_schema::{Body, ErrorCode, Role};
+use policy::eval::Target;
 use std::rc::Rc;
 
 /// The most body a tool-path fetch asks for. Lower than the net-helper's 1 MiB default because
@@ -264,7 +264,7 @@ pub fn remember_outside(session: &SessionRef, tool: ToolName, call_number: u64, 
     session.borrow_mut().outside.remember_result(
         tool,
         call_number,
-        crate::store::now_ms() as u64,
+        audit_store::now_ms() as u64,
         r,
     );
 }

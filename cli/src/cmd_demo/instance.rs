@@ -2,7 +2,7 @@
 
 use super::report::AuditReport;
 use super::scratch::Scratch;
-use crate::dirs::Dirs;
+use gatehouse_client::Dirs;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -108,18 +108,10 @@ pub(super) fn verify_audit(exe: &Path, s: &Scratch) -> AuditReport {
         },
         Err(e) => r.message = format!("cannot run verify-audit: {e}"),
     }
-    let db = crate::store::db_path(&Dirs::under(&s.data).data);
-    if let Ok(conn) = crate::store::open_ro(&db) {
-        if let Ok(mut stmt) =
-            conn.prepare("SELECT kind, count(*) FROM audit GROUP BY kind ORDER BY kind")
-        {
-            if let Ok(rows) = stmt.query_map([], |row| {
-                Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
-            }) {
-                for (k, n) in rows.flatten() {
-                    r.kinds.insert(k, n as u64);
-                }
-            }
+    let db = audit_store::db_path(&Dirs::under(&s.data).data);
+    if let Ok(conn) = audit_store::open_ro(&db) {
+        if let Ok(kinds) = audit_store::audit::count_by_kind(&conn) {
+            r.kinds.extend(kinds);
         }
     }
     r
@@ -131,10 +123,10 @@ pub(super) fn verify_audit(exe: &Path, s: &Scratch) -> AuditReport {
 #[cfg(target_os = "linux")]
 pub(super) fn forget_audit_key(s: &Scratch) {
     use linux_keyutils::{KeyRing, KeyRingIdentifier};
-    let Ok(conn) = crate::store::open_ro(&crate::store::db_path(&Dirs::under(&s.data).data)) else {
+    let Ok(conn) = audit_store::open_ro(&audit_store::db_path(&Dirs::under(&s.data).data)) else {
         return;
     };
-    let Ok(Some(instance)) = crate::store::read_instance_id(&conn) else {
+    let Ok(Some(instance)) = audit_store::read_instance_id(&conn) else {
         return;
     };
     if let Ok(ring) = KeyRing::from_special_id(KeyRingIdentifier::User, false) {

@@ -39,7 +39,7 @@ fn parse_choice(s: &str) -> Option<Choice> {
 /// inert (an agent's target, arguments and diff, a server's URL), so no field can add a line that
 /// passes for another field or another proposal, or drive the terminal.
 fn render(p: &Proposal) -> String {
-    let now = crate::store::now_ms() as u64;
+    let now = audit_store::now_ms() as u64;
     let mut s = format!(
         "proposal {} [{}] {} on {}\n  effect:    {}\n  rule:      {}\n  arguments: {}\n",
         p.id.0,
@@ -71,7 +71,7 @@ fn render(p: &Proposal) -> String {
             s.push_str(&format!(
                 "    {}: {} {}\n",
                 escaped(&m.argument),
-                crate::provenance::part_text(&m.part),
+                broker::part_text(&m.part),
                 escaped(&from)
             ));
         }
@@ -104,7 +104,7 @@ fn render(p: &Proposal) -> String {
     s
 }
 
-fn pending(c: &mut crate::client::Client) -> Result<Vec<Proposal>, String> {
+fn pending(c: &mut gatehouse_client::Client) -> Result<Vec<Proposal>, String> {
     match c
         .request(Body::Ui(UiRequest::ListPending))
         .map_err(|e| e.to_string())?

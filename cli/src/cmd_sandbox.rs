@@ -687,7 +687,7 @@ pub(crate) mod egress {
             if hello.role != Role::Net {
                 return Err(format!("{} says it is {}", program.display(), hello.role));
             }
-            crate::helpers::verify_lockdown(Role::Net, &hello.lockdown, &kernel, allow_degraded)?;
+            broker::helpers::verify_lockdown(Role::Net, &hello.lockdown, &kernel, allow_degraded)?;
             let open = ProxySession {
                 session: e.session.clone(),
                 token: e.token.clone(),

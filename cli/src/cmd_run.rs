@@ -32,7 +32,8 @@ mod program;
 mod recipe;
 
 use crate::cmd_sandbox::{self, refused, Stop};
-use crate::{client::Client, Global};
+use crate::Global;
+use gatehouse_client::Client;
 use ipc_schema::codec::{read_frame, write_frame, MAX_FRAME};
 use ipc_schema::exec::{GrantAccess, Limits, PathGrant};
 use ipc_schema::tool::{ProfileName, ResumeToken, SessionId, ToolCall};
@@ -523,12 +524,19 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
             access: GrantAccess::Read,
         });
     }
-    // The agent starts `gatehouse mcp` from its MCP config: this very binary, read-only.
-    if !exe.starts_with(&cwd) {
-        grants.push(PathGrant {
-            path: exe.clone(),
-            access: GrantAccess::Read,
-        });
+    // The agent starts `gatehouse mcp` from its MCP config: this very binary, read-only, and
+    // `gatehouse-mcp` beside it, which that command execs.
+    let mcp_exe = exe
+        .parent()
+        .map(|d| d.join(gatehouse_client::MCP_BIN))
+        .and_then(|m| std::fs::canonicalize(m).ok());
+    for bin in std::iter::once(exe.clone()).chain(mcp_exe) {
+        if !bin.starts_with(&cwd) {
+            grants.push(PathGrant {
+                path: bin,
+                access: GrantAccess::Read,
+            });
+        }
     }
     let path_var = std::env::var("PATH").unwrap_or_else(|_| command::env::DEFAULT_PATH.into());
     let Some(visible) = program::visible(&argv0, &path_var, &cwd) else {
@@ -698,8 +706,8 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
         )
         .map_err(refused)?;
     for (name, value) in [
-        (crate::cmd_mcp::SOCKET_ENV, GATEWAY_SOCKET_INSIDE),
-        (crate::cmd_mcp::TOKEN_ENV, token.as_str()),
+        (gatehouse_client::SOCKET_ENV, GATEWAY_SOCKET_INSIDE),
+        (gatehouse_client::TOKEN_ENV, token.as_str()),
         (MCP_CONFIG_ENV, MCP_CONFIG_INSIDE),
     ] {
         prepared.set_gatehouse_var(name, value).map_err(refused)?;

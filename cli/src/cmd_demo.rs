@@ -19,10 +19,10 @@ mod scratch;
 mod script;
 mod session;
 
-use crate::dirs::Dirs;
 use crate::Global;
 use agent::Agent;
 use approver::Approver;
+use gatehouse_client::Dirs;
 use instance::{forget_audit_key, verify_audit, Broker};
 use ipc_schema::Envelope;
 use narrate::Narrator;

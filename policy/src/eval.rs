@@ -342,11 +342,9 @@ fn evaluate_rules(
 /// every call is refused whatever its target (an unrestricted Deny rule for the tool, or a
 /// Deny default with no rule that could decide otherwise); otherwise the tool's default.
 pub fn standing(policy: &Policy, tool: ToolName) -> ipc_schema::tool::ToolStanding {
-    let covers =
-        |r: &crate::policy::compile::Rule| r.tools.as_ref().is_none_or(|t| t.contains(&tool));
-    let unrestricted = |r: &crate::policy::compile::Rule| {
-        r.paths.is_none() && r.hosts.is_empty() && r.programs.is_empty()
-    };
+    let covers = |r: &crate::compile::Rule| r.tools.as_ref().is_none_or(|t| t.contains(&tool));
+    let unrestricted =
+        |r: &crate::compile::Rule| r.paths.is_none() && r.hosts.is_empty() && r.programs.is_empty();
     let revision = policy.revision;
     if let Some(r) = policy
         .rules

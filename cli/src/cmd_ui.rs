@@ -1,11 +1,8 @@
 //! `gatehouse ui`: the human's console, attached to the running broker over the ui socket
 //! (starting the broker in the background when none runs). The console library connects,
 //! takes the terminal, and locks this process down before it reads the first frame.
-//!
-//! Also the broker's side of the console's live audit tail ([`audit_tail`]).
 
-use crate::{client, Global};
-use ipc_schema::ui::AuditEntry;
+use crate::Global;
 use std::io::IsTerminal;
 use std::os::fd::RawFd;
 use std::os::unix::net::UnixStream;
@@ -109,49 +106,8 @@ fn connect(g: &Global) -> Result<UnixStream, String> {
     }
     // Starts the broker and waits until the socket answers (that probe connection is closed at
     // once; a ui connection holds nothing until it asks).
-    client::Client::connect_or_start(g.data_dir.as_deref(), &g.dirs, &path, &[])
+    gatehouse_client::Client::connect_or_start(g.data_dir.as_deref(), &g.dirs, &path, &[])
         .map_err(|e| e.to_string())?;
     UnixStream::connect(&path)
         .map_err(|e| format!("cannot reach the broker at {}: {e}", path.display()))
-}
-
-/// The most entries one tail reply carries (each is a redacted summary; this keeps a reply far
-/// below the frame limit).
-const TAIL_MAX: u32 = 500;
-/// Text budget of one reply, so that a few very long details cannot reach the frame limit.
-const TAIL_BYTES: usize = 256 * 1024;
-
-/// Audit entries after `after`, oldest first: the newest `limit` of them (at most [`TAIL_MAX`],
-/// and at most about [`TAIL_BYTES`] of text).
-pub fn audit_tail(
-    conn: &rusqlite::Connection,
-    after: u64,
-    limit: u32,
-) -> rusqlite::Result<Vec<AuditEntry>> {
-    let mut stmt = conn.prepare(crate::store::AUDIT_AFTER_NEWEST_FIRST)?;
-    let after = i64::try_from(after).unwrap_or(i64::MAX);
-    let rows = stmt.query_map(
-        rusqlite::params![after, limit.min(TAIL_MAX)],
-        crate::store::audit_entry,
-    )?;
-    let mut out = Vec::new();
-    let mut bytes = 0usize;
-    for row in rows {
-        let e = row?;
-        bytes += e.kind.len()
-            + e.actor.len()
-            + e.outcome.len()
-            + e.detail.len()
-            + e.session.as_ref().map_or(0, String::len)
-            + e.tool.as_ref().map_or(0, String::len)
-            + e.target.as_ref().map_or(0, String::len);
-        // Newest first: like LIMIT, the budget keeps the newest entries (a tail; the seq
-        // numbers show the gap, and `gatehouse audit tail` prints everything).
-        out.push(e);
-        if bytes > TAIL_BYTES {
-            break;
-        }
-    }
-    out.reverse();
-    Ok(out)
 }

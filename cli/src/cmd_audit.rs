@@ -2,12 +2,11 @@
 //! work with no broker running (and cannot be lied to by one). `verify-audit` gets the MACs
 //! from a private secrets-helper it starts itself (the key never leaves that helper).
 
-use crate::head_key::PrivateSeal;
-use crate::store::{self, verify};
 use crate::{fail, Global, EXIT_FAILURE};
+use audit_store::{self as store, verify};
+use broker::head_key::PrivateSeal;
 use ipc_schema::inert::escaped;
 use ipc_schema::ui::AuditEntry;
-use rusqlite::params;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -72,21 +71,6 @@ pub fn verify(g: &Global) -> ExitCode {
     }
 }
 
-/// The rows after `after`, oldest first (the newest `limit` of them).
-fn rows_after(
-    conn: &rusqlite::Connection,
-    after: u64,
-    limit: u32,
-) -> rusqlite::Result<Vec<AuditEntry>> {
-    let mut stmt = conn.prepare(store::AUDIT_AFTER_NEWEST_FIRST)?;
-    let after = i64::try_from(after).unwrap_or(i64::MAX);
-    let mut rows: Vec<AuditEntry> = stmt
-        .query_map(params![after, limit], store::audit_entry)?
-        .collect::<Result<_, _>>()?;
-    rows.reverse();
-    Ok(rows)
-}
-
 fn print_row(r: &AuditEntry, json: bool) {
     if json {
         println!(
@@ -135,7 +119,7 @@ pub fn run(g: &Global, cmd: AuditCmd) -> ExitCode {
         Err(e) => return fail(&e.to_string()),
     };
     let mut last = 0;
-    match rows_after(&conn, 0, lines) {
+    match store::audit::rows_after(&conn, 0, lines) {
         Ok(rows) => {
             for r in &rows {
                 print_row(r, g.json);
@@ -149,7 +133,7 @@ pub fn run(g: &Global, cmd: AuditCmd) -> ExitCode {
     }
     loop {
         std::thread::sleep(Duration::from_millis(200));
-        match rows_after(&conn, last, 10_000) {
+        match store::audit::rows_after(&conn, last, 10_000) {
             Ok(rows) => {
                 for r in &rows {
                     print_row(r, g.json);

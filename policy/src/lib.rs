@@ -1,6 +1,8 @@
 //! The policy in force: the TOML document (or the built-in default profile), its validation,
 //! revisioned atomic apply, and the decisions remembered from approval cards.
 
+#![forbid(unsafe_code)]
+
 pub mod compile;
 pub mod doc;
 pub mod eval;

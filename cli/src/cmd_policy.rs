@@ -5,12 +5,12 @@
 //! a visible escape; the remembered decisions (whose targets come from agents' calls), the
 //! source and any error are one inert line each. `--json` prints the exact values.
 
-use crate::policy::doc::PolicyDoc;
 use crate::{fail, Global};
 use ipc_schema::inert::{escaped, escaped_lines};
 use ipc_schema::tool::ProfileName;
 use ipc_schema::ui::{PolicyView, UiReply, UiRequest};
 use ipc_schema::Body;
+use policy::doc::PolicyDoc;
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;

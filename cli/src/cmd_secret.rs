@@ -25,27 +25,19 @@
 //! same private helper. Which of the two, and for the second that the log's sealed head checks
 //! out and its key is there, is settled before the credential is touched.
 
-use crate::client::Client;
-use crate::dirs::Dirs;
-use crate::fronts::Replier;
-use crate::head_key::PrivateSeal;
-use crate::store::chain::{AuditEvent, AuditKind};
-use crate::store::{self, Chain};
-use crate::{fail, Ctx, Global, EXIT_FAILURE};
-use ipc_schema::codec::{self, HEADER_LEN, MAX_FRAME};
+use crate::{fail, Global, EXIT_FAILURE};
+use audit_store::{self as store, Chain};
+use broker::head_key::PrivateSeal;
+use broker::secrets_link::{change_event, hosts_text, send_as_word, PrivateHelper};
+use gatehouse_client::{Client, Dirs};
 use ipc_schema::secrets::{
     BasicUser, CredentialInfo, CredentialName, CredentialSpec, HeaderName, HostPattern,
-    SecretValue, SecretsReply, SecretsRequest, SendAs, StoreKind, Zeroizing, MAX_SECRET_LEN,
+    SecretValue, SecretsReply, SecretsRequest, SendAs, Zeroizing, MAX_SECRET_LEN,
 };
 use ipc_schema::ui::{UiReply, UiRequest};
-use ipc_schema::{Body, Envelope, Role};
-use ipc_schema::{ErrorCode, ErrorReply};
-use std::ffi::OsString;
-use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use ipc_schema::Body;
+use std::io::Write;
 use std::process::ExitCode;
-use std::rc::Rc;
 
 #[derive(clap::Subcommand)]
 pub enum SecretCmd {
@@ -85,172 +77,6 @@ pub struct SetArgs {
 
 /// Errors of this command, each a sentence for the user.
 type CmdResult<T> = Result<T, String>;
-
-/// The `[secrets]` table of config.toml.
-#[derive(serde::Deserialize, Default)]
-struct ConfigFile {
-    #[serde(default)]
-    secrets: SecretsConfig,
-}
-
-#[derive(serde::Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct SecretsConfig {
-    store: Option<String>,
-}
-
-/// The configured store: `[secrets] store` in `config.toml`, `keyutils` when absent.
-pub fn configured_store(config_dir: &Path) -> CmdResult<StoreKind> {
-    let os = std::env::consts::OS;
-    let path = config_dir.join("config.toml");
-    let default = || {
-        StoreKind::default_for(os)
-            .ok_or_else(|| format!("gatehouse has no credential store for {os}"))
-    };
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return default(),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
-    };
-    let cfg: ConfigFile = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    let Some(s) = cfg.secrets.store.as_deref() else {
-        return default();
-    };
-    let kind = StoreKind::from_name(s).ok_or_else(|| {
-        format!(
-            "{}: [secrets] store = {s:?} is not a store; use {}",
-            path.display(),
-            StoreKind::choices_on(os)
-        )
-    })?;
-    // Another OS's store is refused, never swapped for this one's.
-    kind.check_os(os)
-        .map_err(|e| format!("{}: [secrets] store = {s:?}: {e}", path.display()))?;
-    Ok(kind)
-}
-
-/// The namespace of this gatehouse instance's credentials: `default` for the user's own
-/// instance, a name derived from the data directory for a `--data-dir` instance (so tests and
-/// demos never see or touch the user's credentials).
-pub fn namespace(dirs: &Dirs) -> String {
-    use sha2::{Digest, Sha256};
-    let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-    if let Ok(user) = Dirs::from_env() {
-        if canon(&user.data) == canon(&dirs.data) {
-            return "default".into();
-        }
-    }
-    let digest = Sha256::digest(canon(&dirs.data).as_os_str().as_encoded_bytes());
-    format!("d-{}", &hex::encode(digest)[..16])
-}
-
-/// The secrets-helper's arguments for this instance (the broker passes the same ones to its
-/// own helper): store, namespace, and for the Secret Service the session bus address.
-pub fn helper_args(dirs: &Dirs) -> CmdResult<Vec<OsString>> {
-    let store = configured_store(&dirs.config)?;
-    let mut args: Vec<OsString> = vec![
-        "--store".into(),
-        store.as_str().into(),
-        "--namespace".into(),
-        namespace(dirs).into(),
-    ];
-    if store == StoreKind::SecretService {
-        let address = match std::env::var_os("DBUS_SESSION_BUS_ADDRESS") {
-            Some(a) if !a.is_empty() => a,
-            // Where systemd's user session puts the bus when the variable is not exported.
-            _ => match std::env::var_os("XDG_RUNTIME_DIR") {
-                Some(r) if Path::new(&r).join("bus").exists() => {
-                    let mut a = OsString::from("unix:path=");
-                    a.push(Path::new(&r).join("bus"));
-                    a
-                }
-                _ => {
-                    return Err("the Secret Service store is configured ([secrets] store = \"secret-service\"), but there is no session bus: DBUS_SESSION_BUS_ADDRESS is not set and $XDG_RUNTIME_DIR/bus does not exist".into())
-                }
-            },
-        };
-        args.push("--dbus-address".into());
-        args.push(address);
-    }
-    Ok(args)
-}
-
-/// A secrets-helper started by this command, on a private socket pair.
-pub struct PrivateHelper {
-    sock: UnixStream,
-    child: std::process::Child,
-    next_id: u64,
-}
-
-impl PrivateHelper {
-    /// Starts the secrets-helper that lies beside this binary, with this instance's arguments,
-    /// and waits for its hello.
-    pub fn start(dirs: &Dirs) -> CmdResult<PrivateHelper> {
-        let args = helper_args(dirs)?;
-        let program: PathBuf = std::env::current_exe()
-            .ok()
-            .and_then(|e| e.parent().map(|d| d.join(Role::Secrets.name())))
-            .ok_or("cannot find the directory of this binary")?;
-        let (ours, theirs) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
-        let spawned = sandbox::process::spawn_helper(&program, &args, theirs.into(), &[])
-            .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
-        ours.set_read_timeout(Some(std::time::Duration::from_secs(60)))
-            .map_err(|e| e.to_string())?;
-        let mut h = PrivateHelper {
-            sock: ours,
-            child: spawned.child,
-            next_id: 1,
-        };
-        match h.recv()? {
-            Envelope {
-                body: Body::Hello(hello),
-                ..
-            } if hello.role == Role::Secrets => Ok(h),
-            other => Err(format!(
-                "the secrets-helper did not say hello (it sent {:?})",
-                other.body.kind()
-            )),
-        }
-    }
-
-    fn recv(&mut self) -> CmdResult<Envelope> {
-        let closed = || "the secrets-helper stopped (its reason is on stderr above)".to_string();
-        let mut header = [0u8; HEADER_LEN];
-        self.sock.read_exact(&mut header).map_err(|_| closed())?;
-        let len = codec::parse_header(header, MAX_FRAME).map_err(|e| e.to_string())?;
-        let mut payload = Zeroizing::new(vec![0u8; len]);
-        self.sock.read_exact(&mut payload).map_err(|_| closed())?;
-        codec::decode_payload(&payload).map_err(|e| e.to_string())
-    }
-
-    /// Sends one request and returns its reply. Frames are built and read in zeroized buffers.
-    pub fn request(&mut self, req: SecretsRequest) -> CmdResult<SecretsReply> {
-        let id = self.next_id;
-        self.next_id += 1;
-        let mut buf = Zeroizing::new(Vec::with_capacity(64 * 1024));
-        codec::encode_into(&Envelope::new(id, Body::Secrets(req)), &mut buf)
-            .map_err(|e| e.to_string())?;
-        self.sock
-            .write_all(&buf)
-            .map_err(|e| format!("writing to the secrets-helper: {e}"))?;
-        match self.recv()? {
-            Envelope {
-                id: got,
-                body: Body::SecretsReply(r),
-                ..
-            } if got == id => Ok(r),
-            other => Err(format!("unexpected answer {:?}", other.body.kind())),
-        }
-    }
-}
-
-impl Drop for PrivateHelper {
-    fn drop(&mut self) {
-        // Closing the channel ends the helper; wait so that no zombie is left.
-        let _ = self.sock.shutdown(std::net::Shutdown::Both);
-        let _ = self.child.wait();
-    }
-}
 
 fn parse_spec(a: &SetArgs) -> CmdResult<CredentialSpec> {
     let name = CredentialName::parse(&a.name).map_err(|e| e.0)?;
@@ -374,22 +200,6 @@ impl Drop for EchoOff<'_> {
     }
 }
 
-fn hosts_text(spec: &CredentialSpec) -> String {
-    spec.hosts
-        .iter()
-        .map(|h| h.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-fn send_as_word(s: &SendAs) -> String {
-    match s {
-        SendAs::Bearer => "bearer".into(),
-        SendAs::Header(h) => format!("header {}", h.as_str()),
-        SendAs::Basic(u) => format!("basic user {}", u.as_str()),
-    }
-}
-
 fn info_json(i: &CredentialInfo) -> serde_json::Value {
     let (how, header, user) = match &i.spec.send_as {
         SendAs::Bearer => ("bearer", None, None),
@@ -410,26 +220,6 @@ fn failure(r: SecretsReply) -> String {
     match r {
         SecretsReply::Failed(e) => e.message,
         other => format!("unexpected answer from the secrets-helper: {other:?}"),
-    }
-}
-
-/// The audit row of a change to credential `name`, from what the store says now (`None`: it
-/// no longer exists). Never a value: [`CredentialInfo`] holds none.
-pub fn change_event(name: &CredentialName, now: Option<&CredentialInfo>) -> AuditEvent {
-    let ev = AuditEvent::new(
-        AuditKind::Credential,
-        "secret-cli",
-        if now.is_some() { "saved" } else { "deleted" },
-    )
-    .target(name.as_str());
-    match now {
-        None => ev.detail("the credential and any stored value were removed"),
-        Some(i) => ev.detail(format!(
-            "hosts: {}; sent as: {}; value: {}",
-            hosts_text(&i.spec),
-            send_as_word(&i.spec.send_as),
-            if i.present { "stored" } else { "not stored" }
-        )),
     }
 }
 
@@ -519,90 +309,6 @@ impl<'a> Recorder<'a> {
             }
         }
     }
-}
-
-/// The broker's side of [`UiRequest::CredentialChanged`]: asks its own secrets-helper what the
-/// credential is now, refuses a claim the store contradicts, and writes the row (sealed)
-/// before answering with its entry number.
-pub fn record_for_cli(
-    ctx: &Rc<Ctx>,
-    id: u64,
-    name: CredentialName,
-    deleted: bool,
-    reply: &Replier,
-) {
-    let (ctx, reply) = (ctx.clone(), reply.clone());
-    tokio::task::spawn_local(async move {
-        let error = |code, m: String| Body::Error(ErrorReply::new(code, m));
-        let Some(slot) = ctx.helpers.slot(Role::Secrets).cloned() else {
-            return reply.send(id, error(ErrorCode::Internal, "no secrets-helper".into()));
-        };
-        let now = match slot
-            .call(Body::Secrets(SecretsRequest::Has { name: name.clone() }))
-            .await
-        {
-            Ok(Body::SecretsReply(SecretsReply::Credential(now))) => now,
-            Ok(Body::SecretsReply(SecretsReply::Failed(e))) => {
-                return reply.send(id, error(ErrorCode::Internal, e.message))
-            }
-            Ok(other) => {
-                return reply.send(
-                    id,
-                    error(
-                        ErrorCode::Internal,
-                        format!("unexpected answer {:?}", other.kind()),
-                    ),
-                )
-            }
-            Err(e) => return reply.send(id, error(ErrorCode::Internal, e.to_string())),
-        };
-        if now.is_none() != deleted {
-            return reply.send(
-                id,
-                error(
-                    ErrorCode::Invalid,
-                    format!(
-                        "credential {name} {} in the store; not recorded",
-                        if deleted {
-                            "still exists"
-                        } else {
-                            "does not exist"
-                        }
-                    ),
-                ),
-            );
-        }
-        let ev = change_event(&name, now.as_ref());
-        let target = name.as_str().to_string();
-        let store = &ctx.gate.store;
-        let written = match store
-            .txn(move |_, audit| {
-                audit.push(ev);
-                Ok(())
-            })
-            .await
-        {
-            Ok(()) => {
-                store
-                    .read(move |c| {
-                        c.query_row(
-                            "SELECT max(seq) FROM audit WHERE kind = 'credential' AND target = ?1",
-                            [target],
-                            |r| r.get::<_, i64>(0),
-                        )
-                    })
-                    .await
-            }
-            Err(e) => Err(e),
-        };
-        reply.send(
-            id,
-            match written {
-                Ok(seq) => Body::UiReply(UiReply::CredentialChangeRecorded { seq: seq as u64 }),
-                Err(e) => error(ErrorCode::Internal, e.to_string()),
-            },
-        );
-    });
 }
 
 pub fn run(g: &Global, cmd: SecretCmd) -> ExitCode {
@@ -744,45 +450,5 @@ fn run_inner(g: &Global, cmd: SecretCmd) -> CmdResult<ExitCode> {
                 other => Err(failure(other)),
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn config_chooses_the_store_explicitly() {
-        let d = tempfile::tempdir().unwrap();
-        assert_eq!(configured_store(d.path()).unwrap(), StoreKind::Keyutils);
-        let write = |t: &str| std::fs::write(d.path().join("config.toml"), t).unwrap();
-        write("[secrets]\nstore = \"secret-service\"\n");
-        assert_eq!(
-            configured_store(d.path()).unwrap(),
-            StoreKind::SecretService
-        );
-        write("[other]\nx = 1\n");
-        assert_eq!(configured_store(d.path()).unwrap(), StoreKind::Keyutils);
-        write("[secrets]\nstore = \"kwallet\"\n");
-        let e = configured_store(d.path()).unwrap_err();
-        assert!(e.contains("use \"keyutils\" or \"secret-service\""), "{e}");
-        write("[secrets]\nstor = \"keyutils\"\n");
-        assert!(
-            configured_store(d.path()).is_err(),
-            "a misspelt key is an error"
-        );
-    }
-
-    #[test]
-    fn private_instances_get_their_own_namespace() {
-        let a = tempfile::tempdir().unwrap();
-        let b = tempfile::tempdir().unwrap();
-        let (na, nb) = (
-            namespace(&Dirs::under(a.path())),
-            namespace(&Dirs::under(b.path())),
-        );
-        assert!(na.starts_with("d-") && na.len() == 18, "{na}");
-        assert_ne!(na, nb);
-        assert_eq!(na, namespace(&Dirs::under(a.path())));
     }
 }

@@ -1,7 +1,7 @@
 //! The command-line side: connect to the running broker (starting one in the background when
 //! none runs, the way gpg-agent starts) and exchange frames.
 
-use crate::dirs::Dirs;
+use crate::Dirs;
 use ipc_schema::codec::{read_frame, write_frame, FrameError, MAX_FRAME};
 use ipc_schema::{Body, Envelope};
 use std::io::{BufReader, BufWriter, Write};
@@ -86,7 +86,8 @@ impl Client {
     }
 }
 
-/// Starts `gatehouse broker` for `dirs` in its own session, logging to the data dir.
+/// Starts `gatehouse-broker` (beside this binary) for `dirs` in its own process group, logging
+/// to the data dir.
 fn start_broker(
     data_dir: Option<&Path>,
     dirs: &Dirs,
@@ -94,7 +95,7 @@ fn start_broker(
 ) -> Result<(), ClientError> {
     dirs.ensure()
         .map_err(|e| ClientError::Start(e.to_string()))?;
-    let exe = std::env::current_exe().map_err(|e| ClientError::Start(e.to_string()))?;
+    let exe = crate::sibling(crate::BROKER_BIN).map_err(ClientError::Start)?;
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -103,16 +104,16 @@ fn start_broker(
     let log2 = log
         .try_clone()
         .map_err(|e| ClientError::Start(e.to_string()))?;
-    let mut cmd = Command::new(exe);
+    let mut cmd = Command::new(&exe);
     if let Some(d) = data_dir {
         cmd.arg("--data-dir").arg(d);
     }
-    cmd.arg("broker")
-        .args(broker_args)
+    cmd.args(broker_args)
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log2);
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-    cmd.spawn().map_err(|e| ClientError::Start(e.to_string()))?;
+    cmd.spawn()
+        .map_err(|e| ClientError::Start(format!("{}: {e}", exe.display())))?;
     Ok(())
 }

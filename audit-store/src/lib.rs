@@ -6,9 +6,19 @@
 //! them; the next FULL commit makes them durable against power loss too). Every ledger
 //! transition is its own savepoint inside a batch committed with `synchronous=FULL`, and its
 //! caller hears back only after that commit, so the event loop never waits on an fsync.
+//!
+//! Every SQL statement gatehouse runs is in this crate: [`ledger`], [`sessions`],
+//! [`remembered`] and [`audit`] (reading the log) hold the ones the broker and the command line
+//! use, as functions with typed arguments and results.
 
+#![forbid(unsafe_code)]
+
+pub mod audit;
 pub mod chain;
+pub mod ledger;
+pub mod remembered;
 pub mod seal;
+pub mod sessions;
 pub mod verify;
 pub mod writer;
 
@@ -19,6 +29,11 @@ use seal::{mac_eq, macs_all, Seal};
 use std::path::{Path, PathBuf};
 
 pub use writer::StoreHandle;
+
+/// The result of one statement (or a few) on a connection the caller holds: inside a writer
+/// transaction ([`StoreHandle::txn`]), a read ([`StoreHandle::read`]), or a connection of a
+/// command that reads the file directly.
+pub type Sql<T> = rusqlite::Result<T>;
 
 /// The database file inside the data dir.
 pub fn db_path(data_dir: &Path) -> PathBuf {
@@ -121,27 +136,6 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
         )?;
     }
     Ok(())
-}
-
-/// The audit rows after `seq` ?1, newest first, at most ?2 of them; each read by
-/// [`audit_entry`].
-pub const AUDIT_AFTER_NEWEST_FIRST: &str =
-    "SELECT seq, ts_ms, kind, session, actor, tool, target, outcome, detail FROM audit \
-     WHERE seq > ?1 ORDER BY seq DESC LIMIT ?2";
-
-/// One row of [`AUDIT_AFTER_NEWEST_FIRST`].
-pub fn audit_entry(r: &rusqlite::Row) -> rusqlite::Result<ipc_schema::ui::AuditEntry> {
-    Ok(ipc_schema::ui::AuditEntry {
-        seq: r.get::<_, i64>(0)? as u64,
-        ts_unix_ms: r.get::<_, i64>(1)? as u64,
-        kind: r.get(2)?,
-        session: r.get(3)?,
-        actor: r.get(4)?,
-        tool: r.get(5)?,
-        target: r.get(6)?,
-        outcome: r.get(7)?,
-        detail: r.get(8)?,
-    })
 }
 
 pub fn now_ms() -> i64 {

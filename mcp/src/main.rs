@@ -1,9 +1,14 @@
-//! `gatehouse mcp`: the MCP server for one agent session (what an agent's MCP configuration
-//! launches). Connects to the broker's gateway socket, starting the broker in the background
-//! when none runs, then hands the connection to the gateway library, which locks this process
-//! down before it reads the agent's first byte. The gateway runs in its own process: this one.
+//! `gatehouse-mcp` (also reached as `gatehouse mcp`, which execs it): the MCP server for one
+//! agent session, what an agent's MCP configuration launches. Connects to the broker's gateway
+//! socket, starting `gatehouse-broker` in the background when none runs, then hands the
+//! connection to the gateway library, which locks this process down before it reads the agent's
+//! first byte. This process parses what the agent sends, so it links the gateway and the
+//! client plumbing and nothing of the broker: no policy engine, no database, no demo.
 
-use crate::{client, Global};
+#![forbid(unsafe_code)]
+
+use clap::Parser;
+use gatehouse_client::{Client, Dirs, SOCKET_ENV, TOKEN_ENV};
 use ipc_schema::inert::escaped;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
@@ -11,14 +16,21 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-/// The variable `gatehouse run` passes a session token in (removed before serving).
-pub const TOKEN_ENV: &str = "GATEHOUSE_SESSION_TOKEN";
-/// The variable `gatehouse run` names the gateway socket in (inside its sandbox, where the
-/// runtime directory is hidden): connect there and nowhere else, and never start a broker.
-pub const SOCKET_ENV: &str = "GATEHOUSE_GATEWAY_SOCKET";
-
-#[derive(clap::Args)]
-pub struct McpArgs {
+/// The arguments of `gatehouse mcp`, which passes its own (and `--data-dir`) on unchanged.
+#[derive(Parser)]
+#[command(
+    name = "gatehouse-mcp",
+    version,
+    about = "The MCP server for one agent session, over stdio (what an agent's MCP config launches)",
+    args_override_self = true
+)]
+struct McpArgs {
+    /// A private instance: config, data and sockets all under DIR (tests, demos).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Accepted for `gatehouse --json mcp`; the MCP protocol is JSON already.
+    #[arg(long, hide = true)]
+    json: bool,
     /// A named session profile of the policy (`[profile.NAME]` in policy.toml); without it the
     /// session gets the policy's top level (the `default` profile).
     #[arg(long, value_name = "NAME")]
@@ -63,7 +75,31 @@ fn refuse(msg: &str, allow_degraded: bool) -> ExitCode {
     ExitCode::from(1)
 }
 
-pub fn run(g: &Global, args: McpArgs) -> ExitCode {
+/// What `gatehouse`'s global options give every command: the instance's directories and, for a
+/// broker started in the background, `--data-dir` made absolute.
+struct Global {
+    dirs: Dirs,
+    data_dir: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let args = McpArgs::parse();
+    let data_dir = match args.data_dir.as_ref().map(std::path::absolute) {
+        None => None,
+        Some(Ok(d)) => Some(d),
+        Some(Err(e)) => return fail(1, &format!("--data-dir: {e}")),
+    };
+    let dirs = match &data_dir {
+        Some(d) => Dirs::under(d),
+        None => match Dirs::from_env() {
+            Ok(d) => d,
+            Err(e) => return fail(1, &e),
+        },
+    };
+    run(&Global { dirs, data_dir }, args)
+}
+
+fn run(g: &Global, args: McpArgs) -> ExitCode {
     // The name is checked here; whether the policy has that profile, the broker says when the
     // session opens (before the first MCP message is read).
     let profile = match args
@@ -172,7 +208,7 @@ fn connect(g: &Global, run: Option<&RunLink>) -> Result<UnixStream, String> {
     }
     // Starts the broker and waits until the socket answers (that probe connection is closed
     // at once and opens no session).
-    client::Client::connect_or_start(g.data_dir.as_deref(), &g.dirs, &path, &[])
+    Client::connect_or_start(g.data_dir.as_deref(), &g.dirs, &path, &[])
         .map_err(|e| e.to_string())?;
     UnixStream::connect(&path)
         .map_err(|e| format!("cannot reach the broker at {}: {e}", path.display()))

@@ -7,7 +7,7 @@
 //! left running.
 
 use crate::cmd_ui::UiArgs;
-use crate::{broker, client, Global};
+use crate::Global;
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::termios;
 use std::io::{IsTerminal, Write};
@@ -46,7 +46,7 @@ pub fn run(g: &Global, a: UpArgs) -> ExitCode {
     if !std::io::stdin().is_terminal() || !std::io::stdout().is_terminal() {
         return fail("the console needs a terminal: run `gatehouse up` in one (to run only the broker, use `gatehouse broker`)");
     }
-    let started = match broker::running_broker_pid(&g.dirs.lock_file()) {
+    let started = match gatehouse_client::running_broker_pid(&g.dirs.lock_file()) {
         Some(pid) => {
             say(&format!(
                 "a broker already runs for {} (pid {pid}): opening the console on it; it keeps running when the console quits",
@@ -66,7 +66,7 @@ pub fn run(g: &Global, a: UpArgs) -> ExitCode {
             if a.allow_degraded {
                 args.push("--allow-degraded".into());
             }
-            if let Err(e) = client::Client::connect_or_start(
+            if let Err(e) = gatehouse_client::Client::connect_or_start(
                 g.data_dir.as_deref(),
                 &g.dirs,
                 &g.dirs.ui_socket(),
@@ -77,7 +77,7 @@ pub fn run(g: &Global, a: UpArgs) -> ExitCode {
                     g.dirs.broker_log().display()
                 ));
             }
-            let pid = broker::running_broker_pid(&g.dirs.lock_file())
+            let pid = gatehouse_client::running_broker_pid(&g.dirs.lock_file())
                 .map(|p| format!(" (pid {p})"))
                 .unwrap_or_default();
             say(&format!(

@@ -13,7 +13,7 @@
 //! Exit status: 0 fetched; 3 refused (policy, the human, or the net-helper's rules: URL, address,
 //! redirect, content, TLS, limit); 4 failed on the network; 1 anything else.
 
-use crate::{client, Global};
+use crate::Global;
 use ipc_schema::codec::{read_frame, write_frame, MAX_FRAME};
 use ipc_schema::inert::{escaped, escaped_lines};
 use ipc_schema::tool::{Done, FetchUrl, ToolCall, ToolName, ToolReply, ToolResult, Waiting};
@@ -199,7 +199,7 @@ fn connect(g: &Global) -> Result<UnixStream, String> {
     if let Ok(s) = UnixStream::connect(&path) {
         return Ok(s);
     }
-    client::Client::connect_or_start(g.data_dir.as_deref(), &g.dirs, &path, &[])
+    gatehouse_client::Client::connect_or_start(g.data_dir.as_deref(), &g.dirs, &path, &[])
         .map_err(|e| e.to_string())?;
     UnixStream::connect(&path)
         .map_err(|e| format!("cannot reach the broker at {}: {e}", path.display()))

@@ -1,0 +1,92 @@
+//! Reading the audit log (writing goes through [`crate::Chain`] and the writer): tails for the
+//! console and `gatehouse audit tail`, counts for the demo's report, and the entry a credential
+//! change was written as.
+
+use crate::Sql;
+use ipc_schema::ui::AuditEntry;
+use rusqlite::{params, Connection};
+use std::collections::BTreeMap;
+
+/// The audit rows after `seq` ?1, newest first, at most ?2 of them; each read by
+/// [`audit_entry`].
+const AUDIT_AFTER_NEWEST_FIRST: &str =
+    "SELECT seq, ts_ms, kind, session, actor, tool, target, outcome, detail FROM audit \
+     WHERE seq > ?1 ORDER BY seq DESC LIMIT ?2";
+
+/// One row of [`AUDIT_AFTER_NEWEST_FIRST`].
+fn audit_entry(r: &rusqlite::Row) -> rusqlite::Result<AuditEntry> {
+    Ok(AuditEntry {
+        seq: r.get::<_, i64>(0)? as u64,
+        ts_unix_ms: r.get::<_, i64>(1)? as u64,
+        kind: r.get(2)?,
+        session: r.get(3)?,
+        actor: r.get(4)?,
+        tool: r.get(5)?,
+        target: r.get(6)?,
+        outcome: r.get(7)?,
+        detail: r.get(8)?,
+    })
+}
+
+/// The rows after `after`, oldest first (the newest `limit` of them), every one.
+pub fn rows_after(conn: &Connection, after: u64, limit: u32) -> Sql<Vec<AuditEntry>> {
+    let mut stmt = conn.prepare(AUDIT_AFTER_NEWEST_FIRST)?;
+    let after = i64::try_from(after).unwrap_or(i64::MAX);
+    let mut rows: Vec<AuditEntry> = stmt
+        .query_map(params![after, limit], audit_entry)?
+        .collect::<Result<_, _>>()?;
+    rows.reverse();
+    Ok(rows)
+}
+
+/// The most entries one tail reply carries (each is a redacted summary; this keeps a reply far
+/// below the frame limit).
+const TAIL_MAX: u32 = 500;
+/// Text budget of one reply, so that a few very long details cannot reach the frame limit.
+const TAIL_BYTES: usize = 256 * 1024;
+
+/// Audit entries after `after`, oldest first: the newest `limit` of them (at most [`TAIL_MAX`],
+/// and at most about [`TAIL_BYTES`] of text). What the broker answers the console's tail with.
+pub fn audit_tail(conn: &Connection, after: u64, limit: u32) -> Sql<Vec<AuditEntry>> {
+    let mut stmt = conn.prepare(AUDIT_AFTER_NEWEST_FIRST)?;
+    let after = i64::try_from(after).unwrap_or(i64::MAX);
+    let rows = stmt.query_map(params![after, limit.min(TAIL_MAX)], audit_entry)?;
+    let mut out = Vec::new();
+    let mut bytes = 0usize;
+    for row in rows {
+        let e = row?;
+        bytes += e.kind.len()
+            + e.actor.len()
+            + e.outcome.len()
+            + e.detail.len()
+            + e.session.as_ref().map_or(0, String::len)
+            + e.tool.as_ref().map_or(0, String::len)
+            + e.target.as_ref().map_or(0, String::len);
+        // Newest first: like LIMIT, the budget keeps the newest entries (a tail; the seq
+        // numbers show the gap, and `gatehouse audit tail` prints everything).
+        out.push(e);
+        if bytes > TAIL_BYTES {
+            break;
+        }
+    }
+    out.reverse();
+    Ok(out)
+}
+
+/// How many rows of each kind the log holds.
+pub fn count_by_kind(conn: &Connection) -> Sql<BTreeMap<String, u64>> {
+    let mut stmt = conn.prepare("SELECT kind, count(*) FROM audit GROUP BY kind ORDER BY kind")?;
+    let rows = stmt.query_map([], |row| {
+        Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)? as u64))
+    })?;
+    rows.collect()
+}
+
+/// The entry number of the latest credential row about `name`.
+pub fn latest_credential_row(conn: &Connection, name: &str) -> Sql<i64> {
+    conn.query_row(
+        "SELECT max(seq) FROM audit WHERE kind = 'credential' AND target = ?1",
+        [name],
+        |r| r.get::<_, i64>(0),
+    )
+}

@@ -1,0 +1,54 @@
+//! The sessions and session_profiles tables: a session's id, the hash of its resume token
+//! (never the token) and the profile it was opened with.
+
+use crate::Sql;
+use ipc_schema::tool::SessionId;
+use rusqlite::{params, Connection, OptionalExtension};
+
+/// Records a new session with its token's hash and its profile.
+pub fn insert(
+    conn: &Connection,
+    id: &SessionId,
+    resume_hash: &[u8],
+    profile: &str,
+    now_ms: i64,
+) -> Sql<()> {
+    conn.execute(
+        "INSERT INTO sessions (id, resume_hash, created_ms) VALUES (?1, ?2, ?3)",
+        params![id.0, resume_hash, now_ms],
+    )?;
+    conn.execute(
+        "INSERT INTO session_profiles (session, profile) VALUES (?1, ?2)",
+        params![id.0, profile],
+    )?;
+    Ok(())
+}
+
+/// Replaces session `id`'s token hash (revoking the token); whether the session exists.
+pub fn set_resume_hash(conn: &Connection, id: &SessionId, resume_hash: &[u8]) -> Sql<bool> {
+    let n = conn.execute(
+        "UPDATE sessions SET resume_hash = ?2 WHERE id = ?1",
+        params![id.0, resume_hash],
+    )?;
+    Ok(n == 1)
+}
+
+/// The session whose token has this hash, and when it was created.
+pub fn by_resume_hash(conn: &Connection, resume_hash: &[u8]) -> Sql<Option<(SessionId, i64)>> {
+    conn.query_row(
+        "SELECT id, created_ms FROM sessions WHERE resume_hash = ?1",
+        [resume_hash],
+        |r| Ok((SessionId(r.get::<_, String>(0)?), r.get::<_, i64>(1)?)),
+    )
+    .optional()
+}
+
+/// The profile session `id` was opened with (`None`: sessions from before profiles).
+pub fn profile(conn: &Connection, id: &SessionId) -> Sql<Option<String>> {
+    conn.query_row(
+        "SELECT profile FROM session_profiles WHERE session = ?1",
+        [&id.0],
+        |r| r.get::<_, String>(0),
+    )
+    .optional()
+}

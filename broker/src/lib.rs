@@ -1,0 +1,166 @@
+//! The gatehouse broker: supervisor, router, policy, approvals, ledger, audit. This crate holds
+//! the daemon only (`gatehouse-broker`, which `gatehouse broker` execs); the command line and
+//! the demo are the `gatehouse-cli` crate, the policy engine `gatehouse-policy`, the database
+//! `audit-store`.
+
+#![forbid(unsafe_code)]
+
+mod approvals;
+mod audit;
+mod broker;
+pub mod doctor;
+mod framed;
+mod fronts;
+mod gate;
+pub mod head_key;
+pub mod helpers;
+mod ledger;
+mod provenance;
+pub mod secrets_link;
+mod sessions;
+mod test_hooks;
+mod tools;
+mod ui_api;
+
+pub use provenance::part_text;
+
+use gatehouse_client::Dirs;
+use ipc_schema::status::LockdownReport;
+use ipc_schema::{ErrorCode, ErrorReply, Role};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// The arguments of `gatehouse-broker` (and of `gatehouse broker`, which passes them on).
+#[derive(clap::Args, Clone, Default)]
+pub struct BrokerArgs {
+    /// Run helpers with less than their profile needs when the kernel lacks a mechanism; every
+    /// such gap is shown by `doctor`.
+    #[arg(long)]
+    allow_degraded: bool,
+    /// Where the helper binaries are (default: beside this binary).
+    #[arg(long, hide = true)]
+    helper_dir: Option<PathBuf>,
+    /// Test builds only: start this helper without its lockdown, to prove the broker refuses it.
+    #[cfg(feature = "test-hooks")]
+    #[arg(long, value_name = "HELPER")]
+    test_unlocked_helper: Option<String>,
+    /// Test builds only: one more argument for the net-helper (repeat; e.g. its
+    /// `--test-public-addr IP`, `--nameserver IP:PORT`, `--test-extra-root PEM`).
+    #[cfg(feature = "test-hooks")]
+    #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
+    test_net_arg: Vec<std::ffi::OsString>,
+    #[command(flatten)]
+    gate: gate::GateArgs,
+}
+
+/// Settings the broker runs with.
+pub struct BrokerOptions {
+    pub allow_degraded: bool,
+    pub helper_dir: PathBuf,
+    /// Test builds only: the helper told to skip its lockdown.
+    pub test_unlocked: Option<Role>,
+    /// Policy, audit and ledger settings.
+    pub gate: gate::GateOptions,
+    /// Arguments the broker core adds for a helper (the fs-helper's grants).
+    pub extra_helper_args:
+        std::sync::Mutex<std::collections::HashMap<Role, Vec<std::ffi::OsString>>>,
+    shutting_down: AtomicBool,
+}
+
+impl BrokerOptions {
+    pub fn shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::SeqCst)
+    }
+}
+
+/// What every task of the broker shares.
+pub struct Ctx {
+    pub opts: Arc<BrokerOptions>,
+    pub helpers: Arc<helpers::Helpers>,
+    pub broker_lockdown: LockdownReport,
+    pub dirs: Dirs,
+    /// Policy, approvals, ledger and audit.
+    pub gate: gate::Gate,
+}
+
+/// A helper call's failure, as a reply.
+pub fn call_error_reply(e: &helpers::CallError) -> ErrorReply {
+    let code = match e {
+        helpers::CallError::Unavailable { .. } => ErrorCode::HelperUnavailable,
+        helpers::CallError::Crashed { .. } => ErrorCode::HelperCrashed,
+    };
+    ErrorReply::new(code, e.to_string())
+}
+
+/// The helper binaries the broker starts, each expected beside it.
+const HELPER_ROLES: [Role; 4] = [Role::Fs, Role::Net, Role::Exec, Role::Secrets];
+
+/// Names every helper binary missing from `dir`, and how to build them.
+fn missing_helpers(dir: &std::path::Path) -> Option<String> {
+    let missing: Vec<&str> = HELPER_ROLES
+        .iter()
+        .map(|r| r.name())
+        .filter(|n| !dir.join(n).is_file())
+        .collect();
+    if missing.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "cannot start: {} not found in {} (the broker starts each helper from the directory of its own binary). Build them all with `cargo build --release --workspace`, or run `./scripts/demo.sh`, which does",
+        missing.join(", "),
+        dir.display()
+    ))
+}
+
+/// Runs the broker for `dirs` until SIGINT or SIGTERM; `Err`: why it refused or stopped.
+pub fn run_broker(dirs: Dirs, args: BrokerArgs) -> Result<(), String> {
+    #[cfg(feature = "test-hooks")]
+    let test_unlocked = match args.test_unlocked_helper.as_deref().map(Role::from_short) {
+        None => None,
+        Some(Some(r)) if r.is_helper() => Some(r),
+        Some(_) => return Err("--test-unlocked-helper takes fs, net, exec or secrets".into()),
+    };
+    #[cfg(not(feature = "test-hooks"))]
+    let test_unlocked = None;
+    let helper_dir = match args.helper_dir.clone() {
+        Some(d) => d,
+        None => match std::env::current_exe()
+            .ok()
+            .and_then(|e| e.parent().map(PathBuf::from))
+        {
+            Some(d) => d,
+            None => return Err("cannot find the directory of this binary".into()),
+        },
+    };
+    // Before anything is opened or logged: a broker without its helpers refuses at once, with
+    // what to do (a `cargo run --bin gatehouse-broker` builds only this binary).
+    if let Some(msg) = missing_helpers(&helper_dir) {
+        return Err(msg);
+    }
+    // A broker started from `gatehouse run` or `sandbox` inherits their blocked stop signals
+    // (signal masks survive fork and exec): it must still stop on SIGTERM as `gatehouse stop`
+    // asks, so the mask is cleared before any thread starts.
+    let mut stop = nix::sys::signal::SigSet::empty();
+    for s in [
+        nix::sys::signal::Signal::SIGTERM,
+        nix::sys::signal::Signal::SIGINT,
+        nix::sys::signal::Signal::SIGHUP,
+    ] {
+        stop.add(s);
+    }
+    stop.thread_unblock()
+        .map_err(|e| format!("unblocking the stop signals: {e}"))?;
+    let gate = args.gate.options(args.allow_degraded)?;
+    let opts = Arc::new(BrokerOptions {
+        allow_degraded: args.allow_degraded,
+        helper_dir,
+        test_unlocked,
+        gate,
+        extra_helper_args: Default::default(),
+        shutting_down: AtomicBool::new(false),
+    });
+    #[cfg(feature = "test-hooks")]
+    helpers::set_extra_args(&opts, Role::Net, args.test_net_arg.clone());
+    broker::run(dirs, opts)
+}

@@ -1,0 +1,292 @@
+//! `gatehouse`: the command line. The daemon is `gatehouse-broker` and the MCP front
+//! `gatehouse-mcp`, separate binaries beside this one: `gatehouse broker` and `gatehouse mcp`
+//! exec them with the arguments they were given (same pid), and the commands that need a broker
+//! start `gatehouse-broker` in the background.
+
+#![forbid(unsafe_code)]
+
+mod cmd_approve;
+mod cmd_audit;
+mod cmd_demo;
+mod cmd_fetch;
+mod cmd_policy;
+mod cmd_run;
+mod cmd_sandbox;
+mod cmd_secret;
+mod cmd_ui;
+mod cmd_up;
+mod doctor;
+
+use clap::{Parser, Subcommand};
+use gatehouse_client::Dirs;
+use ipc_schema::{Body, Role};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+#[command(
+    name = "gatehouse",
+    version,
+    about = "A privilege-separated supervisor for AI agents"
+)]
+struct Cli {
+    /// A private instance: config, data and sockets all under DIR (tests, demos).
+    #[arg(long, global = true, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Machine-readable output.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the broker and its helpers in the foreground (other commands start it when needed):
+    /// execs `gatehouse-broker` with these arguments (`gatehouse broker --help` lists them).
+    #[command(disable_help_flag = true)]
+    Broker(PassOn),
+    /// Show what each process really enforces on this kernel; exit 1 if anything is missing.
+    Doctor,
+    /// Round trips to the broker or, with --helper, through it to a helper.
+    Ping {
+        /// fs, net, exec or secrets.
+        #[arg(long)]
+        helper: Option<String>,
+        #[arg(long, default_value_t = 1)]
+        count: u32,
+    },
+    /// Stop the running broker and its helpers.
+    Stop,
+    /// Show the policy in force, or apply a new revision of it.
+    Policy {
+        #[command(subcommand)]
+        cmd: cmd_policy::PolicyCmd,
+    },
+    /// Check the audit log's chain and seal, reading the database directly (no broker needed).
+    VerifyAudit,
+    /// Read the audit log.
+    Audit {
+        #[command(subcommand)]
+        cmd: cmd_audit::AuditCmd,
+    },
+    /// List proposals waiting for a decision, and decide them (a console without the console).
+    Approve(cmd_approve::ApproveArgs),
+    /// Run one command in the exec sandbox, standalone (no broker): `gatehouse sandbox [--allow-write P]... [--allow-read P]... [--allow-domain D]... [--timeout S] -- CMD ARGS`.
+    Sandbox(cmd_sandbox::SandboxArgs),
+    /// An agent CLI inside the exec sandbox, with gatehouse as its only MCP server and the egress proxy as its only way out: `gatehouse run [--profile NAME] [--allow-domain D]... [--allow-read P]... -- AGENT ARGS`.
+    Run(cmd_run::RunArgs),
+    /// Internal to a root `gatehouse run`: connects to the gateway socket on request.
+    #[command(hide = true)]
+    RunConnector,
+    /// The MCP server for one agent session, over stdio (what an agent's MCP config launches):
+    /// execs `gatehouse-mcp` with these arguments (`gatehouse mcp --help` lists them).
+    #[command(disable_help_flag = true)]
+    Mcp(PassOn),
+    /// One safe fetch through the broker (policy applies): prints the wrapped text; a refusal exits 3, a network failure 4.
+    Fetch(cmd_fetch::FetchArgs),
+    /// The console in this terminal, attached to the running broker (started if none runs).
+    Ui(cmd_ui::UiArgs),
+    /// The broker and its helpers, and the console in this terminal.
+    Up(cmd_up::UpArgs),
+    /// A scripted agent session on a scratch project that shows every outcome: allowed, asked,
+    /// refused, run in the sandbox, carried out once, and the audit log checked.
+    Demo(cmd_demo::DemoArgs),
+    /// Write-only credentials for the agent's http_request tool: set, delete, list, status.
+    Secret {
+        #[command(subcommand)]
+        cmd: cmd_secret::SecretCmd,
+    },
+}
+
+/// The arguments of a command another binary carries out, passed on unchanged.
+#[derive(clap::Args)]
+struct PassOn {
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    args: Vec<OsString>,
+}
+
+const EXIT_FAILURE: u8 = 1;
+const EXIT_USAGE: u8 = 2;
+
+/// What every subcommand gets from the global options.
+pub struct Global {
+    pub dirs: Dirs,
+    /// `--data-dir`, absolute, to pass on to a broker started in the background.
+    pub data_dir: Option<PathBuf>,
+    pub json: bool,
+}
+
+impl Global {
+    /// A connection on the console's socket, starting the broker if none runs.
+    pub fn ui_client(&self) -> Result<gatehouse_client::Client, gatehouse_client::ClientError> {
+        gatehouse_client::Client::connect_or_start(
+            self.data_dir.as_deref(),
+            &self.dirs,
+            &self.dirs.ui_socket(),
+            &[],
+        )
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let data_dir = match cli.data_dir.as_ref().map(std::path::absolute) {
+        None => None,
+        Some(Ok(d)) => Some(d),
+        Some(Err(e)) => return fail(&format!("--data-dir: {e}")),
+    };
+    let dirs = match &data_dir {
+        Some(d) => Dirs::under(d),
+        None => match Dirs::from_env() {
+            Ok(d) => d,
+            Err(e) => return fail(&e),
+        },
+    };
+    let g = Global {
+        dirs,
+        data_dir,
+        json: cli.json,
+    };
+    match cli.cmd {
+        Cmd::Broker(p) => exec_sibling(&g, gatehouse_client::BROKER_BIN, p.args),
+        Cmd::Doctor => doctor_cmd(&g),
+        Cmd::Ping { helper, count } => ping_cmd(&g, helper, count),
+        Cmd::Stop => stop(&g.dirs),
+        Cmd::Policy { cmd } => cmd_policy::run(&g, cmd),
+        Cmd::VerifyAudit => cmd_audit::verify(&g),
+        Cmd::Audit { cmd } => cmd_audit::run(&g, cmd),
+        Cmd::Approve(args) => cmd_approve::run(&g, args),
+        Cmd::Sandbox(args) => cmd_sandbox::run(&g, args),
+        Cmd::Run(args) => cmd_run::run(&g, args),
+        Cmd::RunConnector => cmd_run::connector(&g),
+        Cmd::Mcp(p) => exec_sibling(&g, gatehouse_client::MCP_BIN, p.args),
+        Cmd::Fetch(args) => cmd_fetch::run(&g, args),
+        Cmd::Ui(args) => cmd_ui::run(&g, args),
+        Cmd::Up(args) => cmd_up::run(&g, args),
+        Cmd::Demo(args) => cmd_demo::run(&g, args),
+        Cmd::Secret { cmd } => cmd_secret::run(&g, cmd),
+    }
+}
+
+fn doctor_cmd(g: &Global) -> ExitCode {
+    let mut c = match g.ui_client() {
+        Ok(c) => c,
+        Err(e) => return fail(&e.to_string()),
+    };
+    match c.request(Body::Doctor) {
+        Ok(Body::DoctorReport(r)) => {
+            if g.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&r).expect("serializable")
+                );
+            } else {
+                print!("{}", doctor::render(&r));
+            }
+            if r.problems.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(EXIT_FAILURE)
+            }
+        }
+        Ok(other) => fail(&format!("unexpected reply {:?}", other.kind())),
+        Err(e) => fail(&e.to_string()),
+    }
+}
+
+fn ping_cmd(g: &Global, helper: Option<String>, count: u32) -> ExitCode {
+    let target = match helper.as_deref().map(Role::from_short) {
+        None => None,
+        Some(Some(r)) if r.is_helper() => Some(r),
+        Some(_) => {
+            eprintln!("gatehouse: --helper takes fs, net, exec or secrets");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let mut c = match g.ui_client() {
+        Ok(c) => c,
+        Err(e) => return fail(&e.to_string()),
+    };
+    let start = Instant::now();
+    for _ in 0..count {
+        match c.request(Body::Ping { target }) {
+            Ok(Body::Pong) => {}
+            Ok(Body::Error(e)) => return fail(&format!("{:?}: {}", e.code, e.message)),
+            Ok(other) => return fail(&format!("unexpected reply {:?}", other.kind())),
+            Err(e) => return fail(&e.to_string()),
+        }
+    }
+    let per = start.elapsed() / count.max(1);
+    if g.json {
+        println!(
+            "{}",
+            serde_json::json!({"count": count, "mean_us": per.as_secs_f64() * 1e6})
+        );
+    } else {
+        println!("{count} pongs, {per:?} per round trip");
+    }
+    ExitCode::SUCCESS
+}
+
+/// An error, on one line of stderr. Messages carry paths, arguments and replies that agents,
+/// tools and servers chose, so they are made inert ([`ipc_schema::inert::escaped`]): no line
+/// break, no terminal escape, no bidi override reaches the terminal.
+fn fail(msg: &str) -> ExitCode {
+    eprintln!("gatehouse: {}", ipc_schema::inert::escaped(msg));
+    ExitCode::from(EXIT_FAILURE)
+}
+
+fn stop(dirs: &Dirs) -> ExitCode {
+    let Some(pid) = gatehouse_client::running_broker_pid(&dirs.lock_file()) else {
+        println!("no broker is running for {}", dirs.runtime.display());
+        return ExitCode::SUCCESS;
+    };
+    if let Err(e) = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    ) {
+        return fail(&format!("cannot signal broker pid {pid}: {e}"));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if gatehouse_client::running_broker_pid(&dirs.lock_file()).is_none() {
+            println!("broker {pid} stopped");
+            return ExitCode::SUCCESS;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    fail(&format!("broker {pid} did not stop within 10 s"))
+}
+
+/// Replaces this process with `name` from beside this binary, given `--data-dir` (if any) and
+/// `args`: the pid stays the same, which the lock file and whoever started us rely on. Returns
+/// only if the exec failed.
+fn exec_sibling(g: &Global, name: &str, args: Vec<OsString>) -> ExitCode {
+    use std::os::unix::process::CommandExt;
+    let exe = match gatehouse_client::sibling(name) {
+        Ok(e) => e,
+        Err(e) => return fail(&e),
+    };
+    if !exe.is_file() {
+        return fail(&format!(
+            "cannot start: {name} not found in {} (gatehouse's binaries run side by side). Build them all with `cargo build --release --workspace`, or run `./scripts/demo.sh`, which does",
+            exe.parent().map(|d| d.display().to_string()).unwrap_or_default()
+        ));
+    }
+    let mut cmd = std::process::Command::new(&exe);
+    if let Some(d) = &g.data_dir {
+        cmd.arg("--data-dir").arg(d);
+    }
+    if g.json {
+        cmd.arg("--json");
+    }
+    let e = cmd.args(args).exec();
+    fail(&format!("cannot run {}: {e}", exe.display()))
+}
