@@ -26,6 +26,7 @@ pub mod net;
 pub mod protected;
 pub mod route;
 pub mod secrets;
+pub mod spawn;
 pub mod status;
 pub mod tool;
 pub mod ui;

@@ -14,7 +14,7 @@ pub mod helper_args;
 #[cfg(target_os = "linux")]
 pub mod linux;
 #[cfg(target_os = "linux")]
-pub use linux::{harden_broker, landlock_abi, lockdown, process};
+pub use linux::{harden_broker, landlock_abi, lockdown, lockdown_router, lockdown_spawner, process};
 
 #[cfg(target_os = "macos")]
 pub mod macos;
@@ -42,6 +42,10 @@ pub enum Profile {
     Ui,
     /// An agent's MCP gateway: stdio and its broker socket, nothing else.
     Gateway,
+    /// The broker proper (the router): its own config, data and runtime directories
+    /// (`read_write`) and the few system files it reads (`read_only`); no exec, no new
+    /// sockets, no signals to anyone.
+    Broker(FsProfile),
 }
 
 impl Profile {
@@ -54,6 +58,7 @@ impl Profile {
             Profile::Secrets(_) => "secrets",
             Profile::Ui => "ui",
             Profile::Gateway => "gateway",
+            Profile::Broker(_) => "broker",
         }
     }
 }

@@ -77,6 +77,8 @@ pub fn profile_sbpl(profile: &Profile) -> Result<String, LockdownError> {
 "#,
         ),
         Profile::Gateway => {}
+        // The router: its own directories, read-write, as a grant would be.
+        Profile::Broker(dirs) => fs_rules(&mut s, dirs)?,
     }
     Ok(s)
 }

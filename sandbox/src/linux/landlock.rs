@@ -6,6 +6,7 @@
 //! | net | nothing | unrestricted | yes | 1 |
 //! | exec | not restricted at this level (see below) | unrestricted (its network namespace is empty) | yes | 6 |
 //! | secrets, ui, gateway | nothing | none | yes | 1 |
+//! | broker (the router) | read-write on its config, data and runtime dirs (no exec, no sockets, fifos, links or devices made), read on the few system files it opens | none | yes | 3 |
 //!
 //! Every profile handles every access right of its categories that the running kernel knows,
 //! so a right added by a later ABI is denied unless a rule grants it.
@@ -32,10 +33,10 @@
 //! places commands may write (the grants) change at run time. Each command gets its own
 //! Landlock ruleset (writes only under its working root) from the exec sandbox instead.
 //!
-//! The broker itself is not landlocked (see [`crate::harden_broker`]): a Landlock domain is
-//! inherited by every child, so a broker ruleset would bound every helper, and the grants the fs
-//! helper will need (directories the human grants while the broker runs) are not known when the
-//! broker starts.
+//! The broker (the router) is landlocked only because it starts no process: a Landlock domain is
+//! inherited by every child, so a router ruleset would bound every helper. Helpers are started by
+//! the spawner (`crate::lockdown_spawner`), which the router forks before it locks itself down.
+//! **broker 3** for the same reason as fs: its SQLite files are truncated.
 
 use crate::{FsProfile, LandlockStatus, LockdownError, Profile};
 use ::landlock::{
@@ -68,7 +69,7 @@ pub fn kernel_abi() -> u32 {
 /// The lowest Landlock ABI the profile runs with unless `--allow-degraded` was given.
 pub fn min_abi(profile: &Profile) -> u32 {
     match profile {
-        Profile::Fs(_) => 3,
+        Profile::Fs(_) | Profile::Broker(_) => 3,
         Profile::Exec => 6,
         Profile::Net | Profile::Secrets(_) | Profile::Ui | Profile::Gateway => 1,
     }
@@ -82,6 +83,9 @@ enum FsRules<'a> {
     Nothing,
     /// Every filesystem right is handled; the grant roots get what they say.
     Grants(&'a FsProfile),
+    /// Every filesystem right is handled; the router's own directories may be read and written
+    /// (files and directories only), the listed system files read.
+    Router(&'a FsProfile),
 }
 
 struct Wants<'a> {
@@ -110,6 +114,13 @@ fn wants(profile: &Profile) -> Wants<'_> {
             deny_inet: false,
             scopes: true,
         },
+        // The router: its directories; it connects to nothing and signals no one (it asks the
+        // spawner to kill a helper).
+        Profile::Broker(dirs) => Wants {
+            fs: FsRules::Router(dirs),
+            deny_inet: true,
+            scopes: true,
+        },
         Profile::Secrets(_) | Profile::Ui | Profile::Gateway => Wants {
             fs: FsRules::Nothing,
             deny_inet: true,
@@ -124,7 +135,7 @@ fn features(profile: &Profile) -> Vec<(u32, &'static str)> {
     let mut out = Vec::new();
     if !matches!(w.fs, FsRules::Unrestricted) {
         out.push((1, "filesystem access control"));
-        if matches!(w.fs, FsRules::Grants(_)) {
+        if matches!(w.fs, FsRules::Grants(_) | FsRules::Router(_)) {
             out.push((2, "moving and linking files between directories (REFER)"));
         }
         out.push((3, "truncation control (TRUNCATE)"));
@@ -223,6 +234,18 @@ pub fn restrict_self(profile: &Profile, allow_degraded: bool) -> Result<Outcome,
                 .map_err(fail)?;
         }
     }
+    if let FsRules::Router(dirs) = w.fs {
+        for file in &dirs.read_only {
+            created = created
+                .add_rule(grant_rule(profile, file, read_only_access(), abi)?)
+                .map_err(fail)?;
+        }
+        for dir in &dirs.read_write {
+            created = created
+                .add_rule(grant_rule(profile, dir, router_access(abi), abi)?)
+                .map_err(fail)?;
+        }
+    }
     let status = created.restrict_self().map_err(fail)?;
     let status = match status.ruleset {
         RulesetStatus::FullyEnforced => LandlockStatus::FullyEnforced,
@@ -255,6 +278,13 @@ fn read_write_access(abi: ABI) -> BitFlags<AccessFs> {
             | AccessFs::MakeChar
             | AccessFs::MakeBlock
             | AccessFs::ResolveUnix)
+}
+
+/// What the router does in its own directories: SQLite's database, journal and WAL files, the
+/// policy and its revisions, removing its sockets at shutdown. Not: execute, device ioctls,
+/// making sockets, fifos, devices or symbolic links, connecting to sockets.
+fn router_access(abi: ABI) -> BitFlags<AccessFs> {
+    read_write_access(abi) & !(AccessFs::MakeSock | AccessFs::MakeFifo | AccessFs::MakeSym)
 }
 
 /// A rule for one grant root; a root that does not exist is an error, not a skipped rule (a
@@ -293,6 +323,7 @@ mod tests {
             Profile::Secrets(ipc_schema::secrets::StoreKind::Keyutils),
             Profile::Ui,
             Profile::Gateway,
+            Profile::Broker(FsProfile::default()),
         ]
     }
 
@@ -356,7 +387,8 @@ mod tests {
                 ("exec", 6),
                 ("secrets", 1),
                 ("ui", 1),
-                ("gateway", 1)
+                ("gateway", 1),
+                ("broker", 3)
             ]
         );
     }

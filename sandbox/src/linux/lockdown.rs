@@ -1,7 +1,7 @@
 //! The lockdown sequence of DESIGN.md rule 6, and the broker's lighter hardening.
 
 use super::{caps, env, fds, landlock, limits, namespaces, seccomp};
-use crate::{LandlockStatus, LockdownError, LockdownOptions, LockdownReport, Profile};
+use crate::{FsProfile, LandlockStatus, LockdownError, LockdownOptions, LockdownReport, Profile};
 
 /// The Landlock ABI the running kernel offers (0: none).
 pub fn landlock_abi() -> u32 {
@@ -125,5 +125,80 @@ fn no_capabilities_held() -> bool {
         ::caps::read(None, set)
             .map(|s| s.is_empty())
             .unwrap_or(false)
+    })
+}
+
+/// Locks the broker proper (the router) down, once the spawner runs and the listening sockets
+/// are bound: RLIMIT_CORE 0, not dumpable, no_new_privs, every capability dropped (started as
+/// root too: the bounding set is cleared and the securebits locked, so nothing gives them back),
+/// Landlock to `dirs` (its config, data and runtime directories read-write; the system files it
+/// opens read-only), then its seccomp allowlist: no exec, no fork, no new socket of any kind, no
+/// signal to another process, no ptrace.
+///
+/// It keeps its descriptors (the lock file, the listening sockets, the spawner channel, its log)
+/// and its environment (it starts nothing that could inherit them).
+///
+/// Must be called while the process has a single thread, like [`lockdown`]: Landlock and
+/// seccomp bind the calling thread and the threads it starts later.
+pub fn lockdown_router(
+    dirs: &FsProfile,
+    allow_degraded: bool,
+) -> Result<LockdownReport, LockdownError> {
+    let profile = Profile::Broker(dirs.clone());
+    limits::require_single_thread()?;
+    let kernel_abi = landlock::kernel_abi();
+    landlock::check_abi(&profile, kernel_abi, allow_degraded)?;
+    limits::no_core_dumps()?;
+    limits::not_dumpable()?;
+    limits::no_new_privs()?;
+    let dropped = caps::drop_all()?;
+    let ruleset = landlock::restrict_self(&profile, allow_degraded)?;
+    let seccomp_allowed_syscalls = seccomp::install(&profile)?;
+    Ok(LockdownReport {
+        profile: profile.name().to_string(),
+        stray_fds_closed: false,
+        env_cleared: false,
+        core_dumps_off: true,
+        dumpable_off: true,
+        no_new_privs: true,
+        capabilities_dropped: dropped.all_sets_empty,
+        landlock_abi: kernel_abi,
+        landlock_min_abi: landlock::min_abi(&profile),
+        landlock: ruleset.status,
+        seccomp_filter: true,
+        seccomp_allowed_syscalls,
+        namespaces: Vec::new(),
+        degraded: ruleset.degraded,
+    })
+}
+
+/// Hardens the spawner, the one process that keeps the rights helpers need at start: every
+/// descriptor but its channel (`keep_fd`) closed, an empty environment (helpers get none),
+/// RLIMIT_CORE 0, not dumpable, no_new_privs. No Landlock ruleset and no seccomp filter: both
+/// would be inherited by every helper it starts (and the exec-helper must mount and unshare for
+/// each command), so each helper applies its own. It keeps its capabilities when started as
+/// root, for the helpers to drop themselves.
+pub fn lockdown_spawner(keep_fd: i32) -> Result<LockdownReport, LockdownError> {
+    limits::require_single_thread()?;
+    fds::close_stray_fds(&[keep_fd])?;
+    env::clear_env(&[])?;
+    limits::no_core_dumps()?;
+    limits::not_dumpable()?;
+    limits::no_new_privs()?;
+    Ok(LockdownReport {
+        profile: "spawner".to_string(),
+        stray_fds_closed: true,
+        env_cleared: true,
+        core_dumps_off: true,
+        dumpable_off: true,
+        no_new_privs: true,
+        capabilities_dropped: no_capabilities_held(),
+        landlock_abi: landlock::kernel_abi(),
+        landlock_min_abi: 0,
+        landlock: LandlockStatus::NotEnforced,
+        seccomp_filter: false,
+        seccomp_allowed_syscalls: 0,
+        namespaces: Vec::new(),
+        degraded: Vec::new(),
     })
 }

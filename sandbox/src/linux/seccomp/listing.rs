@@ -70,6 +70,11 @@ pub fn all() -> Vec<Listed> {
             Allowlist(Profile::Gateway),
         ),
         listed(
+            "broker",
+            "the broker proper (the router): policy, approvals, ledger, audit",
+            Allowlist(Profile::Broker(FsProfile::default())),
+        ),
+        listed(
             "exec-command",
             "every command in the exec sandbox without network, on top of the exec profile",
             CommandDenylist { inet: false },

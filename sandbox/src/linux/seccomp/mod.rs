@@ -17,6 +17,7 @@
 //! Every filter, flattened to one line per rule, is committed under `docs/seccomp/` (see
 //! [`listing`]); a test fails when a filter and its listing differ.
 
+mod broker;
 pub mod listing;
 mod names;
 mod profiles;

@@ -20,6 +20,7 @@ pub(super) fn policy(profile: &Profile) -> Policy {
         Profile::Secrets(store) => secrets(&mut p, *store),
         Profile::Ui => ui(&mut p),
         Profile::Gateway => gateway(&mut p),
+        Profile::Broker(_) => super::broker::broker(&mut p),
     }
     p
 }
@@ -119,7 +120,7 @@ fn gateway(p: &mut Policy) {
 
 /// What every gatehouse process does after lockdown: blocking I/O on descriptors it already
 /// holds, and what the Rust std runtime needs (allocation, locks, panics, abort, sleep).
-fn base(p: &mut Policy) {
+pub(super) fn base(p: &mut Policy) {
     p.allow(
         &[libc::SYS_read, libc::SYS_readv],
         "reading requests from the broker channel (and stdin)",
@@ -211,7 +212,7 @@ fn base(p: &mut Policy) {
 }
 
 /// Memory for processes that run no new code after lockdown: mappings may never be executable.
-fn no_executable_memory(p: &mut Policy) {
+pub(super) fn no_executable_memory(p: &mut Policy) {
     let not_exec = [Arg::Masked(2, PROT_EXEC as u32, 0)];
     p.allow_if(
         libc::SYS_mmap,
@@ -243,7 +244,7 @@ fn no_files(p: &mut Policy) {
 }
 
 /// Worker threads (tokio): creating threads, never processes.
-fn threads(p: &mut Policy) {
+pub(super) fn threads(p: &mut Policy) {
     p.allow_if(
         libc::SYS_clone,
         &[Arg::Masked(
@@ -274,7 +275,7 @@ fn threads(p: &mut Policy) {
 }
 
 /// An async runtime's reactor (tokio on mio).
-fn event_loop(p: &mut Policy) {
+pub(super) fn event_loop(p: &mut Policy) {
     #[cfg(target_arch = "x86_64")]
     p.allow(&[libc::SYS_epoll_wait], "mio's reactor waits for readiness");
     p.allow(
@@ -322,7 +323,7 @@ fn inet(p: &mut Policy) {
 }
 
 /// The fs helper's file operations. Which paths they reach is Landlock's business.
-fn files(p: &mut Policy) {
+pub(super) fn files(p: &mut Policy) {
     #[cfg(target_arch = "x86_64")]
     p.allow(
         &[libc::SYS_open],

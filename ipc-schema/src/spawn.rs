@@ -1,0 +1,148 @@
+//! The router ↔ spawner channel.
+//!
+//! The spawner is the one process of gatehouse that keeps the rights a helper needs at start
+//! (it may fork and exec; started as root, it keeps root's capabilities for the helpers to drop
+//! themselves). The router (the broker proper, which parses what the agent sends) is locked down
+//! and can do none of that: it asks the spawner, over this channel, for three things only.
+//!
+//! | request | the spawner | reply |
+//! |---|---|---|
+//! | [`SpawnRequest::Start`] | forks and execs the helper binary of that kind from its own fixed directory, with the channel as fd 3, an empty environment and `PR_SET_PDEATHSIG` | [`SpawnReply::Started`] with the router's end of the helper's channel attached, or [`SpawnReply::NotStarted`] |
+//! | [`SpawnRequest::Kill`] | `SIGKILL`s a helper it started and has not yet reported ended (anything else is refused) | none; [`SpawnReply::Ended`] follows |
+//! | [`SpawnRequest::Status`] | reads `/proc/PID/status` of a helper it started, of the router or of itself | [`SpawnReply::Status`] |
+//!
+//! Unasked, it sends [`SpawnReply::Ended`] when a helper it started has exited and been reaped.
+//!
+//! The channel is a `SOCK_SEQPACKET` pair: one message per record, so a record is exactly one
+//! postcard value, and the descriptor a `Started` carries is attached to that record. A record
+//! that does not decode, or one larger than [`MAX_SPAWN_MESSAGE`], ends the channel; the spawner
+//! then kills every helper it started and exits.
+
+use crate::status::{LockdownReport, ProcStatus};
+use crate::{DecodeError, Role, PROTOCOL_VERSION};
+use serde::{Deserialize, Serialize};
+use std::ffi::OsString;
+
+/// The largest record either side accepts (helper arguments name every grant root).
+pub const MAX_SPAWN_MESSAGE: usize = 256 * 1024;
+
+/// Router to spawner.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub enum SpawnRequest {
+    /// Start the helper of `kind` (a helper role; anything else is refused) with `args`.
+    /// `id` comes back in the reply.
+    Start {
+        id: u64,
+        kind: Role,
+        args: Vec<OsString>,
+    },
+    /// `SIGKILL` the helper with this pid.
+    Kill { pid: u32 },
+    /// The kernel's view of `pid`: a helper this spawner started, the router, or the spawner
+    /// itself.
+    Status { id: u64, pid: u32 },
+}
+
+/// Spawner to router.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub enum SpawnReply {
+    /// The helper runs as `pid`; the record carries the router's end of its channel.
+    Started { id: u64, pid: u32 },
+    /// It could not be started.
+    NotStarted { id: u64, reason: String },
+    /// A helper this spawner started has ended and been reaped: how (`exited with status 3`,
+    /// `killed by SIGKILL`).
+    Ended { pid: u32, how: String },
+    /// The answer to [`SpawnRequest::Status`].
+    Status {
+        id: u64,
+        status: Result<ProcStatus, String>,
+    },
+    /// The spawner's first record, sent once: its pid and what its hardening did (for
+    /// `gatehouse doctor`; the router checks the kernel's view with `Status`).
+    Ready { pid: u32, lockdown: LockdownReport },
+}
+
+/// One record: the protocol version, then the value.
+pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, crate::EncodeError> {
+    let out = postcard::to_stdvec(&(PROTOCOL_VERSION, msg))
+        .map_err(|e| crate::EncodeError::Postcard(e.to_string()))?;
+    if out.len() > MAX_SPAWN_MESSAGE {
+        return Err(crate::EncodeError::Oversized {
+            len: out.len(),
+            max: MAX_SPAWN_MESSAGE,
+        });
+    }
+    Ok(out)
+}
+
+/// Decodes one record; the version is checked first and trailing bytes are an error.
+pub fn decode<T: for<'de> Deserialize<'de>>(record: &[u8]) -> Result<T, DecodeError> {
+    if record.is_empty() {
+        return Err(DecodeError::Empty);
+    }
+    if record.len() > MAX_SPAWN_MESSAGE {
+        return Err(DecodeError::Oversized {
+            len: record.len() as u64,
+            max: MAX_SPAWN_MESSAGE,
+        });
+    }
+    let (version, rest) = postcard::take_from_bytes::<u16>(record)
+        .map_err(|e| DecodeError::Malformed(e.to_string()))?;
+    if version != PROTOCOL_VERSION {
+        return Err(DecodeError::Version {
+            got: version,
+            expected: PROTOCOL_VERSION,
+        });
+    }
+    let (msg, rest) =
+        postcard::take_from_bytes::<T>(rest).map_err(|e| DecodeError::Malformed(e.to_string()))?;
+    if !rest.is_empty() {
+        return Err(DecodeError::Trailing {
+            trailing: rest.len(),
+        });
+    }
+    Ok(msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_refuse_what_is_not_one() {
+        let req = SpawnRequest::Start {
+            id: 7,
+            kind: Role::Fs,
+            args: vec!["--grant".into(), "g1:r::/tmp".into()],
+        };
+        let rec = encode(&req).unwrap();
+        assert_eq!(decode::<SpawnRequest>(&rec).unwrap(), req);
+        let mut longer = rec.clone();
+        longer.push(0);
+        assert_eq!(
+            decode::<SpawnRequest>(&longer),
+            Err(DecodeError::Trailing { trailing: 1 })
+        );
+        assert_eq!(decode::<SpawnRequest>(&[]), Err(DecodeError::Empty));
+        let mut other = rec;
+        other[0] = 9;
+        assert!(matches!(
+            decode::<SpawnRequest>(&other),
+            Err(DecodeError::Version { got: 9, .. })
+        ));
+        assert!(matches!(
+            decode::<SpawnRequest>(&[1, 0x7f]),
+            Err(DecodeError::Malformed(_))
+        ));
+        let huge = SpawnRequest::Start {
+            id: 1,
+            kind: Role::Fs,
+            args: vec![OsString::from("x".repeat(MAX_SPAWN_MESSAGE))],
+        };
+        assert!(matches!(
+            encode(&huge),
+            Err(crate::EncodeError::Oversized { .. })
+        ));
+    }
+}

@@ -1,0 +1,17 @@
+//! The spawner: the one process of gatehouse that may start helpers.
+//!
+//! The broker proper (the router) parses every frame the agent's gateway sends, so it is the
+//! process most worth confining (the lesson of OpenSSH's privilege separation). A confined
+//! router can neither fork nor exec, so before it locks itself down it starts this small process,
+//! which keeps the rights helpers need at start and does three things on the router's request
+//! (the table is in `ipc_schema::spawn`): start a helper of a named kind from its fixed
+//! directory, kill one it started, and read the kernel's view of one (`/proc/PID/status`).
+//!
+//! [`serve`] is the spawner's side; [`link`] the router's (with the feature `link`).
+#![forbid(unsafe_code)]
+
+#[cfg(feature = "link")]
+pub mod link;
+mod serve;
+
+pub use serve::{serve, ServeError};
