@@ -76,7 +76,8 @@ impl AuditKind {
 }
 
 /// One audit entry before it has a place in the chain. No field may hold a secret or file
-/// content: callers pass arguments through [`crate::redact`] first.
+/// content: callers pass redacted arguments (the broker's `tools::args` summaries: no file
+/// content, secret-looking argv elements and URL userinfo replaced by `<redacted N chars>`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct AuditEvent {
     pub kind: AuditKind,
