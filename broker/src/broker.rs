@@ -10,6 +10,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The spawner's binary, beside the helpers.
+pub const SPAWNER_BINARY: &str = "gatehouse-spawner";
+
 /// Runs the broker until SIGINT or SIGTERM.
 pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
     dirs.ensure().map_err(|e| e.to_string())?;
@@ -32,7 +35,6 @@ pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
     write!(lock, "{}", std::process::id()).map_err(|e| e.to_string())?;
     let _ = lock.as_raw_fd();
 
-    let broker_lockdown = sandbox::harden_broker().map_err(|e| format!("broker hardening: {e}"))?;
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -41,14 +43,41 @@ pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
         )
         .init();
 
-    // One thread: helpers die with the thread that spawned them (PR_SET_PDEATHSIG), so they
-    // are all spawned from this one, which lives as long as the broker.
+    // What needs rights happens now, before the lockdown: the spawner (the one process that
+    // keeps the rights helpers need at start, and dies with this thread: PR_SET_PDEATHSIG), the
+    // two sockets (bound, not yet listening: a client's connect is refused until the audit
+    // log is open, as before), and what `doctor` reports of the kernel.
+    let spawner = spawner::link::Spawner::start(
+        &opts.helper_dir.join(SPAWNER_BINARY),
+        &opts.helper_dir,
+    )
+    .map_err(|e| format!("cannot start {SPAWNER_BINARY}: {e}"))?;
+    let ui = fronts::prepare(&dirs.ui_socket())
+        .map_err(|e| format!("{}: {e}", dirs.ui_socket().display()))?;
+    let gw = fronts::prepare(&dirs.gateway_socket())
+        .map_err(|e| format!("{}: {e}", dirs.gateway_socket().display()))?;
+    let kernel = crate::KernelFacts::read();
+    let broker_lockdown = sandbox::lockdown_router(
+        &sandbox::FsProfile {
+            read_only: Vec::new(),
+            read_write: vec![dirs.config.clone(), dirs.data.clone(), dirs.runtime.clone()],
+        },
+        opts.allow_degraded,
+    )
+    .map_err(|e| format!("refusing to start: the broker's own lockdown failed: {e}"))?;
+
+    // One thread: Landlock and seccomp bind it and every thread it starts later.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
     let local = tokio::task::LocalSet::new();
     let result = local.block_on(&rt, async move {
+        let spawner_lockdown = spawner.lockdown().clone();
+        let (spawner, spawner_gone) = spawner
+            .serve()
+            .map_err(|e| format!("the spawner channel: {e}"))?;
+        let spawner_gone = tokio::task::spawn_local(spawner_gone);
         // Policy, audit log and ledger first: a log that fails its check refuses the start.
         let gate = crate::gate::Gate::open(&dirs, &opts.gate)?;
         helpers::set_extra_args(&opts, Role::Fs, gate.fs_helper_args());
@@ -68,7 +97,7 @@ pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
                 .collect(),
         );
         // The audit key lives in the secrets-helper: the log opens once it is up.
-        let helpers = helpers::Helpers::start(opts.clone());
+        let helpers = helpers::Helpers::start(opts.clone(), spawner.clone());
         let secrets = helpers.slot(Role::Secrets).ok_or("no secrets-helper slot")?.clone();
         let uncertain = match gate.open_audit(&secrets).await {
             Ok(u) => u,
@@ -88,13 +117,16 @@ pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
         let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
             .map_err(|e| e.to_string())?;
-        let ui = fronts::bind(&dirs.ui_socket()).map_err(|e| format!("{}: {e}", dirs.ui_socket().display()))?;
-        let gw = fronts::bind(&dirs.gateway_socket())
+        let ui = fronts::listen(ui).map_err(|e| format!("{}: {e}", dirs.ui_socket().display()))?;
+        let gw = fronts::listen(gw)
             .map_err(|e| format!("{}: {e}", dirs.gateway_socket().display()))?;
         let ctx = Rc::new(Ctx {
             opts: opts.clone(),
             helpers: helpers.clone(),
             broker_lockdown,
+            spawner,
+            spawner_lockdown,
+            kernel,
             dirs: dirs.clone(),
             gate,
         });
@@ -102,9 +134,15 @@ pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
         tokio::task::spawn_local(fronts::accept_loop(ctx.clone(), gw, Role::Gateway));
         tracing::info!(pid = std::process::id(), "broker serving {}", dirs.runtime.display());
 
+        let mut spawner_gone = spawner_gone;
         tokio::select! {
             _ = term.recv() => {}
             _ = int.recv() => {}
+            why = &mut spawner_gone => {
+                // Without the spawner no helper can be restarted: stop, in order, and say why.
+                let why = why.unwrap_or_else(|e| e.to_string());
+                tracing::error!("the spawner is gone ({why}); shutting down");
+            }
         }
         tracing::info!("shutting down");
         opts.shutting_down.store(true, Ordering::SeqCst);

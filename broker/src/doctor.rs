@@ -4,29 +4,79 @@
 use crate::Ctx;
 use ipc_schema::status::{DoctorReport, LandlockStatus, ProcessReport, ProcessState};
 
-/// Builds the report from the broker's own state and the helpers' verified hellos.
-pub fn report(ctx: &Ctx) -> DoctorReport {
-    let mut processes = vec![ProcessReport {
-        name: "broker".into(),
-        pid: std::process::id(),
-        state: ProcessState::Ready,
-        restarts: 0,
-        lockdown: Some(ctx.broker_lockdown.clone()),
-        kernel: sandbox::process::read_proc_status(std::process::id()).ok(),
-    }];
+/// Builds the report from the broker's own state, the spawner's, and the helpers' verified
+/// hellos. The kernel's view of the router and the spawner comes from the spawner (the router
+/// reads no /proc).
+pub async fn report(ctx: &Ctx) -> DoctorReport {
+    let own = std::process::id();
+    let spawner = ctx.spawner.pid();
+    let mut processes = vec![
+        ProcessReport {
+            name: "broker".into(),
+            pid: own,
+            state: ProcessState::Ready,
+            restarts: 0,
+            lockdown: Some(ctx.broker_lockdown.clone()),
+            kernel: ctx.spawner.status(own).await.ok(),
+        },
+        ProcessReport {
+            name: "spawner".into(),
+            pid: spawner,
+            state: ProcessState::Ready,
+            restarts: 0,
+            lockdown: Some(ctx.spawner_lockdown.clone()),
+            kernel: ctx.spawner.status(spawner).await.ok(),
+        },
+    ];
     processes.extend(ctx.helpers.reports());
     let mut problems = Vec::new();
     let mut notes = vec![
-        "broker: no_new_privs, no core dumps, not dumpable; no seccomp filter or Landlock of its own, \
-         because helpers inherit both and need rights the broker cannot know in advance (docs/SECURITY.md)"
-            .to_string(),
+        "broker (the router): no capabilities, no_new_privs, not dumpable, Landlock to its own config, data and runtime directories, a seccomp allowlist without exec, fork, socket or ptrace (docs/seccomp/broker.txt)".to_string(),
+        "spawner: starts, kills and reports on helpers for the router and does nothing else; no_new_privs, no other descriptors, empty environment; no Landlock or seccomp of its own, since every helper would inherit them (docs/SECURITY.md)".to_string(),
         "ui and gateway fronts lock themselves down when they start (ui profile, gateway profile) and report it on their own: the console in its health pane, `gatehouse mcp` on stderr".to_string(),
     ];
     let b = &ctx.broker_lockdown;
-    if !(b.no_new_privs && b.dumpable_off && b.core_dumps_off) {
-        problems.push("broker: hardening incomplete".into());
+    if !(b.no_new_privs && b.dumpable_off && b.core_dumps_off && b.capabilities_dropped && b.seccomp_filter) {
+        problems.push("broker: lockdown incomplete".into());
     }
-    for p in processes.iter().skip(1) {
+    match &processes[0].kernel {
+        None => problems.push("broker: the kernel's view of it could not be read".into()),
+        Some(k) => {
+            if k.seccomp != 2 {
+                problems.push(format!("broker: Seccomp {} (filter required)", k.seccomp));
+            }
+            if !k.no_new_privs {
+                problems.push("broker: NoNewPrivs 0".into());
+            }
+            if k.cap_eff != 0 || k.cap_prm != 0 {
+                problems.push(format!(
+                    "broker: capabilities held (CapEff {:x}, CapPrm {:x})",
+                    k.cap_eff, k.cap_prm
+                ));
+            }
+        }
+    }
+    if b.landlock != LandlockStatus::FullyEnforced {
+        let line = format!(
+            "broker: Landlock {:?} (kernel ABI {}, profile needs {})",
+            b.landlock, b.landlock_abi, b.landlock_min_abi
+        );
+        if ctx.opts.allow_degraded {
+            notes.push(format!("{line}, allowed by --allow-degraded"));
+        } else {
+            problems.push(line);
+        }
+    }
+    let s = &ctx.spawner_lockdown;
+    if !(s.no_new_privs && s.dumpable_off && s.stray_fds_closed && s.env_cleared) {
+        problems.push("spawner: hardening incomplete".into());
+    }
+    match &processes[1].kernel {
+        None => problems.push("spawner: the kernel's view of it could not be read".into()),
+        Some(k) if !k.no_new_privs => problems.push("spawner: NoNewPrivs 0".into()),
+        Some(_) => {}
+    }
+    for p in processes.iter().skip(2) {
         match &p.state {
             ProcessState::Ready => {}
             ProcessState::Starting => problems.push(format!("{}: still starting", p.name)),
@@ -66,10 +116,8 @@ pub fn report(ctx: &Ctx) -> DoctorReport {
         }
     }
     DoctorReport {
-        kernel_release: nix::sys::utsname::uname()
-            .map(|u| u.release().to_string_lossy().into_owned())
-            .unwrap_or_default(),
-        landlock_abi: sandbox::landlock_abi(),
+        kernel_release: ctx.kernel.release.clone(),
+        landlock_abi: ctx.kernel.landlock_abi,
         allow_degraded: ctx.opts.allow_degraded,
         processes,
         problems,

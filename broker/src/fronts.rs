@@ -11,7 +11,7 @@ use ipc_schema::codec::{encode, MAX_FRAME};
 use ipc_schema::route::may_send_to_broker;
 use ipc_schema::{Body, Envelope, ErrorCode, ErrorReply, Role};
 use sandbox::process::{pidfd_open, pidfd_send_signal};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::rc::Rc;
@@ -20,16 +20,31 @@ use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 
-/// Binds a front socket (0600) at `path`, replacing a stale one.
-pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
+/// Makes the socket at `path` (0600) and binds it, without listening yet: the router makes no
+/// socket after its lockdown, so both are made before it, and a client that connects before
+/// [`listen`] is refused, as when no broker runs.
+pub fn prepare(path: &Path) -> std::io::Result<OwnedFd> {
+    use nix::sys::socket::{bind, socket, AddressFamily, SockFlag, SockType, UnixAddr};
     match std::fs::remove_file(path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
-    let listener = UnixListener::bind(path)?;
+    let fd = socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+        None,
+    )?;
+    bind(fd.as_raw_fd(), &UnixAddr::new(path)?)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(listener)
+    Ok(fd)
+}
+
+/// Starts listening on a socket from [`prepare`].
+pub fn listen(fd: OwnedFd) -> std::io::Result<UnixListener> {
+    nix::sys::socket::listen(&fd, nix::sys::socket::Backlog::MAXCONN)?;
+    UnixListener::from_std(std::os::unix::net::UnixListener::from(fd))
 }
 
 /// Accepts front connections for `role` forever.
@@ -222,7 +237,7 @@ fn dispatch(
             let reply = reply.clone();
             tokio::task::spawn_local(async move {
                 ctx.helpers.settle(Duration::from_secs(10)).await;
-                let mut report = crate::doctor::report(&ctx);
+                let mut report = crate::doctor::report(&ctx).await;
                 crate::doctor::add_fs_status(&ctx, &mut report).await;
                 crate::doctor::add_secrets_status(&ctx, &mut report).await;
                 reply.send(id, Body::DoctorReport(report));

@@ -10,10 +10,9 @@ use ipc_schema::codec::MAX_FRAME;
 use ipc_schema::route::may_send_to_broker;
 use ipc_schema::status::{LandlockStatus, LockdownReport, ProcStatus, ProcessReport, ProcessState};
 use ipc_schema::{Body, Envelope, Role};
-use sandbox::process::{describe_exit, pidfd_send_signal, read_proc_status, spawn_helper};
+use spawner::link::Link as Spawner;
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncWriteExt, BufWriter};
@@ -64,7 +63,6 @@ type Pending = HashMap<u64, Waiter>;
 struct Live {
     pid: u32,
     tx: mpsc::UnboundedSender<Vec<u8>>,
-    pidfd: Arc<OwnedFd>,
 }
 
 struct SlotState {
@@ -84,6 +82,8 @@ struct SlotState {
 /// One supervised helper.
 pub struct HelperSlot {
     role: Role,
+    /// Starts, kills and reports on the helper: the router itself can do none of that.
+    spawner: Spawner,
     st: Mutex<SlotState>,
     ready: watch::Sender<bool>,
     /// Set once the supervisor has reaped the last process and stopped (shutdown).
@@ -91,9 +91,10 @@ pub struct HelperSlot {
 }
 
 impl HelperSlot {
-    fn new(role: Role) -> Self {
+    fn new(role: Role, spawner: Spawner) -> Self {
         HelperSlot {
             role,
+            spawner,
             st: Mutex::new(SlotState {
                 live: None,
                 pending: HashMap::new(),
@@ -247,7 +248,7 @@ impl HelperSlot {
         let st = self.lock();
         if st.restart_requested.is_some() && st.pending.is_empty() {
             if let Some(live) = &st.live {
-                let _ = pidfd_send_signal(&live.pidfd, libc::SIGKILL);
+                self.spawner.kill(live.pid);
             }
         }
     }
@@ -255,7 +256,7 @@ impl HelperSlot {
     /// Kills the running helper (shutdown).
     pub fn kill(&self) {
         if let Some(live) = &self.lock().live {
-            let _ = pidfd_send_signal(&live.pidfd, libc::SIGKILL);
+            self.spawner.kill(live.pid);
         }
     }
 
@@ -279,10 +280,10 @@ impl Helpers {
     /// Creates the slots and starts a supervisor task for each helper. Must run on the thread
     /// that stays alive for the broker's lifetime: helpers get SIGKILL when their spawning
     /// thread exits (PR_SET_PDEATHSIG).
-    pub fn start(opts: Arc<BrokerOptions>) -> Arc<Helpers> {
+    pub fn start(opts: Arc<BrokerOptions>, spawner: Spawner) -> Arc<Helpers> {
         let mut slots = HashMap::new();
         for role in Role::HELPERS {
-            slots.insert(role, Arc::new(HelperSlot::new(role)));
+            slots.insert(role, Arc::new(HelperSlot::new(role, spawner.clone())));
         }
         let helpers = Arc::new(Helpers { slots });
         for role in Role::HELPERS {
@@ -459,71 +460,55 @@ pub fn verify_lockdown(
     }
 }
 
-/// Starts the helper once, serves it until it exits, and says how it ended.
+/// Starts the helper once (through the spawner), serves it until it exits, and says how it
+/// ended.
 async fn run_once(slot: &Arc<HelperSlot>, opts: &BrokerOptions) -> String {
     let role = slot.role;
-    let program = opts.helper_dir.join(role.name());
-    let (ours, theirs) = match std::os::unix::net::UnixStream::pair() {
-        Ok(p) => p,
-        Err(e) => return format!("cannot create a socket pair: {e}"),
-    };
-    let spawned = match spawn_helper(
-        &program,
-        &helper_args(role, opts),
-        OwnedFd::from(theirs),
-        &[],
-    ) {
+    let started = match slot.spawner.start(role, helper_args(role, opts)).await {
         Ok(s) => s,
         Err(e) => {
-            let reason = format!("cannot start {}: {e}", program.display());
+            let reason = format!("cannot start {role}: {e}");
             slot.lock().state = ProcessState::Refused {
                 reason: reason.clone(),
             };
             return reason;
         }
     };
-    let mut child = spawned.child;
-    let pid = child.id();
-    let pidfd = Arc::new(spawned.pidfd);
+    let pid = started.pid;
     slot.lock().last_pid = pid;
     tracing::info!(helper = %role, pid, "started");
 
-    // The pidfd turns readable when the process exits; a blocking poll on a pool thread waits
-    // for that without a signal handler or a reused pid. A watch channel lets both the relay
-    // loop and the reaping below wait for the same exit.
-    let (exit_tx, exit_rx) = watch::channel(false);
-    {
-        let pidfd = pidfd.clone();
-        tokio::task::spawn_blocking(move || {
-            use std::os::fd::AsFd;
-            let mut fds = [nix::poll::PollFd::new(
-                pidfd.as_fd(),
-                nix::poll::PollFlags::POLLIN,
-            )];
-            while let Err(nix::errno::Errno::EINTR) =
-                nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE)
-            {}
-            let _ = exit_tx.send(true);
-        });
-    }
-    let exited = move || {
-        let mut rx = exit_rx.clone();
-        async move {
-            let _ = rx.wait_for(|gone| *gone).await;
+    // The spawner reports the exit once it has reaped the helper; a watch channel lets both
+    // the relay loop and the wait below see the same exit.
+    let (exit_tx, exit_rx) = watch::channel(None::<String>);
+    let ended = started.ended;
+    tokio::task::spawn_local(async move {
+        let how = ended
+            .await
+            .unwrap_or_else(|_| "ended (the spawner is gone)".to_string());
+        let _ = exit_tx.send(Some(how));
+    });
+    let exited = {
+        let exit_rx = exit_rx.clone();
+        move || {
+            let mut rx = exit_rx.clone();
+            async move {
+                let _ = rx.wait_for(|how| how.is_some()).await;
+            }
         }
     };
-    let ended = serve(slot, opts, ours, pid, &pidfd, &exited).await;
-    if let Some(reason) = &ended {
-        let _ = pidfd_send_signal(&pidfd, libc::SIGKILL);
+    let sock = std::os::unix::net::UnixStream::from(started.channel);
+    let broke = serve(slot, opts, sock, pid, &exited).await;
+    if let Some(reason) = &broke {
+        slot.spawner.kill(pid);
         tracing::error!(helper = %role, pid, "killed: {reason}");
     }
-    // Once the pidfd is readable the process has exited, and wait() reaps without blocking.
     exited().await;
-    let status = match child.wait() {
-        Ok(s) => describe_exit(s),
-        Err(e) => format!("could not be reaped: {e}"),
-    };
-    match ended {
+    let status = exit_rx
+        .borrow()
+        .clone()
+        .unwrap_or_else(|| "ended".to_string());
+    match broke {
         Some(reason) => format!("{role} (pid {pid}) was killed by the broker: {reason}"),
         None => format!("{role} (pid {pid}) {status}"),
     }
@@ -536,7 +521,6 @@ async fn serve<F>(
     opts: &BrokerOptions,
     sock: std::os::unix::net::UnixStream,
     pid: u32,
-    pidfd: &Arc<OwnedFd>,
     exited: &impl Fn() -> F,
 ) -> Option<String>
 where
@@ -581,9 +565,10 @@ where
             ))
         }
     };
-    let kernel = match read_proc_status(pid) {
+    // The kernel's view, read by the spawner (the router reads no /proc).
+    let kernel = match slot.spawner.status(pid).await {
         Ok(k) => k,
-        Err(e) => return Some(format!("cannot read /proc/{pid}/status: {e}")),
+        Err(e) => return Some(format!("cannot read its status: {e}")),
     };
     {
         let mut st = slot.lock();
@@ -600,11 +585,7 @@ where
     let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
     {
         let mut st = slot.lock();
-        st.live = Some(Live {
-            pid,
-            tx,
-            pidfd: pidfd.clone(),
-        });
+        st.live = Some(Live { pid, tx });
         st.state = ProcessState::Ready;
     }
     slot.ready.send_replace(true);

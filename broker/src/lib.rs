@@ -78,10 +78,33 @@ impl BrokerOptions {
 pub struct Ctx {
     pub opts: Arc<BrokerOptions>,
     pub helpers: Arc<helpers::Helpers>,
+    /// What the router's own lockdown did.
     pub broker_lockdown: LockdownReport,
+    /// The process that starts helpers, and what its hardening did by its own account.
+    pub spawner: spawner::link::Link,
+    pub spawner_lockdown: LockdownReport,
+    /// Read before the lockdown (the router's filter has no uname or Landlock calls).
+    pub kernel: KernelFacts,
     pub dirs: Dirs,
     /// Policy, approvals, ledger and audit.
     pub gate: gate::Gate,
+}
+
+/// What `doctor` says of the kernel, read once at start.
+pub struct KernelFacts {
+    pub release: String,
+    pub landlock_abi: u32,
+}
+
+impl KernelFacts {
+    fn read() -> KernelFacts {
+        KernelFacts {
+            release: nix::sys::utsname::uname()
+                .map(|u| u.release().to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            landlock_abi: sandbox::landlock_abi(),
+        }
+    }
 }
 
 /// A helper call's failure, as a reply.
@@ -101,6 +124,7 @@ fn missing_helpers(dir: &std::path::Path) -> Option<String> {
     let missing: Vec<&str> = HELPER_ROLES
         .iter()
         .map(|r| r.name())
+        .chain([broker::SPAWNER_BINARY])
         .filter(|n| !dir.join(n).is_file())
         .collect();
     if missing.is_empty() {

@@ -34,7 +34,7 @@ pub fn render(r: &DoctorReport) -> String {
         };
         let (landlock, seccomp, dumpable) = match &p.lockdown {
             Some(l) => (
-                if l.profile == "broker" {
+                if l.profile == "spawner" {
                     "none (by design)".to_string()
                 } else {
                     format!(

@@ -326,6 +326,17 @@ pub fn children_of(pid: u32) -> Vec<u32> {
     out
 }
 
+/// The helpers of the broker `pid`: the children of its spawner (the broker's own child), and
+/// the spawner itself.
+pub fn helpers_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for child in children_of(pid) {
+        out.extend(children_of(child));
+        out.push(child);
+    }
+    out
+}
+
 /// True while /proc/<pid> exists and is not a zombie.
 pub fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

@@ -5,7 +5,7 @@
 
 #![forbid(unsafe_code)]
 
-use gatehouse_tests::{children_of, forget_audit_key, BrokerUnderTest};
+use gatehouse_tests::{forget_audit_key, BrokerUnderTest};
 use ipc_schema::secrets::CredentialName;
 use ipc_schema::ui::UiRequest;
 use ipc_schema::Body;
@@ -189,7 +189,7 @@ fn secret_changes_are_audited_without_the_value_with_and_without_a_broker() {
 fn helper_pid(b: &BrokerUnderTest, name: &str) -> u32 {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        for p in children_of(b.child.id()) {
+        for p in gatehouse_tests::helpers_of(b.child.id()) {
             if std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == name) {
                 return p;
             }

@@ -447,7 +447,7 @@ fn a_broker_started_with_stop_signals_blocked_still_stops_on_sigterm() {
     forget_audit_key(dir.path());
 }
 
-/// A `gatehouse` binary without its helpers beside it (what `cargo run --bin gatehouse` builds)
+/// A `gatehouse` binary without its helpers (and the spawner) beside it (what `cargo run --bin gatehouse` builds)
 /// refuses to start the broker at once, naming each missing helper and how to build them, and
 /// logs nothing else (no audit rows lost, no database created).
 #[test]
@@ -473,15 +473,16 @@ fn a_broker_without_its_helpers_says_which_are_missing_and_how_to_build_them() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("net-helper, exec-helper, secrets-helper not found in")
+        err.contains("net-helper, exec-helper, secrets-helper, gatehouse-spawner not found in")
             && err.contains("cargo build --release --workspace"),
         "{err}"
     );
     assert!(!err.contains("fs-helper,"), "{err}");
     assert_eq!(err.lines().count(), 1, "more than the one refusal: {err}");
     assert!(!data.path().join("data/gatehouse.db").exists());
-    // The positive control: the same copy with all four helpers beside it starts.
-    for h in ["net-helper", "exec-helper", "secrets-helper"] {
+    // The positive control: the same copy with all four helpers and the spawner beside it
+    // starts.
+    for h in ["net-helper", "exec-helper", "secrets-helper", "gatehouse-spawner"] {
         std::fs::copy(bin(h), lone.path().join(h)).unwrap();
     }
     let mut child = Command::new(&exe)

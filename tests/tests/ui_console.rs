@@ -306,7 +306,7 @@ fn up_runs_broker_and_console_and_stops_the_broker_it_started() {
         "the broker runs while the console is open"
     );
     // The broker's default grant is the directory `up` was started in.
-    let fs_helper = children_of(pid)
+    let fs_helper = gatehouse_tests::helpers_of(pid)
         .into_iter()
         .find(|p| {
             std::fs::read_to_string(format!("/proc/{p}/cmdline"))

@@ -6,7 +6,7 @@
 //! | net | nothing | unrestricted | yes | 1 |
 //! | exec | not restricted at this level (see below) | unrestricted (its network namespace is empty) | yes | 6 |
 //! | secrets, ui, gateway | nothing | none | yes | 1 |
-//! | broker (the router) | read-write on its config, data and runtime dirs (no exec, no sockets, fifos, links or devices made), read on the few system files it opens | none | yes | 3 |
+//! | broker (the router) | read-write on its config, data and runtime dirs (no exec, no sockets, fifos, links or devices made) | none | abstract sockets only (it kills a misbehaving front) | 3 |
 //!
 //! Every profile handles every access right of its categories that the running kernel knows,
 //! so a right added by a later ABI is denied unless a rule grants it.
@@ -94,6 +94,9 @@ struct Wants<'a> {
     deny_inet: bool,
     /// Scope abstract Unix sockets and signals to the domain.
     scopes: bool,
+    /// Leave signals out of the scopes: the router SIGKILLs a front that broke the protocol
+    /// (its seccomp filter allows that signal only, through a pidfd).
+    signals_unscoped: bool,
 }
 
 fn wants(profile: &Profile) -> Wants<'_> {
@@ -102,29 +105,34 @@ fn wants(profile: &Profile) -> Wants<'_> {
             fs: FsRules::Grants(grants),
             deny_inet: true,
             scopes: true,
+            signals_unscoped: false,
         },
         // The one helper that opens inet sockets.
         Profile::Net => Wants {
             fs: FsRules::Nothing,
             deny_inet: false,
             scopes: true,
+            signals_unscoped: false,
         },
         Profile::Exec => Wants {
             fs: FsRules::Unrestricted,
             deny_inet: false,
             scopes: true,
+            signals_unscoped: false,
         },
-        // The router: its directories; it connects to nothing and signals no one (it asks the
-        // spawner to kill a helper).
+        // The router: its directories; it connects to nothing. Signals stay unscoped: it kills
+        // a front that broke the protocol (helpers it has the spawner kill).
         Profile::Broker(dirs) => Wants {
             fs: FsRules::Router(dirs),
             deny_inet: true,
             scopes: true,
+            signals_unscoped: true,
         },
         Profile::Secrets(_) | Profile::Ui | Profile::Gateway => Wants {
             fs: FsRules::Nothing,
             deny_inet: true,
             scopes: true,
+            signals_unscoped: false,
         },
     }
 }
@@ -219,7 +227,12 @@ pub fn restrict_self(profile: &Profile, allow_degraded: bool) -> Result<Outcome,
             .map_err(fail)?;
     }
     if w.scopes {
-        ruleset = ruleset.scope(Scope::from_all(abi)).map_err(fail)?;
+        let scopes = if w.signals_unscoped {
+            Scope::from_all(abi) & !Scope::Signal
+        } else {
+            Scope::from_all(abi)
+        };
+        ruleset = ruleset.scope(scopes).map_err(fail)?;
     }
     let mut created = ruleset.create().map_err(fail)?;
     if let FsRules::Grants(grants) = w.fs {

@@ -2,7 +2,8 @@
 //! the console send, holds the policy and writes the audit log. It runs a tokio current-thread
 //! runtime, the audit store's writer thread and SQLite; it starts no process (the spawner does),
 //! makes no socket after start (its listening sockets are bound before lockdown, helper channels
-//! come from the spawner) and signals no one (the spawner kills helpers on its request).
+//! come from the spawner), and the only signal it sends is SIGKILL through a pidfd to a front
+//! that broke the protocol (the spawner kills helpers on its request).
 //!
 //! Checked against `strace -f` of the broker through `gatehouse demo` and the integration tests.
 //! What it may open is Landlock's business (its own directories only).
@@ -42,6 +43,10 @@ pub(super) fn broker(p: &mut Policy) {
         "making relative paths of a policy or a session's directory absolute",
     );
     p.allow(
+        &[libc::SYS_flock],
+        "releasing the lock file that names the running broker (taken before lockdown) at exit",
+    );
+    p.allow(
         &[libc::SYS_accept4],
         "accepting console and gateway connections on the sockets bound before lockdown",
     );
@@ -61,6 +66,19 @@ pub(super) fn broker(p: &mut Policy) {
         libc::SYS_ioctl,
         &[Arg::Eq(1, libc::FIONBIO as u32)],
         "set_nonblocking on std sockets handed to tokio",
+    );
+    p.allow(
+        &[libc::SYS_pidfd_open],
+        "a pidfd for each front at accept, so the front that breaks the protocol is the one killed (never a reused pid)",
+    );
+    p.allow_if(
+        libc::SYS_pidfd_send_signal,
+        &[Arg::Eq(1, libc::SIGKILL as u32)],
+        "killing a front that sent a malformed or forbidden frame (DESIGN rule 3); SIGKILL only",
+    );
+    p.allow(
+        &[libc::SYS_listen],
+        "the two sockets bound before lockdown start listening once the audit log is open; no socket can be made after lockdown",
     );
     // No socket(2): a socket the router makes could connect anywhere. Refused with EACCES rather
     // than killed, so a library that probes (glibc's NSS, syslog) gets an error it handles.
