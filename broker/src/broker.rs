@@ -50,6 +50,7 @@ pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
     let spawner = spawner::link::Spawner::start(
         &opts.helper_dir.join(SPAWNER_BINARY),
         &opts.helper_dir,
+        opts.allow_degraded,
     )
     .map_err(|e| format!("cannot start {SPAWNER_BINARY}: {e}"))?;
     let ui = fronts::prepare(&dirs.ui_socket())

@@ -31,9 +31,9 @@ pub struct Spawner {
 }
 
 impl Spawner {
-    /// Starts `program --helper-dir DIR` with a `SOCK_SEQPACKET` channel as fd 3 and waits for
+    /// Starts `program --helper-dir DIR [--allow-degraded]` with a `SOCK_SEQPACKET` channel as fd 3 and waits for
     /// its first record (`Ready`). Blocking; call it before the router locks down.
-    pub fn start(program: &Path, helper_dir: &Path) -> io::Result<Spawner> {
+    pub fn start(program: &Path, helper_dir: &Path, allow_degraded: bool) -> io::Result<Spawner> {
         let (ours, theirs) = socketpair(
             AddressFamily::Unix,
             SockType::SeqPacket,
@@ -41,7 +41,10 @@ impl Spawner {
             SockFlag::SOCK_CLOEXEC,
         )
         .map_err(io::Error::from)?;
-        let args: Vec<OsString> = vec!["--helper-dir".into(), helper_dir.as_os_str().into()];
+        let mut args: Vec<OsString> = vec!["--helper-dir".into(), helper_dir.as_os_str().into()];
+        if allow_degraded {
+            args.push("--allow-degraded".into());
+        }
         let spawned = spawn_helper(program, &args, theirs, &[])?;
         let mut buf = vec![0u8; MAX_SPAWN_MESSAGE + 1];
         let mut fds = VecDeque::new();

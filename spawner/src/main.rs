@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let helper_dir = match parse_args() {
-        Ok(d) => d,
+    let (helper_dir, allow_degraded) = match parse_args() {
+        Ok(a) => a,
         Err(e) => return fail(&e),
     };
     let lockdown = match sandbox::lockdown_spawner(sandbox::process::CHANNEL_FD) {
@@ -18,24 +18,32 @@ fn main() -> ExitCode {
         Ok(c) => std::os::fd::OwnedFd::from(c),
         Err(e) => return fail(&e.to_string()),
     };
-    match spawner::serve(chan, helper_dir, lockdown) {
+    match spawner::serve(chan, helper_dir, allow_degraded, lockdown) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e.to_string()),
     }
 }
 
-/// The one argument: where the helper binaries are (fixed for the spawner's life).
-fn parse_args() -> Result<PathBuf, String> {
+/// Where the helper binaries are, and whether helpers may run degraded: both fixed for the
+/// spawner's life, so the router cannot later ask for a helper with less confinement than the
+/// broker was started with.
+fn parse_args() -> Result<(PathBuf, bool), String> {
+    let usage = "usage: gatehouse-spawner --helper-dir DIR [--allow-degraded] (started by the gatehouse broker)";
     let mut args = std::env::args_os().skip(1);
-    match (args.next(), args.next(), args.next()) {
-        (Some(flag), Some(dir), None) if flag == "--helper-dir" => {
-            let dir = PathBuf::from(dir);
-            if !dir.is_absolute() {
-                return Err(format!("--helper-dir {}: not absolute", dir.display()));
-            }
-            Ok(dir)
-        }
-        _ => Err("usage: gatehouse-spawner --helper-dir DIR (started by the gatehouse broker)".into()),
+    let (Some(flag), Some(dir)) = (args.next(), args.next()) else {
+        return Err(usage.into());
+    };
+    if flag != "--helper-dir" {
+        return Err(usage.into());
+    }
+    let dir = PathBuf::from(dir);
+    if !dir.is_absolute() {
+        return Err(format!("--helper-dir {}: not absolute", dir.display()));
+    }
+    match (args.next(), args.next()) {
+        (None, None) => Ok((dir, false)),
+        (Some(a), None) if a == "--allow-degraded" => Ok((dir, true)),
+        _ => Err(usage.into()),
     }
 }
 

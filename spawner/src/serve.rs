@@ -19,6 +19,9 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Child;
 
+/// The helpers' switch for running with less than their profile needs.
+const DEGRADED: &str = "--allow-degraded";
+
 /// Why the spawner stopped serving.
 #[derive(Debug)]
 pub enum ServeError {
@@ -43,6 +46,8 @@ struct Helper {
 struct Spawner {
     chan: OwnedFd,
     helper_dir: PathBuf,
+    /// Whether a helper may be started with `--allow-degraded` (fixed at start).
+    allow_degraded: bool,
     router: u32,
     live: BTreeMap<u32, Helper>,
     /// Helpers reaped already: a kill of one of these crossed its `Ended` on the way.
@@ -53,11 +58,13 @@ struct Spawner {
 pub fn serve(
     chan: OwnedFd,
     helper_dir: PathBuf,
+    allow_degraded: bool,
     lockdown: LockdownReport,
 ) -> Result<(), ServeError> {
     let mut s = Spawner {
         chan,
         helper_dir,
+        allow_degraded,
         router: nix::unistd::getppid().as_raw() as u32,
         live: BTreeMap::new(),
         ended: BTreeSet::new(),
@@ -162,6 +169,12 @@ impl Spawner {
     }
 
     fn start(&mut self, id: u64, kind: Role, args: Vec<OsString>) -> Result<(), ServeError> {
+        if !self.allow_degraded && args.iter().any(|a| a == DEGRADED) {
+            let reason = format!(
+                "{DEGRADED} was asked for {kind}, but the broker was not started with it"
+            );
+            return self.send(&SpawnReply::NotStarted { id, reason }, None);
+        }
         match start_helper(&self.helper_dir, kind, &args) {
             Ok((helper, ours)) => {
                 let pid = helper.child.id();

@@ -32,6 +32,7 @@ fn starts_kills_and_reports_only_its_own_helpers() {
     let sp = Spawner::start(
         std::path::Path::new(env!("CARGO_BIN_EXE_gatehouse-spawner")),
         dir.path(),
+        false,
     )
     .expect("spawner starts");
     let spawner_pid = sp.pid();
@@ -72,6 +73,14 @@ fn starts_kills_and_reports_only_its_own_helpers() {
         let e = link.start(Role::Exec, vec![]).await.err().expect("no exec-helper here");
         assert!(e.contains("exec-helper"), "{e}");
 
+        // A helper with less confinement than the broker was started with: refused.
+        let e = link
+            .start(Role::Net, vec!["--allow-degraded".into()])
+            .await
+            .err()
+            .expect("--allow-degraded is refused");
+        assert!(e.contains("not started with it"), "{e}");
+
         // Kill: the exit comes back, described.
         link.kill(started.pid);
         let how = tokio::time::timeout(Duration::from_secs(10), started.ended)
@@ -104,6 +113,7 @@ fn a_kill_of_a_process_it_did_not_start_ends_the_spawner() {
     let sp = Spawner::start(
         std::path::Path::new(env!("CARGO_BIN_EXE_gatehouse-spawner")),
         dir.path(),
+        false,
     )
     .unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
