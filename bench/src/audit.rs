@@ -763,6 +763,8 @@ pub mod helper_seal {
                 "keyutils".into(),
                 "--namespace".into(),
                 format!("gatehouse-bench-{}", std::process::id()).into(),
+                "--channel".into(),
+                "broker".into(),
             ];
             let (ours, theirs) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
             let spawned = sandbox::process::spawn_helper(&program, &args, theirs.into(), &[])

@@ -82,11 +82,11 @@ pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
         // Policy, audit log and ledger first: a log that fails its check refuses the start.
         let gate = crate::gate::Gate::open(&dirs, &opts.gate)?;
         helpers::set_extra_args(&opts, Role::Fs, gate.fs_helper_args());
-        helpers::set_extra_args(
-            &opts,
-            Role::Secrets,
-            crate::secrets_link::helper_args(&dirs).map_err(|e| format!("refusing to start: {e}"))?,
-        );
+        // The broker's own secrets-helper serves the broker's table: no Set, Delete or List.
+        let mut secrets_args = crate::secrets_link::helper_args(&dirs)
+            .map_err(|e| format!("refusing to start: {e}"))?;
+        secrets_args.extend(["--channel".into(), "broker".into()]);
+        helpers::set_extra_args(&opts, Role::Secrets, secrets_args);
         // Commands never see gatehouse's own config, data, runtime and agent-state dirs, even
         // when a grant holds them.
         helpers::set_extra_args(

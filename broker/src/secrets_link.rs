@@ -126,7 +126,9 @@ impl PrivateHelper {
     /// Starts the secrets-helper that lies beside this binary, with this instance's arguments,
     /// and waits for its hello.
     pub fn start(dirs: &Dirs) -> CmdResult<PrivateHelper> {
-        let args = helper_args(dirs)?;
+        let mut args = helper_args(dirs)?;
+        // A command's own helper: Set, Delete and List, never request headers.
+        args.extend(["--channel".into(), "private".into()]);
         let program: PathBuf = gatehouse_client::sibling(Role::Secrets.name())?;
         let (ours, theirs) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
         let spawned = sandbox::process::spawn_helper(&program, &args, theirs.into(), &[])
@@ -192,7 +194,7 @@ impl Drop for PrivateHelper {
 pub fn hosts_text(spec: &CredentialSpec) -> String {
     spec.hosts
         .iter()
-        .map(|h| h.as_str())
+        .map(|h| h.to_string())
         .collect::<Vec<_>>()
         .join(", ")
 }

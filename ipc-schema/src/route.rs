@@ -785,24 +785,6 @@ pub const SECRETS_PRIVATE_REPLIES: Table = Table {
     ],
 };
 
-/// Transitional, for a secrets-helper started without `--channel` (what the broker and the CLI
-/// do until they pass it): the union of [`BROKER_TO_SECRETS`] and [`SECRETS_PRIVATE`], which is
-/// what `Kind::Secrets` admitted before. Remove once both pass `--channel`.
-pub const SECRETS_UNSPECIFIED: Table = Table {
-    channel: Channel::BrokerToSecrets,
-    routes: &[
-        route(K::Ping, NONE),
-        route(K::Secrets(S::Status), NONE),
-        route(K::Secrets(S::List), NONE),
-        route(K::Secrets(S::Has), NONE),
-        route(K::Secrets(S::Set), EFFECT),
-        route(K::Secrets(S::Delete), EFFECT),
-        route(K::Secrets(S::Attach), NONE),
-        route(K::Secrets(S::AuditKey), EFFECT),
-        route(K::Secrets(S::AuditMac), NONE),
-    ],
-};
-
 // ---------------------------------------------------------------------------------------------
 // The body-level view, derived from the tables
 

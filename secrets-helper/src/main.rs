@@ -60,14 +60,19 @@ fn run(args: &HelperArgs, cfg: Config) -> ExitCode {
 
 /// The table of the channel this helper serves, from `--channel`: `broker` (the broker's own
 /// helper, which never sets, deletes or lists: `ipc_schema::route::BROKER_TO_SECRETS`) or
-/// `private` (a helper a CLI command started for itself: `SECRETS_PRIVATE`). Without it, the
-/// union of both (`SECRETS_UNSPECIFIED`), until the broker and the CLI pass it.
+/// `private` (a helper a CLI command started for itself: `SECRETS_PRIVATE`). Required: a
+/// helper that does not know whose channel it serves serves nothing.
 #[cfg(target_os = "linux")]
 fn served_table(args: &HelperArgs) -> Result<&'static ipc_schema::route::Table, String> {
-    use ipc_schema::route::{BROKER_TO_SECRETS, SECRETS_PRIVATE, SECRETS_UNSPECIFIED};
+    use ipc_schema::route::{BROKER_TO_SECRETS, SECRETS_PRIVATE};
     let mut given = args.all("--channel");
     let table = match given.next().map(|v| v.to_str()) {
-        None => &SECRETS_UNSPECIFIED,
+        None => {
+            return Err(
+                "--channel broker|private is required (the broker and gatehouse's own commands pass it)"
+                    .into(),
+            )
+        }
         Some(Some("broker")) => &BROKER_TO_SECRETS,
         Some(Some("private")) => &SECRETS_PRIVATE,
         Some(other) => {

@@ -42,7 +42,7 @@ fn credential_lifecycle(args: Vec<std::ffi::OsString>) {
             value_dropped,
         } => {
             assert!(info.present && !value_dropped);
-            let hosts: Vec<&str> = info.spec.hosts.iter().map(|h| h.as_str()).collect();
+            let hosts: Vec<String> = info.spec.hosts.iter().map(|h| h.to_string()).collect();
             assert_eq!(hosts, ["api.example.com", "b.example.com"]);
         }
         other => panic!("{other:?}"),
@@ -525,11 +525,7 @@ fn a_message_for_another_helper_ends_the_helper_and_ping_is_answered() {
 #[test]
 fn the_brokers_helper_refuses_to_set_delete_or_list() {
     let ns = namespace("chan");
-    let with = |channel: &str| {
-        let mut a = keyutils_args(&ns);
-        a.extend(["--channel".into(), channel.into()]);
-        a
-    };
+    let with = |channel: &str| on_channel(keyutils_args(&ns), channel);
     let _cleanup = Cleanup(keyutils_args(&ns), vec![name("api")]);
     let set = || SecretsRequest::Set {
         spec: spec("api", &["api.example.com"], SendAs::Bearer),
@@ -567,4 +563,17 @@ fn the_brokers_helper_refuses_to_set_delete_or_list() {
         .output()
         .unwrap();
     assert_ne!(out.status.code(), Some(0));
+    // Without a channel it serves nothing: whose table to apply is not guessed.
+    let mut bare = keyutils_args(&ns);
+    bare.truncate(bare.len() - 2);
+    let out = std::process::Command::new(gatehouse_tests::bin(Role::Secrets.name()))
+        .args(&bare)
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--channel broker|private is required"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -136,11 +136,17 @@ fn world() -> World {
     let mut net_args = net::args(&dns);
     net_args.push("--test-extra-root".into());
     net_args.push(pki.ca_file.path().to_str().unwrap().into());
-    let (net, mut secrets) = with_stderr_to(log.as_file(), || {
-        (NetHelper::spawn(&net_args), spawn(&args))
+    // The broker's helper attaches; storing is a CLI command's own helper's job (`gatehouse
+    // secret set`), on the same store.
+    let (net, secrets) = with_stderr_to(log.as_file(), || {
+        (
+            NetHelper::spawn(&net_args),
+            spawn(&on_channel(args.clone(), "broker")),
+        )
     });
+    let mut setter = spawn(&args);
     let set = ask(
-        &mut secrets,
+        &mut setter,
         SecretsRequest::Set {
             spec: spec(
                 "api",
@@ -177,7 +183,7 @@ impl World {
         };
         let attach = Body::Secrets(SecretsRequest::Attach {
             name: name("api"),
-            host: checked.host.clone(),
+            host: checked.host.to_string(),
         });
         let header = match self.secrets.request(attach) {
             Body::SecretsReply(SecretsReply::Attached(h)) => h,

@@ -147,13 +147,26 @@ fn rand_u32() -> u32 {
     t.subsec_nanos() ^ (t.as_secs() as u32).rotate_left(7)
 }
 
+/// A CLI command's own helper (`--channel private`) on the keyutils store; tests of the broker's
+/// channel replace the channel ([`on_channel`]).
 pub fn keyutils_args(ns: &str) -> Vec<OsString> {
     vec![
         "--store".into(),
         "keyutils".into(),
         "--namespace".into(),
         ns.into(),
+        "--channel".into(),
+        "private".into(),
     ]
+}
+
+/// `args` with their `--channel` set to `channel`.
+pub fn on_channel(mut args: Vec<OsString>, channel: &str) -> Vec<OsString> {
+    if let Some(i) = args.iter().position(|a| a == "--channel") {
+        args.drain(i..i + 2);
+    }
+    args.extend(["--channel".into(), channel.into()]);
+    args
 }
 
 pub fn ss_args(address: &str, ns: &str) -> Vec<OsString> {
@@ -164,6 +177,8 @@ pub fn ss_args(address: &str, ns: &str) -> Vec<OsString> {
         address.into(),
         "--namespace".into(),
         ns.into(),
+        "--channel".into(),
+        "private".into(),
     ]
 }
 
