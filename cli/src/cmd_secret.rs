@@ -208,7 +208,7 @@ fn info_json(i: &CredentialInfo) -> serde_json::Value {
     };
     serde_json::json!({
         "name": i.spec.name.as_str(),
-        "hosts": i.spec.hosts.iter().map(|h| h.as_str()).collect::<Vec<_>>(),
+        "hosts": i.spec.hosts.iter().map(|h| h.to_string()).collect::<Vec<_>>(),
         "send_as": how,
         "header": header,
         "user": user,

@@ -21,6 +21,7 @@ pub mod fs;
 pub mod grant_glob;
 #[cfg(unix)]
 pub mod helper;
+pub mod host;
 pub mod inert;
 pub mod net;
 pub mod protected;

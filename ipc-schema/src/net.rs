@@ -14,6 +14,7 @@
 //! `sendmsg` that writes the frame's bytes. No other frame carries descriptors; a descriptor the
 //! helper cannot match to a `ProxyConnection` frame ends the helper. See docs/net-helper.md.
 
+use crate::host::{Host, HostPattern};
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
 
@@ -64,7 +65,7 @@ pub struct FetchRequest {
     /// The session profile's network allowlist (exact names, `*.suffix` patterns, IP
     /// addresses), when it has one: the host of the URL and of every redirect must be on it,
     /// checked before that host is looked up. `None`: no list (the address table still applies).
-    pub allowed_hosts: Option<Vec<String>>,
+    pub allowed_hosts: Option<Vec<HostPattern>>,
 }
 
 impl FetchRequest {
@@ -134,8 +135,8 @@ pub enum NetReply {
 pub struct CheckedTarget {
     /// The URL as parsed (WHATWG), without its fragment.
     pub url: String,
-    /// The host in ASCII (punycode), without a trailing dot; an IP literal as written by the parser.
-    pub host: String,
+    /// The host as the WHATWG parse gives it ([`Host`]).
+    pub host: Host,
     pub port: u16,
     /// Every address the name resolved to (A and AAAA), each judged public.
     pub addresses: Vec<IpAddr>,
@@ -205,9 +206,11 @@ pub struct ProxySession {
     /// Basic` (any user name) or as `Proxy-Authorization: Bearer TOKEN`.
     pub token: String,
     /// Exact names (`example.com`), suffix patterns (`*.example.com`: strict subdomains) and IP
-    /// addresses (an IP-literal target is refused unless its address is listed). Compared
-    /// case-insensitively, trailing dot ignored, IDN as punycode. The address table applies to
-    /// every target whatever this list says.
+    /// addresses (an IP-literal target is refused unless its address is listed), each parsed by
+    /// [`HostPattern::parse_international`] (IDN taken and turned into punycode); a bad entry
+    /// refuses the session. The address table applies to every target whatever this list says.
+    /// (Still text on the wire: `gatehouse sandbox` writes the user's `--allow-domain` values
+    /// here as given, and the net-helper's refusal names the bad one.)
     pub allow: Vec<String>,
     /// Ports a tunnel may reach (empty: 443 only).
     pub ports: Vec<u16>,
@@ -313,7 +316,7 @@ pub struct HttpSend {
     pub credential: Option<crate::secrets::CredentialHeader>,
     pub limits: FetchLimits,
     /// As [`FetchRequest::allowed_hosts`]: every hop's host must be on the list.
-    pub allowed_hosts: Option<Vec<String>>,
+    pub allowed_hosts: Option<Vec<HostPattern>>,
 }
 
 /// What an `http_request` brought back. The body is text, wrapped and split into parts exactly

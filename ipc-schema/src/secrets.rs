@@ -84,108 +84,9 @@ impl std::fmt::Display for CredentialName {
     }
 }
 
-/// A host a credential may be sent to: an exact name (ASCII, punycode for international names,
-/// lower case, no trailing dot), an IP address, or, only when the user writes one, a
-/// `*.suffix` pattern that matches strict subdomains of `suffix` (never `suffix` itself).
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[serde(try_from = "String", into = "String")]
-pub struct HostPattern(String);
-
-/// A name or IP literal as the net-helper's URL check writes a host: lower case, no trailing
-/// dot, IPv6 without brackets. `None` if it is neither a plausible name nor an address.
-pub fn normalize_host(s: &str) -> Option<String> {
-    let s = s
-        .strip_prefix('[')
-        .and_then(|r| r.strip_suffix(']'))
-        .unwrap_or(s);
-    if let Ok(ip) = s.parse::<std::net::IpAddr>() {
-        return Some(ip.to_string());
-    }
-    let s = s.strip_suffix('.').unwrap_or(s).to_ascii_lowercase();
-    let label_ok = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && l.chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-    };
-    if s.is_empty() || s.len() > 253 || !s.split('.').all(label_ok) {
-        return None;
-    }
-    Some(s)
-}
-
-impl HostPattern {
-    pub fn parse(s: &str) -> Result<HostPattern, InvalidValue> {
-        if !s.is_ascii() {
-            return invalid(format!(
-                "host {s:?}: write international names in their ASCII (punycode, xn--...) form"
-            ));
-        }
-        let bare_v6 = s.parse::<std::net::Ipv6Addr>().is_ok() || s.starts_with('[');
-        if s.contains('/') || (s.contains(':') && !bare_v6) {
-            return invalid(format!(
-                "host {s:?}: give a host name or address only, without scheme, port or path"
-            ));
-        }
-        let (wild, rest) = match s.strip_prefix("*.") {
-            Some(r) => (true, r),
-            None => (false, s),
-        };
-        let Some(host) = normalize_host(rest) else {
-            return invalid(format!("host {s:?} is not a host name or IP address"));
-        };
-        if wild {
-            if host.parse::<std::net::IpAddr>().is_ok() || !host.contains('.') {
-                return invalid(format!(
-                    "host {s:?}: a wildcard needs a domain with at least two labels after \"*.\""
-                ));
-            }
-            return Ok(HostPattern(format!("*.{host}")));
-        }
-        Ok(HostPattern(host))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    pub fn is_wildcard(&self) -> bool {
-        self.0.starts_with("*.")
-    }
-
-    /// Does `host` (as the net-helper's URL check writes it) match? Exact names and addresses
-    /// compare equal after normalizing; `*.suffix` matches strict subdomains only.
-    pub fn matches(&self, host: &str) -> bool {
-        let Some(host) = normalize_host(host) else {
-            return false;
-        };
-        match self.0.strip_prefix("*.") {
-            Some(suffix) => host
-                .strip_suffix(suffix)
-                .is_some_and(|head| head.len() > 1 && head.ends_with('.')),
-            None => host == self.0,
-        }
-    }
-}
-
-impl TryFrom<String> for HostPattern {
-    type Error = InvalidValue;
-    fn try_from(s: String) -> Result<Self, InvalidValue> {
-        HostPattern::parse(&s)
-    }
-}
-
-impl From<HostPattern> for String {
-    fn from(h: HostPattern) -> String {
-        h.0
-    }
-}
-
-impl std::fmt::Display for HostPattern {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+/// A host a credential may be sent to: one [`HostPattern`] (ASCII only: an international name
+/// is written in punycode, so the user binds exactly the name that is compared).
+pub use crate::host::HostPattern;
 
 /// Header names that frame the request or belong to the connection: setting them could
 /// smuggle a second request or reroute this one. A credential may not be sent as one, nor may
@@ -326,8 +227,8 @@ impl CredentialSpec {
     }
 
     /// Is `host` one this credential may be sent to?
-    pub fn allows_host(&self, host: &str) -> bool {
-        self.hosts.iter().any(|h| h.matches(host))
+    pub fn allows_host(&self, host: &crate::host::Host) -> bool {
+        crate::host::any_matches(&self.hosts, host)
     }
 }
 
@@ -843,18 +744,18 @@ mod tests {
     #[test]
     fn hosts_normalize_and_match_exactly() {
         let h = HostPattern::parse("API.Example.COM.").unwrap();
-        assert_eq!(h.as_str(), "api.example.com");
-        assert!(h.matches("api.example.com"));
-        assert!(h.matches("API.example.com."));
-        assert!(!h.matches("evil.api.example.com"));
-        assert!(!h.matches("api.example.com.evil.net"));
-        assert!(!h.matches("example.com"));
+        assert_eq!(h.to_string(), "api.example.com");
+        assert!(h.matches_str("api.example.com"));
+        assert!(h.matches_str("API.example.com."));
+        assert!(!h.matches_str("evil.api.example.com"));
+        assert!(!h.matches_str("api.example.com.evil.net"));
+        assert!(!h.matches_str("example.com"));
         let v6 = HostPattern::parse("[::1]").unwrap();
-        assert_eq!(v6.as_str(), "::1");
-        assert!(v6.matches("::1") && v6.matches("[0:0::1]"));
+        assert_eq!(v6.to_string(), "::1");
+        assert!(v6.matches_str("::1") && v6.matches_str("[0:0::1]"));
         let w = HostPattern::parse("*.example.com").unwrap();
-        assert!(w.matches("a.example.com") && w.matches("b.a.example.com"));
-        assert!(!w.matches("example.com") && !w.matches("aexample.com"));
+        assert!(w.matches_str("a.example.com") && w.matches_str("b.a.example.com"));
+        assert!(!w.matches_str("example.com") && !w.matches_str("aexample.com"));
         for bad in [
             "https://a.com",
             "a.com:443",
@@ -995,7 +896,8 @@ mod tests {
         .normalized()
         .unwrap();
         assert_eq!(spec.hosts.len(), 2);
-        assert!(spec.allows_host("a.com") && !spec.allows_host("c.com"));
+        let host = |h: &str| crate::host::Host::parse(h).unwrap();
+        assert!(spec.allows_host(&host("a.com")) && !spec.allows_host(&host("c.com")));
         let empty = CredentialSpec {
             hosts: vec![],
             ..spec

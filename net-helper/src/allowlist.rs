@@ -1,65 +1,46 @@
-//! A proxy session's allowlist: exact names, `*.suffix` patterns and IP addresses, compared
-//! case-insensitively, trailing dot ignored, IDN as punycode (each entry is parsed the WHATWG way,
-//! like the targets it is compared with).
+//! A session's allowlist, matched against the host of a checked URL or CONNECT target. The
+//! entries are [`HostPattern`]s (ipc-schema's one host pattern type: its rules are there); this
+//! module only matches.
 
-use crate::target::{check_name, Host};
-use std::collections::HashSet;
-use std::net::IpAddr;
+use crate::target::Host;
+use ipc_schema::host::{self, HostPattern};
 
 #[derive(Debug, Clone, Default)]
-pub struct Allowlist {
-    exact: HashSet<String>,
-    /// Each with its leading dot: `*.example.com` is stored as `.example.com` and matches strict
-    /// subdomains only.
-    suffixes: Vec<String>,
-    addrs: HashSet<IpAddr>,
-}
+pub struct Allowlist(Vec<HostPattern>);
 
 impl Allowlist {
+    pub fn new(patterns: Vec<HostPattern>) -> Allowlist {
+        Allowlist(patterns)
+    }
+
+    /// The proxy session's entries, still text on the wire (see `ProxySession::allow`).
     pub fn parse(entries: &[String]) -> Result<Allowlist, String> {
-        let mut out = Allowlist::default();
-        for e in entries {
-            let e = e.trim();
-            let (wild, rest) = match e.strip_prefix("*.") {
-                Some(rest) => (true, rest),
-                None => (false, e),
-            };
-            let bad = |why: String| format!("allowlist entry {e:?}: {why}");
-            match parse_host(rest).map_err(bad)? {
-                Host::Name(n) if wild => out.suffixes.push(format!(".{n}")),
-                Host::Name(n) => {
-                    out.exact.insert(n);
-                }
-                Host::Ip(_) if wild => return Err(bad("a pattern must be a name".into())),
-                Host::Ip(a) => {
-                    out.addrs.insert(a);
-                }
-            }
-        }
-        Ok(out)
+        entries
+            .iter()
+            .map(|e| {
+                let e = e.trim();
+                HostPattern::parse_international(e).map_err(|why| {
+                    let why = why.0;
+                    // Name the entry once: the pattern's message names it too.
+                    let why = why
+                        .strip_prefix(&format!("host {e:?}: "))
+                        .unwrap_or(&why)
+                        .to_string();
+                    format!("allowlist entry {e:?}: {why}")
+                })
+            })
+            .collect::<Result<_, _>>()
+            .map(Allowlist)
     }
 
     pub fn allows(&self, host: &Host) -> bool {
-        match host {
-            Host::Name(n) => {
-                self.exact.contains(n) || self.suffixes.iter().any(|s| n.ends_with(s.as_str()))
-            }
-            Host::Ip(a) => self.addrs.contains(a),
-        }
+        host::any_matches(&self.0, host)
     }
 }
 
-/// A host as a URL parser reads it (IDNA to punycode, lower case, IPv4 in any form, `[v6]`),
-/// trailing dot removed; `localhost` names refused.
+/// A host written alone (a CONNECT target's host), as a URL parser reads it.
 pub fn parse_host(s: &str) -> Result<Host, String> {
-    if s.is_empty() {
-        return Err("empty host".into());
-    }
-    match url::Host::parse(s).map_err(|e| format!("not a host ({e})"))? {
-        url::Host::Domain(d) => Ok(Host::Name(check_name(&d).map_err(|e| e.to_string())?)),
-        url::Host::Ipv4(a) => Ok(Host::Ip(a.into())),
-        url::Host::Ipv6(a) => Ok(Host::Ip(a.into())),
-    }
+    Host::parse(s).map_err(|e| e.0)
 }
 
 #[cfg(test)]
@@ -99,5 +80,9 @@ mod tests {
         assert!(Allowlist::parse(&["".into()]).is_err());
         assert!(Allowlist::parse(&["localhost".into()]).is_err());
         assert!(Allowlist::parse(&["a b.com".into()]).is_err());
+        assert_eq!(
+            Allowlist::parse(&["bad domain!".into()]).unwrap_err(),
+            "allowlist entry \"bad domain!\": not a host (invalid international domain name)"
+        );
     }
 }

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
+use ipc_schema::host::HostPattern;
 use ipc_schema::net::{
     CheckedTarget, FetchLimits, RefusalKind, FETCH_MAX_BODY_CEILING, FETCH_MAX_REDIRECTS_CEILING,
     FETCH_TOTAL_MS_CEILING,
@@ -86,7 +87,7 @@ pub async fn check(
     .map_err(|_| connect_limit(limits, &target))??;
     Ok(CheckedTarget {
         url: target.url.to_string(),
-        host: target.host.to_string(),
+        host: target.host.clone(),
         port: target.port,
         addresses,
     })
@@ -97,7 +98,7 @@ pub async fn fetch(
     ctx: &NetContext,
     url: &str,
     limits: &FetchLimits,
-    allowed_hosts: Option<&[String]>,
+    allowed_hosts: Option<&[HostPattern]>,
 ) -> Result<FetchedBody, FetchError> {
     check_limits(limits)?;
     let allow = parse_allowed_hosts(allowed_hosts)?;
@@ -127,11 +128,9 @@ fn connect_limit(limits: &FetchLimits, target: &Target) -> FetchError {
 
 /// The session's network allowlist of a request, parsed; a bad entry refuses the request.
 pub(crate) fn parse_allowed_hosts(
-    entries: Option<&[String]>,
+    entries: Option<&[HostPattern]>,
 ) -> Result<Option<Allowlist>, FetchError> {
-    entries
-        .map(|e| Allowlist::parse(e).map_err(|why| FetchError::refused(RefusalKind::Invalid, why)))
-        .transpose()
+    Ok(entries.map(|e| Allowlist::new(e.to_vec())))
 }
 
 /// Refuses a hop whose host is not on the session's allowlist, before the host is looked up

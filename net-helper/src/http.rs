@@ -19,8 +19,9 @@ use crate::NetContext;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
+use ipc_schema::host::Host;
 use ipc_schema::net::{FetchLimits, FetchedPage, HttpReply, HttpSend, NetReply, RefusalKind};
-use ipc_schema::secrets::{normalize_host, CredentialHeader, FRAMING_HEADERS};
+use ipc_schema::secrets::{CredentialHeader, FRAMING_HEADERS};
 use ipc_schema::tool::HttpMethod;
 use std::net::IpAddr;
 use std::time::Duration;
@@ -119,7 +120,7 @@ pub fn check_headers(
 
 /// Does this hop go to the credential's host, over TLS?
 fn carries(target: &Target, c: &CredentialHeader) -> bool {
-    target.https && normalize_host(&target.host.to_string()).as_deref() == Some(c.host.as_str())
+    target.https && Host::parse(&c.host).is_ok_and(|h| h == target.host)
 }
 
 pub async fn send(ctx: &NetContext, req: HttpSend) -> Result<Sent, FetchError> {

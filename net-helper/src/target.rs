@@ -1,29 +1,14 @@
 //! What a URL points at, parsed the WHATWG way (the `url` crate, as browsers parse), and the
 //! checks that need no network: scheme, user info, host.
 
-use std::net::IpAddr;
 use url::Url;
 
 /// URLs longer than this are refused before parsing.
 pub const MAX_URL_LEN: usize = 8 * 1024;
 
-/// The host of a checked URL.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Host {
-    /// An ASCII (punycode), lower-case name without a trailing dot.
-    Name(String),
-    /// An IP literal, in whatever form it was written (decimal, octal, hex, short...).
-    Ip(IpAddr),
-}
-
-impl std::fmt::Display for Host {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Host::Name(n) => f.write_str(n),
-            Host::Ip(a) => write!(f, "{a}"),
-        }
-    }
-}
+/// The host of a checked URL: the one typed host every process uses.
+pub use ipc_schema::host::Host;
+use ipc_schema::host::HostRefusal;
 
 /// A URL that passed the checks that need no network.
 #[derive(Debug, Clone)]
@@ -73,12 +58,11 @@ pub fn check_url(url: &mut Url) -> Result<Target, UrlRefusal> {
         return Err(UrlRefusal::UserInfo);
     }
     url.set_fragment(None);
-    let host = match url.host() {
-        None => return Err(UrlRefusal::EmptyHost),
-        Some(url::Host::Ipv4(a)) => Host::Ip(IpAddr::V4(a)),
-        Some(url::Host::Ipv6(a)) => Host::Ip(IpAddr::V6(a)),
-        Some(url::Host::Domain(d)) => Host::Name(check_name(d)?),
-    };
+    let host = Host::of_url(url).map_err(|e| match e {
+        HostRefusal::Empty => UrlRefusal::EmptyHost,
+        HostRefusal::Localhost(n) => UrlRefusal::Localhost(n),
+        HostRefusal::Invalid(why) => UrlRefusal::Invalid(why),
+    })?;
     let port = url
         .port_or_known_default()
         .ok_or_else(|| UrlRefusal::Invalid("no port".into()))?;
@@ -88,19 +72,6 @@ pub fn check_url(url: &mut Url) -> Result<Target, UrlRefusal> {
         port,
         https,
     })
-}
-
-/// A WHATWG-parsed domain (already ASCII and lower case) without its trailing dot; names
-/// the resolver would answer locally are refused here.
-pub fn check_name(d: &str) -> Result<String, UrlRefusal> {
-    let name = d.strip_suffix('.').unwrap_or(d);
-    if name.is_empty() || name.starts_with('.') || name.contains("..") {
-        return Err(UrlRefusal::EmptyHost);
-    }
-    if name == "localhost" || name.ends_with(".localhost") {
-        return Err(UrlRefusal::Localhost(name.to_string()));
-    }
-    Ok(name.to_string())
 }
 
 #[cfg(test)]

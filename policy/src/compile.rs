@@ -28,38 +28,9 @@ pub struct Grant {
     pub secret_files_allowed: bool,
 }
 
-/// A `hosts` entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HostPattern {
-    Exact(String),
-    /// `*.example.com`: any name below `example.com` (not `example.com` itself).
-    Suffix(String),
-}
-
-/// As written in the policy (`example.com`, `*.example.com`): the form the net-helper's
-/// allowlist parses.
-impl std::fmt::Display for HostPattern {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            HostPattern::Exact(h) => f.write_str(h),
-            HostPattern::Suffix(s) => write!(f, "*.{s}"),
-        }
-    }
-}
-
-impl HostPattern {
-    pub fn matches(&self, host: &str) -> bool {
-        let host = host.trim_end_matches('.').to_ascii_lowercase();
-        match self {
-            HostPattern::Exact(h) => host == *h,
-            HostPattern::Suffix(s) => {
-                host.len() > s.len() + 1
-                    && host.ends_with(s.as_str())
-                    && host.as_bytes()[host.len() - s.len() - 1] == b'.'
-            }
-        }
-    }
-}
+/// A `hosts` or `network` entry: ipc-schema's one host pattern (`example.com`, `*.example.com`,
+/// an IP address; ASCII only, its rules are documented there).
+pub use ipc_schema::host::HostPattern;
 
 #[derive(Debug, Clone)]
 pub struct Rule {
@@ -209,19 +180,9 @@ fn is_broad(root: &Path) -> bool {
     home.is_some_and(|h| h.starts_with(root))
 }
 
-/// A `hosts` or `network` entry: `example.com` or `*.example.com`.
+/// A `hosts` or `network` entry, as every process parses one.
 fn host_pattern(h: &str) -> Option<HostPattern> {
-    let h = h.trim().to_ascii_lowercase();
-    let valid = |s: &str| {
-        !s.is_empty()
-            && s.split('.')
-                .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
-    };
-    match h.strip_prefix("*.") {
-        Some(s) if valid(s) => Some(HostPattern::Suffix(s.to_string())),
-        None if valid(&h) => Some(HostPattern::Exact(h)),
-        _ => None,
-    }
+    HostPattern::parse(h).ok()
 }
 
 /// Validates every profile of `doc` (any problem refuses the whole document, naming the

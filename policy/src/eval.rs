@@ -4,6 +4,7 @@
 use super::compile::{Grant, Policy};
 use super::protected::Protected;
 use ipc_schema::fs::Access;
+use ipc_schema::host::Host;
 use ipc_schema::tool::{Action, ToolName, Verdict};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -21,7 +22,7 @@ pub struct PathTarget {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
     Paths(Vec<PathTarget>),
-    Url { host: String },
+    Url { host: Host },
     Command { program: String, cwd: Vec<u8> },
 }
 
@@ -45,7 +46,7 @@ impl Target {
                 .map(|p| shown(&p.abs))
                 .collect::<Vec<_>>()
                 .join(" -> "),
-            Target::Url { host } => host.clone(),
+            Target::Url { host } => host.to_string(),
             Target::Command { program, cwd } => format!("{program} in {}", shown(cwd)),
         }
     }
@@ -149,7 +150,7 @@ fn rule_applies(r: &super::compile::Rule, tool: ToolName, target: &Target) -> bo
 
 /// Why `host` is refused by the profile's network allowlist (`None`: it may be reached, or the
 /// profile has no list). Checked before any rule, so an off-list host is never asked about.
-pub fn off_network(policy: &Policy, host: &str) -> Option<String> {
+pub fn off_network(policy: &Policy, host: &Host) -> Option<String> {
     let list = policy.network.as_ref()?;
     if list.iter().any(|p| p.matches(host)) {
         return None;
@@ -160,15 +161,11 @@ pub fn off_network(policy: &Policy, host: &str) -> Option<String> {
     ))
 }
 
-/// The host of `url` as the net-helper's WHATWG parse gives it (lower case, ASCII, no
-/// trailing dot; an address literal as an address). `None`: not a URL the net-helper would
-/// take anyway (it refuses it with its own reason).
-pub fn url_host(url: &str) -> Option<String> {
-    match url::Url::parse(url).ok()?.host()? {
-        url::Host::Domain(d) => Some(d.trim_end_matches('.').to_string()),
-        url::Host::Ipv4(a) => Some(a.to_string()),
-        url::Host::Ipv6(a) => Some(a.to_string()),
-    }
+/// The host of `url` as the net-helper's WHATWG parse gives it ([`Host::of_url_str`], the one
+/// URL-host parser). `None`: not a URL the net-helper would take anyway (it refuses it with its
+/// own reason).
+pub fn url_host(url: &str) -> Option<Host> {
+    Host::of_url_str(url).ok()
 }
 
 /// The network allowlist applied to a URL before anything resolves its name, so that an

@@ -226,7 +226,9 @@ action = "allow"
 "#,
     );
     let prot = Protected::new(&[]);
-    let url = |h: &str| Target::Url { host: h.into() };
+    let url = |h: &str| Target::Url {
+        host: ipc_schema::host::Host::parse(h).unwrap(),
+    };
     assert_eq!(
         evaluate(&p, &prot, ToolName::FetchUrl, &url("docs.rs")).action,
         Action::Allow
@@ -510,7 +512,9 @@ fn each_profile_is_judged_by_its_own_grants_tools_limits_and_network() {
 
     // The network allowlist refuses an off-list host whatever the rules say, naming the
     // profile; an on-list host goes on to the tool's default.
-    let url = |h: &str| Target::Url { host: h.into() };
+    let url = |h: &str| Target::Url {
+        host: ipc_schema::host::Host::parse(h).unwrap(),
+    };
     let v = evaluate(research, &prot, ToolName::FetchUrl, &url("example.org"));
     assert_eq!(
         (v.action, v.rule.as_str()),
@@ -662,7 +666,7 @@ fn profile_names_and_contents_are_validated_naming_the_profile() {
             &prot,
             ToolName::FetchUrl,
             &Target::Url {
-                host: "docs.rs".into()
+                host: ipc_schema::host::Host::parse("docs.rs").unwrap()
             }
         )
         .action,

@@ -5,9 +5,10 @@ use crate::record;
 use crate::service::store_error;
 use crate::store::{ItemKey, Store};
 use base64::Engine;
+use ipc_schema::host::Host;
 use ipc_schema::secrets::{
-    normalize_host, CredentialHeader, CredentialInfo, CredentialName, CredentialSpec, SecretValue,
-    SecretsError, SecretsErrorKind, SendAs,
+    CredentialHeader, CredentialInfo, CredentialName, CredentialSpec, SecretValue, SecretsError,
+    SecretsErrorKind, SendAs,
 };
 use zeroize::Zeroizing;
 
@@ -135,7 +136,7 @@ pub fn attach(
     name: &CredentialName,
     host: &str,
 ) -> Result<CredentialHeader, SecretsError> {
-    let Some(host) = normalize_host(host) else {
+    let Ok(host) = Host::parse(host) else {
         return Err(err(
             SecretsErrorKind::Invalid,
             format!("{host:?} is not a host name or address"),
@@ -148,7 +149,7 @@ pub fn attach(
         ));
     };
     if !spec.allows_host(&host) {
-        let hosts: Vec<&str> = spec.hosts.iter().map(|h| h.as_str()).collect();
+        let hosts: Vec<String> = spec.hosts.iter().map(|h| h.to_string()).collect();
         return Err(err(
             SecretsErrorKind::HostNotAllowed,
             format!(
@@ -194,7 +195,7 @@ pub fn attach(
     };
     Ok(CredentialHeader {
         credential: name.clone(),
-        host,
+        host: host.to_string(),
         name: header,
         value: SecretValue::from_slice(&header_value),
         scrub,

@@ -108,37 +108,6 @@ async fn resolve_path(
     }
 }
 
-/// Parses the host out of a URL well enough for policy (the net helper parses it properly).
-fn url_host(url: &str) -> Result<String, ToolReply> {
-    let bad = |why: &str| {
-        failed(
-            ErrorCode::Invalid,
-            format!("{url:?} is not a usable URL: {why}"),
-        )
-    };
-    let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("no scheme"))?;
-    if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
-        return Err(bad("only http and https"));
-    }
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    if authority.contains('@') {
-        return Err(bad("user names and passwords in URLs are refused"));
-    }
-    let host = if let Some(v6) = authority.strip_prefix('[') {
-        v6.split(']').next().unwrap_or("").to_string()
-    } else {
-        authority
-            .rsplit_once(':')
-            .map(|(h, _)| h)
-            .unwrap_or(authority)
-            .to_string()
-    };
-    if host.is_empty() {
-        return Err(bad("no host"));
-    }
-    Ok(host.to_ascii_lowercase())
-}
-
 /// Resolves every path the call names (each with the access it needs).
 pub async fn resolve(ctx: &Rc<Ctx>, call: &ToolCall) -> Result<Resolved, ToolReply> {
     let wanted: Vec<(&FsPath, Access)> = match call {
@@ -188,21 +157,12 @@ pub async fn resolve(ctx: &Rc<Ctx>, call: &ToolCall) -> Result<Resolved, ToolRep
                 paths,
             });
         }
-        ToolCall::FetchUrl(a) => {
-            return Ok(Resolved {
-                target: Target::Url {
-                    host: url_host(&a.url)?,
-                },
-                paths: vec![],
-            })
-        }
-        ToolCall::HttpRequest(a) => {
-            return Ok(Resolved {
-                target: Target::Url {
-                    host: url_host(&a.url)?,
-                },
-                paths: vec![],
-            })
+        // A URL's target is resolved by the net-helper (`net::resolve`), never here.
+        ToolCall::FetchUrl(_) | ToolCall::HttpRequest(_) => {
+            return Err(failed(
+                ErrorCode::Internal,
+                "a URL's target is resolved by the net-helper, not the fs-helper",
+            ))
         }
         ToolCall::RunCommand(a) => {
             let Some(program) = a.argv.first().filter(|p| !p.is_empty()) else {

@@ -10,6 +10,7 @@ use super::net::{fetched_text, net_call, net_refusal, network_failed, tool_limit
 use super::{failed, refused};
 use crate::sessions::SessionRef;
 use crate::Ctx;
+use ipc_schema::host::HostPattern;
 use ipc_schema::net::{CheckedTarget, HttpSend, NetReply, NetRequest};
 use ipc_schema::secrets::{CredentialHeader, CredentialName, SecretsReply, SecretsRequest};
 use ipc_schema::tool::{
@@ -32,7 +33,11 @@ pub fn method_word(m: HttpMethod) -> &'static str {
 
 /// The header for credential `name`, made by the secrets-helper for `host` (it refuses a host
 /// the credential is not bound to).
-async fn attach(ctx: &Rc<Ctx>, name: &str, host: &str) -> Result<CredentialHeader, ToolReply> {
+async fn attach(
+    ctx: &Rc<Ctx>,
+    name: &str,
+    host: &ipc_schema::host::Host,
+) -> Result<CredentialHeader, ToolReply> {
     let name = CredentialName::parse(name).map_err(|e| {
         failed(
             ErrorCode::Invalid,
@@ -79,7 +84,7 @@ async fn send_inner(
     ctx: &Rc<Ctx>,
     a: &HttpRequest,
     checked: &CheckedTarget,
-    allowed_hosts: Option<Vec<String>>,
+    allowed_hosts: Option<Vec<HostPattern>>,
 ) -> Result<ToolResult, SendError> {
     let credential = match &a.credential {
         Some(name) => Some(
@@ -137,7 +142,7 @@ pub async fn send(
     ctx: &Rc<Ctx>,
     a: &HttpRequest,
     checked: &CheckedTarget,
-    allowed_hosts: Option<Vec<String>>,
+    allowed_hosts: Option<Vec<HostPattern>>,
 ) -> Result<ToolResult, ToolReply> {
     send_inner(ctx, a, checked, allowed_hosts)
         .await

@@ -9,6 +9,7 @@ use super::fs::Resolved;
 use super::{failed, refused};
 use crate::sessions::SessionRef;
 use crate::Ctx;
+use ipc_schema::host::HostPattern;
 use ipc_schema::net::{
     CheckedTarget, FetchLimits, FetchRequest, FetchedPage, NetRefusal, NetReply, NetRequest,
 };
@@ -201,7 +202,7 @@ pub fn fetched_text(page: &FetchedPage, text: String) -> FetchedText {
 pub fn allowed_hosts(
     ctx: &Rc<Ctx>,
     session: &SessionRef,
-) -> Result<Option<Vec<String>>, ToolReply> {
+) -> Result<Option<Vec<HostPattern>>, ToolReply> {
     let profile = session.borrow().profile.clone();
     let policy = ctx
         .gate
@@ -209,10 +210,7 @@ pub fn allowed_hosts(
         .borrow()
         .profile(&profile)
         .map_err(|why| refused(RefusalKind::Denied, why, None, None))?;
-    Ok(policy
-        .network
-        .as_ref()
-        .map(|list| list.iter().map(|p| p.to_string()).collect()))
+    Ok(policy.network.clone())
 }
 
 /// Carries out a `fetch_url`: the helper checks everything again (each hop's host against the
@@ -220,7 +218,7 @@ pub fn allowed_hosts(
 pub async fn fetch(
     ctx: &Rc<Ctx>,
     url: &str,
-    allowed_hosts: Option<Vec<String>>,
+    allowed_hosts: Option<Vec<HostPattern>>,
 ) -> Result<ToolResult, ToolReply> {
     let req = FetchRequest {
         url: url.into(),

@@ -126,7 +126,12 @@ impl NetHelper {
         self.net(NetRequest::Fetch(FetchRequest {
             url: url.into(),
             limits: FetchLimits::default(),
-            allowed_hosts: Some(hosts.iter().map(|h| h.to_string()).collect()),
+            allowed_hosts: Some(
+                hosts
+                    .iter()
+                    .map(|h| ipc_schema::host::HostPattern::parse(h).unwrap())
+                    .collect(),
+            ),
         }))
     }
 
