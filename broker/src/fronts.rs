@@ -8,7 +8,7 @@
 
 use crate::Ctx;
 use ipc_schema::codec::{encode, MAX_FRAME};
-use ipc_schema::route::may_send_to_broker;
+use ipc_schema::route::{Channel, RouteError, RouteState};
 use ipc_schema::{Body, Envelope, ErrorCode, ErrorReply, Role};
 use sandbox::process::{pidfd_open, pidfd_send_signal};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -131,6 +131,10 @@ async fn serve_front(ctx: Rc<Ctx>, stream: UnixStream, role: Role) {
     });
     let reply = Replier { tx };
     let conn = Rc::new(crate::tools::Conn::default());
+    // Every frame is checked against this channel's table, with what was sent before (an
+    // OpenSession or a DescribeAgent once): anything else kills the peer.
+    let table = Channel::to_broker(role).table();
+    let mut route = RouteState::default();
 
     loop {
         let env = match rd.next().await {
@@ -147,11 +151,14 @@ async fn serve_front(ctx: Rc<Ctx>, stream: UnixStream, role: Role) {
                 break;
             }
         };
-        let kind = env.body.kind();
-        if !may_send_to_broker(role, kind) {
-            peer.kill(&format!(
-                "sent a {kind:?} message, which the {role} may not send"
-            ));
+        if let Err(e) = table.check(&mut route, &env.body) {
+            peer.kill(&match e {
+                RouteError::NotPermitted { kind, .. } => format!(
+                    "sent a {:?} message, which the {role} may not send",
+                    kind.body_kind()
+                ),
+                other => format!("broke the order of its channel: {other}"),
+            });
             break;
         }
         dispatch(&ctx, role, env, &reply, &conn);

@@ -7,7 +7,7 @@
 
 use crate::BrokerOptions;
 use ipc_schema::codec::MAX_FRAME;
-use ipc_schema::route::may_send_to_broker;
+use ipc_schema::route::{Channel, RouteError, RouteState};
 use ipc_schema::status::{LandlockStatus, LockdownReport, ProcStatus, ProcessReport, ProcessState};
 use ipc_schema::{Body, Envelope, Role};
 use spawner::link::Link as Spawner;
@@ -541,10 +541,19 @@ where
         crate::framed::FrameReader::new(rd, MAX_FRAME)
     };
 
+    // Every frame from the helper is checked against its channel's table (the hello first and
+    // once among them); anything else ends the helper.
+    let table = Channel::to_broker(role).table();
+    let mut route = RouteState::default();
     let hello = tokio::select! {
         r = tokio::time::timeout(HELLO_TIMEOUT, rd.next()) => r,
         _ = exited() => return None,
     };
+    if let Ok(Ok(Some(env))) = &hello {
+        if let Err(e) = table.check(&mut route, &env.body) {
+            return Some(refusal(role, e));
+        }
+    }
     let report = match hello {
         Err(_) => return Some(format!("no hello within {HELLO_TIMEOUT:?}")),
         Ok(Err(e)) => return Some(format!("bad hello frame: {e}")),
@@ -641,11 +650,8 @@ where
             Err(ipc_schema::FrameError::Io(_)) => return None,
             Err(e) => return Some(format!("sent a bad frame: {e}")),
         };
-        let kind = env.body.kind();
-        if !may_send_to_broker(role, kind) || kind == ipc_schema::Kind::Hello {
-            return Some(format!(
-                "sent a {kind:?} message, which {role} may not send"
-            ));
+        if let Err(e) = table.check(&mut route, &env.body) {
+            return Some(refusal(role, e));
         }
         let waiter = slot.lock().pending.remove(&env.id);
         match waiter {
@@ -660,6 +666,20 @@ where
                 ))
             }
         }
+    }
+}
+
+/// Why a helper's frame ends it, in the words the log has always used for a kind it may not
+/// send.
+fn refusal(role: Role, e: RouteError) -> String {
+    match e {
+        RouteError::NotPermitted { kind, .. } => {
+            format!("sent a {:?} message, which {role} may not send", kind.body_kind())
+        }
+        RouteError::FirstExpected { kind, .. } => {
+            format!("its first message was {:?}, not a hello", kind.body_kind())
+        }
+        other => format!("broke its channel's order: {other}"),
     }
 }
 

@@ -629,7 +629,10 @@ pub const GATEWAY_TO_BROKER: Table = Table {
     channel: Channel::GatewayToBroker,
     routes: &[
         route(K::Ping, NONE),
-        route(K::Tool(T::OpenSession), FIRST.union(ONCE)),
+        // Once, and not necessarily first: a gateway that calls a tool before opening one gets
+        // a fresh session of the default profile for the connection, and a later OpenSession
+        // is answered with an error by the broker.
+        route(K::Tool(T::OpenSession), ONCE),
         route(K::Tool(T::DescribeAgent), ONCE),
         route(K::Tool(T::ReadFile), NONE),
         route(K::Tool(T::ListDir), NONE),
