@@ -58,6 +58,10 @@ pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
     let gw = fronts::prepare(&dirs.gateway_socket())
         .map_err(|e| format!("{}: {e}", dirs.gateway_socket().display()))?;
     let kernel = crate::KernelFacts::read();
+    let probed_before = opts
+        .test_probe
+        .as_ref()
+        .map(|_| crate::test_hooks::probe(&dirs, "before"));
     let broker_lockdown = sandbox::lockdown_router(
         &sandbox::FsProfile {
             read_only: Vec::new(),
@@ -66,6 +70,9 @@ pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
         opts.allow_degraded,
     )
     .map_err(|e| format!("refusing to start: the broker's own lockdown failed: {e}"))?;
+    if let (Some(what), Some(before)) = (&opts.test_probe, probed_before) {
+        return crate::test_hooks::after_lockdown(what, &dirs, before);
+    }
 
     // One thread: Landlock and seccomp bind it and every thread it starts later.
     let rt = tokio::runtime::Builder::new_current_thread()

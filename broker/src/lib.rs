@@ -15,7 +15,7 @@ mod gate;
 pub mod head_key;
 pub mod helpers;
 mod ledger;
-mod provenance;
+use proposal::provenance;
 pub mod secrets_link;
 mod sessions;
 mod test_hooks;
@@ -45,6 +45,13 @@ pub struct BrokerArgs {
     #[cfg(feature = "test-hooks")]
     #[arg(long, value_name = "HELPER")]
     test_unlocked_helper: Option<String>,
+    /// Test builds only: right after the broker's own lockdown, try what it forbids and print
+    /// the outcomes (`report`: opening a file outside its directories, making sockets, with the
+    /// same tried before the lockdown as the positive control; `spawn`: starting a program),
+    /// then exit.
+    #[cfg(feature = "test-hooks")]
+    #[arg(long, value_name = "report|spawn")]
+    test_probe_lockdown: Option<String>,
     /// Test builds only: one more argument for the net-helper (repeat; e.g. its
     /// `--test-public-addr IP`, `--nameserver IP:PORT`, `--test-extra-root PEM`).
     #[cfg(feature = "test-hooks")]
@@ -60,6 +67,8 @@ pub struct BrokerOptions {
     pub helper_dir: PathBuf,
     /// Test builds only: the helper told to skip its lockdown.
     pub test_unlocked: Option<Role>,
+    /// Test builds only: `--test-probe-lockdown`.
+    pub test_probe: Option<String>,
     /// Policy, audit and ledger settings.
     pub gate: gate::GateOptions,
     /// Arguments the broker core adds for a helper (the fs-helper's grants).
@@ -180,6 +189,10 @@ pub fn run_broker(dirs: Dirs, args: BrokerArgs) -> Result<(), String> {
         allow_degraded: args.allow_degraded,
         helper_dir,
         test_unlocked,
+        #[cfg(feature = "test-hooks")]
+        test_probe: args.test_probe_lockdown.clone(),
+        #[cfg(not(feature = "test-hooks"))]
+        test_probe: None,
         gate,
         extra_helper_args: Default::default(),
         shutting_down: AtomicBool::new(false),

@@ -50,8 +50,73 @@ impl CrashStep {
 pub fn crash_point(configured: Option<CrashStep>, here: CrashStep) {
     if configured == Some(here) {
         eprintln!("gatehouse: test hook: SIGKILL at {}", here.name());
-        let _ = nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::Signal::SIGKILL);
+        // tgkill on its own thread, the one way the router's seccomp filter lets it signal
+        // itself; SIGKILL ends the whole process.
+        let _ = nix::sys::pthread::pthread_kill(
+            nix::sys::pthread::pthread_self(),
+            nix::sys::signal::Signal::SIGKILL,
+        );
         // SIGKILL cannot be caught; nothing runs after it.
         std::process::abort();
+    }
+}
+
+/// `--test-probe-lockdown`: what the router can still do, one line each (`WHEN: WHAT: ok` or
+/// the errno's name). Test builds only; the release binary has no such flag.
+pub fn probe(dirs: &gatehouse_client::Dirs, when: &str) -> Vec<String> {
+    use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType};
+    fn outcome<T>(r: std::io::Result<T>) -> String {
+        match r {
+            Ok(_) => "ok".into(),
+            Err(e) => match e.raw_os_error() {
+                Some(n) => format!("{:?}", nix::errno::Errno::from_raw(n)),
+                None => e.to_string(),
+            },
+        }
+    }
+    let own = dirs.data.join(format!("probe-{when}"));
+    vec![
+        format!(
+            "{when}: open /etc/passwd: {}",
+            outcome(std::fs::File::open("/etc/passwd"))
+        ),
+        format!(
+            "{when}: create in its data dir: {}",
+            outcome(std::fs::write(&own, b"probe"))
+        ),
+        format!(
+            "{when}: socket(AF_INET): {}",
+            outcome(
+                socket(AddressFamily::Inet, SockType::Stream, SockFlag::empty(), None)
+                    .map_err(std::io::Error::from)
+            )
+        ),
+        format!(
+            "{when}: socket(AF_UNIX): {}",
+            outcome(
+                socket(AddressFamily::Unix, SockType::Stream, SockFlag::empty(), None)
+                    .map_err(std::io::Error::from)
+            )
+        ),
+    ]
+}
+
+/// Prints what [`probe`] found before and now finds after the lockdown; with `spawn`, then
+/// starts a program, which the filter answers by killing the process (SIGSYS).
+pub fn after_lockdown(
+    what: &str,
+    dirs: &gatehouse_client::Dirs,
+    before: Vec<String>,
+) -> Result<(), String> {
+    for line in before.into_iter().chain(probe(dirs, "after")) {
+        eprintln!("gatehouse: test probe: {line}");
+    }
+    match what {
+        "report" => Ok(()),
+        "spawn" => {
+            let r = std::process::Command::new("/bin/true").status();
+            Err(format!("test probe: spawning /bin/true returned {r:?}"))
+        }
+        other => Err(format!("--test-probe-lockdown {other:?}: report or spawn")),
     }
 }
