@@ -241,8 +241,9 @@ fn release_binaries_do_not_have_the_test_switches() {
     // The binaries `gatehouse broker` and `gatehouse mcp` exec, asked directly and through
     // the command line, and the command line's own switches; each test build has the switch
     // (`--help` after it: the test build parses it, then only prints the usage).
-    let switches: [(&str, &[&str]); 5] = [
+    let switches: [(&str, &[&str]); 6] = [
         ("gatehouse-broker", &["--test-unlocked-helper", "fs"]),
+        ("gatehouse-broker", &["--test-probe-lockdown", "report"]),
         ("gatehouse-mcp", &["--test-skip-lockdown"]),
         ("gatehouse", &["mcp", "--test-skip-lockdown"]),
         ("gatehouse", &["ui", "--test-skip-lockdown"]),
