@@ -14,6 +14,7 @@ mod fronts;
 mod gate;
 pub mod head_key;
 pub mod helpers;
+mod launch;
 mod ledger;
 use proposal::provenance;
 pub mod secrets_link;

@@ -168,6 +168,12 @@ pub fn handle(
         UiRequest::CredentialChanged { name, deleted } => {
             crate::secrets_link::record_for_cli(ctx, id, name, deleted, reply)
         }
+        UiRequest::Launch(LaunchRequest::Command(l)) => {
+            crate::launch::command(ctx, conn, id, l, reply)
+        }
+        UiRequest::Launch(LaunchRequest::StopCommand) => {
+            crate::launch::stop_command(ctx, conn, id, reply)
+        }
         UiRequest::Launch(req) => {
             let (ctx, reply, conn) = (ctx.clone(), reply.clone(), conn.clone());
             tokio::task::spawn_local(async move {
@@ -200,6 +206,8 @@ pub fn handle(
                             )
                         }
                     }
+                    // Served by crate::launch above.
+                    LaunchRequest::Command(_) | LaunchRequest::StopCommand => return,
                 };
                 reply.send(id, body);
             });
@@ -277,6 +285,7 @@ async fn launch_open(ctx: &Rc<Ctx>, profile: Option<ProfileName>, passed_env: &[
 /// A ui connection ended: the sessions `gatehouse run` opened through it and did not end (it
 /// was killed) have their tokens revoked now.
 pub fn connection_closed(ctx: &Rc<Ctx>, conn: &Rc<crate::tools::Conn>) {
+    crate::launch::connection_closed(ctx, conn);
     for session in conn.launched.take() {
         let ctx = ctx.clone();
         tokio::task::spawn_local(async move {

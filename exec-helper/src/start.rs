@@ -14,8 +14,9 @@ pub fn start(
     connector: Option<OwnedFd>,
     cfg: &Config,
 ) -> Result<Sandboxed, ErrorReply> {
+    let user = spec.user.map(|u| *u).unwrap_or_default();
     spec.limits
-        .check()
+        .check_with(user.long_run)
         .map_err(|e| ErrorReply::new(ErrorCode::Invalid, e))?;
     let network = match (spec.network, connector) {
         (NetworkMode::None, _) => Network::None,
@@ -54,6 +55,13 @@ pub fn start(
     })?;
     if let Some(why) = denial(&prepared.program) {
         return Err(ErrorReply::new(ErrorCode::Refused, why));
+    }
+    let mut prepared = prepared;
+    // Only a command the human launched (the broker sets `user` for the ui channel's requests).
+    for (name, value) in &user.pass_env {
+        prepared
+            .pass_named_secret(name, value)
+            .map_err(|e| ErrorReply::new(ErrorCode::Refused, e.to_string()))?;
     }
     prepared.spawn().map_err(refusal)
 }

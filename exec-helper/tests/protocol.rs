@@ -194,6 +194,7 @@ fn placeholder_hello() -> Hello {
 fn spec(work: &Path, argv: &[&str]) -> CommandSpec {
     CommandSpec {
         hide: Default::default(),
+        user: None,
         argv: argv.iter().map(|s| s.to_string()).collect(),
         cwd: work.to_path_buf(),
         grants: vec![

@@ -46,6 +46,10 @@ pub const TIMEOUT_MAX_MS: u64 = 10 * 60 * 1000;
 /// Default and ceiling of the output kept per stream (what is beyond is counted, not kept).
 pub const OUTPUT_DEFAULT_MAX: u64 = 512 * 1024;
 pub const OUTPUT_CEILING: u64 = 16 * 1024 * 1024;
+/// The ceilings of a [`UserCommand::long_run`]: an agent session runs up to a day; its output
+/// is relayed as it comes, this only bounds what is counted as kept.
+pub const LONG_TIMEOUT_MAX_MS: u64 = 24 * 3600 * 1000;
+pub const LONG_OUTPUT_MAX: u64 = 64 << 20;
 /// The longest a `Poll` may wait for something to report.
 pub const POLL_WAIT_MAX_MS: u32 = 30_000;
 
@@ -111,6 +115,20 @@ pub struct CommandSpec {
     /// What the command may not see in its grants (their exclude globs, files that may hold
     /// secrets): masked.
     pub hide: Hide,
+    /// Set only for a command the human launched (`gatehouse sandbox`, through the broker's ui
+    /// channel); `None` for an agent's `run_command`.
+    pub user: Option<Box<UserCommand>>,
+}
+
+/// What a command the human launched may have beyond an agent's `run_command`.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+pub struct UserCommand {
+    /// Variables passed although their names look like secrets, because the user named them
+    /// (`--pass-env`). `LD_*` and the sandbox's own names still never pass.
+    pub pass_env: Vec<(String, String)>,
+    /// An agent session (`gatehouse run`): the time and output ceilings are
+    /// [`LONG_TIMEOUT_MAX_MS`] and [`LONG_OUTPUT_MAX`], not a command's.
+    pub long_run: bool,
 }
 
 /// What is masked inside the grants, beyond the protected places.
@@ -194,10 +212,20 @@ pub const LIMIT_CEILINGS: Limits = Limits {
 impl Limits {
     /// `Err` names the first limit that is zero or above its ceiling.
     pub fn check(&self) -> Result<(), String> {
+        self.check_with(false)
+    }
+
+    /// [`Limits::check`]; `long_run`: with a long run's time and output ceilings.
+    pub fn check_with(&self, long_run: bool) -> Result<(), String> {
+        let (time, out) = if long_run {
+            (LONG_TIMEOUT_MAX_MS, LONG_OUTPUT_MAX)
+        } else {
+            (LIMIT_CEILINGS.timeout_ms, LIMIT_CEILINGS.stdout_max)
+        };
         let pairs = [
-            ("timeout_ms", self.timeout_ms, LIMIT_CEILINGS.timeout_ms),
-            ("stdout_max", self.stdout_max, LIMIT_CEILINGS.stdout_max),
-            ("stderr_max", self.stderr_max, LIMIT_CEILINGS.stderr_max),
+            ("timeout_ms", self.timeout_ms, time),
+            ("stdout_max", self.stdout_max, out),
+            ("stderr_max", self.stderr_max, out),
             ("processes", self.processes, LIMIT_CEILINGS.processes),
             ("file_size", self.file_size, LIMIT_CEILINGS.file_size),
             ("open_files", self.open_files, LIMIT_CEILINGS.open_files),

@@ -104,6 +104,10 @@ pub enum UiKind {
     AuditTail,
     CredentialChanged,
     Launch,
+    /// [`crate::ui::LaunchRequest::Command`]: a command through the broker's exec-helper.
+    LaunchCommand,
+    /// [`crate::ui::LaunchRequest::StopCommand`].
+    StopCommand,
 }
 
 /// [`ToolCall`] without its payload.
@@ -244,6 +248,8 @@ impl UiKind {
             UiRequest::PolicyForget { .. } => UiKind::PolicyForget,
             UiRequest::AuditTail { .. } => UiKind::AuditTail,
             UiRequest::CredentialChanged { .. } => UiKind::CredentialChanged,
+            UiRequest::Launch(crate::ui::LaunchRequest::Command(_)) => UiKind::LaunchCommand,
+            UiRequest::Launch(crate::ui::LaunchRequest::StopCommand) => UiKind::StopCommand,
             UiRequest::Launch(_) => UiKind::Launch,
         }
     }
@@ -610,6 +616,10 @@ pub const UI_TO_BROKER: Table = Table {
         route(K::Ui(U::AuditTail), NONE),
         route(K::Ui(U::CredentialChanged), EFFECT),
         route(K::Ui(U::Launch), EFFECT),
+        // `gatehouse sandbox`: a command through the broker's exec-helper (and its net-helper's
+        // egress proxy). The human's channel only: the gateway's table has no such row.
+        route(K::Ui(U::LaunchCommand), EFFECT),
+        route(K::Ui(U::StopCommand), EFFECT),
     ],
 };
 

@@ -322,6 +322,56 @@ pub enum LaunchRequest {
         session: crate::tool::SessionId,
         record: crate::net::EgressRecord,
     },
+    /// `gatehouse sandbox` (and, once it takes this path, `gatehouse run`): start one command
+    /// through the broker's exec-helper, as `run_command` does, with an audit row at its start
+    /// and its end. Answered by [`LaunchReply::CommandStarted`] (or [`LaunchReply::Refused`]),
+    /// then any number of [`LaunchReply::Output`] and [`LaunchReply::Egress`] on the same
+    /// request id, and a last [`LaunchReply::CommandEnded`]. One command per connection at a
+    /// time; the command is stopped when the connection closes. Only the ui channel carries it
+    /// (the route tables: fatal from the gateway).
+    Command(Box<CommandLaunch>),
+    /// Stop the command this connection started (the user pressed Ctrl-C): its whole sandbox is
+    /// killed; its [`LaunchReply::CommandEnded`] says [`crate::exec::RunOutcome::Stopped`].
+    /// Answered with `Pong`.
+    StopCommand,
+}
+
+/// One command the human asked for with `gatehouse sandbox`, in typed values.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct CommandLaunch {
+    /// The program and its arguments (never a shell string).
+    pub argv: Vec<String>,
+    /// Absolute and resolved (by the CLI, which can see it); must lie inside a grant, or be
+    /// granted as the working root (`work_root`).
+    pub cwd: std::path::PathBuf,
+    /// What the user named (`--allow-write`, `--allow-read`), absolute.
+    pub grants: Vec<crate::exec::PathGrant>,
+    /// No grant holds `cwd`: grant it read-write, unless it is `/` or (holds) a home directory,
+    /// which are never granted without being named (the broker refuses).
+    pub work_root: bool,
+    /// Variables for the command: this process's allowlisted ones and `--env`. The exec-helper
+    /// drops secret-looking names, `LD_*` and the sandbox's own (listed in the report).
+    pub env: Vec<(String, String)>,
+    /// `--pass-env`: variables passed although their names look like secrets, because the user
+    /// named them (names only in the audit row, never a value).
+    pub pass_env: Vec<(String, String)>,
+    /// `--allow-domain`: hosts (or `*.suffix`) the command may reach through the egress proxy of
+    /// the broker's net-helper; empty: no network.
+    pub domains: Vec<String>,
+    pub limits: crate::exec::Limits,
+    pub hide: crate::exec::Hide,
+    /// `gatehouse run`: an agent session, up to a day and [`crate::exec::LONG_OUTPUT_MAX`] per
+    /// stream, not a command's ten minutes.
+    pub long_run: bool,
+}
+
+/// Why a [`LaunchRequest::Command`] did not start (the CLI's exit status says which).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotStarted {
+    /// Policy, containment or bad values said no (exit 125).
+    Refused,
+    /// The program is not there (exit 127).
+    NotFound,
 }
 
 /// The broker's answer to a [`LaunchRequest`].
@@ -335,6 +385,25 @@ pub enum LaunchReply {
     Ended {
         session: crate::tool::SessionId,
     },
+    /// The command runs; what its sandbox enforces.
+    CommandStarted {
+        sandbox: Box<crate::exec::SandboxReport>,
+    },
+    /// The command did not start.
+    Refused {
+        reason: String,
+        why: NotStarted,
+    },
+    /// Output of the command since the last piece (each at most
+    /// [`crate::exec::OUTPUT_PIECE_MAX`] per stream).
+    Output {
+        stdout: Vec<u8>,
+        stderr: Vec<u8>,
+    },
+    /// A connection through the command's egress proxy ended (its audit row is written).
+    Egress(crate::net::EgressRecord),
+    /// The last reply of a [`LaunchRequest::Command`]; its end row is written.
+    CommandEnded(crate::exec::RunEnd),
 }
 
 /// Something the console should show now.

@@ -162,6 +162,7 @@ pub async fn execute_effect(
         }],
         env: vec![],
         hide,
+        user: None,
         network: NetworkMode::None,
         limits: Limits {
             timeout_ms,

@@ -99,6 +99,7 @@ fn a_proxied_start_takes_the_descriptor_that_came_with_it() {
         network: NetworkMode::Proxy { token: "t".into() },
         limits: Limits::default(),
         hide: Default::default(),
+        user: None,
     };
     let frame = encode(&Envelope::new(
         3,

@@ -87,7 +87,9 @@ fn every_kind() -> Vec<RequestKind> {
                 | U::PolicyForget
                 | U::AuditTail
                 | U::CredentialChanged
-                | U::Launch,
+                | U::Launch
+                | U::LaunchCommand
+                | U::StopCommand,
             ) => {}
             K::Tool(
                 T::OpenSession
@@ -171,6 +173,8 @@ fn every_kind() -> Vec<RequestKind> {
             U::AuditTail,
             U::CredentialChanged,
             U::Launch,
+            U::LaunchCommand,
+            U::StopCommand,
         ]
         .map(K::Ui),
     );
@@ -396,6 +400,7 @@ fn a_start_brings_its_connector_only_with_the_proxy_network() {
         network,
         limits: Limits::default(),
         hide: Default::default(),
+        user: None,
     };
     let plain = Body::Exec(ExecRequest::Start(Box::new(spec(NetworkMode::None))));
     let proxied = Body::Exec(ExecRequest::Start(Box::new(spec(NetworkMode::Proxy {
@@ -434,4 +439,38 @@ fn body_level_kinds_agree_with_request_kinds() {
         })),
         K::Ui(U::PolicyApply)
     );
+}
+
+#[test]
+fn only_the_human_channel_may_launch_a_command() {
+    use crate::exec::{Hide, Limits};
+    use crate::ui::{CommandLaunch, LaunchRequest};
+    let launch = Body::Ui(UiRequest::Launch(LaunchRequest::Command(Box::new(
+        CommandLaunch {
+            argv: vec!["true".into()],
+            cwd: "/work".into(),
+            grants: vec![],
+            work_root: true,
+            env: vec![],
+            pass_env: vec![],
+            domains: vec![],
+            limits: Limits::default(),
+            hide: Hide::default(),
+            long_run: true,
+        },
+    ))));
+    let stop = Body::Ui(UiRequest::Launch(LaunchRequest::StopCommand));
+    for body in [&launch, &stop] {
+        let mut ui = RouteState::default();
+        assert!(check(Channel::UiToBroker, &mut ui, body).is_ok());
+        let mut gw = RouteState::default();
+        assert!(matches!(
+            check(Channel::GatewayToBroker, &mut gw, body),
+            Err(RouteError::NotPermitted { .. })
+        ));
+        // And the body-level check the broker's fronts apply (a peer that fails it is killed).
+        assert!(!may_send_to_broker(Role::Gateway, body.kind()));
+    }
+    assert_eq!(kind_of(&launch), K::Ui(U::LaunchCommand));
+    assert_eq!(kind_of(&stop), K::Ui(U::StopCommand));
 }
