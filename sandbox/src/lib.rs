@@ -14,7 +14,7 @@ pub mod helper_args;
 #[cfg(target_os = "linux")]
 pub mod linux;
 #[cfg(target_os = "linux")]
-pub use linux::{harden_broker, landlock_abi, lockdown, lockdown_router, lockdown_spawner, process};
+pub use linux::{landlock_abi, lockdown, lockdown_router, lockdown_spawner, process};
 
 #[cfg(target_os = "macos")]
 pub mod macos;

@@ -1,4 +1,5 @@
-//! The lockdown sequence of DESIGN.md rule 6, and the broker's lighter hardening.
+//! The lockdown sequence of DESIGN.md rule 6 for helpers and fronts, the router's lockdown and
+//! the spawner's hardening.
 
 use super::{caps, env, fds, landlock, limits, namespaces, seccomp};
 use crate::{FsProfile, LandlockStatus, LockdownError, LockdownOptions, LockdownReport, Profile};
@@ -74,39 +75,6 @@ pub fn lockdown(
         seccomp_allowed_syscalls,
         namespaces,
         degraded,
-    })
-}
-
-/// Hardens the broker: RLIMIT_CORE 0, not dumpable, no_new_privs. Nothing else: it keeps its
-/// descriptors and environment, runs no seccomp filter (it does too many different things for a
-/// useful allowlist) and no Landlock ruleset, because a Landlock domain is inherited by every
-/// helper it spawns and would bound them all, while the directories the fs helper will need are
-/// granted by the human while the broker runs. The broker's protection is that it parses only
-/// typed frames and runs no tool itself.
-///
-/// Like [`lockdown`], must be called before the broker starts a second thread (no_new_privs is
-/// per thread and must reach every helper it spawns).
-pub fn harden_broker() -> Result<LockdownReport, LockdownError> {
-    limits::require_single_thread()?;
-    limits::no_core_dumps()?;
-    limits::not_dumpable()?;
-    limits::no_new_privs()?;
-    let capabilities_dropped = no_capabilities_held();
-    Ok(LockdownReport {
-        profile: "broker".to_string(),
-        stray_fds_closed: false,
-        env_cleared: false,
-        core_dumps_off: true,
-        dumpable_off: true,
-        no_new_privs: true,
-        capabilities_dropped,
-        landlock_abi: landlock::kernel_abi(),
-        landlock_min_abi: 0,
-        landlock: LandlockStatus::NotEnforced,
-        seccomp_filter: false,
-        seccomp_allowed_syscalls: 0,
-        namespaces: Vec::new(),
-        degraded: Vec::new(),
     })
 }
 

@@ -18,4 +18,4 @@ mod namespaces;
 pub mod process;
 pub mod seccomp;
 
-pub use lockdown::{harden_broker, landlock_abi, lockdown, lockdown_router, lockdown_spawner};
+pub use lockdown::{landlock_abi, lockdown, lockdown_router, lockdown_spawner};

@@ -45,6 +45,11 @@ fn spec_from_env(raw: &str) -> Spec {
             read_only: paths(ENV_RO),
             read_write: paths(ENV_RW),
         }),
+        // The router's own directories are the read-write grant path.
+        "broker" => Profile::Broker(FsProfile {
+            read_only: Vec::new(),
+            read_write: paths(ENV_RW),
+        }),
         "net" => Profile::Net,
         "exec" => Profile::Exec,
         "secrets" => Profile::Secrets(ipc_schema::secrets::StoreKind::Keyutils),
@@ -125,7 +130,16 @@ fn apply_layer(
             };
             Some(sandbox::lockdown(&spec.profile, &opts).map_err(|e| e.to_string())?)
         }
-        "broker" => Some(sandbox::harden_broker().map_err(|e| e.to_string())?),
+        "broker" => match &spec.profile {
+            Profile::Broker(dirs) => {
+                Some(sandbox::lockdown_router(dirs, false).map_err(|e| e.to_string())?)
+            }
+            other => {
+                return Err(format!(
+                    "the broker layer needs the broker profile, not {other:?}"
+                ))
+            }
+        },
         "landlock" => {
             landlock::restrict_self(&spec.profile, false).map_err(|e| e.to_string())?;
             None

@@ -18,7 +18,14 @@ pub(super) fn broker(p: &mut Policy) {
     threads(p);
     event_loop(p);
     own_files(p);
-    for cmd in [F_SETLK, F_SETLKW, F_GETLK, F_OFD_SETLK, F_OFD_SETLKW, F_OFD_GETLK] {
+    for cmd in [
+        F_SETLK,
+        F_SETLKW,
+        F_GETLK,
+        F_OFD_SETLK,
+        F_OFD_SETLKW,
+        F_OFD_GETLK,
+    ] {
         p.allow_if(
             libc::SYS_fcntl,
             &[Arg::Eq(1, cmd as u32)],
@@ -122,7 +129,10 @@ fn own_files(p: &mut Policy) {
         &[libc::SYS_fsync, libc::SYS_fdatasync],
         "durable audit rows and ledger transitions (synchronous=FULL)",
     );
-    p.allow(&[libc::SYS_ftruncate], "SQLite truncates its journal and WAL");
+    p.allow(
+        &[libc::SYS_ftruncate],
+        "SQLite truncates its journal and WAL",
+    );
     #[cfg(target_arch = "x86_64")]
     p.allow(
         &[libc::SYS_unlink, libc::SYS_rename, libc::SYS_mkdir],
