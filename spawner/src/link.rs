@@ -56,7 +56,9 @@ impl Spawner {
             )));
         }
         match spawn::decode::<SpawnReply>(&buf[..n]) {
-            Ok(SpawnReply::Ready { pid, lockdown }) if pid == spawned.child.id() && fds.is_empty() => {
+            Ok(SpawnReply::Ready { pid, lockdown })
+                if pid == spawned.child.id() && fds.is_empty() =>
+            {
                 Ok(Spawner {
                     chan: ours,
                     pid,
@@ -160,9 +162,7 @@ impl Link {
             id
         };
         self.send(SpawnRequest::Start { id, kind, args })?;
-        let (pid, channel, ended) = rx
-            .await
-            .map_err(|_| "the spawner is gone".to_string())??;
+        let (pid, channel, ended) = rx.await.map_err(|_| "the spawner is gone".to_string())??;
         Ok(Started {
             pid,
             channel,
@@ -311,7 +311,9 @@ async fn read_record(
     loop {
         fd.readable().await?;
         let mut fds = VecDeque::new();
-        match fd.try_io(Interest::READABLE, || recv_with_fds(fd.as_fd(), buf, &mut fds)) {
+        match fd.try_io(Interest::READABLE, || {
+            recv_with_fds(fd.as_fd(), buf, &mut fds)
+        }) {
             Ok(0) => return Ok(None),
             Ok(n) => {
                 if fds.len() > 1 {

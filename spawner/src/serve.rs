@@ -170,9 +170,8 @@ impl Spawner {
 
     fn start(&mut self, id: u64, kind: Role, args: Vec<OsString>) -> Result<(), ServeError> {
         if !self.allow_degraded && args.iter().any(|a| a == DEGRADED) {
-            let reason = format!(
-                "{DEGRADED} was asked for {kind}, but the broker was not started with it"
-            );
+            let reason =
+                format!("{DEGRADED} was asked for {kind}, but the broker was not started with it");
             return self.send(&SpawnReply::NotStarted { id, reason }, None);
         }
         match start_helper(&self.helper_dir, kind, &args) {

@@ -55,7 +55,9 @@ fn starts_kills_and_reports_only_its_own_helpers() {
         let mut chan = std::os::unix::net::UnixStream::from(started.channel);
         let mut line = String::new();
         use std::io::BufRead;
-        std::io::BufReader::new(&mut chan).read_line(&mut line).unwrap();
+        std::io::BufReader::new(&mut chan)
+            .read_line(&mut line)
+            .unwrap();
         assert_eq!(line.trim(), format!("{} --grant x", started.pid));
 
         // The kernel's view: of its helper, of the router (us), of itself; of nothing else.
@@ -67,10 +69,18 @@ fn starts_kills_and_reports_only_its_own_helpers() {
         assert!(refused.contains("not a helper"), "{refused}");
 
         // Not a helper kind: refused, nothing started.
-        let e = link.start(Role::Ui, vec![]).await.err().expect("ui is refused");
+        let e = link
+            .start(Role::Ui, vec![])
+            .await
+            .err()
+            .expect("ui is refused");
         assert!(e.contains("not a helper"), "{e}");
         // A helper kind whose binary is missing: refused with the path.
-        let e = link.start(Role::Exec, vec![]).await.err().expect("no exec-helper here");
+        let e = link
+            .start(Role::Exec, vec![])
+            .await
+            .err()
+            .expect("no exec-helper here");
         assert!(e.contains("exec-helper"), "{e}");
 
         // A helper with less confinement than the broker was started with: refused.
@@ -91,7 +101,10 @@ fn starts_kills_and_reports_only_its_own_helpers() {
         assert!(!alive(started.pid));
 
         // A helper still running when the router lets go is killed with the spawner.
-        let second = link.start(Role::Net, vec![]).await.expect("net-helper starts");
+        let second = link
+            .start(Role::Net, vec![])
+            .await
+            .expect("net-helper starts");
         assert!(alive(second.pid));
         drop(link);
         let why = tokio::time::timeout(Duration::from_secs(10), driver)
