@@ -36,7 +36,12 @@ pub async fn report(ctx: &Ctx) -> DoctorReport {
         "ui and gateway fronts lock themselves down when they start (ui profile, gateway profile) and report it on their own: the console in its health pane, `gatehouse mcp` on stderr".to_string(),
     ];
     let b = &ctx.broker_lockdown;
-    if !(b.no_new_privs && b.dumpable_off && b.core_dumps_off && b.capabilities_dropped && b.seccomp_filter) {
+    if !(b.no_new_privs
+        && b.dumpable_off
+        && b.core_dumps_off
+        && b.capabilities_dropped
+        && b.seccomp_filter)
+    {
         problems.push("broker: lockdown incomplete".into());
     }
     match &processes[0].kernel {

@@ -674,7 +674,10 @@ where
 fn refusal(role: Role, e: RouteError) -> String {
     match e {
         RouteError::NotPermitted { kind, .. } => {
-            format!("sent a {:?} message, which {role} may not send", kind.body_kind())
+            format!(
+                "sent a {:?} message, which {role} may not send",
+                kind.body_kind()
+            )
         }
         RouteError::FirstExpected { kind, .. } => {
             format!("its first message was {:?}, not a hello", kind.body_kind())

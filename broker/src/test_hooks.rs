@@ -87,15 +87,25 @@ pub fn probe(dirs: &gatehouse_client::Dirs, when: &str) -> Vec<String> {
         format!(
             "{when}: socket(AF_INET): {}",
             outcome(
-                socket(AddressFamily::Inet, SockType::Stream, SockFlag::empty(), None)
-                    .map_err(std::io::Error::from)
+                socket(
+                    AddressFamily::Inet,
+                    SockType::Stream,
+                    SockFlag::empty(),
+                    None
+                )
+                .map_err(std::io::Error::from)
             )
         ),
         format!(
             "{when}: socket(AF_UNIX): {}",
             outcome(
-                socket(AddressFamily::Unix, SockType::Stream, SockFlag::empty(), None)
-                    .map_err(std::io::Error::from)
+                socket(
+                    AddressFamily::Unix,
+                    SockType::Stream,
+                    SockFlag::empty(),
+                    None
+                )
+                .map_err(std::io::Error::from)
             )
         ),
     ]
