@@ -8,7 +8,7 @@
 use crate::{fail, Global};
 use ipc_schema::inert::{escaped, escaped_lines};
 use ipc_schema::tool::ProfileName;
-use ipc_schema::ui::{PolicyView, UiReply, UiRequest};
+use ipc_schema::ui::{PolicyView, RememberedAction, UiReply, UiRequest};
 use ipc_schema::Body;
 use policy::doc::PolicyDoc;
 use std::io::Read;
@@ -205,12 +205,12 @@ fn render(v: &PolicyView, profiles: Option<&[String]>) -> String {
             out.push_str(&format!(
                 "#   {}: always {} {} on {} (from proposal {} in profile {}{})\n",
                 r.id,
-                escaped(&r.action),
-                escaped(&r.tool),
+                r.action,
+                r.tool.as_str(),
                 escaped(&r.target),
-                escaped(&r.origin),
-                escaped(&r.profile),
-                if r.action == "deny" {
+                r.origin,
+                r.profile,
+                if r.action == RememberedAction::Deny {
                     "; applies in every profile"
                 } else {
                     ""
@@ -238,12 +238,12 @@ mod tests {
             error: None,
             remembered: vec![Remembered {
                 id: 1,
-                tool: "run_command".into(),
+                tool: ipc_schema::tool::ToolName::RunCommand,
                 target: hostile.into(),
-                action: "allow".into(),
+                action: RememberedAction::Allow,
                 created_unix_ms: 0,
-                origin: "proposal 5".into(),
-                profile: "default".into(),
+                origin: ipc_schema::tool::ProposalId(5),
+                profile: ipc_schema::tool::ProfileName::default_profile(),
             }],
         };
         let out = render(&v, Some(&["default".to_string()]));

@@ -404,7 +404,11 @@ fn http_request(a: &Args) -> Result<HttpRequest, ArgError> {
             .to_vec(),
         credential: match a.opt_str("credential", MAX_NAME, Nul::Refused)? {
             Some("") => return Err(a.err("`credential` must not be empty")),
-            c => c.map(str::to_string),
+            Some(c) => Some(
+                ipc_schema::secrets::CredentialName::parse(c)
+                    .map_err(|e| a.err(format!("`credential`: {e}")))?,
+            ),
+            None => None,
         },
     })
 }

@@ -317,7 +317,7 @@ pub struct HttpRequest {
     pub body: Vec<u8>,
     /// The name of a stored credential to add for this host (the secrets helper adds it; the
     /// agent never sees it).
-    pub credential: Option<String>,
+    pub credential: Option<crate::secrets::CredentialName>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 //! a gateway that sends one). A decision names the proposal and the digest of exactly what the
 //! broker showed; a stale, mismatched or repeated decision is refused.
 
-use crate::tool::{ProposalId, SessionId, ToolName};
+use crate::tool::{ProfileName, ProposalId, SessionId, ToolName};
 use serde::{Deserialize, Serialize};
 
 /// SHA-256 over everything a proposal shows (and a nonce): a decision must echo it.
@@ -216,16 +216,48 @@ pub struct SessionSummary {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Remembered {
     pub id: u64,
-    pub tool: String,
+    pub tool: ToolName,
     pub target: String,
-    /// `allow` or `deny`.
-    pub action: String,
+    pub action: RememberedAction,
     pub created_unix_ms: u64,
     /// The proposal it came from.
-    pub origin: String,
+    pub origin: ProposalId,
     /// The session profile it was given in: an allow applies only there, a deny in every
     /// profile.
-    pub profile: String,
+    pub profile: ProfileName,
+}
+
+/// What an "always" choice remembers.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RememberedAction {
+    /// Always allow: turns an Ask into an Allow, in the profile it was given in only.
+    Allow,
+    /// Always deny: in every profile.
+    Deny,
+}
+
+impl RememberedAction {
+    /// `allow` or `deny`: how it is shown and stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RememberedAction::Allow => "allow",
+            RememberedAction::Deny => "deny",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<RememberedAction> {
+        match s {
+            "allow" => Some(RememberedAction::Allow),
+            "deny" => Some(RememberedAction::Deny),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for RememberedAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// The policy in force.

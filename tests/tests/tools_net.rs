@@ -512,7 +512,7 @@ fn http_request_to_a_private_address_is_refused_before_the_human_is_asked() {
         url: private.url("/"),
         headers: vec![],
         body: vec![],
-        credential: Some("api".into()),
+        credential: Some(ipc_schema::secrets::CredentialName::parse("api").unwrap()),
     })) {
         ToolReply::Refused(r) => {
             assert_eq!(r.kind, RefusalKind::Network);

@@ -35,15 +35,9 @@ pub fn method_word(m: HttpMethod) -> &'static str {
 /// the credential is not bound to).
 async fn attach(
     ctx: &Rc<Ctx>,
-    name: &str,
+    name: &CredentialName,
     host: &ipc_schema::host::Host,
 ) -> Result<CredentialHeader, ToolReply> {
-    let name = CredentialName::parse(name).map_err(|e| {
-        failed(
-            ErrorCode::Invalid,
-            format!("{name:?} is not a credential name: {e}"),
-        )
-    })?;
     let Some(slot) = ctx.helpers.slot(Role::Secrets) else {
         return Err(failed(
             ErrorCode::HelperUnavailable,

@@ -6,7 +6,7 @@
 //! recorded (`pending`, or `proposed` while the human is asked), `pending -> executing` is
 //! committed, and only then is the helper asked. Reads skip the ledger.
 
-pub mod args;
+use proposal::args;
 mod exec;
 mod fs;
 mod http;
@@ -24,7 +24,7 @@ use ipc_schema::tool::{
     Action, AgentInfo, Done, Failure, ProfileName, ProposalId, Refusal, RefusalKind, ResumeToken,
     SessionInfo, ToolCall, ToolName, ToolReply, ToolResult, Verdict, Waiting,
 };
-use ipc_schema::ui::{CallState, Choice, Remembered};
+use ipc_schema::ui::{CallState, Choice, Remembered, RememberedAction};
 use ipc_schema::{Body, ErrorCode, ErrorReply};
 use policy::eval;
 use std::cell::RefCell;
@@ -904,16 +904,16 @@ fn with_standing_decisions(
         return v;
     }
     let remembered = ctx.gate.remembered.borrow();
-    let profile = session.borrow().profile.to_string();
-    let find = |action: &str| {
+    let profile = session.borrow().profile.clone();
+    let find = |action: RememberedAction| {
         remembered.iter().find(|r| {
-            r.tool == tool.as_str()
+            r.tool == tool
                 && r.target == key
                 && r.action == action
-                && (action == "deny" || r.profile == profile)
+                && (action == RememberedAction::Deny || r.profile == profile)
         })
     };
-    if let Some(r) = find("deny") {
+    if let Some(r) = find(RememberedAction::Deny) {
         return Verdict {
             action: Action::Deny,
             rule: format!(
@@ -923,7 +923,7 @@ fn with_standing_decisions(
         };
     }
     if v.action == Action::Ask {
-        if let Some(r) = find("allow") {
+        if let Some(r) = find(RememberedAction::Allow) {
             return Verdict {
                 action: Action::Allow,
                 rule: format!(
@@ -1015,9 +1015,9 @@ async fn ask(
                 }
                 Choice::AlwaysAllow | Choice::AlwaysDeny => {
                     let action = if c == Choice::AlwaysAllow {
-                        "allow"
+                        RememberedAction::Allow
                     } else {
-                        "deny"
+                        RememberedAction::Deny
                     };
                     let profile = session.borrow().profile.clone();
                     if let Err(e) = remember(ctx, tool, &target, action, p.id, &profile).await {
@@ -1085,12 +1085,12 @@ pub async fn remember(
     ctx: &Rc<Ctx>,
     tool: ToolName,
     target: &str,
-    action: &str,
+    action: RememberedAction,
     origin: ProposalId,
     profile: &ProfileName,
 ) -> Result<(), audit_store::StoreError> {
-    let (t, a, o) = (target.to_string(), action.to_string(), origin.to_string());
-    let prof = profile.to_string();
+    let t = target.to_string();
+    let prof = profile.clone();
     let now = now_ms();
     let row = ctx
         .gate
@@ -1099,10 +1099,10 @@ pub async fn remember(
             let id = audit_store::remembered::insert(
                 tx,
                 &audit_store::remembered::NewRemembered {
-                    tool: tool.as_str(),
+                    tool,
                     target: &t,
-                    action: &a,
-                    origin: &o,
+                    action,
+                    origin,
                     profile: &prof,
                     now_ms: now,
                 },
@@ -1112,16 +1112,16 @@ pub async fn remember(
                     .tool(tool.as_str())
                     .target(t.clone())
                     .detail(format!(
-                        "remembered decision {id}: always {a}, from proposal {o} in profile {prof}"
+                        "remembered decision {id}: always {action}, from proposal {origin} in profile {prof}"
                     )),
             );
             Ok(Remembered {
                 id: id as u64,
-                tool: tool.as_str().to_string(),
+                tool,
                 target: t,
-                action: a,
+                action,
                 created_unix_ms: now as u64,
-                origin: o,
+                origin,
                 profile: prof,
             })
         })

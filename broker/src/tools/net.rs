@@ -127,7 +127,7 @@ pub fn effect(call: &ToolCall, checked: &CheckedTarget) -> String {
                 w.push_str(&format!(" with a {}-byte body", a.body.len()));
             }
             if let Some(c) = &a.credential {
-                w.push_str(&format!(", adding stored credential {c:?}"));
+                w.push_str(&format!(", adding stored credential {:?}", c.as_str()));
             }
             w
         }
@@ -275,7 +275,7 @@ mod tests {
     fn the_card_names_url_host_and_every_address() {
         let c = CheckedTarget {
             url: "https://example.org/a".into(),
-            host: "example.org".into(),
+            host: ipc_schema::host::Host::parse("example.org").unwrap(),
             port: 443,
             addresses: vec![
                 "93.184.215.14".parse().unwrap(),
@@ -294,7 +294,7 @@ mod tests {
             url: "https://example.org/a".into(),
             headers: vec![],
             body: b"{}".to_vec(),
-            credential: Some("gh".into()),
+            credential: Some(ipc_schema::secrets::CredentialName::parse("gh").unwrap()),
         });
         assert_eq!(
             effect(&call, &c),

@@ -838,7 +838,7 @@ pub fn audit_note(found: &Found) -> String {
             m.argument,
             part_text(&m.part),
             src.tool.as_str(),
-            crate::tools::args::redact_url(&src.url),
+            crate::args::redact_url(&src.url),
             src.call
         ));
     }

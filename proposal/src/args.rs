@@ -139,7 +139,7 @@ fn redact_arg(prev: Option<&str>, a: &str) -> String {
 }
 
 /// A URL without userinfo, query and fragment (where tokens travel).
-pub(crate) fn redact_url(u: &str) -> String {
+pub fn redact_url(u: &str) -> String {
     let cut = u.find(['?', '#']).unwrap_or(u.len());
     let (base, rest) = u.split_at(cut);
     let base = match (base.find("://"), base.find('@')) {
