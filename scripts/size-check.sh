@@ -29,7 +29,7 @@ TARGET = 2000
 # 2026-12 rounded up a little; only ever lower it (when a helper shrinks, the check says to).
 RATCHET = {
     "fs-helper": 3450,
-    "net-helper": 2650,
+    "net-helper": 2600,
     "exec-helper": 450,
     "secrets-helper": 2200,
 }
