@@ -354,7 +354,7 @@ impl HttpWorld {
             } else {
                 vec![]
             },
-            credential: credential.map(String::from),
+            credential: credential.map(|c| ipc_schema::secrets::CredentialName::parse(c).unwrap()),
         })
     }
 
