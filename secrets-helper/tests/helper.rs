@@ -27,7 +27,10 @@ fn failed(r: SecretsReply) -> (SecretsErrorKind, String) {
 fn credential_lifecycle(args: Vec<std::ffi::OsString>) {
     let n = name("api");
     let _cleanup = Cleanup(args.clone(), vec![n.clone(), name("basic")]);
+    // Stored and removed through a command's own helper, attached through the broker's, on
+    // the same store (each channel serves only its own requests).
     let mut h = spawn(&args);
+    let mut b = spawn(&on_channel(args.clone(), "broker"));
 
     let saved = ask(
         &mut h,
@@ -58,7 +61,7 @@ fn credential_lifecycle(args: Vec<std::ffi::OsString>) {
 
     // The header for an allowed host: the value, as a bearer token, for that host only.
     match ask(
-        &mut h,
+        &mut b,
         SecretsRequest::Attach {
             name: n.clone(),
             host: "api.example.com.".into(),
@@ -81,7 +84,7 @@ fn credential_lifecycle(args: Vec<std::ffi::OsString>) {
         "127.0.0.1",
     ] {
         let (kind, msg) = failed(ask(
-            &mut h,
+            &mut b,
             SecretsRequest::Attach {
                 name: n.clone(),
                 host: host.into(),
@@ -96,7 +99,7 @@ fn credential_lifecycle(args: Vec<std::ffi::OsString>) {
         );
     }
     let (kind, _) = failed(ask(
-        &mut h,
+        &mut b,
         SecretsRequest::Attach {
             name: name("nope"),
             host: "api.example.com".into(),
@@ -132,7 +135,7 @@ fn credential_lifecycle(args: Vec<std::ffi::OsString>) {
         other => panic!("{other:?}"),
     }
     let (kind, msg) = failed(ask(
-        &mut h,
+        &mut b,
         SecretsRequest::Attach {
             name: n.clone(),
             host: "other.example.com".into(),
@@ -173,7 +176,7 @@ fn credential_lifecycle(args: Vec<std::ffi::OsString>) {
     );
     let token = base64::engine::general_purpose::STANDARD.encode(format!("alice:{VALUE}"));
     match ask(
-        &mut h,
+        &mut b,
         SecretsRequest::Attach {
             name: name("basic"),
             host: "api.example.org".into(),
@@ -186,7 +189,7 @@ fn credential_lifecycle(args: Vec<std::ffi::OsString>) {
         other => panic!("{other:?}"),
     }
     let (kind, _) = failed(ask(
-        &mut h,
+        &mut b,
         SecretsRequest::Attach {
             name: name("basic"),
             host: "example.org".into(),
@@ -551,7 +554,10 @@ fn the_brokers_helper_refuses_to_set_delete_or_list() {
         ask(&mut private, SecretsRequest::Has { name: name("api") }),
         SecretsReply::Credential(None)
     ));
-    assert!(matches!(ask(&mut private, set()), SecretsReply::Saved { .. }));
+    assert!(matches!(
+        ask(&mut private, set()),
+        SecretsReply::Saved { .. }
+    ));
     private.conn.send(Body::Secrets(SecretsRequest::Attach {
         name: name("api"),
         host: "api.example.com".into(),
