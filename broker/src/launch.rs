@@ -21,7 +21,7 @@ use ipc_schema::exec::{
 use ipc_schema::ui::{CommandLaunch, LaunchReply, NotStarted, UiReply};
 use ipc_schema::{Body, ErrorCode, ErrorReply, Role};
 use std::cell::RefCell;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::rc::{Rc, Weak};
 
 /// Who the audit rows name as the actor: the human, through the console's channel.
@@ -74,10 +74,24 @@ fn spec_of(l: &CommandLaunch) -> Result<CommandSpec, String> {
             l.cwd.display()
         ));
     }
+    // The checks below are lexical: a `..` would let `/tmp/x/../../root` pass for a directory
+    // under /tmp (the CLI sends resolved paths, so only a forged request holds one).
+    if climbs(&l.cwd) {
+        return Err(format!(
+            "the working directory {} is not resolved (it holds ..)",
+            l.cwd.display()
+        ));
+    }
     let mut grants = Vec::with_capacity(l.grants.len() + 1);
     for g in &l.grants {
         if !g.path.is_absolute() {
             return Err(format!("the grant {} is not absolute", g.path.display()));
+        }
+        if climbs(&g.path) {
+            return Err(format!(
+                "the grant {} is not resolved (it holds ..)",
+                g.path.display()
+            ));
         }
         grants.push(g.clone());
     }
@@ -112,6 +126,10 @@ fn spec_of(l: &CommandLaunch) -> Result<CommandSpec, String> {
     })
 }
 
+fn climbs(p: &Path) -> bool {
+    p.components().any(|c| c == Component::ParentDir)
+}
+
 /// Why `cwd` is not made the working root without being named: `/`, or a directory that is (or
 /// holds) a home directory. Lexical: the CLI resolved the path, and this process reads no
 /// files outside its own directories.
@@ -121,7 +139,10 @@ pub fn implicit_root_refusal(cwd: &Path) -> Option<String> {
     }
     let mut homes = vec![PathBuf::from("/root"), PathBuf::from("/home")];
     homes.extend(std::env::var_os("HOME").map(PathBuf::from));
-    if homes.iter().any(|h| h.starts_with(cwd)) {
+    // Every directory right under /home is someone's home, not only this process's $HOME (a
+    // broker run as root has HOME=/root, or none at all under a service manager).
+    let under_home = cwd.parent() == Some(Path::new("/home"));
+    if under_home || homes.iter().any(|h| h.starts_with(cwd)) {
         return Some("it is (or contains) a home directory".into());
     }
     None
@@ -177,10 +198,9 @@ pub fn command(
         reply.send(id, launch_reply(LaunchReply::Refused { reason, why }))
     };
     if running(conn).is_some() {
-        return refuse(
-            "this connection already runs a command".into(),
-            NotStarted::Refused,
-        );
+        let why = "this connection already runs a command";
+        refusal_row(&launch.argv, why);
+        return refuse(why.into(), NotStarted::Refused);
     }
     let spec = match spec_of(&launch) {
         Ok(s) => s,
@@ -190,7 +210,9 @@ pub fn command(
         }
     };
     let Some(slot) = ctx.helpers.slot(Role::Exec).cloned() else {
-        return refuse("there is no exec-helper".into(), NotStarted::Refused);
+        let why = "there is no exec-helper";
+        refusal_row(&launch.argv, why);
+        return refuse(why.into(), NotStarted::Refused);
     };
     let passed: Vec<String> = launch.pass_env.iter().map(|(k, _)| k.clone()).collect();
     let (conn, reply) = (conn.clone(), reply.clone());
@@ -243,7 +265,8 @@ pub fn command(
                     stderr,
                     end,
                 })) if r == run => {
-                    if !gone && !(stdout.is_empty() && stderr.is_empty()) {
+                    let any = !stdout.is_empty() || !stderr.is_empty();
+                    if any && !gone {
                         let out = launch_reply(LaunchReply::Output { stdout, stderr });
                         if !reply.send_checked(id, out) {
                             // The ui peer is gone: nobody watches the command any more.
