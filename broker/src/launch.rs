@@ -130,22 +130,11 @@ fn climbs(p: &Path) -> bool {
     p.components().any(|c| c == Component::ParentDir)
 }
 
-/// Why `cwd` is not made the working root without being named: `/`, or a directory that is (or
-/// holds) a home directory. Lexical: the CLI resolved the path, and this process reads no
-/// files outside its own directories.
+/// Why `cwd` is not made the working root without being named (the one check, in
+/// `ipc_schema::protected`; this process's `$HOME` counts too).
 pub fn implicit_root_refusal(cwd: &Path) -> Option<String> {
-    if cwd == Path::new("/") {
-        return Some("it is /".into());
-    }
-    let mut homes = vec![PathBuf::from("/root"), PathBuf::from("/home")];
-    homes.extend(std::env::var_os("HOME").map(PathBuf::from));
-    // Every directory right under /home is someone's home, not only this process's $HOME (a
-    // broker run as root has HOME=/root, or none at all under a service manager).
-    let under_home = cwd.parent() == Some(Path::new("/home"));
-    if under_home || homes.iter().any(|h| h.starts_with(cwd)) {
-        return Some("it is (or contains) a home directory".into());
-    }
-    None
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    ipc_schema::protected::implicit_root_refusal(cwd, home.as_deref())
 }
 
 /// The one line of the start row: argv, where, what the user granted.

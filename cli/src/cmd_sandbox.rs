@@ -323,18 +323,7 @@ fn run_inner(g: &Global, args: SandboxArgs) -> Result<ExitCode, Stop> {
 
 /// Why the current directory is not made the working root without being named.
 pub(crate) fn implicit_root_refusal(cwd: &Path, home: &Path) -> Option<String> {
-    if cwd == Path::new("/") {
-        return Some("it is /".into());
-    }
-    let homes = [
-        home.to_path_buf(),
-        PathBuf::from("/root"),
-        PathBuf::from("/home"),
-    ];
-    if homes.iter().any(|h| h.starts_with(cwd)) {
-        return Some("it is (or contains) a home directory".into());
-    }
-    None
+    ipc_schema::protected::implicit_root_refusal(cwd, Some(home))
 }
 
 /// The network of the command: none, or a proxy connector and token (and, for

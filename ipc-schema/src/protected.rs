@@ -642,3 +642,47 @@ mod tests {
         assert!(!component_matches(b"*.pem", b".pe"));
     }
 }
+
+/// Why `cwd` may not become a command's working root without the user naming it: it is `/`, a
+/// home directory (`home`, `/root`, or any directory right under `/home`: a broker run as root
+/// has `HOME=/root`), or holds one. Lexical: callers pass resolved paths. The one check
+/// `gatehouse sandbox`, `gatehouse run` and the broker's launch path all use.
+pub fn implicit_root_refusal(
+    cwd: &std::path::Path,
+    home: Option<&std::path::Path>,
+) -> Option<String> {
+    use std::path::Path;
+    if cwd == Path::new("/") {
+        return Some("it is /".into());
+    }
+    let homes = [Some(Path::new("/root")), Some(Path::new("/home")), home];
+    let under_home = cwd.parent() == Some(Path::new("/home"));
+    if under_home || homes.into_iter().flatten().any(|h| h.starts_with(cwd)) {
+        return Some("it is (or contains) a home directory".into());
+    }
+    None
+}
+
+#[cfg(test)]
+mod implicit_root_tests {
+    use super::implicit_root_refusal;
+    use std::path::Path;
+
+    #[test]
+    fn slash_and_homes_are_refused_their_insides_are_not() {
+        let me = Some(Path::new("/srv/me"));
+        for refused in ["/", "/root", "/home", "/home/alice", "/srv", "/srv/me"] {
+            assert!(
+                implicit_root_refusal(Path::new(refused), me).is_some(),
+                "{refused}"
+            );
+        }
+        for allowed in ["/home/alice/project", "/srv/me/work", "/tmp/x", "/root/src"] {
+            assert_eq!(
+                implicit_root_refusal(Path::new(allowed), me),
+                None,
+                "{allowed}"
+            );
+        }
+    }
+}
