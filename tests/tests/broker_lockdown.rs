@@ -17,7 +17,10 @@ fn probe(what: &str) -> (std::process::ExitStatus, String) {
         .output()
         .unwrap();
     gatehouse_tests::forget_audit_key(dir.path());
-    (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn line<'a>(log: &'a str, what: &str) -> &'a str {
