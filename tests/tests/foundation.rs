@@ -483,7 +483,12 @@ fn a_broker_without_its_helpers_says_which_are_missing_and_how_to_build_them() {
     assert!(!data.path().join("data/gatehouse.db").exists());
     // The positive control: the same copy with all four helpers and the spawner beside it
     // starts.
-    for h in ["net-helper", "exec-helper", "secrets-helper", "gatehouse-spawner"] {
+    for h in [
+        "net-helper",
+        "exec-helper",
+        "secrets-helper",
+        "gatehouse-spawner",
+    ] {
         std::fs::copy(bin(h), lone.path().join(h)).unwrap();
     }
     let mut child = Command::new(&exe)
