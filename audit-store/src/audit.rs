@@ -2,8 +2,8 @@
 //! console and `gatehouse audit tail`, counts for the demo's report, and the entry a credential
 //! change was written as.
 
-use crate::Sql;
-use ipc_schema::ui::AuditEntry;
+use crate::{bad_column, Sql};
+use ipc_schema::ui::{AuditEntry, AuditKind};
 use rusqlite::{params, Connection};
 use std::collections::BTreeMap;
 
@@ -15,10 +15,11 @@ const AUDIT_AFTER_NEWEST_FIRST: &str =
 
 /// One row of [`AUDIT_AFTER_NEWEST_FIRST`].
 fn audit_entry(r: &rusqlite::Row) -> rusqlite::Result<AuditEntry> {
+    let kind: String = r.get(2)?;
     Ok(AuditEntry {
         seq: r.get::<_, i64>(0)? as u64,
         ts_unix_ms: r.get::<_, i64>(1)? as u64,
-        kind: r.get(2)?,
+        kind: AuditKind::from_name(&kind).ok_or_else(|| bad_column(2, "an audit kind", &kind))?,
         session: r.get(3)?,
         actor: r.get(4)?,
         tool: r.get(5)?,
@@ -55,7 +56,7 @@ pub fn audit_tail(conn: &Connection, after: u64, limit: u32) -> Sql<Vec<AuditEnt
     let mut bytes = 0usize;
     for row in rows {
         let e = row?;
-        bytes += e.kind.len()
+        bytes += e.kind.as_str().len()
             + e.actor.len()
             + e.outcome.len()
             + e.detail.len()

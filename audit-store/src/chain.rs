@@ -18,62 +18,8 @@ pub type HmacSha256 = Hmac<Sha256>;
 /// The `prev_hash` of the first row.
 pub const GENESIS: [u8; 32] = [0u8; 32];
 
-/// What happened, as recorded in the `kind` column.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AuditKind {
-    /// A tool call arrived and policy decided on it.
-    ToolCall,
-    /// A proposal was made for an Ask decision.
-    Proposal,
-    /// The human decided a proposal (or it expired).
-    Decision,
-    /// A ledger transition of an effectful call (pending, executing, done, failed, uncertain).
-    Execution,
-    /// A read-only call was carried out.
-    Read,
-    /// A call was refused before it could run (policy invalid, rate limit, containment).
-    Refusal,
-    /// A helper locked down and became ready.
-    HelperStart,
-    /// A helper exited or was killed.
-    HelperExit,
-    /// A helper is being restarted.
-    HelperRestart,
-    /// A front peer was killed for breaking the protocol.
-    PeerKilled,
-    /// The policy document or a remembered decision changed.
-    Policy,
-    /// The broker started or stopped.
-    Broker,
-    /// A gateway session opened or ended.
-    Session,
-    /// A credential was set, changed or deleted with `gatehouse secret` (never its value).
-    Credential,
-    /// A connection through the egress proxy of `gatehouse run` (tunnelled, failed, refused).
-    Egress,
-}
-
-impl AuditKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AuditKind::ToolCall => "tool_call",
-            AuditKind::Proposal => "proposal",
-            AuditKind::Decision => "decision",
-            AuditKind::Execution => "execution",
-            AuditKind::Read => "read",
-            AuditKind::Refusal => "refusal",
-            AuditKind::HelperStart => "helper_start",
-            AuditKind::HelperExit => "helper_exit",
-            AuditKind::HelperRestart => "helper_restart",
-            AuditKind::PeerKilled => "peer_killed",
-            AuditKind::Policy => "policy",
-            AuditKind::Broker => "broker",
-            AuditKind::Session => "session",
-            AuditKind::Credential => "credential",
-            AuditKind::Egress => "egress",
-        }
-    }
-}
+/// What happened, as recorded in the `kind` column (the type travels to the console too).
+pub use ipc_schema::ui::AuditKind;
 
 /// One audit entry before it has a place in the chain. No field may hold a secret or file
 /// content: callers pass redacted arguments (the broker's `tools::args` summaries: no file

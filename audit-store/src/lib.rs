@@ -35,6 +35,16 @@ pub use writer::StoreHandle;
 /// command that reads the file directly.
 pub type Sql<T> = rusqlite::Result<T>;
 
+/// A column that does not hold what the schema says: the row is refused, not guessed at.
+pub(crate) fn bad_column(col: usize, what: &str, got: &str) -> rusqlite::Error {
+    let why = format!("{got:?} is not {what}");
+    rusqlite::Error::FromSqlConversionFailure(
+        col,
+        rusqlite::types::Type::Text,
+        Box::new(rusqlite::types::FromSqlError::Other(why.into())),
+    )
+}
+
 /// The database file inside the data dir.
 pub fn db_path(data_dir: &Path) -> PathBuf {
     data_dir.join("gatehouse.db")

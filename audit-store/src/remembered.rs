@@ -1,9 +1,8 @@
 //! The remembered table: "always allow" / "always deny" decisions from approval cards.
 
-use crate::Sql;
+use crate::{bad_column as bad, Sql};
 use ipc_schema::tool::{ProfileName, ProposalId, ToolName};
 use ipc_schema::ui::{Remembered, RememberedAction};
-use rusqlite::types::{FromSqlError, Type};
 use rusqlite::{params, Connection};
 
 /// A decision about to be remembered.
@@ -14,16 +13,6 @@ pub struct NewRemembered<'a> {
     pub origin: ProposalId,
     pub profile: &'a ProfileName,
     pub now_ms: i64,
-}
-
-/// A column that does not hold what the schema says: the row is refused, not guessed at.
-fn bad(col: usize, what: &str, got: &str) -> rusqlite::Error {
-    let why = format!("{got:?} is not {what}");
-    rusqlite::Error::FromSqlConversionFailure(
-        col,
-        Type::Text,
-        Box::new(FromSqlError::Other(why.into())),
-    )
 }
 
 /// `#7` (how a proposal id is written) or `7`.

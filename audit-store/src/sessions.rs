@@ -1,8 +1,8 @@
 //! The sessions and session_profiles tables: a session's id, the hash of its resume token
 //! (never the token) and the profile it was opened with.
 
-use crate::Sql;
-use ipc_schema::tool::SessionId;
+use crate::{bad_column, Sql};
+use ipc_schema::tool::{ProfileName, SessionId};
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// Records a new session with its token's hash and its profile.
@@ -10,7 +10,7 @@ pub fn insert(
     conn: &Connection,
     id: &SessionId,
     resume_hash: &[u8],
-    profile: &str,
+    profile: &ProfileName,
     now_ms: i64,
 ) -> Sql<()> {
     conn.execute(
@@ -19,7 +19,7 @@ pub fn insert(
     )?;
     conn.execute(
         "INSERT INTO session_profiles (session, profile) VALUES (?1, ?2)",
-        params![id.0, profile],
+        params![id.0, profile.as_str()],
     )?;
     Ok(())
 }
@@ -44,11 +44,14 @@ pub fn by_resume_hash(conn: &Connection, resume_hash: &[u8]) -> Sql<Option<(Sess
 }
 
 /// The profile session `id` was opened with (`None`: sessions from before profiles).
-pub fn profile(conn: &Connection, id: &SessionId) -> Sql<Option<String>> {
+pub fn profile(conn: &Connection, id: &SessionId) -> Sql<Option<ProfileName>> {
     conn.query_row(
         "SELECT profile FROM session_profiles WHERE session = ?1",
         [&id.0],
-        |r| r.get::<_, String>(0),
+        |r| {
+            let p: String = r.get(0)?;
+            ProfileName::parse(&p).map_err(|_| bad_column(0, "a profile name", &p))
+        },
     )
     .optional()
 }

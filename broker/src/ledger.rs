@@ -83,7 +83,7 @@ pub async fn claim(
                         &sql::NewCall {
                             session: &c.session,
                             key: &c.key,
-                            tool: c.tool.as_str(),
+                            tool: c.tool,
                             target: &c.target,
                             summary: &c.summary,
                             state,
@@ -171,7 +171,7 @@ pub fn recover(
         audit.push(
             AuditEvent::new(AuditKind::Execution, "broker", to.as_str())
                 .session(c.session.0.clone())
-                .tool(c.tool.clone())
+                .tool(c.tool.as_str())
                 .target(c.target.clone())
                 .detail(format!(
                     "ledger {}: {} -> {} at start: {why}",

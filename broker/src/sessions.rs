@@ -74,7 +74,7 @@ pub async fn create(
         }
     }
     let (id, token) = new_ids();
-    let (sid, hash, pname) = (id.0.clone(), token_hash(&token), profile.to_string());
+    let (sid, hash, pname) = (id.0.clone(), token_hash(&token), profile.clone());
     gate.store
         .txn(move |tx, audit| {
             audit_store::sessions::insert(

@@ -86,7 +86,7 @@ pub fn handle(
                     let s = s.borrow();
                     SessionSummary {
                         session: s.id.clone(),
-                        profile: s.profile.to_string(),
+                        profile: s.profile.clone(),
                         agent: s
                             .agent
                             .as_ref()

@@ -75,7 +75,7 @@ fn print_row(r: &AuditEntry, json: bool) {
     if json {
         println!(
             "{}",
-            serde_json::json!({"seq": r.seq, "ts_ms": r.ts_unix_ms, "kind": r.kind, "session": r.session, "actor": r.actor,
+            serde_json::json!({"seq": r.seq, "ts_ms": r.ts_unix_ms, "kind": r.kind.as_str(), "session": r.session, "actor": r.actor,
                 "tool": r.tool, "target": r.target, "outcome": r.outcome, "detail": r.detail})
         );
         return;
@@ -98,7 +98,7 @@ fn row_line(r: &AuditEntry) -> String {
     format!(
         "{:>6} {h:02}:{m:02}:{s:02}Z {:<14} {:<10} {:<9} {:<8} {} {} {}\n",
         r.seq,
-        escaped(&r.kind),
+        r.kind,
         escaped(&r.actor),
         escaped(&r.outcome),
         escaped(&session),
@@ -158,7 +158,7 @@ mod tests {
         let r = AuditEntry {
             seq: 7,
             ts_unix_ms: 3_600_000 + 61_000,
-            kind: "refusal".into(),
+            kind: ipc_schema::ui::AuditKind::Refusal,
             session: Some("0123456789abcdef".into()),
             actor: "gateway".into(),
             tool: Some(format!("srv__{hostile}")),

@@ -161,7 +161,11 @@ fn http_response(h: &HttpResponse) -> Vec<String> {
 fn command_run(c: &CommandRun) -> Vec<String> {
     let mut blocks = vec![format!(
         "{:?} in {} {} ({} ms). Sandbox: {}.",
-        c.argv, c.cwd, c.outcome, c.elapsed_ms, c.sandbox
+        c.argv,
+        c.cwd.display(),
+        c.outcome,
+        c.elapsed_ms,
+        c.sandbox
     )];
     for (name, bytes, dropped) in [
         ("stdout", &c.stdout, c.stdout_dropped),

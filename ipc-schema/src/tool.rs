@@ -14,6 +14,7 @@ use crate::fs::{
 };
 use crate::ErrorCode;
 use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 
 /// Every tool gatehouse offers. Policy is written per tool name ([`ToolName::as_str`]).
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -438,7 +439,7 @@ pub enum ToolResult {
 pub struct CommandRun {
     pub argv: Vec<String>,
     /// The working directory (absolute, resolved).
-    pub cwd: String,
+    pub cwd: PathBuf,
     /// The exit status, when it exited (not killed, not timed out).
     pub exit_code: Option<i32>,
     /// How it ended, for people: `exited with status 3`, `timed out after 300 s; ...`.

@@ -189,7 +189,7 @@ impl CallState {
 pub struct LedgerCall {
     pub id: u64,
     pub session: SessionId,
-    pub tool: String,
+    pub tool: ToolName,
     pub target: String,
     /// Redacted canonical arguments.
     pub summary: String,
@@ -202,7 +202,7 @@ pub struct LedgerCall {
 pub struct SessionSummary {
     pub session: SessionId,
     /// The profile the session runs under (`default`: the policy's top level).
-    pub profile: String,
+    pub profile: ProfileName,
     /// The MCP client as it named itself (`name version`; agent-controlled text, capped by the
     /// broker, to be shown inert). `None` until the client said.
     pub agent: Option<String>,
@@ -273,14 +273,101 @@ pub struct PolicyView {
     pub remembered: Vec<Remembered>,
 }
 
+/// What an audit row records: its `kind` column (the audit store writes only these, and
+/// refuses to read a row holding anything else).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum AuditKind {
+    /// A tool call arrived and policy decided on it.
+    ToolCall,
+    /// A proposal was made for an Ask decision.
+    Proposal,
+    /// The human decided a proposal (or it expired).
+    Decision,
+    /// A ledger transition of an effectful call (pending, executing, done, failed, uncertain).
+    Execution,
+    /// A read-only call was carried out.
+    Read,
+    /// A call was refused before it could run (policy invalid, rate limit, containment).
+    Refusal,
+    /// A helper locked down and became ready.
+    HelperStart,
+    /// A helper exited or was killed.
+    HelperExit,
+    /// A helper is being restarted.
+    HelperRestart,
+    /// A front peer was killed for breaking the protocol.
+    PeerKilled,
+    /// The policy document or a remembered decision changed.
+    Policy,
+    /// The broker started or stopped.
+    Broker,
+    /// A gateway session opened or ended.
+    Session,
+    /// A credential was set, changed or deleted with `gatehouse secret` (never its value).
+    Credential,
+    /// A connection through the egress proxy of `gatehouse run` (tunnelled, failed, refused).
+    Egress,
+}
+
+impl AuditKind {
+    pub const ALL: [AuditKind; 15] = [
+        AuditKind::ToolCall,
+        AuditKind::Proposal,
+        AuditKind::Decision,
+        AuditKind::Execution,
+        AuditKind::Read,
+        AuditKind::Refusal,
+        AuditKind::HelperStart,
+        AuditKind::HelperExit,
+        AuditKind::HelperRestart,
+        AuditKind::PeerKilled,
+        AuditKind::Policy,
+        AuditKind::Broker,
+        AuditKind::Session,
+        AuditKind::Credential,
+        AuditKind::Egress,
+    ];
+
+    /// The name in the `kind` column (and on screen).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditKind::ToolCall => "tool_call",
+            AuditKind::Proposal => "proposal",
+            AuditKind::Decision => "decision",
+            AuditKind::Execution => "execution",
+            AuditKind::Read => "read",
+            AuditKind::Refusal => "refusal",
+            AuditKind::HelperStart => "helper_start",
+            AuditKind::HelperExit => "helper_exit",
+            AuditKind::HelperRestart => "helper_restart",
+            AuditKind::PeerKilled => "peer_killed",
+            AuditKind::Policy => "policy",
+            AuditKind::Broker => "broker",
+            AuditKind::Session => "session",
+            AuditKind::Credential => "credential",
+            AuditKind::Egress => "egress",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<AuditKind> {
+        AuditKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for AuditKind {
+    /// Honours width and alignment (`{:<14}`), like a `&str`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 /// One audit log entry, as the console's live tail shows it (the broker redacted it when it was
 /// written: no secret and no file content).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct AuditEntry {
     pub seq: u64,
     pub ts_unix_ms: u64,
-    /// `tool_call`, `proposal`, `decision`, `execution`, `refusal`, `helper_start`, ...
-    pub kind: String,
+    pub kind: AuditKind,
     pub session: Option<String>,
     pub actor: String,
     pub tool: Option<String>,
@@ -476,4 +563,18 @@ pub enum UiReply {
         seq: u64,
     },
     Launch(LaunchReply),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AuditKind;
+
+    #[test]
+    fn every_audit_kind_reads_back_from_its_column_name() {
+        for k in AuditKind::ALL {
+            assert_eq!(AuditKind::from_name(k.as_str()), Some(k));
+        }
+        assert_eq!(AuditKind::from_name("tool-call"), None);
+        assert_eq!(format!("[{:<6}]", AuditKind::Read), "[read  ]");
+    }
 }

@@ -358,16 +358,21 @@ fn check_working_day(e: &E2e, out: &Output) {
     );
     // The audit log has the whole day, under the run's sessions.
     let rows = e.audit();
-    let has =
-        |kind: &str, outcome: &str| rows.iter().any(|r| r.kind == kind && r.outcome == outcome);
+    let has = |kind: &str, outcome: &str| {
+        rows.iter()
+            .any(|r| r.kind.as_str() == kind && r.outcome == outcome)
+    };
     assert!(has("proposal", "asked"), "{rows:#?}");
     assert!(
-        rows.iter().filter(|r| r.kind == "decision").count() >= 2,
+        rows.iter()
+            .filter(|r| r.kind.as_str() == "decision")
+            .count()
+            >= 2,
         "{rows:#?}"
     );
     assert!(
         rows.iter()
-            .any(|r| r.kind == "egress" && r.outcome == "tunnelled"),
+            .any(|r| r.kind.as_str() == "egress" && r.outcome == "tunnelled"),
         "{rows:#?}"
     );
     // The model endpoint was reached through the proxy under the recipe's provider host.
@@ -567,7 +572,7 @@ fn an_approval_slower_than_the_wait_reaches_the_agent_on_its_repeat() {
     assert!(rows.iter().any(|r| r.outcome == "from_ledger"), "{rows:#?}");
     assert_eq!(
         rows.iter()
-            .filter(|r| r.kind == "execution" && r.outcome == "done")
+            .filter(|r| r.kind.as_str() == "execution" && r.outcome == "done")
             .count(),
         1,
         "{rows:#?}"

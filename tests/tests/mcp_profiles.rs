@@ -493,7 +493,7 @@ fn the_session_list_names_the_agent_and_the_profile() {
                "clientInfo": {"name": "claude-code\u{1b}[2J", "version": "2.1.0"}}),
     );
     assert!(r.get("result").is_some(), "{r}");
-    let row = session_where(&b, |x| x.profile == "alpha" && x.agent.is_some());
+    let row = session_where(&b, |x| x.profile.as_str() == "alpha" && x.agent.is_some());
     assert_eq!(row.agent.as_deref(), Some("claude-code\u{1b}[2J 2.1.0"));
     assert!(row.connected);
 
@@ -505,7 +505,7 @@ fn the_session_list_names_the_agent_and_the_profile() {
     let r = modern.request("tools/list", json!({"_meta": meta}));
     assert!(r.get("result").is_some(), "{r}");
     let row = session_where(&b, |x| {
-        x.profile == "default" && x.agent.as_deref().is_some_and(|a| a.starts_with("xxx"))
+        x.profile.as_str() == "default" && x.agent.as_deref().is_some_and(|a| a.starts_with("xxx"))
     });
     let agent = row.agent.unwrap();
     assert_eq!(agent, format!("{}\u{2026} 9", "x".repeat(63)));
@@ -520,7 +520,7 @@ fn the_session_list_names_the_agent_and_the_profile() {
         }}),
     );
     assert!(r.get("result").is_some(), "{r}");
-    let row = session_where(&b, |x| x.profile == "beta");
+    let row = session_where(&b, |x| x.profile.as_str() == "beta");
     assert_eq!(row.agent, None);
     drop((m, modern, quiet));
 }

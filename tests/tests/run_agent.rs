@@ -676,7 +676,7 @@ fn the_runs_egress_lands_in_the_audit_log() {
     let rows = loop {
         let rows: Vec<AuditEntry> = audit(&b)
             .into_iter()
-            .filter(|r| r.kind == "egress")
+            .filter(|r| r.kind.as_str() == "egress")
             .collect();
         if rows.len() >= 2 || std::time::Instant::now() > deadline {
             break rows;

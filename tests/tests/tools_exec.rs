@@ -89,7 +89,7 @@ fn a_command_runs_once_in_its_sandbox_with_its_status_and_output() {
     assert_eq!(c.outcome, "exited with status 3");
     assert_eq!(c.stdout, b"from the project\n");
     assert_eq!(c.stderr, b"to-stderr\n");
-    assert_eq!(c.cwd, inst.project.display().to_string());
+    assert_eq!(c.cwd, inst.project);
     assert!(c.sandbox.contains("namespaces "), "{}", c.sandbox);
     assert!(c.sandbox.contains("no network"), "{}", c.sandbox);
 

@@ -357,7 +357,7 @@ fn sessions_pane(f: &mut Frame<'_>, area: Rect, c: &Console) {
         lines.push(Line::from(vec![
             Span::raw(format!("{short:<8} ")),
             agent,
-            Span::raw(format!("{:<12} ", fit_inert(&s.profile, 12))),
+            Span::raw(format!("{:<12} ", fit_inert(s.profile.as_str(), 12))),
             if s.connected {
                 Span::styled("● live ", theme::ok())
             } else {

@@ -306,7 +306,7 @@ fn hostile_audit_rows_and_session_ids_render_inert() {
             Body::UiReply(UiReply::Audit(vec![ipc_schema::ui::AuditEntry {
                 seq: 41,
                 ts_unix_ms: NOW_MS,
-                kind: "tool_call".into(),
+                kind: ipc_schema::ui::AuditKind::ToolCall,
                 session: Some("s".into()),
                 actor: "gateway".into(),
                 tool: Some("read_file".into()),
@@ -322,7 +322,7 @@ fn hostile_audit_rows_and_session_ids_render_inert() {
             sessions.id,
             Body::UiReply(UiReply::Sessions(vec![ipc_schema::ui::SessionSummary {
                 session: SessionId("\x1b[31mred".into()),
-                profile: "research".into(),
+                profile: ipc_schema::tool::ProfileName::parse("research").unwrap(),
                 agent: Some("\x1b[2Jclaude\u{202E}-code 1.0".into()),
                 connected: true,
                 started_unix_ms: NOW_MS,
@@ -361,7 +361,7 @@ fn uncertain_calls_are_shown_for_the_person_to_check() {
             Body::UiReply(UiReply::Uncertain(vec![ipc_schema::ui::LedgerCall {
                 id: 12,
                 session: SessionId("s".into()),
-                tool: "write_file".into(),
+                tool: ToolName::WriteFile,
                 target: "/p/out\u{202E}txt".into(),
                 summary: "{}".into(),
                 state: ipc_schema::ui::CallState::Uncertain,

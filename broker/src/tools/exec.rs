@@ -246,7 +246,7 @@ pub async fn execute_effect(
     };
     EffectAnswer::Done(Box::new(ToolResult::CommandRun(CommandRun {
         argv: a.argv.clone(),
-        cwd: shown(&cwd.absolute),
+        cwd: path(&cwd.absolute),
         exit_code,
         outcome,
         stdout,

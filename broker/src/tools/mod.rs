@@ -202,10 +202,7 @@ async fn stored_profile(ctx: &Rc<Ctx>, sid: &str) -> Result<ProfileName, String>
         .read(move |tx| audit_store::sessions::profile(tx, &sid))
         .await
         .map_err(|e| e.to_string())?;
-    match name {
-        None => Ok(ProfileName::default_profile()),
-        Some(n) => ProfileName::parse(&n).map_err(|e| format!("the stored profile is bad: {e}")),
-    }
+    Ok(name.unwrap_or_else(ProfileName::default_profile))
 }
 
 async fn open_session(
