@@ -8,7 +8,7 @@ use crate::fronts::Replier;
 use ipc_schema::tool::ProposalId;
 use ipc_schema::ui::{Choice, Decision, Proposal, ProposalDigest, UiEvent, UiReply};
 use ipc_schema::Body;
-use sha2::{Digest, Sha256};
+use proposal::digest::digest;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use tokio::sync::watch;
 
@@ -67,33 +67,6 @@ pub struct Draft {
     pub policy_revision: u64,
     /// Which arguments hold outside text the session read.
     pub outside_text: ipc_schema::ui::OutsideText,
-}
-
-pub fn digest(p: &Proposal, nonce: &[u8; 16]) -> ProposalDigest {
-    let mut h = Sha256::new();
-    let mut put = |b: &[u8]| {
-        h.update((b.len() as u64).to_le_bytes());
-        h.update(b);
-    };
-    put(b"gatehouse-proposal-v1");
-    put(nonce);
-    put(&p.id.0.to_le_bytes());
-    put(p.session.0.as_bytes());
-    put(p.tool.as_str().as_bytes());
-    put(p.target.as_bytes());
-    put(p.arguments.as_bytes());
-    match &p.diff {
-        None => put(b"\0none"),
-        Some(d) => put(d.as_bytes()),
-    }
-    put(p.effect.as_bytes());
-    put(p.rule.as_bytes());
-    put(&p.policy_revision.to_le_bytes());
-    put(&p.created_unix_ms.to_le_bytes());
-    put(&p.expires_unix_ms.to_le_bytes());
-    // postcard's encoding is fixed for a given value: the same findings, the same bytes.
-    put(&postcard::to_stdvec(&p.outside_text).expect("plain data encodes"));
-    ProposalDigest(h.finalize().into())
 }
 
 impl Approvals {

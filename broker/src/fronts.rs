@@ -111,7 +111,7 @@ async fn serve_front(ctx: Rc<Ctx>, stream: UnixStream, role: Role) {
     };
 
     let (rd, wr) = stream.into_split();
-    let mut rd = crate::framed::FrameReader::new(rd, MAX_FRAME);
+    let mut rd = ipc_schema::framed::FrameReader::new(rd, MAX_FRAME);
     let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
     tokio::task::spawn_local(async move {
         let mut w = BufWriter::with_capacity(64 * 1024, wr);

@@ -536,9 +536,9 @@ where
     };
     let (rd, wr) = sock.into_split();
     let mut rd = if answers_with_secrets(role) {
-        crate::framed::FrameReader::wiping(rd, MAX_FRAME)
+        ipc_schema::framed::FrameReader::wiping(rd, MAX_FRAME)
     } else {
-        crate::framed::FrameReader::new(rd, MAX_FRAME)
+        ipc_schema::framed::FrameReader::new(rd, MAX_FRAME)
     };
 
     // Every frame from the helper is checked against its channel's table (the hello first and

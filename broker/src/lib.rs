@@ -9,7 +9,6 @@ mod approvals;
 mod audit;
 mod broker;
 pub mod doctor;
-mod framed;
 mod fronts;
 mod gate;
 pub mod head_key;

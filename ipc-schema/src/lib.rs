@@ -17,6 +17,8 @@ pub mod exec;
 pub mod exit;
 #[cfg(unix)]
 pub mod fdpass;
+#[cfg(feature = "tokio")]
+pub mod framed;
 pub mod fs;
 pub mod grant_glob;
 #[cfg(unix)]
@@ -30,6 +32,7 @@ pub mod secrets;
 pub mod spawn;
 pub mod status;
 pub mod tool;
+pub mod tool_fs;
 pub mod ui;
 
 pub use codec::{DecodeError, EncodeError, FrameError, MAX_FRAME};

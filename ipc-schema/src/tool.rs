@@ -331,6 +331,23 @@ pub struct RunCommand {
     pub timeout_secs: u32,
 }
 
+impl RunCommand {
+    /// The run time the call asks for, checked: 0 is the default
+    /// ([`crate::exec::TIMEOUT_DEFAULT_MS`]), at most [`crate::exec::TIMEOUT_MAX_MS`].
+    pub fn timeout_ms(&self) -> Result<u64, String> {
+        use crate::exec::{TIMEOUT_DEFAULT_MS, TIMEOUT_MAX_MS};
+        match u64::from(self.timeout_secs) * 1000 {
+            0 => Ok(TIMEOUT_DEFAULT_MS),
+            ms if ms > TIMEOUT_MAX_MS => Err(format!(
+                "timeout_secs {} is more than the most a command may run ({} s)",
+                self.timeout_secs,
+                TIMEOUT_MAX_MS / 1000
+            )),
+            ms => Ok(ms),
+        }
+    }
+}
+
 /// An agent's tool call, as typed by its gateway.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub enum ToolCall {
@@ -554,6 +571,18 @@ pub struct Failure {
     pub from_ledger: bool,
 }
 
+impl Failure {
+    /// A failure with no typed fs error, not from the ledger.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Failure {
+        Failure {
+            code,
+            message: message.into(),
+            fs: None,
+            from_ledger: false,
+        }
+    }
+}
+
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct SessionInfo {
     pub session: SessionId,
@@ -598,4 +627,25 @@ pub enum ToolReply {
     Done(Box<Done>),
     Refused(Refusal),
     Failed(Failure),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RunCommand;
+    use crate::exec::TIMEOUT_DEFAULT_MS;
+
+    #[test]
+    fn timeouts_default_and_are_capped() {
+        let call = |s| RunCommand {
+            argv: vec!["true".into()],
+            cwd: crate::fs::FsPath::Absolute(b"/".to_vec()),
+            timeout_secs: s,
+        };
+        assert_eq!(call(0).timeout_ms(), Ok(TIMEOUT_DEFAULT_MS));
+        assert_eq!(call(600).timeout_ms(), Ok(600_000));
+        assert_eq!(
+            call(601).timeout_ms().unwrap_err(),
+            "timeout_secs 601 is more than the most a command may run (600 s)"
+        );
+    }
 }

@@ -5,10 +5,64 @@ use super::compile::{Grant, Policy};
 use super::protected::Protected;
 use ipc_schema::fs::Access;
 use ipc_schema::host::Host;
-use ipc_schema::tool::{Action, ToolName, Verdict};
+use ipc_schema::tool::{Action, ProfileName, ToolName, Verdict};
+use ipc_schema::ui::{Remembered, RememberedAction};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+
+/// Policy's verdict `v` on `tool` for target `key`, with the decisions that stand beside the
+/// document: the `remembered` "always" choices and the session's "allow for this session"
+/// (`allowed_for_session`). A remembered deny applies always, in every profile (the most
+/// restrictive answer wins); a remembered allow only in the `profile` it was given in; an allow
+/// of either kind only turns an Ask into an Allow (it never overrides a Deny).
+pub fn with_standing_decisions(
+    v: Verdict,
+    remembered: &[Remembered],
+    profile: &ProfileName,
+    tool: ToolName,
+    key: &str,
+    allowed_for_session: bool,
+) -> Verdict {
+    if v.action == Action::Deny {
+        return v;
+    }
+    let find = |action: RememberedAction| {
+        remembered.iter().find(|r| {
+            r.tool == tool
+                && r.target == key
+                && r.action == action
+                && (action == RememberedAction::Deny || &r.profile == profile)
+        })
+    };
+    if let Some(r) = find(RememberedAction::Deny) {
+        return Verdict {
+            action: Action::Deny,
+            rule: format!(
+                "remembered decision {} (always deny, from proposal {})",
+                r.id, r.origin
+            ),
+        };
+    }
+    if v.action == Action::Ask {
+        if let Some(r) = find(RememberedAction::Allow) {
+            return Verdict {
+                action: Action::Allow,
+                rule: format!(
+                    "remembered decision {} (always allow, from proposal {})",
+                    r.id, r.origin
+                ),
+            };
+        }
+        if allowed_for_session {
+            return Verdict {
+                action: Action::Allow,
+                rule: format!("allowed for this session ({})", v.rule),
+            };
+        }
+    }
+    v
+}
 
 /// One path a call touches, resolved, with what it does there.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -729,3 +729,48 @@ fn a_multi_profile_document_round_trips_and_applies_or_is_refused_whole() {
         "the profiles in force stay"
     );
 }
+
+#[test]
+fn remembered_decisions_and_session_allows_stand_beside_the_document() {
+    use super::eval::with_standing_decisions as standing_over;
+    use ipc_schema::tool::{ProposalId, Verdict};
+    use ipc_schema::ui::{Remembered, RememberedAction};
+    let p = |s| ProfileName::parse(s).unwrap();
+    let v = |action| Verdict {
+        action,
+        rule: "tools.write_file default (policy revision 3)".into(),
+    };
+    let row = |id, action, profile| Remembered {
+        id,
+        tool: ToolName::WriteFile,
+        target: "/p/a".into(),
+        action,
+        created_unix_ms: 0,
+        origin: ProposalId(id + 10),
+        profile: p(profile),
+    };
+    let allow = [row(1, RememberedAction::Allow, "research")];
+    let deny = [row(2, RememberedAction::Deny, "research")];
+    let w = ToolName::WriteFile;
+    // A remembered allow turns an Ask into an Allow in its own profile only.
+    let got = standing_over(v(Action::Ask), &allow, &p("research"), w, "/p/a", false);
+    assert_eq!(got.action, Action::Allow);
+    assert_eq!(
+        got.rule,
+        "remembered decision 1 (always allow, from proposal #11)"
+    );
+    let got = standing_over(v(Action::Ask), &allow, &p("default"), w, "/p/a", false);
+    assert_eq!(got.action, Action::Ask);
+    // ... and never overrides a Deny, nor does a session allow.
+    let got = standing_over(v(Action::Deny), &allow, &p("research"), w, "/p/a", true);
+    assert_eq!(got.action, Action::Deny);
+    // A remembered deny applies in every profile, over an Allow too.
+    let got = standing_over(v(Action::Allow), &deny, &p("default"), w, "/p/a", true);
+    assert_eq!(got.action, Action::Deny);
+    // Other targets are untouched; a session allow names the rule it allowed over.
+    let got = standing_over(v(Action::Ask), &deny, &p("default"), w, "/p/b", true);
+    assert_eq!(
+        got.rule,
+        "allowed for this session (tools.write_file default (policy revision 3))"
+    );
+}

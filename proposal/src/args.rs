@@ -1,6 +1,6 @@
-//! A tool call's arguments in three forms: canonical JSON (the ledger key and what a proposal
-//! shows), a redacted summary (what the audit log keeps: no file content, no secrets), and
-//! one line on what it will change.
+//! A tool call's arguments in two forms: canonical JSON (the ledger key and what a proposal
+//! shows) and a redacted summary (what the audit log keeps: no file content, no secrets).
+//! What it will change, in one line, is [`crate::effect`].
 
 use ipc_schema::fs::{Edit, FsPath};
 use ipc_schema::tool::ToolCall;

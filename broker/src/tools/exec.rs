@@ -10,8 +10,7 @@ use super::fs::{EffectAnswer, Resolved};
 use crate::Ctx;
 use ipc_schema::exec::{
     CommandSpec, ExecReply, ExecRequest, GrantAccess, Limits, NetworkMode, PathGrant, RunEnd,
-    RunOutcome, SandboxReport, OUTPUT_PIECE_MAX, POLL_WAIT_MAX_MS, TIMEOUT_DEFAULT_MS,
-    TIMEOUT_MAX_MS,
+    RunOutcome, SandboxReport, OUTPUT_PIECE_MAX, POLL_WAIT_MAX_MS,
 };
 use ipc_schema::tool::{CommandRun, Failure, RunCommand, ToolResult};
 use ipc_schema::{Body, ErrorCode, Role};
@@ -22,45 +21,6 @@ use std::rc::Rc;
 
 /// Output kept per stream: both streams whole must fit one reply frame (MAX_FRAME, 1 MiB).
 pub const OUTPUT_CAP: u64 = OUTPUT_PIECE_MAX as u64;
-
-fn failure(code: ErrorCode, message: impl Into<String>) -> Failure {
-    Failure {
-        code,
-        message: message.into(),
-        fs: None,
-        from_ledger: false,
-    }
-}
-
-/// The run time a call asks for, checked: 0 is the default (5 min), at most 10 min.
-pub fn timeout_ms(a: &RunCommand) -> Result<u64, String> {
-    match u64::from(a.timeout_secs) * 1000 {
-        0 => Ok(TIMEOUT_DEFAULT_MS),
-        ms if ms > TIMEOUT_MAX_MS => Err(format!(
-            "timeout_secs {} is more than the most a command may run ({} s)",
-            a.timeout_secs,
-            TIMEOUT_MAX_MS / 1000
-        )),
-        ms => Ok(ms),
-    }
-}
-
-/// One line for the approval card: argv, working directory, network, time.
-pub fn effect(a: &RunCommand, r: &Resolved) -> String {
-    let cwd = r
-        .paths
-        .first()
-        .map(|t| shown(&t.absolute))
-        .unwrap_or_default();
-    let time = match timeout_ms(a) {
-        Ok(ms) => format!("at most {} s", ms / 1000),
-        Err(e) => e,
-    };
-    format!(
-        "run {:?} in {cwd}, in the exec sandbox with no network, {time}",
-        a.argv
-    )
-}
 
 /// What the sandbox enforced, in one line.
 fn sandbox_line(s: &SandboxReport) -> String {
@@ -108,14 +68,14 @@ pub async fn execute_effect(
     r: &Resolved,
     profile: &ipc_schema::tool::ProfileName,
 ) -> EffectAnswer {
-    let never = |code, m: String| EffectAnswer::NeverSent(failure(code, m));
+    let never = |code, m: String| EffectAnswer::NeverSent(Failure::new(code, m));
     let Some(cwd) = r.paths.first() else {
         return never(
             ErrorCode::Internal,
             "the working directory was not resolved".into(),
         );
     };
-    let timeout_ms = match timeout_ms(a) {
+    let timeout_ms = match a.timeout_ms() {
         Ok(t) => t,
         Err(e) => return never(ErrorCode::Invalid, e),
     };
@@ -184,7 +144,7 @@ pub async fn execute_effect(
         Ok(Body::ExecReply(ExecReply::Started { run, sandbox })) => (run, sandbox),
         // The helper said no (its built-in rules, bad values, too many runs): nothing ran.
         Ok(Body::Error(e)) => {
-            return EffectAnswer::Failed(failure(
+            return EffectAnswer::Failed(Failure::new(
                 e.code,
                 format!("the exec-helper did not start the command: {}", e.message),
             ))
@@ -240,7 +200,7 @@ pub async fn execute_effect(
         RunOutcome::Exited(c) => Some(c),
         // Nothing ran: a failure, not a result.
         RunOutcome::ExecFailed { .. } | RunOutcome::SandboxFailed { .. } => {
-            return EffectAnswer::Failed(failure(ErrorCode::Invalid, outcome))
+            return EffectAnswer::Failed(Failure::new(ErrorCode::Invalid, outcome))
         }
         _ => None,
     };
@@ -280,20 +240,5 @@ mod tests {
         assert_eq!(kept.len(), OUTPUT_CAP as usize);
         assert!(kept.ends_with(b"abc"));
         assert_eq!(dropped, 2);
-    }
-
-    #[test]
-    fn timeouts_default_and_are_capped() {
-        let call = |s| RunCommand {
-            argv: vec!["true".into()],
-            cwd: ipc_schema::fs::FsPath::Absolute(b"/".to_vec()),
-            timeout_secs: s,
-        };
-        assert_eq!(timeout_ms(&call(0)), Ok(TIMEOUT_DEFAULT_MS));
-        assert_eq!(timeout_ms(&call(600)), Ok(600_000));
-        assert_eq!(
-            timeout_ms(&call(601)).unwrap_err(),
-            "timeout_secs 601 is more than the most a command may run (600 s)"
-        );
     }
 }

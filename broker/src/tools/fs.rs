@@ -9,8 +9,9 @@ use ipc_schema::fs::{
     ResolvedTarget, Seal,
 };
 use ipc_schema::tool::{Failure, RefusalKind, ToolCall, ToolReply, ToolResult};
+use ipc_schema::tool_fs::{self, failure as fs_failure, result_of};
 use ipc_schema::{Body, ErrorCode, Role};
-use policy::eval::{shown, PathTarget, Target};
+use policy::eval::{PathTarget, Target};
 use std::rc::Rc;
 
 /// A call's targets after resolution.
@@ -19,22 +20,6 @@ pub struct Resolved {
     pub target: Target,
     /// The fs-helper's resolution of each path, in the call's order.
     pub paths: Vec<ResolvedTarget>,
-}
-
-fn in_grant(r: &ResolvedTarget) -> FsPath {
-    FsPath::InGrant {
-        grant: r.grant.clone(),
-        path: r.relative.clone(),
-    }
-}
-
-fn fs_failure(e: FsError) -> Failure {
-    Failure {
-        code: e.error_code(),
-        message: e.message.clone(),
-        fs: Some(e),
-        from_ledger: false,
-    }
 }
 
 /// A refusal by containment (outside grants, protected, ...) is a refusal; anything else the
@@ -54,33 +39,22 @@ fn fs_reply_error(e: FsError) -> ToolReply {
 
 async fn fs_call(ctx: &Rc<Ctx>, req: FsRequest) -> Result<FsReply, Failure> {
     let Some(slot) = ctx.helpers.slot(Role::Fs) else {
-        return Err(Failure {
-            code: ErrorCode::HelperUnavailable,
-            message: "there is no fs-helper".into(),
-            fs: None,
-            from_ledger: false,
-        });
+        return Err(Failure::new(
+            ErrorCode::HelperUnavailable,
+            "there is no fs-helper",
+        ));
     };
     match slot.call(Body::Fs(req)).await {
         Ok(Body::FsReply(r)) => Ok(r),
-        Ok(Body::Error(e)) => Err(Failure {
-            code: e.code,
-            message: e.message,
-            fs: None,
-            from_ledger: false,
-        }),
-        Ok(other) => Err(Failure {
-            code: ErrorCode::Internal,
-            message: format!("the fs-helper answered {:?}", other.kind()),
-            fs: None,
-            from_ledger: false,
-        }),
-        Err(e) => Err(Failure {
-            code: crate::call_error_reply(&e).code,
-            message: e.to_string(),
-            fs: None,
-            from_ledger: false,
-        }),
+        Ok(Body::Error(e)) => Err(Failure::new(e.code, e.message)),
+        Ok(other) => Err(Failure::new(
+            ErrorCode::Internal,
+            format!("the fs-helper answered {:?}", other.kind()),
+        )),
+        Err(e) => Err(Failure::new(
+            crate::call_error_reply(&e).code,
+            e.to_string(),
+        )),
     }
 }
 
@@ -110,16 +84,7 @@ async fn resolve_path(
 
 /// Resolves every path the call names (each with the access it needs).
 pub async fn resolve(ctx: &Rc<Ctx>, call: &ToolCall) -> Result<Resolved, ToolReply> {
-    let wanted: Vec<(&FsPath, Access)> = match call {
-        ToolCall::OpenSession { .. } | ToolCall::DescribeAgent(_) | ToolCall::Withdraw(_) => vec![],
-        ToolCall::ReadFile(a) => vec![(&a.path, Access::Read)],
-        ToolCall::ListDir(a) => vec![(&a.path, Access::Read)],
-        ToolCall::SearchFiles(a) => vec![(&a.path, Access::Read)],
-        ToolCall::Grep(a) => vec![(&a.path, Access::Read)],
-        ToolCall::WriteFile(a) => vec![(&a.path, Access::Write)],
-        ToolCall::EditFile(a) => vec![(&a.path, Access::Edit)],
-        ToolCall::DeletePath(a) => vec![(&a.path, Access::Delete)],
-        ToolCall::MovePath(a) => vec![(&a.from, Access::Delete), (&a.to, Access::Write)],
+    let wanted = match call {
         ToolCall::UndoChange(a) => {
             let list = match fs_call(ctx, FsRequest::ListCheckpoints { limit: u32::MAX }).await {
                 Ok(FsReply::Checkpoints(l)) => l,
@@ -180,6 +145,7 @@ pub async fn resolve(ctx: &Rc<Ctx>, call: &ToolCall) -> Result<Resolved, ToolRep
                 paths: vec![cwd],
             });
         }
+        call => tool_fs::named_paths(call),
     };
     let mut paths = Vec::new();
     let mut targets = Vec::new();
@@ -204,176 +170,10 @@ pub async fn preview(
     call: &ToolCall,
     r: &Resolved,
 ) -> Result<Option<ChangePreview>, Failure> {
-    let req = match call {
-        ToolCall::WriteFile(a) => FsRequest::WriteFile {
-            path: in_grant(&r.paths[0]),
-            content: a.content.clone(),
-            create: a.create,
-            create_parents: a.create_parents,
-            expected: None,
-            dry_run: true,
-        },
-        ToolCall::EditFile(a) => FsRequest::EditFile {
-            path: in_grant(&r.paths[0]),
-            edit: a.edit.clone(),
-            expected: None,
-            dry_run: true,
-        },
-        _ => return Ok(None),
+    let Some(req) = tool_fs::preview_request(call, &r.paths) else {
+        return Ok(None);
     };
-    match fs_call(ctx, req).await? {
-        FsReply::Preview(p) => Ok(Some(p)),
-        FsReply::Failed(e) => Err(fs_failure(e)),
-        other => Err(Failure {
-            code: ErrorCode::Internal,
-            message: format!("the fs-helper answered a preview with {other:?}"),
-            fs: None,
-            from_ledger: false,
-        }),
-    }
-}
-
-/// One line on what the call will do.
-pub fn effect(call: &ToolCall, r: &Resolved, preview: Option<&ChangePreview>) -> String {
-    let p = |i: usize| {
-        r.paths
-            .get(i)
-            .map(|t| shown(&t.absolute))
-            .unwrap_or_default()
-    };
-    let size = |s: Option<Seal>| {
-        s.map(|s| format!("{} bytes", s.len))
-            .unwrap_or_else(|| "nothing".into())
-    };
-    match call {
-        ToolCall::ReadFile(_) => format!("read {}", p(0)),
-        ToolCall::ListDir(_) => format!("list {}", p(0)),
-        ToolCall::SearchFiles(a) => format!("search names matching {:?} under {}", a.glob, p(0)),
-        ToolCall::Grep(_) => format!("search contents under {}", p(0)),
-        ToolCall::WriteFile(a) => match preview {
-            Some(pv) if pv.current.is_some() => format!(
-                "replace {} ({} -> {} bytes)",
-                p(0),
-                size(pv.current),
-                a.content.len()
-            ),
-            _ => format!("create {} ({} bytes)", p(0), a.content.len()),
-        },
-        ToolCall::EditFile(_) => match preview {
-            Some(pv) => format!(
-                "edit {} ({} replacement(s); {} -> {} bytes)",
-                p(0),
-                pv.replacements,
-                size(pv.current),
-                pv.proposed.len
-            ),
-            None => format!("edit {}", p(0)),
-        },
-        ToolCall::DeletePath(a) => format!(
-            "delete {}{}",
-            p(0),
-            if a.recursive {
-                " and everything under it"
-            } else {
-                ""
-            }
-        ),
-        ToolCall::MovePath(a) => format!(
-            "move {} to {}{}",
-            p(0),
-            p(1),
-            if a.overwrite {
-                " (replacing what is there)"
-            } else {
-                ""
-            }
-        ),
-        ToolCall::UndoChange(a) => format!("restore {} from checkpoint {}", p(0), a.checkpoint),
-        ToolCall::FetchUrl(a) => format!("fetch {}", a.url),
-        ToolCall::HttpRequest(a) => format!("{:?} {}", a.method, a.url),
-        ToolCall::RunCommand(a) => format!("run {:?} in {}", a.argv, p(0)),
-        ToolCall::OpenSession { .. } | ToolCall::DescribeAgent(_) | ToolCall::Withdraw(_) => {
-            String::new()
-        }
-    }
-}
-
-fn result_of(reply: FsReply) -> Result<ToolResult, Failure> {
-    Ok(match reply {
-        FsReply::File(c) => ToolResult::File(c),
-        FsReply::Listing(l) => ToolResult::Listing(l),
-        FsReply::Search(s) => ToolResult::Search(s),
-        FsReply::Grep(g) => ToolResult::Grep(g),
-        FsReply::Changed(c) => ToolResult::Changed(c),
-        FsReply::Undone(c) => ToolResult::Undone(c),
-        FsReply::Failed(e) => return Err(fs_failure(e)),
-        other => {
-            return Err(Failure {
-                code: ErrorCode::Internal,
-                message: format!("the fs-helper answered {other:?}"),
-                fs: None,
-                from_ledger: false,
-            })
-        }
-    })
-}
-
-/// The helper request that carries the call out, on the resolved (canonical) paths.
-fn request(call: &ToolCall, r: &Resolved, expected: Option<Seal>) -> Option<FsRequest> {
-    let p = |i: usize| in_grant(&r.paths[i]);
-    Some(match call {
-        ToolCall::ReadFile(a) => FsRequest::ReadFile {
-            path: p(0),
-            offset: a.offset,
-            length: a.length,
-        },
-        ToolCall::ListDir(a) => FsRequest::ListDir {
-            path: p(0),
-            offset: a.offset,
-            limit: a.limit,
-        },
-        ToolCall::SearchFiles(a) => FsRequest::SearchFiles {
-            path: p(0),
-            glob: a.glob.clone(),
-            limits: a.limits,
-        },
-        ToolCall::Grep(a) => FsRequest::Grep {
-            path: p(0),
-            regex: a.regex.clone(),
-            glob: a.glob.clone(),
-            case_insensitive: a.case_insensitive,
-            limits: a.limits,
-            grep: a.grep,
-        },
-        ToolCall::WriteFile(a) => FsRequest::WriteFile {
-            path: p(0),
-            content: a.content.clone(),
-            create: a.create,
-            create_parents: a.create_parents,
-            expected,
-            dry_run: false,
-        },
-        ToolCall::EditFile(a) => FsRequest::EditFile {
-            path: p(0),
-            edit: a.edit.clone(),
-            expected,
-            dry_run: false,
-        },
-        ToolCall::DeletePath(a) => FsRequest::DeletePath {
-            path: p(0),
-            recursive: a.recursive,
-            expected: None,
-        },
-        ToolCall::MovePath(a) => FsRequest::MovePath {
-            from: p(0),
-            to: p(1),
-            overwrite: a.overwrite,
-        },
-        ToolCall::UndoChange(a) => FsRequest::Undo {
-            checkpoint: a.checkpoint.clone(),
-        },
-        _ => return None,
-    })
+    tool_fs::preview_of(fs_call(ctx, req).await?).map(Some)
 }
 
 /// Carries out a read-only call.
@@ -383,13 +183,8 @@ pub async fn execute(
     r: &Resolved,
     expected: Option<Seal>,
 ) -> Result<ToolResult, Failure> {
-    let Some(req) = request(call, r, expected) else {
-        return Err(Failure {
-            code: ErrorCode::Internal,
-            message: "not a file tool".into(),
-            fs: None,
-            from_ledger: false,
-        });
+    let Some(req) = tool_fs::request(call, &r.paths, expected) else {
+        return Err(Failure::new(ErrorCode::Internal, "not a file tool"));
     };
     result_of(fs_call(ctx, req).await?)
 }
@@ -413,21 +208,14 @@ pub async fn execute_effect(
     expected: Option<Seal>,
     crash: Option<crate::test_hooks::CrashStep>,
 ) -> EffectAnswer {
-    let Some(req) = request(call, r, expected) else {
-        return EffectAnswer::NeverSent(Failure {
-            code: ErrorCode::Internal,
-            message: "not a file tool".into(),
-            fs: None,
-            from_ledger: false,
-        });
+    let Some(req) = tool_fs::request(call, &r.paths, expected) else {
+        return EffectAnswer::NeverSent(Failure::new(ErrorCode::Internal, "not a file tool"));
     };
     let Some(slot) = ctx.helpers.slot(Role::Fs) else {
-        return EffectAnswer::NeverSent(Failure {
-            code: ErrorCode::HelperUnavailable,
-            message: "there is no fs-helper".into(),
-            fs: None,
-            from_ledger: false,
-        });
+        return EffectAnswer::NeverSent(Failure::new(
+            ErrorCode::HelperUnavailable,
+            "there is no fs-helper",
+        ));
     };
     let call_fut = slot.call(Body::Fs(req));
     let answer = if crash == Some(CrashStep::InHelper) {
@@ -451,20 +239,10 @@ pub async fn execute_effect(
             Ok(res) => EffectAnswer::Done(Box::new(res)),
             Err(f) => EffectAnswer::Unknown(f.message),
         },
-        Ok(Body::Error(e)) => EffectAnswer::Failed(Failure {
-            code: e.code,
-            message: e.message,
-            fs: None,
-            from_ledger: false,
-        }),
+        Ok(Body::Error(e)) => EffectAnswer::Failed(Failure::new(e.code, e.message)),
         Ok(other) => EffectAnswer::Unknown(format!("the fs-helper answered {:?}", other.kind())),
         Err(e @ crate::helpers::CallError::Unavailable { .. }) => {
-            EffectAnswer::NeverSent(Failure {
-                code: ErrorCode::HelperUnavailable,
-                message: e.to_string(),
-                fs: None,
-                from_ledger: false,
-            })
+            EffectAnswer::NeverSent(Failure::new(ErrorCode::HelperUnavailable, e.to_string()))
         }
         Err(e @ crate::helpers::CallError::Crashed { .. }) => EffectAnswer::Unknown(e.to_string()),
     }

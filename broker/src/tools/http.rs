@@ -14,22 +14,10 @@ use ipc_schema::host::HostPattern;
 use ipc_schema::net::{CheckedTarget, HttpSend, NetReply, NetRequest};
 use ipc_schema::secrets::{CredentialHeader, CredentialName, SecretsReply, SecretsRequest};
 use ipc_schema::tool::{
-    Failure, HttpMethod, HttpRequest, HttpResponse, RefusalKind, ToolName, ToolReply, ToolResult,
+    Failure, HttpRequest, HttpResponse, RefusalKind, ToolName, ToolReply, ToolResult,
 };
 use ipc_schema::{Body, ErrorCode, Role};
 use std::rc::Rc;
-
-/// The method as HTTP spells it.
-pub fn method_word(m: HttpMethod) -> &'static str {
-    match m {
-        HttpMethod::Get => "GET",
-        HttpMethod::Head => "HEAD",
-        HttpMethod::Post => "POST",
-        HttpMethod::Put => "PUT",
-        HttpMethod::Patch => "PATCH",
-        HttpMethod::Delete => "DELETE",
-    }
-}
 
 /// The header for credential `name`, made by the secrets-helper for `host` (it refuses a host
 /// the credential is not bound to).
@@ -148,18 +136,8 @@ pub async fn send(
 fn as_failure(r: ToolReply) -> Failure {
     match r {
         ToolReply::Failed(f) => f,
-        ToolReply::Refused(r) => Failure {
-            code: ErrorCode::Refused,
-            message: r.message,
-            fs: None,
-            from_ledger: false,
-        },
-        other => Failure {
-            code: ErrorCode::Internal,
-            message: format!("unexpected reply {other:?}"),
-            fs: None,
-            from_ledger: false,
-        },
+        ToolReply::Refused(r) => Failure::new(ErrorCode::Refused, r.message),
+        other => Failure::new(ErrorCode::Internal, format!("unexpected reply {other:?}")),
     }
 }
 

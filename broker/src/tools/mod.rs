@@ -6,7 +6,7 @@
 //! recorded (`pending`, or `proposed` while the human is asked), `pending -> executing` is
 //! committed, and only then is the helper asked. Reads skip the ledger.
 
-use proposal::args;
+use proposal::{args, effect};
 mod exec;
 mod fs;
 mod http;
@@ -145,12 +145,7 @@ fn refused(
 }
 
 fn failed(code: ErrorCode, message: impl Into<String>) -> ToolReply {
-    ToolReply::Failed(Failure {
-        code,
-        message: message.into(),
-        fs: None,
-        from_ledger: false,
-    })
+    ToolReply::Failed(Failure::new(code, message))
 }
 
 fn internal(e: impl std::fmt::Display) -> ToolReply {
@@ -441,7 +436,19 @@ async fn run(
         tool,
         &resolved.target,
     );
-    let verdict = with_standing_decisions(ctx, &session, tool, &target_key, verdict);
+    let verdict = {
+        let s = session.borrow();
+        let for_session = s.allowed.contains(&(tool, target_key.clone()));
+        let remembered = ctx.gate.remembered.borrow();
+        eval::with_standing_decisions(
+            verdict,
+            &remembered,
+            &s.profile,
+            tool,
+            &target_key,
+            for_session,
+        )
+    };
     // An allowed read gets one row, written when it is done (with this verdict's rule): half
     // the audit work on the hottest path. Everything else records the decision now.
     if effectful || verdict.action != Action::Allow {
@@ -501,7 +508,7 @@ async fn run(
                 &target_key,
                 &call,
                 None,
-                effect(&call, &resolved, checked.as_ref(), None),
+                effect::line(&call, &resolved.paths, checked.as_ref(), None),
                 &verdict,
                 revision,
             );
@@ -585,7 +592,7 @@ async fn run(
             &target_key,
             &call,
             diff,
-            effect(&call, &resolved, checked.as_ref(), preview.as_ref()),
+            effect::line(&call, &resolved.paths, checked.as_ref(), preview.as_ref()),
             &verdict,
             revision,
         );
@@ -816,20 +823,6 @@ fn stayed_on_network(
     }
 }
 
-/// One line on what the call will do, for the approval card.
-fn effect(
-    call: &ToolCall,
-    resolved: &fs::Resolved,
-    checked: Option<&ipc_schema::net::CheckedTarget>,
-    preview: Option<&ipc_schema::fs::ChangePreview>,
-) -> String {
-    match (call, checked) {
-        (_, Some(c)) => net::effect(call, c),
-        (ToolCall::RunCommand(a), None) => exec::effect(a, resolved),
-        _ => fs::effect(call, resolved, preview),
-    }
-}
-
 fn action_word(a: Action) -> &'static str {
     match a {
         Action::Allow => "allow",
@@ -885,58 +878,6 @@ fn answer_from_ledger(sid: &str, tool: ToolName, e: Entry) -> ToolReply {
         CallState::Pending | CallState::Executing => refused(RefusalKind::StillRunning, "the same call is still running in this session", None, None),
         CallState::Abandoned => failed(ErrorCode::Internal, "an abandoned ledger entry was returned"),
     }
-}
-
-/// Remembered decisions and "allow for this session": a remembered deny applies always, in
-/// every profile (the most restrictive answer wins); a remembered allow only in the profile
-/// it was given in, and only turns an Ask into an Allow (it never overrides a Deny).
-fn with_standing_decisions(
-    ctx: &Rc<Ctx>,
-    session: &SessionRef,
-    tool: ToolName,
-    key: &str,
-    v: Verdict,
-) -> Verdict {
-    if v.action == Action::Deny {
-        return v;
-    }
-    let remembered = ctx.gate.remembered.borrow();
-    let profile = session.borrow().profile.clone();
-    let find = |action: RememberedAction| {
-        remembered.iter().find(|r| {
-            r.tool == tool
-                && r.target == key
-                && r.action == action
-                && (action == RememberedAction::Deny || r.profile == profile)
-        })
-    };
-    if let Some(r) = find(RememberedAction::Deny) {
-        return Verdict {
-            action: Action::Deny,
-            rule: format!(
-                "remembered decision {} (always deny, from proposal {})",
-                r.id, r.origin
-            ),
-        };
-    }
-    if v.action == Action::Ask {
-        if let Some(r) = find(RememberedAction::Allow) {
-            return Verdict {
-                action: Action::Allow,
-                rule: format!(
-                    "remembered decision {} (always allow, from proposal {})",
-                    r.id, r.origin
-                ),
-            };
-        }
-        if session.borrow().allowed.contains(&(tool, key.to_string())) {
-            return Verdict {
-                action: Action::Allow,
-                rule: format!("allowed for this session ({})", v.rule),
-            };
-        }
-    }
-    v
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -109,36 +109,6 @@ pub async fn resolve(
     Ok((resolved, Some(checked)))
 }
 
-/// One line on what a network call will do, naming what the net-helper resolved. The query is
-/// left out (it may hold a token, and this line goes to the audit log); the card shows the
-/// exact arguments beside it.
-pub fn effect(call: &ToolCall, checked: &CheckedTarget) -> String {
-    let url = super::args::redact_url(&checked.url);
-    let addresses = checked
-        .addresses
-        .iter()
-        .map(|a| a.to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
-    let what = match call {
-        ToolCall::HttpRequest(a) => {
-            let mut w = format!("{} {}", super::http::method_word(a.method), url);
-            if !a.body.is_empty() {
-                w.push_str(&format!(" with a {}-byte body", a.body.len()));
-            }
-            if let Some(c) = &a.credential {
-                w.push_str(&format!(", adding stored credential {:?}", c.as_str()));
-            }
-            w
-        }
-        _ => format!("fetch {url}"),
-    };
-    format!(
-        "{what} (host {}, port {}, addresses {addresses})",
-        checked.host, checked.port
-    )
-}
-
 /// The whole wrapped text of a page: part 0, then parts 1.. read at once (the helper keeps
 /// them only a short while).
 pub async fn whole_text(ctx: &Rc<Ctx>, page: &FetchedPage) -> Result<String, ToolReply> {
@@ -265,51 +235,4 @@ pub fn remember_outside(session: &SessionRef, tool: ToolName, call_number: u64, 
         audit_store::now_ms() as u64,
         r,
     );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_card_names_url_host_and_every_address() {
-        let c = CheckedTarget {
-            url: "https://example.org/a".into(),
-            host: ipc_schema::host::Host::parse("example.org").unwrap(),
-            port: 443,
-            addresses: vec![
-                "93.184.215.14".parse().unwrap(),
-                "2606:2800::1".parse().unwrap(),
-            ],
-        };
-        let call = ToolCall::FetchUrl(ipc_schema::tool::FetchUrl {
-            url: "HTTPS://Example.org/a#frag".into(),
-        });
-        assert_eq!(
-            effect(&call, &c),
-            "fetch https://example.org/a (host example.org, port 443, addresses 93.184.215.14, 2606:2800::1)"
-        );
-        let call = ToolCall::HttpRequest(ipc_schema::tool::HttpRequest {
-            method: ipc_schema::tool::HttpMethod::Post,
-            url: "https://example.org/a".into(),
-            headers: vec![],
-            body: b"{}".to_vec(),
-            credential: Some(ipc_schema::secrets::CredentialName::parse("gh").unwrap()),
-        });
-        assert_eq!(
-            effect(&call, &c),
-            "POST https://example.org/a with a 2-byte body, adding stored credential \"gh\" (host example.org, port 443, addresses 93.184.215.14, 2606:2800::1)"
-        );
-        let c = CheckedTarget {
-            url: "https://example.org/a?token=abc".into(),
-            ..c
-        };
-        let call = ToolCall::FetchUrl(ipc_schema::tool::FetchUrl {
-            url: "https://example.org/a?token=abc".into(),
-        });
-        assert_eq!(
-            effect(&call, &c),
-            "fetch https://example.org/a?<redacted 10 chars> (host example.org, port 443, addresses 93.184.215.14, 2606:2800::1)"
-        );
-    }
 }

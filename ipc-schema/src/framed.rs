@@ -1,10 +1,12 @@
-//! Reading frames from a stream with one reusable buffer: a read syscall brings in as many
-//! frames as are waiting, and each is decoded in place, with no allocation per frame beyond what
-//! the message itself holds. The buffer grows only to fit a frame whose header has passed the
-//! size limit, so a peer cannot make the broker allocate more than one maximal frame.
+//! Reading frames from an async stream with one reusable buffer (the `tokio` feature; beside
+//! [`crate::codec::read_frame_async`], which reads one frame at a time): a read syscall brings
+//! in as many frames as are waiting, and each is decoded in place, with no allocation per frame
+//! beyond what the message itself holds. The buffer grows only to fit a frame whose header has
+//! passed the size limit, so a peer cannot make the reader allocate more than one maximal
+//! frame. The broker reads every peer (fronts and helpers) through it.
 
-use ipc_schema::codec::{decode_from_slice, parse_header, DecodeError, FrameError, HEADER_LEN};
-use ipc_schema::Envelope;
+use crate::codec::{decode_from_slice, parse_header, DecodeError, FrameError, HEADER_LEN};
+use crate::Envelope;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use zeroize::Zeroize;
 
@@ -108,8 +110,8 @@ impl<R> Drop for FrameReader<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ipc_schema::codec::{encode, MAX_FRAME};
-    use ipc_schema::{Body, ErrorCode, ErrorReply};
+    use crate::codec::{encode, MAX_FRAME};
+    use crate::{Body, ErrorCode, ErrorReply};
 
     fn rt() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_current_thread()
