@@ -527,21 +527,59 @@ pub fn sandbox_owned_dir(prefix: &str) -> tempfile::TempDir {
     d
 }
 
-/// `gatehouse-exec-probe`, copied once per test process to a directory any user can enter
-/// (the build's target dir may not be readable by the sandbox's user).
+/// `gatehouse-exec-probe`, copied to a directory any user can enter (the build's target dir may
+/// not be readable by the sandbox's user): one copy per user and build, shared by every test
+/// process (`/tmp/gatehouse-exec-probe-UID/build-SIZE-MTIME/gatehouse-exec-probe`, written
+/// under a temporary name and renamed), so no run leaves a copy behind; older copies are removed.
 pub fn exec_probe() -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    static COPY: std::sync::OnceLock<(tempfile::TempDir, PathBuf)> = std::sync::OnceLock::new();
-    let (_, p) = COPY.get_or_init(|| {
-        let d = tempfile::Builder::new()
-            .prefix("gh-probe-")
-            .tempdir()
-            .unwrap();
-        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let p = d.path().join("gatehouse-exec-probe");
-        std::fs::copy(bin("gatehouse-exec-probe"), &p).unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-        (d, p)
-    });
-    p.clone()
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    static COPY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    COPY.get_or_init(|| {
+        let src = bin("gatehouse-exec-probe");
+        let meta = std::fs::metadata(&src).unwrap();
+        let uid = nix::unistd::geteuid().as_raw();
+        let dir = std::env::temp_dir().join(format!("gatehouse-exec-probe-{uid}"));
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => panic!("{}: {e}", dir.display()),
+        }
+        let dm = std::fs::symlink_metadata(&dir).unwrap();
+        assert!(
+            dm.is_dir() && dm.uid() == uid,
+            "{} is not a directory of uid {uid}",
+            dir.display()
+        );
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // The file keeps its name (tests find the processes it leaves by their command line).
+        let build = format!(
+            "build-{}-{}-{}",
+            meta.len(),
+            meta.mtime(),
+            meta.mtime_nsec()
+        );
+        let p = dir.join(&build).join("gatehouse-exec-probe");
+        if !p.exists() {
+            let tmp = dir.join(format!(".{build}.{}", std::process::id()));
+            std::fs::create_dir_all(&tmp).unwrap();
+            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
+            let f = tmp.join("gatehouse-exec-probe");
+            std::fs::copy(&src, &f).unwrap();
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).unwrap();
+            // Another test process may have won the race; its copy is the same build.
+            if std::fs::rename(&tmp, dir.join(&build)).is_err() {
+                let _ = std::fs::remove_dir_all(&tmp);
+            }
+        }
+        // Copies of earlier builds; a test process still running one keeps its open file.
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            if n.starts_with("build-") && n != build.as_str() {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+        p
+    })
+    .clone()
 }
