@@ -13,6 +13,7 @@ use ipc_schema::{Body, Envelope, Role};
 use spawner::link::Link as Spawner;
 use std::collections::HashMap;
 use std::ffi::OsString;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncWriteExt, BufWriter};
@@ -36,6 +37,12 @@ pub enum CallError {
     Unavailable { role: Role, reason: String },
     #[error("{role} stopped while handling this call ({how}); whether it took effect is unknown. The helper is being restarted")]
     Crashed { role: Role, how: String },
+}
+
+/// A request for a helper: its body, and the descriptor to pass with it.
+struct Message {
+    body: Body,
+    fd: Option<OwnedFd>,
 }
 
 /// Who gets a helper's answer.
@@ -62,7 +69,15 @@ type Pending = HashMap<u64, Waiter>;
 
 struct Live {
     pid: u32,
-    tx: mpsc::UnboundedSender<Vec<u8>>,
+    tx: mpsc::UnboundedSender<Outgoing>,
+}
+
+/// A frame for the helper, and the descriptor that travels with it (`SCM_RIGHTS`, on the
+/// frame's first byte: see `ipc_schema::fdpass`). The route tables say which requests may
+/// bring one (`Flags::FD`); the helper refuses any other.
+struct Outgoing {
+    frame: Vec<u8>,
+    fd: Option<OwnedFd>,
 }
 
 struct SlotState {
@@ -125,14 +140,15 @@ impl HelperSlot {
 
     /// Sends `body` now if the helper is ready, registering `waiter` for the answer; gives
     /// both back otherwise.
-    fn try_send(&self, body: Body, waiter: Waiter) -> Result<(), Box<(Body, Waiter)>> {
+    fn try_send(&self, msg: Message, waiter: Waiter) -> Result<(), Box<(Message, Waiter)>> {
         let mut st = self.lock();
         if st.restart_requested.is_some() {
-            return Err(Box::new((body, waiter)));
+            return Err(Box::new((msg, waiter)));
         }
         let Some(live) = &st.live else {
-            return Err(Box::new((body, waiter)));
+            return Err(Box::new((msg, waiter)));
         };
+        let Message { body, fd } = msg;
         let tx = live.tx.clone();
         let id = st.next_id;
         st.next_id += 1;
@@ -152,7 +168,7 @@ impl HelperSlot {
                 return Ok(());
             }
         };
-        if tx.send(frame).is_err() {
+        if tx.send(Outgoing { frame, fd }).is_err() {
             drop(st);
             waiter.complete(Err(CallError::Crashed {
                 role: self.role,
@@ -167,12 +183,23 @@ impl HelperSlot {
     /// Sends `body` to the helper and waits for its reply. Waits up to [`READY_WAIT`] for a
     /// helper that is (re)starting; fails at once for one that was refused.
     pub async fn call(&self, body: Body) -> Result<Body, CallError> {
+        self.call_message(Message { body, fd: None }).await
+    }
+
+    /// [`HelperSlot::call`] with a descriptor that travels with the frame (a request whose
+    /// route carries `Flags::FD`). If the helper is restarted before the frame is sent, the
+    /// descriptor goes to the new one; if the call fails, it is closed.
+    pub async fn call_with_fd(&self, body: Body, fd: OwnedFd) -> Result<Body, CallError> {
+        self.call_message(Message { body, fd: Some(fd) }).await
+    }
+
+    async fn call_message(&self, msg: Message) -> Result<Body, CallError> {
         let deadline = Instant::now() + READY_WAIT;
         let mut ready = self.ready.subscribe();
-        let mut body = body;
+        let mut msg = msg;
         loop {
             let (otx, orx) = oneshot::channel();
-            match self.try_send(body, Waiter::Task(otx)) {
+            match self.try_send(msg, Waiter::Task(otx)) {
                 Ok(()) => {
                     return orx.await.unwrap_or_else(|_| {
                         Err(CallError::Crashed {
@@ -181,7 +208,7 @@ impl HelperSlot {
                         })
                     })
                 }
-                Err(back) => body = back.0,
+                Err(back) => msg = back.0,
             }
             let left = deadline.saturating_duration_since(Instant::now());
             let refused = matches!(self.lock().state, ProcessState::Refused { .. });
@@ -202,10 +229,11 @@ impl HelperSlot {
         body: Body,
         done: impl FnOnce(Result<Body, CallError>) + Send + 'static,
     ) {
-        if let Err(back) = self.try_send(body, Waiter::Forward(Box::new(done))) {
-            let (body, waiter) = *back;
+        let msg = Message { body, fd: None };
+        if let Err(back) = self.try_send(msg, Waiter::Forward(Box::new(done))) {
+            let (msg, waiter) = *back;
             let slot = self.clone();
-            tokio::task::spawn_local(async move { waiter.complete(slot.call(body).await) });
+            tokio::task::spawn_local(async move { waiter.complete(slot.call_message(msg).await) });
         }
     }
 
@@ -591,7 +619,7 @@ where
         return Some(reason);
     }
 
-    let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Outgoing>();
     {
         let mut st = slot.lock();
         st.live = Some(Live { pid, tx });
@@ -611,22 +639,20 @@ where
         // Frames that may carry a secret are written straight to the socket (a write buffer
         // would keep a copy) and zeroed once written.
         let mut w = BufWriter::with_capacity(if wipe { 0 } else { 64 * 1024 }, wr);
-        while let Some(mut frame) = rx.recv().await {
-            let sent = w.write_all(&frame).await;
-            if wipe {
-                frame.zeroize();
-            }
-            if sent.is_err() {
-                return;
-            }
-            while let Ok(mut more) = rx.try_recv() {
-                let sent = w.write_all(&more).await;
+        while let Some(first) = rx.recv().await {
+            let mut next = Some(first);
+            while let Some(Outgoing { mut frame, fd }) = next.take() {
+                let sent = match fd {
+                    None => w.write_all(&frame).await,
+                    Some(fd) => write_with_fd(&mut w, &frame, fd).await,
+                };
                 if wipe {
-                    more.zeroize();
+                    frame.zeroize();
                 }
                 if sent.is_err() {
                     return;
                 }
+                next = rx.try_recv().ok();
             }
             if w.flush().await.is_err() {
                 return;
@@ -667,6 +693,25 @@ where
             }
         }
     }
+}
+
+/// Writes `frame` with `fd` attached: what is buffered goes first, then one `sendmsg` carries
+/// the descriptor with the frame's first bytes, then the rest (`ipc_schema::fdpass`'s rule).
+async fn write_with_fd(
+    w: &mut BufWriter<tokio::net::unix::OwnedWriteHalf>,
+    frame: &[u8],
+    fd: OwnedFd,
+) -> std::io::Result<()> {
+    w.flush().await?;
+    let sock: &UnixStream = w.get_ref().as_ref();
+    let n = sock
+        .async_io(tokio::io::Interest::WRITABLE, || {
+            ipc_schema::fdpass::send_with_fd(sock, frame, fd.as_fd())
+        })
+        .await?;
+    // The kernel holds its own reference to the descriptor once sendmsg returned.
+    drop(fd);
+    w.get_mut().write_all(&frame[n..]).await
 }
 
 /// Why a helper's frame ends it, in the words the log has always used for a kind it may not

@@ -8,7 +8,16 @@
 //! (`LaunchReply::CommandEnded`). One command per connection at a time; `StopCommand` (Ctrl-C)
 //! and the connection closing both kill its sandbox.
 //!
-//! Nothing here forks, execs or opens a socket: the exec-helper does all of it.
+//! With `--allow-domain` the command's only way out is the egress proxy of this broker's
+//! net-helper, as for any sandbox: a proxy session of its own (`ProxyOpen`, a fresh token), a
+//! connected pair whose one end goes to the exec-helper with the `Start` (the sandbox's bridge
+//! passes each client connection through it) and whose other end this broker reads, handing
+//! each connection to the net-helper (`ProxyConnection`, the descriptor with the frame). Every
+//! connection's end is an audit row and a `LaunchReply::Egress` to the console, before the
+//! command's end.
+//!
+//! Nothing here forks, execs or opens a socket: the exec-helper does all of it (the connected
+//! pair is `socketpair`, which reaches no one).
 
 use crate::fronts::Replier;
 use crate::tools::Conn;
@@ -18,18 +27,29 @@ use ipc_schema::exec::{
     CommandSpec, ExecReply, ExecRequest, GrantAccess, NetworkMode, PathGrant, RunEnd, RunId,
     UserCommand, POLL_WAIT_MAX_MS,
 };
+use ipc_schema::net::{NetReply, NetRequest, ProxyLimits, ProxySession};
 use ipc_schema::ui::{CommandLaunch, LaunchReply, NotStarted, UiReply};
 use ipc_schema::{Body, ErrorCode, ErrorReply, Role};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::os::fd::OwnedFd;
 use std::path::{Component, Path, PathBuf};
 use std::rc::{Rc, Weak};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Who the audit rows name as the actor: the human, through the console's channel.
 const ACTOR: &str = "ui";
 /// The tool name on the rows, beside the agent's `run_command`.
 const TOOL: &str = "gatehouse sandbox";
 
+/// More hosts than any user types; a longer list is a forged request.
+const MAX_DOMAINS: usize = 256;
+/// How long the end of a command waits for the records of connections still being relayed.
+const EGRESS_DRAIN: Duration = Duration::from_secs(2);
+
 thread_local! {
+    /// Numbers the proxy sessions of launched commands (`sandbox-N`, in their egress rows).
+    static PROXY_SESSIONS: Cell<u64> = const { Cell::new(0) };
     /// The command each ui connection is running (the broker's event loop is one thread).
     static RUNNING: RefCell<Vec<(Weak<Conn>, RunId)>> = const { RefCell::new(Vec::new()) };
 }
@@ -62,11 +82,11 @@ fn spec_of(l: &CommandLaunch) -> Result<CommandSpec, String> {
     if l.argv.is_empty() || l.argv[0].is_empty() {
         return Err("no command was given".into());
     }
-    if !l.domains.is_empty() {
-        // The egress proxy needs the connector descriptor to travel with the exec-helper's
-        // Start and each connection to the net-helper, which the broker's helper channels do
-        // not carry yet; `gatehouse sandbox --allow-domain` keeps its own proxy until then.
-        return Err("--allow-domain is not served through the broker yet".into());
+    if l.domains.len() > MAX_DOMAINS {
+        return Err(format!(
+            "{} --allow-domain entries: at most {MAX_DOMAINS}",
+            l.domains.len()
+        ));
     }
     if !l.cwd.is_absolute() {
         return Err(format!(
@@ -138,7 +158,7 @@ pub fn implicit_root_refusal(cwd: &Path) -> Option<String> {
 }
 
 /// The one line of the start row: argv, where, what the user granted.
-fn start_line(spec: &CommandSpec, passed: &[String]) -> String {
+fn start_line(spec: &CommandSpec, passed: &[String], proxy: Option<&Proxy>) -> String {
     let grants: Vec<String> = spec
         .grants
         .iter()
@@ -153,8 +173,16 @@ fn start_line(spec: &CommandSpec, passed: &[String]) -> String {
             )
         })
         .collect();
+    let network = match proxy {
+        None => "no network".to_string(),
+        Some(p) => format!(
+            "egress only to {} through the proxy (session {})",
+            p.domains.join(", "),
+            p.session
+        ),
+    };
     let mut line = format!(
-        "run {:?} in {}, in the exec sandbox with no network, at most {} s; grants: {}",
+        "run {:?} in {}, in the exec sandbox with {network}, at most {} s; grants: {}",
         spec.argv,
         spec.cwd.display(),
         spec.limits.timeout_ms / 1000,
@@ -204,15 +232,45 @@ pub fn command(
         return refuse(why.into(), NotStarted::Refused);
     };
     let passed: Vec<String> = launch.pass_env.iter().map(|(k, _)| k.clone()).collect();
-    let (conn, reply) = (conn.clone(), reply.clone());
+    let (conn, reply, ctx) = (conn.clone(), reply.clone(), ctx.clone());
+    let domains = launch.domains.clone();
     // Held until the start is answered, so that a second Command cannot race this one.
     set_running(&conn, Some(RunId(u64::MAX)));
     tokio::task::spawn_local(async move {
+        let mut spec = spec;
         let argv = spec.argv.clone();
-        let line = start_line(&spec, &passed);
-        let started = slot
-            .call(Body::Exec(ExecRequest::Start(Box::new(spec))))
-            .await;
+        let refused = |reason: String| {
+            set_running(&conn, None);
+            refusal_row(&argv, &reason);
+            reply.send(
+                id,
+                launch_reply(LaunchReply::Refused {
+                    reason,
+                    why: NotStarted::Refused,
+                }),
+            );
+        };
+        // The proxy first: a bad --allow-domain refuses the command before anything runs.
+        let mut proxy = None;
+        let mut connector = None;
+        if !domains.is_empty() {
+            match Proxy::open(&ctx, domains).await {
+                Ok((p, sandbox_end, ours)) => {
+                    spec.network = NetworkMode::Proxy {
+                        token: p.token.clone(),
+                    };
+                    connector = Some((sandbox_end, ours));
+                    proxy = Some(p);
+                }
+                Err(why) => return refused(why),
+            }
+        }
+        let line = start_line(&spec, &passed, proxy.as_ref());
+        let start = Body::Exec(ExecRequest::Start(Box::new(spec)));
+        let (started, ours) = match connector {
+            None => (slot.call(start).await, None),
+            Some((sandbox_end, ours)) => (slot.call_with_fd(start, sandbox_end).await, Some(ours)),
+        };
         let (run, sandbox) = match started {
             Ok(Body::ExecReply(ExecReply::Started { run, sandbox })) => (run, sandbox),
             other => {
@@ -225,12 +283,27 @@ pub fn command(
                     ),
                     Err(e) => (e.to_string(), NotStarted::Refused),
                 };
+                if let Some(p) = &proxy {
+                    p.close().await;
+                }
                 refusal_row(&argv, &reason);
                 reply.send(id, launch_reply(LaunchReply::Refused { reason, why }));
                 return;
             }
         };
         set_running(&conn, Some(run));
+        // The proxy's connections, relayed until the sandbox (the connector's other holder) is
+        // gone; each one's end is a row and a reply.
+        let relay = match (&proxy, ours) {
+            (Some(p), Some(ours)) => Some(tokio::task::spawn_local(relay(
+                p.net.clone(),
+                ours,
+                p.session.clone(),
+                reply.clone(),
+                id,
+            ))),
+            _ => None,
+        };
         crate::audit::record(
             AuditEvent::new(AuditKind::Execution, ACTOR, "started")
                 .tool(TOOL)
@@ -283,6 +356,14 @@ pub fn command(
             }
         };
         set_running(&conn, None);
+        if let Some(relay) = relay {
+            // The sandbox is gone, so its end of the connector is closed: the relay hands over
+            // no more connections and waits (up to EGRESS_DRAIN) for the ones it handed over.
+            let _ = relay.await;
+        }
+        if let Some(p) = &proxy {
+            p.close().await;
+        }
         match end {
             Ok(end) => {
                 crate::audit::record(
@@ -314,6 +395,141 @@ pub fn command(
             }
         }
     });
+}
+
+/// A launched command's egress proxy: its session on the broker's net-helper.
+struct Proxy {
+    net: Arc<crate::helpers::HelperSlot>,
+    session: String,
+    token: String,
+    domains: Vec<String>,
+}
+
+impl Proxy {
+    /// Opens the session and makes the connector: (the proxy, the sandbox's end, ours).
+    async fn open(ctx: &Ctx, domains: Vec<String>) -> Result<(Proxy, OwnedFd, OwnedFd), String> {
+        let Some(net) = ctx.helpers.slot(Role::Net).cloned() else {
+            return Err("there is no net-helper for the egress proxy".into());
+        };
+        let n = PROXY_SESSIONS.with(|c| {
+            c.set(c.get() + 1);
+            c.get()
+        });
+        let proxy = Proxy {
+            net,
+            session: format!("sandbox-{n}"),
+            token: hex::encode(rand::random::<[u8; 16]>()),
+            domains,
+        };
+        let open = ProxySession {
+            session: proxy.session.clone(),
+            token: proxy.token.clone(),
+            allow: proxy.domains.clone(),
+            ports: ctx.opts.proxy_ports.clone(),
+            sni_check: ctx.opts.proxy_sni_check,
+            limits: ProxyLimits::default(),
+        };
+        match proxy.net.call(Body::Net(NetRequest::ProxyOpen(open))).await {
+            Ok(Body::NetReply(NetReply::ProxyOpened { .. })) => {}
+            Ok(Body::NetReply(NetReply::Refused(r))) => {
+                return Err(format!("--allow-domain: {}", r.reason))
+            }
+            Ok(Body::Error(e)) => return Err(format!("the egress proxy: {}", e.message)),
+            Ok(other) => {
+                return Err(format!(
+                    "the net-helper answered ProxyOpen with {:?}",
+                    other.kind()
+                ))
+            }
+            Err(e) => return Err(format!("the egress proxy: {e}")),
+        }
+        let (ours, theirs) = match std::os::unix::net::UnixStream::pair() {
+            Ok(p) => p,
+            Err(e) => {
+                proxy.close().await;
+                return Err(format!("the proxy's connector: {e}"));
+            }
+        };
+        Ok((proxy, OwnedFd::from(theirs), OwnedFd::from(ours)))
+    }
+
+    /// Ends the session: tunnels still open are closed, later connections refused.
+    async fn close(&self) {
+        let close = NetRequest::ProxyClose {
+            session: self.session.clone(),
+        };
+        let _ = self.net.call(Body::Net(close)).await;
+    }
+}
+
+/// Reads the broker's end of the connector: each descriptor the sandbox's bridge passes (one
+/// byte and one client connection each) goes to the net-helper as a `ProxyConnection`; each
+/// answer (the connection's end) becomes an audit row and a `LaunchReply::Egress`. Returns
+/// once the sandbox is gone and every handed-over connection has its record, or
+/// [`EGRESS_DRAIN`] after the sandbox went.
+async fn relay(
+    net: Arc<crate::helpers::HelperSlot>,
+    connector: OwnedFd,
+    session: String,
+    reply: Replier,
+    id: u64,
+) {
+    use std::collections::VecDeque;
+    let sock = std::os::unix::net::UnixStream::from(connector);
+    let sock = match sock
+        .set_nonblocking(true)
+        .and_then(|()| tokio::net::UnixStream::from_std(sock))
+    {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!("the proxy's connector: {e}");
+            return;
+        }
+    };
+    let mut handed = tokio::task::JoinSet::new();
+    let mut fds = VecDeque::new();
+    loop {
+        let mut b = [0u8; 16];
+        let got = sock
+            .async_io(tokio::io::Interest::READABLE, || {
+                ipc_schema::fdpass::recv_with_fds(&sock, &mut b, &mut fds)
+            })
+            .await;
+        while let Some(fd) = fds.pop_front() {
+            let (net, session, reply) = (net.clone(), session.clone(), reply.clone());
+            handed.spawn_local(async move {
+                let req = Body::Net(NetRequest::ProxyConnection {
+                    session: session.clone(),
+                });
+                match net.call_with_fd(req, fd).await {
+                    Ok(Body::NetReply(NetReply::ProxyDone(record))) => {
+                        crate::ui_api::egress_row(None, &record);
+                        reply.send(id, launch_reply(LaunchReply::Egress(record)));
+                    }
+                    Ok(Body::Error(e)) => {
+                        tracing::warn!(%session, "egress proxy: {}", e.message)
+                    }
+                    Ok(other) => tracing::warn!(
+                        %session,
+                        "the net-helper answered a proxy connection with {:?}",
+                        other.kind()
+                    ),
+                    Err(e) => tracing::warn!(%session, "egress proxy: {e}"),
+                }
+            });
+        }
+        match got {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    let drained = tokio::time::timeout(EGRESS_DRAIN, async {
+        while handed.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(%session, "{} proxy connections still open after the command ended; closing them", handed.len());
+    }
 }
 
 /// The exec-helper's refusal, and whether it was "not found" (the CLI exits 127 for that).

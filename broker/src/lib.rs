@@ -57,6 +57,16 @@ pub struct BrokerArgs {
     #[cfg(feature = "test-hooks")]
     #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
     test_net_arg: Vec<std::ffi::OsString>,
+    /// Test builds only: a port the egress proxy of `gatehouse sandbox` commands allows
+    /// besides 443 (a plain-text test server's).
+    #[cfg(feature = "test-hooks")]
+    #[arg(long, value_name = "PORT")]
+    test_proxy_port: Option<u16>,
+    /// Test builds only: that proxy does not require a tunnel's TLS SNI to match its CONNECT
+    /// host (for plain-text test servers).
+    #[cfg(feature = "test-hooks")]
+    #[arg(long)]
+    test_no_sni_check: bool,
     #[command(flatten)]
     gate: gate::GateArgs,
 }
@@ -71,6 +81,11 @@ pub struct BrokerOptions {
     pub test_probe: Option<String>,
     /// Policy, audit and ledger settings.
     pub gate: gate::GateOptions,
+    /// The egress proxy of launched commands: ports besides 443 (test builds only; empty in a
+    /// release build) and whether a tunnel's SNI must match its CONNECT host (always, in a
+    /// release build).
+    pub proxy_ports: Vec<u16>,
+    pub proxy_sni_check: bool,
     /// Arguments the broker core adds for a helper (the fs-helper's grants).
     pub extra_helper_args:
         std::sync::Mutex<std::collections::HashMap<Role, Vec<std::ffi::OsString>>>,
@@ -194,6 +209,14 @@ pub fn run_broker(dirs: Dirs, args: BrokerArgs) -> Result<(), String> {
         #[cfg(not(feature = "test-hooks"))]
         test_probe: None,
         gate,
+        #[cfg(feature = "test-hooks")]
+        proxy_ports: args.test_proxy_port.into_iter().collect(),
+        #[cfg(not(feature = "test-hooks"))]
+        proxy_ports: Vec::new(),
+        #[cfg(feature = "test-hooks")]
+        proxy_sni_check: !args.test_no_sni_check,
+        #[cfg(not(feature = "test-hooks"))]
+        proxy_sni_check: true,
         extra_helper_args: Default::default(),
         shutting_down: AtomicBool::new(false),
     });

@@ -197,7 +197,7 @@ pub fn handle(
                     }
                     LaunchRequest::Egress { session, record } => {
                         if conn.launched.borrow().contains(&session) {
-                            egress_row(session, record);
+                            egress_row(Some(session), &record);
                             Body::Pong
                         } else {
                             error(
@@ -233,19 +233,23 @@ pub fn handle(
 }
 
 /// One connection through a run's egress proxy, as the audit log keeps it.
-fn egress_row(session: SessionId, record: ipc_schema::net::EgressRecord) {
+/// One connection through an egress proxy ended: its audit row (under the agent session of a
+/// `gatehouse run`, or none for a `gatehouse sandbox` command, whose proxy session the line
+/// names).
+pub(crate) fn egress_row(session: Option<SessionId>, record: &ipc_schema::net::EgressRecord) {
     use ipc_schema::net::EgressVerdict;
     let outcome = match &record.verdict {
         EgressVerdict::Refused { status, .. } => format!("refused ({status})"),
         EgressVerdict::Failed { status, .. } => format!("failed ({status})"),
         EgressVerdict::Tunnelled { .. } => "tunnelled".to_string(),
     };
-    crate::audit::record(
-        AuditEvent::new(AuditKind::Egress, "ui", outcome)
-            .session(session.0.clone())
-            .target(record.target.clone())
-            .detail(record.audit_line()),
-    );
+    let mut row = AuditEvent::new(AuditKind::Egress, "ui", outcome)
+        .target(record.target.clone())
+        .detail(record.audit_line());
+    if let Some(session) = session {
+        row = row.session(session.0.clone());
+    }
+    crate::audit::record(row);
 }
 
 /// `gatehouse run`: a fresh session of `profile` and its one-use launch token, stored (hashed)

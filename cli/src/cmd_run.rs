@@ -28,6 +28,7 @@
 //! stdin socket, it connects to the gateway socket and passes the connection back
 //! (`gatehouse run-connector`, hidden; it ends with the run).
 
+mod local;
 mod program;
 mod recipe;
 
@@ -496,7 +497,7 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
     }
     let uid = nix::unistd::geteuid().as_raw();
     let home = identity::home_of(uid);
-    if let Some(why) = cmd_sandbox::implicit_root_refusal(&cwd, &home) {
+    if let Some(why) = ipc_schema::protected::implicit_root_refusal(&cwd, Some(&home)) {
         return Err(refused(format!(
             "the current directory {} cannot be the agent's working directory: {why}. cd into the project first",
             cwd.display()
@@ -625,15 +626,13 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
     argv.extend(args.argv[1..].iter().cloned());
     argv.extend(setup.trailing.iter().cloned());
 
-    let proxy = cmd_sandbox::ProxyArgs {
-        domains,
-        ..args.proxy
-    };
+    let mut proxy = args.proxy;
+    proxy.domains = domains;
     // Every connection through the proxy becomes an audit row of the run (sent on the ui
     // channel by a thread started once the sessions are shared).
     let (records, egress_rows) = std::sync::mpsc::channel();
     let (network, egress) =
-        match cmd_sandbox::open_proxy(WHO, &proxy, args.allow_degraded, Some(records))? {
+        match local::open_proxy(WHO, &proxy, args.allow_degraded, Some(records))? {
             None => (Network::None, None),
             Some((connector, token, egress)) => (Network::Proxy { connector, token }, egress),
         };
@@ -751,7 +750,7 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
     } else {
         cmd_sandbox::Output::relay(args.raw_output)
     };
-    let mut outcome = cmd_sandbox::supervise(sb, &watch_limits, output)?;
+    let mut outcome = local::supervise(sb, &watch_limits, output)?;
     outcome.passed = keys.iter().map(|(k, _)| k.clone()).collect();
     if let Some(e) = egress {
         e.close();

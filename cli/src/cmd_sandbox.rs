@@ -1,9 +1,17 @@
-//! `gatehouse sandbox`: one command in the exec sandbox, standalone (the way bubblewrap is used).
+//! `gatehouse sandbox`: one command in the exec sandbox (the way bubblewrap is used), run by the
+//! broker's exec-helper exactly as an agent's `run_command` is.
 //!
-//! It builds exactly the sandbox the exec-helper gives an agent's commands (the same code,
-//! `sandbox::linux::command`), in this process: no broker is needed, and none is started. The
-//! current directory is the working root, read-write, unless a grant names it; a home directory
-//! or `/` is never granted implicitly.
+//! This process builds no sandbox: it resolves what only it can see (its current directory,
+//! the paths it was given, its environment), sends one `LaunchRequest::Command` on the
+//! console's channel (starting the broker when none runs), and relays what comes back: the
+//! command's output as it comes, each egress connection's end (refusals on stderr), the end.
+//! The broker writes the audit rows: the start, every egress connection, every refusal, the
+//! end. Ctrl-C (or SIGTERM, SIGHUP) asks the broker to kill the whole sandbox; so does this
+//! process going away, since the broker stops the command of a connection that closes.
+//!
+//! The current directory is the working root, read-write, unless a grant names it; a home
+//! directory or `/` is never granted implicitly. When the broker runs as root, its exec-helper
+//! runs commands as nobody (never root toward the host).
 //!
 //! Exit status: the command's own; 128+N when a signal N killed it; 124 when the time limit
 //! killed it; 125 when gatehouse refused the command or could not build the sandbox (the message
@@ -11,14 +19,15 @@
 
 use crate::Global;
 use ipc_schema::exec::{GrantAccess, Limits, PathGrant, RunEnd, RunOutcome, TIMEOUT_MAX_MS};
-use sandbox::linux::command::{
-    self, identity, Kill, Network, SandboxSpec, Sandboxed, Stream, Watch,
-};
+use ipc_schema::net::EgressVerdict;
+use ipc_schema::ui::{CommandLaunch, LaunchReply, LaunchRequest, NotStarted, UiReply, UiRequest};
+use ipc_schema::Body;
+use sandbox::linux::command;
 use std::io::Write;
-use std::os::fd::{AsFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
 
 pub const EXIT_TIMEOUT: u8 = 124;
 pub const EXIT_REFUSED: u8 = 125;
@@ -55,7 +64,9 @@ pub struct SandboxArgs {
     /// changed.
     #[arg(long)]
     raw_output: bool,
-    /// Run with less than the full sandbox if this kernel lacks a mechanism (each gap is printed).
+    /// Start the broker (when none runs) with `--allow-degraded`: its helpers and sandboxes run
+    /// with less if this kernel lacks a mechanism (each gap is printed). A running broker keeps
+    /// the setting it was started with.
     #[arg(long)]
     allow_degraded: bool,
     /// The command and its arguments.
@@ -70,17 +81,8 @@ pub struct ProxyArgs {
     /// any, the command has no network at all.
     #[arg(long = "allow-domain", value_name = "DOMAIN")]
     pub(crate) domains: Vec<String>,
-    /// Test builds only: use the proxy listening on this Unix socket (it receives each client
-    /// connection as a descriptor) instead of starting the net-helper.
-    #[cfg(feature = "test-hooks")]
-    #[arg(long, value_name = "SOCKET")]
-    pub(crate) test_proxy_socket: Option<PathBuf>,
-    /// Test builds only: the proxy token to use with --test-proxy-socket.
-    #[cfg(feature = "test-hooks")]
-    #[arg(long, value_name = "TOKEN", default_value = "test-token")]
-    pub(crate) test_proxy_token: String,
     /// Test builds only: an argument for the net-helper (its test name server and address
-    /// policy); repeatable.
+    /// policy); repeatable. `gatehouse sandbox` passes it to the broker it starts.
     #[cfg(feature = "test-hooks")]
     #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
     pub(crate) test_net_arg: Vec<String>,
@@ -93,6 +95,28 @@ pub struct ProxyArgs {
     #[cfg(feature = "test-hooks")]
     #[arg(long)]
     pub(crate) test_no_sni_check: bool,
+}
+
+impl ProxyArgs {
+    /// The arguments a broker started for this command gets (test builds: the net-helper's
+    /// test name server and address policy, the proxy's test port and SNI setting).
+    fn broker_args(&self) -> Vec<String> {
+        #[allow(unused_mut)]
+        let mut out: Vec<String> = Vec::new();
+        #[cfg(feature = "test-hooks")]
+        {
+            for a in &self.test_net_arg {
+                out.push(format!("--test-net-arg={a}"));
+            }
+            if let Some(p) = self.test_proxy_port {
+                out.push(format!("--test-proxy-port={p}"));
+            }
+            if self.test_no_sni_check {
+                out.push("--test-no-sni-check".into());
+            }
+        }
+        out
+    }
 }
 
 /// A refusal or failure before the command ran: message, exit code.
@@ -202,8 +226,8 @@ pub(crate) fn stop_signals() -> nix::sys::signal::SigSet {
 }
 
 fn run_inner(g: &Global, args: SandboxArgs) -> Result<ExitCode, Stop> {
-    // Blocked before any thread starts (the proxy relay), so that every thread has them blocked
-    // and the signalfd sees them.
+    // Blocked before any thread starts, so that every thread has them blocked and the
+    // signalfd below sees them.
     stop_signals()
         .thread_block()
         .map_err(|e| refused(format!("blocking signals: {e}")))?;
@@ -222,159 +246,192 @@ fn run_inner(g: &Global, args: SandboxArgs) -> Result<ExitCode, Stop> {
         Some(s) => s * 1000,
     };
 
-    // Never root toward the host: become the owner of the working root (or nobody) first.
-    if nix::unistd::geteuid().is_root() {
-        let (uid, gid) = identity::run_as_for(&cwd);
-        identity::become_user(uid, gid)
-            .map_err(|e| refused(format!("cannot drop root before sandboxing: {e}")))?;
-    }
-    let uid = nix::unistd::geteuid().as_raw();
-    let home = identity::home_of(uid);
-
+    // Resolved here, where the paths are seen as the user meant them; the exec-helper
+    // resolves them again (rule 10).
     let mut grants: Vec<PathGrant> = Vec::new();
     for (paths, access) in [
         (&args.write, GrantAccess::ReadWrite),
         (&args.read, GrantAccess::Read),
     ] {
         for p in paths {
-            let abs =
-                std::path::absolute(p).map_err(|e| refused(format!("{}: {e}", p.display())))?;
-            grants.push(PathGrant { path: abs, access });
+            let path =
+                std::fs::canonicalize(p).map_err(|e| refused(format!("{}: {e}", p.display())))?;
+            grants.push(PathGrant { path, access });
         }
     }
-    let covered = grants
-        .iter()
-        .any(|gr| std::fs::canonicalize(&gr.path).is_ok_and(|p| cwd.starts_with(p)));
+    let covered = grants.iter().any(|gr| cwd.starts_with(&gr.path));
+    // Checked here too, so that an obvious refusal starts no broker; the broker decides.
     if !covered {
-        if let Some(why) = implicit_root_refusal(&cwd, &home) {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        if let Some(why) = ipc_schema::protected::implicit_root_refusal(&cwd, home.as_deref()) {
             return Err(refused(format!(
                 "the current directory {} is not granted: {why}. Name what the command may use with --allow-write or --allow-read (and cd into it)",
                 cwd.display()
             )));
         }
-        grants.push(PathGrant {
-            path: cwd.clone(),
-            access: GrantAccess::ReadWrite,
-        });
     }
 
     let mut env = command::env::inherited_from_process();
     env.extend(env_args(&args.env)?);
     let passed = pass_env_args(&args.pass_env)?;
-
-    let (network, egress) =
-        match open_proxy("gatehouse sandbox", &args.proxy, args.allow_degraded, None)? {
-            None => (Network::None, None),
-            Some((connector, token, egress)) => (Network::Proxy { connector, token }, egress),
-        };
     let limits = Limits {
         timeout_ms,
         ..Limits::default()
     };
-    let spec = SandboxSpec {
-        hide: Default::default(),
+    let launch = CommandLaunch {
         argv: args.argv.clone(),
-        cwd: cwd.clone(),
+        cwd,
         grants,
+        work_root: !covered,
         env,
-        home,
-        state_home: None,
-        network,
+        pass_env: passed.clone(),
+        domains: args.proxy.domains.clone(),
         limits,
-        protect: g.dirs.own().to_vec(),
-        allow_degraded: args.allow_degraded,
+        hide: Default::default(),
+        long_run: false,
     };
-    let mut prepared = command::prepare(spec).map_err(|e| {
-        // A denied program is refused as such even where it is not installed.
-        let argv0 = Path::new(args.argv.first().map(String::as_str).unwrap_or(""));
-        if let Some(why) = command::policy::builtin_denial(&args.argv, argv0) {
-            return refused(why);
-        }
-        match e {
-            command::SandboxError::NotFound { .. } => Stop(e.to_string(), EXIT_NOT_FOUND),
-            other => refused(other),
-        }
-    })?;
-    if let Some(why) = command::policy::builtin_denial(&args.argv, &prepared.program) {
-        return Err(refused(why));
+
+    let mut broker_args = args.proxy.broker_args();
+    if args.allow_degraded {
+        broker_args.push("--allow-degraded".into());
     }
-    for (name, value) in &passed {
-        prepared.pass_named_secret(name, value).map_err(refused)?;
-    }
-    for d in &prepared.report.degraded {
-        eprintln!("gatehouse sandbox: degraded: {d}");
-    }
-    if !g.json {
-        say_env(WHO, &prepared.report.env_dropped, &passed, true);
-    }
-    let sb = prepared.spawn().map_err(refused)?;
+    let mut client = gatehouse_client::Client::connect_or_start(
+        g.data_dir.as_deref(),
+        &g.dirs,
+        &g.dirs.ui_socket(),
+        &broker_args,
+    )
+    .map_err(refused)?;
+    let request = Body::Ui(UiRequest::Launch(LaunchRequest::Command(Box::new(launch))));
+    let id = client.send(request).map_err(refused)?;
+    let interrupted = Arc::new(AtomicI32::new(0));
+    watch_stop_signals(&client, interrupted.clone())?;
+
     let output = if g.json {
         Output::Capture
     } else {
         Output::relay(args.raw_output)
     };
-    let mut outcome = supervise(sb, &limits, output)?;
-    outcome.passed = passed.into_iter().map(|(k, _)| k).collect();
-    if let Some(e) = egress {
-        e.close();
+    let mut captured: [Vec<u8>; 2] = [Vec::new(), Vec::new()];
+    let mut escapers: [Option<ipc_schema::inert::StreamEscaper>; 2] = match output {
+        Output::Relay { escape } => escape.map(|e| e.then(ipc_schema::inert::StreamEscaper::new)),
+        Output::Capture => [None, None],
+    };
+    let mut sandbox = None;
+    let end = loop {
+        let env = client
+            .next_frame()
+            .map_err(|e| refused(format!("the broker: {e} (the command's state is unknown)")))?;
+        if env.id != id {
+            continue; // the answer to StopCommand
+        }
+        let reply = match env.body {
+            Body::UiReply(UiReply::Launch(r)) => r,
+            Body::Error(e) => return Err(refused(e.message)),
+            other => {
+                return Err(refused(format!(
+                    "the broker answered the command with {:?}",
+                    other.kind()
+                )))
+            }
+        };
+        match reply {
+            LaunchReply::CommandStarted { sandbox: report } => {
+                for d in &report.degraded {
+                    eprintln!("{WHO}: degraded: {d}");
+                }
+                if !g.json {
+                    say_env(WHO, &report.env_dropped, &passed, true);
+                }
+                sandbox = Some(report);
+            }
+            LaunchReply::Output { stdout, stderr } => {
+                for (i, bytes) in [stdout, stderr].iter().enumerate() {
+                    match output {
+                        Output::Capture => captured[i].extend_from_slice(bytes),
+                        Output::Relay { .. } => relay_chunk(i, bytes, escapers[i].as_mut()),
+                    }
+                }
+            }
+            LaunchReply::Egress(record) => {
+                if !matches!(record.verdict, EgressVerdict::Tunnelled { .. }) {
+                    eprintln!(
+                        "{WHO}: {}",
+                        ipc_schema::inert::escaped(&record.audit_line())
+                    );
+                }
+            }
+            LaunchReply::Refused { reason, why } => {
+                let code = match why {
+                    NotStarted::NotFound => EXIT_NOT_FOUND,
+                    NotStarted::Refused => EXIT_REFUSED,
+                };
+                return Err(Stop(reason, code));
+            }
+            LaunchReply::CommandEnded(end) => break end,
+            other @ (LaunchReply::Opened { .. } | LaunchReply::Ended { .. }) => {
+                return Err(refused(format!(
+                    "the broker answered the command with {other:?}"
+                )))
+            }
+        }
+    };
+    // What an escaper held back (a character cut short, a final `\r`).
+    for (i, e) in escapers.iter_mut().enumerate() {
+        if let Some(e) = e {
+            let mut rest = Vec::new();
+            e.finish(&mut rest);
+            relay_chunk(i, &rest, None);
+        }
     }
+    let sandbox = sandbox.ok_or_else(|| refused("the broker sent the end before the start"))?;
+    let [stdout, stderr] = captured;
+    let signal = interrupted.load(Ordering::SeqCst);
+    let outcome = Outcome {
+        end,
+        interrupted: (signal != 0).then_some(signal),
+        stdout,
+        stderr,
+        sandbox: *sandbox,
+        passed: passed.into_iter().map(|(k, _)| k).collect(),
+    };
     Ok(report(WHO, outcome, &limits, g.json))
 }
 
-/// Why the current directory is not made the working root without being named.
-pub(crate) fn implicit_root_refusal(cwd: &Path, home: &Path) -> Option<String> {
-    ipc_schema::protected::implicit_root_refusal(cwd, Some(home))
-}
-
-/// The network of the command: none, or a proxy connector and token (and, for
-/// `--allow-domain`, the net-helper serving it).
-pub(crate) type Proxy = Option<(OwnedFd, String, Option<egress::Egress>)>;
-
-/// `records`, when given, receives every connection's record as it ends (`gatehouse run` sends
-/// them to the broker's audit log); refusals are printed either way.
-pub(crate) fn open_proxy(
-    who: &'static str,
-    args: &ProxyArgs,
-    allow_degraded: bool,
-    records: Option<std::sync::mpsc::Sender<ipc_schema::net::EgressRecord>>,
-) -> Result<Proxy, Stop> {
-    #[cfg(feature = "test-hooks")]
-    if let Some(sock) = &args.test_proxy_socket {
-        let s = std::os::unix::net::UnixStream::connect(sock)
-            .map_err(|e| refused(format!("test proxy {}: {e}", sock.display())))?;
-        return Ok(Some((
-            OwnedFd::from(s),
-            args.test_proxy_token.clone(),
-            None,
-        )));
-    }
-    if args.domains.is_empty() {
-        return Ok(None);
-    }
-    #[cfg(feature = "test-hooks")]
-    let (extra, ports, sni_check) = (
-        args.test_net_arg.clone(),
-        args.test_proxy_port.into_iter().collect(),
-        !args.test_no_sni_check,
-    );
-    #[cfg(not(feature = "test-hooks"))]
-    let (extra, ports, sni_check) = (Vec::new(), Vec::new(), true);
-    let mut e = egress::Egress::open(&args.domains, allow_degraded, extra, ports, sni_check)
-        .map_err(refused)?;
-    e.records = records;
-    e.who = who;
-    let (connector, token) = (e.connector_for_sandbox()?, e.token.clone());
-    Ok(Some((connector, token, Some(e))))
+/// SIGINT, SIGTERM and SIGHUP (blocked, read through a signalfd by a thread of their own) ask
+/// the broker to kill the command's sandbox; the command's end then says it was stopped.
+fn watch_stop_signals(
+    client: &gatehouse_client::Client,
+    interrupted: Arc<AtomicI32>,
+) -> Result<(), Stop> {
+    use nix::sys::signalfd::{SfdFlags, SignalFd};
+    let sigfd = SignalFd::with_flags(&stop_signals(), SfdFlags::SFD_CLOEXEC)
+        .map_err(|e| refused(format!("signalfd: {e}")))?;
+    let mut side = client
+        .side_writer()
+        .map_err(|e| refused(format!("the broker connection: {e}")))?;
+    std::thread::spawn(move || {
+        while let Ok(Some(si)) = sigfd.read_signal() {
+            let _ = interrupted.compare_exchange(
+                0,
+                si.ssi_signo as i32,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            );
+            let _ = side.send(Body::Ui(UiRequest::Launch(LaunchRequest::StopCommand)));
+        }
+    });
+    Ok(())
 }
 
 /// How the run ended, with the output when it was captured (`--json`).
 pub(crate) struct Outcome {
-    end: RunEnd,
+    pub(crate) end: RunEnd,
     /// Killed because this process got SIGINT, SIGTERM or SIGHUP.
-    interrupted: Option<i32>,
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
-    sandbox: ipc_schema::exec::SandboxReport,
+    pub(crate) interrupted: Option<i32>,
+    pub(crate) stdout: Vec<u8>,
+    pub(crate) stderr: Vec<u8>,
+    pub(crate) sandbox: ipc_schema::exec::SandboxReport,
     /// The secret-looking variables passed because the user named them (`--pass-env`).
     pub(crate) passed: Vec<String>,
 }
@@ -406,7 +463,11 @@ impl Output {
 }
 
 /// Writes a chunk of the command's output to our stream `i`, inert when `esc` is given.
-fn relay_chunk(i: usize, bytes: &[u8], esc: Option<&mut ipc_schema::inert::StreamEscaper>) {
+pub(crate) fn relay_chunk(
+    i: usize,
+    bytes: &[u8],
+    esc: Option<&mut ipc_schema::inert::StreamEscaper>,
+) {
     let mut shown = Vec::new();
     let bytes = match esc {
         Some(e) => {
@@ -425,103 +486,6 @@ fn relay_chunk(i: usize, bytes: &[u8], esc: Option<&mut ipc_schema::inert::Strea
     } else {
         std::io::stderr().write_all(bytes)
     };
-}
-
-/// Relays output (up to the limits), enforces the time limit, and turns SIGINT/SIGTERM/SIGHUP
-/// into killing the sandbox.
-pub(crate) fn supervise(sb: Sandboxed, limits: &Limits, output: Output) -> Result<Outcome, Stop> {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    use nix::sys::signalfd::{SfdFlags, SignalFd};
-
-    let sigfd = SignalFd::with_flags(
-        &stop_signals(),
-        SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC,
-    )
-    .map_err(|e| refused(format!("signalfd: {e}")))?;
-    let sandbox = sb.report.clone();
-    let mut w =
-        Watch::new(sb, *limits).map_err(|e| refused(format!("watching the sandbox: {e}")))?;
-    let mut captured: [Vec<u8>; 2] = [Vec::new(), Vec::new()];
-    let mut escapers: [Option<ipc_schema::inert::StreamEscaper>; 2] = match output {
-        Output::Relay { escape } => escape.map(|e| e.then(ipc_schema::inert::StreamEscaper::new)),
-        Output::Capture => [None, None],
-    };
-    let mut interrupted = None;
-
-    while !w.finished() {
-        let now = Instant::now();
-        w.check_time(now);
-        let wait = match w.deadline() {
-            Some(d) => {
-                let ms = d
-                    .saturating_duration_since(now)
-                    .as_millis()
-                    .clamp(1, 60_000);
-                PollTimeout::from(ms as u16)
-            }
-            None => PollTimeout::from(1000u16),
-        };
-        let set = w.poll_set();
-        let mut fds: Vec<PollFd> = set
-            .iter()
-            .map(|fd| match fd {
-                Some(fd) => PollFd::new(*fd, PollFlags::POLLIN),
-                None => PollFd::new(sigfd.as_fd(), PollFlags::empty()),
-            })
-            .collect();
-        fds.push(PollFd::new(sigfd.as_fd(), PollFlags::POLLIN));
-        match poll(&mut fds, wait) {
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(refused(format!("poll: {e}"))),
-            Ok(_) => {}
-        }
-        let is_ready = |f: &PollFd| {
-            f.revents().is_some_and(|r| {
-                r.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR)
-            })
-        };
-        let ready = [
-            is_ready(&fds[0]),
-            is_ready(&fds[1]),
-            is_ready(&fds[2]),
-            is_ready(&fds[3]),
-        ];
-        let signalled = is_ready(&fds[4]);
-        drop(fds);
-        w.service(ready, &mut |stream, bytes| {
-            let i = match stream {
-                Stream::Stdout => 0,
-                Stream::Stderr => 1,
-            };
-            match output {
-                Output::Capture => captured[i].extend_from_slice(bytes),
-                Output::Relay { .. } => relay_chunk(i, bytes, escapers[i].as_mut()),
-            }
-        });
-        if signalled {
-            if let Ok(Some(si)) = sigfd.read_signal() {
-                interrupted.get_or_insert(si.ssi_signo as i32);
-                w.kill(Kill::Stopped);
-            }
-        }
-    }
-    // What an escaper held back (a character cut short, a final `\r`).
-    for (i, e) in escapers.iter_mut().enumerate() {
-        if let Some(e) = e {
-            let mut rest = Vec::new();
-            e.finish(&mut rest);
-            relay_chunk(i, &rest, None);
-        }
-    }
-    let [stdout, stderr] = captured;
-    Ok(Outcome {
-        end: w.end(),
-        interrupted,
-        stdout,
-        stderr,
-        sandbox,
-        passed: Vec::new(),
-    })
 }
 
 /// Prints the notices (or the JSON summary) and picks the exit status.
@@ -600,249 +564,4 @@ pub(crate) fn report(who: &str, o: Outcome, limits: &Limits, json: bool) -> Exit
         }
     }
     ExitCode::from(code)
-}
-
-/// `--allow-domain`: the egress proxy, from a net-helper this process starts and talks to the
-/// way the broker does (its hello and lockdown verified; `ProxyOpen`; each bridge connection
-/// passed on as a `ProxyConnection` with its descriptor). Refusals are printed as the audit rows
-/// the broker would write.
-pub(crate) mod egress {
-    use super::{refused, Stop};
-    use ipc_schema::codec::{decode_from_slice, encode, read_frame, MAX_FRAME};
-    use ipc_schema::net::{EgressVerdict, NetReply, NetRequest, ProxyLimits, ProxySession};
-    use ipc_schema::{Body, Envelope, Role};
-    use sandbox::linux::command::fdpass::{recv_with_fds, send_with_fd};
-    use std::collections::VecDeque;
-    use std::io::{Read, Write};
-    use std::os::fd::{AsFd, OwnedFd};
-    use std::os::unix::net::UnixStream;
-    use std::time::Duration;
-
-    pub struct Egress {
-        child: std::process::Child,
-        pub token: String,
-        session: String,
-        chan: Option<UnixStream>,
-        relay: Option<std::thread::JoinHandle<()>>,
-        pub records: Option<std::sync::mpsc::Sender<ipc_schema::net::EgressRecord>>,
-        /// The command its messages are printed under.
-        pub who: &'static str,
-    }
-
-    impl Egress {
-        pub fn open(
-            domains: &[String],
-            allow_degraded: bool,
-            extra_args: Vec<String>,
-            ports: Vec<u16>,
-            sni_check: bool,
-        ) -> Result<Egress, String> {
-            let dir = std::env::current_exe()
-                .ok()
-                .and_then(|e| e.parent().map(|p| p.to_path_buf()))
-                .ok_or("cannot find the directory of this binary")?;
-            let program = dir.join(Role::Net.name());
-            let (ours, theirs) = UnixStream::pair().map_err(|e| format!("socket pair: {e}"))?;
-            let mut args: Vec<std::ffi::OsString> = Vec::new();
-            if allow_degraded {
-                args.push("--allow-degraded".into());
-            }
-            args.extend(extra_args.into_iter().map(Into::into));
-            let spawned =
-                sandbox::process::spawn_helper(&program, &args, OwnedFd::from(theirs), &[])
-                    .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
-            let mut e = Egress {
-                child: spawned.child,
-                token: hex::encode(rand::random::<[u8; 16]>()),
-                session: format!("sandbox-{}", std::process::id()),
-                chan: None,
-                relay: None,
-                records: None,
-                who: "gatehouse sandbox",
-            };
-            ours.set_read_timeout(Some(Duration::from_secs(15)))
-                .map_err(|e| e.to_string())?;
-            let mut r = &ours;
-            let hello = match read_frame(&mut r, MAX_FRAME) {
-                Ok(Some(Envelope {
-                    body: Body::Hello(h),
-                    ..
-                })) => h,
-                Ok(_) => return Err("the net-helper did not say hello".into()),
-                Err(err) => return Err(format!("the net-helper's hello: {err}")),
-            };
-            let kernel = sandbox::process::read_proc_status(e.child.id())
-                .map_err(|err| format!("reading the net-helper's status: {err}"))?;
-            if hello.role != Role::Net {
-                return Err(format!("{} says it is {}", program.display(), hello.role));
-            }
-            broker::helpers::verify_lockdown(Role::Net, &hello.lockdown, &kernel, allow_degraded)?;
-            let open = ProxySession {
-                session: e.session.clone(),
-                token: e.token.clone(),
-                allow: domains.to_vec(),
-                ports,
-                sni_check,
-                limits: ProxyLimits::default(),
-            };
-            let frame = encode(&Envelope::new(1, Body::Net(NetRequest::ProxyOpen(open))))
-                .map_err(|err| err.to_string())?;
-            (&ours).write_all(&frame).map_err(|err| err.to_string())?;
-            match read_frame(&mut r, MAX_FRAME) {
-                Ok(Some(Envelope {
-                    body: Body::NetReply(NetReply::ProxyOpened { .. }),
-                    ..
-                })) => {}
-                Ok(Some(Envelope {
-                    body: Body::NetReply(NetReply::Refused(r)),
-                    ..
-                })) => return Err(format!("--allow-domain: {}", r.reason)),
-                Ok(Some(Envelope {
-                    body: Body::Error(err),
-                    ..
-                })) => return Err(format!("the egress proxy: {}", err.message)),
-                other => return Err(format!("unexpected answer to ProxyOpen: {other:?}")),
-            }
-            ours.set_read_timeout(None).map_err(|err| err.to_string())?;
-            e.chan = Some(ours);
-            Ok(e)
-        }
-
-        /// The sandbox's end of a new connector; this process relays the other end.
-        pub fn connector_for_sandbox(&mut self) -> Result<OwnedFd, Stop> {
-            let (ours, theirs) =
-                UnixStream::pair().map_err(|e| refused(format!("socket pair: {e}")))?;
-            let chan = self
-                .chan
-                .as_ref()
-                .ok_or_else(|| refused("the proxy is not open"))?
-                .try_clone()
-                .map_err(|e| refused(format!("proxy channel: {e}")))?;
-            let session = self.session.clone();
-            let (records, who) = (self.records.clone(), self.who);
-            // The relay ends when the sandbox (the connector's other holder) is gone.
-            self.relay = Some(std::thread::spawn(move || {
-                relay(chan, ours, session, records, who)
-            }));
-            Ok(OwnedFd::from(theirs))
-        }
-
-        /// Ends the proxy: the relay is done once the sandbox is gone; the net-helper exits
-        /// when its channel closes.
-        pub fn close(mut self) {
-            if let Some(r) = self.relay.take() {
-                let _ = r.join();
-            }
-            drop(self.chan.take());
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-
-    /// Passes each bridge connection to the net-helper and prints what it refused. When the
-    /// sandbox is gone, waits (up to 2 s) for the records of connections already handed over,
-    /// so that a refusal is never lost to the command having exited first.
-    fn relay(
-        chan: UnixStream,
-        connector: UnixStream,
-        session: String,
-        records: Option<std::sync::mpsc::Sender<ipc_schema::net::EgressRecord>>,
-        who: &'static str,
-    ) {
-        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-        use std::time::{Duration, Instant};
-        let mut inbuf = Vec::new();
-        let mut fds = VecDeque::new();
-        let mut next_id = 2u64;
-        // Connections handed to the net-helper whose record has not come back yet.
-        let mut outstanding = 0usize;
-        let mut drain_until: Option<Instant> = None;
-        loop {
-            let (conn_ready, chan_ready) = match drain_until {
-                None => {
-                    let mut p = [
-                        PollFd::new(connector.as_fd(), PollFlags::POLLIN),
-                        PollFd::new(chan.as_fd(), PollFlags::POLLIN),
-                    ];
-                    if poll(&mut p, PollTimeout::NONE).is_err() {
-                        continue;
-                    }
-                    let r = |f: &PollFd| f.revents().is_some_and(|r| !r.is_empty());
-                    (r(&p[0]), r(&p[1]))
-                }
-                Some(until) => {
-                    if outstanding == 0 {
-                        return;
-                    }
-                    let left = until.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return;
-                    }
-                    let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
-                    let mut p = [PollFd::new(chan.as_fd(), PollFlags::POLLIN)];
-                    match poll(&mut p, PollTimeout::from(ms)) {
-                        Ok(0) | Err(_) => continue,
-                        Ok(_) => (false, true),
-                    }
-                }
-            };
-            if conn_ready {
-                let mut b = [0u8; 16];
-                match recv_with_fds(connector.as_fd(), &mut b, &mut fds) {
-                    Ok(0) | Err(_) => {
-                        drain_until = Some(Instant::now() + Duration::from_secs(2));
-                        continue;
-                    }
-                    Ok(_) => {}
-                }
-                while let Some(fd) = fds.pop_front() {
-                    let req = Body::Net(NetRequest::ProxyConnection {
-                        session: session.clone(),
-                    });
-                    let Ok(frame) = encode(&Envelope::new(next_id, req)) else {
-                        return;
-                    };
-                    next_id += 1;
-                    match send_with_fd(chan.as_fd(), &frame, fd.as_fd()) {
-                        Ok(n) if (&chan).write_all(&frame[n..]).is_ok() => outstanding += 1,
-                        _ => {
-                            eprintln!("{who}: the egress proxy is gone");
-                            return;
-                        }
-                    }
-                }
-            }
-            if chan_ready {
-                let mut b = [0u8; 8192];
-                match (&chan).read(&mut b) {
-                    Ok(0) | Err(_) => {
-                        eprintln!("{who}: the egress proxy stopped");
-                        return;
-                    }
-                    Ok(n) => inbuf.extend_from_slice(&b[..n]),
-                }
-                let mut used = 0;
-                while let Ok(Some((env, n))) = decode_from_slice(&inbuf[used..], MAX_FRAME) {
-                    used += n;
-                    match env.body {
-                        Body::NetReply(NetReply::ProxyDone(rec)) => {
-                            outstanding = outstanding.saturating_sub(1);
-                            if !matches!(rec.verdict, EgressVerdict::Tunnelled { .. }) {
-                                eprintln!("{who}: {}", rec.audit_line());
-                            }
-                            if let Some(tx) = &records {
-                                let _ = tx.send(rec);
-                            }
-                        }
-                        Body::Error(e) => {
-                            outstanding = outstanding.saturating_sub(1);
-                            eprintln!("{who}: egress proxy: {}", e.message)
-                        }
-                        _ => {}
-                    }
-                }
-                inbuf.drain(..used);
-            }
-        }
-    }
 }

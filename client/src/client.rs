@@ -72,10 +72,7 @@ impl Client {
 
     /// Sends one request and waits for the reply with its id.
     pub fn request(&mut self, body: Body) -> Result<Body, ClientError> {
-        let id = self.next_id;
-        self.next_id += 1;
-        write_frame(&mut self.writer, &Envelope::new(id, body))?;
-        self.writer.flush().map_err(FrameError::Io)?;
+        let id = self.send(body)?;
         loop {
             match read_frame(&mut self.reader, MAX_FRAME)? {
                 Some(env) if env.id == id => return Ok(env.body),
@@ -83,6 +80,46 @@ impl Client {
                 None => return Err(ClientError::Closed),
             }
         }
+    }
+}
+
+impl Client {
+    /// Sends one request without waiting; its replies carry the returned id.
+    pub fn send(&mut self, body: Body) -> Result<u64, ClientError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        write_frame(&mut self.writer, &Envelope::new(id, body))?;
+        self.writer.flush().map_err(FrameError::Io)?;
+        Ok(id)
+    }
+
+    /// The next frame from the broker, whatever its id (a request answered in several
+    /// replies, such as `LaunchRequest::Command`).
+    pub fn next_frame(&mut self) -> Result<Envelope, ClientError> {
+        read_frame(&mut self.reader, MAX_FRAME)?.ok_or(ClientError::Closed)
+    }
+
+    /// A second writer on the same connection, for one request sent from another thread
+    /// (`StopCommand` on Ctrl-C), with an id this client never uses.
+    pub fn side_writer(&self) -> std::io::Result<SideWriter> {
+        Ok(SideWriter {
+            stream: self.writer.get_ref().try_clone()?,
+            next_id: u64::MAX / 2,
+        })
+    }
+}
+
+/// See [`Client::side_writer`].
+pub struct SideWriter {
+    stream: UnixStream,
+    next_id: u64,
+}
+
+impl SideWriter {
+    pub fn send(&mut self, body: Body) -> Result<(), ClientError> {
+        self.next_id += 1;
+        write_frame(&mut self.stream, &Envelope::new(self.next_id, body))?;
+        Ok(())
     }
 }
 

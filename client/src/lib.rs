@@ -9,7 +9,7 @@
 pub mod client;
 pub mod dirs;
 
-pub use client::{Client, ClientError};
+pub use client::{Client, ClientError, SideWriter};
 pub use dirs::Dirs;
 
 use std::fs::File;

@@ -235,6 +235,45 @@ impl Drop for BrokerUnderTest {
     }
 }
 
+/// A `--data-dir` for CLI commands that start a broker of their own in the background
+/// (`gatehouse sandbox`, `fetch`, ...): on drop that broker is stopped (with its helpers) and
+/// its audit key forgotten, so no test leaves a broker behind.
+pub struct DataDir(tempfile::TempDir);
+
+impl DataDir {
+    pub fn new() -> DataDir {
+        DataDir(
+            tempfile::Builder::new()
+                .prefix("gh-data-")
+                .tempdir()
+                .unwrap(),
+        )
+    }
+
+    pub fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl Default for DataDir {
+    fn default() -> Self {
+        DataDir::new()
+    }
+}
+
+impl Drop for DataDir {
+    fn drop(&mut self) {
+        // `stop` waits for the broker to go; with none running it says so and exits.
+        let _ = Command::new(bin("gatehouse"))
+            .arg("--data-dir")
+            .arg(self.0.path())
+            .arg("stop")
+            .stdin(std::process::Stdio::null())
+            .output();
+        forget_audit_key(self.0.path());
+    }
+}
+
 /// `gatehouse --data-dir DIR ARGS...` with `stdin` written to it, waited for.
 pub fn gatehouse_cli(dir: &Path, args: &[&str], stdin: Option<&str>) -> std::process::Output {
     let mut cmd = Command::new(bin("gatehouse"));

@@ -1,49 +1,22 @@
 //! The exec sandbox's network: none at all, or only through the egress proxy over the bridge.
 //!
-//! The proxy here is a small CONNECT proxy of the test's own, speaking the connector protocol
-//! (one byte and one client descriptor per connection, `SCM_RIGHTS`): it allows one name and
-//! tunnels it to an HTTP server on loopback, refuses other names with 403 and a wrong token with
-//! 407, the way the net-helper's proxy does. `gatehouse sandbox --test-proxy-socket` (test
-//! builds only) uses it in place of the net-helper. Build first:
+//! `gatehouse sandbox` asks the broker to run the command; with `--allow-domain` the broker
+//! opens a proxy session on its net-helper and the command's connections reach that proxy
+//! through the sandbox's bridge. Here the names resolve through a loopback DNS server of the
+//! test's own to 127.0.0.2, which the net-helper's test-only address policy (test builds only,
+//! passed on to the broker the command starts) treats as public; an HTTP server listens there.
+//! Every connection's end is a row in the broker's audit log. Build first:
 //! `cargo build --workspace --all-features`.
 
 #![forbid(unsafe_code)]
 
-use gatehouse_tests::{bin, LoopbackDns};
-use sandbox::linux::command::fdpass::recv_with_fds;
-use std::collections::VecDeque;
+use gatehouse_tests::{bin, DataDir, LoopbackDns};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::os::fd::AsFd;
-use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
 
-const TOKEN: &str = "test-token";
 const ALLOWED: &str = "allowed.test";
-
-fn base64(input: &[u8]) -> String {
-    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in input.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
 
 /// A loopback HTTP server on `ip` answering every request with `hello`.
 fn http_server(ip: &str) -> std::net::SocketAddr {
@@ -75,101 +48,81 @@ fn read_head(c: &mut TcpStream) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&head).into_owned())
 }
 
-/// The test's CONNECT proxy; `seen` collects `host:port STATUS` per client connection.
-struct Proxy {
-    _dir: tempfile::TempDir,
-    socket: PathBuf,
-    seen: Arc<Mutex<Vec<String>>>,
+/// The egress proxy of the broker's net-helper, for `ALLOWED` (and a name the test DNS also
+/// answers, `denied.test`, which no command is allowed), with the HTTP server on 127.0.0.2 and
+/// the broker (started by the first command) stopped on drop.
+struct Net {
+    server: std::net::SocketAddr,
+    _dns: LoopbackDns,
+    data: DataDir,
+    args: Vec<String>,
 }
 
-fn proxy(upstream: std::net::SocketAddr) -> Proxy {
-    let dir = tempfile::Builder::new()
-        .prefix("gh-proxy-")
-        .tempdir()
-        .unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let socket = dir.path().join("proxy.sock");
-    let l = UnixListener::bind(&socket).unwrap();
-    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let s2 = seen.clone();
-    std::thread::spawn(move || {
-        for connector in l.incoming().flatten() {
-            let seen = s2.clone();
-            std::thread::spawn(move || {
-                let mut fds = VecDeque::new();
-                let mut buf = [0u8; 64];
-                while let Ok(n) = recv_with_fds(connector.as_fd(), &mut buf, &mut fds) {
-                    if n == 0 {
-                        break;
-                    }
-                    while let Some(fd) = fds.pop_front() {
-                        let seen = seen.clone();
-                        std::thread::spawn(move || {
-                            serve_client(TcpStream::from(fd), upstream, seen)
-                        });
-                    }
-                }
-            });
-        }
-    });
-    Proxy {
-        _dir: dir,
-        socket,
-        seen,
+fn net() -> Net {
+    let server = http_server("127.0.0.2");
+    let dns = LoopbackDns::start(&[ALLOWED, "denied.test"], "127.0.0.2".parse().unwrap());
+    let args = vec![
+        "--allow-domain".to_string(),
+        ALLOWED.to_string(),
+        "--test-net-arg=--nameserver".to_string(),
+        format!("--test-net-arg={}", dns.addr),
+        "--test-net-arg=--test-public-addr".to_string(),
+        "--test-net-arg=127.0.0.2".to_string(),
+        format!("--test-proxy-port={}", server.port()),
+        "--test-no-sni-check".to_string(),
+    ];
+    Net {
+        server,
+        _dns: dns,
+        data: DataDir::new(),
+        args,
     }
 }
 
-fn serve_client(mut c: TcpStream, upstream: std::net::SocketAddr, seen: Arc<Mutex<Vec<String>>>) {
-    let head = read_head(&mut c).unwrap_or_default();
-    let target = head
-        .lines()
-        .next()
-        .and_then(|l| l.strip_prefix("CONNECT "))
-        .and_then(|l| l.split(' ').next())
-        .unwrap_or("-")
-        .to_string();
-    let auth = format!("Basic {}", base64(format!("gatehouse:{TOKEN}").as_bytes()));
-    let authorized = head
-        .lines()
-        .any(|l| l.to_ascii_lowercase().starts_with("proxy-authorization:") && l.ends_with(&auth));
-    let status = if !authorized {
-        407
-    } else if target != format!("{ALLOWED}:443") {
-        403
-    } else {
-        200
-    };
-    seen.lock().unwrap().push(format!("{target} {status}"));
-    if status != 200 {
-        let _ = c.write_all(
-            format!("HTTP/1.1 {status} Refused\r\nContent-Length: 0\r\n\r\n").as_bytes(),
+impl Net {
+    /// `host:port` of the test server under `name`.
+    fn at(&self, name: &str) -> String {
+        format!("{name}:{}", self.server.port())
+    }
+
+    /// `(outcome, target)` of the broker's egress rows, oldest first.
+    fn egress_rows(&self) -> Vec<(String, String)> {
+        let out = Command::new(bin("gatehouse"))
+            .arg("--data-dir")
+            .arg(self.data.path())
+            .args(["--json", "audit", "tail", "-n", "1000"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
         );
-        return;
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|r| r["kind"] == "egress")
+            .map(|r| {
+                (
+                    r["outcome"].as_str().unwrap().to_string(),
+                    r["target"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
     }
-    let up = TcpStream::connect(upstream).unwrap();
-    let _ = c.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n");
-    let (mut a, mut b) = (c.try_clone().unwrap(), up.try_clone().unwrap());
-    let t = std::thread::spawn(move || {
-        let _ = std::io::copy(&mut a, &mut b);
-        let _ = b.shutdown(std::net::Shutdown::Write);
-    });
-    let (mut c2, mut up2) = (c, up);
-    let _ = std::io::copy(&mut up2, &mut c2);
-    let _ = c2.shutdown(std::net::Shutdown::Write);
-    let _ = t.join();
 }
 
-fn sandbox(work: &Path, proxy: Option<&Proxy>, argv: &[&str]) -> Output {
-    let data = tempfile::tempdir().unwrap();
+/// `gatehouse sandbox` in `work`: without network, or with the proxy of `net`.
+fn sandbox(work: &Path, net: Option<&Net>, argv: &[&str]) -> Output {
+    let own = DataDir::new();
     let mut c = Command::new(bin("gatehouse"));
     c.arg("--data-dir")
-        .arg(data.path())
+        .arg(net.map_or(own.path(), |n| n.data.path()))
         .arg("sandbox")
         .arg("--allow-read")
         .arg(gatehouse_tests::exec_probe());
-    if let Some(p) = proxy {
-        c.arg("--test-proxy-socket").arg(&p.socket);
+    if let Some(n) = net {
+        c.args(&n.args);
     }
     c.arg("--")
         .args(argv)
@@ -185,20 +138,24 @@ fn line(o: &Output) -> String {
 
 #[test]
 fn curl_reaches_an_allowed_name_through_the_proxy_and_gets_403_for_another() {
-    let server = http_server("127.0.0.1");
+    let n = net();
     // Positive control: curl works, and reaches the server directly from outside.
     let direct = Command::new("curl")
-        .args(["-sS", &format!("http://{server}/hello")])
+        .args(["-sS", &format!("http://{}/hello", n.server)])
         .output()
         .expect("curl is installed");
     assert_eq!(String::from_utf8_lossy(&direct.stdout), "hello");
 
-    let px = proxy(server);
     let work = gatehouse_tests::sandbox_owned_dir("gh-net-work-");
     let out = sandbox(
         work.path(),
-        Some(&px),
-        &["curl", "-sS", "-p", &format!("http://{ALLOWED}:443/hello")],
+        Some(&n),
+        &[
+            "curl",
+            "-sS",
+            "-p",
+            &format!("http://{}/hello", n.at(ALLOWED)),
+        ],
     );
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
@@ -206,10 +163,16 @@ fn curl_reaches_an_allowed_name_through_the_proxy_and_gets_403_for_another() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    assert_eq!(out.status.code(), Some(0));
     let out = sandbox(
         work.path(),
-        Some(&px),
-        &["curl", "-sS", "-p", "http://denied.test:443/"],
+        Some(&n),
+        &[
+            "curl",
+            "-sS",
+            "-p",
+            &format!("http://{}/", n.at("denied.test")),
+        ],
     );
     assert_eq!(out.status.code(), Some(56), "curl: tunnel failed");
     assert!(
@@ -217,24 +180,38 @@ fn curl_reaches_an_allowed_name_through_the_proxy_and_gets_403_for_another() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let seen = px.seen.lock().unwrap().clone();
+    // Both connections are in the broker's audit log, in order, each once.
     assert_eq!(
-        seen,
+        n.egress_rows(),
         vec![
-            format!("{ALLOWED}:443 200"),
-            "denied.test:443 403".to_string()
+            ("tunnelled".to_string(), n.at(ALLOWED)),
+            ("refused (403)".to_string(), n.at("denied.test")),
         ]
     );
 }
 
 #[test]
 fn with_the_proxy_the_variables_point_at_the_bridge_and_nothing_else_is_reachable() {
-    let server = http_server("127.0.0.1");
-    let px = proxy(server);
+    let n = net();
+    let server = n.server;
     let work = gatehouse_tests::sandbox_owned_dir("gh-net-work-");
     let p = gatehouse_tests::exec_probe();
     let p = p.to_str().unwrap();
-    let url = format!("ok http://gatehouse:{TOKEN}@127.0.0.1:3128");
+    // Every proxy variable names the bridge with the command's own proxy token (a fresh one
+    // per command: 32 hex digits as the password).
+    let token_of = |v: &str| -> String {
+        let l = line(&sandbox(work.path(), Some(&n), &[p, "env", v]));
+        let token = l
+            .strip_prefix("ok http://gatehouse:")
+            .and_then(|r| r.strip_suffix("@127.0.0.1:3128"))
+            .unwrap_or_else(|| panic!("{v}: {l}"));
+        assert!(
+            token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{v}: {l}"
+        );
+        token.to_string()
+    };
+    let mut tokens = Vec::new();
     for v in [
         "HTTPS_PROXY",
         "HTTP_PROXY",
@@ -243,19 +220,18 @@ fn with_the_proxy_the_variables_point_at_the_bridge_and_nothing_else_is_reachabl
         "http_proxy",
         "all_proxy",
     ] {
-        assert_eq!(
-            line(&sandbox(work.path(), Some(&px), &[p, "env", v])),
-            url,
-            "{v}"
-        );
+        tokens.push(token_of(v));
     }
+    tokens.sort();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 6, "each command has a token of its own");
     // Positive control: the host's loopback server accepts connections from outside.
     assert!(TcpStream::connect(server).is_ok());
     // Inside, inet sockets exist now, but loopback is the sandbox's own and there is no route.
     assert_eq!(
         line(&sandbox(
             work.path(),
-            Some(&px),
+            Some(&n),
             &[p, "connect-tcp", &server.to_string()]
         )),
         "errno ECONNREFUSED"
@@ -263,31 +239,28 @@ fn with_the_proxy_the_variables_point_at_the_bridge_and_nothing_else_is_reachabl
     assert_eq!(
         line(&sandbox(
             work.path(),
-            Some(&px),
+            Some(&n),
             &[p, "connect-tcp", "192.0.2.1:443"]
         )),
         "errno ENETUNREACH"
     );
     assert_eq!(
-        line(&sandbox(
-            work.path(),
-            Some(&px),
-            &[p, "udp", "192.0.2.1:53"]
-        )),
+        line(&sandbox(work.path(), Some(&n), &[p, "udp", "192.0.2.1:53"])),
         "errno ENETUNREACH"
     );
     assert_eq!(
-        line(&sandbox(work.path(), Some(&px), &[p, "raw-socket"])),
+        line(&sandbox(work.path(), Some(&n), &[p, "raw-socket"])),
         "errno EPERM"
     );
     assert_eq!(
-        line(&sandbox(work.path(), Some(&px), &[p, "packet-socket"])),
+        line(&sandbox(work.path(), Some(&n), &[p, "packet-socket"])),
         "errno EAFNOSUPPORT"
     );
-    // The bridge is reachable: a raw CONNECT without the token gets the proxy's 407.
+    // The bridge is reachable: a raw CONNECT without the token gets the proxy's 407, and
+    // the refusal is in the audit log.
     let out = sandbox(
         work.path(),
-        Some(&px),
+        Some(&n),
         &[
             "curl",
             "-sS",
@@ -296,11 +269,19 @@ fn with_the_proxy_the_variables_point_at_the_bridge_and_nothing_else_is_reachabl
             "",
             "-x",
             "http://127.0.0.1:3128",
-            &format!("http://{ALLOWED}:443/"),
+            &format!("http://{}/", n.at(ALLOWED)),
         ],
     );
     assert_eq!(out.status.code(), Some(56));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("response 407"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("response 407"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        n.egress_rows(),
+        vec![("refused (407)".to_string(), n.at(ALLOWED))]
+    );
 }
 
 #[test]
@@ -339,7 +320,7 @@ fn without_the_proxy_there_is_no_network_at_all() {
 #[test]
 fn a_bad_allow_domain_is_refused_with_the_proxys_reason() {
     let work = gatehouse_tests::sandbox_owned_dir("gh-net-work-");
-    let data = tempfile::tempdir().unwrap();
+    let data = DataDir::new();
     let out = Command::new(bin("gatehouse"))
         .arg("--data-dir")
         .arg(data.path())
@@ -368,7 +349,7 @@ fn allow_domain_uses_the_net_helper_proxy_with_its_test_address_policy() {
     let dns = LoopbackDns::start(&[ALLOWED], "127.0.0.2".parse().unwrap());
     let port = server.port().to_string();
     let work = gatehouse_tests::sandbox_owned_dir("gh-net-work-");
-    let data = tempfile::tempdir().unwrap();
+    let data = DataDir::new();
     let run = |url: String| {
         Command::new(bin("gatehouse"))
             .arg("--data-dir")

@@ -21,6 +21,9 @@ use std::time::{Duration, Instant};
 
 /// The tool name the broker's rows carry for a command the human launched.
 const TOOL: &str = "gatehouse sandbox";
+/// The net-helper's refusal of a proxy session for a host that is not one.
+const BAD_DOMAIN: &str =
+    "--allow-domain: allowlist entry \"bad domain!\": not a host (invalid international domain name)";
 
 fn launch(argv: &[&str], cwd: &Path, grants: Vec<PathGrant>, work_root: bool) -> CommandLaunch {
     CommandLaunch {
@@ -398,17 +401,13 @@ fn what_is_not_granted_or_not_served_is_refused_before_anything_starts() {
         "is not resolved",
         NotStarted::Refused,
     );
-    // Network: not served through the broker yet, and said so.
+    // Network: a host the net-helper's proxy cannot take refuses the command before its
+    // sandbox exists (the proxy session opens first).
     let net_probe = probe("from-network");
     let net = ["/bin/sh", "-c", net_probe.as_str()];
     let mut with_domain = launch(&net, &work, vec![rw(&work)], false);
-    with_domain.domains = vec!["example.com".into()];
-    assert_refused(
-        &mut ui,
-        with_domain,
-        "--allow-domain is not served through the broker yet",
-        NotStarted::Refused,
-    );
+    with_domain.domains = vec!["example.com".into(), "bad domain!".into()];
+    assert_refused(&mut ui, with_domain, BAD_DOMAIN, NotStarted::Refused);
     // Limits beyond their ceilings, and an empty argv.
     let mut long = launch(&net, &work, vec![rw(&work)], false);
     long.limits.timeout_ms = 600_001;
@@ -448,10 +447,7 @@ fn what_is_not_granted_or_not_served_is_refused_before_anything_starts() {
         assert!(!has_row(&rows, "started", argv), "{argv:?}: {rows:#?}");
     }
     let row = row_for(&rows, "refused", &net).unwrap();
-    assert_eq!(
-        row["detail"],
-        "--allow-domain is not served through the broker yet"
-    );
+    assert_eq!(row["detail"], BAD_DOMAIN);
     assert!(has_row(&rows, "started", &ok));
 }
 

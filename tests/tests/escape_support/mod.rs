@@ -204,6 +204,10 @@ impl Ctx {
                     grants.push("--allow-read".into());
                     grants.push(work.path().display().to_string());
                 }
+                // `gatehouse sandbox` asks the broker of its data dir, which runs the command
+                // through its exec-helper: started here (as the CLI would start it), so that
+                // it stops with the case. The caller's environment is the CLI's, below.
+                let broker = start_broker(data.path(), &[]);
                 Ctx {
                     via,
                     work: work.path().to_path_buf(),
@@ -212,7 +216,7 @@ impl Ctx {
                     grants: RefCell::new(grants),
                     keep: RefCell::new(Vec::new()),
                     serial: RefCell::new(0),
-                    broker: None,
+                    broker: Some(broker),
                     inst: None,
                     _sandbox_dirs: Some((work, data)),
                     setup,
