@@ -257,6 +257,7 @@ fn spec(root: &Path, home: &Path, network: Network) -> SandboxSpec {
         state_home: None,
         network,
         limits: Limits::default(),
+        long_run: false,
         protect: vec![],
         allow_degraded: false,
     }

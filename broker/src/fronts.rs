@@ -5,6 +5,12 @@
 //! SO_PEERCRED: a peer of another uid is dropped before it can send anything. A peer that sends
 //! a malformed or oversized frame, or a message its role may not send, is killed (SIGKILL
 //! through a pidfd opened at accept) and disconnected; the broker goes on serving the others.
+//!
+//! A `gatehouse run` agent's gateway connections come another way: through its command's
+//! connector (`crate::launch`), from the socket inside its sandbox. The kernel vouches for
+//! where they come from (only that sandbox holds the connector), not for the uid (the agent
+//! runs as the sandbox's user); each must open its session with the run's token, which becomes
+//! a fresh session of the run's profile ([`serve_launched`]).
 
 use crate::Ctx;
 use ipc_schema::codec::{encode, MAX_FRAME};
@@ -52,7 +58,7 @@ pub async fn accept_loop(ctx: Rc<Ctx>, listener: UnixListener, role: Role) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                tokio::task::spawn_local(serve_front(ctx.clone(), stream, role));
+                tokio::task::spawn_local(serve_front(ctx.clone(), stream, role, None));
             }
             Err(e) => {
                 tracing::error!("accept on the {role} socket failed: {e}");
@@ -87,7 +93,31 @@ impl Peer {
     }
 }
 
-async fn serve_front(ctx: Rc<Ctx>, stream: UnixStream, role: Role) {
+/// Serves an agent's gateway connection that came through the connector of `run`'s command.
+pub fn serve_launched(
+    ctx: Rc<Ctx>,
+    stream: std::os::unix::net::UnixStream,
+    run: Rc<crate::launch::Run>,
+) {
+    let stream = match stream
+        .set_nonblocking(true)
+        .and_then(|()| UnixStream::from_std(stream))
+    {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("an agent's gateway connection: {e}");
+            return;
+        }
+    };
+    tokio::task::spawn_local(serve_front(ctx, stream, Role::Gateway, Some(run)));
+}
+
+async fn serve_front(
+    ctx: Rc<Ctx>,
+    stream: UnixStream,
+    role: Role,
+    run: Option<Rc<crate::launch::Run>>,
+) {
     let cred = match stream.peer_cred() {
         Ok(c) => c,
         Err(e) => {
@@ -96,7 +126,7 @@ async fn serve_front(ctx: Rc<Ctx>, stream: UnixStream, role: Role) {
         }
     };
     let me = nix::unistd::geteuid().as_raw();
-    if cred.uid() != me {
+    if cred.uid() != me && run.is_none() {
         tracing::warn!(
             "refused a {role} connection from uid {} (the broker serves uid {me} only)",
             cred.uid()
@@ -135,9 +165,10 @@ async fn serve_front(ctx: Rc<Ctx>, stream: UnixStream, role: Role) {
     // OpenSession or a DescribeAgent once): anything else kills the peer.
     let table = Channel::to_broker(role).table();
     let mut route = RouteState::default();
+    let mut first = true;
 
     loop {
-        let env = match rd.next().await {
+        let mut env = match rd.next().await {
             Ok(Some(env)) => env,
             Ok(None) => break,
             // A peer that closed with replies unread resets the connection: a disconnect,
@@ -161,6 +192,18 @@ async fn serve_front(ctx: Rc<Ctx>, stream: UnixStream, role: Role) {
             });
             break;
         }
+        if let (Some(run), true) = (&run, first) {
+            // The run's token opens a fresh session of the run's profile; anything else is
+            // refused and the connection closed, as a wrong launch token is.
+            if let Err(why) = run.admit(&ctx, &mut env.body).await {
+                reply.send(
+                    env.id,
+                    Body::Error(ErrorReply::new(ErrorCode::Refused, why)),
+                );
+                break;
+            }
+        }
+        first = false;
         dispatch(&ctx, role, env, &reply, &conn);
     }
     match role {

@@ -24,11 +24,12 @@ use crate::tools::Conn;
 use crate::Ctx;
 use audit_store::chain::{AuditEvent, AuditKind};
 use ipc_schema::exec::{
-    CommandSpec, ExecReply, ExecRequest, GrantAccess, NetworkMode, PathGrant, RunEnd, RunId,
-    UserCommand, POLL_WAIT_MAX_MS,
+    AgentRun, CommandSpec, ExecReply, ExecRequest, GrantAccess, NetworkMode, PathGrant, RunEnd,
+    RunId, UserCommand, POLL_WAIT_MAX_MS,
 };
+use ipc_schema::tool::{ProfileName, SessionId, ToolCall};
 use ipc_schema::net::{NetReply, NetRequest, ProxyLimits, ProxySession};
-use ipc_schema::ui::{CommandLaunch, LaunchReply, NotStarted, UiReply};
+use ipc_schema::ui::{AgentLaunch, CommandLaunch, LaunchReply, NotStarted, UiReply};
 use ipc_schema::{Body, ErrorCode, ErrorReply, Role};
 use std::cell::{Cell, RefCell};
 use std::os::fd::OwnedFd;
@@ -39,8 +40,17 @@ use std::time::Duration;
 
 /// Who the audit rows name as the actor: the human, through the console's channel.
 const ACTOR: &str = "ui";
-/// The tool name on the rows, beside the agent's `run_command`.
+/// The tool name on the rows, beside the agent's `run_command`: a command, or an agent.
 const TOOL: &str = "gatehouse sandbox";
+const AGENT_TOOL: &str = "gatehouse run";
+
+fn tool_of(l: &CommandLaunch) -> &'static str {
+    if l.agent.is_some() {
+        AGENT_TOOL
+    } else {
+        TOOL
+    }
+}
 
 /// More hosts than any user types; a longer list is a forged request.
 const MAX_DOMAINS: usize = 256;
@@ -78,7 +88,7 @@ fn launch_reply(r: LaunchReply) -> Body {
 }
 
 /// `Err`: why the command is refused before anything runs.
-fn spec_of(l: &CommandLaunch) -> Result<CommandSpec, String> {
+fn spec_of(l: &CommandLaunch, agent: Option<&Run>) -> Result<CommandSpec, String> {
     if l.argv.is_empty() || l.argv[0].is_empty() {
         return Err("no command was given".into());
     }
@@ -131,6 +141,19 @@ fn spec_of(l: &CommandLaunch) -> Result<CommandSpec, String> {
         });
     }
     l.limits.check_with(l.long_run)?;
+    let agent = match (agent, &l.agent) {
+        (Some(run), Some(a)) => {
+            // The agent's HOME: read-write, granted here as the CLI made it.
+            if !grants.iter().any(|g| g.path == a.state_home) {
+                grants.push(PathGrant {
+                    path: a.state_home.clone(),
+                    access: GrantAccess::ReadWrite,
+                });
+            }
+            Some(run.agent_run(a))
+        }
+        _ => None,
+    };
     Ok(CommandSpec {
         argv: l.argv.clone(),
         cwd: l.cwd.clone(),
@@ -142,6 +165,7 @@ fn spec_of(l: &CommandLaunch) -> Result<CommandSpec, String> {
         user: Some(Box::new(UserCommand {
             pass_env: l.pass_env.clone(),
             long_run: l.long_run,
+            agent,
         })),
     })
 }
@@ -194,10 +218,10 @@ fn start_line(spec: &CommandSpec, passed: &[String], proxy: Option<&Proxy>) -> S
     line
 }
 
-fn refusal_row(argv: &[String], why: &str) {
+fn refusal_row(tool: &str, argv: &[String], why: &str) {
     crate::audit::record(
         AuditEvent::new(AuditKind::Refusal, ACTOR, "refused")
-            .tool(TOOL)
+            .tool(tool)
             .target(format!("{argv:?}"))
             .detail(why.to_string()),
     );
@@ -214,21 +238,30 @@ pub fn command(
     let refuse = |reason: String, why: NotStarted| {
         reply.send(id, launch_reply(LaunchReply::Refused { reason, why }))
     };
+    let tool = tool_of(&launch);
     if running(conn).is_some() {
         let why = "this connection already runs a command";
-        refusal_row(&launch.argv, why);
+        refusal_row(tool, &launch.argv, why);
         return refuse(why.into(), NotStarted::Refused);
     }
-    let spec = match spec_of(&launch) {
+    let agent = match launch.agent.as_ref().map(|a| Run::new(ctx, &launch, a)) {
+        None => None,
+        Some(Ok(r)) => Some(Rc::new(r)),
+        Some(Err(why)) => {
+            refusal_row(tool, &launch.argv, &why);
+            return refuse(why, NotStarted::Refused);
+        }
+    };
+    let spec = match spec_of(&launch, agent.as_deref()) {
         Ok(s) => s,
         Err(why) => {
-            refusal_row(&launch.argv, &why);
+            refusal_row(tool, &launch.argv, &why);
             return refuse(why, NotStarted::Refused);
         }
     };
     let Some(slot) = ctx.helpers.slot(Role::Exec).cloned() else {
         let why = "there is no exec-helper";
-        refusal_row(&launch.argv, why);
+        refusal_row(tool, &launch.argv, why);
         return refuse(why.into(), NotStarted::Refused);
     };
     let passed: Vec<String> = launch.pass_env.iter().map(|(k, _)| k.clone()).collect();
@@ -241,7 +274,7 @@ pub fn command(
         let argv = spec.argv.clone();
         let refused = |reason: String| {
             set_running(&conn, None);
-            refusal_row(&argv, &reason);
+            refusal_row(tool, &argv, &reason);
             reply.send(
                 id,
                 launch_reply(LaunchReply::Refused {
@@ -252,17 +285,29 @@ pub fn command(
         };
         // The proxy first: a bad --allow-domain refuses the command before anything runs.
         let mut proxy = None;
-        let mut connector = None;
         if !domains.is_empty() {
-            match Proxy::open(&ctx, domains).await {
-                Ok((p, sandbox_end, ours)) => {
+            let kind = if agent.is_some() { "run" } else { "sandbox" };
+            match Proxy::open(&ctx, kind, domains).await {
+                Ok(p) => {
                     spec.network = NetworkMode::Proxy {
                         token: p.token.clone(),
                     };
-                    connector = Some((sandbox_end, ours));
                     proxy = Some(p);
                 }
                 Err(why) => return refused(why),
+            }
+        }
+        // The connector: the sandbox's end goes with the Start, ours is read by `relay`.
+        let mut connector = None;
+        if spec.needs_connector() {
+            match std::os::unix::net::UnixStream::pair() {
+                Ok((ours, theirs)) => connector = Some((OwnedFd::from(theirs), OwnedFd::from(ours))),
+                Err(e) => {
+                    if let Some(p) = &proxy {
+                        p.close().await;
+                    }
+                    return refused(format!("the command's connector: {e}"));
+                }
             }
         }
         let line = start_line(&spec, &passed, proxy.as_ref());
@@ -286,7 +331,7 @@ pub fn command(
                 if let Some(p) = &proxy {
                     p.close().await;
                 }
-                refusal_row(&argv, &reason);
+                refusal_row(tool, &argv, &reason);
                 reply.send(id, launch_reply(LaunchReply::Refused { reason, why }));
                 return;
             }
@@ -294,19 +339,19 @@ pub fn command(
         set_running(&conn, Some(run));
         // The proxy's connections, relayed until the sandbox (the connector's other holder) is
         // gone; each one's end is a row and a reply.
-        let relay = match (&proxy, ours) {
-            (Some(p), Some(ours)) => Some(tokio::task::spawn_local(relay(
-                p.net.clone(),
+        let relay = ours.map(|ours| {
+            tokio::task::spawn_local(relay(
+                ctx.clone(),
                 ours,
-                p.session.clone(),
+                proxy.as_ref().map(|p| (p.net.clone(), p.session.clone())),
+                agent.clone(),
                 reply.clone(),
                 id,
-            ))),
-            _ => None,
-        };
+            ))
+        });
         crate::audit::record(
             AuditEvent::new(AuditKind::Execution, ACTOR, "started")
-                .tool(TOOL)
+                .tool(tool)
                 .target(format!("{argv:?}"))
                 .detail(format!("{run}: {line}; as uid {}", sandbox.uid)),
         );
@@ -364,11 +409,17 @@ pub fn command(
         if let Some(p) = &proxy {
             p.close().await;
         }
+        // The agent is gone: the sessions it opened end with it.
+        if let Some(agent) = &agent {
+            for session in agent.sessions.take() {
+                crate::ui_api::launch_end(&ctx, session, "run ended").await;
+            }
+        }
         match end {
             Ok(end) => {
                 crate::audit::record(
                     AuditEvent::new(AuditKind::Execution, ACTOR, "ended")
-                        .tool(TOOL)
+                        .tool(tool)
                         .target(format!("{argv:?}"))
                         .detail(format!(
                             "{run}: {}; {} ms; output dropped {} + {} bytes; {} set aside",
@@ -384,7 +435,7 @@ pub fn command(
             Err(why) => {
                 crate::audit::record(
                     AuditEvent::new(AuditKind::Execution, ACTOR, "uncertain")
-                        .tool(TOOL)
+                        .tool(tool)
                         .target(format!("{argv:?}"))
                         .detail(why.clone()),
                 );
@@ -406,8 +457,9 @@ struct Proxy {
 }
 
 impl Proxy {
-    /// Opens the session and makes the connector: (the proxy, the sandbox's end, ours).
-    async fn open(ctx: &Ctx, domains: Vec<String>) -> Result<(Proxy, OwnedFd, OwnedFd), String> {
+    /// Opens the session on the net-helper.
+    /// `kind` names the session in the rows: `sandbox-N` for a command, `run-N` for an agent.
+    async fn open(ctx: &Ctx, kind: &str, domains: Vec<String>) -> Result<Proxy, String> {
         let Some(net) = ctx.helpers.slot(Role::Net).cloned() else {
             return Err("there is no net-helper for the egress proxy".into());
         };
@@ -417,7 +469,7 @@ impl Proxy {
         });
         let proxy = Proxy {
             net,
-            session: format!("sandbox-{n}"),
+            session: format!("{kind}-{n}"),
             token: hex::encode(rand::random::<[u8; 16]>()),
             domains,
         };
@@ -443,14 +495,7 @@ impl Proxy {
             }
             Err(e) => return Err(format!("the egress proxy: {e}")),
         }
-        let (ours, theirs) = match std::os::unix::net::UnixStream::pair() {
-            Ok(p) => p,
-            Err(e) => {
-                proxy.close().await;
-                return Err(format!("the proxy's connector: {e}"));
-            }
-        };
-        Ok((proxy, OwnedFd::from(theirs), OwnedFd::from(ours)))
+        Ok(proxy)
     }
 
     /// Ends the session: tunnels still open are closed, later connections refused.
@@ -462,18 +507,22 @@ impl Proxy {
     }
 }
 
-/// Reads the broker's end of the connector: each descriptor the sandbox's bridge passes (one
-/// byte and one client connection each) goes to the net-helper as a `ProxyConnection`; each
-/// answer (the connection's end) becomes an audit row and a `LaunchReply::Egress`. Returns
-/// once the sandbox is gone and every handed-over connection has its record, or
-/// [`EGRESS_DRAIN`] after the sandbox went.
+/// Reads the broker's end of the connector: each descriptor the sandbox passes out comes with
+/// one byte naming its listener. A proxy client (`CONNECTOR_PROXY`) goes to the net-helper as a
+/// `ProxyConnection`, whose answer (the connection's end) becomes an audit row and a
+/// `LaunchReply::Egress`; an agent's gateway connection (`CONNECTOR_GATEWAY`) is served as a
+/// gateway front bound to the run. Anything else is closed. Returns once the sandbox is gone
+/// and every handed-over proxy connection has its record, or [`EGRESS_DRAIN`] after the sandbox
+/// went.
 async fn relay(
-    net: Arc<crate::helpers::HelperSlot>,
+    ctx: Rc<Ctx>,
     connector: OwnedFd,
-    session: String,
+    proxy: Option<(Arc<crate::helpers::HelperSlot>, String)>,
+    agent: Option<Rc<Run>>,
     reply: Replier,
     id: u64,
 ) {
+    use ipc_schema::exec::{CONNECTOR_GATEWAY, CONNECTOR_PROXY};
     use std::collections::VecDeque;
     let sock = std::os::unix::net::UnixStream::from(connector);
     let sock = match sock
@@ -482,45 +531,64 @@ async fn relay(
     {
         Ok(s) => s,
         Err(e) => {
-            tracing::error!("the proxy's connector: {e}");
+            tracing::error!("the command's connector: {e}");
             return;
         }
     };
     let mut handed = tokio::task::JoinSet::new();
     let mut fds = VecDeque::new();
     loop {
-        let mut b = [0u8; 16];
+        // One byte per read: each byte names the descriptor that came with it.
+        let mut b = [0u8; 1];
         let got = sock
             .async_io(tokio::io::Interest::READABLE, || {
                 ipc_schema::fdpass::recv_with_fds(&sock, &mut b, &mut fds)
             })
             .await;
-        while let Some(fd) = fds.pop_front() {
-            let (net, session, reply) = (net.clone(), session.clone(), reply.clone());
-            handed.spawn_local(async move {
-                let req = Body::Net(NetRequest::ProxyConnection {
-                    session: session.clone(),
-                });
-                match net.call_with_fd(req, fd).await {
-                    Ok(Body::NetReply(NetReply::ProxyDone(record))) => {
-                        crate::ui_api::egress_row(None, &record);
-                        reply.send(id, launch_reply(LaunchReply::Egress(record)));
-                    }
-                    Ok(Body::Error(e)) => {
-                        tracing::warn!(%session, "egress proxy: {}", e.message)
-                    }
-                    Ok(other) => tracing::warn!(
-                        %session,
-                        "the net-helper answered a proxy connection with {:?}",
-                        other.kind()
-                    ),
-                    Err(e) => tracing::warn!(%session, "egress proxy: {e}"),
-                }
-            });
-        }
-        match got {
+        let n = match got {
             Ok(0) | Err(_) => break,
-            Ok(_) => {}
+            Ok(n) => n,
+        };
+        let fd = fds.pop_front();
+        // A byte without its descriptor, or more than one descriptor: not what a sandbox's
+        // bridge sends; whatever came is closed.
+        let Some(fd) = fd.filter(|_| n == 1 && fds.is_empty()) else {
+            tracing::warn!("the command's connector sent a byte without one descriptor");
+            fds.clear();
+            continue;
+        };
+        match (b[0], &proxy, &agent) {
+            (CONNECTOR_PROXY, Some((net, session)), _) => {
+                let (net, session, reply) = (net.clone(), session.clone(), reply.clone());
+                let under = agent.as_ref().and_then(|a| a.sessions.borrow().first().cloned());
+                handed.spawn_local(async move {
+                    let req = Body::Net(NetRequest::ProxyConnection {
+                        session: session.clone(),
+                    });
+                    match net.call_with_fd(req, fd).await {
+                        Ok(Body::NetReply(NetReply::ProxyDone(record))) => {
+                            crate::ui_api::egress_row(under, &record);
+                            reply.send(id, launch_reply(LaunchReply::Egress(record)));
+                        }
+                        Ok(Body::Error(e)) => {
+                            tracing::warn!(%session, "egress proxy: {}", e.message)
+                        }
+                        Ok(other) => tracing::warn!(
+                            %session,
+                            "the net-helper answered a proxy connection with {:?}",
+                            other.kind()
+                        ),
+                        Err(e) => tracing::warn!(%session, "egress proxy: {e}"),
+                    }
+                });
+            }
+            (CONNECTOR_GATEWAY, _, Some(agent)) => {
+                let stream = std::os::unix::net::UnixStream::from(fd);
+                crate::fronts::serve_launched(ctx.clone(), stream, agent.clone());
+            }
+            (other, _, _) => {
+                tracing::warn!("the command's connector named listener {other:#04x}, which it does not have");
+            }
         }
     }
     let drained = tokio::time::timeout(EGRESS_DRAIN, async {
@@ -528,8 +596,108 @@ async fn relay(
     })
     .await;
     if drained.is_err() {
-        tracing::warn!(%session, "{} proxy connections still open after the command ended; closing them", handed.len());
+        tracing::warn!(
+            "{} proxy connections still open after the command ended; closing them",
+            handed.len()
+        );
     }
+}
+
+/// `gatehouse run`'s side of a command: the run's token (in the agent's sandbox only) and the
+/// sessions its agent opened with it, each a fresh session of the run's profile.
+pub struct Run {
+    token: String,
+    profile: ProfileName,
+    /// The names of the variables passed by name (the session rows list them).
+    passed_env: Vec<String>,
+    sessions: RefCell<Vec<SessionId>>,
+}
+
+impl Run {
+    /// Checks the agent's side of `l`: a long run, a known profile, a state directory of its
+    /// own in gatehouse's agent-state directory.
+    fn new(ctx: &Ctx, l: &CommandLaunch, a: &AgentLaunch) -> Result<Run, String> {
+        if !l.long_run {
+            return Err("an agent launch must be a long run".into());
+        }
+        let profile = a
+            .profile
+            .clone()
+            .unwrap_or_else(ProfileName::default_profile);
+        if let Ok(all) = &ctx.gate.policy.borrow().current {
+            if all.get(&profile).is_none() {
+                return Err(policy::unknown_profile(&profile, all));
+            }
+        }
+        let agents = ctx.dirs.agents();
+        if a.state_home.parent() != Some(agents.as_path()) || climbs(&a.state_home) {
+            return Err(format!(
+                "the agent's state directory {} is not one of {}",
+                a.state_home.display(),
+                agents.display()
+            ));
+        }
+        Ok(Run {
+            token: hex::encode(rand::random::<[u8; 32]>()),
+            profile,
+            passed_env: l.pass_env.iter().map(|(k, _)| k.clone()).collect(),
+            sessions: RefCell::new(Vec::new()),
+        })
+    }
+
+    /// What the agent's sandbox gets: the token and MCP config in its `/tmp`, the variables
+    /// that name them, the gateway socket.
+    fn agent_run(&self, a: &AgentLaunch) -> AgentRun {
+        use ipc_schema::exec::{AGENT_GATEWAY_SOCKET, AGENT_MCP_CONFIG, AGENT_TOKEN_FILE};
+        AgentRun {
+            state_home: a.state_home.clone(),
+            tmp_files: vec![
+                (AGENT_TOKEN_FILE.into(), self.token.clone()),
+                (AGENT_MCP_CONFIG.into(), a.mcp_config.clone()),
+            ],
+            vars: vec![
+                (
+                    gatehouse_client::SOCKET_ENV.into(),
+                    AGENT_GATEWAY_SOCKET.into(),
+                ),
+                (gatehouse_client::TOKEN_ENV.into(), self.token.clone()),
+                (
+                    gatehouse_client::MCP_CONFIG_ENV.into(),
+                    AGENT_MCP_CONFIG.into(),
+                ),
+            ],
+            gateway_socket: AGENT_GATEWAY_SOCKET.into(),
+        }
+    }
+
+    /// The first frame of an agent's gateway connection: an `OpenSession` with the run's token,
+    /// which becomes the one-use token of a fresh session of the run's profile (its row names
+    /// the variables passed by name). `Err`: why the connection is refused.
+    pub async fn admit(&self, ctx: &Rc<Ctx>, body: &mut Body) -> Result<(), String> {
+        let Body::ToolCall(ToolCall::OpenSession {
+            resume: Some(t), ..
+        }) = body
+        else {
+            return Err("gatehouse run: the gateway must first open a session with the run's token (gatehouse mcp --token-file, as in the MCP config gatehouse run wrote)".into());
+        };
+        if !subtle_eq(t.0.as_bytes(), self.token.as_bytes()) {
+            return Err("gatehouse run: that is not this run's token".into());
+        }
+        match crate::ui_api::launch_open(ctx, Some(self.profile.clone()), &self.passed_env).await {
+            Body::UiReply(UiReply::Launch(LaunchReply::Opened { session, token, .. })) => {
+                self.sessions.borrow_mut().push(session);
+                *t = token;
+                Ok(())
+            }
+            Body::Error(e) => Err(format!("gatehouse run: {}", e.message)),
+            other => Err(format!("gatehouse run: {:?}", other.kind())),
+        }
+    }
+}
+
+/// Compares two byte strings in time independent of where they differ.
+fn subtle_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// The exec-helper's refusal, and whether it was "not found" (the CLI exits 127 for that).

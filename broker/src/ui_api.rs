@@ -232,7 +232,6 @@ pub fn handle(
     }
 }
 
-/// One connection through a run's egress proxy, as the audit log keeps it.
 /// One connection through an egress proxy ended: its audit row (under the agent session of a
 /// `gatehouse run`, or none for a `gatehouse sandbox` command, whose proxy session the line
 /// names).
@@ -254,7 +253,8 @@ pub(crate) fn egress_row(session: Option<SessionId>, record: &ipc_schema::net::E
 
 /// `gatehouse run`: a fresh session of `profile` and its one-use launch token, stored (hashed)
 /// like any resumable session, so the agent's gateway carries it on with `OpenSession`.
-async fn launch_open(ctx: &Rc<Ctx>, profile: Option<ProfileName>, passed_env: &[String]) -> Body {
+pub(crate) async fn launch_open(
+    ctx: &Rc<Ctx>, profile: Option<ProfileName>, passed_env: &[String]) -> Body {
     let profile = profile.unwrap_or_else(ProfileName::default_profile);
     let is_name = |n: &String| {
         (1..=128).contains(&n.len())
@@ -284,8 +284,6 @@ async fn launch_open(ctx: &Rc<Ctx>, profile: Option<ProfileName>, passed_env: &[
     }
 }
 
-/// `gatehouse run` ended: its session's token is revoked (if its gateway has not already done
-/// so by disconnecting), with an audit row either way.
 /// A ui connection ended: the sessions `gatehouse run` opened through it and did not end (it
 /// was killed) have their tokens revoked now.
 pub fn connection_closed(ctx: &Rc<Ctx>, conn: &Rc<crate::tools::Conn>) {
@@ -298,7 +296,9 @@ pub fn connection_closed(ctx: &Rc<Ctx>, conn: &Rc<crate::tools::Conn>) {
     }
 }
 
-async fn launch_end(ctx: &Rc<Ctx>, session: SessionId, why: &'static str) -> Body {
+/// `gatehouse run` ended: its session's token is revoked (if its gateway has not already done
+/// so by disconnecting), with an audit row either way.
+pub(crate) async fn launch_end(ctx: &Rc<Ctx>, session: SessionId, why: &'static str) -> Body {
     let had = ctx.gate.sessions.borrow().is_revoked(&session);
     ctx.gate.sessions.borrow_mut().revoke(&session);
     let sid = session.0.clone();

@@ -100,7 +100,7 @@ pub struct ProxyArgs {
 impl ProxyArgs {
     /// The arguments a broker started for this command gets (test builds: the net-helper's
     /// test name server and address policy, the proxy's test port and SNI setting).
-    fn broker_args(&self) -> Vec<String> {
+    pub(crate) fn broker_args(&self) -> Vec<String> {
         #[allow(unused_mut)]
         let mut out: Vec<String> = Vec::new();
         #[cfg(feature = "test-hooks")]
@@ -289,17 +289,51 @@ fn run_inner(g: &Global, args: SandboxArgs) -> Result<ExitCode, Stop> {
         limits,
         hide: Default::default(),
         long_run: false,
+        agent: None,
     };
 
     let mut broker_args = args.proxy.broker_args();
     if args.allow_degraded {
         broker_args.push("--allow-degraded".into());
     }
+    let how = Relay {
+        who: WHO,
+        json: g.json,
+        raw_output: args.raw_output,
+        say_passed: true,
+    };
+    let outcome = launch_in_broker(g, launch, &broker_args, &passed, how)?;
+    Ok(report(WHO, outcome, &limits, g.json))
+}
+
+/// How [`launch_in_broker`] shows what comes back.
+pub(crate) struct Relay {
+    /// The command its messages are printed under.
+    pub who: &'static str,
+    pub json: bool,
+    pub raw_output: bool,
+    /// Say on stderr which secret-looking variables pass by name (`gatehouse run` says it
+    /// itself, with the rest of its set-up).
+    pub say_passed: bool,
+}
+
+/// Sends `launch` on the console's channel (starting the broker with `broker_args` when none
+/// runs) and relays what comes back until the command's end: its output as it comes (escaped on
+/// a terminal unless `raw_output`, or kept for `--json`), each egress refusal on stderr, the
+/// refusal or the end. SIGINT, SIGTERM and SIGHUP ask the broker to stop the command.
+pub(crate) fn launch_in_broker(
+    g: &Global,
+    launch: CommandLaunch,
+    broker_args: &[String],
+    passed: &[(String, String)],
+    how: Relay,
+) -> Result<Outcome, Stop> {
+    let who = how.who;
     let mut client = gatehouse_client::Client::connect_or_start(
         g.data_dir.as_deref(),
         &g.dirs,
         &g.dirs.ui_socket(),
-        &broker_args,
+        broker_args,
     )
     .map_err(refused)?;
     let request = Body::Ui(UiRequest::Launch(LaunchRequest::Command(Box::new(launch))));
@@ -307,10 +341,10 @@ fn run_inner(g: &Global, args: SandboxArgs) -> Result<ExitCode, Stop> {
     let interrupted = Arc::new(AtomicI32::new(0));
     watch_stop_signals(&client, interrupted.clone())?;
 
-    let output = if g.json {
+    let output = if how.json {
         Output::Capture
     } else {
-        Output::relay(args.raw_output)
+        Output::relay(how.raw_output)
     };
     let mut captured: [Vec<u8>; 2] = [Vec::new(), Vec::new()];
     let mut escapers: [Option<ipc_schema::inert::StreamEscaper>; 2] = match output {
@@ -338,11 +372,12 @@ fn run_inner(g: &Global, args: SandboxArgs) -> Result<ExitCode, Stop> {
         match reply {
             LaunchReply::CommandStarted { sandbox: report } => {
                 for d in &report.degraded {
-                    eprintln!("{WHO}: degraded: {d}");
+                    eprintln!("{who}: degraded: {d}");
                 }
-                if !g.json {
-                    say_env(WHO, &report.env_dropped, &passed, true);
+                if !how.json {
+                    say_env(who, &report.env_dropped, passed, how.say_passed);
                 }
+                let _ = std::io::stderr().flush();
                 sandbox = Some(report);
             }
             LaunchReply::Output { stdout, stderr } => {
@@ -355,10 +390,7 @@ fn run_inner(g: &Global, args: SandboxArgs) -> Result<ExitCode, Stop> {
             }
             LaunchReply::Egress(record) => {
                 if !matches!(record.verdict, EgressVerdict::Tunnelled { .. }) {
-                    eprintln!(
-                        "{WHO}: {}",
-                        ipc_schema::inert::escaped(&record.audit_line())
-                    );
+                    eprintln!("{who}: {}", ipc_schema::inert::escaped(&record.audit_line()));
                 }
             }
             LaunchReply::Refused { reason, why } => {
@@ -387,15 +419,14 @@ fn run_inner(g: &Global, args: SandboxArgs) -> Result<ExitCode, Stop> {
     let sandbox = sandbox.ok_or_else(|| refused("the broker sent the end before the start"))?;
     let [stdout, stderr] = captured;
     let signal = interrupted.load(Ordering::SeqCst);
-    let outcome = Outcome {
+    Ok(Outcome {
         end,
         interrupted: (signal != 0).then_some(signal),
         stdout,
         stderr,
         sandbox: *sandbox,
-        passed: passed.into_iter().map(|(k, _)| k).collect(),
-    };
-    Ok(report(WHO, outcome, &limits, g.json))
+        passed: passed.iter().map(|(k, _)| k.clone()).collect(),
+    })
 }
 
 /// SIGINT, SIGTERM and SIGHUP (blocked, read through a signalfd by a thread of their own) ask

@@ -74,13 +74,10 @@ enum Cmd {
     },
     /// List proposals waiting for a decision, and decide them (a console without the console).
     Approve(cmd_approve::ApproveArgs),
-    /// Run one command in the exec sandbox, standalone (no broker): `gatehouse sandbox [--allow-write P]... [--allow-read P]... [--allow-domain D]... [--timeout S] -- CMD ARGS`.
+    /// Run one command in the exec sandbox, through the broker's exec-helper (started when none runs), every record in its audit log: `gatehouse sandbox [--allow-write P]... [--allow-read P]... [--allow-domain D]... [--timeout S] -- CMD ARGS`.
     Sandbox(cmd_sandbox::SandboxArgs),
     /// An agent CLI inside the exec sandbox, with gatehouse as its only MCP server and the egress proxy as its only way out: `gatehouse run [--profile NAME] [--allow-domain D]... [--allow-read P]... -- AGENT ARGS`.
     Run(cmd_run::RunArgs),
-    /// Internal to a root `gatehouse run`: connects to the gateway socket on request.
-    #[command(hide = true)]
-    RunConnector,
     /// The MCP server for one agent session, over stdio (what an agent's MCP config launches):
     /// execs `gatehouse-mcp` with these arguments (`gatehouse mcp --help` lists them).
     #[command(disable_help_flag = true)]
@@ -165,7 +162,6 @@ fn main() -> ExitCode {
         Cmd::Approve(args) => cmd_approve::run(&g, args),
         Cmd::Sandbox(args) => cmd_sandbox::run(&g, args),
         Cmd::Run(args) => cmd_run::run(&g, args),
-        Cmd::RunConnector => cmd_run::connector(&g),
         Cmd::Mcp(p) => exec_sibling(&g, gatehouse_client::MCP_BIN, p.args),
         Cmd::Fetch(args) => cmd_fetch::run(&g, args),
         Cmd::Ui(args) => cmd_ui::run(&g, args),

@@ -26,6 +26,8 @@ pub const TOKEN_ENV: &str = "GATEHOUSE_SESSION_TOKEN";
 /// The variable `gatehouse run` names the gateway socket in (inside its sandbox, where the
 /// runtime directory is hidden): connect there and nowhere else, and never start a broker.
 pub const SOCKET_ENV: &str = "GATEHOUSE_GATEWAY_SOCKET";
+/// The variable `gatehouse run` names the agent's MCP config in (inside its sandbox).
+pub const MCP_CONFIG_ENV: &str = "GATEHOUSE_MCP_CONFIG";
 
 /// `name` in the directory of the running binary: gatehouse's binaries are installed (and
 /// built) side by side, and each finds the others there, never on `PATH`.

@@ -8,25 +8,37 @@ use std::os::fd::OwnedFd;
 use std::path::Path;
 
 /// Starts `spec` in a new sandbox. `connector` is the descriptor that came with the frame (the
-/// caller takes it only for [`NetworkMode::Proxy`]).
+/// caller takes it only when [`CommandSpec::needs_connector`]): the proxy bridge and an agent's
+/// gateway socket both pass their connections out through it.
 pub fn start(
     spec: CommandSpec,
     connector: Option<OwnedFd>,
     cfg: &Config,
 ) -> Result<Sandboxed, ErrorReply> {
-    let user = spec.user.map(|u| *u).unwrap_or_default();
-    spec.limits
-        .check_with(user.long_run)
-        .map_err(|e| ErrorReply::new(ErrorCode::Invalid, e))?;
-    let network = match (spec.network, connector) {
-        (NetworkMode::None, _) => Network::None,
-        (NetworkMode::Proxy { token }, Some(connector)) => Network::Proxy { connector, token },
-        (NetworkMode::Proxy { .. }, None) => {
-            return Err(ErrorReply::new(
-                ErrorCode::Invalid,
-                "a Start with the proxy network must carry the proxy connector (SCM_RIGHTS)",
+    let invalid = |why: String| ErrorReply::new(ErrorCode::Invalid, why);
+    let connector = match (spec.needs_connector(), connector) {
+        (false, _) => None,
+        (true, Some(c)) => Some(c),
+        (true, None) => {
+            return Err(invalid(
+                "a Start whose sandbox passes connections out must carry the connector (SCM_RIGHTS)"
+                    .into(),
             ))
         }
+    };
+    // Both bridges write to the same connector, each byte naming its listener.
+    let second = |c: &OwnedFd| {
+        c.try_clone()
+            .map_err(|e| invalid(format!("the connector: {e}")))
+    };
+    let user = spec.user.map(|u| *u).unwrap_or_default();
+    spec.limits.check_with(user.long_run).map_err(invalid)?;
+    let network = match (spec.network, &connector) {
+        (NetworkMode::Proxy { token }, Some(c)) => Network::Proxy {
+            connector: second(c)?,
+            token,
+        },
+        _ => Network::None,
     };
     // The helper re-checks the built-in command policy (the broker checked it first).
     let denial = |program: &Path| policy::builtin_denial(&spec.argv, program);
@@ -39,9 +51,10 @@ pub fn start(
         grants: spec.grants,
         env: spec.env,
         home: cfg.home.clone(),
-        state_home: None,
+        state_home: user.agent.as_ref().map(|a| a.state_home.clone()),
         network,
         limits: spec.limits,
+        long_run: user.long_run,
         protect: cfg.protect.clone(),
         allow_degraded: cfg.allow_degraded,
     })
@@ -62,6 +75,17 @@ pub fn start(
         prepared
             .pass_named_secret(name, value)
             .map_err(|e| ErrorReply::new(ErrorCode::Refused, e.to_string()))?;
+    }
+    if let (Some(agent), Some(c)) = (&user.agent, connector) {
+        prepared
+            .bridge_unix_socket(&agent.gateway_socket, c)
+            .map_err(refusal)?;
+        for (path, text) in &agent.tmp_files {
+            prepared.add_tmp_file(path, text).map_err(refusal)?;
+        }
+        for (name, value) in &agent.vars {
+            prepared.set_gatehouse_var(name, value).map_err(refusal)?;
+        }
     }
     prepared.spawn().map_err(refusal)
 }

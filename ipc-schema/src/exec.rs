@@ -17,17 +17,20 @@
 //! The helper answers requests concurrently: a `Poll` waiting for output does not hold up a
 //! `Start`, a `Stop` or a `Ping`; replies carry the id of their request.
 //!
-//! File descriptors: a `Start` whose [`CommandSpec::network`] is [`NetworkMode::Proxy`] travels
-//! with exactly one descriptor (the proxy connector, below), attached with `SCM_RIGHTS` to the
-//! `sendmsg` that writes the frame's bytes (the same rule as `net::NetRequest::ProxyConnection`).
-//! No other frame carries descriptors.
+//! File descriptors: a `Start` whose sandbox passes connections out
+//! ([`CommandSpec::needs_connector`]: the proxy network, an agent's gateway socket) travels with
+//! exactly one descriptor, the command's connector, attached with `SCM_RIGHTS` to the `sendmsg`
+//! that writes the frame's bytes (the same rule as `net::NetRequest::ProxyConnection`). No other
+//! frame carries descriptors.
 //!
-//! The proxy connector is one end of a Unix stream socket pair; the broker keeps the other.
-//! Inside the sandbox a listener on `127.0.0.1:`[`PROXY_BRIDGE_PORT`] accepts the command's
-//! connections, and for each one the sandbox writes one byte (`C`) with the accepted TCP socket
-//! attached (`SCM_RIGHTS`) to the connector. The broker hands each such socket to the net-helper
-//! as a `ProxyConnection` for the run's proxy session; the command speaks HTTP `CONNECT` on it
-//! with the session's token as proxy password (`HTTPS_PROXY=http://gatehouse:TOKEN@127.0.0.1:PORT`).
+//! The connector is one end of a Unix stream socket pair; the broker keeps the other. Inside the
+//! sandbox a listener on `127.0.0.1:`[`PROXY_BRIDGE_PORT`] accepts the command's proxy
+//! connections, and a listener on [`AgentRun::gateway_socket`] an agent's gateway connections;
+//! for each one the sandbox writes one byte ([`CONNECTOR_PROXY`] or [`CONNECTOR_GATEWAY`]) with
+//! the accepted socket attached. The broker hands each proxy socket to the net-helper as a
+//! `ProxyConnection` for the command's proxy session (the command speaks HTTP `CONNECT` on it
+//! with the session's token as proxy password: `HTTPS_PROXY=http://gatehouse:TOKEN@127.0.0.1:PORT`)
+//! and serves each gateway socket as a gateway connection bound to the run.
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -120,6 +123,15 @@ pub struct CommandSpec {
     pub user: Option<Box<UserCommand>>,
 }
 
+impl CommandSpec {
+    /// Whether the sandbox passes connections out, so the `Start` must bring the command's
+    /// connector: the proxy network, or an agent's gateway socket.
+    pub fn needs_connector(&self) -> bool {
+        matches!(self.network, NetworkMode::Proxy { .. })
+            || self.user.as_ref().is_some_and(|u| u.agent.is_some())
+    }
+}
+
 /// What a command the human launched may have beyond an agent's `run_command`.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
 pub struct UserCommand {
@@ -129,7 +141,39 @@ pub struct UserCommand {
     /// An agent session (`gatehouse run`): the time and output ceilings are
     /// [`LONG_TIMEOUT_MAX_MS`] and [`LONG_OUTPUT_MAX`], not a command's.
     pub long_run: bool,
+    /// `gatehouse run`: what the agent's sandbox has beyond a command's.
+    pub agent: Option<AgentRun>,
 }
+
+/// What an agent's sandbox (`gatehouse run`) has beyond a command's: its own state directory
+/// as `HOME`, the files and variables that tell it where gatehouse is, and a Unix socket inside
+/// whose connections reach the broker's gateway channel through the command's connector.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct AgentRun {
+    /// The agent's login and state (`HOME` inside, read-write): a directory of its own in
+    /// gatehouse's agent-state directory, whose other entries stay masked.
+    pub state_home: PathBuf,
+    /// Files created in the sandbox's private `/tmp` before it starts: (path inside, text).
+    pub tmp_files: Vec<(PathBuf, String)>,
+    /// gatehouse's own variables (`GATEHOUSE_*`), set after the environment filter.
+    pub vars: Vec<(String, String)>,
+    /// A socket in the private `/tmp`: each connection to it goes out over the connector as
+    /// one [`CONNECTOR_GATEWAY`] byte with its descriptor.
+    pub gateway_socket: PathBuf,
+}
+
+/// The byte that carries each connection a sandbox passes out over its connector
+/// (`SCM_RIGHTS`, one descriptor per byte): a client of the egress proxy (TCP, from the
+/// sandbox's loopback bridge) ...
+pub const CONNECTOR_PROXY: u8 = b'P';
+/// ... or a client of an agent's gateway socket ([`AgentRun::gateway_socket`]).
+pub const CONNECTOR_GATEWAY: u8 = b'G';
+
+/// Inside an agent's sandbox (its private `/tmp`, seen by nothing outside it): the gateway
+/// socket, the run's token and the MCP config `gatehouse run` points the agent at.
+pub const AGENT_GATEWAY_SOCKET: &str = "/tmp/gatehouse-gateway.sock";
+pub const AGENT_TOKEN_FILE: &str = "/tmp/gatehouse-token";
+pub const AGENT_MCP_CONFIG: &str = "/tmp/gatehouse-mcp.json";
 
 /// What is masked inside the grants, beyond the protected places.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]

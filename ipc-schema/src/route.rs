@@ -25,7 +25,7 @@
 //! The older body-level view ([`Kind`], [`may_send_to_broker`], [`broker_may_send`]) is derived
 //! from these tables.
 
-use crate::exec::{ExecRequest, NetworkMode};
+use crate::exec::ExecRequest;
 use crate::fs::FsRequest;
 use crate::net::NetRequest;
 use crate::secrets::SecretsRequest;
@@ -161,14 +161,16 @@ pub enum NetKind {
     Http,
 }
 
-/// [`ExecRequest`] without its payload. A `Start` is two kinds: with the proxy network its
-/// frame brings the proxy connector, without it the frame brings nothing.
+/// [`ExecRequest`] without its payload. A `Start` is two kinds: one whose sandbox passes
+/// connections out (the proxy network, an agent's gateway socket) brings the command's
+/// connector with its frame, the other brings nothing.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ExecKind {
-    /// `Start` with [`NetworkMode::None`].
+    /// `Start` with [`NetworkMode::None`] and no agent run.
     Start,
-    /// `Start` with [`NetworkMode::Proxy`].
-    StartProxied,
+    /// `Start` with [`NetworkMode::Proxy`] or an agent run
+    /// ([`crate::exec::CommandSpec::needs_connector`]).
+    StartConnected,
     Poll,
     Stop,
 }
@@ -315,10 +317,8 @@ impl NetKind {
 impl ExecKind {
     pub fn of(r: &ExecRequest) -> ExecKind {
         match r {
-            ExecRequest::Start(spec) => match spec.network {
-                NetworkMode::None => ExecKind::Start,
-                NetworkMode::Proxy { .. } => ExecKind::StartProxied,
-            },
+            ExecRequest::Start(spec) if spec.needs_connector() => ExecKind::StartConnected,
+            ExecRequest::Start(_) => ExecKind::Start,
             ExecRequest::Poll { .. } => ExecKind::Poll,
             ExecRequest::Stop { .. } => ExecKind::Stop,
         }
@@ -731,8 +731,8 @@ pub const BROKER_TO_EXEC: Table = Table {
     routes: &[
         route(K::Ping, NONE),
         route(K::Exec(X::Start), EFFECT),
-        // The proxy connector travels with the frame; without it the Start is refused.
-        route(K::Exec(X::StartProxied), EFFECT.union(FD)),
+        // The command's connector travels with the frame; without it the Start is refused.
+        route(K::Exec(X::StartConnected), EFFECT.union(FD)),
         route(K::Exec(X::Poll), NONE),
         route(K::Exec(X::Stop), NONE),
     ],

@@ -482,6 +482,25 @@ pub struct CommandLaunch {
     /// `gatehouse run`: an agent session, up to a day and [`crate::exec::LONG_OUTPUT_MAX`] per
     /// stream, not a command's ten minutes.
     pub long_run: bool,
+    /// `gatehouse run`: the agent's side (requires `long_run`).
+    pub agent: Option<AgentLaunch>,
+}
+
+/// `gatehouse run`: what makes a [`CommandLaunch`] an agent's. The broker adds the rest: a
+/// run token (in the sandbox's `/tmp` and `GATEHOUSE_TOKEN`, never shown to this process), and
+/// a gateway socket inside whose every connection that opens its session with that token
+/// becomes a fresh session of `profile`; the sessions are revoked when the agent ends.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct AgentLaunch {
+    /// The profile the agent's sessions run under (`None`: the default); an unknown one refuses
+    /// the command.
+    pub profile: Option<crate::tool::ProfileName>,
+    /// Its login and state directory: a directory of its own in gatehouse's agent-state
+    /// directory (`Dirs::agents`), made by the CLI, which can give it to the agent's user.
+    pub state_home: std::path::PathBuf,
+    /// The MCP config the agent is pointed at ([`crate::exec::AGENT_MCP_CONFIG`] inside; it
+    /// holds no secret).
+    pub mcp_config: String,
 }
 
 /// Why a [`LaunchRequest::Command`] did not start (the CLI's exit status says which).

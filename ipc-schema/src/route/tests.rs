@@ -133,7 +133,7 @@ fn every_kind() -> Vec<RequestKind> {
                 | N::ProxyConnection
                 | N::Http,
             ) => {}
-            K::Exec(X::Start | X::StartProxied | X::Poll | X::Stop) => {}
+            K::Exec(X::Start | X::StartConnected | X::Poll | X::Stop) => {}
             K::Secrets(
                 S::Status
                 | S::List
@@ -229,7 +229,7 @@ fn every_kind() -> Vec<RequestKind> {
         ]
         .map(K::Net),
     );
-    all.extend([X::Start, X::StartProxied, X::Poll, X::Stop].map(K::Exec));
+    all.extend([X::Start, X::StartConnected, X::Poll, X::Stop].map(K::Exec));
     all.extend(
         [
             S::Status,
@@ -407,7 +407,7 @@ fn a_start_brings_its_connector_only_with_the_proxy_network() {
         token: "t".into(),
     }))));
     assert_eq!(kind_of(&plain), K::Exec(X::Start));
-    assert_eq!(kind_of(&proxied), K::Exec(X::StartProxied));
+    assert_eq!(kind_of(&proxied), K::Exec(X::StartConnected));
     let mut st = RouteState::default();
     assert!(!check(Channel::BrokerToExec, &mut st, &plain)
         .unwrap()

@@ -300,7 +300,7 @@ unsafe fn serve_bridge(plan: &Plan, listeners: [c_int; 2], sfd: c_int, cmd: libc
                     libc::SOCK_CLOEXEC,
                 );
                 if c >= 0 {
-                    send_fd(connectors[i], c);
+                    send_fd(connectors[i], CONNECTOR_BYTES[i], c);
                     libc::close(c);
                 }
             }
@@ -350,10 +350,16 @@ unsafe fn unix_listen(plan: &Plan, path: &std::ffi::CStr) -> c_int {
     l
 }
 
-/// Sends one byte with `fd` attached; a failed send drops the connection (the client sees it
+/// What each listener's connections are called on the connector (`ipc_schema::exec`).
+const CONNECTOR_BYTES: [u8; 2] = [
+    ipc_schema::exec::CONNECTOR_PROXY,
+    ipc_schema::exec::CONNECTOR_GATEWAY,
+];
+
+/// Sends `byte` with `fd` attached; a failed send drops the connection (the client sees it
 /// closed), which is all a dead broker could offer anyway.
-unsafe fn send_fd(connector: c_int, fd: c_int) {
-    let mut byte = [b'C'];
+unsafe fn send_fd(connector: c_int, byte: u8, fd: c_int) {
+    let mut byte = [byte];
     let mut iov = libc::iovec {
         iov_base: byte.as_mut_ptr() as *mut c_void,
         iov_len: 1,

@@ -57,10 +57,15 @@ pub struct SandboxSpec {
     pub home: PathBuf,
     /// A directory gatehouse keeps for this command's state (an agent's login and settings
     /// under `gatehouse run`), made its `HOME` instead of `home`. The caller grants it; it is
-    /// not a user's home, so no login shell ever reads what is written there.
+    /// not a user's home, so no login shell ever reads what is written there. It must lie
+    /// directly in one of `protect` (gatehouse's agent-state directory), which no other grant
+    /// may then hold.
     pub state_home: Option<PathBuf>,
     pub network: Network,
     pub limits: Limits,
+    /// An agent session (`gatehouse run`): `limits` are checked against a long run's time and
+    /// output ceilings, not a command's.
+    pub long_run: bool,
     /// More paths to mask and never grant (gatehouse's config, data and runtime directories).
     pub protect: Vec<PathBuf>,
     /// Run with less than the full sandbox when the kernel lacks a mechanism (each gap is named
@@ -170,7 +175,9 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
             "an argument contains a NUL byte".into(),
         ));
     }
-    spec.limits.check().map_err(SandboxError::Invalid)?;
+    spec.limits
+        .check_with(spec.long_run)
+        .map_err(SandboxError::Invalid)?;
     let mut degraded = Vec::new();
     let abi = landlock_rules::kernel_abi();
     if abi < landlock_rules::FULL_ABI && !spec.allow_degraded {
@@ -187,6 +194,25 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
         .iter()
         .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()))
         .collect();
+    // An agent's own state directory: the one grant allowed inside gatehouse's agent-state
+    // directory (one of `protect`), whose other entries (other agents' logins) no grant may
+    // show. That directory cannot be listed by the agent's user, so instead of masking each
+    // other entry, a grant that would show it is refused.
+    let state = match &spec.state_home {
+        None => None,
+        Some(h) => {
+            let h = std::fs::canonicalize(h)
+                .map_err(io_err(format!("the agent's state directory {}", h.display())))?;
+            let Some(root) = h.parent().filter(|r| protect.iter().any(|p| p == r)) else {
+                return Err(SandboxError::Refused(format!(
+                    "the agent's state directory {} is not in gatehouse's agent-state directory",
+                    h.display()
+                )));
+            };
+            let root = root.to_path_buf();
+            Some((h, root))
+        }
+    };
     let mut grants: Vec<Grant> = Vec::new();
     for g in &spec.grants {
         if !g.path.is_absolute() {
@@ -197,14 +223,23 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
         }
         let path = std::fs::canonicalize(&g.path)
             .map_err(io_err(format!("grant {}", g.path.display())))?;
-        if let Some(why) = protected::refuse_grant(&path, &protect) {
+        let own_state = state.as_ref().is_some_and(|(h, _)| *h == path);
+        let refusal = match &state {
+            _ if own_state => None,
+            Some((_, root)) if root.starts_with(&path) => Some(format!(
+                "it holds gatehouse's agent-state directory {}, where other agents keep their logins; grant the directories the agent needs",
+                root.display()
+            )),
+            _ => protected::refuse_grant(&path, &protect),
+        };
+        if let Some(why) = refusal {
             return Err(SandboxError::Refused(format!(
                 "cannot grant {}: {why}",
                 g.path.display()
             )));
         }
         let write = g.access == GrantAccess::ReadWrite;
-        if write {
+        if write && !own_state {
             if let Some(why) = protected::refuse_write_grant(&path, &homes, &protect) {
                 return Err(SandboxError::Refused(format!(
                     "cannot grant {} read-write: {why}",
@@ -269,8 +304,8 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
         }
     }
     let mut exempt: Vec<PathBuf> = protect.clone();
-    if let Some(h) = &spec.state_home {
-        exempt.push(std::fs::canonicalize(h).unwrap_or_else(|_| h.clone()));
+    if let Some((h, _)) = &state {
+        exempt.push(h.clone());
     }
     let writable: Vec<PathBuf> = grants
         .iter()
