@@ -27,8 +27,8 @@ use ipc_schema::exec::{
     AgentRun, CommandSpec, ExecReply, ExecRequest, GrantAccess, NetworkMode, PathGrant, RunEnd,
     RunId, UserCommand, POLL_WAIT_MAX_MS,
 };
-use ipc_schema::tool::{ProfileName, SessionId, ToolCall};
 use ipc_schema::net::{NetReply, NetRequest, ProxyLimits, ProxySession};
+use ipc_schema::tool::{ProfileName, ResumeToken, SessionId, ToolCall};
 use ipc_schema::ui::{AgentLaunch, CommandLaunch, LaunchReply, NotStarted, UiReply};
 use ipc_schema::{Body, ErrorCode, ErrorReply, Role};
 use std::cell::{Cell, RefCell};
@@ -301,7 +301,9 @@ pub fn command(
         let mut connector = None;
         if spec.needs_connector() {
             match std::os::unix::net::UnixStream::pair() {
-                Ok((ours, theirs)) => connector = Some((OwnedFd::from(theirs), OwnedFd::from(ours))),
+                Ok((ours, theirs)) => {
+                    connector = Some((OwnedFd::from(theirs), OwnedFd::from(ours)))
+                }
                 Err(e) => {
                     if let Some(p) = &proxy {
                         p.close().await;
@@ -412,7 +414,7 @@ pub fn command(
         // The agent is gone: the sessions it opened end with it.
         if let Some(agent) = &agent {
             for session in agent.sessions.take() {
-                crate::ui_api::launch_end(&ctx, session, "run ended").await;
+                end_session(&ctx, session, "run ended").await;
             }
         }
         match end {
@@ -560,14 +562,16 @@ async fn relay(
         match (b[0], &proxy, &agent) {
             (CONNECTOR_PROXY, Some((net, session)), _) => {
                 let (net, session, reply) = (net.clone(), session.clone(), reply.clone());
-                let under = agent.as_ref().and_then(|a| a.sessions.borrow().first().cloned());
+                let under = agent
+                    .as_ref()
+                    .and_then(|a| a.sessions.borrow().first().cloned());
                 handed.spawn_local(async move {
                     let req = Body::Net(NetRequest::ProxyConnection {
                         session: session.clone(),
                     });
                     match net.call_with_fd(req, fd).await {
                         Ok(Body::NetReply(NetReply::ProxyDone(record))) => {
-                            crate::ui_api::egress_row(under, &record);
+                            egress_row(under, &record);
                             reply.send(id, launch_reply(LaunchReply::Egress(record)));
                         }
                         Ok(Body::Error(e)) => {
@@ -587,7 +591,9 @@ async fn relay(
                 crate::fronts::serve_launched(ctx.clone(), stream, agent.clone());
             }
             (other, _, _) => {
-                tracing::warn!("the command's connector named listener {other:#04x}, which it does not have");
+                tracing::warn!(
+                    "the command's connector named listener {other:#04x}, which it does not have"
+                );
             }
         }
     }
@@ -683,16 +689,78 @@ impl Run {
         if !subtle_eq(t.0.as_bytes(), self.token.as_bytes()) {
             return Err("gatehouse run: that is not this run's token".into());
         }
-        match crate::ui_api::launch_open(ctx, Some(self.profile.clone()), &self.passed_env).await {
-            Body::UiReply(UiReply::Launch(LaunchReply::Opened { session, token, .. })) => {
-                self.sessions.borrow_mut().push(session);
-                *t = token;
-                Ok(())
-            }
-            Body::Error(e) => Err(format!("gatehouse run: {}", e.message)),
-            other => Err(format!("gatehouse run: {:?}", other.kind())),
-        }
+        let (session, token) = open_session(ctx, &self.profile, &self.passed_env).await?;
+        self.sessions.borrow_mut().push(session);
+        *t = token;
+        Ok(())
     }
+}
+
+/// A fresh session of `profile` and its one-use launch token, stored (hashed) like any
+/// resumable session, so the agent's gateway carries on with it; its row names the variables
+/// passed by name (never a value).
+async fn open_session(
+    ctx: &Rc<Ctx>,
+    profile: &ProfileName,
+    passed_env: &[String],
+) -> Result<(SessionId, ResumeToken), String> {
+    let mut detail = format!("gatehouse run; profile {profile}");
+    if !passed_env.is_empty() {
+        detail.push_str(&format!(
+            "; secret-looking variables passed by name: {}",
+            passed_env.join(", ")
+        ));
+    }
+    crate::sessions::create(&ctx.gate, profile, ACTOR, "launch token issued", detail)
+        .await
+        .map_err(|(_, why)| format!("gatehouse run: {why}"))
+}
+
+/// The agent ended: its session's token is revoked (if its gateway has not already done so by
+/// disconnecting), with an audit row either way.
+async fn end_session(ctx: &Rc<Ctx>, session: SessionId, why: &'static str) {
+    let had = ctx.gate.sessions.borrow().is_revoked(&session);
+    ctx.gate.sessions.borrow_mut().revoke(&session);
+    let sid = session.0.clone();
+    let revoked = crate::sessions::revoked_hash(&sid);
+    let r = ctx
+        .gate
+        .store
+        .txn(move |tx, audit| {
+            let found =
+                audit_store::sessions::set_resume_hash(tx, &SessionId(sid.clone()), &revoked)?;
+            if found {
+                let what = if had {
+                    format!("{why}; token already revoked")
+                } else {
+                    format!("{why}; token revoked")
+                };
+                audit.push(AuditEvent::new(AuditKind::Session, ACTOR, what).session(sid));
+            }
+            Ok(found)
+        })
+        .await;
+    if let Err(e) = r {
+        tracing::error!(%session, "revoking the session of an ended run: {e}");
+    }
+}
+
+/// One connection through an egress proxy ended: its audit row (under the agent's first
+/// session, when it opened one; the line names the proxy session either way).
+fn egress_row(session: Option<SessionId>, record: &ipc_schema::net::EgressRecord) {
+    use ipc_schema::net::EgressVerdict;
+    let outcome = match &record.verdict {
+        EgressVerdict::Refused { status, .. } => format!("refused ({status})"),
+        EgressVerdict::Failed { status, .. } => format!("failed ({status})"),
+        EgressVerdict::Tunnelled { .. } => "tunnelled".to_string(),
+    };
+    let mut row = AuditEvent::new(AuditKind::Egress, ACTOR, outcome)
+        .target(record.target.clone())
+        .detail(record.audit_line());
+    if let Some(session) = session {
+        row = row.session(session.0);
+    }
+    crate::audit::record(row);
 }
 
 /// Compares two byte strings in time independent of where they differ.

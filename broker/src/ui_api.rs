@@ -4,10 +4,7 @@ use crate::fronts::Replier;
 use crate::Ctx;
 use audit_store::chain::{AuditEvent, AuditKind};
 use audit_store::now_ms;
-use ipc_schema::tool::{ProfileName, SessionId};
-use ipc_schema::ui::{
-    CallState, LaunchReply, LaunchRequest, PolicyView, SessionSummary, UiReply, UiRequest,
-};
+use ipc_schema::ui::{CallState, LaunchRequest, PolicyView, SessionSummary, UiReply, UiRequest};
 use ipc_schema::{Body, ErrorCode, ErrorReply};
 use std::rc::Rc;
 
@@ -174,44 +171,6 @@ pub fn handle(
         UiRequest::Launch(LaunchRequest::StopCommand) => {
             crate::launch::stop_command(ctx, conn, id, reply)
         }
-        UiRequest::Launch(req) => {
-            let (ctx, reply, conn) = (ctx.clone(), reply.clone(), conn.clone());
-            tokio::task::spawn_local(async move {
-                let body = match req {
-                    LaunchRequest::Open {
-                        profile,
-                        passed_env,
-                    } => {
-                        let body = launch_open(&ctx, profile, &passed_env).await;
-                        if let Body::UiReply(UiReply::Launch(LaunchReply::Opened {
-                            session, ..
-                        })) = &body
-                        {
-                            conn.launched.borrow_mut().push(session.clone());
-                        }
-                        body
-                    }
-                    LaunchRequest::End { session } => {
-                        conn.launched.borrow_mut().retain(|s| *s != session);
-                        launch_end(&ctx, session, "run ended").await
-                    }
-                    LaunchRequest::Egress { session, record } => {
-                        if conn.launched.borrow().contains(&session) {
-                            egress_row(Some(session), &record);
-                            Body::Pong
-                        } else {
-                            error(
-                                ErrorCode::Invalid,
-                                format!("session {session} was not launched on this connection"),
-                            )
-                        }
-                    }
-                    // Served by crate::launch above.
-                    LaunchRequest::Command(_) | LaunchRequest::StopCommand => return,
-                };
-                reply.send(id, body);
-            });
-        }
         UiRequest::AuditTail { after, limit } => {
             let (ctx, reply) = (ctx.clone(), reply.clone());
             tokio::task::spawn_local(async move {
@@ -232,99 +191,10 @@ pub fn handle(
     }
 }
 
-/// One connection through an egress proxy ended: its audit row (under the agent session of a
-/// `gatehouse run`, or none for a `gatehouse sandbox` command, whose proxy session the line
-/// names).
-pub(crate) fn egress_row(session: Option<SessionId>, record: &ipc_schema::net::EgressRecord) {
-    use ipc_schema::net::EgressVerdict;
-    let outcome = match &record.verdict {
-        EgressVerdict::Refused { status, .. } => format!("refused ({status})"),
-        EgressVerdict::Failed { status, .. } => format!("failed ({status})"),
-        EgressVerdict::Tunnelled { .. } => "tunnelled".to_string(),
-    };
-    let mut row = AuditEvent::new(AuditKind::Egress, "ui", outcome)
-        .target(record.target.clone())
-        .detail(record.audit_line());
-    if let Some(session) = session {
-        row = row.session(session.0.clone());
-    }
-    crate::audit::record(row);
-}
-
-/// `gatehouse run`: a fresh session of `profile` and its one-use launch token, stored (hashed)
-/// like any resumable session, so the agent's gateway carries it on with `OpenSession`.
-pub(crate) async fn launch_open(
-    ctx: &Rc<Ctx>, profile: Option<ProfileName>, passed_env: &[String]) -> Body {
-    let profile = profile.unwrap_or_else(ProfileName::default_profile);
-    let is_name = |n: &String| {
-        (1..=128).contains(&n.len())
-            && !n.starts_with(|c: char| c.is_ascii_digit())
-            && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-    };
-    if passed_env.len() > 64 || !passed_env.iter().all(is_name) {
-        return error(
-            ErrorCode::Invalid,
-            "passed_env must list at most 64 variable names (letters, digits, _)",
-        );
-    }
-    let mut detail = format!("gatehouse run; profile {profile}");
-    if !passed_env.is_empty() {
-        detail.push_str(&format!(
-            "; secret-looking variables passed by name: {}",
-            passed_env.join(", ")
-        ));
-    }
-    match crate::sessions::create(&ctx.gate, &profile, "ui", "launch token issued", detail).await {
-        Ok((session, token)) => Body::UiReply(UiReply::Launch(LaunchReply::Opened {
-            session,
-            token,
-            profile,
-        })),
-        Err((code, why)) => error(code, why),
-    }
-}
-
-/// A ui connection ended: the sessions `gatehouse run` opened through it and did not end (it
-/// was killed) have their tokens revoked now.
+/// A ui connection ended: the command it launched, if one still runs, is stopped (and an
+/// agent's sessions end with it).
 pub fn connection_closed(ctx: &Rc<Ctx>, conn: &Rc<crate::tools::Conn>) {
     crate::launch::connection_closed(ctx, conn);
-    for session in conn.launched.take() {
-        let ctx = ctx.clone();
-        tokio::task::spawn_local(async move {
-            launch_end(&ctx, session, "gatehouse run's connection closed").await;
-        });
-    }
-}
-
-/// `gatehouse run` ended: its session's token is revoked (if its gateway has not already done
-/// so by disconnecting), with an audit row either way.
-pub(crate) async fn launch_end(ctx: &Rc<Ctx>, session: SessionId, why: &'static str) -> Body {
-    let had = ctx.gate.sessions.borrow().is_revoked(&session);
-    ctx.gate.sessions.borrow_mut().revoke(&session);
-    let sid = session.0.clone();
-    let revoked = crate::sessions::revoked_hash(&sid);
-    let r = ctx
-        .gate
-        .store
-        .txn(move |tx, audit| {
-            let found =
-                audit_store::sessions::set_resume_hash(tx, &SessionId(sid.clone()), &revoked)?;
-            if found {
-                let what = if had {
-                    format!("{why}; token already revoked")
-                } else {
-                    format!("{why}; token revoked")
-                };
-                audit.push(AuditEvent::new(AuditKind::Session, "ui", what).session(sid));
-            }
-            Ok(found)
-        })
-        .await;
-    match r {
-        Ok(true) => Body::UiReply(UiReply::Launch(LaunchReply::Ended { session })),
-        Ok(false) => error(ErrorCode::Invalid, format!("there is no session {session}")),
-        Err(e) => error(ErrorCode::Internal, e.to_string()),
-    }
 }
 
 fn view(ctx: &Rc<Ctx>) -> PolicyView {

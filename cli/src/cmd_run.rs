@@ -478,4 +478,3 @@ fn mcp_config(exe: &str, args: &[String]) -> String {
     })
     .to_string()
 }
-

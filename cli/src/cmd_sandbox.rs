@@ -390,7 +390,10 @@ pub(crate) fn launch_in_broker(
             }
             LaunchReply::Egress(record) => {
                 if !matches!(record.verdict, EgressVerdict::Tunnelled { .. }) {
-                    eprintln!("{who}: {}", ipc_schema::inert::escaped(&record.audit_line()));
+                    eprintln!(
+                        "{who}: {}",
+                        ipc_schema::inert::escaped(&record.audit_line())
+                    );
                 }
             }
             LaunchReply::Refused { reason, why } => {
@@ -401,11 +404,6 @@ pub(crate) fn launch_in_broker(
                 return Err(Stop(reason, code));
             }
             LaunchReply::CommandEnded(end) => break end,
-            other @ (LaunchReply::Opened { .. } | LaunchReply::Ended { .. }) => {
-                return Err(refused(format!(
-                    "the broker answered the command with {other:?}"
-                )))
-            }
         }
     };
     // What an escaper held back (a character cut short, a final `\r`).

@@ -19,12 +19,10 @@ pub fn start(
     let connector = match (spec.needs_connector(), connector) {
         (false, _) => None,
         (true, Some(c)) => Some(c),
-        (true, None) => {
-            return Err(invalid(
-                "a Start whose sandbox passes connections out must carry the connector (SCM_RIGHTS)"
-                    .into(),
-            ))
-        }
+        (true, None) => return Err(invalid(
+            "a Start whose sandbox passes connections out must carry the connector (SCM_RIGHTS)"
+                .into(),
+        )),
     };
     // Both bridges write to the same connector, each byte naming its listener.
     let second = |c: &OwnedFd| {

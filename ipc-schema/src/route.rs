@@ -103,7 +103,6 @@ pub enum UiKind {
     PolicyForget,
     AuditTail,
     CredentialChanged,
-    Launch,
     /// [`crate::ui::LaunchRequest::Command`]: a command through the broker's exec-helper.
     LaunchCommand,
     /// [`crate::ui::LaunchRequest::StopCommand`].
@@ -252,7 +251,6 @@ impl UiKind {
             UiRequest::CredentialChanged { .. } => UiKind::CredentialChanged,
             UiRequest::Launch(crate::ui::LaunchRequest::Command(_)) => UiKind::LaunchCommand,
             UiRequest::Launch(crate::ui::LaunchRequest::StopCommand) => UiKind::StopCommand,
-            UiRequest::Launch(_) => UiKind::Launch,
         }
     }
 }
@@ -615,8 +613,7 @@ pub const UI_TO_BROKER: Table = Table {
         route(K::Ui(U::PolicyForget), EFFECT),
         route(K::Ui(U::AuditTail), NONE),
         route(K::Ui(U::CredentialChanged), EFFECT),
-        route(K::Ui(U::Launch), EFFECT),
-        // `gatehouse sandbox`: a command through the broker's exec-helper (and its net-helper's
+        // `gatehouse sandbox` and `gatehouse run`: a command through the broker's exec-helper (and its net-helper's
         // egress proxy). The human's channel only: the gateway's table has no such row.
         route(K::Ui(U::LaunchCommand), EFFECT),
         route(K::Ui(U::StopCommand), EFFECT),

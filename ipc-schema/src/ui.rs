@@ -413,37 +413,17 @@ pub enum UiRequest {
         name: crate::secrets::CredentialName,
         deleted: bool,
     },
-    /// `gatehouse run` (the user's own command, so on the ui channel): a fresh session for the
-    /// agent it starts, or the end of it. [`UiReply::Launch`].
+    /// `gatehouse sandbox` and `gatehouse run` (the user's own commands, so on the ui channel):
+    /// a command, or an agent, through the broker's exec-helper. [`UiReply::Launch`].
     Launch(LaunchRequest),
 }
 
-/// What `gatehouse run` asks of the broker about its agent's session.
+/// What `gatehouse sandbox` and `gatehouse run` ask of the broker.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub enum LaunchRequest {
-    /// A fresh session of `profile` (`None`: the default profile) with a one-use launch token:
-    /// the agent's gateway presents it with `ToolCall::OpenSession`; the token is revoked when
-    /// that gateway disconnects or when the run ends, whichever is first. An unknown profile is
-    /// refused.
-    Open {
-        profile: Option<crate::tool::ProfileName>,
-        /// The names (never the values) of the variables passed to the agent although they
-        /// look like secrets, because the user named them (`--pass-env`, or the recipe's key
-        /// variables): written into the session's audit row. Each a variable name (letters,
-        /// digits, `_`, not starting with a digit); anything else refuses the request.
-        passed_env: Vec<String>,
-    },
-    /// The run is over: revoke the session's token (an audit row says so).
-    End { session: crate::tool::SessionId },
-    /// One connection through the run's egress proxy ended: an audit row, under `session` (one
-    /// this connection launched). Answered with `Pong`.
-    Egress {
-        session: crate::tool::SessionId,
-        record: crate::net::EgressRecord,
-    },
-    /// `gatehouse sandbox` (and, once it takes this path, `gatehouse run`): start one command
-    /// through the broker's exec-helper, as `run_command` does, with an audit row at its start
-    /// and its end. Answered by [`LaunchReply::CommandStarted`] (or [`LaunchReply::Refused`]),
+    /// `gatehouse sandbox` and `gatehouse run`: start one command (or agent, with its
+    /// [`AgentLaunch`]) through the broker's exec-helper, as `run_command` does, with an audit
+    /// row at its start and its end. Answered by [`LaunchReply::CommandStarted`] (or [`LaunchReply::Refused`]),
     /// then any number of [`LaunchReply::Output`] and [`LaunchReply::Egress`] on the same
     /// request id, and a last [`LaunchReply::CommandEnded`]. One command per connection at a
     /// time; the command is stopped when the connection closes. Only the ui channel carries it
@@ -455,7 +435,7 @@ pub enum LaunchRequest {
     StopCommand,
 }
 
-/// One command the human asked for with `gatehouse sandbox`, in typed values.
+/// One command the human asked for with `gatehouse sandbox` (or `gatehouse run`), in typed values.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct CommandLaunch {
     /// The program and its arguments (never a shell string).
@@ -515,29 +495,15 @@ pub enum NotStarted {
 /// The broker's answer to a [`LaunchRequest`].
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub enum LaunchReply {
-    Opened {
-        session: crate::tool::SessionId,
-        token: crate::tool::ResumeToken,
-        profile: crate::tool::ProfileName,
-    },
-    Ended {
-        session: crate::tool::SessionId,
-    },
     /// The command runs; what its sandbox enforces.
     CommandStarted {
         sandbox: Box<crate::exec::SandboxReport>,
     },
     /// The command did not start.
-    Refused {
-        reason: String,
-        why: NotStarted,
-    },
+    Refused { reason: String, why: NotStarted },
     /// Output of the command since the last piece (each at most
     /// [`crate::exec::OUTPUT_PIECE_MAX`] per stream).
-    Output {
-        stdout: Vec<u8>,
-        stderr: Vec<u8>,
-    },
+    Output { stdout: Vec<u8>, stderr: Vec<u8> },
     /// A connection through the command's egress proxy ended (its audit row is written).
     Egress(crate::net::EgressRecord),
     /// The last reply of a [`LaunchRequest::Command`]; its end row is written.

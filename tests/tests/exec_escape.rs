@@ -523,10 +523,7 @@ fn personality_changes_are_refused(via: Via) {
         Some("ok")
     );
     let c = Ctx::new(via);
-    assert_eq!(
-        c.probe(&["personality", "0040000"]),
-        helper_kill()
-    );
+    assert_eq!(c.probe(&["personality", "0040000"]), helper_kill());
     assert!(c.probe(&["personality", "ffffffff"]).starts_with("ok"));
 }
 

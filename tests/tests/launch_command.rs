@@ -37,6 +37,7 @@ fn launch(argv: &[&str], cwd: &Path, grants: Vec<PathGrant>, work_root: bool) ->
         limits: Limits::default(),
         hide: Hide::default(),
         long_run: false,
+        agent: None,
     }
 }
 

@@ -329,7 +329,8 @@ fn an_agent_uses_the_gateway_alone_and_its_token_dies_with_the_run() {
 /// on the broker's gateway socket, during the run or after it, it opens nothing. An agent that
 /// never connects leaves no session behind at all.
 #[test]
-fn a_run_token_opens_nothing_outside_its_sandbox_and_an_agent_that_never_connects_leaves_no_session() {
+fn a_run_token_opens_nothing_outside_its_sandbox_and_an_agent_that_never_connects_leaves_no_session(
+) {
     use std::time::{Duration, Instant};
     let i = instance();
     let b = i.broker(&[]);
@@ -387,7 +388,10 @@ fn a_run_token_opens_nothing_outside_its_sandbox_and_an_agent_that_never_connect
         "{rows:#?}"
     );
     for row in &rows {
-        assert!(!format!("{row:?}").contains(&token), "the token is in {row:?}");
+        assert!(
+            !format!("{row:?}").contains(&token),
+            "the token is in {row:?}"
+        );
     }
 }
 

@@ -38,10 +38,6 @@ pub struct Conn {
     /// Set when this connection carried its session on by presenting a token (a gateway
     /// started by `gatehouse run`): the token is revoked when the connection ends.
     presented_token: RefCell<Option<ipc_schema::tool::SessionId>>,
-    /// On a ui connection: the sessions `gatehouse run` opened through it and has not ended
-    /// yet. Their tokens are revoked when the connection ends (a killed `gatehouse run` leaves
-    /// no valid token behind).
-    pub launched: RefCell<Vec<ipc_schema::tool::SessionId>>,
 }
 
 /// The agent's client gave up waiting for proposal `p` of its own session: withdrawn.

@@ -2,7 +2,7 @@
 //! somewhere, and the flags are enforced.
 
 use super::*;
-use crate::exec::{CommandSpec, Limits};
+use crate::exec::{AgentRun, CommandSpec, Limits, NetworkMode, UserCommand};
 use crate::secrets::CredentialName;
 
 #[test]
@@ -87,7 +87,6 @@ fn every_kind() -> Vec<RequestKind> {
                 | U::PolicyForget
                 | U::AuditTail
                 | U::CredentialChanged
-                | U::Launch
                 | U::LaunchCommand
                 | U::StopCommand,
             ) => {}
@@ -172,7 +171,6 @@ fn every_kind() -> Vec<RequestKind> {
             U::PolicyForget,
             U::AuditTail,
             U::CredentialChanged,
-            U::Launch,
             U::LaunchCommand,
             U::StopCommand,
         ]
@@ -391,8 +389,8 @@ fn a_session_is_opened_once_and_its_client_named_once() {
 }
 
 #[test]
-fn a_start_brings_its_connector_only_with_the_proxy_network() {
-    let spec = |network| CommandSpec {
+fn a_start_brings_its_connector_only_with_the_proxy_network_or_an_agent() {
+    let spec = |network, agent: Option<AgentRun>| CommandSpec {
         argv: vec!["true".into()],
         cwd: "/w".into(),
         grants: vec![],
@@ -400,20 +398,32 @@ fn a_start_brings_its_connector_only_with_the_proxy_network() {
         network,
         limits: Limits::default(),
         hide: Default::default(),
-        user: None,
+        user: Some(Box::new(UserCommand {
+            agent,
+            ..Default::default()
+        })),
     };
-    let plain = Body::Exec(ExecRequest::Start(Box::new(spec(NetworkMode::None))));
-    let proxied = Body::Exec(ExecRequest::Start(Box::new(spec(NetworkMode::Proxy {
-        token: "t".into(),
-    }))));
+    let agent = AgentRun {
+        state_home: "/agents/a".into(),
+        tmp_files: vec![],
+        vars: vec![],
+        gateway_socket: "/tmp/g.sock".into(),
+    };
+    let start = |s| Body::Exec(ExecRequest::Start(Box::new(s)));
+    let plain = start(spec(NetworkMode::None, None));
+    let proxied = start(spec(NetworkMode::Proxy { token: "t".into() }, None));
+    let agent = start(spec(NetworkMode::None, Some(agent)));
     assert_eq!(kind_of(&plain), K::Exec(X::Start));
     assert_eq!(kind_of(&proxied), K::Exec(X::StartConnected));
+    assert_eq!(kind_of(&agent), K::Exec(X::StartConnected));
     let mut st = RouteState::default();
     assert!(!check(Channel::BrokerToExec, &mut st, &plain)
         .unwrap()
         .contains(FD));
-    let f = check(Channel::BrokerToExec, &mut st, &proxied).unwrap();
-    assert!(f.contains(FD) && !f.contains(NEEDS_FD) && f.contains(EFFECT));
+    for connected in [&proxied, &agent] {
+        let f = check(Channel::BrokerToExec, &mut st, connected).unwrap();
+        assert!(f.contains(FD) && !f.contains(NEEDS_FD) && f.contains(EFFECT));
+    }
     let conn = Body::Net(NetRequest::ProxyConnection {
         session: "s".into(),
     });
@@ -457,6 +467,7 @@ fn only_the_human_channel_may_launch_a_command() {
             limits: Limits::default(),
             hide: Hide::default(),
             long_run: true,
+            agent: None,
         },
     ))));
     let stop = Body::Ui(UiRequest::Launch(LaunchRequest::StopCommand));

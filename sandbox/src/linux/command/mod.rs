@@ -201,8 +201,10 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
     let state = match &spec.state_home {
         None => None,
         Some(h) => {
-            let h = std::fs::canonicalize(h)
-                .map_err(io_err(format!("the agent's state directory {}", h.display())))?;
+            let h = std::fs::canonicalize(h).map_err(io_err(format!(
+                "the agent's state directory {}",
+                h.display()
+            )))?;
             let Some(root) = h.parent().filter(|r| protect.iter().any(|p| p == r)) else {
                 return Err(SandboxError::Refused(format!(
                     "the agent's state directory {} is not in gatehouse's agent-state directory",
