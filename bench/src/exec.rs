@@ -165,6 +165,14 @@ pub fn run(args: &[String]) {
             assert!(st.success(), "unshare failed: {st:?}");
         })
     });
+    // `gatehouse sandbox` started a broker for `data` on its first run (each run after asked
+    // that broker's exec-helper); it goes with the directory.
+    let _ = Command::new(&gatehouse)
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("stop")
+        .stdin(Stdio::null())
+        .output();
     let _ = std::fs::remove_dir_all(&work);
 
     let floor = us(bare.p50());
@@ -194,9 +202,12 @@ pub fn run(args: &[String]) {
         "  of which planning (the walk before, the mounts it needs)",
         &plan_tree,
     );
-    row("gatehouse sandbox -- /bin/true (a process)", &cli);
     row(
-        "gatehouse sandbox --allow-domain (+ starting a net-helper)",
+        "gatehouse sandbox -- /bin/true (through the broker's exec-helper)",
+        &cli,
+    );
+    row(
+        "gatehouse sandbox --allow-domain (+ a proxy session, the connector)",
         &cli_domain,
     );
     match &bwrap {

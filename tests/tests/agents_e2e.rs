@@ -150,7 +150,7 @@ struct E2e {
     i: Instance,
     b: Broker,
     certs: Certs,
-    dns: LoopbackDns,
+    _dns: LoopbackDns,
     model: Model,
 }
 
@@ -158,40 +158,38 @@ impl E2e {
     fn new(script: impl Fn(&Instance) -> Value) -> E2e {
         let i = Instance::new(None);
         std::fs::write(i.file("notes.txt"), "the launch code is tuesday\n").unwrap();
-        // As root the project stays root's: the agent runs as nobody, reads it, and its
-        // changes go through gatehouse's tools (the default `--own-tools read`).
-        let b = i.broker(&[]);
         let certs = Certs::new();
         let dns = LoopbackDns::start(
             &["api.anthropic.com", "api.openai.com"],
             MODEL_ADDR.parse().unwrap(),
         );
         let model = Model::start(i.tmp.path(), &certs, &script(&i));
+        // As root the project stays root's: the agent runs as nobody, reads it, and its
+        // changes go through gatehouse's tools (the default `--own-tools read`). The broker's
+        // net-helper is the run's egress proxy: the test's name server, the model's address
+        // taken as public, and the model's port, are the broker's test arguments.
+        let b = i.broker(&[
+            "--test-net-arg=--nameserver",
+            &format!("--test-net-arg={}", dns.addr),
+            "--test-net-arg=--test-public-addr",
+            &format!("--test-net-arg={MODEL_ADDR}"),
+            &format!("--test-proxy-port={}", model.port),
+        ]);
         E2e {
             i,
             b,
             certs,
-            dns,
+            _dns: dns,
             model,
         }
     }
 
-    /// `gatehouse run [test network args] RUN_ARGS -- AGENT...` with `env` set for it.
+    /// `gatehouse run RUN_ARGS -- AGENT...` with `env` set for it.
     fn run(&self, run_args: &[&str], agent: &[&str], env: &[(&str, String)]) -> Run {
-        let port = self.model.port.to_string();
         let mut c = Command::new(bin("gatehouse"));
         c.arg("--data-dir")
             .arg(&self.i.data)
             .arg("run")
-            .args(["--test-net-arg", "--nameserver", "--test-net-arg"])
-            .arg(self.dns.addr.to_string())
-            .args([
-                "--test-net-arg",
-                "--test-public-addr",
-                "--test-net-arg",
-                MODEL_ADDR,
-            ])
-            .args(["--test-proxy-port", &port])
             .arg("--allow-read")
             .arg(self.certs.dir.path())
             .args(run_args)

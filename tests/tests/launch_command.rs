@@ -596,3 +596,126 @@ fn a_gateway_that_sends_a_command_launch_is_killed_and_nothing_runs() {
         audit_rows(&b)
     );
 }
+
+/// `gatehouse sandbox` is a client of this path: the command runs in the broker's exec-helper
+/// (a child of the broker's spawner, not of the CLI), its status is the CLI's, and the audit log
+/// has its start and its end. Ctrl-C (SIGINT to the CLI) asks the broker to kill the sandbox:
+/// the CLI exits 130 and the end row says the command was stopped.
+#[test]
+fn gatehouse_sandbox_runs_its_command_in_the_broker_and_ctrl_c_stops_it() {
+    let b = BrokerUnderTest::start(&[]);
+    let broker = b.child.id();
+    let (_d, work) = work_dir("gh-launch-cli-");
+    let sandbox = |argv: &[&str]| {
+        let mut c = std::process::Command::new(gatehouse_tests::bin("gatehouse"));
+        c.arg("--data-dir")
+            .arg(b.dir.path())
+            .arg("sandbox")
+            .arg("--")
+            .args(argv)
+            .current_dir(&work)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        c
+    };
+    let status = ["/bin/sh", "-c", "echo out; echo err >&2; exit 3"];
+    let out = sandbox(&status).output().unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(out.stdout, b"out\n");
+    assert_eq!(out.stderr, b"err\n");
+    let rows = launch_rows_when(&b, |rows| has_row(rows, "ended", &status));
+    assert!(has_row(&rows, "started", &status), "{rows:#?}");
+    assert!(
+        row_for(&rows, "ended", &status).unwrap()["detail"]
+            .as_str()
+            .unwrap()
+            .contains("exited with status 3"),
+        "{rows:#?}"
+    );
+
+    // A sleep that only the broker's sandbox can end: it runs below the broker, not the CLI.
+    let sleep = ["/bin/sleep", "600"];
+    let mut child = sandbox(&sleep).spawn().unwrap();
+    wait_until("the sleep below the broker", 20, || {
+        !named_below(broker, "sleep").is_empty()
+    });
+    assert!(descendants_of(child.id()).is_empty(), "the CLI has children");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let st = child.wait().unwrap();
+    assert_eq!(st.code(), Some(130), "{st:?}");
+    wait_until("the sleep to be gone", 20, || {
+        named_below(broker, "sleep").is_empty()
+    });
+    let rows = launch_rows_when(&b, |rows| has_row(rows, "ended", &sleep));
+    let end = row_for(&rows, "ended", &sleep).unwrap_or_else(|| panic!("{rows:#?}"));
+    assert!(
+        end["detail"].as_str().unwrap().contains("stopped"),
+        "{end}"
+    );
+}
+
+/// An agent launch (`gatehouse run`'s) is checked by the broker before anything starts: it must
+/// be a long run, name a profile the policy has, and keep its state in a directory of its own in
+/// gatehouse's agent-state directory. Each refusal is a row; nothing runs.
+#[test]
+fn an_agent_launch_is_refused_unless_long_with_a_known_profile_and_its_own_state_directory() {
+    use ipc_schema::ui::AgentLaunch;
+    let b = BrokerUnderTest::start(&[]);
+    let mut ui = b.ui();
+    let (_d, work) = work_dir("gh-launch-agent-");
+    let agents = b.dir.path().join("agents");
+    std::fs::create_dir_all(agents.join("sh")).unwrap();
+    let probe = format!("echo ran > {}/ran", work.display());
+    let argv = ["/bin/sh", "-c", probe.as_str()];
+    let agent = |state: PathBuf, profile: Option<&str>, long_run: bool| {
+        let mut l = launch(&argv, &work, vec![rw(&work)], false);
+        l.long_run = long_run;
+        l.agent = Some(AgentLaunch {
+            profile: profile.map(|p| ipc_schema::tool::ProfileName::parse(p).unwrap()),
+            state_home: state,
+            mcp_config: "{}".into(),
+        });
+        l
+    };
+    assert_refused(
+        &mut ui,
+        agent(agents.join("sh"), None, false),
+        "an agent launch must be a long run",
+        NotStarted::Refused,
+    );
+    assert_refused(
+        &mut ui,
+        agent(agents.join("sh"), Some("nosuch"), true),
+        "there is no profile nosuch in the policy",
+        NotStarted::Refused,
+    );
+    for state in [work.clone(), agents.join("sh/deeper"), agents.join("../agents/sh")] {
+        assert_refused(
+            &mut ui,
+            agent(state.clone(), None, true),
+            "is not one of",
+            NotStarted::Refused,
+        );
+    }
+    assert!(!work.join("ran").exists());
+    let refused = || -> Vec<Value> {
+        audit_rows(&b)
+            .into_iter()
+            .filter(|r| r["tool"] == "gatehouse run" && r["outcome"] == "refused")
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while refused().len() < 5 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let rows = refused();
+    assert_eq!(rows.len(), 5, "{rows:#?}");
+    assert!(!audit_rows(&b)
+        .iter()
+        .any(|r| r["tool"] == "gatehouse run" && r["outcome"] == "started"));
+}

@@ -2,7 +2,8 @@
 //! the console send, holds the policy and writes the audit log. It runs a tokio current-thread
 //! runtime, the audit store's writer thread and SQLite; it starts no process (the spawner does),
 //! makes no socket after start (its listening sockets are bound before lockdown, helper channels
-//! come from the spawner), and the only signal it sends is SIGKILL through a pidfd to a front
+//! come from the spawner; a launched command's connector is a `socketpair`, which reaches no one
+//! but the exec-helper it is handed to), and the only signal it sends is SIGKILL through a pidfd to a front
 //! that broke the protocol (the spawner kills helpers on its request).
 //!
 //! Checked against `strace -f` of the broker through `gatehouse demo` and the integration tests.
@@ -56,6 +57,11 @@ pub(super) fn broker(p: &mut Policy) {
     p.allow(
         &[libc::SYS_accept4],
         "accepting console and gateway connections on the sockets bound before lockdown",
+    );
+    p.allow_if(
+        libc::SYS_socketpair,
+        &[Arg::Eq(0, libc::AF_UNIX as u32)],
+        "the connector of a command the human launched (gatehouse sandbox, gatehouse run): one end goes to the exec-helper, the other is read here",
     );
     p.allow_if(
         libc::SYS_getsockopt,
