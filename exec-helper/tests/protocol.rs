@@ -365,7 +365,7 @@ fn refusals_say_why() {
     s.network = NetworkMode::Proxy { token: "t".into() };
     let (code, msg) = h.start(s).unwrap_err();
     assert_eq!(code, ErrorCode::Invalid);
-    assert!(msg.contains("must carry the proxy connector"), "{msg}");
+    assert!(msg.contains("must carry the connector"), "{msg}");
     let (code, msg) = h
         .start(spec(work.path(), &["no-such-program-here"]))
         .unwrap_err();
@@ -536,7 +536,7 @@ fn proxy_round_trip(h: &mut Helper) {
         .unwrap();
     let n = sandbox::linux::command::fdpass::recv_with_fds(broker_end.as_fd(), &mut byte, &mut fds)
         .expect("a connection from the bridge");
-    assert_eq!((n, byte[0], fds.len()), (1, b'C', 1));
+    assert_eq!((n, byte[0], fds.len()), (1, b'P', 1));
     let mut client = std::net::TcpStream::from(fds.pop_front().unwrap());
     let mut head = Vec::new();
     let mut b = [0u8; 1];
@@ -572,4 +572,120 @@ fn the_proxy_network_bridges_connections_to_the_connector_unlocked_helper() {
 fn the_proxy_network_bridges_connections_to_the_connector() {
     let mut h = locked();
     proxy_round_trip(&mut h);
+}
+
+/// An agent's Start (`gatehouse run`'s): its state directory as `HOME` (in the agent-state
+/// directory, one of `--protect`, whose other entries stay out of sight), its files in `/tmp`,
+/// gatehouse's variables, and a gateway socket inside whose connections reach the connector as
+/// `G` with the descriptor. Without the connector it is refused; a state directory elsewhere,
+/// or a grant that would show the agent-state directory, too.
+#[test]
+fn an_agent_start_gets_its_home_files_variables_and_gateway_socket() {
+    use ipc_schema::exec::{AgentRun, UserCommand, CONNECTOR_GATEWAY};
+    let agents = gatehouse_tests::sandbox_owned_dir("gh-exec-agents-");
+    let home = agents.path().join("agent");
+    let other = agents.path().join("other");
+    for d in [&home, &other] {
+        std::fs::create_dir(d).unwrap();
+        if nix::unistd::geteuid().is_root() {
+            std::os::unix::fs::chown(d, Some(65534), Some(65534)).unwrap();
+        }
+    }
+    std::fs::write(other.join("login"), "another agent's\n").unwrap();
+    let protect = agents.path().to_str().unwrap().to_string();
+    let mut h = Helper::spawn(&["--protect", &protect]);
+    let work = gatehouse_tests::sandbox_owned_dir("gh-exec-");
+    let agent = |state: &Path| UserCommand {
+        pass_env: vec![],
+        long_run: true,
+        agent: Some(AgentRun {
+            state_home: state.to_path_buf(),
+            tmp_files: vec![("/tmp/gatehouse-token".into(), "tok".into())],
+            vars: vec![("GATEHOUSE_SESSION_TOKEN".into(), "tok".into())],
+            gateway_socket: "/tmp/gatehouse-gateway.sock".into(),
+        }),
+    };
+    let script = "echo \"$HOME $GATEHOUSE_SESSION_TOKEN $(cat /tmp/gatehouse-token)\"; ls \"$HOME/..\"; cat \"$HOME/../other/login\" 2>&1 | sed 's/.*: //'; python3 -c 'import socket; s=socket.socket(socket.AF_UNIX); s.connect(\"/tmp/gatehouse-gateway.sock\"); print(s.recv(5).decode())'";
+    let mut s = spec(work.path(), &["/bin/sh", "-c", script]);
+    s.grants.push(PathGrant {
+        path: home.clone(),
+        access: GrantAccess::ReadWrite,
+    });
+    s.user = Some(Box::new(agent(&home)));
+
+    // Without the connector: refused, nothing runs.
+    let (code, msg) = h.start(s.clone()).unwrap_err();
+    assert_eq!(code, ErrorCode::Invalid);
+    assert!(msg.contains("must carry the connector"), "{msg}");
+
+    let (broker_end, sandbox_end) = UnixStream::pair().unwrap();
+    let id = h.send_with_fd(
+        Body::Exec(ExecRequest::Start(Box::new(s.clone()))),
+        &OwnedFd::from(sandbox_end),
+    );
+    let Body::ExecReply(ExecReply::Started { run, .. }) = h.wait_reply(id) else {
+        panic!("not started");
+    };
+    broker_end
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut fds = std::collections::VecDeque::new();
+    let mut byte = [0u8; 1];
+    let n = sandbox::linux::command::fdpass::recv_with_fds(broker_end.as_fd(), &mut byte, &mut fds)
+        .expect("a connection from the gateway socket");
+    assert_eq!((n, byte[0], fds.len()), (1, CONNECTOR_GATEWAY, 1));
+    let mut gateway = UnixStream::from(fds.pop_front().unwrap());
+    gateway.write_all(b"hello").unwrap();
+    let (out, err, end, _) = h.collect(run);
+    assert_eq!(
+        end.outcome,
+        RunOutcome::Exited(0),
+        "{}",
+        String::from_utf8_lossy(&err)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        format!(
+            "{} tok tok\nagent\nNo such file or directory\nhello\n",
+            home.display()
+        )
+    );
+
+    // A state directory that is not in the agent-state directory is refused.
+    let mut elsewhere = s.clone();
+    elsewhere.user = Some(Box::new(agent(work.path())));
+    let (_, sandbox_end) = UnixStream::pair().unwrap();
+    let id = h.send_with_fd(
+        Body::Exec(ExecRequest::Start(Box::new(elsewhere))),
+        &OwnedFd::from(sandbox_end),
+    );
+    match h.wait_reply(id) {
+        Body::Error(e) => assert!(
+            e.message
+                .contains("is not in gatehouse's agent-state directory"),
+            "{}",
+            e.message
+        ),
+        other => panic!("{other:?}"),
+    }
+    // A grant that holds the agent-state directory would show the other agent's login.
+    let mut wide = s.clone();
+    wide.grants.push(PathGrant {
+        path: agents.path().parent().unwrap().to_path_buf(),
+        access: GrantAccess::Read,
+    });
+    let (_, sandbox_end) = UnixStream::pair().unwrap();
+    let id = h.send_with_fd(
+        Body::Exec(ExecRequest::Start(Box::new(wide))),
+        &OwnedFd::from(sandbox_end),
+    );
+    match h.wait_reply(id) {
+        Body::Error(e) => assert!(
+            e.message
+                .contains("it holds gatehouse's agent-state directory"),
+            "{}",
+            e.message
+        ),
+        other => panic!("{other:?}"),
+    }
 }

@@ -640,7 +640,10 @@ fn gatehouse_sandbox_runs_its_command_in_the_broker_and_ctrl_c_stops_it() {
     wait_until("the sleep below the broker", 20, || {
         !named_below(broker, "sleep").is_empty()
     });
-    assert!(descendants_of(child.id()).is_empty(), "the CLI has children");
+    assert!(
+        descendants_of(child.id()).is_empty(),
+        "the CLI has children"
+    );
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGINT,
@@ -653,10 +656,7 @@ fn gatehouse_sandbox_runs_its_command_in_the_broker_and_ctrl_c_stops_it() {
     });
     let rows = launch_rows_when(&b, |rows| has_row(rows, "ended", &sleep));
     let end = row_for(&rows, "ended", &sleep).unwrap_or_else(|| panic!("{rows:#?}"));
-    assert!(
-        end["detail"].as_str().unwrap().contains("stopped"),
-        "{end}"
-    );
+    assert!(end["detail"].as_str().unwrap().contains("stopped"), "{end}");
 }
 
 /// An agent launch (`gatehouse run`'s) is checked by the broker before anything starts: it must
@@ -694,7 +694,11 @@ fn an_agent_launch_is_refused_unless_long_with_a_known_profile_and_its_own_state
         "there is no profile nosuch in the policy",
         NotStarted::Refused,
     );
-    for state in [work.clone(), agents.join("sh/deeper"), agents.join("../agents/sh")] {
+    for state in [
+        work.clone(),
+        agents.join("sh/deeper"),
+        agents.join("../agents/sh"),
+    ] {
         assert_refused(
             &mut ui,
             agent(state.clone(), None, true),
