@@ -8,7 +8,7 @@
 use crate::BrokerOptions;
 use ipc_schema::codec::MAX_FRAME;
 use ipc_schema::route::{Channel, RouteError, RouteState};
-use ipc_schema::status::{LandlockStatus, LockdownReport, ProcStatus, ProcessReport, ProcessState};
+use ipc_schema::status::{LockdownReport, ProcStatus, ProcessReport, ProcessState};
 use ipc_schema::{Body, Envelope, Role};
 use spawner::link::Link as Spawner;
 use std::collections::HashMap;
@@ -440,54 +440,6 @@ pub fn set_extra_args(opts: &BrokerOptions, role: Role, args: Vec<OsString>) {
         .insert(role, args);
 }
 
-/// Checks a helper's own report and the kernel's view; `Err` names what is missing.
-pub fn verify_lockdown(
-    role: Role,
-    report: &LockdownReport,
-    kernel: &ProcStatus,
-    allow_degraded: bool,
-) -> Result<(), String> {
-    let mut missing = Vec::new();
-    if kernel.seccomp != 2 {
-        missing.push(format!(
-            "/proc shows Seccomp: {} (a filter is required)",
-            kernel.seccomp
-        ));
-    }
-    if !kernel.no_new_privs {
-        missing.push("/proc shows NoNewPrivs: 0".to_string());
-    }
-    if kernel.cap_eff != 0 || kernel.cap_prm != 0 {
-        missing.push(format!(
-            "/proc shows capabilities still held (CapEff {:x}, CapPrm {:x})",
-            kernel.cap_eff, kernel.cap_prm
-        ));
-    }
-    if !report.seccomp_filter {
-        missing.push("it reports no seccomp filter".into());
-    }
-    if report.landlock != LandlockStatus::FullyEnforced && !allow_degraded {
-        missing.push(format!(
-            "it reports Landlock {:?} (ABI {}, needs {})",
-            report.landlock, report.landlock_abi, report.landlock_min_abi
-        ));
-    }
-    if !report.degraded.is_empty() && !allow_degraded {
-        missing.push(format!(
-            "it runs degraded without --allow-degraded: {}",
-            report.degraded.join("; ")
-        ));
-    }
-    if !(report.dumpable_off && report.core_dumps_off && report.capabilities_dropped) {
-        missing.push("it did not finish the lockdown steps".into());
-    }
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("{role} did not lock down: {}", missing.join("; ")))
-    }
-}
-
 /// Starts the helper once (through the spawner), serves it until it exits, and says how it
 /// ended.
 async fn run_once(slot: &Arc<HelperSlot>, opts: &BrokerOptions) -> String {
@@ -612,7 +564,7 @@ where
         st.lockdown = Some(report.clone());
         st.kernel = Some(kernel.clone());
     }
-    if let Err(reason) = verify_lockdown(role, &report, &kernel, opts.allow_degraded) {
+    if let Err(reason) = report.verify(role, &kernel, opts.allow_degraded) {
         slot.lock().state = ProcessState::Refused {
             reason: reason.clone(),
         };

@@ -20,202 +20,46 @@
 //! pair is `socketpair`, which reaches no one).
 
 use crate::fronts::Replier;
+use crate::tools::exec::{stop_run, watch_run};
 use crate::tools::Conn;
 use crate::Ctx;
 use audit_store::chain::{AuditEvent, AuditKind};
-use ipc_schema::exec::{
-    AgentRun, CommandSpec, ExecReply, ExecRequest, GrantAccess, NetworkMode, PathGrant, RunEnd,
-    RunId, UserCommand, POLL_WAIT_MAX_MS,
-};
+use ipc_schema::exec::{AgentRun, ExecReply, ExecRequest, NetworkMode, RunId};
 use ipc_schema::net::{NetReply, NetRequest, ProxyLimits, ProxySession};
 use ipc_schema::tool::{ProfileName, ResumeToken, SessionId, ToolCall};
 use ipc_schema::ui::{AgentLaunch, CommandLaunch, LaunchReply, NotStarted, UiReply};
 use ipc_schema::{Body, ErrorCode, ErrorReply, Role};
 use std::cell::{Cell, RefCell};
 use std::os::fd::OwnedFd;
-use std::path::{Component, Path, PathBuf};
-use std::rc::{Rc, Weak};
+use std::path::PathBuf;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// Who the audit rows name as the actor: the human, through the console's channel.
 const ACTOR: &str = "ui";
 /// The tool name on the rows, beside the agent's `run_command`: a command, or an agent.
-const TOOL: &str = "gatehouse sandbox";
-const AGENT_TOOL: &str = "gatehouse run";
+const TOOLS: [&str; 2] = ["gatehouse sandbox", "gatehouse run"];
 
-fn tool_of(l: &CommandLaunch) -> &'static str {
-    if l.agent.is_some() {
-        AGENT_TOOL
-    } else {
-        TOOL
-    }
-}
-
-/// More hosts than any user types; a longer list is a forged request.
-const MAX_DOMAINS: usize = 256;
 /// How long the end of a command waits for the records of connections still being relayed.
 const EGRESS_DRAIN: Duration = Duration::from_secs(2);
 
 thread_local! {
     /// Numbers the proxy sessions of launched commands (`sandbox-N`, in their egress rows).
     static PROXY_SESSIONS: Cell<u64> = const { Cell::new(0) };
-    /// The command each ui connection is running (the broker's event loop is one thread).
-    static RUNNING: RefCell<Vec<(Weak<Conn>, RunId)>> = const { RefCell::new(Vec::new()) };
 }
 
-fn running(conn: &Rc<Conn>) -> Option<RunId> {
-    RUNNING.with(|r| {
-        r.borrow()
-            .iter()
-            .find(|(c, _)| c.as_ptr() == Rc::as_ptr(conn))
-            .map(|(_, run)| *run)
-    })
+/// The command a ui connection runs (`RunId(u64::MAX)` while its start is under way).
+fn running(conn: &Conn) -> Option<RunId> {
+    conn.launched_run.get()
 }
 
-fn set_running(conn: &Rc<Conn>, run: Option<RunId>) {
-    RUNNING.with(|r| {
-        let mut r = r.borrow_mut();
-        r.retain(|(c, _)| c.strong_count() > 0 && c.as_ptr() != Rc::as_ptr(conn));
-        if let Some(run) = run {
-            r.push((Rc::downgrade(conn), run));
-        }
-    })
+fn set_running(conn: &Conn, run: Option<RunId>) {
+    conn.launched_run.set(run);
 }
 
 fn launch_reply(r: LaunchReply) -> Body {
     Body::UiReply(UiReply::Launch(r))
-}
-
-/// `Err`: why the command is refused before anything runs.
-fn spec_of(l: &CommandLaunch, agent: Option<&Run>) -> Result<CommandSpec, String> {
-    if l.argv.is_empty() || l.argv[0].is_empty() {
-        return Err("no command was given".into());
-    }
-    if l.domains.len() > MAX_DOMAINS {
-        return Err(format!(
-            "{} --allow-domain entries: at most {MAX_DOMAINS}",
-            l.domains.len()
-        ));
-    }
-    if !l.cwd.is_absolute() {
-        return Err(format!(
-            "the working directory {} is not absolute",
-            l.cwd.display()
-        ));
-    }
-    // The checks below are lexical: a `..` would let `/tmp/x/../../root` pass for a directory
-    // under /tmp (the CLI sends resolved paths, so only a forged request holds one).
-    if climbs(&l.cwd) {
-        return Err(format!(
-            "the working directory {} is not resolved (it holds ..)",
-            l.cwd.display()
-        ));
-    }
-    let mut grants = Vec::with_capacity(l.grants.len() + 1);
-    for g in &l.grants {
-        if !g.path.is_absolute() {
-            return Err(format!("the grant {} is not absolute", g.path.display()));
-        }
-        if climbs(&g.path) {
-            return Err(format!(
-                "the grant {} is not resolved (it holds ..)",
-                g.path.display()
-            ));
-        }
-        grants.push(g.clone());
-    }
-    // The CLI resolved the grants to tell whether one holds `cwd` (`work_root` false: one
-    // does; the exec-helper checks it again, with links resolved).
-    let covered = grants.iter().any(|g| l.cwd.starts_with(&g.path));
-    if l.work_root && !covered {
-        if let Some(why) = implicit_root_refusal(&l.cwd) {
-            return Err(format!(
-                "the current directory {} is not granted: {why}. Name what the command may use with --allow-write or --allow-read (and cd into it)",
-                l.cwd.display()
-            ));
-        }
-        grants.push(PathGrant {
-            path: l.cwd.clone(),
-            access: GrantAccess::ReadWrite,
-        });
-    }
-    l.limits.check_with(l.long_run)?;
-    let agent = match (agent, &l.agent) {
-        (Some(run), Some(a)) => {
-            // The agent's HOME: read-write, granted here as the CLI made it.
-            if !grants.iter().any(|g| g.path == a.state_home) {
-                grants.push(PathGrant {
-                    path: a.state_home.clone(),
-                    access: GrantAccess::ReadWrite,
-                });
-            }
-            Some(run.agent_run(a))
-        }
-        _ => None,
-    };
-    Ok(CommandSpec {
-        argv: l.argv.clone(),
-        cwd: l.cwd.clone(),
-        grants,
-        env: l.env.clone(),
-        network: NetworkMode::None,
-        limits: l.limits,
-        hide: l.hide.clone(),
-        user: Some(Box::new(UserCommand {
-            pass_env: l.pass_env.clone(),
-            long_run: l.long_run,
-            agent,
-        })),
-    })
-}
-
-fn climbs(p: &Path) -> bool {
-    p.components().any(|c| c == Component::ParentDir)
-}
-
-/// Why `cwd` is not made the working root without being named (the one check, in
-/// `ipc_schema::protected`; this process's `$HOME` counts too).
-pub fn implicit_root_refusal(cwd: &Path) -> Option<String> {
-    let home = std::env::var_os("HOME").map(PathBuf::from);
-    ipc_schema::protected::implicit_root_refusal(cwd, home.as_deref())
-}
-
-/// The one line of the start row: argv, where, what the user granted.
-fn start_line(spec: &CommandSpec, passed: &[String], proxy: Option<&Proxy>) -> String {
-    let grants: Vec<String> = spec
-        .grants
-        .iter()
-        .map(|g| {
-            format!(
-                "{} ({})",
-                g.path.display(),
-                match g.access {
-                    GrantAccess::Read => "read",
-                    GrantAccess::ReadWrite => "read-write",
-                }
-            )
-        })
-        .collect();
-    let network = match proxy {
-        None => "no network".to_string(),
-        Some(p) => format!(
-            "egress only to {} through the proxy (session {})",
-            p.domains.join(", "),
-            p.session
-        ),
-    };
-    let mut line = format!(
-        "run {:?} in {}, in the exec sandbox with {network}, at most {} s; grants: {}",
-        spec.argv,
-        spec.cwd.display(),
-        spec.limits.timeout_ms / 1000,
-        grants.join(", ")
-    );
-    if !passed.is_empty() {
-        line.push_str(&format!("; passed by name: {}", passed.join(", ")));
-    }
-    line
 }
 
 fn refusal_row(tool: &str, argv: &[String], why: &str) {
@@ -238,31 +82,30 @@ pub fn command(
     let refuse = |reason: String, why: NotStarted| {
         reply.send(id, launch_reply(LaunchReply::Refused { reason, why }))
     };
-    let tool = tool_of(&launch);
-    if running(conn).is_some() {
-        let why = "this connection already runs a command";
-        refusal_row(tool, &launch.argv, why);
-        return refuse(why.into(), NotStarted::Refused);
-    }
-    let agent = match launch.agent.as_ref().map(|a| Run::new(ctx, &launch, a)) {
-        None => None,
-        Some(Ok(r)) => Some(Rc::new(r)),
-        Some(Err(why)) => {
-            refusal_row(tool, &launch.argv, &why);
-            return refuse(why, NotStarted::Refused);
+    let tool = TOOLS[usize::from(launch.agent.is_some())];
+    let checked = (|| {
+        if running(conn).is_some() {
+            return Err("this connection already runs a command".to_string());
         }
-    };
-    let spec = match spec_of(&launch, agent.as_deref()) {
-        Ok(s) => s,
+        let agent = launch.agent.as_ref();
+        let agent = agent.map(|a| Run::new(ctx, &launch, a)).transpose()?;
+        let run = agent.as_ref().zip(launch.agent.as_ref());
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let spec = policy::launch::command_spec(
+            &launch,
+            home.as_deref(),
+            run.map(|(r, a)| r.agent_run(a)),
+        )?;
+        let slot = ctx.helpers.slot(Role::Exec).cloned();
+        let slot = slot.ok_or("there is no exec-helper")?;
+        Ok((agent.map(Rc::new), spec, slot))
+    })();
+    let (agent, spec, slot) = match checked {
+        Ok(c) => c,
         Err(why) => {
             refusal_row(tool, &launch.argv, &why);
             return refuse(why, NotStarted::Refused);
         }
-    };
-    let Some(slot) = ctx.helpers.slot(Role::Exec).cloned() else {
-        let why = "there is no exec-helper";
-        refusal_row(tool, &launch.argv, why);
-        return refuse(why.into(), NotStarted::Refused);
     };
     let passed: Vec<String> = launch.pass_env.iter().map(|(k, _)| k.clone()).collect();
     let (conn, reply, ctx) = (conn.clone(), reply.clone(), ctx.clone());
@@ -272,17 +115,12 @@ pub fn command(
     tokio::task::spawn_local(async move {
         let mut spec = spec;
         let argv = spec.argv.clone();
-        let refused = |reason: String| {
+        let refused_as = |reason: String, why: NotStarted| {
             set_running(&conn, None);
             refusal_row(tool, &argv, &reason);
-            reply.send(
-                id,
-                launch_reply(LaunchReply::Refused {
-                    reason,
-                    why: NotStarted::Refused,
-                }),
-            );
+            reply.send(id, launch_reply(LaunchReply::Refused { reason, why }));
         };
+        let refused = |reason: String| refused_as(reason, NotStarted::Refused);
         // The proxy first: a bad --allow-domain refuses the command before anything runs.
         let mut proxy = None;
         if !domains.is_empty() {
@@ -312,7 +150,11 @@ pub fn command(
                 }
             }
         }
-        let line = start_line(&spec, &passed, proxy.as_ref());
+        let line = policy::launch::start_line(
+            &spec,
+            &passed,
+            proxy.as_ref().map(|p| (&p.domains[..], p.session.as_str())),
+        );
         let start = Body::Exec(ExecRequest::Start(Box::new(spec)));
         let (started, ours) = match connector {
             None => (slot.call(start).await, None),
@@ -321,7 +163,6 @@ pub fn command(
         let (run, sandbox) = match started {
             Ok(Body::ExecReply(ExecReply::Started { run, sandbox })) => (run, sandbox),
             other => {
-                set_running(&conn, None);
                 let (reason, why) = match other {
                     Ok(Body::Error(e)) => not_started(e),
                     Ok(other) => (
@@ -333,9 +174,7 @@ pub fn command(
                 if let Some(p) = &proxy {
                     p.close().await;
                 }
-                refusal_row(tool, &argv, &reason);
-                reply.send(id, launch_reply(LaunchReply::Refused { reason, why }));
-                return;
+                return refused_as(reason, why);
             }
         };
         set_running(&conn, Some(run));
@@ -351,57 +190,29 @@ pub fn command(
                 id,
             ))
         });
-        crate::audit::record(
-            AuditEvent::new(AuditKind::Execution, ACTOR, "started")
-                .tool(tool)
-                .target(format!("{argv:?}"))
-                .detail(format!("{run}: {line}; as uid {}", sandbox.uid)),
-        );
-        let mut gone =
-            !reply.send_checked(id, launch_reply(LaunchReply::CommandStarted { sandbox }));
-        if gone {
-            stop(&slot, run).await;
-        }
-        let end: Result<RunEnd, String> = loop {
-            let poll = ExecRequest::Poll {
-                run,
-                wait_ms: POLL_WAIT_MAX_MS,
-            };
-            match slot.call(Body::Exec(poll)).await {
-                Ok(Body::ExecReply(ExecReply::Progress {
-                    run: r,
-                    stdout,
-                    stderr,
-                    end,
-                })) if r == run => {
-                    let any = !stdout.is_empty() || !stderr.is_empty();
-                    if any && !gone {
-                        let out = launch_reply(LaunchReply::Output { stdout, stderr });
-                        if !reply.send_checked(id, out) {
-                            // The ui peer is gone: nobody watches the command any more.
-                            gone = true;
-                            stop(&slot, run).await;
-                        }
-                    }
-                    if let Some(end) = end {
-                        break Ok(end);
-                    }
-                }
-                Ok(Body::Error(e)) => {
-                    break Err(format!(
-                        "the exec-helper lost {run} while it ran: {}",
-                        e.message
-                    ))
-                }
-                Ok(other) => {
-                    break Err(format!(
-                        "the exec-helper answered a poll of {run} with {:?}",
-                        other.kind()
-                    ))
-                }
-                Err(e) => break Err(format!("{e} while {run} was running")),
-            }
+        let row = |outcome: &'static str, detail: String| {
+            crate::audit::record(
+                AuditEvent::new(AuditKind::Execution, ACTOR, outcome)
+                    .tool(tool)
+                    .target(format!("{argv:?}"))
+                    .detail(detail),
+            )
         };
+        row("started", format!("{run}: {line}; as uid {}", sandbox.uid));
+        let mut watched =
+            reply.send_checked(id, launch_reply(LaunchReply::CommandStarted { sandbox }));
+        if !watched {
+            stop_run(&slot, run).await;
+        }
+        // Once the ui peer is gone nobody watches the command: it is stopped.
+        let end = watch_run(&slot, run, |stdout, stderr| {
+            if watched && !(stdout.is_empty() && stderr.is_empty()) {
+                let out = launch_reply(LaunchReply::Output { stdout, stderr });
+                watched = reply.send_checked(id, out);
+            }
+            watched
+        })
+        .await;
         set_running(&conn, None);
         if let Some(relay) = relay {
             // The sandbox is gone, so its end of the connector is closed: the relay hands over
@@ -414,33 +225,26 @@ pub fn command(
         // The agent is gone: the sessions it opened end with it.
         if let Some(agent) = &agent {
             for session in agent.sessions.take() {
-                end_session(&ctx, session, "run ended").await;
+                crate::sessions::revoke(&ctx.gate, session, ACTOR, "run ended").await;
             }
         }
         match end {
             Ok(end) => {
-                crate::audit::record(
-                    AuditEvent::new(AuditKind::Execution, ACTOR, "ended")
-                        .tool(tool)
-                        .target(format!("{argv:?}"))
-                        .detail(format!(
-                            "{run}: {}; {} ms; output dropped {} + {} bytes; {} set aside",
-                            end.outcome.describe(),
-                            end.elapsed_ms,
-                            end.stdout_dropped,
-                            end.stderr_dropped,
-                            end.held.len() as u64 + end.held_more
-                        )),
+                row(
+                    "ended",
+                    format!(
+                        "{run}: {}; {} ms; output dropped {} + {} bytes; {} set aside",
+                        end.outcome.describe(),
+                        end.elapsed_ms,
+                        end.stdout_dropped,
+                        end.stderr_dropped,
+                        end.held.len() as u64 + end.held_more
+                    ),
                 );
                 reply.send(id, launch_reply(LaunchReply::CommandEnded(end)));
             }
             Err(why) => {
-                crate::audit::record(
-                    AuditEvent::new(AuditKind::Execution, ACTOR, "uncertain")
-                        .tool(tool)
-                        .target(format!("{argv:?}"))
-                        .detail(why.clone()),
-                );
+                row("uncertain", why.clone());
                 reply.send(
                     id,
                     Body::Error(ErrorReply::new(ErrorCode::HelperCrashed, why)),
@@ -574,15 +378,8 @@ async fn relay(
                             egress_row(under, &record);
                             reply.send(id, launch_reply(LaunchReply::Egress(record)));
                         }
-                        Ok(Body::Error(e)) => {
-                            tracing::warn!(%session, "egress proxy: {}", e.message)
-                        }
-                        Ok(other) => tracing::warn!(
-                            %session,
-                            "the net-helper answered a proxy connection with {:?}",
-                            other.kind()
-                        ),
-                        Err(e) => tracing::warn!(%session, "egress proxy: {e}"),
+                        // No record: the connection's end is in the log, not the audit log.
+                        other => tracing::warn!(%session, "egress proxy: {other:?}"),
                     }
                 });
             }
@@ -623,25 +420,11 @@ impl Run {
     /// Checks the agent's side of `l`: a long run, a known profile, a state directory of its
     /// own in gatehouse's agent-state directory.
     fn new(ctx: &Ctx, l: &CommandLaunch, a: &AgentLaunch) -> Result<Run, String> {
-        if !l.long_run {
-            return Err("an agent launch must be a long run".into());
-        }
-        let profile = a
-            .profile
-            .clone()
-            .unwrap_or_else(ProfileName::default_profile);
+        let profile = policy::launch::agent_profile(l, a, &ctx.dirs.agents())?;
         if let Ok(all) = &ctx.gate.policy.borrow().current {
             if all.get(&profile).is_none() {
                 return Err(policy::unknown_profile(&profile, all));
             }
-        }
-        let agents = ctx.dirs.agents();
-        if a.state_home.parent() != Some(agents.as_path()) || climbs(&a.state_home) {
-            return Err(format!(
-                "the agent's state directory {} is not one of {}",
-                a.state_home.display(),
-                agents.display()
-            ));
         }
         Ok(Run {
             token: hex::encode(rand::random::<[u8; 32]>()),
@@ -651,29 +434,8 @@ impl Run {
         })
     }
 
-    /// What the agent's sandbox gets: the token and MCP config in its `/tmp`, the variables
-    /// that name them, the gateway socket.
     fn agent_run(&self, a: &AgentLaunch) -> AgentRun {
-        use ipc_schema::exec::{AGENT_GATEWAY_SOCKET, AGENT_MCP_CONFIG, AGENT_TOKEN_FILE};
-        AgentRun {
-            state_home: a.state_home.clone(),
-            tmp_files: vec![
-                (AGENT_TOKEN_FILE.into(), self.token.clone()),
-                (AGENT_MCP_CONFIG.into(), a.mcp_config.clone()),
-            ],
-            vars: vec![
-                (
-                    gatehouse_client::SOCKET_ENV.into(),
-                    AGENT_GATEWAY_SOCKET.into(),
-                ),
-                (gatehouse_client::TOKEN_ENV.into(), self.token.clone()),
-                (
-                    gatehouse_client::MCP_CONFIG_ENV.into(),
-                    AGENT_MCP_CONFIG.into(),
-                ),
-            ],
-            gateway_socket: AGENT_GATEWAY_SOCKET.into(),
-        }
+        policy::launch::agent_run(a, &self.token)
     }
 
     /// The first frame of an agent's gateway connection: an `OpenSession` with the run's token,
@@ -686,7 +448,7 @@ impl Run {
         else {
             return Err("gatehouse run: the gateway must first open a session with the run's token (gatehouse mcp --token-file, as in the MCP config gatehouse run wrote)".into());
         };
-        if !subtle_eq(t.0.as_bytes(), self.token.as_bytes()) {
+        if !policy::launch::same_secret(t.0.as_bytes(), self.token.as_bytes()) {
             return Err("gatehouse run: that is not this run's token".into());
         }
         let (session, token) = open_session(ctx, &self.profile, &self.passed_env).await?;
@@ -716,44 +478,10 @@ async fn open_session(
         .map_err(|(_, why)| format!("gatehouse run: {why}"))
 }
 
-/// The agent ended: its session's token is revoked (if its gateway has not already done so by
-/// disconnecting), with an audit row either way.
-async fn end_session(ctx: &Rc<Ctx>, session: SessionId, why: &'static str) {
-    let had = ctx.gate.sessions.borrow().is_revoked(&session);
-    ctx.gate.sessions.borrow_mut().revoke(&session);
-    let sid = session.0.clone();
-    let revoked = crate::sessions::revoked_hash(&sid);
-    let r = ctx
-        .gate
-        .store
-        .txn(move |tx, audit| {
-            let found =
-                audit_store::sessions::set_resume_hash(tx, &SessionId(sid.clone()), &revoked)?;
-            if found {
-                let what = if had {
-                    format!("{why}; token already revoked")
-                } else {
-                    format!("{why}; token revoked")
-                };
-                audit.push(AuditEvent::new(AuditKind::Session, ACTOR, what).session(sid));
-            }
-            Ok(found)
-        })
-        .await;
-    if let Err(e) = r {
-        tracing::error!(%session, "revoking the session of an ended run: {e}");
-    }
-}
-
 /// One connection through an egress proxy ended: its audit row (under the agent's first
 /// session, when it opened one; the line names the proxy session either way).
 fn egress_row(session: Option<SessionId>, record: &ipc_schema::net::EgressRecord) {
-    use ipc_schema::net::EgressVerdict;
-    let outcome = match &record.verdict {
-        EgressVerdict::Refused { status, .. } => format!("refused ({status})"),
-        EgressVerdict::Failed { status, .. } => format!("failed ({status})"),
-        EgressVerdict::Tunnelled { .. } => "tunnelled".to_string(),
-    };
+    let outcome = policy::launch::egress_outcome(record);
     let mut row = AuditEvent::new(AuditKind::Egress, ACTOR, outcome)
         .target(record.target.clone())
         .detail(record.audit_line());
@@ -763,25 +491,14 @@ fn egress_row(session: Option<SessionId>, record: &ipc_schema::net::EgressRecord
     crate::audit::record(row);
 }
 
-/// Compares two byte strings in time independent of where they differ.
-fn subtle_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 /// The exec-helper's refusal, and whether it was "not found" (the CLI exits 127 for that).
 fn not_started(e: ErrorReply) -> (String, NotStarted) {
-    let why = if e.code == ErrorCode::Invalid
-        && e.message.contains(": command not found in the sandbox")
-    {
+    let why = if e.code == ErrorCode::NotFound {
         NotStarted::NotFound
     } else {
         NotStarted::Refused
     };
     (e.message, why)
-}
-
-async fn stop(slot: &crate::helpers::HelperSlot, run: RunId) {
-    let _ = slot.call(Body::Exec(ExecRequest::Stop { run })).await;
 }
 
 /// `LaunchRequest::StopCommand`: kills the sandbox of this connection's command.
@@ -798,7 +515,7 @@ pub fn stop_command(ctx: &Rc<Ctx>, conn: &Rc<Conn>, id: u64, reply: &Replier) {
     };
     let reply = reply.clone();
     tokio::task::spawn_local(async move {
-        stop(&slot, run).await;
+        stop_run(&slot, run).await;
         reply.send(id, Body::Pong);
     });
 }
@@ -809,6 +526,6 @@ pub fn connection_closed(ctx: &Rc<Ctx>, conn: &Rc<Conn>) {
         return;
     };
     if let Some(slot) = ctx.helpers.slot(Role::Exec).cloned() {
-        tokio::task::spawn_local(async move { stop(&slot, run).await });
+        tokio::task::spawn_local(async move { stop_run(&slot, run).await });
     }
 }

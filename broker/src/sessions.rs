@@ -2,6 +2,7 @@
 //! limits and its "allow for this session" decisions. A gateway that reconnects (after a broker
 //! restart) may carry its session on by presenting the resume token the broker gave it.
 
+use audit_store::chain::{AuditEvent, AuditKind};
 use ipc_schema::tool::{AgentInfo, ProfileName, ResumeToken, SessionId, ToolName};
 use policy::rate::RateState;
 use sha2::{Digest, Sha256};
@@ -41,10 +42,41 @@ pub fn token_hash(t: &ResumeToken) -> Vec<u8> {
     Sha256::digest(t.0.as_bytes()).to_vec()
 }
 
-/// What a revoked session's token hash is replaced with: a value no token hashes to (the
-/// same as `tools::connection_closed` writes).
+/// What a revoked session's token hash is replaced with: a value no token hashes to.
 pub fn revoked_hash(sid: &str) -> Vec<u8> {
     Sha256::digest(format!("revoked session {sid}").as_bytes()).to_vec()
+}
+
+/// Revokes `session`'s token (in memory, and in the store, so no restart brings it back), with
+/// the row `actor` / "`why`; token revoked" (or "already revoked" when it was). The one way a
+/// token ends: its gateway leaving (`tools::connection_closed`), its run ending
+/// (`crate::launch`).
+pub async fn revoke(
+    gate: &crate::gate::Gate,
+    session: SessionId,
+    actor: &'static str,
+    why: &'static str,
+) {
+    let had = gate.sessions.borrow().is_revoked(&session);
+    gate.sessions.borrow_mut().revoke(&session);
+    let sid = session.0.clone();
+    let revoked = revoked_hash(&sid);
+    let r = gate
+        .store
+        .txn(move |tx, audit| {
+            if audit_store::sessions::set_resume_hash(tx, &SessionId(sid.clone()), &revoked)? {
+                let state = if had { "already revoked" } else { "revoked" };
+                audit.push(
+                    AuditEvent::new(AuditKind::Session, actor, format!("{why}; token {state}"))
+                        .session(sid),
+                );
+            }
+            Ok(())
+        })
+        .await;
+    if let Err(e) = r {
+        tracing::error!(%session, "revoking the session's token failed: {e}");
+    }
 }
 
 /// The refusal of a resume that names another profile than the session's.

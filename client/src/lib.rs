@@ -22,12 +22,12 @@ pub const BROKER_BIN: &str = "gatehouse-broker";
 pub const MCP_BIN: &str = "gatehouse-mcp";
 
 /// The variable `gatehouse run` passes a session token in (removed before serving).
-pub const TOKEN_ENV: &str = "GATEHOUSE_SESSION_TOKEN";
+pub const TOKEN_ENV: &str = ipc_schema::exec::AGENT_TOKEN_ENV;
 /// The variable `gatehouse run` names the gateway socket in (inside its sandbox, where the
 /// runtime directory is hidden): connect there and nowhere else, and never start a broker.
-pub const SOCKET_ENV: &str = "GATEHOUSE_GATEWAY_SOCKET";
+pub const SOCKET_ENV: &str = ipc_schema::exec::AGENT_SOCKET_ENV;
 /// The variable `gatehouse run` names the agent's MCP config in (inside its sandbox).
-pub const MCP_CONFIG_ENV: &str = "GATEHOUSE_MCP_CONFIG";
+pub const MCP_CONFIG_ENV: &str = ipc_schema::exec::AGENT_MCP_CONFIG_ENV;
 
 /// `name` in the directory of the running binary: gatehouse's binaries are installed (and
 /// built) side by side, and each finds the others there, never on `PATH`.

@@ -90,9 +90,8 @@ pub fn start(
 
 fn refusal(e: SandboxError) -> ErrorReply {
     let code = match &e {
-        SandboxError::Invalid(_) | SandboxError::NotFound { .. } | SandboxError::Io { .. } => {
-            ErrorCode::Invalid
-        }
+        SandboxError::NotFound { .. } => ErrorCode::NotFound,
+        SandboxError::Invalid(_) | SandboxError::Io { .. } => ErrorCode::Invalid,
         SandboxError::Refused(_) | SandboxError::Kernel(_) => ErrorCode::Refused,
     };
     ErrorReply::new(code, e.to_string())

@@ -174,6 +174,11 @@ pub const CONNECTOR_GATEWAY: u8 = b'G';
 pub const AGENT_GATEWAY_SOCKET: &str = "/tmp/gatehouse-gateway.sock";
 pub const AGENT_TOKEN_FILE: &str = "/tmp/gatehouse-token";
 pub const AGENT_MCP_CONFIG: &str = "/tmp/gatehouse-mcp.json";
+/// The variables that say the same, for clients that keep their environment (`gatehouse mcp`
+/// reads the first two; an agent's wrapper, the third).
+pub const AGENT_SOCKET_ENV: &str = "GATEHOUSE_GATEWAY_SOCKET";
+pub const AGENT_TOKEN_ENV: &str = "GATEHOUSE_SESSION_TOKEN";
+pub const AGENT_MCP_CONFIG_ENV: &str = "GATEHOUSE_MCP_CONFIG";
 
 /// What is masked inside the grants, beyond the protected places.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]

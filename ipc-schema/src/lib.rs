@@ -194,4 +194,6 @@ pub enum ErrorCode {
     Limit,
     /// Something inside gatehouse failed.
     Internal,
+    /// What the request names is not there (a command's program, in its sandbox).
+    NotFound,
 }

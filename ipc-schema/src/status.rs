@@ -86,6 +86,57 @@ impl LockdownReport {
             degraded: Vec::new(),
         }
     }
+
+    /// Checks a helper's own report against what its `role` needs and the kernel's view
+    /// (read by the spawner); `Err` names everything missing. The broker routes nothing to a
+    /// helper that fails it (DESIGN rule 6).
+    pub fn verify(
+        &self,
+        role: Role,
+        kernel: &ProcStatus,
+        allow_degraded: bool,
+    ) -> Result<(), String> {
+        let report = self;
+        let mut missing = Vec::new();
+        if kernel.seccomp != 2 {
+            missing.push(format!(
+                "/proc shows Seccomp: {} (a filter is required)",
+                kernel.seccomp
+            ));
+        }
+        if !kernel.no_new_privs {
+            missing.push("/proc shows NoNewPrivs: 0".to_string());
+        }
+        if kernel.cap_eff != 0 || kernel.cap_prm != 0 {
+            missing.push(format!(
+                "/proc shows capabilities still held (CapEff {:x}, CapPrm {:x})",
+                kernel.cap_eff, kernel.cap_prm
+            ));
+        }
+        if !report.seccomp_filter {
+            missing.push("it reports no seccomp filter".into());
+        }
+        if report.landlock != LandlockStatus::FullyEnforced && !allow_degraded {
+            missing.push(format!(
+                "it reports Landlock {:?} (ABI {}, needs {})",
+                report.landlock, report.landlock_abi, report.landlock_min_abi
+            ));
+        }
+        if !report.degraded.is_empty() && !allow_degraded {
+            missing.push(format!(
+                "it runs degraded without --allow-degraded: {}",
+                report.degraded.join("; ")
+            ));
+        }
+        if !(report.dumpable_off && report.core_dumps_off && report.capabilities_dropped) {
+            missing.push("it did not finish the lockdown steps".into());
+        }
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{role} did not lock down: {}", missing.join("; ")))
+        }
+    }
 }
 
 /// What the kernel says about a process (`/proc/<pid>/status`), read by the broker itself so

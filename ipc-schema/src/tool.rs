@@ -384,6 +384,15 @@ pub enum ToolCall {
 }
 
 impl ToolCall {
+    /// The URL a web tool reaches (`fetch_url`, `http_request`).
+    pub fn web_url(&self) -> Option<&str> {
+        match self {
+            ToolCall::FetchUrl(a) => Some(&a.url),
+            ToolCall::HttpRequest(a) => Some(&a.url),
+            _ => None,
+        }
+    }
+
     /// The tool this call names (`None` for [`ToolCall::OpenSession`] and
     /// [`ToolCall::DescribeAgent`]).
     pub fn tool(&self) -> Option<ToolName> {
@@ -422,6 +431,17 @@ pub enum Action {
     Allow,
     Ask,
     Deny,
+}
+
+impl Action {
+    /// The word the audit log and the policy file use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Allow => "allow",
+            Action::Ask => "ask",
+            Action::Deny => "deny",
+        }
+    }
 }
 
 /// A policy decision and the rule that produced it (shown to the agent, the console and the
@@ -616,6 +636,17 @@ pub struct Waiting {
     pub verdict: Verdict,
     /// When no answer becomes a deny.
     pub expires_unix_ms: u64,
+}
+
+impl ToolReply {
+    /// A refusal's or failure's message (for the ledger and the audit log); empty otherwise.
+    pub fn message(&self) -> String {
+        match self {
+            ToolReply::Refused(x) => x.message.clone(),
+            ToolReply::Failed(x) => x.message.clone(),
+            _ => String::new(),
+        }
+    }
 }
 
 /// The broker's answer to a [`ToolCall`].

@@ -6,6 +6,7 @@
 pub mod compile;
 pub mod doc;
 pub mod eval;
+pub mod launch;
 pub mod protected;
 pub mod rate;
 

@@ -10,7 +10,7 @@ use super::fs::{EffectAnswer, Resolved};
 use crate::Ctx;
 use ipc_schema::exec::{
     CommandSpec, ExecReply, ExecRequest, GrantAccess, Limits, NetworkMode, PathGrant, RunEnd,
-    RunOutcome, SandboxReport, OUTPUT_PIECE_MAX, POLL_WAIT_MAX_MS,
+    RunId, RunOutcome, SandboxReport, OUTPUT_PIECE_MAX, POLL_WAIT_MAX_MS,
 };
 use ipc_schema::tool::{CommandRun, Failure, RunCommand, ToolResult};
 use ipc_schema::{Body, ErrorCode, Role};
@@ -162,38 +162,14 @@ pub async fn execute_effect(
     };
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
     let (mut out_dropped, mut err_dropped) = (0u64, 0u64);
-    let end: RunEnd = loop {
-        let poll = ExecRequest::Poll {
-            run,
-            wait_ms: POLL_WAIT_MAX_MS,
-        };
-        match slot.call(Body::Exec(poll)).await {
-            Ok(Body::ExecReply(ExecReply::Progress {
-                run: r,
-                stdout: o,
-                stderr: e,
-                end,
-            })) if r == run => {
-                keep(&mut stdout, &mut out_dropped, &o);
-                keep(&mut stderr, &mut err_dropped, &e);
-                if let Some(end) = end {
-                    break end;
-                }
-            }
-            Ok(Body::Error(e)) => {
-                return EffectAnswer::Unknown(format!(
-                    "the exec-helper lost {run} while it ran: {}",
-                    e.message
-                ))
-            }
-            Ok(other) => {
-                return EffectAnswer::Unknown(format!(
-                    "the exec-helper answered a poll of {run} with {:?}",
-                    other.kind()
-                ))
-            }
-            Err(e) => return EffectAnswer::Unknown(format!("{e} while {run} was running")),
-        }
+    let watched = watch_run(slot, run, |o, e| {
+        keep(&mut stdout, &mut out_dropped, &o);
+        keep(&mut stderr, &mut err_dropped, &e);
+        true
+    });
+    let end = match watched.await {
+        Ok(end) => end,
+        Err(why) => return EffectAnswer::Unknown(why),
     };
     let outcome = end.outcome.describe();
     let exit_code = match end.outcome {
@@ -222,6 +198,58 @@ pub async fn execute_effect(
             .chain((end.held_more > 0).then(|| format!("and {} more", end.held_more)))
             .collect(),
     })))
+}
+
+/// Polls `run` of the exec-helper `slot` until its end, handing each piece of output to
+/// `output`; once `output` returns false (nobody watches any more) the run is stopped, and its
+/// end still awaited. `Err`: the helper lost the run (whether it finished is unknown). Used by
+/// `run_command` and by the commands the human launches (`crate::launch`).
+pub(crate) async fn watch_run(
+    slot: &crate::helpers::HelperSlot,
+    run: RunId,
+    mut output: impl FnMut(Vec<u8>, Vec<u8>) -> bool,
+) -> Result<RunEnd, String> {
+    let mut stopped = false;
+    loop {
+        let poll = ExecRequest::Poll {
+            run,
+            wait_ms: POLL_WAIT_MAX_MS,
+        };
+        match slot.call(Body::Exec(poll)).await {
+            Ok(Body::ExecReply(ExecReply::Progress {
+                run: r,
+                stdout,
+                stderr,
+                end,
+            })) if r == run => {
+                if !output(stdout, stderr) && !stopped {
+                    stopped = true;
+                    stop_run(slot, run).await;
+                }
+                if let Some(end) = end {
+                    return Ok(end);
+                }
+            }
+            Ok(Body::Error(e)) => {
+                return Err(format!(
+                    "the exec-helper lost {run} while it ran: {}",
+                    e.message
+                ))
+            }
+            Ok(other) => {
+                return Err(format!(
+                    "the exec-helper answered a poll of {run} with {:?}",
+                    other.kind()
+                ))
+            }
+            Err(e) => return Err(format!("{e} while {run} was running")),
+        }
+    }
+}
+
+/// Kills `run`'s whole sandbox (its next poll says `Stopped`).
+pub(crate) async fn stop_run(slot: &crate::helpers::HelperSlot, run: RunId) {
+    let _ = slot.call(Body::Exec(ExecRequest::Stop { run })).await;
 }
 
 #[cfg(test)]

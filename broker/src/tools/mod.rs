@@ -7,7 +7,7 @@
 //! committed, and only then is the helper asked. Reads skip the ledger.
 
 use proposal::{args, effect};
-mod exec;
+pub(crate) mod exec;
 mod fs;
 mod http;
 mod net;
@@ -38,6 +38,8 @@ pub struct Conn {
     /// Set when this connection carried its session on by presenting a token (a gateway
     /// started by `gatehouse run`): the token is revoked when the connection ends.
     presented_token: RefCell<Option<ipc_schema::tool::SessionId>>,
+    /// A ui connection: the command it launched (`crate::launch`), while it runs.
+    pub launched_run: std::cell::Cell<Option<ipc_schema::exec::RunId>>,
 }
 
 /// The agent's client gave up waiting for proposal `p` of its own session: withdrawn.
@@ -82,31 +84,9 @@ pub fn connection_closed(ctx: &Rc<Ctx>, conn: &Rc<Conn>) {
     let Some(id) = conn.presented_token.borrow_mut().take() else {
         return;
     };
-    ctx.gate.sessions.borrow_mut().revoke(&id);
-    let store = ctx.gate.store.clone();
+    let ctx = ctx.clone();
     tokio::task::spawn_local(async move {
-        let sid = id.0.clone();
-        let revoked = {
-            use sha2::Digest;
-            sha2::Sha256::digest(format!("revoked session {sid}").as_bytes()).to_vec()
-        };
-        let r = store
-            .txn(move |tx, audit| {
-                audit_store::sessions::set_resume_hash(
-                    tx,
-                    &ipc_schema::tool::SessionId(sid.clone()),
-                    &revoked,
-                )?;
-                audit.push(
-                    AuditEvent::new(AuditKind::Session, "gateway", "ended; token revoked")
-                        .session(sid),
-                );
-                Ok(())
-            })
-            .await;
-        if let Err(e) = r {
-            tracing::error!("revoking the token of session {id} failed: {e}");
-        }
+        crate::sessions::revoke(&ctx.gate, id, "gateway", "ended").await;
     });
 }
 
@@ -157,7 +137,7 @@ fn describe_agent(ctx: &Rc<Ctx>, conn: &Rc<Conn>, agent: AgentInfo) -> Body {
     let session = match session_for(ctx, conn) {
         Ok(s) => s,
         Err(r) => {
-            return Body::Error(ErrorReply::new(ErrorCode::Internal, describe(&r)));
+            return Body::Error(ErrorReply::new(ErrorCode::Internal, r.message()));
         }
     };
     let agent = AgentInfo::capped(&agent.name, &agent.version);
@@ -400,7 +380,10 @@ async fn run(
     }
 
     // The profile's network allowlist, before the net-helper resolves anything.
-    if let Some(why) = web_url(&call).and_then(|u| eval::url_off_network(&policy, u)) {
+    if let Some(why) = call
+        .web_url()
+        .and_then(|u| eval::url_off_network(&policy, u))
+    {
         crate::audit::record(
             event(AuditKind::ToolCall, &sid.0, tool, "deny").detail(format!("{why}; {summary}")),
         );
@@ -420,7 +403,7 @@ async fn run(
         Err(reply) => {
             crate::audit::record(
                 event(AuditKind::Refusal, &sid.0, tool, "refused")
-                    .detail(format!("{}; {summary}", describe(&reply))),
+                    .detail(format!("{}; {summary}", reply.message())),
             );
             return reply;
         }
@@ -449,14 +432,9 @@ async fn run(
     // the audit work on the hottest path. Everything else records the decision now.
     if effectful || verdict.action != Action::Allow {
         crate::audit::record(
-            event(
-                AuditKind::ToolCall,
-                &sid.0,
-                tool,
-                action_word(verdict.action),
-            )
-            .target(target_key.clone())
-            .detail(format!("{}; {summary}", verdict.rule)),
+            event(AuditKind::ToolCall, &sid.0, tool, verdict.action.as_str())
+                .target(target_key.clone())
+                .detail(format!("{}; {summary}", verdict.rule)),
         );
     }
     if verdict.action == Action::Deny {
@@ -535,7 +513,7 @@ async fn run(
                 .target(target_key)
                 .detail(match &out {
                     Ok(_) => format!("{}; {summary}", verdict.rule),
-                    Err(r) => format!("{}; {}; {summary}", verdict.rule, describe(r)),
+                    Err(r) => format!("{}; {}; {summary}", verdict.rule, r.message()),
                 }),
         );
         return match out {
@@ -617,7 +595,7 @@ async fn run(
                 }
             }
             Err(r) => {
-                let why = describe(&r);
+                let why = r.message();
                 // A withdrawn call did not happen and was not decided: the same call asked
                 // again is claimed afresh (a new proposal), not answered "rejected earlier".
                 let to = match &r {
@@ -755,17 +733,6 @@ async fn record_failure(
     ToolReply::Failed(f)
 }
 
-/// The URL a web tool reaches.
-fn web_url(call: &ToolCall) -> Option<&str> {
-    match call {
-        ToolCall::FetchUrl(a) => Some(&a.url),
-        ToolCall::HttpRequest(a) => Some(&a.url),
-        _ => None,
-    }
-}
-
-/// A page fetched for a profile with a network allowlist, refused if a redirect took it off
-/// the list (the net-helper follows redirects of reads itself).
 /// Content-search lines from files that may hold secrets are withheld (and counted), unless
 /// their grant allows secret files: a search must not read what `read_file` would ask for.
 fn without_secret_lines(profile: &ProfileName, ctx: &Rc<Ctx>, r: ToolResult) -> ToolResult {
@@ -791,6 +758,8 @@ fn without_secret_lines(profile: &ProfileName, ctx: &Rc<Ctx>, r: ToolResult) -> 
     ToolResult::Grep(g)
 }
 
+/// A page fetched for a profile with a network allowlist, refused if a redirect took it off
+/// the list (the net-helper follows redirects of reads itself).
 fn stayed_on_network(
     profile: &ProfileName,
     ctx: &Rc<Ctx>,
@@ -816,23 +785,6 @@ fn stayed_on_network(
     match eval::hops_off_network(&policy, hops) {
         None => Ok(r),
         Some(why) => Err(refused(RefusalKind::Denied, why, None, None)),
-    }
-}
-
-fn action_word(a: Action) -> &'static str {
-    match a {
-        Action::Allow => "allow",
-        Action::Ask => "ask",
-        Action::Deny => "deny",
-    }
-}
-
-/// A refusal's or failure's message, for the ledger and the audit log.
-fn describe(r: &ToolReply) -> String {
-    match r {
-        ToolReply::Refused(x) => x.message.clone(),
-        ToolReply::Failed(x) => x.message.clone(),
-        _ => String::new(),
     }
 }
 
