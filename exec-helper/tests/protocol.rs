@@ -369,7 +369,7 @@ fn refusals_say_why() {
     let (code, msg) = h
         .start(spec(work.path(), &["no-such-program-here"]))
         .unwrap_err();
-    assert_eq!(code, ErrorCode::Invalid);
+    assert_eq!(code, ErrorCode::NotFound);
     assert!(
         msg.starts_with("no-such-program-here: command not found in the sandbox"),
         "{msg}"
