@@ -103,3 +103,28 @@ if [[ $(agent_version claude) != "$CLAUDE_CODE_VERSION" || $(agent_version codex
   [[ $(agent_version codex) == "$CODEX_VERSION" ]] || { echo "test-deps: codex not runnable" >&2; exit 1; }
 fi
 # --- end agent CLIs ---
+
+# --- third-party MCP servers (tests/tests/mcp_servers.rs) ---
+# The reference servers from npm and one from PyPI, into prefixes every user can read: the
+# tests run them confined behind gatehouse (tools pinned, calls through the policy).
+MCP_NPM=/opt/gatehouse-test-mcp-npm
+MCP_SERVERS_VERSION=2026.8.31
+if [[ ! -f $MCP_NPM/lib/node_modules/@modelcontextprotocol/server-memory/package.json ]] \
+   || ! grep -q "\"version\": \"$MCP_SERVERS_VERSION\"" "$MCP_NPM/lib/node_modules/@modelcontextprotocol/server-memory/package.json"; then
+  echo "test-deps: installing the MCP reference servers $MCP_SERVERS_VERSION into $MCP_NPM"
+  mkdir -p "$MCP_NPM"
+  (cd /tmp && umask 022 && npm install -g --prefix "$MCP_NPM" --no-fund --no-audit --loglevel=error \
+    "@modelcontextprotocol/server-memory@$MCP_SERVERS_VERSION" \
+    "@modelcontextprotocol/server-filesystem@$MCP_SERVERS_VERSION" \
+    "@modelcontextprotocol/server-everything@$MCP_SERVERS_VERSION" >/dev/null)
+  chmod -R a+rX "$MCP_NPM"
+fi
+MCP_PY=/opt/gatehouse-test-venv-mcp-servers
+if [[ ! -x $MCP_PY/bin/mcp-server-time ]]; then
+  echo "test-deps: creating $MCP_PY with mcp-server-time"
+  /usr/bin/python3 -m venv "$MCP_PY"
+  "$MCP_PY/bin/python" -m pip install -q --upgrade pip >/dev/null
+  "$MCP_PY/bin/python" -m pip install -q 'mcp-server-time==2026.10.19' >/dev/null
+  chmod -R a+rX "$MCP_PY"
+fi
+# --- end third-party MCP servers ---

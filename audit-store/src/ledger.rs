@@ -3,7 +3,7 @@
 //! here is only how a row is found, written and moved.
 
 use crate::{bad_column, Sql};
-use ipc_schema::tool::{SessionId, ToolName};
+use ipc_schema::tool::{SessionId, ToolId};
 use ipc_schema::ui::{CallState, LedgerCall};
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -20,7 +20,7 @@ pub struct Entry {
 pub struct NewCall<'a> {
     pub session: &'a SessionId,
     pub key: &'a [u8; 32],
-    pub tool: ToolName,
+    pub tool: &'a ToolId,
     pub target: &'a str,
     /// Redacted canonical arguments.
     pub summary: &'a str,
@@ -77,7 +77,7 @@ pub fn retake_abandoned(
 pub fn insert(conn: &Connection, c: &NewCall<'_>) -> Sql<i64> {
     conn.execute(
         "INSERT INTO ledger (session, call_key, tool, target, summary, state, created_ms, updated_ms) VALUES (?1,?2,?3,?4,?5,?6,?7,?7)",
-        params![c.session.0, &c.key[..], c.tool.as_str(), c.target, c.summary, c.state.as_str(), c.now_ms],
+        params![c.session.0, &c.key[..], c.tool.name(), c.target, c.summary, c.state.as_str(), c.now_ms],
     )?;
     Ok(conn.last_insert_rowid())
 }
@@ -118,7 +118,7 @@ pub fn list(conn: &Connection, state: CallState) -> Sql<Vec<LedgerCall>> {
         Ok(LedgerCall {
             id: r.get::<_, i64>(0)? as u64,
             session: SessionId(r.get(1)?),
-            tool: ToolName::from_name(&tool).ok_or_else(|| bad_column(2, "a tool name", &tool))?,
+            tool: ToolId::parse(&tool).ok_or_else(|| bad_column(2, "a tool name", &tool))?,
             target: r.get(3)?,
             summary: r.get(4)?,
             state: state_of(&r.get::<_, String>(5)?)?,

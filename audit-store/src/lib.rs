@@ -16,6 +16,7 @@
 pub mod audit;
 pub mod chain;
 pub mod ledger;
+pub mod pins;
 pub mod remembered;
 pub mod seal;
 pub mod sessions;
@@ -129,6 +130,15 @@ CREATE TABLE IF NOT EXISTS remembered (
     created_ms INTEGER NOT NULL,
     origin TEXT NOT NULL,
     profile TEXT NOT NULL DEFAULT 'default'
+);
+CREATE TABLE IF NOT EXISTS mcp_pins (
+    profile TEXT NOT NULL,
+    server TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    digest BLOB NOT NULL,
+    definition BLOB NOT NULL,
+    approved_ms INTEGER NOT NULL,
+    PRIMARY KEY (profile, server, tool)
 );
 "#;
 

@@ -1,13 +1,13 @@
 //! The remembered table: "always allow" / "always deny" decisions from approval cards.
 
 use crate::{bad_column as bad, Sql};
-use ipc_schema::tool::{ProfileName, ProposalId, ToolName};
+use ipc_schema::tool::{ProfileName, ProposalId, ToolId};
 use ipc_schema::ui::{Remembered, RememberedAction};
 use rusqlite::{params, Connection};
 
 /// A decision about to be remembered.
 pub struct NewRemembered<'a> {
-    pub tool: ToolName,
+    pub tool: &'a ToolId,
     pub target: &'a str,
     pub action: RememberedAction,
     pub origin: ProposalId,
@@ -36,7 +36,7 @@ pub fn load(conn: &Connection) -> Sql<Vec<Remembered>> {
         let profile: String = r.get(6)?;
         Ok(Remembered {
             id: r.get::<_, i64>(0)? as u64,
-            tool: ToolName::from_name(&tool).ok_or_else(|| bad(1, "a tool name", &tool))?,
+            tool: ToolId::parse(&tool).ok_or_else(|| bad(1, "a tool name", &tool))?,
             target: r.get(2)?,
             action: RememberedAction::from_name(&action)
                 .ok_or_else(|| bad(3, "allow or deny", &action))?,
@@ -54,7 +54,7 @@ pub fn insert(conn: &Connection, r: &NewRemembered<'_>) -> Sql<u64> {
     conn.execute(
         "INSERT INTO remembered (tool, target, action, created_ms, origin, profile) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         params![
-            r.tool.as_str(),
+            r.tool.name(),
             r.target,
             r.action.as_str(),
             r.now_ms,

@@ -58,7 +58,7 @@ pub struct Approvals {
 /// What a proposal shows, before it has an id and a digest.
 pub struct Draft {
     pub session: ipc_schema::tool::SessionId,
-    pub tool: ipc_schema::tool::ToolName,
+    pub tool: ipc_schema::tool::ToolId,
     pub target: String,
     pub arguments: String,
     pub diff: Option<String>,

@@ -62,10 +62,28 @@ pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
         .test_probe
         .as_ref()
         .map(|_| crate::test_hooks::probe(&dirs, "before"));
+    // Third-party servers keep their state in the agent-state directory, which a broker of a
+    // user (not root: see tools/servers.rs) creates their directories in.
+    let mut read_write = vec![dirs.config.clone(), dirs.data.clone(), dirs.runtime.clone()];
+    if !nix::unistd::geteuid().is_root() {
+        use std::os::unix::fs::DirBuilderExt;
+        let agents = dirs.agents();
+        match std::fs::DirBuilder::new()
+            .mode(0o700)
+            .recursive(true)
+            .create(&agents)
+        {
+            Ok(()) => read_write.push(agents),
+            Err(e) => tracing::warn!(
+                "{}: {e}; third-party servers cannot start",
+                agents.display()
+            ),
+        }
+    }
     let broker_lockdown = sandbox::lockdown_router(
         &sandbox::FsProfile {
             read_only: Vec::new(),
-            read_write: vec![dirs.config.clone(), dirs.data.clone(), dirs.runtime.clone()],
+            read_write,
         },
         opts.allow_degraded,
     )
@@ -137,6 +155,7 @@ pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
             kernel,
             dirs: dirs.clone(),
             gate,
+            servers: Default::default(),
         });
         tokio::task::spawn_local(fronts::accept_loop(ctx.clone(), ui, Role::Ui));
         tokio::task::spawn_local(fronts::accept_loop(ctx.clone(), gw, Role::Gateway));

@@ -186,8 +186,8 @@ pub fn command(
                 ours,
                 proxy.as_ref().map(|p| (p.net.clone(), p.session.clone())),
                 agent.clone(),
-                reply.clone(),
-                id,
+                Some((reply.clone(), id)),
+                None,
             ))
         });
         let row = |outcome: &'static str, detail: String| {
@@ -255,17 +255,17 @@ pub fn command(
 }
 
 /// A launched command's egress proxy: its session on the broker's net-helper.
-struct Proxy {
-    net: Arc<crate::helpers::HelperSlot>,
-    session: String,
-    token: String,
+pub(crate) struct Proxy {
+    pub net: Arc<crate::helpers::HelperSlot>,
+    pub session: String,
+    pub token: String,
     domains: Vec<String>,
 }
 
 impl Proxy {
     /// Opens the session on the net-helper.
     /// `kind` names the session in the rows: `sandbox-N` for a command, `run-N` for an agent.
-    async fn open(ctx: &Ctx, kind: &str, domains: Vec<String>) -> Result<Proxy, String> {
+    pub async fn open(ctx: &Ctx, kind: &str, domains: Vec<String>) -> Result<Proxy, String> {
         let Some(net) = ctx.helpers.slot(Role::Net).cloned() else {
             return Err("there is no net-helper for the egress proxy".into());
         };
@@ -305,7 +305,7 @@ impl Proxy {
     }
 
     /// Ends the session: tunnels still open are closed, later connections refused.
-    async fn close(&self) {
+    pub async fn close(&self) {
         let close = NetRequest::ProxyClose {
             session: self.session.clone(),
         };
@@ -317,18 +317,19 @@ impl Proxy {
 /// one byte naming its listener. A proxy client (`CONNECTOR_PROXY`) goes to the net-helper as a
 /// `ProxyConnection`, whose answer (the connection's end) becomes an audit row and a
 /// `LaunchReply::Egress`; an agent's gateway connection (`CONNECTOR_GATEWAY`) is served as a
-/// gateway front bound to the run. Anything else is closed. Returns once the sandbox is gone
-/// and every handed-over proxy connection has its record, or [`EGRESS_DRAIN`] after the sandbox
-/// went.
-async fn relay(
+/// gateway front bound to the run; a third-party server's stdio socket (`CONNECTOR_STDIO`,
+/// once) goes to `stdio`. Anything else is closed. Returns once the sandbox is gone and every
+/// handed-over proxy connection has its record, or [`EGRESS_DRAIN`] after the sandbox went.
+/// `peer`: the console that launched the command, told of each connection's end.
+pub(crate) async fn relay(
     ctx: Rc<Ctx>,
     connector: OwnedFd,
     proxy: Option<(Arc<crate::helpers::HelperSlot>, String)>,
     agent: Option<Rc<Run>>,
-    reply: Replier,
-    id: u64,
+    peer: Option<(Replier, u64)>,
+    mut stdio: Option<tokio::sync::oneshot::Sender<OwnedFd>>,
 ) {
-    use ipc_schema::exec::{CONNECTOR_GATEWAY, CONNECTOR_PROXY};
+    use ipc_schema::exec::{CONNECTOR_GATEWAY, CONNECTOR_PROXY, CONNECTOR_STDIO};
     use std::collections::VecDeque;
     let sock = std::os::unix::net::UnixStream::from(connector);
     let sock = match sock
@@ -364,8 +365,13 @@ async fn relay(
             continue;
         };
         match (b[0], &proxy, &agent) {
+            (CONNECTOR_STDIO, _, None) if stdio.is_some() => {
+                if let Some(tx) = stdio.take() {
+                    let _ = tx.send(fd);
+                }
+            }
             (CONNECTOR_PROXY, Some((net, session)), _) => {
-                let (net, session, reply) = (net.clone(), session.clone(), reply.clone());
+                let (net, session, peer) = (net.clone(), session.clone(), peer.clone());
                 let under = agent
                     .as_ref()
                     .and_then(|a| a.sessions.borrow().first().cloned());
@@ -376,7 +382,9 @@ async fn relay(
                     match net.call_with_fd(req, fd).await {
                         Ok(Body::NetReply(NetReply::ProxyDone(record))) => {
                             egress_row(under, &record);
-                            reply.send(id, launch_reply(LaunchReply::Egress(record)));
+                            if let Some((reply, id)) = peer {
+                                reply.send(id, launch_reply(LaunchReply::Egress(record)));
+                            }
                         }
                         // No record: the connection's end is in the log, not the audit log.
                         other => tracing::warn!(%session, "egress proxy: {other:?}"),
@@ -403,6 +411,18 @@ async fn relay(
             "{} proxy connections still open after the command ended; closing them",
             handed.len()
         );
+    }
+}
+
+/// Who a sandbox's own directory belongs to: this broker's user, or, for a broker started as
+/// root, the user its exec-helper runs commands as (nobody).
+pub(crate) fn run_as_owner(_ctx: &Ctx) -> (u32, u32) {
+    let uid = nix::unistd::geteuid().as_raw();
+    if uid == 0 {
+        sandbox::linux::command::identity::NOBODY
+    } else {
+        // The group is used only by a root caller's chown: none happens here.
+        (uid, u32::MAX)
     }
 }
 

@@ -6,7 +6,7 @@
 use audit_store::chain::{AuditEvent, AuditKind};
 use audit_store::ledger as sql;
 use audit_store::{now_ms, StoreError, StoreHandle};
-use ipc_schema::tool::{SessionId, ToolName};
+use ipc_schema::tool::{SessionId, ToolId};
 use ipc_schema::ui::{CallState, LedgerCall};
 use sha2::{Digest, Sha256};
 
@@ -15,9 +15,9 @@ pub const UNCERTAIN_TEXT: &str =
     "gatehouse stopped while carrying it out. Check whether it happened.";
 
 /// SHA-256 of the tool and its canonical JSON arguments.
-pub fn call_key(tool: ToolName, canonical_json: &str) -> [u8; 32] {
+pub fn call_key(tool: &ToolId, canonical_json: &str) -> [u8; 32] {
     let mut h = Sha256::new();
-    h.update(tool.as_str().as_bytes());
+    h.update(tool.name().as_bytes());
     h.update([0u8]);
     h.update(canonical_json.as_bytes());
     h.finalize().into()
@@ -39,7 +39,7 @@ pub enum Claim {
 pub struct CallInfo {
     pub session: SessionId,
     pub key: [u8; 32],
-    pub tool: ToolName,
+    pub tool: ToolId,
     pub target: String,
     /// Redacted canonical arguments.
     pub summary: String,
@@ -49,7 +49,7 @@ impl CallInfo {
     fn event(&self, outcome: &str, detail: String) -> AuditEvent {
         AuditEvent::new(AuditKind::Execution, "broker", outcome)
             .session(self.session.0.clone())
-            .tool(self.tool.as_str())
+            .tool(self.tool.name())
             .target(self.target.clone())
             .detail(detail)
     }
@@ -83,7 +83,7 @@ pub async fn claim(
                         &sql::NewCall {
                             session: &c.session,
                             key: &c.key,
-                            tool: c.tool,
+                            tool: &c.tool,
                             target: &c.target,
                             summary: &c.summary,
                             state,
@@ -171,7 +171,7 @@ pub fn recover(
         audit.push(
             AuditEvent::new(AuditKind::Execution, "broker", to.as_str())
                 .session(c.session.0.clone())
-                .tool(c.tool.as_str())
+                .tool(c.tool.name())
                 .target(c.target.clone())
                 .detail(format!(
                     "ledger {}: {} -> {} at start: {why}",

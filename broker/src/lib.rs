@@ -112,6 +112,8 @@ pub struct Ctx {
     pub dirs: Dirs,
     /// Policy, approvals, ledger and audit.
     pub gate: gate::Gate,
+    /// Third-party MCP servers: each session's connections, the pinned tools.
+    pub servers: tools::servers::Servers,
 }
 
 /// What `doctor` says of the kernel, read once at start.
@@ -141,7 +143,7 @@ pub fn call_error_reply(e: &helpers::CallError) -> ErrorReply {
 }
 
 /// The helper binaries the broker starts, each expected beside it.
-const HELPER_ROLES: [Role; 4] = [Role::Fs, Role::Net, Role::Exec, Role::Secrets];
+const HELPER_ROLES: [Role; 5] = Role::HELPERS;
 
 /// Names every helper binary missing from `dir`, and how to build them.
 fn missing_helpers(dir: &std::path::Path) -> Option<String> {

@@ -3,7 +3,7 @@
 //! restart) may carry its session on by presenting the resume token the broker gave it.
 
 use audit_store::chain::{AuditEvent, AuditKind};
-use ipc_schema::tool::{AgentInfo, ProfileName, ResumeToken, SessionId, ToolName};
+use ipc_schema::tool::{AgentInfo, ProfileName, ResumeToken, SessionId, ToolId};
 use policy::rate::RateState;
 use sha2::{Digest, Sha256};
 use std::cell::RefCell;
@@ -22,7 +22,7 @@ pub struct Session {
     pub calls: u64,
     pub rate: RateState,
     /// (tool, target key) allowed for the rest of this session.
-    pub allowed: HashSet<(ToolName, String)>,
+    pub allowed: HashSet<(ToolId, String)>,
     /// Outside text this session read (fetched pages, http replies), as fingerprints: a
     /// proposal names the arguments that came from it.
     pub outside: crate::provenance::OutsideText,

@@ -98,6 +98,42 @@ pub fn handle(
             reply.send(id, Body::UiReply(UiReply::Sessions(list)));
         }
         UiRequest::PolicyShow => reply.send(id, Body::UiReply(UiReply::Policy(view(ctx)))),
+        UiRequest::ServerTools { profile, server } => {
+            let (ctx, reply) = (ctx.clone(), reply.clone());
+            tokio::task::spawn_local(async move {
+                let body = match crate::tools::servers::inspect(&ctx, &profile, &server).await {
+                    Ok(list) => Body::UiReply(UiReply::ServerTools(
+                        list.into_iter()
+                            .map(
+                                |(def, digest, held, pinned)| ipc_schema::ui::ServerToolView {
+                                    def,
+                                    digest,
+                                    held,
+                                    pinned,
+                                },
+                            )
+                            .collect(),
+                    )),
+                    Err(e) => error(ErrorCode::Refused, e),
+                };
+                reply.send(id, body);
+            });
+        }
+        UiRequest::ApproveServerTools {
+            profile,
+            server,
+            tools,
+        } => {
+            let (ctx, reply) = (ctx.clone(), reply.clone());
+            tokio::task::spawn_local(async move {
+                let body =
+                    match crate::tools::servers::approve(&ctx, &profile, &server, &tools).await {
+                        Ok(count) => Body::UiReply(UiReply::ServerToolsApproved { count }),
+                        Err(e) => error(ErrorCode::Refused, e),
+                    };
+                reply.send(id, body);
+            });
+        }
         UiRequest::PolicyApply { document } => {
             let before = gate.fs_helper_args();
             let applied = gate.policy.borrow_mut().apply(&document);

@@ -57,7 +57,7 @@ fn render(p: &Proposal) -> String {
             let from = match o.sources.get(m.source as usize) {
                 Some(src) => format!(
                     "from {} {} (call {} of the session{})",
-                    src.tool.as_str(),
+                    &src.tool.name(),
                     src.url,
                     src.call,
                     if src.partial {

@@ -76,7 +76,7 @@ pub fn run(g: &Global, a: FetchArgs) -> ExitCode {
                     w.proposal.0
                 );
             }
-            ToolReply::Session(_) => {}
+            ToolReply::Session(_) | ToolReply::ServerTools(_) => {}
             ToolReply::Done(d) => return done(g, &d),
             ToolReply::Refused(r) => return outcome(g, EXIT_REFUSED, "refused", &r.message),
             ToolReply::Failed(f) => return outcome(g, EXIT_FAILED, "failed", &f.message),

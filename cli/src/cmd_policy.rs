@@ -206,7 +206,7 @@ fn render(v: &PolicyView, profiles: Option<&[String]>) -> String {
                 "#   {}: always {} {} on {} (from proposal {} in profile {}{})\n",
                 r.id,
                 r.action,
-                r.tool.as_str(),
+                &r.tool.name(),
                 escaped(&r.target),
                 r.origin,
                 r.profile,

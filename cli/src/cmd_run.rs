@@ -115,72 +115,9 @@ fn agent_home(g: &Global, agent: Agent, argv0: &str, owner: (u32, u32)) -> Resul
     if owner.0 != nix::unistd::geteuid().as_raw() {
         name = format!("{name}-uid{}", owner.0);
     }
-    let root = g.dirs.agents();
-    let dir = root.join(name);
-    for d in [&root, &dir] {
-        use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-        match std::fs::DirBuilder::new()
-            .mode(0o700)
-            .recursive(d == &root)
-            .create(d)
-        {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(refused(format!("creating {}: {e}", d.display()))),
-        }
-        let want = if d == &dir {
-            owner
-        } else {
-            (
-                nix::unistd::geteuid().as_raw(),
-                nix::unistd::getegid().as_raw(),
-            )
-        };
-        let meta =
-            std::fs::symlink_metadata(d).map_err(|e| refused(format!("{}: {e}", d.display())))?;
-        if !meta.is_dir() {
-            return Err(refused(format!("{} is not a directory", d.display())));
-        }
-        if meta.uid() != want.0 {
-            if nix::unistd::geteuid().is_root() {
-                std::os::unix::fs::lchown(d, Some(want.0), Some(want.1))
-                    .map_err(|e| refused(format!("{}: {e}", d.display())))?;
-            } else {
-                return Err(refused(format!(
-                    "{} belongs to uid {}, not to this user",
-                    d.display(),
-                    meta.uid()
-                )));
-            }
-        }
-        // Closed to everyone but its owner, whatever an earlier hand left it as.
-        if d == &dir && meta.mode() & 0o077 != 0 {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700))
-                .map_err(|e| refused(format!("{}: {e}", d.display())))?;
-        }
-    }
-    // When the agent runs as another uid (root dropped), it must be able to pass through to
-    // its home: the agents' root and, for a --data-dir instance, the instance's root get
-    // search permission for others (0711: nothing in them can be listed, and the data, config
-    // and runtime dirs inside stay 0700).
-    if owner.0 != nix::unistd::geteuid().as_raw() {
-        use std::os::unix::fs::{MetadataExt, PermissionsExt};
-        let mut passable = vec![root.clone()];
-        if g.data_dir.is_some() {
-            passable.extend(root.parent().map(Path::to_path_buf));
-        }
-        for d in passable {
-            let meta =
-                std::fs::metadata(&d).map_err(|e| refused(format!("{}: {e}", d.display())))?;
-            if meta.uid() == nix::unistd::geteuid().as_raw() {
-                let mode = (meta.mode() & 0o7777) | 0o011;
-                std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode))
-                    .map_err(|e| refused(format!("{}: {e}", d.display())))?;
-            }
-        }
-    }
-    Ok(dir)
+    g.dirs
+        .ensure_agent_home(&name, owner, g.data_dir.is_some())
+        .map_err(refused)
 }
 
 fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {

@@ -9,6 +9,7 @@ mod cmd_approve;
 mod cmd_audit;
 mod cmd_demo;
 mod cmd_fetch;
+mod cmd_mcp_server;
 mod cmd_policy;
 mod cmd_run;
 mod cmd_sandbox;
@@ -60,6 +61,11 @@ enum Cmd {
     },
     /// Stop the running broker and its helpers.
     Stop,
+    /// The policy's third-party MCP servers: list, add, remove, and their tools (approve).
+    McpServer {
+        #[command(subcommand)]
+        cmd: cmd_mcp_server::McpServerCmd,
+    },
     /// Show the policy in force, or apply a new revision of it.
     Policy {
         #[command(subcommand)]
@@ -157,6 +163,7 @@ fn main() -> ExitCode {
         Cmd::Ping { helper, count } => ping_cmd(&g, helper, count),
         Cmd::Stop => stop(&g.dirs),
         Cmd::Policy { cmd } => cmd_policy::run(&g, cmd),
+        Cmd::McpServer { cmd } => cmd_mcp_server::run(&g, cmd),
         Cmd::VerifyAudit => cmd_audit::verify(&g),
         Cmd::Audit { cmd } => cmd_audit::run(&g, cmd),
         Cmd::Approve(args) => cmd_approve::run(&g, args),

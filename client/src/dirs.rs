@@ -73,6 +73,75 @@ impl Dirs {
         self.agents.clone()
     }
 
+    /// Creates (or checks) the state directory `name` in [`Dirs::agents`] for a sandbox that
+    /// runs as `owner` (uid, gid): an agent's (`gatehouse run`) or a third-party server's. It
+    /// is 0700 and `owner`'s; when `owner` is not this process's user (root dropped to another
+    /// uid), the agents' root, and with `instance` (a `--data-dir` instance) the instance's
+    /// root, get search permission for others (0711: nothing in them can be listed, and the
+    /// data, config and runtime dirs inside stay 0700).
+    pub fn ensure_agent_home(
+        &self,
+        name: &str,
+        owner: (u32, u32),
+        instance: bool,
+    ) -> Result<PathBuf, String> {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+        let root = self.agents();
+        let dir = root.join(name);
+        let uid = nix::unistd::geteuid().as_raw();
+        // The group matters only to root's chown (and a locked-down broker may not ask it).
+        let me = (uid, if uid == 0 { 0 } else { owner.1 });
+        let at = |d: &Path, e: std::io::Error| format!("{}: {e}", d.display());
+        for d in [&root, &dir] {
+            match std::fs::DirBuilder::new()
+                .mode(0o700)
+                .recursive(d == &root)
+                .create(d)
+            {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(format!("creating {}: {e}", d.display())),
+            }
+            let want = if d == &dir { owner } else { me };
+            let meta = std::fs::symlink_metadata(d).map_err(|e| at(d, e))?;
+            if !meta.is_dir() {
+                return Err(format!("{} is not a directory", d.display()));
+            }
+            if meta.uid() != want.0 {
+                if me.0 == 0 {
+                    std::os::unix::fs::lchown(d, Some(want.0), Some(want.1))
+                        .map_err(|e| at(d, e))?;
+                } else {
+                    return Err(format!(
+                        "{} belongs to uid {}, not to this user",
+                        d.display(),
+                        meta.uid()
+                    ));
+                }
+            }
+            // Closed to everyone but its owner, whatever an earlier hand left it as.
+            if d == &dir && meta.mode() & 0o077 != 0 {
+                std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700))
+                    .map_err(|e| at(d, e))?;
+            }
+        }
+        if owner.0 != me.0 {
+            let mut passable = vec![root.clone()];
+            if instance {
+                passable.extend(root.parent().map(Path::to_path_buf));
+            }
+            for d in passable {
+                let meta = std::fs::metadata(&d).map_err(|e| at(&d, e))?;
+                if meta.uid() == me.0 {
+                    let mode = (meta.mode() & 0o7777) | 0o011;
+                    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode))
+                        .map_err(|e| at(&d, e))?;
+                }
+            }
+        }
+        Ok(dir)
+    }
+
     /// gatehouse's own directories: never granted, always masked, refused by the file tools.
     pub fn own(&self) -> [PathBuf; 4] {
         [

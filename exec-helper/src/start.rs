@@ -1,15 +1,17 @@
 //! `ExecRequest::Start`: from a [`CommandSpec`] to a running sandbox, or a refusal that says why.
 
 use crate::config::Config;
-use ipc_schema::exec::{CommandSpec, NetworkMode};
+use ipc_schema::exec::{CommandSpec, NetworkMode, CONNECTOR_STDIO};
+use ipc_schema::fdpass;
 use ipc_schema::{ErrorCode, ErrorReply};
 use sandbox::linux::command::{self, policy, Network, SandboxError, SandboxSpec, Sandboxed};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
 /// Starts `spec` in a new sandbox. `connector` is the descriptor that came with the frame (the
 /// caller takes it only when [`CommandSpec::needs_connector`]): the proxy bridge and an agent's
-/// gateway socket both pass their connections out through it.
+/// gateway socket pass their connections out through it, and a server's stdio socket goes out
+/// on it once the sandbox runs.
 pub fn start(
     spec: CommandSpec,
     connector: Option<OwnedFd>,
@@ -30,6 +32,7 @@ pub fn start(
             .map_err(|e| invalid(format!("the connector: {e}")))
     };
     let user = spec.user.map(|u| *u).unwrap_or_default();
+    let state_home = user.state_home().map_err(invalid)?.map(Path::to_path_buf);
     spec.limits.check_with(user.long_run).map_err(invalid)?;
     let network = match (spec.network, &connector) {
         (NetworkMode::Proxy { token }, Some(c)) => Network::Proxy {
@@ -49,7 +52,7 @@ pub fn start(
         grants: spec.grants,
         env: spec.env,
         home: cfg.home.clone(),
-        state_home: user.agent.as_ref().map(|a| a.state_home.clone()),
+        state_home,
         network,
         limits: spec.limits,
         long_run: user.long_run,
@@ -74,9 +77,9 @@ pub fn start(
             .pass_named_secret(name, value)
             .map_err(|e| ErrorReply::new(ErrorCode::Refused, e.to_string()))?;
     }
-    if let (Some(agent), Some(c)) = (&user.agent, connector) {
+    if let (Some(agent), Some(c)) = (&user.agent, &connector) {
         prepared
-            .bridge_unix_socket(&agent.gateway_socket, c)
+            .bridge_unix_socket(&agent.gateway_socket, second(c)?)
             .map_err(refusal)?;
         for (path, text) in &agent.tmp_files {
             prepared.add_tmp_file(path, text).map_err(refusal)?;
@@ -85,7 +88,21 @@ pub fn start(
             prepared.set_gatehouse_var(name, value).map_err(refusal)?;
         }
     }
-    prepared.spawn().map_err(refusal)
+    let stdio = match user.server {
+        Some(_) => Some(prepared.stdio_socket().map_err(refusal)?),
+        None => None,
+    };
+    let sb = prepared.spawn().map_err(refusal)?;
+    // A server's stdin and stdout go to the broker; ours (`stdio`) closes on return, so the
+    // server's EOF is the broker's close. A server the broker cannot talk to is stopped.
+    if let (Some(stdio), Some(c)) = (stdio, connector) {
+        if let r @ (Ok(0) | Err(_)) = fdpass::send_with_fd(c, &[CONNECTOR_STDIO], stdio.as_fd()) {
+            drop(sb); // kills and reaps the whole sandbox
+            let why = format!("passing the server's stdio socket out over the connector: {r:?}");
+            return Err(ErrorReply::new(ErrorCode::Internal, why));
+        }
+    }
+    Ok(sb)
 }
 
 fn refusal(e: SandboxError) -> ErrorReply {

@@ -604,6 +604,7 @@ fn an_agent_start_gets_its_home_files_variables_and_gateway_socket() {
             vars: vec![("GATEHOUSE_SESSION_TOKEN".into(), "tok".into())],
             gateway_socket: "/tmp/gatehouse-gateway.sock".into(),
         }),
+        server: None,
     };
     let script = "echo \"$HOME $GATEHOUSE_SESSION_TOKEN $(cat /tmp/gatehouse-token)\"; ls \"$HOME/..\"; cat \"$HOME/../other/login\" 2>&1 | sed 's/.*: //'; python3 -c 'import socket; s=socket.socket(socket.AF_UNIX); s.connect(\"/tmp/gatehouse-gateway.sock\"); print(s.recv(5).decode())'";
     let mut s = spec(work.path(), &["/bin/sh", "-c", script]);
@@ -687,5 +688,211 @@ fn an_agent_start_gets_its_home_files_variables_and_gateway_socket() {
             e.message
         ),
         other => panic!("{other:?}"),
+    }
+}
+
+/// A third-party MCP server's Start: its stdin and stdout are one socket whose other end comes
+/// out over the connector as one `S` byte with the descriptor; what it writes to stderr comes
+/// back in `Poll` as stderr and never on the socket; closing the socket is EOF on its stdin.
+/// Its `HOME` is its state directory (in the agent-state directory, whose other entries stay
+/// out of sight), and the real home of the user running it is not visible.
+#[test]
+fn a_server_start_speaks_on_its_stdio_socket_and_keeps_stderr_apart() {
+    use ipc_schema::exec::{ServerRun, UserCommand, CONNECTOR_STDIO};
+    use std::io::BufRead;
+    let agents = gatehouse_tests::sandbox_owned_dir("gh-exec-servers-");
+    let home = agents.path().join("server");
+    let other = agents.path().join("other");
+    for d in [&home, &other] {
+        std::fs::create_dir(d).unwrap();
+        if nix::unistd::geteuid().is_root() {
+            std::os::unix::fs::chown(d, Some(65534), Some(65534)).unwrap();
+        }
+    }
+    std::fs::write(other.join("login"), "another agent's\n").unwrap();
+    // Something in the real home of the user running the test (root's, or the test user's,
+    // whose home is the helper's own): readable here, not in the sandbox.
+    let real_home = sandbox::linux::command::identity::home_of(nix::unistd::geteuid().as_raw());
+    let marker = tempfile::Builder::new()
+        .prefix(".gh-server-marker-")
+        .tempfile_in(&real_home)
+        .unwrap();
+    std::fs::write(marker.path(), "the user's\n").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(marker.path()).unwrap(),
+        "the user's\n"
+    );
+    let protect = agents.path().to_str().unwrap().to_string();
+    let mut h = Helper::spawn(&["--protect", &protect]);
+    let work = gatehouse_tests::sandbox_owned_dir("gh-exec-");
+    let server = |state: &Path| UserCommand {
+        long_run: true,
+        server: Some(ServerRun {
+            state_home: state.to_path_buf(),
+        }),
+        ..Default::default()
+    };
+    let script = r#"echo "server starting" >&2; echo "home:$HOME"; ls "$HOME/.."; cat "$HOME/../other/login" 2>&1 | sed 's/.*: //'; cat "$1" 2>&1 | sed 's/.*: //'; while read l; do echo "got:$l"; done; echo "stdin closed" >&2"#;
+    let marker_arg = marker.path().to_str().unwrap();
+    let mut s = spec(work.path(), &["/bin/sh", "-c", script, "sh", marker_arg]);
+    s.grants.push(PathGrant {
+        path: home.clone(),
+        access: GrantAccess::ReadWrite,
+    });
+    s.user = Some(Box::new(server(&home)));
+
+    // Without the connector: refused, nothing runs.
+    let (code, msg) = h.start(s.clone()).unwrap_err();
+    assert_eq!(code, ErrorCode::Invalid);
+    assert!(msg.contains("must carry the connector"), "{msg}");
+
+    let start_with_connector = |h: &mut Helper, s: &CommandSpec| {
+        let (broker_end, sandbox_end) = UnixStream::pair().unwrap();
+        let id = h.send_with_fd(
+            Body::Exec(ExecRequest::Start(Box::new(s.clone()))),
+            &OwnedFd::from(sandbox_end),
+        );
+        (h.wait_reply(id), broker_end)
+    };
+    let (reply, connector) = start_with_connector(&mut h, &s);
+    let Body::ExecReply(ExecReply::Started { run, .. }) = reply else {
+        panic!("not started: {reply:?}");
+    };
+    connector
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut fds = std::collections::VecDeque::new();
+    let mut byte = [0u8; 1];
+    let n = sandbox::linux::command::fdpass::recv_with_fds(connector.as_fd(), &mut byte, &mut fds)
+        .expect("the server's stdio socket");
+    assert_eq!((n, byte[0], fds.len()), (1, CONNECTOR_STDIO, 1));
+    let stdio = UnixStream::from(fds.pop_front().unwrap());
+    stdio
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut lines = std::io::BufReader::new(stdio.try_clone().unwrap());
+    let line = |lines: &mut std::io::BufReader<UnixStream>| {
+        let mut l = String::new();
+        lines.read_line(&mut l).expect("a line from the server");
+        l
+    };
+    assert_eq!(line(&mut lines), format!("home:{}\n", home.display()));
+    assert_eq!(line(&mut lines), "server\n");
+    assert_eq!(line(&mut lines), "No such file or directory\n");
+    assert_eq!(line(&mut lines), "No such file or directory\n");
+    (&stdio).write_all(b"ping\n").unwrap();
+    assert_eq!(line(&mut lines), "got:ping\n");
+    (&stdio).write_all(b"{\"jsonrpc\":\"2.0\"}\n").unwrap();
+    assert_eq!(line(&mut lines), "got:{\"jsonrpc\":\"2.0\"}\n");
+    // Its stderr comes back as stderr (it was written before anything on the socket).
+    match h.request(Body::Exec(ExecRequest::Poll {
+        run,
+        wait_ms: 10_000,
+    })) {
+        Body::ExecReply(ExecReply::Progress {
+            stdout,
+            stderr,
+            end,
+            ..
+        }) => {
+            assert_eq!(
+                (stdout.as_slice(), stderr.as_slice(), end),
+                (&b""[..], &b"server starting\n"[..], None)
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // The broker closes its end: EOF on the server's stdin, and it ends on its own.
+    drop(lines);
+    drop(stdio);
+    let (out, err, end, _) = h.collect(run);
+    assert_eq!(
+        (out.as_slice(), String::from_utf8_lossy(&err).as_ref()),
+        (&b""[..], "stdin closed\n")
+    );
+    assert_eq!(end.outcome, RunOutcome::Exited(0));
+    // The one S byte was all: the connector ends with the run.
+    assert_eq!(
+        sandbox::linux::command::fdpass::recv_with_fds(connector.as_fd(), &mut byte, &mut fds)
+            .unwrap(),
+        0
+    );
+
+    // A server that closes its stdin and stdout but keeps running: the broker reads EOF at
+    // once, so nothing else in the sandbox (its init) or in the helper holds the socket.
+    let mut quiet = s.clone();
+    quiet.argv = [
+        "/bin/sh",
+        "-c",
+        r#"read l; echo "got:$l"; exec 0<&- 1>&-; exec sleep 600"#,
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let (reply, connector) = start_with_connector(&mut h, &quiet);
+    let Body::ExecReply(ExecReply::Started { run, .. }) = reply else {
+        panic!("not started: {reply:?}");
+    };
+    connector
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let n = sandbox::linux::command::fdpass::recv_with_fds(connector.as_fd(), &mut byte, &mut fds)
+        .expect("the server's stdio socket");
+    assert_eq!((n, byte[0], fds.len()), (1, CONNECTOR_STDIO, 1));
+    let mut stdio = UnixStream::from(fds.pop_front().unwrap());
+    stdio
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    stdio.write_all(b"x\n").unwrap();
+    let mut rest = Vec::new();
+    stdio
+        .read_to_end(&mut rest)
+        .expect("EOF while the server still runs");
+    assert_eq!(rest, b"got:x\n");
+    match h.request(Body::Exec(ExecRequest::Poll { run, wait_ms: 0 })) {
+        Body::ExecReply(ExecReply::Progress { end, .. }) => assert_eq!(end, None),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        h.request(Body::Exec(ExecRequest::Stop { run })),
+        Body::ExecReply(ExecReply::Stopping { .. })
+    ));
+    assert_eq!(h.collect(run).2.outcome, RunOutcome::Stopped);
+
+    // Refused, each with the connector: not a long run; an agent and a server at once; a state
+    // directory outside the agent-state directory.
+    let mut short = s.clone();
+    short.user = Some(Box::new(UserCommand {
+        long_run: false,
+        ..server(&home)
+    }));
+    let mut both = s.clone();
+    both.user = Some(Box::new(UserCommand {
+        agent: Some(ipc_schema::exec::AgentRun {
+            state_home: home.clone(),
+            tmp_files: vec![],
+            vars: vec![],
+            gateway_socket: "/tmp/gatehouse-gateway.sock".into(),
+        }),
+        ..server(&home)
+    }));
+    let mut elsewhere = s.clone();
+    elsewhere.user = Some(Box::new(server(work.path())));
+    for (spec, code, why) in [
+        (short, ErrorCode::Invalid, "must be a long_run"),
+        (both, ErrorCode::Invalid, "never both"),
+        (
+            elsewhere,
+            ErrorCode::Refused,
+            "is not in gatehouse's agent-state directory",
+        ),
+    ] {
+        match start_with_connector(&mut h, &spec).0 {
+            Body::Error(e) => {
+                assert_eq!(e.code, code, "{}", e.message);
+                assert!(e.message.contains(why), "{}", e.message);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

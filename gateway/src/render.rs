@@ -6,8 +6,8 @@ use ipc_schema::fs::{
     ResolvedTarget, Restorability, SearchResults, StopReason,
 };
 use ipc_schema::tool::{
-    CommandRun, Done, Failure, FetchedText, HttpResponse, Refusal, RefusalKind, ToolName,
-    ToolReply, ToolResult,
+    CommandRun, Done, Failure, FetchedText, HttpResponse, Refusal, RefusalKind, ToolReply,
+    ToolResult,
 };
 use serde_json::{json, Value};
 
@@ -63,14 +63,16 @@ fn joined(root: &[u8], relative: &[u8]) -> String {
 }
 
 /// Renders a final reply (`Done`, `Refused`, `Failed`) of a call to `tool`.
-pub fn final_reply(tool: ToolName, reply: &ToolReply) -> Rendered {
+pub fn final_reply(tool: impl std::fmt::Display, reply: &ToolReply) -> Rendered {
     match reply {
         ToolReply::Done(d) => done(d),
         ToolReply::Refused(r) => refusal(r),
         ToolReply::Failed(f) => failure(tool, f),
-        ToolReply::Session(_) | ToolReply::AwaitingApproval(_) => Rendered::error(format!(
-            "gatehouse: the broker answered {tool} with a message that is not a final reply"
-        )),
+        ToolReply::Session(_) | ToolReply::AwaitingApproval(_) | ToolReply::ServerTools(_) => {
+            Rendered::error(format!(
+                "gatehouse: the broker answered {tool} with a message that is not a final reply"
+            ))
+        }
     }
 }
 
@@ -89,6 +91,9 @@ fn done(d: &Done) -> Rendered {
         ToolResult::Fetched(f) => fetched(f),
         ToolResult::HttpResponse(h) => http_response(h),
         ToolResult::CommandRun(c) => command_run(c),
+        // The broker's wrapped text passes through unchanged (its notice and its
+        // `<external-NONCE>` wrapper mark it as outside text).
+        ToolResult::Server(o) => vec![o.text.clone()],
     };
     let mut notes = Vec::new();
     if let Some(p) = d.proposal {
@@ -104,10 +109,8 @@ fn done(d: &Done) -> Rendered {
     if !notes.is_empty() {
         blocks.push(format!("[gatehouse: {}]", notes.join(" ")));
     }
-    Rendered {
-        blocks,
-        is_error: false,
-    }
+    let is_error = matches!(&d.result, ToolResult::Server(o) if o.is_error);
+    Rendered { blocks, is_error }
 }
 
 /// A page: the net-helper's wrapped text passes through unchanged (its notice and its
@@ -440,6 +443,7 @@ fn refusal(r: &Refusal) -> Rendered {
         RefusalKind::Uncertain => "Not carried out again",
         RefusalKind::NotAvailable => "Not available",
         RefusalKind::Network => "Refused by gatehouse's network rules",
+        RefusalKind::Held => "Held by gatehouse",
     };
     let mut text = format!("{lead}: {}", r.message);
     if let Some(v) = &r.verdict {
@@ -455,7 +459,7 @@ fn refusal(r: &Refusal) -> Rendered {
     Rendered::error(text)
 }
 
-fn failure(tool: ToolName, f: &Failure) -> Rendered {
+fn failure(tool: impl std::fmt::Display, f: &Failure) -> Rendered {
     let mut text = format!("{tool} failed: {}", f.message);
     if f.from_ledger {
         text.push_str(
@@ -470,7 +474,7 @@ fn failure(tool: ToolName, f: &Failure) -> Rendered {
 mod tests {
     use super::*;
     use ipc_schema::fs::GrantId;
-    use ipc_schema::tool::{Action, ProposalId, Verdict};
+    use ipc_schema::tool::{Action, ProposalId, ToolName, Verdict};
 
     fn target(abs: &[u8]) -> ResolvedTarget {
         ResolvedTarget {

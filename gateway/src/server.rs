@@ -14,7 +14,7 @@ use crate::jsonrpc::{self, Id, Incoming, RpcError, INVALID_REQUEST, METHOD_NOT_F
 use crate::lines::{LineEvent, LineSplitter, MAX_LINE};
 use crate::render::{self, Rendered};
 use ipc_schema::route::{RouteState, BROKER_TO_GATEWAY};
-use ipc_schema::tool::{ProposalId, ToolName, ToolReply};
+use ipc_schema::tool::{ProposalId, ToolCall, ToolName, ToolReply};
 use ipc_schema::{Body, Envelope};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use serde_json::{json, Map, Value};
@@ -61,7 +61,12 @@ struct Wait {
 /// A tool call sent to the broker, not yet answered.
 struct Pending {
     rpc_id: Id,
-    tool: ToolName,
+    /// The tool's name as the agent called it.
+    tool: String,
+    /// Reads are not in the ledger (what a repeated call does differs).
+    read_only: bool,
+    /// A `tools/list` waiting for the servers' tools: the built-in definitions to list first.
+    listing: Option<Vec<Value>>,
     version: Version,
     progress_token: Option<Value>,
     progress: u64,
@@ -83,6 +88,9 @@ pub struct Server<W: Write> {
     /// "Waiting on the broker"): until it has, this stays `None` and every tool is offered, each
     /// call still decided by the broker.
     view: Option<BTreeMap<ToolName, Standing>>,
+    /// The third-party tools the last `tools/list` offered (`None`: none listed yet, every
+    /// `SERVER__TOOL` goes to the broker, which decides).
+    server_offered: Option<std::collections::HashSet<String>>,
     /// The broker request that told it the client's `clientInfo`, once sent (it is sent once).
     described: Option<u64>,
     /// What the broker has sent so far, for its route table.
@@ -113,6 +121,7 @@ impl<W: Write> Server<W> {
             calls: HashMap::new(),
             broker_gone: None,
             view: None,
+            server_offered: None,
             described: None,
             route: RouteState::default(),
         }
@@ -453,6 +462,35 @@ impl<W: Write> Server<W> {
             .filter(|t| self.offered(*t))
             .map(|t| catalog::definition(t, version, self.view.as_ref().and_then(|v| v.get(&t))))
             .collect();
+        // The profile's third-party servers' tools come from the broker (which starts the
+        // servers and pins their definitions); without a broker, only the built-in tools.
+        if self.broker_gone.is_none() {
+            if let Ok(broker_id) = self.broker.send(Body::ToolCall(ToolCall::ListServerTools)) {
+                self.calls.insert(
+                    broker_id,
+                    Pending {
+                        rpc_id: id,
+                        tool: "tools/list".into(),
+                        read_only: true,
+                        listing: Some(tools),
+                        version,
+                        progress_token: None,
+                        progress: 0,
+                        wait: None,
+                    },
+                );
+                return Ok(());
+            }
+        }
+        self.send_tools(id, version, tools)
+    }
+
+    fn send_tools(
+        &mut self,
+        id: Id,
+        version: Version,
+        tools: Vec<Value>,
+    ) -> Result<(), ServeError> {
         let mut result = json!({ "tools": tools });
         if version.is_modern() {
             result["ttlMs"] = json!(0);
@@ -499,12 +537,19 @@ impl<W: Write> Server<W> {
             }
         };
         // A tool the policy denies outright is as unknown as one that does not exist.
-        let Some(tool) = ToolName::from_name(name).filter(|t| self.offered(*t)) else {
+        let server_call = ipc_schema::servers::split_offered(name).filter(|_| {
+            self.server_offered
+                .as_ref()
+                .is_none_or(|o| o.contains(name.as_str()))
+        });
+        let builtin = ToolName::from_name(name).filter(|t| self.offered(*t));
+        if builtin.is_none() && server_call.is_none() {
             return self.reply_err(
                 &id,
                 RpcError::invalid_params(format!("Unknown tool: {name}")),
             );
-        };
+        }
+        let tool = name.clone();
         if self.calls.values().any(|c| c.rpc_id == id) {
             return self.reply_err(
                 &id,
@@ -527,9 +572,34 @@ impl<W: Write> Server<W> {
             let text = format!("{tool} was not carried out: {MAX_IN_FLIGHT} calls are already in flight in this session; wait for some to finish");
             return self.tool_error(&id, version, text);
         }
-        let call = match args::parse(tool, arguments, &self.cfg.base) {
-            Ok(c) => c,
-            Err(e) => return self.tool_error(&id, version, e.to_string()),
+        let (call, read_only) = match (builtin, server_call) {
+            (Some(t), _) => match args::parse(t, arguments, &self.cfg.base) {
+                Ok(c) => (c, t.is_read_only()),
+                Err(e) => return self.tool_error(&id, version, e.to_string()),
+            },
+            (None, Some((server, tool))) => {
+                let arguments = match ipc_schema::servers::JsonText::from_value(&Value::Object(
+                    arguments.clone(),
+                )) {
+                    Ok(a) => a,
+                    Err(e) => {
+                        return self.tool_error(
+                            &id,
+                            version,
+                            format!("{name} was not carried out: its arguments: {e}"),
+                        )
+                    }
+                };
+                (
+                    ToolCall::Server(ipc_schema::tool::ServerCall {
+                        server,
+                        tool,
+                        arguments,
+                    }),
+                    false,
+                )
+            }
+            (None, None) => unreachable!("refused above"),
         };
         match self.broker.send(Body::ToolCall(call)) {
             Ok(broker_id) => {
@@ -538,6 +608,8 @@ impl<W: Write> Server<W> {
                     Pending {
                         rpc_id: id,
                         tool,
+                        read_only,
+                        listing: None,
                         version,
                         progress_token: progress_token(Some(&params)),
                         progress: 0,
@@ -597,10 +669,33 @@ impl<W: Write> Server<W> {
                 );
                 Ok(())
             }
+            Body::ToolReply(ToolReply::ServerTools(st)) => {
+                let Some(call) = self.calls.remove(&env.id) else {
+                    return Ok(());
+                };
+                let Some(mut tools) = call.listing else {
+                    return self.broker_broke_protocol(
+                        "it answered a tool call with a list of tools".into(),
+                    );
+                };
+                for u in &st.unavailable {
+                    eprintln!("gatehouse mcp: {u}");
+                }
+                let mut offered = std::collections::HashSet::new();
+                for t in &st.offered {
+                    offered.insert(ipc_schema::servers::offered_name(&t.server, &t.def.name));
+                    tools.push(catalog::server_definition(t, call.version));
+                }
+                self.server_offered = Some(offered);
+                self.send_tools(call.rpc_id, call.version, tools)
+            }
             Body::ToolReply(reply) => {
                 let Some(call) = self.calls.remove(&env.id) else {
                     return Ok(());
                 };
+                if let Some(tools) = call.listing {
+                    return self.send_tools(call.rpc_id, call.version, tools);
+                }
                 let r = render::final_reply(call.tool, &reply);
                 self.reply(&call.rpc_id, call.version, r.to_json())
             }
@@ -608,6 +703,13 @@ impl<W: Write> Server<W> {
                 let Some(call) = self.calls.remove(&env.id) else {
                     return Ok(());
                 };
+                if let Some(tools) = call.listing {
+                    eprintln!(
+                        "gatehouse mcp: the servers' tools are not listed: {}",
+                        e.message
+                    );
+                    return self.send_tools(call.rpc_id, call.version, tools);
+                }
                 let text = format!(
                     "{} was not carried out: gatehouse could not take the call ({:?}): {}",
                     call.tool, e.code, e.message
@@ -707,7 +809,7 @@ impl<W: Write> Server<W> {
                 .as_ref()
                 .map(|w| w.proposal)
                 .expect("only waiting calls expire");
-            let again = if c.tool.is_read_only() {
+            let again = if c.read_only {
                 "Reads are not kept in gatehouse's ledger: calling again asks the human again, unless they allowed it for this session meanwhile."
             } else {
                 "Calling again with exactly the same arguments returns the human's decision once it is made (gatehouse's ledger answers a repeated call; it is never carried out twice)."

@@ -18,7 +18,8 @@
 //! `Start`, a `Stop` or a `Ping`; replies carry the id of their request.
 //!
 //! File descriptors: a `Start` whose sandbox passes connections out
-//! ([`CommandSpec::needs_connector`]: the proxy network, an agent's gateway socket) travels with
+//! ([`CommandSpec::needs_connector`]: the proxy network, an agent's gateway socket, a
+//! server's stdio socket) travels with
 //! exactly one descriptor, the command's connector, attached with `SCM_RIGHTS` to the `sendmsg`
 //! that writes the frame's bytes (the same rule as `net::NetRequest::ProxyConnection`). No other
 //! frame carries descriptors.
@@ -30,7 +31,11 @@
 //! the accepted socket attached. The broker hands each proxy socket to the net-helper as a
 //! `ProxyConnection` for the command's proxy session (the command speaks HTTP `CONNECT` on it
 //! with the session's token as proxy password: `HTTPS_PROXY=http://gatehouse:TOKEN@127.0.0.1:PORT`)
-//! and serves each gateway socket as a gateway connection bound to the run.
+//! and serves each gateway socket as a gateway connection bound to the run. For a third-party
+//! MCP server ([`UserCommand::server`]) the exec-helper itself writes one [`CONNECTOR_STDIO`]
+//! byte, exactly once, with the broker's end of the server's stdin/stdout socket attached,
+//! after the sandbox is created and before it answers `Started`; [`CONNECTOR_PROXY`] bytes of
+//! the same run may come before or after it (each byte says what its descriptor is).
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -125,10 +130,13 @@ pub struct CommandSpec {
 
 impl CommandSpec {
     /// Whether the sandbox passes connections out, so the `Start` must bring the command's
-    /// connector: the proxy network, or an agent's gateway socket.
+    /// connector: the proxy network, an agent's gateway socket, or a server's stdio socket.
     pub fn needs_connector(&self) -> bool {
         matches!(self.network, NetworkMode::Proxy { .. })
-            || self.user.as_ref().is_some_and(|u| u.agent.is_some())
+            || self
+                .user
+                .as_ref()
+                .is_some_and(|u| u.agent.is_some() || u.server.is_some())
     }
 }
 
@@ -143,6 +151,44 @@ pub struct UserCommand {
     pub long_run: bool,
     /// `gatehouse run`: what the agent's sandbox has beyond a command's.
     pub agent: Option<AgentRun>,
+    /// A third-party MCP server over stdio; never together with `agent`, and only as a
+    /// `long_run` (it lives as long as its connection).
+    pub server: Option<ServerRun>,
+}
+
+impl UserCommand {
+    /// The sandbox's own `HOME` (an agent's or a server's state directory, if either), or why
+    /// this command is invalid: an agent and a server in one sandbox, or a server that is not a
+    /// `long_run`.
+    pub fn state_home(&self) -> Result<Option<&std::path::Path>, String> {
+        match (&self.agent, &self.server) {
+            (Some(_), Some(_)) => Err(
+                "a Start runs an agent or a third-party MCP server, never both in one sandbox"
+                    .into(),
+            ),
+            (None, Some(_)) if !self.long_run => Err(
+                "a third-party MCP server lives as long as its connection: it must be a long_run"
+                    .into(),
+            ),
+            (Some(a), None) => Ok(Some(&a.state_home)),
+            (None, Some(s)) => Ok(Some(&s.state_home)),
+            (None, None) => Ok(None),
+        }
+    }
+}
+
+/// A third-party MCP server's sandbox (one per server connection, for the life of that
+/// connection): its own `HOME`, under the same rules as an agent's [`AgentRun::state_home`] (a
+/// direct entry of gatehouse's agent-state directory, granted read-write by the caller, its
+/// siblings out of sight). Its stdin and stdout are one Unix stream socket whose other end the
+/// exec-helper passes out over the connector with one [`CONNECTOR_STDIO`] byte right after the
+/// sandbox starts: the broker speaks JSON-RPC on it, closing it is the server's end of input
+/// (EOF on stdin), and it reads EOF once every process of the server has closed its stdout.
+/// Stderr stays a captured stream (`Progress::stderr`, for the broker's log; never given to the
+/// agent); `Progress::stdout` stays empty.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ServerRun {
+    pub state_home: PathBuf,
 }
 
 /// What an agent's sandbox (`gatehouse run`) has beyond a command's: its own state directory
@@ -166,8 +212,10 @@ pub struct AgentRun {
 /// (`SCM_RIGHTS`, one descriptor per byte): a client of the egress proxy (TCP, from the
 /// sandbox's loopback bridge) ...
 pub const CONNECTOR_PROXY: u8 = b'P';
-/// ... or a client of an agent's gateway socket ([`AgentRun::gateway_socket`]).
+/// ... or a client of an agent's gateway socket ([`AgentRun::gateway_socket`]) ...
 pub const CONNECTOR_GATEWAY: u8 = b'G';
+/// ... or, once per run, the broker's end of a server's stdin/stdout socket ([`ServerRun`]).
+pub const CONNECTOR_STDIO: u8 = b'S';
 
 /// Inside an agent's sandbox (its private `/tmp`, seen by nothing outside it): the gateway
 /// socket, the run's token and the MCP config `gatehouse run` points the agent at.
@@ -437,6 +485,42 @@ mod tests {
             "{}",
             std::mem::size_of::<ExecReply>()
         );
+    }
+
+    #[test]
+    fn a_state_home_belongs_to_an_agent_or_a_long_running_server_never_both() {
+        let agent = AgentRun {
+            state_home: "/agents/a".into(),
+            tmp_files: vec![],
+            vars: vec![],
+            gateway_socket: AGENT_GATEWAY_SOCKET.into(),
+        };
+        let server = ServerRun {
+            state_home: "/agents/s".into(),
+        };
+        let user = |agent, server, long_run| UserCommand {
+            agent,
+            server,
+            long_run,
+            ..Default::default()
+        };
+        assert_eq!(UserCommand::default().state_home(), Ok(None));
+        assert_eq!(
+            user(Some(agent.clone()), None, true).state_home(),
+            Ok(Some(std::path::Path::new("/agents/a")))
+        );
+        assert_eq!(
+            user(None, Some(server.clone()), true).state_home(),
+            Ok(Some(std::path::Path::new("/agents/s")))
+        );
+        assert!(user(None, Some(server.clone()), false)
+            .state_home()
+            .unwrap_err()
+            .contains("must be a long_run"));
+        assert!(user(Some(agent), Some(server), true)
+            .state_home()
+            .unwrap_err()
+            .contains("never both"));
     }
 
     #[test]

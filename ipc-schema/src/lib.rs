@@ -26,9 +26,11 @@ pub mod helper;
 pub mod host;
 pub mod inert;
 pub mod net;
+pub mod outside;
 pub mod protected;
 pub mod route;
 pub mod secrets;
+pub mod servers;
 pub mod spawn;
 pub mod status;
 pub mod tool;
@@ -58,11 +60,19 @@ pub enum Role {
     Exec,
     /// The keyring helper.
     Secrets,
+    /// The helper that speaks JSON-RPC to third-party MCP servers.
+    Servers,
 }
 
 impl Role {
-    /// The four helpers the broker spawns and supervises, in start order.
-    pub const HELPERS: [Role; 4] = [Role::Fs, Role::Net, Role::Exec, Role::Secrets];
+    /// The helpers the broker spawns and supervises, in start order.
+    pub const HELPERS: [Role; 5] = [
+        Role::Fs,
+        Role::Net,
+        Role::Exec,
+        Role::Secrets,
+        Role::Servers,
+    ];
 
     pub fn is_helper(self) -> bool {
         Self::HELPERS.contains(&self)
@@ -77,6 +87,7 @@ impl Role {
             Role::Net => "net-helper",
             Role::Exec => "exec-helper",
             Role::Secrets => "secrets-helper",
+            Role::Servers => "servers-helper",
         }
     }
 
@@ -90,6 +101,7 @@ impl Role {
             "net" | "net-helper" => Role::Net,
             "exec" | "exec-helper" => Role::Exec,
             "secrets" | "secrets-helper" => Role::Secrets,
+            "servers" | "servers-helper" => Role::Servers,
             _ => return None,
         })
     }
@@ -162,6 +174,10 @@ pub enum Body {
     Secrets(secrets::SecretsRequest),
     /// secrets-helper to broker.
     SecretsReply(secrets::SecretsReply),
+    /// Broker to servers-helper.
+    Servers(servers::ServersRequest),
+    /// servers-helper to broker.
+    ServersReply(servers::ServersReply),
 }
 
 /// Why a request failed, in words a user can act on.

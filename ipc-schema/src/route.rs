@@ -29,6 +29,7 @@ use crate::exec::ExecRequest;
 use crate::fs::FsRequest;
 use crate::net::NetRequest;
 use crate::secrets::SecretsRequest;
+use crate::servers::ServersRequest;
 use crate::tool::ToolCall;
 use crate::ui::UiRequest;
 use crate::{Body, Role};
@@ -55,6 +56,8 @@ pub enum Kind {
     ExecReply,
     Secrets,
     SecretsReply,
+    Servers,
+    ServersReply,
 }
 
 impl Body {
@@ -78,6 +81,8 @@ impl Body {
             Body::ExecReply(_) => Kind::ExecReply,
             Body::Secrets(_) => Kind::Secrets,
             Body::SecretsReply(_) => Kind::SecretsReply,
+            Body::Servers(_) => Kind::Servers,
+            Body::ServersReply(_) => Kind::ServersReply,
         }
     }
 
@@ -107,6 +112,8 @@ pub enum UiKind {
     LaunchCommand,
     /// [`crate::ui::LaunchRequest::StopCommand`].
     StopCommand,
+    ServerTools,
+    ApproveServerTools,
 }
 
 /// [`ToolCall`] without its payload.
@@ -126,6 +133,8 @@ pub enum ToolKind {
     FetchUrl,
     HttpRequest,
     RunCommand,
+    ListServerTools,
+    Server,
     Withdraw,
 }
 
@@ -187,6 +196,28 @@ pub enum SecretsKind {
     AuditMac,
 }
 
+/// [`ServersRequest`] without its payload.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ServersKind {
+    Attach,
+    ListTools,
+    CallTool,
+    Watch,
+    Detach,
+}
+
+impl ServersKind {
+    pub fn of(r: &ServersRequest) -> ServersKind {
+        match r {
+            ServersRequest::Attach { .. } => ServersKind::Attach,
+            ServersRequest::ListTools { .. } => ServersKind::ListTools,
+            ServersRequest::CallTool { .. } => ServersKind::CallTool,
+            ServersRequest::Watch { .. } => ServersKind::Watch,
+            ServersRequest::Detach { .. } => ServersKind::Detach,
+        }
+    }
+}
+
 /// A message's kind at the level of requests: [`Kind`], with each request enum's variant.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RequestKind {
@@ -208,6 +239,8 @@ pub enum RequestKind {
     ExecReply,
     Secrets(SecretsKind),
     SecretsReply,
+    Servers(ServersKind),
+    ServersReply,
 }
 
 impl RequestKind {
@@ -232,6 +265,8 @@ impl RequestKind {
             RequestKind::ExecReply => Kind::ExecReply,
             RequestKind::Secrets(_) => Kind::Secrets,
             RequestKind::SecretsReply => Kind::SecretsReply,
+            RequestKind::Servers(_) => Kind::Servers,
+            RequestKind::ServersReply => Kind::ServersReply,
         }
     }
 }
@@ -251,6 +286,8 @@ impl UiKind {
             UiRequest::CredentialChanged { .. } => UiKind::CredentialChanged,
             UiRequest::Launch(crate::ui::LaunchRequest::Command(_)) => UiKind::LaunchCommand,
             UiRequest::Launch(crate::ui::LaunchRequest::StopCommand) => UiKind::StopCommand,
+            UiRequest::ServerTools { .. } => UiKind::ServerTools,
+            UiRequest::ApproveServerTools { .. } => UiKind::ApproveServerTools,
         }
     }
 }
@@ -272,6 +309,8 @@ impl ToolKind {
             ToolCall::FetchUrl(_) => ToolKind::FetchUrl,
             ToolCall::HttpRequest(_) => ToolKind::HttpRequest,
             ToolCall::RunCommand(_) => ToolKind::RunCommand,
+            ToolCall::ListServerTools => ToolKind::ListServerTools,
+            ToolCall::Server(_) => ToolKind::Server,
             ToolCall::Withdraw(_) => ToolKind::Withdraw,
         }
     }
@@ -359,6 +398,8 @@ pub fn kind_of(body: &Body) -> RequestKind {
         Body::ExecReply(_) => RequestKind::ExecReply,
         Body::Secrets(r) => RequestKind::Secrets(SecretsKind::of(r)),
         Body::SecretsReply(_) => RequestKind::SecretsReply,
+        Body::Servers(r) => RequestKind::Servers(ServersKind::of(r)),
+        Body::ServersReply(_) => RequestKind::ServersReply,
     }
 }
 
@@ -429,10 +470,12 @@ pub enum Channel {
     SecretsPrivate,
     /// That helper's replies to the CLI.
     SecretsPrivateReplies,
+    BrokerToServers,
+    ServersToBroker,
 }
 
 impl Channel {
-    pub const ALL: [Channel; 14] = [
+    pub const ALL: [Channel; 16] = [
         Channel::UiToBroker,
         Channel::BrokerToUi,
         Channel::GatewayToBroker,
@@ -447,6 +490,8 @@ impl Channel {
         Channel::SecretsToBroker,
         Channel::SecretsPrivate,
         Channel::SecretsPrivateReplies,
+        Channel::BrokerToServers,
+        Channel::ServersToBroker,
     ];
 
     /// The channel a peer in `from` sends to the broker on.
@@ -458,6 +503,7 @@ impl Channel {
             Role::Net => Channel::NetToBroker,
             Role::Exec => Channel::ExecToBroker,
             Role::Secrets => Channel::SecretsToBroker,
+            Role::Servers => Channel::ServersToBroker,
         }
     }
 
@@ -470,6 +516,7 @@ impl Channel {
             Role::Net => Channel::BrokerToNet,
             Role::Exec => Channel::BrokerToExec,
             Role::Secrets => Channel::BrokerToSecrets,
+            Role::Servers => Channel::BrokerToServers,
         }
     }
 
@@ -490,6 +537,8 @@ impl Channel {
             Channel::SecretsToBroker => &SECRETS_TO_BROKER,
             Channel::SecretsPrivate => &SECRETS_PRIVATE,
             Channel::SecretsPrivateReplies => &SECRETS_PRIVATE_REPLIES,
+            Channel::BrokerToServers => &BROKER_TO_SERVERS,
+            Channel::ServersToBroker => &SERVERS_TO_BROKER,
         }
     }
 }
@@ -585,6 +634,7 @@ use FsKind as F;
 use NetKind as N;
 use RequestKind as K;
 use SecretsKind as S;
+use ServersKind as V;
 use ToolKind as T;
 use UiKind as U;
 
@@ -611,6 +661,10 @@ pub const UI_TO_BROKER: Table = Table {
         route(K::Ui(U::PolicyShow), NONE),
         route(K::Ui(U::PolicyApply), EFFECT),
         route(K::Ui(U::PolicyForget), EFFECT),
+        // Starts the server (in its sandbox) when no session runs it.
+        route(K::Ui(U::ServerTools), EFFECT),
+        // A policy change: what the agent is offered.
+        route(K::Ui(U::ApproveServerTools), EFFECT),
         route(K::Ui(U::AuditTail), NONE),
         route(K::Ui(U::CredentialChanged), EFFECT),
         // `gatehouse sandbox` and `gatehouse run`: a command through the broker's exec-helper (and its net-helper's
@@ -653,6 +707,8 @@ pub const GATEWAY_TO_BROKER: Table = Table {
         route(K::Tool(T::FetchUrl), NONE),
         route(K::Tool(T::HttpRequest), EFFECT),
         route(K::Tool(T::RunCommand), EFFECT),
+        route(K::Tool(T::ListServerTools), NONE),
+        route(K::Tool(T::Server), EFFECT),
         route(K::Tool(T::Withdraw), NONE),
     ],
 };
@@ -792,6 +848,31 @@ pub const SECRETS_PRIVATE_REPLIES: Table = Table {
         route(K::Pong, NONE),
         route(K::Error, NONE),
         route(K::SecretsReply, NONE),
+    ],
+};
+
+/// What the broker may ask the servers-helper. Only `Attach` brings a descriptor: the server's
+/// stdio socket, which that connection then owns.
+pub const BROKER_TO_SERVERS: Table = Table {
+    channel: Channel::BrokerToServers,
+    routes: &[
+        route(K::Ping, NONE),
+        route(K::Servers(V::Attach), NEEDS_FD),
+        route(K::Servers(V::ListTools), NONE),
+        // A third-party tool's effect is whatever the server does.
+        route(K::Servers(V::CallTool), EFFECT),
+        route(K::Servers(V::Watch), NONE),
+        route(K::Servers(V::Detach), NONE),
+    ],
+};
+
+pub const SERVERS_TO_BROKER: Table = Table {
+    channel: Channel::ServersToBroker,
+    routes: &[
+        route(K::Hello, HELLO),
+        route(K::Pong, NONE),
+        route(K::Error, NONE),
+        route(K::ServersReply, NONE),
     ],
 };
 

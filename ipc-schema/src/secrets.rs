@@ -710,7 +710,9 @@ pub fn may_carry_secret(kind: Kind) -> bool {
         | Kind::FsReply
         | Kind::NetReply
         | Kind::Exec
-        | Kind::ExecReply => false,
+        | Kind::ExecReply
+        | Kind::Servers
+        | Kind::ServersReply => false,
     }
 }
 

@@ -12,6 +12,7 @@ use crate::fs::{
     ChangeReceipt, CheckpointId, CheckpointInfo, CreateMode, Edit, FileChunk, FsError, FsPath,
     GrepLimits, GrepResults, Listing, SearchResults, WalkLimits,
 };
+use crate::servers::{JsonText, ServerName, ServerToolName, ToolDef};
 use crate::ErrorCode;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -97,6 +98,60 @@ impl ToolName {
 impl std::fmt::Display for ToolName {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// A tool that a call, a proposal, a ledger entry or a remembered decision is about: one of
+/// gatehouse's own, or a third-party server's (`SERVER__TOOL`).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ToolId {
+    Builtin(ToolName),
+    Server(ServerName, ServerToolName),
+}
+
+impl ToolId {
+    /// The name agents and policy files use (`read_file`, `notes__create_entities`).
+    pub fn name(&self) -> String {
+        match self {
+            ToolId::Builtin(t) => t.as_str().to_string(),
+            ToolId::Server(s, t) => crate::servers::offered_name(s, t),
+        }
+    }
+
+    /// Reads a stored name back.
+    pub fn parse(s: &str) -> Option<ToolId> {
+        match ToolName::from_name(s) {
+            Some(t) => Some(ToolId::Builtin(t)),
+            None => crate::servers::split_offered(s).map(|(a, b)| ToolId::Server(a, b)),
+        }
+    }
+
+    pub fn builtin(&self) -> Option<ToolName> {
+        match self {
+            ToolId::Builtin(t) => Some(*t),
+            ToolId::Server(..) => None,
+        }
+    }
+}
+
+impl From<ToolName> for ToolId {
+    fn from(t: ToolName) -> ToolId {
+        ToolId::Builtin(t)
+    }
+}
+
+impl PartialEq<ToolName> for ToolId {
+    fn eq(&self, t: &ToolName) -> bool {
+        self.builtin() == Some(*t)
+    }
+}
+
+impl std::fmt::Display for ToolId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ToolId::Builtin(t) => f.write_str(t.as_str()),
+            ToolId::Server(s, t) => write!(f, "{s}__{t}"),
+        }
     }
 }
 
@@ -348,6 +403,62 @@ impl RunCommand {
     }
 }
 
+/// A call of a third-party server's tool: its arguments are the agent's JSON object, carried
+/// canonical and bounded; the broker judges them by the policy and the server's pinned schema
+/// is the server's business (it validates its own input).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ServerCall {
+    pub server: ServerName,
+    pub tool: ServerToolName,
+    pub arguments: JsonText,
+}
+
+impl ServerCall {
+    /// `SERVER__TOOL`.
+    pub fn offered_name(&self) -> String {
+        crate::servers::offered_name(&self.server, &self.tool)
+    }
+}
+
+/// A tool a session may be offered: the definition the human approved, and what the policy
+/// does with it when no more specific rule applies.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct OfferedTool {
+    pub server: ServerName,
+    pub def: ToolDef,
+    pub action: Action,
+    pub rule: String,
+}
+
+/// A tool a server lists that is not offered: new, or described differently from what the
+/// human approved. Offered again once the human approves its definition.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct HeldTool {
+    pub server: ServerName,
+    pub tool: ServerToolName,
+    /// `new`, or what changed (`description`, `input schema`, ...).
+    pub why: String,
+}
+
+/// The answer to [`ToolCall::ListServerTools`].
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct ServerTools {
+    pub offered: Vec<OfferedTool>,
+    pub held: Vec<HeldTool>,
+    /// Servers that could not be reached, one line each (the agent sees none of their tools).
+    pub unavailable: Vec<String>,
+}
+
+/// What a third-party tool returned, as the agent gets it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ServerOutput {
+    /// The server said the call failed (`isError`).
+    pub is_error: bool,
+    /// The result wrapped as outside text (`<external-NONCE source="mcp:SERVER__TOOL">`),
+    /// with a notice that it is not from the user.
+    pub text: String,
+}
+
 /// An agent's tool call, as typed by its gateway.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub enum ToolCall {
@@ -376,6 +487,12 @@ pub enum ToolCall {
     FetchUrl(FetchUrl),
     HttpRequest(HttpRequest),
     RunCommand(RunCommand),
+    /// The tools of the profile's third-party MCP servers this session may be offered now
+    /// (their definitions as the human approved them). Answered with
+    /// [`ToolReply::ServerTools`]. Starts the session's servers that are not running.
+    ListServerTools,
+    /// A third-party server's tool (`SERVER__TOOL`).
+    Server(ServerCall),
     /// The agent's client gave up on a call that waits for the human (`notifications/cancelled`):
     /// the proposal is withdrawn (on the card and in the audit log) and a decision that comes
     /// later carries nothing out. Only a proposal of this connection's own session. This can
@@ -393,13 +510,23 @@ impl ToolCall {
         }
     }
 
-    /// The tool this call names (`None` for [`ToolCall::OpenSession`] and
-    /// [`ToolCall::DescribeAgent`]).
+    /// The tool this call is of, built-in or a server's (`None` for the session calls).
+    pub fn tool_id(&self) -> Option<ToolId> {
+        match self {
+            ToolCall::Server(c) => Some(ToolId::Server(c.server.clone(), c.tool.clone())),
+            call => call.tool().map(ToolId::Builtin),
+        }
+    }
+
+    /// The built-in tool this call names (`None` for [`ToolCall::OpenSession`] and
+    /// [`ToolCall::DescribeAgent`], and for a server's tool).
     pub fn tool(&self) -> Option<ToolName> {
         Some(match self {
-            ToolCall::OpenSession { .. } | ToolCall::DescribeAgent(_) | ToolCall::Withdraw(_) => {
-                return None
-            }
+            ToolCall::OpenSession { .. }
+            | ToolCall::DescribeAgent(_)
+            | ToolCall::Withdraw(_)
+            | ToolCall::ListServerTools
+            | ToolCall::Server(_) => return None,
             ToolCall::ReadFile(_) => ToolName::ReadFile,
             ToolCall::ListDir(_) => ToolName::ListDir,
             ToolCall::SearchFiles(_) => ToolName::SearchFiles,
@@ -467,6 +594,8 @@ pub enum ToolResult {
     Fetched(FetchedText),
     /// An `http_request` reply.
     HttpResponse(HttpResponse),
+    /// A third-party server's tool ran.
+    Server(ServerOutput),
     /// A `run_command` that ran (whatever its exit status).
     CommandRun(CommandRun),
 }
@@ -565,6 +694,8 @@ pub enum RefusalKind {
     /// The net-helper refused the URL by its own rules (scheme, address table, redirect,
     /// content type, TLS, a limit), or the secrets-helper refused the credential for it.
     Network,
+    /// A third-party tool is held: new, or described differently since the human approved it.
+    Held,
     /// The call was given up (its request cancelled, its session closed) before the human
     /// decided: nothing was done, and the same call asked again is a new proposal.
     Withdrawn,
@@ -653,6 +784,8 @@ impl ToolReply {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub enum ToolReply {
     Session(SessionInfo),
+    /// The answer to [`ToolCall::ListServerTools`].
+    ServerTools(ServerTools),
     /// Progress: the call waits for the human (its final reply follows with the same id).
     AwaitingApproval(Waiting),
     Done(Box<Done>),

@@ -47,6 +47,8 @@ pub fn named_paths(call: &ToolCall) -> Vec<(&FsPath, Access)> {
         | ToolCall::HttpRequest(_)
         | ToolCall::OpenSession { .. }
         | ToolCall::DescribeAgent(_)
+        | ToolCall::ListServerTools
+        | ToolCall::Server(_)
         | ToolCall::Withdraw(_) => vec![],
     }
 }

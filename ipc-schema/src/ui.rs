@@ -4,7 +4,8 @@
 //! a gateway that sends one). A decision names the proposal and the digest of exactly what the
 //! broker showed; a stale, mismatched or repeated decision is refused.
 
-use crate::tool::{ProfileName, ProposalId, SessionId, ToolName};
+use crate::servers::{ServerName, ServerToolName, ToolDef};
+use crate::tool::{ProfileName, ProposalId, SessionId, ToolId};
 use serde::{Deserialize, Serialize};
 
 /// SHA-256 over everything a proposal shows (and a nonce): a decision must echo it.
@@ -48,7 +49,7 @@ pub struct Proposal {
     pub id: ProposalId,
     pub digest: ProposalDigest,
     pub session: SessionId,
-    pub tool: ToolName,
+    pub tool: ToolId,
     /// The canonical target: the resolved path (`from -> to` for a move), the URL, or argv and
     /// working directory. Bytes that are not UTF-8 appear as `\xNN`.
     pub target: String,
@@ -117,8 +118,9 @@ pub struct LineRange {
 /// Outside text the session read: which tool, from where, when.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct OutsideSource {
-    pub tool: ToolName,
-    /// The URL the text came from (after redirects); a very long one is cut, and says so.
+    pub tool: ToolId,
+    /// The URL the text came from (after redirects), or `mcp:SERVER__TOOL`; a very long one
+    /// is cut, and says so.
     pub url: String,
     /// The number, in the session, of the call that read it (1: the session's first call).
     pub call: u64,
@@ -189,7 +191,7 @@ impl CallState {
 pub struct LedgerCall {
     pub id: u64,
     pub session: SessionId,
-    pub tool: ToolName,
+    pub tool: ToolId,
     pub target: String,
     /// Redacted canonical arguments.
     pub summary: String,
@@ -216,7 +218,7 @@ pub struct SessionSummary {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Remembered {
     pub id: u64,
-    pub tool: ToolName,
+    pub tool: ToolId,
     pub target: String,
     pub action: RememberedAction,
     pub created_unix_ms: u64,
@@ -416,6 +418,33 @@ pub enum UiRequest {
     /// `gatehouse sandbox` and `gatehouse run` (the user's own commands, so on the ui channel):
     /// a command, or an agent, through the broker's exec-helper. [`UiReply::Launch`].
     Launch(LaunchRequest),
+    /// What a third-party server of a profile lists now, each tool against its pin (the broker
+    /// starts the server for the console if no session runs it). [`UiReply::ServerTools`].
+    ServerTools {
+        profile: ProfileName,
+        server: ServerName,
+    },
+    /// The human approves these definitions, each named by the digest [`UiRequest::ServerTools`]
+    /// showed: they are pinned, and offered. A digest that no longer matches what the server
+    /// lists is refused whole. [`UiReply::ServerToolsApproved`].
+    ApproveServerTools {
+        profile: ProfileName,
+        server: ServerName,
+        tools: Vec<(ServerToolName, [u8; 32])>,
+    },
+}
+
+/// One tool of a server, as the console shows it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ServerToolView {
+    /// The definition the server gives now (its annotations are its claims).
+    pub def: ToolDef,
+    /// Its digest: what an approval names.
+    pub digest: [u8; 32],
+    /// `None`: pinned as listed (offered); else why it is held.
+    pub held: Option<String>,
+    /// The definition the human approved before, when it differs.
+    pub pinned: Option<ToolDef>,
 }
 
 /// What `gatehouse sandbox` and `gatehouse run` ask of the broker.
@@ -548,6 +577,10 @@ pub enum UiReply {
         seq: u64,
     },
     Launch(LaunchReply),
+    ServerTools(Vec<ServerToolView>),
+    ServerToolsApproved {
+        count: u32,
+    },
 }
 
 #[cfg(test)]

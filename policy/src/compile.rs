@@ -40,6 +40,9 @@ pub struct Rule {
     pub paths: Option<GlobSet>,
     pub hosts: Vec<HostPattern>,
     pub programs: Vec<String>,
+    /// The servers' tools it names (`NAME__GLOB`), with its argument matchers; `None`: it
+    /// names none (a rule without `tools` of servers never decides a server's tool).
+    pub servers: Option<crate::servers::ServerTools>,
     pub action: Action,
 }
 
@@ -56,6 +59,8 @@ pub struct Policy {
     pub rules: Vec<Rule>,
     /// The hosts web tools may reach at all (`None`: no such restriction).
     pub network: Option<Vec<HostPattern>>,
+    /// Its third-party MCP servers.
+    pub servers: Vec<crate::servers::McpServer>,
 }
 
 /// Every profile of one policy document, validated together.
@@ -171,7 +176,7 @@ fn globset(patterns: &[String], what: &str) -> Result<GlobSet, String> {
 }
 
 /// Is `root` `/`, the user's home directory, or a directory containing it?
-fn is_broad(root: &Path) -> bool {
+pub(crate) fn is_broad(root: &Path) -> bool {
     if root == Path::new("/") {
         return true;
     }
@@ -285,6 +290,7 @@ pub fn compile_profile(
             secret_files_allowed: g.secret_files == super::doc::SecretFilesDoc::Allow,
         });
     }
+    let servers = crate::servers::compile(&doc.mcp_servers, protected)?;
     let mut rules = Vec::new();
     for (i, r) in doc.rules.iter().enumerate() {
         let name = match &r.name {
@@ -296,14 +302,40 @@ pub fn compile_profile(
                 "{name}: `tools` is empty (name tools, or [\"*\"] for all)"
             ));
         }
-        let tools = if r.tools.iter().any(|t| t == "*") {
-            if r.tools.len() > 1 {
+        let (builtin, patterns) = crate::servers::rule_patterns(&name, &r.tools, &servers)?;
+        let server_tools = if patterns.is_empty() {
+            if !r.arguments.is_empty() {
+                return Err(format!(
+                    "{name}: `arguments` apply only to servers' tools (NAME__TOOL); name only those"
+                ));
+            }
+            None
+        } else {
+            if !builtin.is_empty() {
+                return Err(format!(
+                    "{name}: name either gatehouse's tools or servers' tools (NAME__TOOL) in one rule, not both"
+                ));
+            }
+            if !r.paths.is_empty() || !r.hosts.is_empty() || !r.programs.is_empty() {
+                return Err(format!(
+                    "{name}: `paths`, `hosts` and `programs` do not apply to servers' tools; use `arguments`"
+                ));
+            }
+            Some(crate::servers::ServerTools {
+                patterns,
+                arguments: crate::servers::argument_matchers(&name, &r.arguments)?,
+            })
+        };
+        let tools = if server_tools.is_some() {
+            Some(BTreeSet::new())
+        } else if builtin.iter().any(|t| t == "*") {
+            if builtin.len() > 1 {
                 return Err(format!("{name}: \"*\" cannot be combined with tool names"));
             }
             None
         } else {
             let mut set = BTreeSet::new();
-            for t in &r.tools {
+            for t in &builtin {
                 set.insert(ToolName::from_name(t).ok_or_else(|| {
                     format!("{name}: unknown tool {t:?} (known: {})", tool_list())
                 })?);
@@ -369,6 +401,7 @@ pub fn compile_profile(
             },
             hosts,
             programs: r.programs.clone(),
+            servers: server_tools,
             action: action(r.action),
         });
     }
@@ -399,6 +432,7 @@ pub fn compile_profile(
         expire_after: std::time::Duration::from_secs(doc.approvals.expire_after_secs),
         grants,
         rules,
+        servers,
     })
 }
 

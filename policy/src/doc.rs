@@ -43,6 +43,9 @@ pub struct PolicyDoc {
     /// outside it is refused before any rule or question. Absent: no such restriction.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<Vec<String>>,
+    /// Third-party MCP servers whose tools sessions of this profile are offered.
+    #[serde(default, rename = "mcp_server", skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<McpServerDoc>,
     /// Named session profiles (`gatehouse mcp --profile NAME`), each a whole policy of its
     /// own; the top level above is the `default` profile.
     #[serde(
@@ -70,6 +73,44 @@ pub struct ProfileDoc {
     pub rules: Vec<RuleDoc>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<Vec<String>>,
+    #[serde(default, rename = "mcp_server", skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<McpServerDoc>,
+}
+
+/// One `[[mcp_server]]`: a third-party MCP server, run confined, its tools offered to the
+/// agent as `NAME__TOOL` under this profile's rules.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerDoc {
+    /// 1-32 of a-z 0-9 -, starting with a letter: the prefix of its tools.
+    pub name: String,
+    /// A stdio server: the program and its arguments (never a shell line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// A remote server (Streamable HTTP): not supported yet, refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// A remote server's stored credential: not supported yet, refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential: Option<String>,
+    /// Hosts the server itself may reach, through the egress proxy (default: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub network: Vec<String>,
+    /// Directories it may read and write (default: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grant: Vec<String>,
+    /// Directories it may only read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read: Vec<String>,
+    /// Its tools the user marks read-only: they skip the at-most-once ledger.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_only: Vec<String>,
+    /// Variables it gets.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// How long one of its calls may take (default 120 s, at most 600).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -164,6 +205,9 @@ pub struct RuleDoc {
     /// Program names or absolute paths (run_command's argv[0]).
     #[serde(default)]
     pub programs: Vec<String>,
+    /// For rules naming only servers' tools: JSON pointer -> glob on that argument's value.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub arguments: BTreeMap<String, String>,
     pub action: ActionDoc,
 }
 
@@ -210,6 +254,7 @@ pub fn default_profile(root: Option<&str>) -> PolicyDoc {
             .collect(),
         rules: vec![],
         network: None,
+        mcp_servers: vec![],
         profiles: BTreeMap::new(),
     }
 }
@@ -232,6 +277,7 @@ impl PolicyDoc {
             grants: self.grants.clone(),
             rules: self.rules.clone(),
             network: self.network.clone(),
+            mcp_servers: self.mcp_servers.clone(),
         }
     }
 

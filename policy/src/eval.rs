@@ -5,7 +5,7 @@ use super::compile::{Grant, Policy};
 use super::protected::Protected;
 use ipc_schema::fs::Access;
 use ipc_schema::host::Host;
-use ipc_schema::tool::{Action, ProfileName, ToolName, Verdict};
+use ipc_schema::tool::{Action, ProfileName, ToolId, ToolName, Verdict};
 use ipc_schema::ui::{Remembered, RememberedAction};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -20,7 +20,7 @@ pub fn with_standing_decisions(
     v: Verdict,
     remembered: &[Remembered],
     profile: &ProfileName,
-    tool: ToolName,
+    tool: &ToolId,
     key: &str,
     allowed_for_session: bool,
 ) -> Verdict {
@@ -29,7 +29,7 @@ pub fn with_standing_decisions(
     }
     let find = |action: RememberedAction| {
         remembered.iter().find(|r| {
-            r.tool == tool
+            r.tool == *tool
                 && r.target == key
                 && r.action == action
                 && (action == RememberedAction::Deny || &r.profile == profile)
@@ -76,8 +76,20 @@ pub struct PathTarget {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
     Paths(Vec<PathTarget>),
-    Url { host: Host },
-    Command { program: String, cwd: Vec<u8> },
+    Url {
+        host: Host,
+    },
+    Command {
+        program: String,
+        cwd: Vec<u8>,
+    },
+    /// A third-party server's tool; the policy reads its arguments only through a rule's
+    /// argument matchers.
+    Server {
+        server: ipc_schema::servers::ServerName,
+        tool: ipc_schema::servers::ServerToolName,
+        arguments: serde_json::Value,
+    },
 }
 
 pub fn shown(abs: &[u8]) -> String {
@@ -102,6 +114,7 @@ impl Target {
                 .join(" -> "),
             Target::Url { host } => host.to_string(),
             Target::Command { program, cwd } => format!("{program} in {}", shown(cwd)),
+            Target::Server { server, tool, .. } => ipc_schema::servers::offered_name(server, tool),
         }
     }
 }
@@ -170,7 +183,7 @@ fn rule_applies(r: &super::compile::Rule, tool: ToolName, target: &Target) -> bo
                 .iter()
                 .any(|p| paths.is_match(Path::new(OsStr::from_bytes(&p.abs)))),
             Target::Command { cwd, .. } => paths.is_match(Path::new(OsStr::from_bytes(cwd))),
-            Target::Url { .. } => false,
+            Target::Url { .. } | Target::Server { .. } => false,
         };
         if !hit {
             return false;
@@ -274,6 +287,30 @@ pub fn command_writes(g: &super::compile::Grant) -> bool {
     g.caps.write && g.caps.edit && g.caps.delete
 }
 
+/// The policy's verdict on a call of `tool` (built-in or a server's) acting on `target`.
+pub fn evaluate_call(
+    policy: &Policy,
+    protected: &Protected,
+    tool: &ToolId,
+    target: &Target,
+) -> Verdict {
+    match (tool, target) {
+        (
+            ToolId::Server(..),
+            Target::Server {
+                server,
+                tool,
+                arguments,
+            },
+        ) => crate::servers::verdict(policy, server, tool, arguments),
+        (ToolId::Builtin(t), Target::Paths(_) | Target::Url { .. } | Target::Command { .. }) => {
+            evaluate(policy, protected, *t, target)
+        }
+        // Fail closed: a target that is not the tool's own is a bug of the caller.
+        _ => deny(format!("{tool} cannot act on {}", target.key())),
+    }
+}
+
 /// The policy's verdict on `tool` acting on `target`.
 pub fn evaluate(
     policy: &Policy,
@@ -356,6 +393,11 @@ fn evaluate_rules(
                 return deny(why);
             }
         }
+        Target::Server {
+            server,
+            tool,
+            arguments,
+        } => return crate::servers::verdict(policy, server, tool, arguments),
     }
     let applicable = policy
         .rules

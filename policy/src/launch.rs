@@ -66,6 +66,7 @@ pub fn command_spec(
             pass_env: l.pass_env.clone(),
             long_run: l.long_run,
             agent,
+            server: None,
         })),
     })
 }

@@ -742,7 +742,7 @@ fn remembered_decisions_and_session_allows_stand_beside_the_document() {
     };
     let row = |id, action, profile| Remembered {
         id,
-        tool: ToolName::WriteFile,
+        tool: ToolName::WriteFile.into(),
         target: "/p/a".into(),
         action,
         created_unix_ms: 0,
@@ -751,7 +751,7 @@ fn remembered_decisions_and_session_allows_stand_beside_the_document() {
     };
     let allow = [row(1, RememberedAction::Allow, "research")];
     let deny = [row(2, RememberedAction::Deny, "research")];
-    let w = ToolName::WriteFile;
+    let w = &ipc_schema::tool::ToolId::Builtin(ToolName::WriteFile);
     // A remembered allow turns an Ask into an Allow in its own profile only.
     let got = standing_over(v(Action::Ask), &allow, &p("research"), w, "/p/a", false);
     assert_eq!(got.action, Action::Allow);

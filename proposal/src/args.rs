@@ -42,8 +42,12 @@ fn path_key(p: &FsPath) -> Value {
 /// SHA-256). The ledger key is computed over this.
 pub fn canonical(call: &ToolCall) -> String {
     let v = match call {
-        ToolCall::OpenSession { .. } | ToolCall::DescribeAgent(_) | ToolCall::Withdraw(_) => {
-            json!({})
+        ToolCall::OpenSession { .. }
+        | ToolCall::DescribeAgent(_)
+        | ToolCall::Withdraw(_)
+        | ToolCall::ListServerTools => json!({}),
+        ToolCall::Server(c) => {
+            json!({"server": c.server.as_str(), "tool": c.tool.as_str(), "arguments": c.arguments.value()})
         }
         ToolCall::ReadFile(a) => {
             json!({"path": path_key(&a.path), "offset": a.offset, "length": a.length})
@@ -158,8 +162,21 @@ pub fn redact_url(u: &str) -> String {
 /// The audit log's form: no file content, no secret-looking values.
 pub fn redacted(call: &ToolCall) -> String {
     let v = match call {
-        ToolCall::OpenSession { .. } | ToolCall::DescribeAgent(_) | ToolCall::Withdraw(_) => {
-            json!({})
+        ToolCall::OpenSession { .. }
+        | ToolCall::DescribeAgent(_)
+        | ToolCall::Withdraw(_)
+        | ToolCall::ListServerTools => json!({}),
+        // A third-party tool's arguments may hold anything (a message, a token): the audit log
+        // keeps their names and a digest, never their values.
+        ToolCall::Server(c) => {
+            let names: Vec<String> = c
+                .arguments
+                .value()
+                .as_object()
+                .map(|o| o.keys().cloned().collect())
+                .unwrap_or_default();
+            json!({"server": c.server.as_str(), "tool": c.tool.as_str(), "argument_names": names,
+            "arguments_len": c.arguments.as_str().len(), "arguments_sha256": sha(c.arguments.as_str().as_bytes())})
         }
         ToolCall::ReadFile(a) => {
             json!({"path": path_json(&a.path), "offset": a.offset, "length": a.length})

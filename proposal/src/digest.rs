@@ -16,7 +16,7 @@ pub fn digest(p: &Proposal, nonce: &[u8; 16]) -> ProposalDigest {
     put(nonce);
     put(&p.id.0.to_le_bytes());
     put(p.session.0.as_bytes());
-    put(p.tool.as_str().as_bytes());
+    put(p.tool.name().as_bytes());
     put(p.target.as_bytes());
     put(p.arguments.as_bytes());
     match &p.diff {

@@ -90,9 +90,11 @@ pub fn files(call: &ToolCall, paths: &[ResolvedTarget], preview: Option<&ChangeP
         ToolCall::FetchUrl(a) => format!("fetch {}", a.url),
         ToolCall::HttpRequest(a) => format!("{:?} {}", a.method, a.url),
         ToolCall::RunCommand(a) => format!("run {:?} in {}", a.argv, p(0)),
-        ToolCall::OpenSession { .. } | ToolCall::DescribeAgent(_) | ToolCall::Withdraw(_) => {
-            String::new()
-        }
+        ToolCall::Server(c) => format!("call {} on the server {}", c.tool, c.server),
+        ToolCall::OpenSession { .. }
+        | ToolCall::DescribeAgent(_)
+        | ToolCall::Withdraw(_)
+        | ToolCall::ListServerTools => String::new(),
     }
 }
 

@@ -22,7 +22,7 @@
 //! were.
 
 use ipc_schema::fs::{Edit, FsPath};
-use ipc_schema::tool::{ToolCall, ToolName, ToolResult};
+use ipc_schema::tool::{ToolCall, ToolId, ToolName, ToolResult};
 use ipc_schema::ui::{LineRange, MatchedPart, OutsideMatch, OutsideSource, OutsideText as Found};
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 
@@ -442,13 +442,25 @@ impl OutsideText {
             text.push_str(&format!("\n{k}: {v}\n{v}"));
         }
         let source = OutsideSource {
-            tool,
+            tool: tool.into(),
             url: page.final_url.clone(),
             call,
             read_unix_ms: now_ms,
             partial: false,
         };
         self.remember(source, &text);
+    }
+
+    /// A third-party server's result (`ToolResult::Server`) the session is about to receive.
+    pub fn remember_server(&mut self, tool: ToolId, call: u64, now_ms: u64, wrapped: &str) {
+        let source = OutsideSource {
+            url: format!("mcp:{tool}"),
+            tool,
+            call,
+            read_unix_ms: now_ms,
+            partial: false,
+        };
+        self.remember(source, wrapped_body(wrapped));
     }
 
     /// How many sources were forgotten to bound memory.
@@ -664,6 +676,28 @@ fn path_text(p: &FsPath) -> String {
     }
 }
 
+/// Each string inside `v` with its JSON pointer (`/to`, `/items/0/text`).
+fn json_strings(v: &serde_json::Value, at: String, f: &mut dyn FnMut(String, &str)) {
+    match v {
+        serde_json::Value::String(s) => f(if at.is_empty() { "/".into() } else { at }, s),
+        serde_json::Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                json_strings(x, format!("{at}/{i}"), f);
+            }
+        }
+        serde_json::Value::Object(o) => {
+            for (k, x) in o {
+                json_strings(
+                    x,
+                    format!("{at}/{}", k.replace('~', "~0").replace('/', "~1")),
+                    f,
+                );
+            }
+        }
+        _ => {}
+    }
+}
+
 /// The argument strings of a call, named as the card names them.
 fn arguments(call: &ToolCall) -> Vec<Argument> {
     let arg = |name: &str, value: String, shape| Argument {
@@ -675,9 +709,23 @@ fn arguments(call: &ToolCall) -> Vec<Argument> {
     let text =
         |name: &str, t: &[u8]| arg(name, String::from_utf8_lossy(t).into_owned(), Shape::Text);
     match call {
+        // Every string in a third-party call's arguments, by its JSON pointer.
+        ToolCall::Server(c) => {
+            let mut v = Vec::new();
+            json_strings(&c.arguments.value(), String::new(), &mut |name, s| {
+                let shape = if s.contains('\n') {
+                    Shape::Text
+                } else {
+                    Shape::Value
+                };
+                v.push(arg(&name, s.to_string(), shape));
+            });
+            v
+        }
         ToolCall::OpenSession { .. }
         | ToolCall::DescribeAgent(_)
         | ToolCall::Withdraw(_)
+        | ToolCall::ListServerTools
         | ToolCall::UndoChange(_) => {
             vec![]
         }
@@ -837,7 +885,7 @@ pub fn audit_note(found: &Found) -> String {
             "{} {} from {} {} (call {})",
             m.argument,
             part_text(&m.part),
-            src.tool.as_str(),
+            src.tool.name(),
             crate::args::redact_url(&src.url),
             src.call
         ));

@@ -42,6 +42,9 @@ pub enum Profile {
     Ui,
     /// An agent's MCP gateway: stdio and its broker socket, nothing else.
     Gateway,
+    /// The servers-helper: the broker channel and the stdio sockets of third-party MCP servers
+    /// the broker passes it, nothing else (no files, no new sockets, no exec).
+    Servers,
     /// The broker proper (the router): its own config, data and runtime directories
     /// (`read_write`) and the few system files it reads (`read_only`); no exec, no new
     /// sockets, no signals to anyone.
@@ -58,6 +61,7 @@ impl Profile {
             Profile::Secrets(_) => "secrets",
             Profile::Ui => "ui",
             Profile::Gateway => "gateway",
+            Profile::Servers => "servers",
             Profile::Broker(_) => "broker",
         }
     }

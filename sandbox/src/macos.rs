@@ -76,7 +76,7 @@ pub fn profile_sbpl(profile: &Profile) -> Result<String, LockdownError> {
 (allow file-read-data file-write-data (regex #"^/dev/tty"))
 "#,
         ),
-        Profile::Gateway => {}
+        Profile::Gateway | Profile::Servers => {}
         // The router: its own directories, read-write, as a grant would be.
         Profile::Broker(dirs) => fs_rules(&mut s, dirs)?,
     }

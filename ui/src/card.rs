@@ -130,7 +130,7 @@ fn outside_section(out: &mut Vec<Line<'static>>, o: &OutsideText, width: usize) 
         let from = match o.sources.get(m.source as usize) {
             Some(s) => format!(
                 "from {} {} (call {} of the session, {}{})",
-                s.tool.as_str(),
+                s.tool.name(),
                 s.url,
                 s.call,
                 utc_time(s.read_unix_ms),
@@ -206,7 +206,7 @@ pub fn body(p: &Proposal, width: u16) -> Vec<Line<'static>> {
     let mut out = Vec::new();
     let mut head = vec![
         Run {
-            text: p.tool.as_str().to_string(),
+            text: p.tool.name(),
             style: theme::tool(),
             atomic: true,
         },

@@ -366,7 +366,7 @@ impl Console {
                 let p = self.remove_proposal(proposal, now);
                 let (tool, target) = match (self.sent.remove(&proposal), p) {
                     (Some(sent), _) => sent,
-                    (None, Some(p)) => (p.tool.as_str().to_string(), p.target),
+                    (None, Some(p)) => (p.tool.name(), p.target),
                     (None, None) => Default::default(),
                 };
                 self.say(
@@ -528,8 +528,7 @@ impl Console {
         }
         self.confirm = None;
         self.deciding = Some(p.id);
-        self.sent
-            .insert(p.id, (p.tool.as_str().to_string(), p.target.clone()));
+        self.sent.insert(p.id, (p.tool.name(), p.target.clone()));
         self.ask(
             Asked::Decide(p.id, choice),
             UiRequest::Decide(Decision {

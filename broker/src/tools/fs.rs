@@ -84,6 +84,16 @@ async fn resolve_path(
 
 /// Resolves every path the call names (each with the access it needs).
 pub async fn resolve(ctx: &Rc<Ctx>, call: &ToolCall) -> Result<Resolved, ToolReply> {
+    if let ToolCall::Server(c) = call {
+        return Ok(Resolved {
+            target: Target::Server {
+                server: c.server.clone(),
+                tool: c.tool.clone(),
+                arguments: c.arguments.value(),
+            },
+            paths: vec![],
+        });
+    }
     let wanted = match call {
         ToolCall::UndoChange(a) => {
             let list = match fs_call(ctx, FsRequest::ListCheckpoints { limit: u32::MAX }).await {

@@ -11,6 +11,7 @@ pub(crate) mod exec;
 mod fs;
 mod http;
 mod net;
+pub(crate) mod servers;
 
 use crate::approvals::{Draft, Outcome};
 use crate::fronts::Replier;
@@ -22,7 +23,7 @@ use audit_store::chain::{AuditEvent, AuditKind};
 use audit_store::now_ms;
 use ipc_schema::tool::{
     Action, AgentInfo, Done, Failure, ProfileName, ProposalId, Refusal, RefusalKind, ResumeToken,
-    SessionInfo, ToolCall, ToolName, ToolReply, ToolResult, Verdict, Waiting,
+    SessionInfo, ToolCall, ToolId, ToolName, ToolReply, ToolResult, Verdict, Waiting,
 };
 use ipc_schema::ui::{CallState, Choice, Remembered, RememberedAction};
 use ipc_schema::{Body, ErrorCode, ErrorReply};
@@ -80,6 +81,9 @@ pub fn connection_closed(ctx: &Rc<Ctx>, conn: &Rc<Conn>) {
         for p in approvals.open_of(&session) {
             approvals.withdraw(p, "the agent's session ended (its MCP connection closed)");
         }
+        drop(approvals);
+        // Its third-party servers end with it (a resumed session starts them again).
+        servers::session_closed(ctx, &session);
     }
     let Some(id) = conn.presented_token.borrow_mut().take() else {
         return;
@@ -100,6 +104,7 @@ pub fn handle(ctx: &Rc<Ctx>, conn: &Rc<Conn>, id: u64, call: ToolCall, reply: &R
             }
             ToolCall::DescribeAgent(agent) => describe_agent(&ctx, &conn, agent),
             ToolCall::Withdraw(p) => withdraw(&ctx, &conn, p),
+            ToolCall::ListServerTools => servers::list(&ctx, &conn).await,
             call => Body::ToolReply(run(&ctx, &conn, id, call, &reply).await),
         };
         reply.send(id, body);
@@ -287,7 +292,7 @@ async fn open_session(
 }
 
 /// The connection's session, opening a fresh one (not resumable) on its first call.
-fn session_for(ctx: &Rc<Ctx>, conn: &Rc<Conn>) -> Result<SessionRef, ToolReply> {
+pub(crate) fn session_for(ctx: &Rc<Ctx>, conn: &Rc<Conn>) -> Result<SessionRef, ToolReply> {
     if let Some(a) = conn.attached.borrow().as_ref() {
         return Ok(a.0.clone());
     }
@@ -315,10 +320,10 @@ impl Drop for InFlight {
 }
 
 /// An audit row about this call.
-fn event(kind: AuditKind, sid: &str, tool: ToolName, outcome: &str) -> AuditEvent {
+fn event(kind: AuditKind, sid: &str, tool: &ToolId, outcome: &str) -> AuditEvent {
     AuditEvent::new(kind, "gateway", outcome)
         .session(sid)
-        .tool(tool.as_str())
+        .tool(tool.name())
 }
 
 async fn run(
@@ -328,7 +333,9 @@ async fn run(
     call: ToolCall,
     reply: &Replier,
 ) -> ToolReply {
-    let tool = call.tool().expect("OpenSession is handled before");
+    let tool = &call
+        .tool_id()
+        .expect("the session calls are handled before");
     let session = match session_for(ctx, conn) {
         Ok(s) => s,
         Err(r) => return r,
@@ -369,7 +376,20 @@ async fn run(
         s.calls
     };
 
-    let effectful = !call.is_read_only();
+    // A server's tool is effectful unless the user marked it read-only in the policy.
+    let effectful = match &call {
+        ToolCall::Server(c) => !servers::marked_read_only(&policy, c),
+        call => !call.is_read_only(),
+    };
+    if let ToolCall::Server(c) = &call {
+        if let Err(r) = servers::check_offered(ctx, &session, &policy, c).await {
+            crate::audit::record(
+                event(AuditKind::Refusal, &sid.0, tool, "refused")
+                    .detail(format!("{}; {summary}", r.message())),
+            );
+            return r;
+        }
+    }
     let key = ledger::call_key(tool, &args::canonical(&call));
     if effectful {
         match ledger::lookup(&gate.store, &sid, key).await {
@@ -409,7 +429,7 @@ async fn run(
         }
     };
     let target_key = resolved.target.key();
-    let verdict = eval::evaluate(
+    let verdict = eval::evaluate_call(
         &policy,
         &gate.policy.borrow().protected,
         tool,
@@ -417,7 +437,7 @@ async fn run(
     );
     let verdict = {
         let s = session.borrow();
-        let for_session = s.allowed.contains(&(tool, target_key.clone()));
+        let for_session = s.allowed.contains(&(tool.clone(), target_key.clone()));
         let remembered = ctx.gate.remembered.borrow();
         eval::with_standing_decisions(
             verdict,
@@ -449,10 +469,10 @@ async fn run(
     let revision = policy.revision;
     // A file allowed by name may still hold a key by content: read it first (a read changes
     // nothing) and ask before the agent gets it.
-    let sniff = tool == ToolName::ReadFile
+    let sniff = *tool == ToolName::ReadFile
         && verdict.action == Action::Allow
         && resolved.paths.first().is_some_and(|p| {
-            !eval::secret_files_opted_in(&policy, tool, &resolved.target, &p.absolute)
+            !eval::secret_files_opted_in(&policy, ToolName::ReadFile, &resolved.target, &p.absolute)
         });
     drop(policy);
 
@@ -493,6 +513,8 @@ async fn run(
         }
         let out = if let Some(out) = early {
             out.map_err(ToolReply::Failed)
+        } else if let ToolCall::Server(c) = &call {
+            servers::execute(ctx, &session, c).await
         } else if checked.is_some() {
             net::execute_read(ctx, &session, call_number, &call, checked.as_ref())
                 .await
@@ -530,7 +552,7 @@ async fn run(
     let info = CallInfo {
         session: sid.clone(),
         key,
-        tool,
+        tool: tool.clone(),
         target: target_key.clone(),
         summary: summary.clone(),
     };
@@ -548,9 +570,9 @@ async fn run(
     let mut expected = None;
     let mut proposal = None;
     if verdict.action == Action::Ask {
-        let preview = match &checked {
-            Some(_) => Ok(None),
-            None => fs::preview(ctx, &call, &resolved).await,
+        let preview = match (&checked, &call) {
+            (Some(_), _) | (None, ToolCall::Server(_)) => Ok(None),
+            (None, _) => fs::preview(ctx, &call, &resolved).await,
         };
         let preview = match preview {
             Ok(p) => p,
@@ -643,6 +665,7 @@ async fn run(
             http::execute_effect(ctx, &session, call_number, a, checked.as_ref()).await
         }
         ToolCall::RunCommand(a) => exec::execute_effect(ctx, a, &resolved, &profile).await,
+        ToolCall::Server(c) => servers::execute_effect(ctx, &session, c).await,
         _ => fs::execute_effect(ctx, &call, &resolved, expected, gate.test_crash).await,
     };
     crash_point(gate.test_crash, CrashStep::AfterAnswer);
@@ -789,7 +812,7 @@ fn stayed_on_network(
 }
 
 /// The answer for a call the ledger already has in this session.
-fn answer_from_ledger(sid: &str, tool: ToolName, e: Entry) -> ToolReply {
+fn answer_from_ledger(sid: &str, tool: &ToolId, e: Entry) -> ToolReply {
     crate::audit::record(
         event(AuditKind::ToolCall, sid, tool, "from_ledger").detail(format!(
             "ledger {} is {}",
@@ -831,7 +854,7 @@ fn answer_from_ledger(sid: &str, tool: ToolName, e: Entry) -> ToolReply {
 #[allow(clippy::too_many_arguments)]
 fn draft(
     session: &SessionRef,
-    tool: ToolName,
+    tool: &ToolId,
     target: &str,
     call: &ToolCall,
     diff: Option<String>,
@@ -842,7 +865,7 @@ fn draft(
     let session = session.borrow();
     Draft {
         session: session.id.clone(),
-        tool,
+        tool: tool.clone(),
         target: target.to_string(),
         arguments: args::canonical(call),
         outside_text: session.outside.check(call, diff.as_deref()),
@@ -863,7 +886,8 @@ async fn ask(
     reply: &Replier,
     id: u64,
 ) -> Result<ProposalId, ToolReply> {
-    let (tool, target, sid) = (d.tool, d.target.clone(), d.session.0.clone());
+    let (tool, target, sid) = (d.tool.clone(), d.target.clone(), d.session.0.clone());
+    let tool = &tool;
     let (p, mut rx) =
         ctx.gate
             .approvals
@@ -897,7 +921,10 @@ async fn ask(
         Outcome::Decided(c) => {
             match c {
                 Choice::AllowSession => {
-                    session.borrow_mut().allowed.insert((tool, target.clone()));
+                    session
+                        .borrow_mut()
+                        .allowed
+                        .insert((tool.clone(), target.clone()));
                 }
                 Choice::AlwaysAllow | Choice::AlwaysDeny => {
                     let action = if c == Choice::AlwaysAllow {
@@ -969,13 +996,14 @@ async fn ask(
 /// Persists an "always" decision and applies it at once.
 pub async fn remember(
     ctx: &Rc<Ctx>,
-    tool: ToolName,
+    tool: &ToolId,
     target: &str,
     action: RememberedAction,
     origin: ProposalId,
     profile: &ProfileName,
 ) -> Result<(), audit_store::StoreError> {
     let t = target.to_string();
+    let tool = tool.clone();
     let prof = profile.clone();
     let now = now_ms();
     let row = ctx
@@ -985,7 +1013,7 @@ pub async fn remember(
             let id = audit_store::remembered::insert(
                 tx,
                 &audit_store::remembered::NewRemembered {
-                    tool,
+                    tool: &tool,
                     target: &t,
                     action,
                     origin,
@@ -995,7 +1023,7 @@ pub async fn remember(
             )?;
             audit.push(
                 AuditEvent::new(AuditKind::Policy, "ui", "remembered")
-                    .tool(tool.as_str())
+                    .tool(tool.name())
                     .target(t.clone())
                     .detail(format!(
                         "remembered decision {id}: always {action}, from proposal {origin} in profile {prof}"

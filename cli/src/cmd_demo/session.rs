@@ -175,7 +175,7 @@ impl Session {
         let by = if person { "you" } else { "scripted approver" };
         self.asked.push(Asked {
             proposal: p.id.0,
-            tool: p.tool.as_str().into(),
+            tool: p.tool.name(),
             target: p.target.clone(),
             rule: p.rule.clone(),
             decided_by: by.into(),

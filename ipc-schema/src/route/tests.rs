@@ -2,7 +2,7 @@
 //! somewhere, and the flags are enforced.
 
 use super::*;
-use crate::exec::{AgentRun, CommandSpec, Limits, NetworkMode, UserCommand};
+use crate::exec::{AgentRun, CommandSpec, Limits, NetworkMode, ServerRun, UserCommand};
 use crate::secrets::CredentialName;
 
 #[test]
@@ -58,6 +58,7 @@ fn every_role_has_a_row_in_both_tables() {
         Role::Net,
         Role::Exec,
         Role::Secrets,
+        Role::Servers,
     ] {
         assert!(!kinds_to_broker(role).is_empty(), "{role}");
         assert!(
@@ -75,7 +76,8 @@ fn every_kind() -> Vec<RequestKind> {
         match k {
             K::Ping | K::Pong | K::Hello | K::Error | K::Doctor | K::DoctorReport => {}
             K::UiReply | K::ToolReply | K::FsReply | K::NetReply | K::ExecReply => {}
-            K::SecretsReply => {}
+            K::SecretsReply | K::ServersReply => {}
+            K::Servers(V::Attach | V::ListTools | V::CallTool | V::Watch | V::Detach) => {}
             K::Ui(
                 U::ListPending
                 | U::Subscribe
@@ -88,7 +90,9 @@ fn every_kind() -> Vec<RequestKind> {
                 | U::AuditTail
                 | U::CredentialChanged
                 | U::LaunchCommand
-                | U::StopCommand,
+                | U::StopCommand
+                | U::ServerTools
+                | U::ApproveServerTools,
             ) => {}
             K::Tool(
                 T::OpenSession
@@ -105,6 +109,8 @@ fn every_kind() -> Vec<RequestKind> {
                 | T::FetchUrl
                 | T::HttpRequest
                 | T::RunCommand
+                | T::ListServerTools
+                | T::Server
                 | T::Withdraw,
             ) => {}
             K::Fs(
@@ -158,6 +164,7 @@ fn every_kind() -> Vec<RequestKind> {
         K::NetReply,
         K::ExecReply,
         K::SecretsReply,
+        K::ServersReply,
     ];
     all.extend(
         [
@@ -173,6 +180,8 @@ fn every_kind() -> Vec<RequestKind> {
             U::CredentialChanged,
             U::LaunchCommand,
             U::StopCommand,
+            U::ServerTools,
+            U::ApproveServerTools,
         ]
         .map(K::Ui),
     );
@@ -192,6 +201,8 @@ fn every_kind() -> Vec<RequestKind> {
             T::FetchUrl,
             T::HttpRequest,
             T::RunCommand,
+            T::ListServerTools,
+            T::Server,
             T::Withdraw,
         ]
         .map(K::Tool),
@@ -228,6 +239,7 @@ fn every_kind() -> Vec<RequestKind> {
         .map(K::Net),
     );
     all.extend([X::Start, X::StartConnected, X::Poll, X::Stop].map(K::Exec));
+    all.extend([V::Attach, V::ListTools, V::CallTool, V::Watch, V::Detach].map(K::Servers));
     all.extend(
         [
             S::Status,
@@ -389,7 +401,7 @@ fn a_session_is_opened_once_and_its_client_named_once() {
 }
 
 #[test]
-fn a_start_brings_its_connector_only_with_the_proxy_network_or_an_agent() {
+fn a_start_brings_its_connector_only_with_the_proxy_network_an_agent_or_a_server() {
     let spec = |network, agent: Option<AgentRun>| CommandSpec {
         argv: vec!["true".into()],
         cwd: "/w".into(),
@@ -413,14 +425,25 @@ fn a_start_brings_its_connector_only_with_the_proxy_network_or_an_agent() {
     let plain = start(spec(NetworkMode::None, None));
     let proxied = start(spec(NetworkMode::Proxy { token: "t".into() }, None));
     let agent = start(spec(NetworkMode::None, Some(agent)));
+    // A third-party MCP server's stdio socket goes out over the connector too.
+    let mut server = spec(NetworkMode::None, None);
+    server.user = Some(Box::new(UserCommand {
+        long_run: true,
+        server: Some(ServerRun {
+            state_home: "/agents/s".into(),
+        }),
+        ..Default::default()
+    }));
+    let server = start(server);
     assert_eq!(kind_of(&plain), K::Exec(X::Start));
     assert_eq!(kind_of(&proxied), K::Exec(X::StartConnected));
     assert_eq!(kind_of(&agent), K::Exec(X::StartConnected));
+    assert_eq!(kind_of(&server), K::Exec(X::StartConnected));
     let mut st = RouteState::default();
     assert!(!check(Channel::BrokerToExec, &mut st, &plain)
         .unwrap()
         .contains(FD));
-    for connected in [&proxied, &agent] {
+    for connected in [&proxied, &agent, &server] {
         let f = check(Channel::BrokerToExec, &mut st, connected).unwrap();
         assert!(f.contains(FD) && !f.contains(NEEDS_FD) && f.contains(EFFECT));
     }

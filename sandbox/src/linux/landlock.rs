@@ -71,7 +71,7 @@ pub fn min_abi(profile: &Profile) -> u32 {
     match profile {
         Profile::Fs(_) | Profile::Broker(_) => 3,
         Profile::Exec => 6,
-        Profile::Net | Profile::Secrets(_) | Profile::Ui | Profile::Gateway => 1,
+        Profile::Net | Profile::Secrets(_) | Profile::Ui | Profile::Gateway | Profile::Servers => 1,
     }
 }
 
@@ -128,7 +128,7 @@ fn wants(profile: &Profile) -> Wants<'_> {
             scopes: true,
             signals_unscoped: true,
         },
-        Profile::Secrets(_) | Profile::Ui | Profile::Gateway => Wants {
+        Profile::Secrets(_) | Profile::Ui | Profile::Gateway | Profile::Servers => Wants {
             fs: FsRules::Nothing,
             deny_inet: true,
             scopes: true,
@@ -336,6 +336,7 @@ mod tests {
             Profile::Secrets(ipc_schema::secrets::StoreKind::Keyutils),
             Profile::Ui,
             Profile::Gateway,
+            Profile::Servers,
             Profile::Broker(FsProfile::default()),
         ]
     }

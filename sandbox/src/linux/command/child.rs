@@ -214,10 +214,13 @@ pub(crate) unsafe fn init_main(plan: &mut Plan) -> ! {
     }
     send(plan.report_fd, EV_STARTED, 0, 0, pid);
     let cmd = pid as libc::pid_t;
-    // Only the command holds the output pipes now; their end is the command's (and its
-    // children's) end.
-    libc::close(plan.stdout_w);
-    libc::close(plan.stderr_w);
+    // Only the command holds the output pipes (and the stdio socket) now; their end is the
+    // command's (and its children's) end.
+    for fd in [plan.stdout_w, plan.stderr_w, plan.stdio] {
+        if fd >= 0 {
+            libc::close(fd);
+        }
+    }
 
     let status = if bridged {
         serve_bridge(plan, [listener, unix_listener], sfd, cmd)
@@ -610,14 +613,18 @@ unsafe fn command_main(plan: &Plan, ruleset: c_int) -> ! {
     // The supervisor (a Rust program) ignores SIGPIPE; an ignored signal survives exec.
     libc::signal(libc::SIGPIPE, libc::SIG_DFL);
 
-    let null = libc::open(plan.dev_null.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
-    if null < 0 {
-        fail(plan, S_STDIO, 0);
-    }
-    if libc::dup2(null, 0) < 0
-        || libc::dup2(plan.stdout_w, 1) < 0
-        || libc::dup2(plan.stderr_w, 2) < 0
-    {
+    // stdin and stdout: /dev/null and the stdout pipe, or both the stdio socket (which the
+    // parent placed above 2, so neither dup2 overwrites it before it is copied).
+    let (stdin, stdout) = if plan.stdio >= 0 {
+        (plan.stdio, plan.stdio)
+    } else {
+        let null = libc::open(plan.dev_null.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        if null < 0 {
+            fail(plan, S_STDIO, 0);
+        }
+        (null, plan.stdout_w)
+    };
+    if libc::dup2(stdin, 0) < 0 || libc::dup2(stdout, 1) < 0 || libc::dup2(plan.stderr_w, 2) < 0 {
         fail(plan, S_STDIO, 1);
     }
     // Everything else (the report socket, the connector, the listener, the ruleset) closes at

@@ -41,6 +41,7 @@ use plan::{cpath, cstr, Cover, Layout, Op, Plan};
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
 /// What a command runs with.
@@ -135,6 +136,8 @@ pub struct Prepared {
     connector: Option<OwnedFd>,
     /// The connector of [`Prepared::bridge_unix_socket`].
     unix_connector: Option<OwnedFd>,
+    /// The sandbox's end of [`Prepared::stdio_socket`].
+    stdio: Option<OwnedFd>,
     /// `argv[0]` resolved in the sandbox's view (symbolic links followed): what a command policy
     /// judges.
     pub program: PathBuf,
@@ -272,7 +275,10 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
             cwd.display()
         )));
     }
-    if protected::refuse_grant(&cwd, &protect).is_some() {
+    // The sandbox's own state directory is the one place inside a protected directory it may
+    // work in (a third-party server starts there).
+    let in_own_state = state.as_ref().is_some_and(|(h, _)| cwd.starts_with(h));
+    if !in_own_state && protected::refuse_grant(&cwd, &protect).is_some() {
         return Err(SandboxError::Refused(format!(
             "the working directory {} is a protected path",
             cwd.display()
@@ -717,6 +723,7 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
         report_fd: -1,
         stdout_w: -1,
         stderr_w: -1,
+        stdio: -1,
         hostname: cstr("gatehouse"),
         landlock: ll.plan,
         bridge: None,
@@ -755,6 +762,7 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
         plan,
         connector,
         unix_connector: None,
+        stdio: None,
         program,
         report,
         snapshot: found.snapshot,
@@ -974,8 +982,9 @@ pub struct Sandboxed {
     /// The host pid of the sandbox's init process.
     pub pid: u32,
     pidfd: OwnedFd,
-    /// The read ends of the command's stdout and stderr (blocking, close-on-exec).
-    pub stdout: OwnedFd,
+    /// The read ends of the command's stdout and stderr (blocking, close-on-exec); no stdout
+    /// when the command's stdout is its [`Prepared::stdio_socket`].
+    pub stdout: Option<OwnedFd>,
     pub stderr: OwnedFd,
     events: OwnedFd,
     op_text: Vec<String>,
@@ -1020,6 +1029,42 @@ impl Prepared {
         self.plan.unix_bridge = Some((-1, path));
         self.unix_connector = Some(connector);
         Ok(())
+    }
+
+    /// Makes one end of a new Unix stream socket pair the command's stdin and stdout (a stdio
+    /// server's, such as a third-party MCP server), instead of `/dev/null` and the stdout pipe;
+    /// returns the other end. Stderr stays a pipe ([`Sandboxed::stderr`]) and
+    /// [`Sandboxed::stdout`] is `None`. Only the command (and what it starts) holds the
+    /// sandbox's end once [`Prepared::spawn`] returns: the init process closes its copy as soon
+    /// as the command has started, and the caller's is closed in `spawn`. So closing the
+    /// returned end is EOF on the command's stdin, and the returned end reads EOF once the
+    /// command's processes are gone (or have closed their stdout).
+    pub fn stdio_socket(&mut self) -> Result<UnixStream, SandboxError> {
+        use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+        if self.stdio.is_some() {
+            return Err(SandboxError::Invalid(
+                "the command already has a stdio socket".into(),
+            ));
+        }
+        let (ours, theirs) = socketpair(
+            AddressFamily::Unix,
+            SockType::Stream,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .map_err(|e| io_err("creating the stdio socket")(e.into()))?;
+        // The command dup2s this onto 0 and 1; a descriptor that already is 0, 1 or 2 would be
+        // overwritten before it is copied (or keep its close-on-exec flag), so move it above.
+        // (`try_clone` is `F_DUPFD_CLOEXEC` from 3; dropping `theirs` frees the low one.)
+        let theirs = if theirs.as_raw_fd() < 3 {
+            theirs
+                .try_clone()
+                .map_err(io_err("moving the stdio socket"))?
+        } else {
+            theirs
+        };
+        self.stdio = Some(theirs);
+        Ok(UnixStream::from(ours))
     }
 
     /// Creates `path` (in the sandbox's private `/tmp`, mode 0644) holding `data`, before the
@@ -1096,15 +1141,27 @@ impl Prepared {
             SockFlag::SOCK_CLOEXEC,
         )
         .map_err(|e| io_err("creating the report socket")(e.into()))?;
-        let (out_r, out_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-            .map_err(|e| io_err("creating the stdout pipe")(e.into()))?;
+        // With a stdio socket, the command's stdout is that socket: no pipe.
+        let stdout = match self.stdio {
+            Some(_) => None,
+            None => Some(
+                nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+                    .map_err(|e| io_err("creating the stdout pipe")(e.into()))?,
+            ),
+        };
         let (err_r, err_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
             .map_err(|e| io_err("creating the stderr pipe")(e.into()))?;
         let plan = &mut self.plan;
         plan.report_fd = ev_child.as_raw_fd();
-        plan.stdout_w = out_w.as_raw_fd();
+        plan.stdout_w = stdout.as_ref().map_or(-1, |(_, w)| w.as_raw_fd());
         plan.stderr_w = err_w.as_raw_fd();
-        plan.keep_fds = vec![plan.report_fd, plan.stdout_w, plan.stderr_w];
+        plan.stdio = self.stdio.as_ref().map_or(-1, |s| s.as_raw_fd());
+        plan.keep_fds = vec![plan.report_fd, plan.stderr_w];
+        for fd in [plan.stdout_w, plan.stdio] {
+            if fd >= 0 {
+                plan.keep_fds.push(fd);
+            }
+        }
         if let Some(c) = &self.connector {
             plan.bridge = Some((c.as_raw_fd(), PROXY_BRIDGE_PORT));
             plan.keep_fds.push(c.as_raw_fd());
@@ -1153,14 +1210,17 @@ impl Prepared {
         // SAFETY: CLONE_PIDFD stored a new descriptor that nothing else owns.
         let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
         drop(ev_child);
-        drop(out_w);
+        let stdout = stdout.map(|(r, _w)| r);
         drop(err_w);
         drop(self.connector.take());
         drop(self.unix_connector.take());
+        // Only the command may hold the sandbox's end of the stdio socket, or its peer would
+        // never see EOF.
+        drop(self.stdio.take());
         Ok(Sandboxed {
             pid: ret as u32,
             pidfd,
-            stdout: out_r,
+            stdout,
             stderr: err_r,
             events: ev_parent,
             op_text: std::mem::take(&mut self.plan.op_text),

@@ -83,8 +83,11 @@ pub(crate) struct Plan {
     /// Descriptors the init process keeps (sorted); everything else it closes first.
     pub keep_fds: Vec<c_int>,
     pub report_fd: c_int,
+    /// The command's stdout pipe; -1 when `stdio` takes its place.
     pub stdout_w: c_int,
     pub stderr_w: c_int,
+    /// One socket as the command's stdin and stdout (`Prepared::stdio_socket`), or -1.
+    pub stdio: c_int,
     pub hostname: CString,
     pub landlock: Option<LandlockPlan>,
     /// The proxy connector and the bridge port.

@@ -53,9 +53,16 @@ pub type PollSet<'a> = [Option<BorrowedFd<'a>>; 4];
 
 impl Watch {
     pub fn new(sb: Sandboxed, limits: Limits) -> io::Result<Watch> {
-        for fd in [sb.stdout.as_fd(), sb.stderr.as_fd(), sb.events_fd()] {
+        let stdout = sb.stdout.as_ref().map(|fd| fd.as_fd());
+        for fd in [stdout, Some(sb.stderr.as_fd()), Some(sb.events_fd())]
+            .into_iter()
+            .flatten()
+        {
             set_nonblocking(fd)?;
         }
+        // A command whose stdout is its stdio socket has no stdout here: that stream is over
+        // before it began.
+        let open = [sb.stdout.is_some(), true];
         let start = Instant::now();
         Ok(Watch {
             sb,
@@ -64,7 +71,7 @@ impl Watch {
             deadline: start + Duration::from_millis(limits.timeout_ms),
             kept: [0; 2],
             dropped: [0; 2],
-            open: [true, true],
+            open,
             events_open: true,
             init_gone: false,
             held: Vec::new(),
@@ -86,7 +93,11 @@ impl Watch {
 
     pub fn poll_set(&self) -> PollSet<'_> {
         [
-            self.open[0].then(|| self.sb.stdout.as_fd()),
+            self.sb
+                .stdout
+                .as_ref()
+                .filter(|_| self.open[0])
+                .map(|fd| fd.as_fd()),
             self.open[1].then(|| self.sb.stderr.as_fd()),
             self.events_open.then(|| self.sb.events_fd()),
             (!self.init_gone).then(|| self.sb.pidfd()),
@@ -138,10 +149,10 @@ impl Watch {
             }
             // Drain what is there now (bounded, so one chatty run cannot starve the loop).
             for _ in 0..16 {
-                let fd = if i == 0 {
-                    &self.sb.stdout
-                } else {
-                    &self.sb.stderr
+                let fd = match (i, &self.sb.stdout) {
+                    (0, Some(out)) => out,
+                    (0, None) => break,
+                    _ => &self.sb.stderr,
                 };
                 match nix::unistd::read(fd, &mut self.buf) {
                     Ok(0) => {

@@ -70,6 +70,11 @@ pub fn all() -> Vec<Listed> {
             Allowlist(Profile::Gateway),
         ),
         listed(
+            "servers",
+            "servers-helper (JSON-RPC to third-party MCP servers)",
+            Allowlist(Profile::Servers),
+        ),
+        listed(
             "broker",
             "the broker proper (the router): policy, approvals, ledger, audit",
             Allowlist(Profile::Broker(FsProfile::default())),

@@ -20,6 +20,7 @@ pub(super) fn policy(profile: &Profile) -> Policy {
         Profile::Secrets(store) => secrets(&mut p, *store),
         Profile::Ui => ui(&mut p),
         Profile::Gateway => gateway(&mut p),
+        Profile::Servers => servers(&mut p),
         Profile::Broker(_) => super::broker::broker(&mut p),
     }
     p
@@ -116,6 +117,23 @@ fn gateway(p: &mut Policy) {
     no_files(p);
     threads(p);
     event_loop(p);
+}
+
+/// servers-helper: one thread polling the broker channel and the servers' stdio sockets it was
+/// passed; no filesystem, no new sockets, no exec, no threads.
+fn servers(p: &mut Policy) {
+    base(p);
+    no_executable_memory(p);
+    no_files(p);
+    p.allow_if(
+        libc::SYS_ioctl,
+        &[Arg::Eq(1, libc::FIONBIO as u32)],
+        "std's set_nonblocking is ioctl(FIONBIO): each server's socket is polled, never blocked on",
+    );
+    p.allow(
+        &[libc::SYS_shutdown],
+        "ending a server's connection: it reads end of file on its stdin",
+    );
 }
 
 /// What every gatehouse process does after lockdown: blocking I/O on descriptors it already

@@ -1,0 +1,758 @@
+//! Third-party MCP servers on the tool path: each session's servers, started on first use in
+//! the exec sandbox (one sandbox per server per session, for the life of the connection), their
+//! stdio socket handed to the servers-helper (the one process that parses what a server writes),
+//! their tools pinned to the definition the human approved.
+//!
+//! A tool is offered only when its definition's digest equals its pin. A new tool, or one the
+//! server now describes otherwise, is held: not offered, its calls refused, until the human
+//! approves the definition (`UiRequest::ApproveServerTools`, bound to the digests the human was
+//! shown). A server that breaks the protocol, floods, or exits loses its connection; its sandbox
+//! is stopped, and its next use starts it again (at most [`RESTARTS_PER_MINUTE`] times a minute),
+//! without touching any other session.
+
+use super::fs::EffectAnswer;
+use super::{failed, refused, Conn};
+use crate::helpers::HelperSlot;
+use crate::sessions::SessionRef;
+use crate::tools::exec::{stop_run, watch_run};
+use crate::Ctx;
+use audit_store::chain::{AuditEvent, AuditKind};
+use audit_store::pins::Pin;
+use ipc_schema::exec::{ExecReply, ExecRequest, RunId};
+use ipc_schema::servers::{
+    CallOutput, ConnId, ContentItem, ServerEvent, ServerName, ServerToolName, ServersReply,
+    ServersRequest, ToolDef,
+};
+use ipc_schema::tool::{
+    Action, Failure, HeldTool, OfferedTool, ProfileName, RefusalKind, ServerCall, ServerOutput,
+    ServerTools, SessionId, ToolId, ToolReply, ToolResult,
+};
+use ipc_schema::{Body, ErrorCode, Role};
+use policy::compile::Policy;
+use policy::servers::McpServer;
+use sha2::{Digest, Sha256};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// Starts of one server in one session a minute, before its use is refused for a while.
+pub const RESTARTS_PER_MINUTE: usize = 3;
+/// How long a start (sandbox, handshake, first list) may take.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// A listing older than this is refreshed before tools are offered (besides
+/// `notifications/tools/list_changed`, which marks it stale at once).
+const RELIST_AFTER: Duration = Duration::from_secs(300);
+
+/// The digest a pin holds: SHA-256 over the definition's canonical encoding.
+pub fn digest(def: &ToolDef) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(b"gatehouse-tool-definition-v1\0");
+    h.update(postcard::to_stdvec(def).expect("a ToolDef always encodes"));
+    h.finalize().into()
+}
+
+/// One server's running connection for one session.
+struct Live {
+    conn: ConnId,
+    run: RunId,
+    tools: Vec<ToolDef>,
+    listed: Instant,
+    /// `notifications/tools/list_changed` came, or the connection ended (then `gone` says why).
+    stale: Rc<Cell<bool>>,
+    gone: Rc<RefCell<Option<String>>>,
+}
+
+#[derive(Default)]
+struct Slot {
+    live: Option<Live>,
+    starts: Vec<Instant>,
+}
+
+type Key = (SessionId, ServerName);
+type PinKey = (ProfileName, ServerName, ServerToolName);
+
+#[derive(Default)]
+pub struct Servers {
+    slots: RefCell<HashMap<Key, Rc<tokio::sync::Mutex<Slot>>>>,
+    next_conn: Cell<u64>,
+    pins: RefCell<Option<HashMap<PinKey, Pin>>>,
+    /// What each server of each profile last listed (for the console and the CLI).
+    seen: RefCell<HashMap<(ProfileName, ServerName), Vec<ToolDef>>>,
+}
+
+fn slot(ctx: &Ctx, role: Role) -> Result<std::sync::Arc<HelperSlot>, String> {
+    ctx.helpers
+        .slot(role)
+        .cloned()
+        .ok_or_else(|| format!("there is no {role}"))
+}
+
+async fn pins(ctx: &Rc<Ctx>) -> Result<(), String> {
+    if ctx.servers.pins.borrow().is_some() {
+        return Ok(());
+    }
+    let rows = ctx
+        .gate
+        .store
+        .read(audit_store::pins::load)
+        .await
+        .map_err(|e| format!("reading the pinned tools: {e}"))?;
+    let map = rows
+        .into_iter()
+        .map(|p| ((p.profile.clone(), p.server.clone(), p.def.name.clone()), p))
+        .collect();
+    *ctx.servers.pins.borrow_mut() = Some(map);
+    Ok(())
+}
+
+/// Why a listed tool is not offered (`None`: it is pinned as listed).
+fn held_why(
+    ctx: &Ctx,
+    profile: &ProfileName,
+    server: &ServerName,
+    def: &ToolDef,
+) -> Option<String> {
+    let pins = ctx.servers.pins.borrow();
+    let key = (profile.clone(), server.clone(), def.name.clone());
+    let Some(pin) = pins.as_ref().and_then(|p| p.get(&key)) else {
+        return Some("new: not approved yet".into());
+    };
+    if pin.digest == digest(def) {
+        return None;
+    }
+    let old = &pin.def;
+    let mut what = Vec::new();
+    if old.title != def.title {
+        what.push("title");
+    }
+    if old.description != def.description {
+        what.push("description");
+    }
+    if old.input_schema != def.input_schema {
+        what.push("input schema");
+    }
+    if old.output_schema != def.output_schema {
+        what.push("output schema");
+    }
+    if old.annotations != def.annotations {
+        what.push("annotations");
+    }
+    Some(format!(
+        "changed since you approved it ({})",
+        if what.is_empty() {
+            "definition".into()
+        } else {
+            what.join(", ")
+        }
+    ))
+}
+
+/// The session's connection to `s`, started (or restarted) if it has none, its listing fresh.
+async fn live_tools(
+    ctx: &Rc<Ctx>,
+    sid: &SessionId,
+    profile: &ProfileName,
+    s: &McpServer,
+) -> Result<Vec<ToolDef>, String> {
+    let cell = ctx
+        .servers
+        .slots
+        .borrow_mut()
+        .entry((sid.clone(), s.name.clone()))
+        .or_default()
+        .clone();
+    let mut slot = cell.lock().await;
+    if let Some(l) = &slot.live {
+        if let Some(why) = l.gone.borrow().clone() {
+            tracing::warn!(server = %s.name, session = %sid, "connection lost: {why}");
+        }
+    }
+    if slot
+        .live
+        .as_ref()
+        .is_some_and(|l| l.gone.borrow().is_some())
+    {
+        slot.live = None;
+    }
+    if slot.live.is_none() {
+        let now = Instant::now();
+        slot.starts
+            .retain(|t| now.duration_since(*t) < Duration::from_secs(60));
+        if slot.starts.len() >= RESTARTS_PER_MINUTE {
+            return Err(format!(
+                "the server {} was started {RESTARTS_PER_MINUTE} times in the last minute and ended each time; it is not started again for now",
+                s.name
+            ));
+        }
+        slot.starts.push(now);
+        let live = tokio::time::timeout(START_TIMEOUT, start(ctx, sid, profile, s))
+            .await
+            .map_err(|_| {
+                format!(
+                    "the server {} did not start within {} s",
+                    s.name,
+                    START_TIMEOUT.as_secs()
+                )
+            })??;
+        slot.live = Some(live);
+    }
+    let l = slot.live.as_mut().expect("set above");
+    if l.stale.get() || l.listed.elapsed() > RELIST_AFTER {
+        l.stale.set(false);
+        l.tools = list_tools(ctx, l.conn).await?;
+        l.listed = Instant::now();
+    }
+    let tools = l.tools.clone();
+    ctx.servers
+        .seen
+        .borrow_mut()
+        .insert((profile.clone(), s.name.clone()), tools.clone());
+    Ok(tools)
+}
+
+async fn list_tools(ctx: &Rc<Ctx>, conn: ConnId) -> Result<Vec<ToolDef>, String> {
+    let servers = slot(ctx, Role::Servers)?;
+    match servers
+        .call(Body::Servers(ServersRequest::ListTools { conn }))
+        .await
+    {
+        Ok(Body::ServersReply(ServersReply::Tools(list))) => {
+            for d in &list.dropped {
+                tracing::warn!(%conn, "a listed tool is not offered: {d}");
+            }
+            Ok(list.tools)
+        }
+        Ok(Body::Error(e)) => Err(e.message),
+        Ok(other) => Err(format!(
+            "the servers-helper answered a listing with {:?}",
+            other.kind()
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Starts `s` for session `sid`: its sandbox, the proxy when it has a network list, the
+/// handshake, the first listing; then the tasks that watch its output and its events.
+async fn start(
+    ctx: &Rc<Ctx>,
+    sid: &SessionId,
+    profile: &ProfileName,
+    s: &McpServer,
+) -> Result<Live, String> {
+    let exec = slot(ctx, Role::Exec)?;
+    let servers = slot(ctx, Role::Servers)?;
+    if nix::unistd::geteuid().is_root() {
+        // Its state directory would have to belong to the user commands run as (nobody),
+        // which this broker, without capabilities after its lockdown, cannot give it.
+        return Err(format!(
+            "the server {} is not started: a broker running as root does not run third-party servers yet; run gatehouse as your own user",
+            s.name
+        ));
+    }
+    let owner = crate::launch::run_as_owner(ctx);
+    let state = ctx
+        .dirs
+        .ensure_agent_home(&format!("mcp-{profile}-{}", s.name), owner, false)
+        .map_err(|e| format!("the server's state directory: {e}"))?;
+    let proxy = if s.network.is_empty() {
+        None
+    } else {
+        let hosts = s.network.iter().map(|h| h.to_string()).collect();
+        Some(crate::launch::Proxy::open(ctx, "mcp", hosts).await?)
+    };
+    let spec = policy::servers::spec(s, &state, proxy.as_ref().map(|p| p.token.clone()));
+    let line = policy::servers::start_line(s, profile.as_str());
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair()
+        .map_err(|e| format!("the server's connector: {e}"))?;
+    let started = exec
+        .call_with_fd(
+            Body::Exec(ExecRequest::Start(Box::new(spec))),
+            theirs.into(),
+        )
+        .await;
+    let run = match started {
+        Ok(Body::ExecReply(ExecReply::Started { run, .. })) => run,
+        other => {
+            if let Some(p) = &proxy {
+                p.close().await;
+            }
+            let why = match other {
+                Ok(Body::Error(e)) => e.message,
+                Ok(o) => format!("the exec-helper answered a start with {:?}", o.kind()),
+                Err(e) => e.to_string(),
+            };
+            row(sid, &s.name, "refused", format!("{line}: {why}"));
+            return Err(format!("the server {} did not start: {why}", s.name));
+        }
+    };
+    row(sid, &s.name, "started", format!("{run}: {line}"));
+    let (stdio_tx, stdio_rx) = tokio::sync::oneshot::channel();
+    let relay = tokio::task::spawn_local(crate::launch::relay(
+        ctx.clone(),
+        ours.into(),
+        proxy.as_ref().map(|p| (p.net.clone(), p.session.clone())),
+        None,
+        None,
+        Some(stdio_tx),
+    ));
+    let stdio = match tokio::time::timeout(Duration::from_secs(10), stdio_rx).await {
+        Ok(Ok(fd)) => fd,
+        _ => {
+            stop_run(&exec, run).await;
+            return Err(format!(
+                "the server {} sandbox passed no stdio socket",
+                s.name
+            ));
+        }
+    };
+    let conn = ConnId(ctx.servers.next_conn.get() + 1);
+    ctx.servers.next_conn.set(conn.0);
+    let gone = Rc::new(RefCell::new(None::<String>));
+    let stale = Rc::new(Cell::new(false));
+    // Its stderr goes to the log, never to the agent; its end ends the connection.
+    {
+        let (exec, servers, gone, name, sid) = (
+            exec.clone(),
+            servers.clone(),
+            gone.clone(),
+            s.name.clone(),
+            sid.clone(),
+        );
+        let proxy = proxy.map(Rc::new);
+        tokio::task::spawn_local(async move {
+            let end = watch_run(&exec, run, |_, stderr| {
+                for line in String::from_utf8_lossy(&stderr).lines().take(64) {
+                    tracing::info!(server = %name, "stderr: {}", ipc_schema::inert::escaped(line));
+                }
+                true
+            })
+            .await;
+            let why = match end {
+                Ok(e) => format!("its sandbox ended: {}", e.outcome.describe()),
+                Err(e) => e,
+            };
+            gone.borrow_mut().get_or_insert(why.clone());
+            let _ = servers
+                .call(Body::Servers(ServersRequest::Detach { conn }))
+                .await;
+            let _ = relay.await;
+            if let Some(p) = proxy {
+                p.close().await;
+            }
+            row(&sid, &name, "ended", format!("{run}: {why}"));
+        });
+    }
+    let attached = servers
+        .call_with_fd(
+            Body::Servers(ServersRequest::Attach {
+                conn,
+                server: s.name.clone(),
+            }),
+            stdio,
+        )
+        .await;
+    let hello = match attached {
+        Ok(Body::ServersReply(ServersReply::Attached(h))) => h,
+        other => {
+            stop_run(&exec, run).await;
+            let why = match other {
+                Ok(Body::Error(e)) => e.message,
+                Ok(o) => format!("the servers-helper answered with {:?}", o.kind()),
+                Err(e) => e.to_string(),
+            };
+            return Err(format!("the server {}: {why}", s.name));
+        }
+    };
+    tracing::info!(server = %s.name, session = %sid, "{} {} speaks MCP {}", hello.name, hello.version, hello.protocol_version);
+    // Its events: a changed list marks the listing stale; a broken connection stops it.
+    {
+        let (servers, exec, gone, stale) =
+            (servers.clone(), exec.clone(), gone.clone(), stale.clone());
+        tokio::task::spawn_local(async move {
+            loop {
+                let ev = servers
+                    .call(Body::Servers(ServersRequest::Watch { conn }))
+                    .await;
+                match ev {
+                    Ok(Body::ServersReply(ServersReply::Event(ServerEvent::ToolsChanged))) => {
+                        stale.set(true)
+                    }
+                    Ok(Body::ServersReply(ServersReply::Event(ServerEvent::Closed(why)))) => {
+                        gone.borrow_mut().get_or_insert(why);
+                        break;
+                    }
+                    other => {
+                        gone.borrow_mut()
+                            .get_or_insert(format!("watching it failed: {other:?}"));
+                        break;
+                    }
+                }
+            }
+            stop_run(&exec, run).await;
+        });
+    }
+    let tools = list_tools(ctx, conn).await.inspect_err(|_| {
+        let exec = exec.clone();
+        tokio::task::spawn_local(async move { stop_run(&exec, run).await });
+    })?;
+    Ok(Live {
+        conn,
+        run,
+        tools,
+        listed: Instant::now(),
+        stale,
+        gone,
+    })
+}
+
+fn row(sid: &SessionId, server: &ServerName, outcome: &str, detail: String) {
+    crate::audit::record(
+        AuditEvent::new(AuditKind::Execution, "broker", outcome)
+            .session(sid.0.clone())
+            .tool(format!("mcp_server {server}"))
+            .detail(detail),
+    );
+}
+
+fn session_policy(ctx: &Rc<Ctx>, session: &SessionRef) -> Result<Rc<Policy>, String> {
+    let profile = session.borrow().profile.clone();
+    let p = ctx.gate.policy.borrow().profile(&profile);
+    p
+}
+
+/// `ToolCall::ListServerTools`: what the session's servers offer now.
+pub async fn list(ctx: &Rc<Ctx>, conn: &Rc<Conn>) -> Body {
+    let session = match super::session_for(ctx, conn) {
+        Ok(s) => s,
+        Err(r) => return Body::ToolReply(r),
+    };
+    let policy = match session_policy(ctx, &session) {
+        Ok(p) => p,
+        // With an invalid policy every call is refused; no server tool is offered.
+        Err(_) => return Body::ToolReply(ToolReply::ServerTools(ServerTools::default())),
+    };
+    if let Err(e) = pins(ctx).await {
+        return Body::Error(ipc_schema::ErrorReply::new(ErrorCode::Internal, e));
+    }
+    let (sid, profile) = {
+        let s = session.borrow();
+        (s.id.clone(), s.profile.clone())
+    };
+    let mut out = ServerTools::default();
+    for s in &policy.servers {
+        let tools = match live_tools(ctx, &sid, &profile, s).await {
+            Ok(t) => t,
+            Err(why) => {
+                out.unavailable
+                    .push(format!("the server {}: {why}", s.name));
+                continue;
+            }
+        };
+        for def in tools {
+            if let Some(why) = held_why(ctx, &profile, &s.name, &def) {
+                out.held.push(HeldTool {
+                    server: s.name.clone(),
+                    tool: def.name.clone(),
+                    why,
+                });
+                continue;
+            }
+            let standing = policy::servers::standing(&policy, &s.name, &def.name);
+            if standing.action == Action::Deny {
+                continue;
+            }
+            out.offered.push(OfferedTool {
+                server: s.name.clone(),
+                def,
+                action: standing.action,
+                rule: standing.rule,
+            });
+        }
+    }
+    Body::ToolReply(ToolReply::ServerTools(out))
+}
+
+/// The profile names the server, it lists the tool, and the tool is pinned as listed.
+pub async fn check_offered(
+    ctx: &Rc<Ctx>,
+    session: &SessionRef,
+    policy: &Policy,
+    c: &ServerCall,
+) -> Result<(), ToolReply> {
+    let Some(s) = policy.servers.iter().find(|s| s.name == c.server) else {
+        return Err(refused(
+            RefusalKind::Denied,
+            format!("profile {} has no server {}", policy.profile, c.server),
+            None,
+            None,
+        ));
+    };
+    pins(ctx)
+        .await
+        .map_err(|e| failed(ErrorCode::Internal, e))?;
+    let (sid, profile) = {
+        let s = session.borrow();
+        (s.id.clone(), s.profile.clone())
+    };
+    let tools = live_tools(ctx, &sid, &profile, s)
+        .await
+        .map_err(|why| failed(ErrorCode::HelperUnavailable, why))?;
+    let Some(def) = tools.iter().find(|d| d.name == c.tool) else {
+        return Err(refused(
+            RefusalKind::NotAvailable,
+            format!("the server {} does not list a tool {}", c.server, c.tool),
+            None,
+            None,
+        ));
+    };
+    if let Some(why) = held_why(ctx, &profile, &s.name, def) {
+        return Err(refused(
+            RefusalKind::Held,
+            format!(
+                "{} is held: {why}. The human approves its definition in the console or with `gatehouse mcp-server tools {}`",
+                c.offered_name(),
+                c.server
+            ),
+            None,
+            None,
+        ));
+    }
+    Ok(())
+}
+
+/// Whether the user marked the tool read-only in the policy (then it skips the ledger).
+pub fn marked_read_only(policy: &Policy, c: &ServerCall) -> bool {
+    policy
+        .servers
+        .iter()
+        .any(|s| s.name == c.server && s.read_only.contains(&c.tool))
+}
+
+enum Outcome {
+    Done(CallOutput),
+    Refused(String),
+    /// The call may have reached the server.
+    Unknown(String),
+    NeverSent(String),
+}
+
+async fn call(ctx: &Rc<Ctx>, session: &SessionRef, c: &ServerCall) -> Outcome {
+    let policy = match session_policy(ctx, session) {
+        Ok(p) => p,
+        Err(e) => return Outcome::NeverSent(e),
+    };
+    let Some(s) = policy.servers.iter().find(|s| s.name == c.server) else {
+        return Outcome::NeverSent(format!(
+            "profile {} has no server {}",
+            policy.profile, c.server
+        ));
+    };
+    let key = (session.borrow().id.clone(), c.server.clone());
+    let cell = ctx.servers.slots.borrow().get(&key).cloned();
+    let conn = match cell {
+        Some(cell) => cell.lock().await.live.as_ref().map(|l| l.conn),
+        None => None,
+    };
+    let Some(conn) = conn else {
+        return Outcome::NeverSent(format!("the server {} is not running", c.server));
+    };
+    let Ok(servers) = slot(ctx, Role::Servers) else {
+        return Outcome::NeverSent("there is no servers-helper".into());
+    };
+    let req = ServersRequest::CallTool {
+        conn,
+        tool: c.tool.clone(),
+        arguments: c.arguments.clone(),
+        timeout_ms: s.call_timeout.as_millis() as u64,
+    };
+    match servers.call(Body::Servers(req)).await {
+        Ok(Body::ServersReply(ServersReply::Called(out))) => Outcome::Done(out),
+        Ok(Body::Error(e)) => match e.code {
+            ErrorCode::Invalid | ErrorCode::HelperUnavailable => Outcome::NeverSent(e.message),
+            ErrorCode::Refused => Outcome::Refused(e.message),
+            _ => Outcome::Unknown(e.message),
+        },
+        Ok(other) => Outcome::Unknown(format!(
+            "the servers-helper answered with {:?}",
+            other.kind()
+        )),
+        Err(e) => Outcome::Unknown(e.to_string()),
+    }
+}
+
+/// A result as the agent gets it: wrapped as outside text, remembered for later proposals.
+fn result(session: &SessionRef, c: &ServerCall, out: CallOutput) -> ToolResult {
+    let mut body = String::new();
+    for item in &out.content {
+        if !body.is_empty() {
+            body.push('\n');
+        }
+        match item {
+            ContentItem::Text(t) => body.push_str(t),
+            ContentItem::Omitted(what) => body.push_str(&format!("[gatehouse: {what}]")),
+        }
+    }
+    if let Some(s) = &out.structured {
+        if body.is_empty() {
+            body.push_str(s.as_str());
+        }
+    }
+    if out.truncated {
+        body.push_str("\n[gatehouse: the result was cut to its first part]");
+    }
+    let source = format!("mcp:{}", c.offered_name());
+    let (_, text) = ipc_schema::outside::wrap(&source, &body, rand::random);
+    let tool = ToolId::Server(c.server.clone(), c.tool.clone());
+    {
+        let mut s = session.borrow_mut();
+        let n = s.calls;
+        s.outside
+            .remember_server(tool, n, audit_store::now_ms() as u64, &text);
+    }
+    ToolResult::Server(ServerOutput {
+        is_error: out.is_error,
+        text,
+    })
+}
+
+/// A call of a tool the user marked read-only.
+pub async fn execute(
+    ctx: &Rc<Ctx>,
+    session: &SessionRef,
+    c: &ServerCall,
+) -> Result<ToolResult, ToolReply> {
+    match call(ctx, session, c).await {
+        Outcome::Done(out) => Ok(result(session, c, out)),
+        Outcome::Refused(why) => Err(refused(RefusalKind::NotAvailable, why, None, None)),
+        Outcome::Unknown(why) | Outcome::NeverSent(why) => {
+            Err(failed(ErrorCode::HelperUnavailable, why))
+        }
+    }
+}
+
+/// An effectful call (already `executing` in the ledger).
+pub async fn execute_effect(ctx: &Rc<Ctx>, session: &SessionRef, c: &ServerCall) -> EffectAnswer {
+    match call(ctx, session, c).await {
+        Outcome::Done(out) => EffectAnswer::Done(Box::new(result(session, c, out))),
+        Outcome::Refused(why) => EffectAnswer::Failed(Failure::new(ErrorCode::Refused, why)),
+        Outcome::NeverSent(why) => {
+            EffectAnswer::NeverSent(Failure::new(ErrorCode::HelperUnavailable, why))
+        }
+        Outcome::Unknown(why) => EffectAnswer::Unknown(format!("the server {}: {why}", c.server)),
+    }
+}
+
+/// The tools `server` of `profile` lists now (started under a session of the console's own
+/// when no agent's session runs it), each with why it is held, if it is.
+pub async fn inspect(
+    ctx: &Rc<Ctx>,
+    profile: &ProfileName,
+    server: &ServerName,
+) -> Result<Vec<(ToolDef, [u8; 32], Option<String>, Option<ToolDef>)>, String> {
+    let policy = ctx.gate.policy.borrow().profile(profile)?;
+    let Some(s) = policy.servers.iter().find(|s| s.name == *server) else {
+        return Err(format!("profile {profile} has no server {server}"));
+    };
+    pins(ctx).await?;
+    let sid = SessionId(format!("console-{profile}"));
+    let tools = live_tools(ctx, &sid, profile, s).await?;
+    let pins = ctx.servers.pins.borrow();
+    Ok(tools
+        .into_iter()
+        .map(|d| {
+            let why = held_why(ctx, profile, server, &d);
+            let pinned = pins
+                .as_ref()
+                .and_then(|p| p.get(&(profile.clone(), server.clone(), d.name.clone())))
+                .map(|p| p.def.clone());
+            let dg = digest(&d);
+            (d, dg, why, pinned)
+        })
+        .collect())
+}
+
+/// The human approved these definitions (each named by the digest they were shown): pinned,
+/// with an audit row each. A digest that no longer matches what the server lists is refused.
+pub async fn approve(
+    ctx: &Rc<Ctx>,
+    profile: &ProfileName,
+    server: &ServerName,
+    approved: &[(ServerToolName, [u8; 32])],
+) -> Result<u32, String> {
+    let seen = ctx
+        .servers
+        .seen
+        .borrow()
+        .get(&(profile.clone(), server.clone()))
+        .cloned()
+        .ok_or_else(|| {
+            format!("the server {server} of profile {profile} has not listed its tools yet")
+        })?;
+    let mut pins_new = Vec::new();
+    for (tool, dg) in approved {
+        let Some(def) = seen.iter().find(|d| d.name == *tool) else {
+            return Err(format!("the server {server} does not list {tool} now"));
+        };
+        if digest(def) != *dg {
+            return Err(format!(
+                "{tool}: the server describes it otherwise than what was shown; look again"
+            ));
+        }
+        pins_new.push(Pin {
+            profile: profile.clone(),
+            server: server.clone(),
+            def: def.clone(),
+            digest: *dg,
+            approved_ms: audit_store::now_ms(),
+        });
+    }
+    let n = pins_new.len() as u32;
+    let stored = pins_new.clone();
+    ctx.gate
+        .store
+        .txn(move |tx, audit| {
+            for p in &stored {
+                audit_store::pins::put(tx, p)?;
+                audit.push(
+                    AuditEvent::new(AuditKind::Policy, "ui", "pinned")
+                        .tool(ipc_schema::servers::offered_name(&p.server, &p.def.name))
+                        .detail(format!(
+                            "profile {}: definition {} approved",
+                            p.profile,
+                            hex::encode(&p.digest[..8])
+                        )),
+                );
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    pins(ctx).await?;
+    if let Some(map) = ctx.servers.pins.borrow_mut().as_mut() {
+        for p in pins_new {
+            map.insert((p.profile.clone(), p.server.clone(), p.def.name.clone()), p);
+        }
+    }
+    Ok(n)
+}
+
+/// A session ended: its servers are stopped.
+pub fn session_closed(ctx: &Rc<Ctx>, sid: &SessionId) {
+    let cells: Vec<_> = {
+        let mut slots = ctx.servers.slots.borrow_mut();
+        let keys: Vec<Key> = slots.keys().filter(|(s, _)| s == sid).cloned().collect();
+        keys.into_iter().filter_map(|k| slots.remove(&k)).collect()
+    };
+    let Ok(exec) = slot(ctx, Role::Exec) else {
+        return;
+    };
+    for cell in cells {
+        let exec = exec.clone();
+        tokio::task::spawn_local(async move {
+            if let Some(l) = cell.lock().await.live.take() {
+                stop_run(&exec, l.run).await;
+            }
+        });
+    }
+}

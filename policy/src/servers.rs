@@ -1,0 +1,368 @@
+//! Third-party MCP servers in the policy (`[[mcp_server]]`): their checked form, the rules that
+//! name their tools (`NAME__TOOL`, `NAME__*`, with argument matchers), the verdict on a call,
+//! and the exec sandbox each server runs in. Pure: the broker starts and pins the servers.
+
+use super::compile::{HostPattern, Policy};
+use super::doc::McpServerDoc;
+use super::protected::Protected;
+use globset::{Glob, GlobMatcher};
+use ipc_schema::exec::{
+    CommandSpec, GrantAccess, Hide, Limits, NetworkMode, PathGrant, ServerRun, UserCommand,
+    LONG_OUTPUT_MAX, LONG_TIMEOUT_MAX_MS,
+};
+use ipc_schema::servers::{ServerName, ServerToolName};
+use ipc_schema::tool::{Action, Verdict};
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Servers one profile may list.
+pub const SERVERS_MAX: usize = 32;
+/// The longest a server's tool call may be given, and the default.
+pub const CALL_TIMEOUT_MAX: Duration = Duration::from_secs(600);
+pub const CALL_TIMEOUT_DEFAULT: Duration = Duration::from_secs(120);
+
+/// One `[[mcp_server]]`, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct McpServer {
+    pub name: ServerName,
+    /// The command, as written: `argv[0]` is an absolute path or a name the sandbox's `PATH`
+    /// resolves (the exec-helper resolves it, and its start row shows the program it found).
+    pub argv: Vec<String>,
+    /// The only files it may touch (none by default), canonical.
+    pub grants: Vec<PathGrant>,
+    /// What it may reach itself, through the egress proxy (nothing by default).
+    pub network: Vec<HostPattern>,
+    /// Tools the user marked read-only: they skip the ledger (a repeated call runs again).
+    pub read_only: BTreeSet<ServerToolName>,
+    /// Variables it gets (plain values; names that look like secrets are dropped by the
+    /// sandbox like any command's).
+    pub env: Vec<(String, String)>,
+    pub call_timeout: Duration,
+}
+
+/// A rule's reach into servers' tools: `NAME__GLOB`.
+#[derive(Debug, Clone)]
+pub struct ServerTools {
+    pub patterns: Vec<(ServerName, GlobMatcher)>,
+    /// `arguments = { "/to" = "*@example.com" }`: each JSON pointer must name a string that
+    /// matches its glob (a number or boolean is matched as its JSON text).
+    pub arguments: Vec<(String, GlobMatcher)>,
+}
+
+impl ServerTools {
+    fn covers(&self, server: &ServerName, tool: &ServerToolName) -> bool {
+        self.patterns
+            .iter()
+            .any(|(s, g)| s == server && g.is_match(tool.as_str()))
+    }
+
+    fn arguments_match(&self, args: &Value) -> bool {
+        self.arguments
+            .iter()
+            .all(|(ptr, g)| match args.pointer(ptr) {
+                Some(Value::String(s)) => g.is_match(s),
+                Some(v @ (Value::Number(_) | Value::Bool(_))) => g.is_match(v.to_string()),
+                _ => false,
+            })
+    }
+}
+
+fn glob(s: &str, what: &str) -> Result<GlobMatcher, String> {
+    Glob::new(s)
+        .map(|g| g.compile_matcher())
+        .map_err(|e| format!("{what}: bad glob {s:?}: {e}"))
+}
+
+/// Checks a profile's `[[mcp_server]]` entries.
+pub fn compile(docs: &[McpServerDoc], protected: &Protected) -> Result<Vec<McpServer>, String> {
+    if docs.len() > SERVERS_MAX {
+        return Err(format!("more than {SERVERS_MAX} [[mcp_server]] entries"));
+    }
+    let mut out: Vec<McpServer> = Vec::new();
+    for d in docs {
+        let name =
+            ServerName::try_from(d.name.clone()).map_err(|e| format!("[[mcp_server]]: {e}"))?;
+        let what = format!("[[mcp_server]] {name}");
+        if out.iter().any(|s| s.name == name) {
+            return Err(format!("{what}: the name is used twice"));
+        }
+        let argv = match (&d.command, &d.url) {
+            (Some(c), None) => c.clone(),
+            (None, Some(_)) => {
+                return Err(format!(
+                    "{what}: remote servers (url) are not supported yet; gatehouse runs stdio servers (command) only, and refuses rather than reach one unconfined"
+                ))
+            }
+            _ => return Err(format!("{what}: give exactly one of command and url")),
+        };
+        if d.credential.is_some() {
+            return Err(format!(
+                "{what}: credential applies to remote servers (url), which are not supported yet"
+            ));
+        }
+        match argv.first() {
+            None => return Err(format!("{what}: command is empty")),
+            Some(p) if p.is_empty() || (p.contains('/') && !p.starts_with('/')) => {
+                return Err(format!(
+                    "{what}: command[0] {p:?} must be an absolute path or a program name"
+                ))
+            }
+            _ => {}
+        }
+        if argv.iter().any(|a| a.contains('\0')) {
+            return Err(format!("{what}: command holds a NUL byte"));
+        }
+        let mut grants = Vec::new();
+        for (list, access) in [
+            (&d.grant, GrantAccess::ReadWrite),
+            (&d.read, GrantAccess::Read),
+        ] {
+            for g in list {
+                grants.push(PathGrant {
+                    path: server_grant(g, access, protected).map_err(|e| format!("{what}: {e}"))?,
+                    access,
+                });
+            }
+        }
+        let mut network = Vec::new();
+        for h in &d.network {
+            network.push(
+                HostPattern::parse(h).map_err(|e| format!("{what}: network entry {h:?}: {e}"))?,
+            );
+        }
+        let mut read_only = BTreeSet::new();
+        for t in &d.read_only {
+            read_only.insert(
+                ServerToolName::try_from(t.clone())
+                    .map_err(|e| format!("{what}: read_only: {e}"))?,
+            );
+        }
+        let call_timeout = match d.timeout_secs {
+            None => CALL_TIMEOUT_DEFAULT,
+            Some(0) => return Err(format!("{what}: timeout_secs must be at least 1")),
+            Some(s) if Duration::from_secs(s) > CALL_TIMEOUT_MAX => {
+                return Err(format!(
+                    "{what}: timeout_secs is at most {}",
+                    CALL_TIMEOUT_MAX.as_secs()
+                ))
+            }
+            Some(s) => Duration::from_secs(s),
+        };
+        out.push(McpServer {
+            name,
+            argv,
+            grants,
+            network,
+            read_only,
+            env: d.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            call_timeout,
+        });
+    }
+    Ok(out)
+}
+
+/// A server's grant: absolute, there, not `/` or a home directory, not protected.
+fn server_grant(g: &str, access: GrantAccess, protected: &Protected) -> Result<PathBuf, String> {
+    let p = Path::new(g);
+    if !p.is_absolute() {
+        return Err(format!("grant {g:?} must be an absolute path"));
+    }
+    let canon = std::fs::canonicalize(p).map_err(|e| format!("grant {g:?} cannot be used: {e}"))?;
+    if super::compile::is_broad(&canon) {
+        return Err(format!(
+            "grant {} is a home directory or /: give a server a directory of its own",
+            canon.display()
+        ));
+    }
+    let writes = access == GrantAccess::ReadWrite;
+    if let Some(why) = protected.check(canon.as_os_str().as_bytes(), writes) {
+        return Err(format!(
+            "grant {} lies in a protected place: {why}",
+            canon.display()
+        ));
+    }
+    Ok(canon)
+}
+
+/// Splits a rule's `tools` into built-in names and `NAME__GLOB` patterns of the profile's
+/// servers (a name with `__` must be one of them).
+pub fn rule_patterns(
+    rule: &str,
+    tools: &[String],
+    servers: &[McpServer],
+) -> Result<(Vec<String>, Vec<(ServerName, GlobMatcher)>), String> {
+    let mut builtin = Vec::new();
+    let mut patterns = Vec::new();
+    for t in tools {
+        let Some((s, pat)) = t.split_once("__") else {
+            builtin.push(t.clone());
+            continue;
+        };
+        let server =
+            ServerName::try_from(s.to_owned()).map_err(|e| format!("{rule}: {t:?}: {e}"))?;
+        if !servers.iter().any(|x| x.name == server) {
+            return Err(format!(
+                "{rule}: {t:?} names the server {server}, which this profile has no [[mcp_server]] for"
+            ));
+        }
+        patterns.push((server, glob(pat, rule)?));
+    }
+    Ok((builtin, patterns))
+}
+
+pub fn argument_matchers(
+    rule: &str,
+    arguments: &std::collections::BTreeMap<String, String>,
+) -> Result<Vec<(String, GlobMatcher)>, String> {
+    let mut out = Vec::new();
+    for (ptr, g) in arguments {
+        if !ptr.starts_with('/') {
+            return Err(format!(
+                "{rule}: argument {ptr:?} must be a JSON pointer (\"/to\", \"/repo/owner\")"
+            ));
+        }
+        out.push((ptr.clone(), glob(g, rule)?));
+    }
+    Ok(out)
+}
+
+/// The verdict on a call of `server`'s `tool` with `args`: the most restrictive rule that
+/// names the tool (and whose argument matchers hold) wins; with none, Ask. Annotations and
+/// descriptions the server gives play no part.
+pub fn verdict(
+    policy: &Policy,
+    server: &ServerName,
+    tool: &ServerToolName,
+    args: &Value,
+) -> Verdict {
+    let applies = |r: &&super::compile::Rule| {
+        r.servers
+            .as_ref()
+            .is_some_and(|s| s.covers(server, tool) && s.arguments_match(args))
+    };
+    let winner = policy.rules.iter().filter(applies).map(|r| r.action).max();
+    if let Some(action) = winner {
+        let first = policy
+            .rules
+            .iter()
+            .filter(applies)
+            .find(|r| r.action == action)
+            .expect("the winner is one of them");
+        return Verdict {
+            action,
+            rule: format!("{} (policy revision {})", first.name, policy.revision),
+        };
+    }
+    Verdict {
+        action: Action::Ask,
+        rule: default_rule(policy, server),
+    }
+}
+
+fn default_rule(policy: &Policy, server: &ServerName) -> String {
+    format!(
+        "no rule for the tools of server {server}: ask (policy revision {})",
+        policy.revision
+    )
+}
+
+/// What the policy does with a server's tool as a whole: Deny (then it is not offered) only
+/// when a Deny rule without argument matchers names it; otherwise the verdict of the rules
+/// without argument matchers, or Ask.
+pub fn standing(policy: &Policy, server: &ServerName, tool: &ServerToolName) -> Verdict {
+    let unconditional = |r: &&super::compile::Rule| {
+        r.servers
+            .as_ref()
+            .is_some_and(|s| s.arguments.is_empty() && s.covers(server, tool))
+    };
+    let conditional = policy.rules.iter().any(|r| {
+        r.servers
+            .as_ref()
+            .is_some_and(|s| !s.arguments.is_empty() && s.covers(server, tool))
+    });
+    match policy
+        .rules
+        .iter()
+        .filter(unconditional)
+        .max_by_key(|r| r.action)
+    {
+        Some(r) if r.action == Action::Deny || !conditional => Verdict {
+            action: r.action,
+            rule: format!("{} (policy revision {})", r.name, policy.revision),
+        },
+        // A rule with argument matchers may still decide a call otherwise: Ask.
+        _ => Verdict {
+            action: Action::Ask,
+            rule: default_rule(policy, server),
+        },
+    }
+}
+
+/// The exec-helper's spec for one connection of `s`: its grants, its own state directory
+/// (`state_home`, also its working directory), the proxy when it has a network list, its
+/// stdio on a socket. It runs as long as its connection (the long-run ceilings).
+pub fn spec(s: &McpServer, state_home: &Path, proxy_token: Option<String>) -> CommandSpec {
+    let mut grants = s.grants.clone();
+    grants.push(PathGrant {
+        path: state_home.to_path_buf(),
+        access: GrantAccess::ReadWrite,
+    });
+    CommandSpec {
+        argv: s.argv.clone(),
+        cwd: state_home.to_path_buf(),
+        grants,
+        env: s.env.clone(),
+        network: match proxy_token {
+            Some(token) => NetworkMode::Proxy { token },
+            None => NetworkMode::None,
+        },
+        limits: Limits {
+            timeout_ms: LONG_TIMEOUT_MAX_MS,
+            stdout_max: LONG_OUTPUT_MAX,
+            stderr_max: LONG_OUTPUT_MAX,
+            ..Limits::default()
+        },
+        hide: Hide::default(),
+        user: Some(Box::new(UserCommand {
+            long_run: true,
+            server: Some(ServerRun {
+                state_home: state_home.to_path_buf(),
+            }),
+            ..UserCommand::default()
+        })),
+    }
+}
+
+/// The one line of a server's start row.
+pub fn start_line(s: &McpServer, profile: &str) -> String {
+    let grants: Vec<String> = s
+        .grants
+        .iter()
+        .map(|g| {
+            let a = match g.access {
+                GrantAccess::Read => "read",
+                GrantAccess::ReadWrite => "read-write",
+            };
+            format!("{} ({a})", g.path.display())
+        })
+        .collect();
+    let net: Vec<String> = s.network.iter().map(|h| h.to_string()).collect();
+    format!(
+        "server {} of profile {profile}: {:?} in the exec sandbox; grants: {}; network: {}",
+        s.name,
+        s.argv,
+        if grants.is_empty() {
+            "none".into()
+        } else {
+            grants.join(", ")
+        },
+        if net.is_empty() {
+            "none".into()
+        } else {
+            net.join(", ")
+        },
+    )
+}

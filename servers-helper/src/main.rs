@@ -1,0 +1,34 @@
+//! servers-helper: lock down, say hello, serve.
+//!
+//! The one process that reads what third-party MCP servers write. The broker passes it each
+//! server's stdio socket ([`ipc_schema::servers::ServersRequest::Attach`]); it speaks JSON-RPC
+//! on it and answers the broker in typed, bounded values. Locked down like a gateway: no files,
+//! no network, no exec, no new sockets, one thread. See docs/servers-helper.md.
+
+#![forbid(unsafe_code)]
+
+mod conn;
+mod mcp;
+mod serve;
+
+use ipc_schema::helper::{fatal, HelperChannel};
+use ipc_schema::Role;
+use sandbox::helper_args::{lock_down, HelperArgs};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args = HelperArgs::from_env();
+    let channel = sandbox::process::take_inherited_channel()
+        .unwrap_or_else(|e| fatal(Role::Servers, format!("no broker channel: {e}")));
+
+    // Lock down.
+    let report = lock_down(&args, &sandbox::Profile::Servers)
+        .unwrap_or_else(|e| fatal(Role::Servers, format!("lockdown failed: {e}")));
+
+    // Hello.
+    let chan = HelperChannel::hello(Role::Servers, channel, report);
+
+    // Serve what the broker may ask (ipc_schema::route::BROKER_TO_SERVERS).
+    serve::serve(chan);
+    ExitCode::SUCCESS
+}
