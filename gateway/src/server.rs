@@ -88,7 +88,7 @@ pub struct Server<W: Write> {
     /// "Waiting on the broker"): until it has, this stays `None` and every tool is offered, each
     /// call still decided by the broker.
     view: Option<BTreeMap<ToolName, Standing>>,
-    /// The third-party tools the last `tools/list` offered (`None`: none listed yet, every
+    /// The third-party tools the last `tools/list` offered or held (`None`: none listed yet, every
     /// `SERVER__TOOL` goes to the broker, which decides).
     server_offered: Option<std::collections::HashSet<String>>,
     /// The broker request that told it the client's `clientInfo`, once sent (it is sent once).
@@ -681,7 +681,12 @@ impl<W: Write> Server<W> {
                 for u in &st.unavailable {
                     eprintln!("gatehouse mcp: {u}");
                 }
-                let mut offered = std::collections::HashSet::new();
+                // Held tools stay callable names: the broker refuses them and says why.
+                let mut offered: std::collections::HashSet<String> = st
+                    .held
+                    .iter()
+                    .map(|h| ipc_schema::servers::offered_name(&h.server, &h.tool))
+                    .collect();
                 for t in &st.offered {
                     offered.insert(ipc_schema::servers::offered_name(&t.server, &t.def.name));
                     tools.push(catalog::server_definition(t, call.version));

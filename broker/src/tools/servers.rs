@@ -36,8 +36,9 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-/// Starts of one server in one session a minute, before its use is refused for a while.
-pub const RESTARTS_PER_MINUTE: usize = 3;
+/// Starts of one server in one session in a minute (the first included); more are refused until
+/// the minute has passed.
+pub const RESTARTS_PER_MINUTE: usize = 5;
 /// How long a start (sandbox, handshake, first list) may take.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// A listing older than this is refreshed before tools are offered (besides
@@ -149,11 +150,13 @@ fn held_why(
 }
 
 /// The session's connection to `s`, started (or restarted) if it has none, its listing fresh.
+/// `fresh`: list again even if nothing said the list changed (what the console shows).
 async fn live_tools(
     ctx: &Rc<Ctx>,
     sid: &SessionId,
     profile: &ProfileName,
     s: &McpServer,
+    fresh: bool,
 ) -> Result<Vec<ToolDef>, String> {
     let cell = ctx
         .servers
@@ -198,7 +201,7 @@ async fn live_tools(
         slot.live = Some(live);
     }
     let l = slot.live.as_mut().expect("set above");
-    if l.stale.get() || l.listed.elapsed() > RELIST_AFTER {
+    if fresh || l.stale.get() || l.listed.elapsed() > RELIST_AFTER {
         l.stale.set(false);
         l.tools = list_tools(ctx, l.conn).await?;
         l.listed = Instant::now();
@@ -441,7 +444,7 @@ pub async fn list(ctx: &Rc<Ctx>, conn: &Rc<Conn>) -> Body {
     };
     let mut out = ServerTools::default();
     for s in &policy.servers {
-        let tools = match live_tools(ctx, &sid, &profile, s).await {
+        let tools = match live_tools(ctx, &sid, &profile, s, false).await {
             Ok(t) => t,
             Err(why) => {
                 out.unavailable
@@ -495,7 +498,7 @@ pub async fn check_offered(
         let s = session.borrow();
         (s.id.clone(), s.profile.clone())
     };
-    let tools = live_tools(ctx, &sid, &profile, s)
+    let tools = live_tools(ctx, &sid, &profile, s, false)
         .await
         .map_err(|why| failed(ErrorCode::HelperUnavailable, why))?;
     let Some(def) = tools.iter().find(|d| d.name == c.tool) else {
@@ -656,7 +659,7 @@ pub async fn inspect(
     };
     pins(ctx).await?;
     let sid = SessionId(format!("console-{profile}"));
-    let tools = live_tools(ctx, &sid, profile, s).await?;
+    let tools = live_tools(ctx, &sid, profile, s, true).await?;
     let pins = ctx.servers.pins.borrow();
     Ok(tools
         .into_iter()
