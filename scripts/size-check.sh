@@ -32,8 +32,9 @@ RATCHET = {
     "net-helper": 2600,
     "exec-helper": 450,
     "secrets-helper": 2200,
+    "servers-helper": 900,
 }
-HELPERS = ["fs-helper", "net-helper", "exec-helper", "secrets-helper"]
+HELPERS = ["fs-helper", "net-helper", "exec-helper", "secrets-helper", "servers-helper"]
 SHARED = {"ipc_schema": "ipc-schema", "sandbox": "sandbox"}
 NOT_ON_LINUX = {"sandbox/src/macos.rs", "sandbox/src/windows.rs"}
 

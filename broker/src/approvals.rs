@@ -104,7 +104,7 @@ impl Approvals {
                 done: tx,
             },
         );
-        self.publish(UiEvent::ProposalAdded(p.clone()));
+        self.publish(UiEvent::ProposalAdded(Box::new(p.clone())));
         (p, rx)
     }
 
@@ -211,7 +211,7 @@ mod tests {
     fn draft() -> Draft {
         Draft {
             session: SessionId("s".into()),
-            tool: ToolName::WriteFile,
+            tool: ToolName::WriteFile.into(),
             target: "/p/a".into(),
             arguments: "{}".into(),
             diff: Some("+x".into()),
@@ -283,7 +283,7 @@ mod tests {
         let nonce = [7; 16];
         let mut q = p.clone();
         q.outside_text.sources.push(OutsideSource {
-            tool: ipc_schema::tool::ToolName::FetchUrl,
+            tool: ipc_schema::tool::ToolName::FetchUrl.into(),
             url: "https://x.example/a?token=s3cr3t".into(),
             call: 2,
             read_unix_ms: 900,

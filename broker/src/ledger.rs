@@ -201,11 +201,13 @@ mod tests {
         StoreHandle::spawn(conn, chain)
     }
 
+    use ipc_schema::tool::ToolName;
+
     fn info(s: &str) -> CallInfo {
         CallInfo {
             session: SessionId(s.into()),
-            key: call_key(ToolName::WriteFile, "{\"path\":\"/a\"}"),
-            tool: ToolName::WriteFile,
+            key: call_key(&ToolName::WriteFile.into(), "{\"path\":\"/a\"}"),
+            tool: ToolName::WriteFile.into(),
             target: "/a".into(),
             summary: "{}".into(),
         }

@@ -214,7 +214,7 @@ mod tests {
             id: ProposalId(5),
             digest: ProposalDigest([7; 32]),
             session: SessionId("abc".into()),
-            tool: ToolName::WriteFile,
+            tool: ToolName::WriteFile.into(),
             target: hostile.into(),
             arguments: format!("{{\"path\":\"{hostile}\"}}"),
             // A diff line per line of the content, as the fs-helper writes it.
@@ -229,7 +229,7 @@ mod tests {
             expires_unix_ms: 0,
             outside_text: OutsideText {
                 sources: vec![OutsideSource {
-                    tool: ToolName::FetchUrl,
+                    tool: ToolName::FetchUrl.into(),
                     url: format!("http://e/{hostile}"),
                     call: 1,
                     read_unix_ms: 0,

@@ -238,7 +238,7 @@ mod tests {
             error: None,
             remembered: vec![Remembered {
                 id: 1,
-                tool: ipc_schema::tool::ToolName::RunCommand,
+                tool: ipc_schema::tool::ToolName::RunCommand.into(),
                 target: hostile.into(),
                 action: RememberedAction::Allow,
                 created_unix_ms: 0,

@@ -542,7 +542,7 @@ pub enum LaunchReply {
 /// Something the console should show now.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub enum UiEvent {
-    ProposalAdded(Proposal),
+    ProposalAdded(Box<Proposal>),
     /// Decided, expired, or withdrawn; `outcome` says which.
     ProposalClosed {
         proposal: ProposalId,

@@ -43,10 +43,13 @@ pub struct McpServer {
     pub call_timeout: Duration,
 }
 
+/// `NAME__GLOB` of a rule: the server, and the glob on its tools' names.
+pub type ToolPattern = (ServerName, GlobMatcher);
+
 /// A rule's reach into servers' tools: `NAME__GLOB`.
 #[derive(Debug, Clone)]
 pub struct ServerTools {
-    pub patterns: Vec<(ServerName, GlobMatcher)>,
+    pub patterns: Vec<ToolPattern>,
     /// `arguments = { "/to" = "*@example.com" }`: each JSON pointer must name a string that
     /// matches its glob (a number or boolean is matched as its JSON text).
     pub arguments: Vec<(String, GlobMatcher)>,
@@ -193,7 +196,7 @@ pub fn rule_patterns(
     rule: &str,
     tools: &[String],
     servers: &[McpServer],
-) -> Result<(Vec<String>, Vec<(ServerName, GlobMatcher)>), String> {
+) -> Result<(Vec<String>, Vec<ToolPattern>), String> {
     let mut builtin = Vec::new();
     let mut patterns = Vec::new();
     for t in tools {

@@ -58,7 +58,7 @@ fn default_profile_reads_asks_writes_and_answers_repeats_from_the_ledger() {
     let p = ui.wait_pending(1).remove(0);
     assert_eq!(p.id, waiting.proposal);
     assert_eq!(p.target, inst.file("new.txt").display().to_string());
-    assert_eq!(p.tool.as_str(), "write_file");
+    assert_eq!(p.tool.name(), "write_file");
     assert!(p.rule.starts_with("tools.write_file default"), "{}", p.rule);
     assert!(p.effect.starts_with("create "), "{}", p.effect);
     assert!(

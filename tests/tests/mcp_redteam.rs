@@ -248,7 +248,7 @@ fn fifty_effectful_calls_without_an_approver_become_fifty_proposals_and_no_effec
     let pending = b.pending(50);
     assert_eq!(pending.len(), 50);
     for p in &pending {
-        assert_eq!(p.tool.as_str(), "write_file");
+        assert_eq!(p.tool.name(), "write_file");
         assert!(
             p.target.starts_with(&inst.project.display().to_string()),
             "{}",

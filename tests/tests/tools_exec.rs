@@ -41,7 +41,7 @@ fn approved(gw: &mut Gateway, ui: &mut Ui, inst: &Instance, call: ToolCall) -> T
         other => return other,
     }
     let p = ui.wait_pending(1).remove(0);
-    assert_eq!(p.tool.as_str(), "run_command");
+    assert_eq!(p.tool.name(), "run_command");
     let project = inst.project.display().to_string();
     assert!(
         p.target.ends_with(&format!(" in {project}")),

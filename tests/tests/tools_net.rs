@@ -194,7 +194,7 @@ fn the_human_saying_no_is_a_refusal_and_nothing_is_fetched() {
             other => panic!("{other:?}"),
         }
     };
-    assert_eq!(p.tool.as_str(), "fetch_url");
+    assert_eq!(p.tool.name(), "fetch_url");
     // The card: the canonical URL, the host, and every address it resolved to.
     assert_eq!(p.target, "127.0.0.2");
     assert_eq!(
@@ -366,7 +366,7 @@ impl HttpWorld {
             other => return other,
         }
         let p = ui.wait_pending(1).remove(0);
-        assert_eq!(p.tool.as_str(), "http_request");
+        assert_eq!(p.tool.name(), "http_request");
         assert_eq!(p.target, "tls.test");
         assert!(
             p.effect.contains("(host tls.test, port ")

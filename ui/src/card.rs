@@ -367,7 +367,7 @@ mod tests {
             id: ipc_schema::tool::ProposalId(12),
             digest: ipc_schema::ui::ProposalDigest([0; 32]),
             session: ipc_schema::tool::SessionId("0123456789abcdef0123456789abcdef".into()),
-            tool: ipc_schema::tool::ToolName::MovePath,
+            tool: ipc_schema::tool::ToolName::MovePath.into(),
             target: "/a -> /b".into(),
             arguments: "{}".into(),
             diff: None,

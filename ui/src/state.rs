@@ -413,7 +413,7 @@ impl Console {
 
     fn on_event(&mut self, ev: UiEvent, now: Instant) {
         match ev {
-            UiEvent::ProposalAdded(p) => self.add_proposal(p, now),
+            UiEvent::ProposalAdded(p) => self.add_proposal(*p, now),
             UiEvent::ProposalClosed { proposal, outcome } => {
                 let ours = self.sent.contains_key(&proposal);
                 if self.remove_proposal(proposal, now).is_some() && !ours {

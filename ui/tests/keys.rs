@@ -13,7 +13,7 @@ fn proposal(id: u64) -> Proposal {
         id: ProposalId(id),
         digest: ProposalDigest([id as u8; 32]),
         session: SessionId("s1".into()),
-        tool: ToolName::EditFile,
+        tool: ToolName::EditFile.into(),
         target: format!("/p/file{id}"),
         arguments: "{}".into(),
         diff: None,
@@ -117,7 +117,7 @@ fn nothing_is_decided_without_a_cards_key_and_the_digest_shown_is_sent() {
 fn a_card_that_just_appeared_does_not_take_a_key_yet() {
     let mut f = Fixture::new(Options::default(), vec![]);
     let t = f.at(1000);
-    f.event(UiEvent::ProposalAdded(proposal(4)), t);
+    f.event(UiEvent::ProposalAdded(Box::new(proposal(4))), t);
     assert!(f.c.take_bell(), "a new card rings the bell");
     f.c.on_key(Key::Char('a'), t + ARM_DELAY / 2);
     assert!(
@@ -140,7 +140,7 @@ fn the_next_card_taking_the_place_of_a_closed_one_must_arm_again() {
     let mut f = Fixture::new(Options::default(), vec![proposal(1), proposal(2)]);
     assert_eq!(f.c.selected().unwrap().id, ProposalId(1));
     // A card arriving later does not move the selection.
-    f.event(UiEvent::ProposalAdded(proposal(3)), f.at(100));
+    f.event(UiEvent::ProposalAdded(Box::new(proposal(3))), f.at(100));
     assert_eq!(f.c.selected().unwrap().id, ProposalId(1));
     // Card 1 is decided elsewhere; card 2 takes its place now.
     let t = f.at(LATER);

@@ -19,7 +19,7 @@ fn proposal(id: u64, target: &str, arguments: &str, diff: Option<&str>) -> Propo
         id: ProposalId(id),
         digest: ProposalDigest([0xab; 32]),
         session: SessionId("5e5510a1d2c3b4a5".into()),
-        tool: ToolName::WriteFile,
+        tool: ToolName::WriteFile.into(),
         target: target.into(),
         arguments: arguments.into(),
         diff: diff.map(str::to_string),
@@ -361,7 +361,7 @@ fn uncertain_calls_are_shown_for_the_person_to_check() {
             Body::UiReply(UiReply::Uncertain(vec![ipc_schema::ui::LedgerCall {
                 id: 12,
                 session: SessionId("s".into()),
-                tool: ToolName::WriteFile,
+                tool: ToolName::WriteFile.into(),
                 target: "/p/out\u{202E}txt".into(),
                 summary: "{}".into(),
                 state: ipc_schema::ui::CallState::Uncertain,
@@ -402,7 +402,7 @@ fn proposal_with_outside_text() -> Proposal {
     );
     p.outside_text = OutsideText {
         sources: vec![OutsideSource {
-            tool: ToolName::FetchUrl,
+            tool: ToolName::FetchUrl.into(),
             url: "https://evil.example/\x1b[2Jinstall\u{202E}".into(),
             call: 2,
             read_unix_ms: NOW_MS,

@@ -117,7 +117,7 @@ impl Session {
             Body::UiReply(UiReply::Event(UiEvent::ProposalAdded(p)))
                 if env.id == self.approver.subscription =>
             {
-                self.on_proposal(p)?;
+                self.on_proposal(*p)?;
             }
             Body::UiReply(UiReply::Event(UiEvent::ProposalClosed { proposal, outcome })) => {
                 if let Some(a) = self.asked.iter_mut().find(|a| a.proposal == proposal.0) {

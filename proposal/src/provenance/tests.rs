@@ -6,7 +6,7 @@ use rand::{Rng, SeedableRng};
 
 fn source(url: &str) -> OutsideSource {
     OutsideSource {
-        tool: ToolName::FetchUrl,
+        tool: ToolName::FetchUrl.into(),
         url: url.into(),
         call: 1,
         read_unix_ms: 0,
