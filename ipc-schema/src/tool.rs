@@ -102,8 +102,9 @@ impl std::fmt::Display for ToolName {
 }
 
 /// A tool that a call, a proposal, a ledger entry or a remembered decision is about: one of
-/// gatehouse's own, or a third-party server's (`SERVER__TOOL`).
+/// gatehouse's own, or a third-party server's (`SERVER__TOOL`). Carried as its name.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(try_from = "String", into = "String")]
 pub enum ToolId {
     Builtin(ToolName),
     Server(ServerName, ServerToolName),
@@ -131,6 +132,19 @@ impl ToolId {
             ToolId::Builtin(t) => Some(*t),
             ToolId::Server(..) => None,
         }
+    }
+}
+
+impl TryFrom<String> for ToolId {
+    type Error = String;
+    fn try_from(s: String) -> Result<ToolId, String> {
+        ToolId::parse(&s).ok_or_else(|| format!("{} is not a tool name", crate::inert::escaped(&s)))
+    }
+}
+
+impl From<ToolId> for String {
+    fn from(t: ToolId) -> String {
+        t.name()
     }
 }
 

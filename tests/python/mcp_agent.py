@@ -15,6 +15,7 @@ Scenarios:
            proposal; after the human allows it, the same call again returns the decision.
   deny     the policy denies some tools outright: they are not listed, and calling one is
            refused as an unknown tool (`--expect-tools` names what must be listed).
+  servers  third-party servers of the policy (memory from npm, time from PyPI) through gatehouse.
 """
 
 import argparse
@@ -304,9 +305,47 @@ async def scenario_deny(a):
     return s
 
 
+def unwrapped(text):
+    """The body of gatehouse's outside-text wrapper (it must be there)."""
+    m = re.search(r'<external-([0-9a-f]{32}) source="([^"]*)">\n(.*)\n</external-\1>', text, re.S)
+    check(m, f"not wrapped as outside text: {text!r}")
+    return m.group(2), m.group(3)
+
+
+async def scenario_servers(a):
+    """Third-party servers behind gatehouse (the memory server from npm, the time server from
+    PyPI): their tools listed as NAME__TOOL, an allowed call, an asked one the approver allows,
+    a denied tool hidden; every result is outside text."""
+    s = {"mcp": MCP_VERSION}
+    approver = Approver(a, lambda p: "allow" if p["tool"] == "memory__create_entities" else None)
+    task = asyncio.create_task(approver.run())
+    try:
+        async with connect(a) as ag:
+            names = [t["name"] for t in await ag.tools()]
+            for want in ["memory__create_entities", "memory__read_graph", "time__get_current_time"]:
+                check(want in names, f"{want} not listed: {names}")
+            check("memory__delete_entities" not in names, f"a denied tool is listed: {names}")
+            err, text = await ag.call("time__get_current_time", {"timezone": "UTC"})
+            src, body = unwrapped(text)
+            check(not err and src == "mcp:time__get_current_time" and '"timezone": "UTC"' in body, f"time: {text}")
+            err, text = await ag.call("memory__create_entities", {"entities": [
+                {"name": "gatehouse-test-entity", "entityType": "test", "observations": ["made through gatehouse"]}]})
+            check(not err, f"create_entities: {text}")
+            err, text = await ag.call("memory__read_graph", {})
+            src, body = unwrapped(text)
+            check(not err and "gatehouse-test-entity" in body, f"read_graph: {text}")
+            msg = await ag.expect_error(ag.call("memory__delete_entities", {"entityNames": ["x"]}), -32602, "denied tool")
+            check("Unknown tool: memory__delete_entities" in msg, msg)
+            s["tools"] = sorted(n for n in names if "__" in n)
+            s["decided"] = [c for _, c in approver.decided.values()]
+    finally:
+        task.cancel()
+    return s
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("scenario", choices=["agent", "timeout", "deny"])
+    ap.add_argument("scenario", choices=["agent", "timeout", "deny", "servers"])
     ap.add_argument("--gatehouse", required=True)
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--project", required=True)
@@ -314,7 +353,8 @@ def main():
     ap.add_argument("--approval-wait", type=int, default=120)
     ap.add_argument("--expect-tools", default=",".join(ALL_TOOLS))
     a = ap.parse_args()
-    run = {"agent": scenario_agent, "timeout": scenario_timeout, "deny": scenario_deny}[a.scenario]
+    run = {"agent": scenario_agent, "timeout": scenario_timeout, "deny": scenario_deny,
+           "servers": scenario_servers}[a.scenario]
     try:
         summary = asyncio.run(asyncio.wait_for(run(a), timeout=240))
     except Failure as e:

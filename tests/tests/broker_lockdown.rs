@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 use gatehouse_tests::{bin, BrokerUnderTest};
+use ipc_schema::Role;
 use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 
@@ -88,7 +89,10 @@ fn the_kernel_shows_the_brokers_filter_and_no_capabilities_and_doctor_shows_both
             .trim(),
         "gatehouse-spawn"
     );
-    assert_eq!(gatehouse_tests::children_of(spawner).len(), 4);
+    assert_eq!(
+        gatehouse_tests::children_of(spawner).len(),
+        Role::HELPERS.len()
+    );
     let out = b.cli(&["--json", "doctor"]);
     assert!(
         out.status.success(),

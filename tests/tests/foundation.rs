@@ -462,7 +462,7 @@ fn a_broker_without_its_helpers_says_which_are_missing_and_how_to_build_them() {
         lone.path().join("gatehouse-broker"),
     )
     .unwrap();
-    // fs-helper present, the other three missing.
+    // fs-helper present, the other four missing.
     std::fs::copy(bin("fs-helper"), lone.path().join("fs-helper")).unwrap();
     let data = tempfile::tempdir().unwrap();
     let out = Command::new(&exe)
@@ -474,19 +474,20 @@ fn a_broker_without_its_helpers_says_which_are_missing_and_how_to_build_them() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("net-helper, exec-helper, secrets-helper, gatehouse-spawner not found in")
+        err.contains("net-helper, exec-helper, secrets-helper, servers-helper, gatehouse-spawner not found in")
             && err.contains("cargo build --release --workspace"),
         "{err}"
     );
     assert!(!err.contains("fs-helper,"), "{err}");
     assert_eq!(err.lines().count(), 1, "more than the one refusal: {err}");
     assert!(!data.path().join("data/gatehouse.db").exists());
-    // The positive control: the same copy with all four helpers and the spawner beside it
+    // The positive control: the same copy with all five helpers and the spawner beside it
     // starts.
     for h in [
         "net-helper",
         "exec-helper",
         "secrets-helper",
+        "servers-helper",
         "gatehouse-spawner",
     ] {
         std::fs::copy(bin(h), lone.path().join(h)).unwrap();

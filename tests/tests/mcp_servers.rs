@@ -508,3 +508,73 @@ action = "allow"
         "{text}"
     );
 }
+
+#[test]
+fn the_official_python_client_uses_reference_servers_through_gatehouse() {
+    if is_root() {
+        return;
+    }
+    let memory = format!("{NPM}/server-memory/dist/index.js");
+    let time = "/opt/gatehouse-test-venv-mcp-servers/bin/mcp-server-time";
+    for p in [memory.as_str(), time] {
+        assert!(
+            std::path::Path::new(p).exists(),
+            "{p} is missing: run scripts/test-deps.sh"
+        );
+    }
+    let inst = Instance::new(None);
+    let state = inst.data.join("agents/mcp-default-memory/memory.json");
+    let doc = format!(
+        r#"
+[[grant]]
+root = "{root}"
+capabilities = ["read"]
+
+[[mcp_server]]
+name = "memory"
+command = ["/usr/bin/node", "{memory}"]
+read = ["/opt/gatehouse-test-mcp-npm"]
+env = {{ MEMORY_FILE_PATH = "{state}" }}
+
+[[mcp_server]]
+name = "time"
+command = ["{time}", "--local-timezone", "UTC"]
+read = ["/opt/gatehouse-test-venv-mcp-servers"]
+
+[[rule]]
+tools = ["time__*", "memory__read_graph"]
+action = "allow"
+
+[[rule]]
+tools = ["memory__delete_*"]
+action = "deny"
+"#,
+        root = inst.project.display(),
+        state = state.display(),
+    );
+    std::fs::write(inst.data.join("config/policy.toml"), doc).unwrap();
+    let b = inst.broker(&[]);
+    approve_all(&b, "memory");
+    approve_all(&b, "time");
+    for venv in [MCP1, MCP2] {
+        let out = std::process::Command::new(python(venv))
+            .arg(source_dir().join("tests/python/mcp_agent.py"))
+            .args(["servers", "--gatehouse"])
+            .arg(gatehouse_tests::bin("gatehouse"))
+            .arg("--data-dir")
+            .arg(&inst.data)
+            .arg("--project")
+            .arg(&inst.project)
+            .current_dir(&inst.project)
+            .output()
+            .expect("run python");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{venv}: {stderr}\n{}", b.log());
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let s: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+        assert_eq!(s["decided"], json!(["allow"]), "{s}");
+    }
+    // The memory server wrote where its sandbox lets it: its own state directory.
+    let written = std::fs::read_to_string(&state).unwrap();
+    assert!(written.contains("gatehouse-test-entity"), "{written}");
+}

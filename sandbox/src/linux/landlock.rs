@@ -402,6 +402,7 @@ mod tests {
                 ("secrets", 1),
                 ("ui", 1),
                 ("gateway", 1),
+                ("servers", 1),
                 ("broker", 3)
             ]
         );
