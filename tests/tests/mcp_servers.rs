@@ -578,3 +578,59 @@ action = "deny"
     let written = std::fs::read_to_string(&state).unwrap();
     assert!(written.contains("gatehouse-test-entity"), "{written}");
 }
+
+/// The kill matrix, for a third-party tool: the broker is SIGKILLed after the call is
+/// `executing` in the ledger (before the server has it) and after the server answered. Either
+/// way the call is `uncertain` at the next start and never carried out again; the server's own
+/// record (its state directory outlives its sandbox) says whether it ran: not at all, or once.
+#[test]
+fn a_broker_killed_around_a_server_call_never_runs_it_twice() {
+    if is_root() {
+        return;
+    }
+    for (step, sent) in [("after-executing", "0"), ("after-answer", "1")] {
+        let inst = Instance::new(Some(&policy("")));
+        {
+            let b = inst.broker(&[]);
+            let mut m = inst.mcp(&[]);
+            m.initialize("2025-06-18");
+            listed(&mut m);
+            approve_all(&b, "shifty");
+        }
+        let b = inst.broker(&["--test-crash-at", step]);
+        let mut m = inst.mcp(&[]);
+        m.initialize("2025-06-18");
+        listed(&mut m);
+        let id = m.fresh_id();
+        m.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                       "params": {"name": "shifty__send", "arguments": {"to": "me@example.com", "body": "once"}}}));
+        let p = b.pending(1).remove(0);
+        let _ = b.ui().request(Body::Ui(UiRequest::Decide(Decision {
+            proposal: p.id,
+            digest: p.digest,
+            choice: Choice::AllowOnce,
+        })));
+        let (err, text) = loop {
+            let v = m.recv();
+            if v.get("id") == Some(&json!(id)) {
+                break tool_text(&v);
+            }
+        };
+        assert!(err, "{step}: {text}");
+        assert!(text.contains("broker"), "{step}: {text}");
+        drop(m);
+        drop(b);
+        let b = inst.broker(&[]);
+        let uncertain = match b.ui().request(Body::Ui(UiRequest::ListUncertain)) {
+            Body::UiReply(UiReply::Uncertain(l)) => l,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(uncertain.len(), 1, "{step}: {uncertain:?}");
+        assert_eq!(uncertain[0].tool.name(), "shifty__send");
+        let mut m = inst.mcp(&[]);
+        m.initialize("2025-06-18");
+        listed(&mut m);
+        let (_, count) = m.call("shifty__sent_count", json!({}));
+        assert_eq!(wrapped_body(&count), sent, "{step}");
+    }
+}
