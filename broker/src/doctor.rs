@@ -120,6 +120,7 @@ pub async fn report(ctx: &Ctx) -> DoctorReport {
             }
         }
     }
+    notes.extend(crate::tools::servers::doctor_lines(ctx));
     DoctorReport {
         kernel_release: ctx.kernel.release.clone(),
         landlock_abi: ctx.kernel.landlock_abi,

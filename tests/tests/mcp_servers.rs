@@ -269,6 +269,13 @@ fn tools_are_held_until_approved_then_offered_under_the_policy() {
     assert!(rows
         .iter()
         .any(|r| r.tool.as_deref() == Some("shifty__echo") && r.outcome == "pinned"));
+    // doctor names the server, its confinement and its pins.
+    let out = b.cli(&["--json", "doctor"]);
+    let doctor = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        doctor.contains("mcp server shifty (profile default): exec sandbox, 1 grant(s), network none; 9 tool(s) pinned; 0 held in its last listing; 2 session(s)"),
+        "{doctor}"
+    );
 }
 
 #[test]

@@ -759,3 +759,53 @@ pub fn session_closed(ctx: &Rc<Ctx>, sid: &SessionId) {
         });
     }
 }
+
+/// `doctor`'s line for each server of each profile: how it is confined, how many of its tools
+/// are pinned, how many its last listing held, how many sessions run it.
+pub fn doctor_lines(ctx: &Ctx) -> Vec<String> {
+    let Ok(all) = ctx.gate.policy.borrow().current.clone() else {
+        return Vec::new();
+    };
+    let pins = ctx.servers.pins.borrow();
+    let seen = ctx.servers.seen.borrow();
+    let slots = ctx.servers.slots.borrow();
+    let mut out = Vec::new();
+    for (profile, policy) in &all.profiles {
+        for s in &policy.servers {
+            let pinned = pins.as_ref().map_or(0, |p| {
+                p.keys()
+                    .filter(|(pr, sv, _)| pr == profile && *sv == s.name)
+                    .count()
+            });
+            let held = seen.get(&(profile.clone(), s.name.clone())).map(|tools| {
+                tools
+                    .iter()
+                    .filter(|d| held_why(ctx, profile, &s.name, d).is_some())
+                    .count()
+            });
+            let sessions = slots.keys().filter(|(_, n)| *n == s.name).count();
+            let confinement = if nix::unistd::geteuid().is_root() {
+                "not started: a broker running as root does not run third-party servers".to_string()
+            } else {
+                format!(
+                    "exec sandbox, {} grant(s), network {}",
+                    s.grants.len(),
+                    if s.network.is_empty() {
+                        "none".to_string()
+                    } else {
+                        format!("through the proxy to {}", s.network.iter().map(|h| h.to_string()).collect::<Vec<_>>().join(", "))
+                    }
+                )
+            };
+            out.push(format!(
+                "mcp server {} (profile {profile}): {confinement}; {pinned} tool(s) pinned; {}; {sessions} session(s)",
+                s.name,
+                match held {
+                    Some(h) => format!("{h} held in its last listing"),
+                    None => "not listed since the broker started".into(),
+                }
+            ));
+        }
+    }
+    out
+}
