@@ -12,6 +12,7 @@ mod ipc;
 mod mcp;
 mod net;
 mod run;
+mod servers;
 mod stats;
 
 fn main() {
@@ -26,8 +27,9 @@ fn main() {
         "mcp" => mcp::run(rest),
         "net" => net::run(rest),
         "run" => run::run(rest),
+        "servers" => servers::run(rest),
         _ => {
-            eprintln!("usage: bench <audit|exec|fs|ipc|mcp|net|run> [options]");
+            eprintln!("usage: bench <audit|exec|fs|ipc|mcp|net|run|servers> [options]");
             std::process::exit(if name == "--help" { 0 } else { 2 });
         }
     }

@@ -7,12 +7,12 @@
 //! with `--approve` pins the definitions it showed (by their digests). Everything a server says
 //! is printed inert.
 
+use crate::cmd_policy::request;
 use crate::{fail, Global};
 use ipc_schema::inert::escaped;
 use ipc_schema::servers::ServerName;
 use ipc_schema::tool::ProfileName;
 use ipc_schema::ui::{ServerToolView, UiReply, UiRequest};
-use ipc_schema::Body;
 use policy::doc::{McpServerDoc, PolicyDoc};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -59,15 +59,6 @@ pub enum McpServerCmd {
         #[arg(long)]
         approve_all: bool,
     },
-}
-
-fn request(g: &Global, req: UiRequest) -> Result<UiReply, String> {
-    let mut c = g.ui_client().map_err(|e| e.to_string())?;
-    match c.request(Body::Ui(req)).map_err(|e| e.to_string())? {
-        Body::UiReply(r) => Ok(r),
-        Body::Error(e) => Err(e.message),
-        other => Err(format!("unexpected reply {:?}", other.kind())),
-    }
 }
 
 fn profile_name(p: &Option<String>) -> Result<ProfileName, String> {

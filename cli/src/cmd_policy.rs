@@ -32,7 +32,7 @@ pub enum PolicyCmd {
     Forget { id: u64 },
 }
 
-fn request(g: &Global, req: UiRequest) -> Result<UiReply, String> {
+pub(crate) fn request(g: &Global, req: UiRequest) -> Result<UiReply, String> {
     let mut c = g.ui_client().map_err(|e| e.to_string())?;
     match c.request(Body::Ui(req)).map_err(|e| e.to_string())? {
         Body::UiReply(r) => Ok(r),

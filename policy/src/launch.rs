@@ -100,17 +100,7 @@ pub fn start_line(
     passed: &[String],
     proxy: Option<(&[String], &str)>,
 ) -> String {
-    let grants: Vec<String> = spec
-        .grants
-        .iter()
-        .map(|g| {
-            let access = match g.access {
-                GrantAccess::Read => "read",
-                GrantAccess::ReadWrite => "read-write",
-            };
-            format!("{} ({access})", g.path.display())
-        })
-        .collect();
+    let grants = grants_shown(&spec.grants);
     let network = match proxy {
         None => "no network".to_string(),
         Some((hosts, session)) => format!(
@@ -129,6 +119,20 @@ pub fn start_line(
         line.push_str(&format!("; passed by name: {}", passed.join(", ")));
     }
     line
+}
+
+/// Each grant as `PATH (read)` or `PATH (read-write)`, for start rows.
+pub fn grants_shown(grants: &[PathGrant]) -> Vec<String> {
+    grants
+        .iter()
+        .map(|g| {
+            let access = match g.access {
+                GrantAccess::Read => "read",
+                GrantAccess::ReadWrite => "read-write",
+            };
+            format!("{} ({access})", g.path.display())
+        })
+        .collect()
 }
 
 /// What an agent's sandbox gets beyond a command's: the run's `token` and its MCP config in its

@@ -341,17 +341,7 @@ pub fn spec(s: &McpServer, state_home: &Path, proxy_token: Option<String>) -> Co
 
 /// The one line of a server's start row.
 pub fn start_line(s: &McpServer, profile: &str) -> String {
-    let grants: Vec<String> = s
-        .grants
-        .iter()
-        .map(|g| {
-            let a = match g.access {
-                GrantAccess::Read => "read",
-                GrantAccess::ReadWrite => "read-write",
-            };
-            format!("{} ({a})", g.path.display())
-        })
-        .collect();
+    let grants = crate::launch::grants_shown(&s.grants);
     let net: Vec<String> = s.network.iter().map(|h| h.to_string()).collect();
     format!(
         "server {} of profile {profile}: {:?} in the exec sandbox; grants: {}; network: {}",

@@ -793,7 +793,14 @@ pub fn doctor_lines(ctx: &Ctx) -> Vec<String> {
                     if s.network.is_empty() {
                         "none".to_string()
                     } else {
-                        format!("through the proxy to {}", s.network.iter().map(|h| h.to_string()).collect::<Vec<_>>().join(", "))
+                        format!(
+                            "through the proxy to {}",
+                            s.network
+                                .iter()
+                                .map(|h| h.to_string())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
                     }
                 )
             };
