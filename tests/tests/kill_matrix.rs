@@ -137,6 +137,9 @@ fn run_step_with(step: &str, helper: Helper) -> (usize, usize) {
         let mut b = inst.start(&["--test-crash-at", step]);
         let mut gw = b.gateway();
         let session = gw.open_session(None);
+        // The helper that gets the write: after the crash the file is read only once it is
+        // gone, so a write it finishes after the broker died is not taken for a repeat.
+        let fs_pid = fs_helper_pid(inst.root());
         let id = gw.send(call.clone());
         let held = (helper == Helper::Stopped).then(|| {
             // The call asks: the broker has resolved and previewed it with the fs-helper and now
@@ -176,8 +179,8 @@ fn run_step_with(step: &str, helper: Helper) -> (usize, usize) {
         if let Some((pid, _ui)) = held {
             // The broker is gone; its stopped helper dies with it (parent-death signal), or here.
             signal(pid, Signal::SIGKILL);
-            wait_state(pid, "dead", |s| matches!(s, None | Some('Z' | 'X')));
         }
+        wait_state(fs_pid, "dead", |s| matches!(s, None | Some('Z' | 'X')));
 
         let before = std::fs::read_to_string(&file).ok();
         if helper == Helper::Stopped {
