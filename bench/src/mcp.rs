@@ -114,10 +114,16 @@ fn start_broker(bins: &Path, dir: &Path, project: &Path) -> Child {
         ),
     )
     .unwrap();
+    spawn_broker(&gatehouse, dir)
+}
+
+/// `gatehouse --data-dir DIR/d broker` (its log in `DIR/broker.log`), once its sockets answer.
+pub fn spawn_broker(gatehouse: &Path, dir: &Path) -> Child {
     let child = Command::new(gatehouse)
         .arg("--data-dir")
         .arg(dir.join("d"))
         .arg("broker")
+        .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(dir.join("broker.log")).unwrap())

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const ROUNDS: usize = 10;
 const PER_ROUND: usize = 200;
@@ -111,25 +111,7 @@ pub fn run(args: &[String]) {
     )
     .unwrap();
     let gatehouse = bins.join("gatehouse");
-    let mut broker = Command::new(&gatehouse)
-        .arg("--data-dir")
-        .arg(dir.join("d"))
-        .arg("broker")
-        .current_dir(&dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("broker.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::os::unix::net::UnixStream::connect(dir.join("d/run/gateway.sock")).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "broker not ready; see {}",
-            dir.join("broker.log").display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut broker = crate::mcp::spawn_broker(&gatehouse, &dir);
     let approved = Command::new(&gatehouse)
         .arg("--data-dir")
         .arg(dir.join("d"))

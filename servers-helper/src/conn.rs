@@ -4,7 +4,7 @@
 
 use crate::mcp;
 use ipc_schema::servers::{
-    ConnId, JsonText, ServerEvent, ServerName, ServerToolName, ServersReply, ToolList, MESSAGE_MAX,
+    JsonText, ServerEvent, ServerName, ServerToolName, ServersReply, ToolList, MESSAGE_MAX,
 };
 use ipc_schema::{Body, ErrorCode, ErrorReply};
 use serde_json::Value;
@@ -56,7 +56,7 @@ fn err(code: ErrorCode, msg: impl Into<String>) -> Body {
 
 impl Conn {
     /// Takes over `sock` and sends `initialize`; `req` is answered when the server answers.
-    pub fn attach(_id: ConnId, server: ServerName, sock: UnixStream, req: u64) -> io::Result<Conn> {
+    pub fn attach(server: ServerName, sock: UnixStream, req: u64) -> io::Result<Conn> {
         sock.set_nonblocking(true)?;
         let mut c = Conn {
             server,
@@ -320,16 +320,10 @@ impl Conn {
                 )
             }
         };
-        self.on_response(id, w, result, out);
+        self.on_response(w, result, out);
     }
 
-    fn on_response(
-        &mut self,
-        _id: u64,
-        w: Waiting,
-        result: Result<&Value, String>,
-        out: &mut Replies,
-    ) {
+    fn on_response(&mut self, w: Waiting, result: Result<&Value, String>, out: &mut Replies) {
         match w {
             Waiting::Init { req } => match result.and_then(mcp::hello) {
                 Ok(h) => {

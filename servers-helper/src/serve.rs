@@ -138,7 +138,7 @@ impl Server {
                         "{MAX_CONNS} servers are attached; detach one first"
                     ))
                 } else {
-                    match Conn::attach(conn, server, UnixStream::from(fd), id) {
+                    match Conn::attach(server, UnixStream::from(fd), id) {
                         Ok(c) => {
                             self.conns.insert(conn, c);
                             None

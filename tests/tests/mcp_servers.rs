@@ -84,6 +84,22 @@ fn listed(m: &mut Mcp) -> Vec<String> {
         .collect()
 }
 
+/// `gatehouse mcp` for the instance, initialized.
+fn connected(inst: &Instance) -> Mcp {
+    let mut m = inst.mcp(&[]);
+    m.initialize("2025-06-18");
+    m
+}
+
+/// A session whose first listing started `server`, with every tool of it approved and listed.
+fn approved_session(inst: &Instance, b: &Broker, server: &str) -> Mcp {
+    let mut m = connected(inst);
+    listed(&mut m);
+    approve_all(b, server);
+    listed(&mut m);
+    m
+}
+
 fn approve_all(b: &Broker, server: &str) -> String {
     let out = b.cli(&["mcp-server", "tools", server, "--approve-all"]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -147,8 +163,7 @@ fn a_broker_running_as_root_refuses_to_run_servers() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut m = inst.mcp(&[]);
-    m.initialize("2025-06-18");
+    let mut m = connected(&inst);
     assert!(listed(&mut m).is_empty());
     // Its tools are unknown to the agent; the gateway's log says why.
     let r = m.request(
@@ -172,8 +187,7 @@ fn tools_are_held_until_approved_then_offered_under_the_policy() {
     }
     let inst = Instance::new(Some(&policy("")));
     let b = inst.broker(&[]);
-    let mut m = inst.mcp(&[]);
-    m.initialize("2025-06-18");
+    let mut m = connected(&inst);
     // New: every tool held, none offered; a call is refused as held.
     assert!(listed(&mut m).is_empty());
     let (err, text) = m.call("shifty__echo", json!({"text": "x"}));
@@ -285,8 +299,7 @@ fn a_changed_definition_is_held_until_approved_again() {
     }
     let inst = Instance::new(Some(&policy("")));
     let b = inst.broker(&[]);
-    let mut m = inst.mcp(&[]);
-    m.initialize("2025-06-18");
+    let mut m = connected(&inst);
     assert!(listed(&mut m).is_empty());
     approve_all(&b, "shifty");
     assert!(listed(&mut m).contains(&"shifty__echo".to_string()));
@@ -365,10 +378,8 @@ fn a_server_that_crashes_floods_or_writes_garbage_is_restarted_alone() {
     );
     let inst = Instance::new(Some(&doc));
     let b = inst.broker(&[]);
-    let mut m = inst.mcp(&[]);
-    let mut other = inst.mcp(&[]);
-    m.initialize("2025-06-18");
-    other.initialize("2025-06-18");
+    let mut m = connected(&inst);
+    let mut other = connected(&inst);
     listed(&mut m);
     approve_all(&b, "shifty");
     assert!(listed(&mut m).contains(&"shifty__crash".to_string()));
@@ -421,11 +432,7 @@ fn a_server_sees_only_its_grants() {
     let inst = Instance::new(Some(&policy("")));
     std::fs::write(inst.file("secret.txt"), "the project's secret\n").unwrap();
     let b = inst.broker(&[]);
-    let mut m = inst.mcp(&[]);
-    m.initialize("2025-06-18");
-    listed(&mut m);
-    approve_all(&b, "shifty");
-    listed(&mut m);
+    let mut m = approved_session(&inst, &b, "shifty");
     // Positive control: its own read grant.
     let (err, text) = m.call(
         "shifty__read_path",
@@ -489,8 +496,7 @@ action = "allow"
         b.log()
     );
     approve_all(&b, "files");
-    let mut m = inst.mcp(&[]);
-    m.initialize("2025-06-18");
+    let mut m = connected(&inst);
     let names = listed(&mut m);
     assert!(
         names.contains(&"files__read_text_file".to_string()),
@@ -599,14 +605,10 @@ fn a_broker_killed_around_a_server_call_never_runs_it_twice() {
         let inst = Instance::new(Some(&policy("")));
         {
             let b = inst.broker(&[]);
-            let mut m = inst.mcp(&[]);
-            m.initialize("2025-06-18");
-            listed(&mut m);
-            approve_all(&b, "shifty");
+            approved_session(&inst, &b, "shifty");
         }
         let b = inst.broker(&["--test-crash-at", step]);
-        let mut m = inst.mcp(&[]);
-        m.initialize("2025-06-18");
+        let mut m = connected(&inst);
         listed(&mut m);
         let id = m.fresh_id();
         m.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
@@ -634,8 +636,7 @@ fn a_broker_killed_around_a_server_call_never_runs_it_twice() {
         };
         assert_eq!(uncertain.len(), 1, "{step}: {uncertain:?}");
         assert_eq!(uncertain[0].tool.name(), "shifty__send");
-        let mut m = inst.mcp(&[]);
-        m.initialize("2025-06-18");
+        let mut m = connected(&inst);
         listed(&mut m);
         let (_, count) = m.call("shifty__sent_count", json!({}));
         assert_eq!(wrapped_body(&count), sent, "{step}");

@@ -420,8 +420,7 @@ fn row(sid: &SessionId, server: &ServerName, outcome: &str, detail: String) {
 
 fn session_policy(ctx: &Rc<Ctx>, session: &SessionRef) -> Result<Rc<Policy>, String> {
     let profile = session.borrow().profile.clone();
-    let p = ctx.gate.policy.borrow().profile(&profile);
-    p
+    ctx.gate.policy.borrow().profile(&profile)
 }
 
 /// `ToolCall::ListServerTools`: what the session's servers offer now.
