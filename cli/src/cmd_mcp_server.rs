@@ -25,7 +25,8 @@ pub enum McpServerCmd {
         profile: Option<String>,
     },
     /// Add a stdio server: `gatehouse mcp-server add NAME [--grant DIR]... [--network HOST]...
-    /// -- PROGRAM ARGS...`.
+    /// -- PROGRAM ARGS...`, or a remote one: `gatehouse mcp-server add NAME --url URL
+    /// [--credential SECRET]`.
     Add {
         name: String,
         #[arg(long, value_name = "NAME")]
@@ -39,7 +40,13 @@ pub enum McpServerCmd {
         /// One of its tools that only reads (skips the at-most-once ledger).
         #[arg(long, value_name = "TOOL")]
         read_only: Vec<String>,
-        #[arg(last = true, required = true)]
+        /// A remote server (Streamable HTTP, https), reached through the net-helper.
+        #[arg(long, value_name = "URL", conflicts_with_all = ["grant", "network", "command"])]
+        url: Option<String>,
+        /// The gatehouse secret sent to the remote server's host (and only there).
+        #[arg(long, value_name = "SECRET", requires = "url")]
+        credential: Option<String>,
+        #[arg(last = true, required_unless_present = "url")]
         command: Vec<String>,
     },
     /// Remove a server (its tools are no longer offered).
@@ -145,6 +152,15 @@ fn body(g: &Global, cmd: McpServerCmd) -> Result<ExitCode, String> {
                 println!("profile {p} has no third-party MCP servers");
             }
             for s in list.iter().filter(|_| !g.json) {
+                if let Some(url) = &s.url {
+                    println!(
+                        "{}: {} through the net-helper (credential: {})",
+                        escaped(&s.name),
+                        escaped(url),
+                        escaped(s.credential.as_deref().unwrap_or("none")),
+                    );
+                    continue;
+                }
                 println!(
                     "{}: {} (grants: {}; network: {})",
                     escaped(&s.name),
@@ -169,12 +185,16 @@ fn body(g: &Global, cmd: McpServerCmd) -> Result<ExitCode, String> {
             grant,
             network,
             read_only,
+            url,
+            credential,
             mut command,
         } => {
             let p = profile_name(&profile)?;
             ServerName::try_from(name.clone())?;
-            let program = resolve(&command[0])?;
-            command[0] = program.to_string_lossy().into_owned();
+            if url.is_none() {
+                let program = resolve(&command[0])?;
+                command[0] = program.to_string_lossy().into_owned();
+            }
             let grant = grant
                 .iter()
                 .map(|d| absolute(d))
@@ -184,9 +204,15 @@ fn body(g: &Global, cmd: McpServerCmd) -> Result<ExitCode, String> {
             if list.iter().any(|s| s.name == name) {
                 return Err(format!("profile {p} already has a server {name}"));
             }
+            let shown = match &url {
+                Some(u) => format!("{u} through the net-helper"),
+                None => format!("{command:?}"),
+            };
             list.push(McpServerDoc {
                 name: name.clone(),
-                command: Some(command.clone()),
+                command: url.is_none().then(|| command.clone()),
+                url,
+                credential,
                 grant,
                 network,
                 read_only,
@@ -195,7 +221,7 @@ fn body(g: &Global, cmd: McpServerCmd) -> Result<ExitCode, String> {
             let revision = apply(g, &doc)?;
             println!(
                 "server {name} added to profile {p} (policy revision {revision}): {}",
-                escaped(&format!("{command:?}"))
+                escaped(&shown)
             );
             println!(
                 "its tools are held until you approve them: gatehouse mcp-server tools {name}"

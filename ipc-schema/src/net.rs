@@ -55,6 +55,82 @@ pub enum NetRequest {
     /// by [`NetReply::Http`], [`NetReply::Refused`] or [`NetReply::Failed`]; later parts of the
     /// reply text with [`NetRequest::FetchPart`]. See [`HttpSend`].
     Http(HttpSend),
+    /// One message to a remote MCP server over Streamable HTTP (a POST, or the DELETE that ends
+    /// its session). Answered by [`NetReply::Mcp`], [`NetReply::Refused`] or
+    /// [`NetReply::Failed`]. See [`McpPost`].
+    Mcp(McpPost),
+}
+
+/// The most body bytes one [`McpPost`]'s answer may bring back: every message of it travels in
+/// one frame.
+pub const MCP_REPLY_MAX: u32 = 960 << 10;
+
+/// One JSON-RPC message for a remote MCP server (Streamable HTTP, MCP 2025-03-26 and later).
+///
+/// The net-helper sends it as an `http_request` without redirects: the same URL, address,
+/// pinning and TLS rules, the credential header (made by the secrets-helper for the URL's host)
+/// only over https to that host, every form of it scrubbed from the answer. It does not read the
+/// JSON: it frames what comes back (a JSON body, or the `data` of each server-sent event) into
+/// messages, one line each, for the servers-helper to parse.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct McpPost {
+    /// The server's URL as the policy names it (https).
+    pub url: String,
+    /// The message (one JSON-RPC message, as the servers-helper wrote it); `None`: the DELETE
+    /// that ends `session`.
+    pub message: Option<Vec<u8>>,
+    /// `Mcp-Session-Id`, once the server gave one.
+    pub session: Option<McpSessionId>,
+    /// `MCP-Protocol-Version`, once the handshake agreed one.
+    pub protocol_version: Option<String>,
+    pub credential: Option<crate::secrets::CredentialHeader>,
+    /// The whole exchange, reading the answer included (at most [`FETCH_TOTAL_MS_CEILING`]).
+    pub total_ms: u32,
+}
+
+/// What a remote MCP server answered one [`McpPost`].
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct McpAnswer {
+    pub status: u16,
+    /// The `Mcp-Session-Id` it set (visible ASCII, at most [`McpSessionId::MAX`] bytes).
+    pub session: Option<McpSessionId>,
+    /// Each message of the answer, one line (no CR or LF), not yet parsed.
+    pub messages: Vec<String>,
+    /// How many occurrences of the credential were replaced in the answer.
+    pub redactions: u32,
+}
+
+/// A Streamable HTTP session id: visible ASCII (0x21-0x7E), 1-256 bytes, as the specification
+/// requires of a server.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(try_from = "String", into = "String")]
+pub struct McpSessionId(String);
+
+impl McpSessionId {
+    pub const MAX: usize = 256;
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for McpSessionId {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        if s.is_empty() || s.len() > Self::MAX || !s.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
+            return Err(format!(
+                "a session id must be 1-{} visible ASCII characters",
+                Self::MAX
+            ));
+        }
+        Ok(McpSessionId(s))
+    }
+}
+
+impl From<McpSessionId> for String {
+    fn from(s: McpSessionId) -> String {
+        s.0
+    }
 }
 
 /// What to fetch, within which limits.
@@ -128,6 +204,8 @@ pub enum NetReply {
     ProxyDone(EgressRecord),
     /// The answer to [`NetRequest::Http`].
     Http(HttpReply),
+    /// The answer to [`NetRequest::Mcp`].
+    Mcp(McpAnswer),
 }
 
 /// A URL that passed every check, with what it resolved to.
@@ -366,6 +444,29 @@ mod tests {
             t.audit_line(),
             "egress TUNNEL example.com:22 for session s1 via [2001:4860::1]:443 (10 bytes up, 20 down; closed)"
         );
+    }
+
+    #[test]
+    fn session_ids_are_visible_ascii() {
+        assert!(McpSessionId::try_from("a1-B_2.~".to_string()).is_ok());
+        for bad in ["", "a b", "a\nb", "\u{e9}"] {
+            assert!(McpSessionId::try_from(bad.to_string()).is_err(), "{bad:?}");
+        }
+        assert!(McpSessionId::try_from("x".repeat(257)).is_err());
+    }
+
+    #[test]
+    fn a_full_mcp_answer_fits_a_frame() {
+        let env = crate::Envelope::new(
+            u64::MAX,
+            crate::Body::NetReply(NetReply::Mcp(McpAnswer {
+                status: 200,
+                session: Some(McpSessionId::try_from("s".repeat(256)).unwrap()),
+                messages: vec!["\u{10FFFF}".repeat(MCP_REPLY_MAX as usize / 4)],
+                redactions: u32::MAX,
+            })),
+        );
+        assert!(crate::codec::encode(&env).is_ok());
     }
 
     #[test]

@@ -167,6 +167,7 @@ pub enum NetKind {
     ProxyClose,
     ProxyConnection,
     Http,
+    Mcp,
 }
 
 /// [`ExecRequest`] without its payload. A `Start` is two kinds: one whose sandbox passes
@@ -347,6 +348,7 @@ impl NetKind {
             NetRequest::ProxyClose { .. } => NetKind::ProxyClose,
             NetRequest::ProxyConnection { .. } => NetKind::ProxyConnection,
             NetRequest::Http(_) => NetKind::Http,
+            NetRequest::Mcp(_) => NetKind::Mcp,
         }
     }
 }
@@ -762,6 +764,8 @@ pub const BROKER_TO_NET: Table = Table {
         route(K::Net(N::Fetch), NONE),
         route(K::Net(N::FetchPart), NONE),
         route(K::Net(N::Http), EFFECT),
+        // A message to a remote MCP server: a call may send, pay or delete over there.
+        route(K::Net(N::Mcp), EFFECT),
         route(K::Net(N::ProxyOpen), NONE),
         route(K::Net(N::ProxyClose), NONE),
         // A sandboxed command's connection to the egress proxy, relayed until it ends.

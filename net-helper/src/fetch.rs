@@ -335,6 +335,39 @@ fn request_for(target: &Target) -> Result<http::Request<Empty<Bytes>>, FetchErro
         .map_err(|e| FetchError::refused(RefusalKind::Url, format!("cannot request {url}: {e}")))
 }
 
+/// The refusal of a body over `max` bytes.
+pub(crate) fn body_over(max: usize) -> FetchError {
+    FetchError::refused(
+        RefusalKind::Limit,
+        format!(
+            "the body exceeds {} (the body size limit)",
+            human_bytes(max as u64)
+        ),
+    )
+}
+
+/// A body's raw bytes, refused past `max` (raw bytes are capped at the same limit as decoded
+/// ones: compression never makes a body larger than a few bytes over its plain size).
+pub(crate) async fn read_body(
+    mut incoming: Incoming,
+    target: &Target,
+    max: usize,
+) -> Result<Vec<u8>, FetchError> {
+    let mut raw = Vec::new();
+    while let Some(frame) = incoming.frame().await {
+        let frame = frame.map_err(|e| {
+            FetchError::failed(format!("reading the body of {} failed: {e}", target.url))
+        })?;
+        if let Ok(data) = frame.into_data() {
+            if raw.len() + data.len() > max {
+                return Err(body_over(max));
+            }
+            raw.extend_from_slice(&data);
+        }
+    }
+    Ok(raw)
+}
+
 async fn read_reply(
     resp: http::Response<Incoming>,
     target: &Target,
@@ -367,37 +400,14 @@ async fn read_reply(
         .get(http::header::CONTENT_ENCODING)
         .map(|v| v.to_str().unwrap_or("?").to_string());
     let max = limits.max_body_bytes as usize;
-    let over = || {
-        FetchError::refused(
-            RefusalKind::Limit,
-            format!(
-                "the body exceeds {} (the body size limit)",
-                human_bytes(max as u64)
-            ),
-        )
-    };
     let declared = headers
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > max as u64) {
-        return Err(over());
+        return Err(body_over(max));
     }
-    // Raw bytes are capped at the same limit as decoded ones: compression never makes a body
-    // larger than a few bytes over its plain size.
-    let mut raw = Vec::new();
-    let mut incoming = resp.into_body();
-    while let Some(frame) = incoming.frame().await {
-        let frame = frame.map_err(|e| {
-            FetchError::failed(format!("reading the body of {} failed: {e}", target.url))
-        })?;
-        if let Ok(data) = frame.into_data() {
-            if raw.len() + data.len() > max {
-                return Err(over());
-            }
-            raw.extend_from_slice(&data);
-        }
-    }
+    let raw = read_body(resp.into_body(), target, max).await?;
     let decoded = body::decode(raw, encoding.as_deref(), max)?;
     let text = body::to_text(&decoded, charset.as_deref());
     Ok(FetchedBody {

@@ -11,16 +11,16 @@ use crate::allowlist::Allowlist;
 use crate::body;
 use crate::error::{human_bytes, human_ms, FetchError};
 use crate::fetch::{
-    check_allowed, check_limits, is_redirect, next_hop, parse_allowed_hosts, request_builder,
-    send_pinned, FetchedBody, Hops,
+    check_allowed, check_limits, is_redirect, next_hop, parse_allowed_hosts, read_body,
+    request_builder, send_pinned, FetchedBody, Hops,
 };
 use crate::target::{parse_target, Target};
 use crate::NetContext;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use ipc_schema::host::Host;
-use ipc_schema::net::{FetchLimits, FetchedPage, HttpReply, HttpSend, NetReply, RefusalKind};
+use ipc_schema::net::{FetchedPage, HttpReply, HttpSend, NetRefusal, NetReply, RefusalKind};
 use ipc_schema::secrets::{CredentialHeader, FRAMING_HEADERS};
 use ipc_schema::tool::HttpMethod;
 use std::net::IpAddr;
@@ -54,23 +54,20 @@ pub async fn serve(
             dropped_headers: s.dropped_headers,
             redactions: s.redactions,
         }),
-        Err(e) => {
-            let mut reply = e.into_reply();
-            // A refusal can quote what the server sent (a Location): scrub it too.
-            if let Some(c) = &cred {
-                match &mut reply {
-                    NetReply::Refused(r) => {
-                        c.scrub_text(&mut r.reason);
-                    }
-                    NetReply::Failed { reason } => {
-                        c.scrub_text(reason);
-                    }
-                    _ => {}
-                }
-            }
-            reply
-        }
+        Err(e) => scrubbed(e, cred.as_ref()),
     }
+}
+
+/// A refusal or failure as the broker gets it: it can quote what the server sent (a
+/// Location), so the credential is scrubbed from it too.
+pub fn scrubbed(e: FetchError, cred: Option<&CredentialHeader>) -> NetReply {
+    let mut reply = e.into_reply();
+    if let (Some(c), NetReply::Refused(NetRefusal { reason, .. }) | NetReply::Failed { reason }) =
+        (cred, &mut reply)
+    {
+        c.scrub_text(reason);
+    }
+    reply
 }
 
 fn invalid(msg: String) -> FetchError {
@@ -181,7 +178,10 @@ async fn follow(
             .as_ref()
             .filter(|c| credential_live && carries(&target, c));
         credential_live = cred.is_some();
-        let hop = one_hop(ctx, &target, req, cred, &req.limits).await;
+        let hop = match build_request(&target, req, cred) {
+            Ok(r) => send_pinned(ctx, &target, &req.limits, r).await,
+            Err(e) => Err(e),
+        };
         let (resp, address) = if hops.redirects.is_empty() {
             hop?
         } else {
@@ -223,16 +223,6 @@ fn method(m: HttpMethod) -> http::Method {
         HttpMethod::Patch => http::Method::PATCH,
         HttpMethod::Delete => http::Method::DELETE,
     }
-}
-
-async fn one_hop(
-    ctx: &NetContext,
-    target: &Target,
-    req: &HttpSend,
-    cred: Option<&CredentialHeader>,
-    limits: &FetchLimits,
-) -> Result<(http::Response<Incoming>, IpAddr), FetchError> {
-    send_pinned(ctx, target, limits, build_request(target, req, cred)?).await
 }
 
 fn build_request(
@@ -303,28 +293,7 @@ async fn read_reply(
         .get(http::header::CONTENT_ENCODING)
         .map(|v| v.to_str().unwrap_or("?").to_string());
     let max = req.limits.max_body_bytes as usize;
-    let over = || {
-        FetchError::refused(
-            RefusalKind::Limit,
-            format!(
-                "the body exceeds {} (the body size limit)",
-                human_bytes(max as u64)
-            ),
-        )
-    };
-    let mut raw = Vec::new();
-    let mut incoming = resp.into_body();
-    while let Some(frame) = incoming.frame().await {
-        let frame = frame.map_err(|e| {
-            FetchError::failed(format!("reading the body of {} failed: {e}", target.url))
-        })?;
-        if let Ok(data) = frame.into_data() {
-            if raw.len() + data.len() > max {
-                return Err(over());
-            }
-            raw.extend_from_slice(&data);
-        }
-    }
+    let raw = read_body(resp.into_body(), target, max).await?;
     let (media, charset) = ct
         .as_deref()
         .map(body::parse_content_type)

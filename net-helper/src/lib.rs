@@ -13,6 +13,7 @@ pub mod connect;
 pub mod error;
 pub mod fetch;
 pub mod http;
+pub mod mcp;
 pub mod proxy;
 pub mod relay;
 pub mod resolve;

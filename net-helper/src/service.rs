@@ -72,10 +72,7 @@ impl NetService {
                 let session = cfg.session.clone();
                 match self.proxy.open(cfg) {
                     Ok(()) => NetReply::ProxyOpened { session },
-                    Err(e) => NetReply::Refused(ipc_schema::net::NetRefusal {
-                        kind: ipc_schema::net::RefusalKind::Invalid,
-                        reason: e,
-                    }),
+                    Err(e) => invalid(e),
                 }
             }
             NetRequest::ProxyClose { session } => match self.proxy.close(&session) {
@@ -83,13 +80,12 @@ impl NetService {
                     session,
                     tunnels_closed: n,
                 },
-                None => NetReply::Refused(ipc_schema::net::NetRefusal {
-                    kind: ipc_schema::net::RefusalKind::Invalid,
-                    reason: format!("no proxy session {session}"),
-                }),
+                None => invalid(format!("no proxy session {session}")),
             },
             // issue 7: http_request with a stored credential (src/http.rs).
             NetRequest::Http(req) => crate::http::serve(&self.ctx, req, |b| self.page(b)).await,
+            // issue 16: a message to a remote MCP server (src/mcp.rs).
+            NetRequest::Mcp(req) => crate::mcp::serve(&self.ctx, req).await,
             NetRequest::ProxyConnection { session } => {
                 // The channel ends the helper on a ProxyConnection without its descriptor
                 // (its row says NEEDS_FD).

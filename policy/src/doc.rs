@@ -87,10 +87,11 @@ pub struct McpServerDoc {
     /// A stdio server: the program and its arguments (never a shell line).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<Vec<String>>,
-    /// A remote server (Streamable HTTP): not supported yet, refused.
+    /// A remote server (Streamable HTTP, https only), reached through the net-helper.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
-    /// A remote server's stored credential: not supported yet, refused.
+    /// A remote server's stored credential (`gatehouse secret set`), attached by the
+    /// secrets-helper for the URL's host only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credential: Option<String>,
     /// Hosts the server itself may reach, through the egress proxy (default: none).

@@ -10,6 +10,7 @@ use ipc_schema::exec::{
     CommandSpec, GrantAccess, Hide, Limits, NetworkMode, PathGrant, ServerRun, UserCommand,
     LONG_OUTPUT_MAX, LONG_TIMEOUT_MAX_MS,
 };
+use ipc_schema::secrets::CredentialName;
 use ipc_schema::servers::{ServerName, ServerToolName};
 use ipc_schema::tool::{Action, Verdict};
 use serde_json::Value;
@@ -28,6 +29,22 @@ pub const CALL_TIMEOUT_DEFAULT: Duration = Duration::from_secs(120);
 #[derive(Debug, Clone, PartialEq)]
 pub struct McpServer {
     pub name: ServerName,
+    /// How gatehouse reaches it: a confined stdio process, or a remote URL.
+    pub reach: Reach,
+    /// Tools the user marked read-only: they skip the ledger (a repeated call runs again).
+    pub read_only: BTreeSet<ServerToolName>,
+    pub call_timeout: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reach {
+    Stdio(StdioServer),
+    Remote(RemoteServer),
+}
+
+/// A server gatehouse runs, in the exec sandbox, speaking MCP on its stdin and stdout.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StdioServer {
     /// The command, as written: `argv[0]` is an absolute path or a name the sandbox's `PATH`
     /// resolves (the exec-helper resolves it, and its start row shows the program it found).
     pub argv: Vec<String>,
@@ -35,12 +52,29 @@ pub struct McpServer {
     pub grants: Vec<PathGrant>,
     /// What it may reach itself, through the egress proxy (nothing by default).
     pub network: Vec<HostPattern>,
-    /// Tools the user marked read-only: they skip the ledger (a repeated call runs again).
-    pub read_only: BTreeSet<ServerToolName>,
     /// Variables it gets (plain values; names that look like secrets are dropped by the
     /// sandbox like any command's).
     pub env: Vec<(String, String)>,
-    pub call_timeout: Duration,
+}
+
+/// A server reached over Streamable HTTP, only through the net-helper.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoteServer {
+    /// https, no user info, no fragment: as the WHATWG parser writes it.
+    pub url: String,
+    pub host: ipc_schema::host::Host,
+    /// A gatehouse secret, attached by the secrets-helper for `host` only.
+    pub credential: Option<CredentialName>,
+}
+
+impl McpServer {
+    /// The stdio server's parts (`None` for a remote one).
+    pub fn stdio(&self) -> Option<&StdioServer> {
+        match &self.reach {
+            Reach::Stdio(s) => Some(s),
+            Reach::Remote(_) => None,
+        }
+    }
 }
 
 /// `NAME__GLOB` of a rule: the server, and the glob on its tools' names.
@@ -92,50 +126,31 @@ pub fn compile(docs: &[McpServerDoc], protected: &Protected) -> Result<Vec<McpSe
         if out.iter().any(|s| s.name == name) {
             return Err(format!("{what}: the name is used twice"));
         }
-        let argv = match (&d.command, &d.url) {
-            (Some(c), None) => c.clone(),
-            (None, Some(_)) => {
-                return Err(format!(
-                    "{what}: remote servers (url) are not supported yet; gatehouse runs stdio servers (command) only, and refuses rather than reach one unconfined"
-                ))
+        let reach = match (&d.command, &d.url) {
+            (Some(c), None) => {
+                if d.credential.is_some() {
+                    return Err(format!(
+                        "{what}: credential applies to remote servers (url); give a stdio server its secrets another way"
+                    ));
+                }
+                Reach::Stdio(stdio(d, c, protected).map_err(|e| format!("{what}: {e}"))?)
+            }
+            (None, Some(u)) => {
+                let local = [
+                    ("network", !d.network.is_empty()),
+                    ("grant", !d.grant.is_empty()),
+                    ("read", !d.read.is_empty()),
+                    ("env", !d.env.is_empty()),
+                ];
+                if let Some((field, _)) = local.iter().find(|(_, set)| *set) {
+                    return Err(format!(
+                        "{what}: {field} applies to stdio servers (command), which gatehouse runs; a remote server (url) is reached only through the net-helper"
+                    ));
+                }
+                Reach::Remote(remote(u, d.credential.as_deref()).map_err(|e| format!("{what}: {e}"))?)
             }
             _ => return Err(format!("{what}: give exactly one of command and url")),
         };
-        if d.credential.is_some() {
-            return Err(format!(
-                "{what}: credential applies to remote servers (url), which are not supported yet"
-            ));
-        }
-        match argv.first() {
-            None => return Err(format!("{what}: command is empty")),
-            Some(p) if p.is_empty() || (p.contains('/') && !p.starts_with('/')) => {
-                return Err(format!(
-                    "{what}: command[0] {p:?} must be an absolute path or a program name"
-                ))
-            }
-            _ => {}
-        }
-        if argv.iter().any(|a| a.contains('\0')) {
-            return Err(format!("{what}: command holds a NUL byte"));
-        }
-        let mut grants = Vec::new();
-        for (list, access) in [
-            (&d.grant, GrantAccess::ReadWrite),
-            (&d.read, GrantAccess::Read),
-        ] {
-            for g in list {
-                grants.push(PathGrant {
-                    path: server_grant(g, access, protected).map_err(|e| format!("{what}: {e}"))?,
-                    access,
-                });
-            }
-        }
-        let mut network = Vec::new();
-        for h in &d.network {
-            network.push(
-                HostPattern::parse(h).map_err(|e| format!("{what}: network entry {h:?}: {e}"))?,
-            );
-        }
         let mut read_only = BTreeSet::new();
         for t in &d.read_only {
             read_only.insert(
@@ -156,15 +171,75 @@ pub fn compile(docs: &[McpServerDoc], protected: &Protected) -> Result<Vec<McpSe
         };
         out.push(McpServer {
             name,
-            argv,
-            grants,
-            network,
+            reach,
             read_only,
-            env: d.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             call_timeout,
         });
     }
     Ok(out)
+}
+
+fn stdio(d: &McpServerDoc, argv: &[String], protected: &Protected) -> Result<StdioServer, String> {
+    match argv.first() {
+        None => return Err("command is empty".into()),
+        Some(p) if p.is_empty() || (p.contains('/') && !p.starts_with('/')) => {
+            return Err(format!(
+                "command[0] {p:?} must be an absolute path or a program name"
+            ))
+        }
+        _ => {}
+    }
+    if argv.iter().any(|a| a.contains('\0')) {
+        return Err("command holds a NUL byte".into());
+    }
+    let mut grants = Vec::new();
+    for (list, access) in [
+        (&d.grant, GrantAccess::ReadWrite),
+        (&d.read, GrantAccess::Read),
+    ] {
+        for g in list {
+            grants.push(PathGrant {
+                path: server_grant(g, access, protected)?,
+                access,
+            });
+        }
+    }
+    let mut network = Vec::new();
+    for h in &d.network {
+        network.push(HostPattern::parse(h).map_err(|e| format!("network entry {h:?}: {e}"))?);
+    }
+    Ok(StdioServer {
+        argv: argv.to_vec(),
+        grants,
+        network,
+        env: d.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+    })
+}
+
+/// A remote server's URL: https (its credential, if any, goes nowhere else), parsed the WHATWG
+/// way, its host read by the one function every process uses.
+fn remote(u: &str, credential: Option<&str>) -> Result<RemoteServer, String> {
+    let mut url = url::Url::parse(u).map_err(|e| format!("url {u:?} is not a URL ({e})"))?;
+    if url.scheme() != "https" {
+        return Err(format!(
+            "url {u:?}: a remote server is reached over https only"
+        ));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(format!(
+            "url {u:?}: a user name or password in the URL is refused (name a credential)"
+        ));
+    }
+    url.set_fragment(None);
+    let host = ipc_schema::host::Host::of_url(&url).map_err(|e| format!("url {u:?}: {e}"))?;
+    let credential = credential
+        .map(|c| CredentialName::parse(c).map_err(|e| format!("credential {c:?}: {e}")))
+        .transpose()?;
+    Ok(RemoteServer {
+        url: url.to_string(),
+        host,
+        credential,
+    })
 }
 
 /// A server's grant: absolute, there, not `/` or a home directory, not protected.
@@ -307,7 +382,7 @@ pub fn standing(policy: &Policy, server: &ServerName, tool: &ServerToolName) -> 
 /// The exec-helper's spec for one connection of `s`: its grants, its own state directory
 /// (`state_home`, also its working directory), the proxy when it has a network list, its
 /// stdio on a socket. It runs as long as its connection (the long-run ceilings).
-pub fn spec(s: &McpServer, state_home: &Path, proxy_token: Option<String>) -> CommandSpec {
+pub fn spec(s: &StdioServer, state_home: &Path, proxy_token: Option<String>) -> CommandSpec {
     let mut grants = s.grants.clone();
     grants.push(PathGrant {
         path: state_home.to_path_buf(),
@@ -341,21 +416,26 @@ pub fn spec(s: &McpServer, state_home: &Path, proxy_token: Option<String>) -> Co
 
 /// The one line of a server's start row.
 pub fn start_line(s: &McpServer, profile: &str) -> String {
-    let grants = crate::launch::grants_shown(&s.grants);
-    let net: Vec<String> = s.network.iter().map(|h| h.to_string()).collect();
-    format!(
-        "server {} of profile {profile}: {:?} in the exec sandbox; grants: {}; network: {}",
-        s.name,
-        s.argv,
-        if grants.is_empty() {
-            "none".into()
+    let shown = |v: Vec<String>| {
+        if v.is_empty() {
+            "none".to_string()
         } else {
-            grants.join(", ")
-        },
-        if net.is_empty() {
-            "none".into()
-        } else {
-            net.join(", ")
-        },
-    )
+            v.join(", ")
+        }
+    };
+    match &s.reach {
+        Reach::Stdio(x) => format!(
+            "server {} of profile {profile}: {:?} in the exec sandbox; grants: {}; network: {}",
+            s.name,
+            x.argv,
+            shown(crate::launch::grants_shown(&x.grants)),
+            shown(x.network.iter().map(|h| h.to_string()).collect()),
+        ),
+        Reach::Remote(r) => format!(
+            "server {} of profile {profile}: {} through the net-helper; credential: {}",
+            s.name,
+            r.url,
+            r.credential.as_ref().map_or("none".into(), |c| c.to_string()),
+        ),
+    }
 }

@@ -158,7 +158,7 @@ fn a_broker_running_as_root_refuses_to_run_servers() {
     assert_eq!(out.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains(
-            "the server shifty is not started: a broker running as root does not run third-party servers yet; run gatehouse as your own user"
+            "the server shifty is not started: a broker running as root does not run third-party stdio servers yet; run gatehouse as your own user"
         ),
         "{}",
         String::from_utf8_lossy(&out.stderr)

@@ -21,7 +21,7 @@ use std::rc::Rc;
 
 /// The header for credential `name`, made by the secrets-helper for `host` (it refuses a host
 /// the credential is not bound to).
-async fn attach(
+pub(super) async fn attach(
     ctx: &Rc<Ctx>,
     name: &CredentialName,
     host: &ipc_schema::host::Host,

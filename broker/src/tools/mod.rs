@@ -11,6 +11,7 @@ pub(crate) mod exec;
 mod fs;
 mod http;
 mod net;
+mod remote;
 pub(crate) mod servers;
 
 use crate::approvals::{Draft, Outcome};

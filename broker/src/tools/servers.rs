@@ -29,7 +29,7 @@ use ipc_schema::tool::{
 };
 use ipc_schema::{Body, ErrorCode, Role};
 use policy::compile::Policy;
-use policy::servers::McpServer;
+use policy::servers::{McpServer, Reach, StdioServer};
 use sha2::{Digest, Sha256};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -53,10 +53,36 @@ pub fn digest(def: &ToolDef) -> [u8; 32] {
     h.finalize().into()
 }
 
+/// What a connection runs on: a sandbox of the exec-helper, or the relay to a remote server.
+#[derive(Clone, Copy)]
+enum Backing {
+    Sandbox(RunId),
+    Remote,
+}
+
+/// Ends a connection: a sandbox is stopped (its end detaches it); a remote connection is
+/// detached, which ends its relay.
+async fn stop(ctx: &Rc<Ctx>, conn: ConnId, backing: Backing) {
+    match backing {
+        Backing::Sandbox(run) => {
+            if let Ok(exec) = slot(ctx, Role::Exec) {
+                stop_run(&exec, run).await
+            }
+        }
+        Backing::Remote => {
+            if let Ok(servers) = slot(ctx, Role::Servers) {
+                let _ = servers
+                    .call(Body::Servers(ServersRequest::Detach { conn }))
+                    .await;
+            }
+        }
+    }
+}
+
 /// One server's running connection for one session.
 struct Live {
     conn: ConnId,
-    run: RunId,
+    backing: Backing,
     tools: Vec<ToolDef>,
     listed: Instant,
     /// `notifications/tools/list_changed` came, or the connection ended (then `gone` says why).
@@ -235,21 +261,117 @@ async fn list_tools(ctx: &Rc<Ctx>, conn: ConnId) -> Result<Vec<ToolDef>, String>
     }
 }
 
-/// Starts `s` for session `sid`: its sandbox, the proxy when it has a network list, the
-/// handshake, the first listing; then the tasks that watch its output and its events.
+/// Starts `s` for session `sid`: its sandbox (or the relay to a remote server), the handshake,
+/// the first listing; then the task that watches its events.
 async fn start(
     ctx: &Rc<Ctx>,
     sid: &SessionId,
     profile: &ProfileName,
     s: &McpServer,
 ) -> Result<Live, String> {
+    let servers = slot(ctx, Role::Servers)?;
+    let conn = ConnId(ctx.servers.next_conn.get() + 1);
+    ctx.servers.next_conn.set(conn.0);
+    let gone = Rc::new(RefCell::new(None::<String>));
+    let stale = Rc::new(Cell::new(false));
+    let line = policy::servers::start_line(s, profile.as_str());
+    let (stdio, backing, link) = match &s.reach {
+        Reach::Stdio(x) => {
+            let (fd, run) = start_sandbox(ctx, sid, profile, s, x, conn, &gone).await?;
+            (fd, Backing::Sandbox(run), None)
+        }
+        Reach::Remote(r) => {
+            let (fd, link) =
+                super::remote::open(ctx, sid, &s.name, r, s.call_timeout, gone.clone())?;
+            row(sid, &s.name, "started", line.clone());
+            (fd, Backing::Remote, Some(link))
+        }
+    };
+    let attached = servers
+        .call_with_fd(
+            Body::Servers(ServersRequest::Attach {
+                conn,
+                server: s.name.clone(),
+            }),
+            stdio,
+        )
+        .await;
+    let hello = match attached {
+        Ok(Body::ServersReply(ServersReply::Attached(h))) => h,
+        other => {
+            stop(ctx, conn, backing).await;
+            let why = match other {
+                Ok(Body::Error(e)) => e.message,
+                Ok(o) => format!("the servers-helper answered with {:?}", o.kind()),
+                Err(e) => e.to_string(),
+            };
+            // The relay's own reason (a refused credential, an HTTP status) says more.
+            let why = gone.borrow().clone().unwrap_or(why);
+            return Err(format!("the server {}: {why}", s.name));
+        }
+    };
+    if let Some(link) = &link {
+        *link.version.borrow_mut() = Some(hello.protocol_version.clone());
+    }
+    tracing::info!(server = %s.name, session = %sid, "{} {} speaks MCP {}", hello.name, hello.version, hello.protocol_version);
+    // Its events: a changed list marks the listing stale; a broken connection stops it.
+    {
+        let (ctx, servers, gone, stale) = (ctx.clone(), servers.clone(), gone.clone(), stale.clone());
+        tokio::task::spawn_local(async move {
+            loop {
+                let ev = servers
+                    .call(Body::Servers(ServersRequest::Watch { conn }))
+                    .await;
+                match ev {
+                    Ok(Body::ServersReply(ServersReply::Event(ServerEvent::ToolsChanged))) => {
+                        stale.set(true)
+                    }
+                    Ok(Body::ServersReply(ServersReply::Event(ServerEvent::Closed(why)))) => {
+                        gone.borrow_mut().get_or_insert(why);
+                        break;
+                    }
+                    other => {
+                        gone.borrow_mut()
+                            .get_or_insert(format!("watching it failed: {other:?}"));
+                        break;
+                    }
+                }
+            }
+            stop(&ctx, conn, backing).await;
+        });
+    }
+    let tools = list_tools(ctx, conn).await.inspect_err(|_| {
+        let ctx = ctx.clone();
+        tokio::task::spawn_local(async move { stop(&ctx, conn, backing).await });
+    })?;
+    Ok(Live {
+        conn,
+        backing,
+        tools,
+        listed: Instant::now(),
+        stale,
+        gone,
+    })
+}
+
+/// A stdio server's sandbox, with the proxy when it has a network list, and the task that
+/// logs its stderr and detaches it when it ends. Returns its stdio socket.
+async fn start_sandbox(
+    ctx: &Rc<Ctx>,
+    sid: &SessionId,
+    profile: &ProfileName,
+    s: &McpServer,
+    x: &StdioServer,
+    conn: ConnId,
+    gone: &Rc<RefCell<Option<String>>>,
+) -> Result<(std::os::fd::OwnedFd, RunId), String> {
     let exec = slot(ctx, Role::Exec)?;
     let servers = slot(ctx, Role::Servers)?;
     if nix::unistd::geteuid().is_root() {
         // Its state directory would have to belong to the user commands run as (nobody),
         // which this broker, without capabilities after its lockdown, cannot give it.
         return Err(format!(
-            "the server {} is not started: a broker running as root does not run third-party servers yet; run gatehouse as your own user",
+            "the server {} is not started: a broker running as root does not run third-party stdio servers yet; run gatehouse as your own user",
             s.name
         ));
     }
@@ -258,13 +380,13 @@ async fn start(
         .dirs
         .ensure_agent_home(&format!("mcp-{profile}-{}", s.name), owner, false)
         .map_err(|e| format!("the server's state directory: {e}"))?;
-    let proxy = if s.network.is_empty() {
+    let proxy = if x.network.is_empty() {
         None
     } else {
-        let hosts = s.network.iter().map(|h| h.to_string()).collect();
+        let hosts = x.network.iter().map(|h| h.to_string()).collect();
         Some(crate::launch::Proxy::open(ctx, "mcp", hosts).await?)
     };
-    let spec = policy::servers::spec(s, &state, proxy.as_ref().map(|p| p.token.clone()));
+    let spec = policy::servers::spec(x, &state, proxy.as_ref().map(|p| p.token.clone()));
     let line = policy::servers::start_line(s, profile.as_str());
     let (ours, theirs) = std::os::unix::net::UnixStream::pair()
         .map_err(|e| format!("the server's connector: {e}"))?;
@@ -309,107 +431,35 @@ async fn start(
             ));
         }
     };
-    let conn = ConnId(ctx.servers.next_conn.get() + 1);
-    ctx.servers.next_conn.set(conn.0);
-    let gone = Rc::new(RefCell::new(None::<String>));
-    let stale = Rc::new(Cell::new(false));
     // Its stderr goes to the log, never to the agent; its end ends the connection.
-    {
-        let (exec, servers, gone, name, sid) = (
-            exec.clone(),
-            servers.clone(),
-            gone.clone(),
-            s.name.clone(),
-            sid.clone(),
-        );
-        let proxy = proxy.map(Rc::new);
-        tokio::task::spawn_local(async move {
-            let end = watch_run(&exec, run, |_, stderr| {
-                for line in String::from_utf8_lossy(&stderr).lines().take(64) {
-                    tracing::info!(server = %name, "stderr: {}", ipc_schema::inert::escaped(line));
-                }
-                true
-            })
-            .await;
-            let why = match end {
-                Ok(e) => format!("its sandbox ended: {}", e.outcome.describe()),
-                Err(e) => e,
-            };
-            gone.borrow_mut().get_or_insert(why.clone());
-            let _ = servers
-                .call(Body::Servers(ServersRequest::Detach { conn }))
-                .await;
-            let _ = relay.await;
-            if let Some(p) = proxy {
-                p.close().await;
+    let (gone, name, sid) = (gone.clone(), s.name.clone(), sid.clone());
+    let proxy = proxy.map(Rc::new);
+    tokio::task::spawn_local(async move {
+        let end = watch_run(&exec, run, |_, stderr| {
+            for line in String::from_utf8_lossy(&stderr).lines().take(64) {
+                tracing::info!(server = %name, "stderr: {}", ipc_schema::inert::escaped(line));
             }
-            row(&sid, &name, "ended", format!("{run}: {why}"));
-        });
-    }
-    let attached = servers
-        .call_with_fd(
-            Body::Servers(ServersRequest::Attach {
-                conn,
-                server: s.name.clone(),
-            }),
-            stdio,
-        )
+            true
+        })
         .await;
-    let hello = match attached {
-        Ok(Body::ServersReply(ServersReply::Attached(h))) => h,
-        other => {
-            stop_run(&exec, run).await;
-            let why = match other {
-                Ok(Body::Error(e)) => e.message,
-                Ok(o) => format!("the servers-helper answered with {:?}", o.kind()),
-                Err(e) => e.to_string(),
-            };
-            return Err(format!("the server {}: {why}", s.name));
+        let why = match end {
+            Ok(e) => format!("its sandbox ended: {}", e.outcome.describe()),
+            Err(e) => e,
+        };
+        gone.borrow_mut().get_or_insert(why.clone());
+        let _ = servers
+            .call(Body::Servers(ServersRequest::Detach { conn }))
+            .await;
+        let _ = relay.await;
+        if let Some(p) = proxy {
+            p.close().await;
         }
-    };
-    tracing::info!(server = %s.name, session = %sid, "{} {} speaks MCP {}", hello.name, hello.version, hello.protocol_version);
-    // Its events: a changed list marks the listing stale; a broken connection stops it.
-    {
-        let (servers, exec, gone, stale) =
-            (servers.clone(), exec.clone(), gone.clone(), stale.clone());
-        tokio::task::spawn_local(async move {
-            loop {
-                let ev = servers
-                    .call(Body::Servers(ServersRequest::Watch { conn }))
-                    .await;
-                match ev {
-                    Ok(Body::ServersReply(ServersReply::Event(ServerEvent::ToolsChanged))) => {
-                        stale.set(true)
-                    }
-                    Ok(Body::ServersReply(ServersReply::Event(ServerEvent::Closed(why)))) => {
-                        gone.borrow_mut().get_or_insert(why);
-                        break;
-                    }
-                    other => {
-                        gone.borrow_mut()
-                            .get_or_insert(format!("watching it failed: {other:?}"));
-                        break;
-                    }
-                }
-            }
-            stop_run(&exec, run).await;
-        });
-    }
-    let tools = list_tools(ctx, conn).await.inspect_err(|_| {
-        let exec = exec.clone();
-        tokio::task::spawn_local(async move { stop_run(&exec, run).await });
-    })?;
-    Ok(Live {
-        conn,
-        run,
-        tools,
-        listed: Instant::now(),
-        stale,
-        gone,
-    })
+        row(&sid, &name, "ended", format!("{run}: {why}"));
+    });
+    Ok((stdio, run))
 }
 
-fn row(sid: &SessionId, server: &ServerName, outcome: &str, detail: String) {
+pub(super) fn row(sid: &SessionId, server: &ServerName, outcome: &str, detail: String) {
     crate::audit::record(
         AuditEvent::new(AuditKind::Execution, "broker", outcome)
             .session(sid.0.clone())
@@ -746,14 +796,11 @@ pub fn session_closed(ctx: &Rc<Ctx>, sid: &SessionId) {
         let keys: Vec<Key> = slots.keys().filter(|(s, _)| s == sid).cloned().collect();
         keys.into_iter().filter_map(|k| slots.remove(&k)).collect()
     };
-    let Ok(exec) = slot(ctx, Role::Exec) else {
-        return;
-    };
     for cell in cells {
-        let exec = exec.clone();
+        let ctx = ctx.clone();
         tokio::task::spawn_local(async move {
             if let Some(l) = cell.lock().await.live.take() {
-                stop_run(&exec, l.run).await;
+                stop(&ctx, l.conn, l.backing).await;
             }
         });
     }
@@ -783,25 +830,31 @@ pub fn doctor_lines(ctx: &Ctx) -> Vec<String> {
                     .count()
             });
             let sessions = slots.keys().filter(|(_, n)| *n == s.name).count();
-            let confinement = if nix::unistd::geteuid().is_root() {
-                "not started: a broker running as root does not run third-party servers".to_string()
-            } else {
-                format!(
+            let confinement = match &s.reach {
+                Reach::Remote(r) => format!(
+                    "remote {} through the net-helper, credential {}",
+                    r.url,
+                    r.credential.as_ref().map_or("none".into(), |c| c.to_string())
+                ),
+                Reach::Stdio(_) if nix::unistd::geteuid().is_root() => {
+                    "not started: a broker running as root does not run third-party stdio servers".to_string()
+                }
+                Reach::Stdio(x) => format!(
                     "exec sandbox, {} grant(s), network {}",
-                    s.grants.len(),
-                    if s.network.is_empty() {
+                    x.grants.len(),
+                    if x.network.is_empty() {
                         "none".to_string()
                     } else {
                         format!(
                             "through the proxy to {}",
-                            s.network
+                            x.network
                                 .iter()
                                 .map(|h| h.to_string())
                                 .collect::<Vec<_>>()
                                 .join(", ")
                         )
                     }
-                )
+                ),
             };
             out.push(format!(
                 "mcp server {} (profile {profile}): {confinement}; {pinned} tool(s) pinned; {}; {sessions} session(s)",

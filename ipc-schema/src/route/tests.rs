@@ -136,7 +136,8 @@ fn every_kind() -> Vec<RequestKind> {
                 | N::ProxyOpen
                 | N::ProxyClose
                 | N::ProxyConnection
-                | N::Http,
+                | N::Http
+                | N::Mcp,
             ) => {}
             K::Exec(X::Start | X::StartConnected | X::Poll | X::Stop) => {}
             K::Secrets(
@@ -235,6 +236,7 @@ fn every_kind() -> Vec<RequestKind> {
             N::ProxyClose,
             N::ProxyConnection,
             N::Http,
+            N::Mcp,
         ]
         .map(K::Net),
     );

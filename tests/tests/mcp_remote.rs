@@ -1,0 +1,390 @@
+//! A remote MCP server behind gatehouse: reached over Streamable HTTP only through the
+//! net-helper (the same address table, pinned connection and TLS as every fetch), its stored
+//! credential attached by the secrets-helper for its own host and no other, its tools pinned and
+//! ruled like any server's, its answers scrubbed of the credential and wrapped as outside text.
+//!
+//! The server is the official Python SDK's FastMCP (server-sent events) over TLS on 127.0.0.2,
+//! which the broker's net-helper is told to judge public (test builds only), named `tls.test`
+//! and `other.test` by a DNS server of the test's own. It writes every request it gets to a log,
+//! which is how these tests see what reached it. Remote servers need no state directory, so a
+//! broker running as root runs them too: these tests run as root and as the test user alike.
+
+#![forbid(unsafe_code)]
+
+mod mcp_support;
+#[path = "../../net-helper/tests/common/mod.rs"]
+mod net;
+
+use ipc_schema::secrets::REDACTED;
+use ipc_schema::ui::Choice;
+use ipc_schema::ui::{Decision, UiReply, UiRequest};
+use ipc_schema::Body;
+use mcp_support::*;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SECRET: &str = "mcp-tok-9Vq2Lr7XbW4Zk";
+
+/// The FastMCP server on 127.0.0.2 with a certificate for tls.test and other.test.
+struct Remote {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Remote {
+    fn start(dir: &std::path::Path, ca: &rcgen::Certificate, ca_key: &rcgen::KeyPair) -> Remote {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["tls.test".into(), "other.test".into()])
+            .unwrap()
+            .signed_by(&key, ca, ca_key)
+            .unwrap();
+        let (cert_file, key_file, log) = (
+            dir.join("remote-cert.pem"),
+            dir.join("remote-key.pem"),
+            dir.join("remote.log"),
+        );
+        std::fs::write(&cert_file, cert.pem()).unwrap();
+        std::fs::write(&key_file, key.serialize_pem()).unwrap();
+        let mut child = Command::new(python(MCP1))
+            .arg(source_dir().join("tests/mcp_servers/remote_server.py"))
+            .args(["127.0.0.2"])
+            .args([&cert_file, &key_file, &log])
+            .arg(SECRET)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(dir.join("remote.err")).unwrap())
+            .spawn()
+            .expect("start the remote test server");
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        let port = first.trim().parse().unwrap_or_else(|_| {
+            panic!(
+                "the remote test server printed {first:?}: {}",
+                std::fs::read_to_string(dir.join("remote.err")).unwrap_or_default()
+            )
+        });
+        Remote { child, port, log }
+    }
+
+    /// Every request it got: method, Host, Authorization, session id, protocol version.
+    fn seen(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+impl Drop for Remote {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct World {
+    inst: Instance,
+    broker: Broker,
+    remote: Remote,
+    _dns: net::DnsServer,
+    _pki: net::TestPki,
+}
+
+fn policy(port: u16) -> String {
+    format!(
+        r#"
+[[grant]]
+root = "{{ROOT}}"
+capabilities = ["read"]
+
+[[mcp_server]]
+name = "remote"
+url = "https://tls.test:{port}/mcp"
+credential = "mcp-token"
+read_only = ["echo", "sent_count", "whoami"]
+
+# The same server under another name: the credential is not bound to that host.
+[[mcp_server]]
+name = "elsewhere"
+url = "https://other.test:{port}/mcp"
+credential = "mcp-token"
+
+# A loopback address the address table refuses.
+[[mcp_server]]
+name = "local"
+url = "https://127.0.0.1:{port}/mcp"
+
+[[rule]]
+name = "reads"
+tools = ["remote__echo", "remote__sent_count", "remote__whoami"]
+action = "allow"
+
+[[rule]]
+name = "sends"
+tools = ["remote__send"]
+action = "ask"
+"#
+    )
+}
+
+impl World {
+    fn new() -> World {
+        let (pki, ca, ca_key) = net::test_pki();
+        let dns = net::DnsServer::start(net::standard_zone());
+        let tmp = tempfile::tempdir().unwrap();
+        let remote = Remote::start(tmp.path(), &ca, &ca_key);
+        std::mem::forget(tmp);
+        let inst = Instance::new(Some(&policy(remote.port)));
+        let mut set = Command::new(gatehouse_tests::bin("gatehouse"))
+            .arg("--data-dir")
+            .arg(&inst.data)
+            .args(["secret", "set", "mcp-token", "--host", "tls.test", "--stdin"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        set.stdin
+            .take()
+            .unwrap()
+            .write_all(format!("{SECRET}\n").as_bytes())
+            .unwrap();
+        let out = set.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ns = format!("--test-net-arg={}", dns.addr);
+        let ca = format!("--test-net-arg={}", pki.ca_file.path().display());
+        let broker = inst.broker(&[
+            "--test-net-arg=--nameserver",
+            &ns,
+            "--test-net-arg=--test-public-addr",
+            "--test-net-arg=127.0.0.2",
+            "--test-net-arg=--test-extra-root",
+            &ca,
+        ]);
+        World {
+            inst,
+            broker,
+            remote,
+            _dns: dns,
+            _pki: pki,
+        }
+    }
+
+    fn cli(&self, args: &[&str]) -> (bool, String) {
+        let out = self.broker.cli(args);
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = self.broker.cli(&["secret", "delete", "mcp-token"]);
+    }
+}
+
+fn listed(m: &mut Mcp) -> Vec<String> {
+    let r = m.request("tools/list", json!({}));
+    r["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{r}"))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .filter(|n| n.contains("__"))
+        .collect()
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !f() {
+        assert!(Instant::now() < deadline, "waited in vain for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_remote_server_is_reached_through_the_net_helper_with_its_credential_for_its_host_only() {
+    let w = World::new();
+    let mut m = w.inst.mcp(&[]);
+    m.initialize("2025-06-18");
+
+    // New tools start held, whatever the rules say.
+    assert!(listed(&mut m).is_empty());
+    let (err, text) = m.call("remote__echo", json!({"text": "x"}));
+    assert!(err, "{text}");
+    assert!(
+        text.contains("remote__echo is held: new: not approved yet"),
+        "{text}"
+    );
+    let (ok, shown) = w.cli(&["mcp-server", "tools", "remote", "--approve-all"]);
+    assert!(ok, "{shown}");
+    assert!(
+        shown.contains("4 tool definition(s) of remote approved"),
+        "{shown}"
+    );
+    let names = listed(&mut m);
+    for t in [
+        "remote__echo",
+        "remote__send",
+        "remote__sent_count",
+        "remote__whoami",
+    ] {
+        assert!(names.contains(&t.to_string()), "{t}: {names:?}");
+    }
+    // The servers it could not reach offer nothing.
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.starts_with("elsewhere__") || n.starts_with("local__")),
+        "{names:?}"
+    );
+
+    // An allowed call, wrapped as outside text.
+    let (err, text) = m.call("remote__echo", json!({"text": "hello over https"}));
+    assert!(!err, "{text}");
+    assert!(text.contains("source=\"mcp:remote__echo\""), "{text}");
+    assert!(text.contains("hello over https"), "{text}");
+
+    // The server got the credential; what it says of it reaches the agent scrubbed.
+    let (err, text) = m.call("remote__whoami", json!({}));
+    assert!(!err, "{text}");
+    assert!(!text.contains(SECRET), "{text}");
+    assert!(text.contains(&format!("Bearer {REDACTED}")), "{text}");
+
+    // An asked send: denied, nothing sent; approved, sent once, a repeat answered by the ledger.
+    let decide = |m: &mut Mcp, args: Value, choice: Choice| {
+        let id = m.fresh_id();
+        m.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                       "params": {"name": "remote__send", "arguments": args}}));
+        let p = w.broker.pending(1).remove(0);
+        assert_eq!(p.tool.name(), "remote__send");
+        match w.broker.ui().request(Body::Ui(UiRequest::Decide(Decision {
+            proposal: p.id,
+            digest: p.digest,
+            choice,
+        }))) {
+            Body::UiReply(UiReply::Decided { .. }) => {}
+            other => panic!("Decide answered {other:?}"),
+        }
+        loop {
+            let v = m.recv();
+            if v.get("id") == Some(&json!(id)) {
+                return tool_text(&v);
+            }
+        }
+    };
+    let (err, text) = decide(
+        &mut m,
+        json!({"to": "a@example.com", "body": "no"}),
+        Choice::Deny,
+    );
+    assert!(err, "{text}");
+    let (_, count) = m.call("remote__sent_count", json!({}));
+    assert!(count.contains(">\n0\n</external-"), "{count}");
+    let args = json!({"to": "a@example.com", "body": "yes"});
+    let (err, text) = decide(&mut m, args.clone(), Choice::AllowOnce);
+    assert!(!err, "{text}");
+    assert!(text.contains("sent to a@example.com"), "{text}");
+    let (err, again) = m.call("remote__send", args);
+    assert!(!err, "{again}");
+    assert!(again.contains("sent to a@example.com"), "{again}");
+    let (_, count) = m.call("remote__sent_count", json!({}));
+    assert!(count.contains(">\n1\n</external-"), "{count}");
+
+    // Every request reached tls.test with the credential and, after the handshake, its
+    // session; none reached other.test (the credential is bound to tls.test: refused before
+    // anything is sent), and none went to the loopback address (refused by the address table).
+    let seen = w.remote.seen();
+    assert!(seen.len() >= 8, "{seen:?}");
+    for r in &seen {
+        assert_eq!(r["host"], format!("tls.test:{}", w.remote.port), "{r}");
+        assert_eq!(r["auth"], format!("Bearer {SECRET}"), "{r}");
+    }
+    // Two handshakes without a session id (the agent's connection, and the console's listing
+    // for the approval); every other request carries the session its handshake got.
+    assert_eq!(
+        seen.iter().filter(|r| r["session"].is_null()).count(),
+        2,
+        "{seen:?}"
+    );
+    assert!(
+        seen.iter().any(|r| r["version"] == "2025-11-25"),
+        "{seen:?}"
+    );
+    let (ok, text) = w.cli(&["mcp-server", "tools", "elsewhere"]);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("credential mcp-token was not added for other.test"),
+        "{text}"
+    );
+    let (ok, text) = w.cli(&["mcp-server", "tools", "local"]);
+    assert!(!ok, "{text}");
+    assert!(text.contains("127.0.0.1 is loopback"), "{text}");
+    assert!(w
+        .remote
+        .seen()
+        .iter()
+        .all(|r| r["host"] == format!("tls.test:{}", w.remote.port)));
+
+    // doctor names how it is reached; the audit log has its start and no credential.
+    let (_, doctor) = w.cli(&["doctor"]);
+    assert!(
+        doctor.contains(&format!(
+            "mcp server remote (profile default): remote https://tls.test:{}/mcp through the net-helper, credential mcp-token; 4 tool(s) pinned; 0 held in its last listing",
+            w.remote.port
+        )),
+        "{doctor}"
+    );
+    let audit = w.broker.audit();
+    assert!(audit.iter().any(|r| r.tool.as_deref() == Some("mcp_server remote")
+        && r.outcome == "started"));
+    assert!(!format!("{audit:?}").contains(SECRET));
+    assert!(!w.broker.log().contains(SECRET));
+
+    // The agent leaves: its session with the server is ended with a DELETE.
+    m.close();
+    assert!(m.wait().success());
+    wait_until("the DELETE that ends the session", || {
+        w.remote.seen().iter().any(|r| r["method"] == "DELETE")
+    });
+}
+
+#[test]
+fn a_remote_server_that_refuses_the_credential_ends_its_connection_with_the_status() {
+    let w = World::new();
+    // The stored value is not what the server wants: it answers 401.
+    let mut child = Command::new(gatehouse_tests::bin("gatehouse"))
+        .arg("--data-dir")
+        .arg(&w.inst.data)
+        .args(["secret", "set", "mcp-token", "--host", "tls.test", "--stdin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"wrong-token\n").unwrap();
+    assert!(child.wait().unwrap().success());
+    let (ok, text) = w.cli(&["mcp-server", "tools", "remote"]);
+    assert!(!ok, "{text}");
+    assert!(text.contains("the server answered HTTP 401"), "{text}");
+    // It got the value stored now, and nothing was retried past the refusal.
+    let seen = w.remote.seen();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0]["auth"], "Bearer wrong-token");
+}
