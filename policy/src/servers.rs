@@ -147,7 +147,9 @@ pub fn compile(docs: &[McpServerDoc], protected: &Protected) -> Result<Vec<McpSe
                         "{what}: {field} applies to stdio servers (command), which gatehouse runs; a remote server (url) is reached only through the net-helper"
                     ));
                 }
-                Reach::Remote(remote(u, d.credential.as_deref()).map_err(|e| format!("{what}: {e}"))?)
+                Reach::Remote(
+                    remote(u, d.credential.as_deref()).map_err(|e| format!("{what}: {e}"))?,
+                )
             }
             _ => return Err(format!("{what}: give exactly one of command and url")),
         };
@@ -435,7 +437,111 @@ pub fn start_line(s: &McpServer, profile: &str) -> String {
             "server {} of profile {profile}: {} through the net-helper; credential: {}",
             s.name,
             r.url,
-            r.credential.as_ref().map_or("none".into(), |c| c.to_string()),
+            r.credential
+                .as_ref()
+                .map_or("none".into(), |c| c.to_string()),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(d: McpServerDoc) -> Result<McpServer, String> {
+        compile(&[d], &Protected::new(&[])).map(|mut v| v.remove(0))
+    }
+
+    fn remote_doc(url: &str) -> McpServerDoc {
+        McpServerDoc {
+            name: "gh".into(),
+            url: Some(url.into()),
+            credential: Some("gh-pat".into()),
+            ..McpServerDoc::default()
+        }
+    }
+
+    #[test]
+    fn a_remote_server_is_https_with_its_host_read_the_whatwg_way() {
+        let s = one(remote_doc("https://MCP.Example.com./mcp#frag")).unwrap();
+        let Reach::Remote(r) = &s.reach else {
+            panic!("{s:?}")
+        };
+        assert_eq!(r.url, "https://mcp.example.com./mcp");
+        assert_eq!(r.host.to_string(), "mcp.example.com");
+        assert_eq!(r.credential.as_ref().unwrap().to_string(), "gh-pat");
+        assert!(s.stdio().is_none());
+        assert_eq!(
+            start_line(&s, "default"),
+            "server gh of profile default: https://mcp.example.com./mcp through the net-helper; credential: gh-pat"
+        );
+        for (url, want) in [
+            ("http://mcp.example.com/", "over https only"),
+            ("https://u:p@mcp.example.com/", "user name or password"),
+            ("https://localhost/mcp", "reserved for loopback"),
+            ("not a url", "is not a URL"),
+        ] {
+            let e = one(remote_doc(url)).unwrap_err();
+            assert!(e.contains(want), "{url}: {e}");
+        }
+        let mut bad = remote_doc("https://mcp.example.com/");
+        bad.credential = Some("no spaces".into());
+        assert!(one(bad).unwrap_err().contains("credential \"no spaces\""));
+    }
+
+    #[test]
+    fn what_applies_to_one_kind_is_refused_on_the_other() {
+        for (field, d) in [
+            (
+                "network",
+                McpServerDoc {
+                    network: vec!["api.example.com".into()],
+                    ..remote_doc("https://mcp.example.com/")
+                },
+            ),
+            (
+                "grant",
+                McpServerDoc {
+                    grant: vec!["/srv".into()],
+                    ..remote_doc("https://mcp.example.com/")
+                },
+            ),
+            (
+                "env",
+                McpServerDoc {
+                    env: [("A".to_string(), "b".to_string())].into(),
+                    ..remote_doc("https://mcp.example.com/")
+                },
+            ),
+        ] {
+            let e = one(d).unwrap_err();
+            assert!(
+                e.contains(&format!("{field} applies to stdio servers")),
+                "{field}: {e}"
+            );
+        }
+        let stdio = McpServerDoc {
+            name: "notes".into(),
+            command: Some(vec!["/usr/bin/true".into()]),
+            credential: Some("x-key".into()),
+            ..McpServerDoc::default()
+        };
+        assert!(one(stdio.clone())
+            .unwrap_err()
+            .contains("credential applies to remote servers"));
+        let both = McpServerDoc {
+            url: Some("https://mcp.example.com/".into()),
+            credential: None,
+            ..stdio.clone()
+        };
+        assert!(one(both)
+            .unwrap_err()
+            .contains("exactly one of command and url"));
+        let s = one(McpServerDoc {
+            credential: None,
+            ..stdio
+        })
+        .unwrap();
+        assert_eq!(s.stdio().unwrap().argv, vec!["/usr/bin/true".to_string()]);
     }
 }

@@ -14,86 +14,21 @@
 mod mcp_support;
 #[path = "../../net-helper/tests/common/mod.rs"]
 mod net;
+mod remote_support;
 
 use ipc_schema::secrets::REDACTED;
 use ipc_schema::ui::Choice;
 use ipc_schema::ui::{Decision, UiReply, UiRequest};
 use ipc_schema::Body;
 use mcp_support::*;
+use remote_support::{store_secret, RemoteWorld, SECRET};
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-const SECRET: &str = "mcp-tok-9Vq2Lr7XbW4Zk";
-
-/// The FastMCP server on 127.0.0.2 with a certificate for tls.test and other.test.
-struct Remote {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-}
-
-impl Remote {
-    fn start(dir: &std::path::Path, ca: &rcgen::Certificate, ca_key: &rcgen::KeyPair) -> Remote {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = rcgen::CertificateParams::new(vec!["tls.test".into(), "other.test".into()])
-            .unwrap()
-            .signed_by(&key, ca, ca_key)
-            .unwrap();
-        let (cert_file, key_file, log) = (
-            dir.join("remote-cert.pem"),
-            dir.join("remote-key.pem"),
-            dir.join("remote.log"),
-        );
-        std::fs::write(&cert_file, cert.pem()).unwrap();
-        std::fs::write(&key_file, key.serialize_pem()).unwrap();
-        let mut child = Command::new(python(MCP1))
-            .arg(source_dir().join("tests/mcp_servers/remote_server.py"))
-            .args(["127.0.0.2"])
-            .args([&cert_file, &key_file, &log])
-            .arg(SECRET)
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(dir.join("remote.err")).unwrap())
-            .spawn()
-            .expect("start the remote test server");
-        let mut first = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut first)
-            .unwrap();
-        let port = first.trim().parse().unwrap_or_else(|_| {
-            panic!(
-                "the remote test server printed {first:?}: {}",
-                std::fs::read_to_string(dir.join("remote.err")).unwrap_or_default()
-            )
-        });
-        Remote { child, port, log }
-    }
-
-    /// Every request it got: method, Host, Authorization, session id, protocol version.
-    fn seen(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    }
-}
-
-impl Drop for Remote {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 struct World {
     inst: Instance,
     broker: Broker,
-    remote: Remote,
-    _dns: net::DnsServer,
-    _pki: net::TestPki,
+    net: RemoteWorld,
 }
 
 fn policy(port: u16) -> String {
@@ -135,49 +70,12 @@ action = "ask"
 
 impl World {
     fn new() -> World {
-        let (pki, ca, ca_key) = net::test_pki();
-        let dns = net::DnsServer::start(net::standard_zone());
-        let tmp = tempfile::tempdir().unwrap();
-        let remote = Remote::start(tmp.path(), &ca, &ca_key);
-        std::mem::forget(tmp);
-        let inst = Instance::new(Some(&policy(remote.port)));
-        let mut set = Command::new(gatehouse_tests::bin("gatehouse"))
-            .arg("--data-dir")
-            .arg(&inst.data)
-            .args(["secret", "set", "mcp-token", "--host", "tls.test", "--stdin"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        set.stdin
-            .take()
-            .unwrap()
-            .write_all(format!("{SECRET}\n").as_bytes())
-            .unwrap();
-        let out = set.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let ns = format!("--test-net-arg={}", dns.addr);
-        let ca = format!("--test-net-arg={}", pki.ca_file.path().display());
-        let broker = inst.broker(&[
-            "--test-net-arg=--nameserver",
-            &ns,
-            "--test-net-arg=--test-public-addr",
-            "--test-net-arg=127.0.0.2",
-            "--test-net-arg=--test-extra-root",
-            &ca,
-        ]);
-        World {
-            inst,
-            broker,
-            remote,
-            _dns: dns,
-            _pki: pki,
-        }
+        let net = RemoteWorld::start();
+        let inst = Instance::new(Some(&policy(net.remote.port)));
+        store_secret(&inst.data, "mcp-token", "tls.test", SECRET);
+        let args = net.broker_args();
+        let broker = inst.broker(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        World { inst, broker, net }
     }
 
     fn cli(&self, args: &[&str]) -> (bool, String) {
@@ -310,10 +208,10 @@ fn a_remote_server_is_reached_through_the_net_helper_with_its_credential_for_its
     // Every request reached tls.test with the credential and, after the handshake, its
     // session; none reached other.test (the credential is bound to tls.test: refused before
     // anything is sent), and none went to the loopback address (refused by the address table).
-    let seen = w.remote.seen();
+    let seen = w.net.remote.seen();
     assert!(seen.len() >= 8, "{seen:?}");
     for r in &seen {
-        assert_eq!(r["host"], format!("tls.test:{}", w.remote.port), "{r}");
+        assert_eq!(r["host"], format!("tls.test:{}", w.net.remote.port), "{r}");
         assert_eq!(r["auth"], format!("Bearer {SECRET}"), "{r}");
     }
     // Two handshakes without a session id (the agent's connection, and the console's listing
@@ -337,23 +235,25 @@ fn a_remote_server_is_reached_through_the_net_helper_with_its_credential_for_its
     assert!(!ok, "{text}");
     assert!(text.contains("127.0.0.1 is loopback"), "{text}");
     assert!(w
+        .net
         .remote
         .seen()
         .iter()
-        .all(|r| r["host"] == format!("tls.test:{}", w.remote.port)));
+        .all(|r| r["host"] == format!("tls.test:{}", w.net.remote.port)));
 
     // doctor names how it is reached; the audit log has its start and no credential.
     let (_, doctor) = w.cli(&["doctor"]);
     assert!(
         doctor.contains(&format!(
             "mcp server remote (profile default): remote https://tls.test:{}/mcp through the net-helper, credential mcp-token; 4 tool(s) pinned; 0 held in its last listing",
-            w.remote.port
+            w.net.remote.port
         )),
         "{doctor}"
     );
     let audit = w.broker.audit();
-    assert!(audit.iter().any(|r| r.tool.as_deref() == Some("mcp_server remote")
-        && r.outcome == "started"));
+    assert!(audit
+        .iter()
+        .any(|r| r.tool.as_deref() == Some("mcp_server remote") && r.outcome == "started"));
     assert!(!format!("{audit:?}").contains(SECRET));
     assert!(!w.broker.log().contains(SECRET));
 
@@ -361,7 +261,7 @@ fn a_remote_server_is_reached_through_the_net_helper_with_its_credential_for_its
     m.close();
     assert!(m.wait().success());
     wait_until("the DELETE that ends the session", || {
-        w.remote.seen().iter().any(|r| r["method"] == "DELETE")
+        w.net.remote.seen().iter().any(|r| r["method"] == "DELETE")
     });
 }
 
@@ -369,22 +269,12 @@ fn a_remote_server_is_reached_through_the_net_helper_with_its_credential_for_its
 fn a_remote_server_that_refuses_the_credential_ends_its_connection_with_the_status() {
     let w = World::new();
     // The stored value is not what the server wants: it answers 401.
-    let mut child = Command::new(gatehouse_tests::bin("gatehouse"))
-        .arg("--data-dir")
-        .arg(&w.inst.data)
-        .args(["secret", "set", "mcp-token", "--host", "tls.test", "--stdin"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(b"wrong-token\n").unwrap();
-    assert!(child.wait().unwrap().success());
+    store_secret(&w.inst.data, "mcp-token", "tls.test", "wrong-token");
     let (ok, text) = w.cli(&["mcp-server", "tools", "remote"]);
     assert!(!ok, "{text}");
     assert!(text.contains("the server answered HTTP 401"), "{text}");
     // It got the value stored now, and nothing was retried past the refusal.
-    let seen = w.remote.seen();
+    let seen = w.net.remote.seen();
     assert_eq!(seen.len(), 1, "{seen:?}");
     assert_eq!(seen[0]["auth"], "Bearer wrong-token");
 }

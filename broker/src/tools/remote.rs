@@ -56,7 +56,13 @@ pub fn open(
     let total_ms = (call_timeout + Duration::from_secs(10))
         .as_millis()
         .min(FETCH_TOTAL_MS_CEILING as u128) as u32;
-    let (ctx, sid, name, r, l) = (ctx.clone(), sid.clone(), name.clone(), r.clone(), link.clone());
+    let (ctx, sid, name, r, l) = (
+        ctx.clone(),
+        sid.clone(),
+        name.clone(),
+        r.clone(),
+        link.clone(),
+    );
     tokio::task::spawn_local(async move {
         relay(ctx, ours, name.clone(), r, total_ms, l, gone.clone()).await;
         let why = gone.borrow().clone().unwrap_or_else(|| "detached".into());
@@ -117,7 +123,8 @@ async fn relay(
                     for m in messages {
                         out = out.and(w.write_all(format!("{m}\n").as_bytes()).await);
                     }
-                    out.err().map(|e| format!("writing to the servers-helper: {e}"))
+                    out.err()
+                        .map(|e| format!("writing to the servers-helper: {e}"))
                 }
                 Err(why) => Some(why),
             };

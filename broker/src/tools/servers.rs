@@ -316,7 +316,8 @@ async fn start(
     tracing::info!(server = %s.name, session = %sid, "{} {} speaks MCP {}", hello.name, hello.version, hello.protocol_version);
     // Its events: a changed list marks the listing stale; a broken connection stops it.
     {
-        let (ctx, servers, gone, stale) = (ctx.clone(), servers.clone(), gone.clone(), stale.clone());
+        let (ctx, servers, gone, stale) =
+            (ctx.clone(), servers.clone(), gone.clone(), stale.clone());
         tokio::task::spawn_local(async move {
             loop {
                 let ev = servers
@@ -834,10 +835,13 @@ pub fn doctor_lines(ctx: &Ctx) -> Vec<String> {
                 Reach::Remote(r) => format!(
                     "remote {} through the net-helper, credential {}",
                     r.url,
-                    r.credential.as_ref().map_or("none".into(), |c| c.to_string())
+                    r.credential
+                        .as_ref()
+                        .map_or("none".into(), |c| c.to_string())
                 ),
                 Reach::Stdio(_) if nix::unistd::geteuid().is_root() => {
-                    "not started: a broker running as root does not run third-party stdio servers".to_string()
+                    "not started: a broker running as root does not run third-party stdio servers"
+                        .to_string()
                 }
                 Reach::Stdio(x) => format!(
                     "exec sandbox, {} grant(s), network {}",
