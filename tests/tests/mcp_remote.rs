@@ -73,9 +73,15 @@ impl World {
         let net = RemoteWorld::start();
         let inst = Instance::new(Some(&policy(net.remote.port)));
         store_secret(&inst.data, "mcp-token", "tls.test", SECRET);
-        let args = net.broker_args();
-        let broker = inst.broker(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        let broker = start_broker(&inst, &net, &[]);
         World { inst, broker, net }
+    }
+
+    /// Stops this world's broker and starts another with `extra` arguments.
+    fn restart(&mut self, extra: &[&str]) {
+        let _ = self.broker.cli(&["stop"]);
+        let _ = self.broker.child.wait();
+        self.broker = start_broker(&self.inst, &self.net, extra);
     }
 
     fn cli(&self, args: &[&str]) -> (bool, String) {
@@ -89,6 +95,12 @@ impl World {
             ),
         )
     }
+}
+
+fn start_broker(inst: &Instance, net: &RemoteWorld, extra: &[&str]) -> Broker {
+    let mut args = net.broker_args();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    inst.broker(&args.iter().map(String::as_str).collect::<Vec<_>>())
 }
 
 impl Drop for World {
@@ -277,4 +289,55 @@ fn a_remote_server_that_refuses_the_credential_ends_its_connection_with_the_stat
     let seen = w.net.remote.seen();
     assert_eq!(seen.len(), 1, "{seen:?}");
     assert_eq!(seen[0]["auth"], "Bearer wrong-token");
+}
+
+/// The kill matrix, for a remote server's tool: the broker is SIGKILLed after the call is
+/// `executing` in the ledger (before the server has it) and after the server answered. Either
+/// way the call is `uncertain` at the next start and never carried out again; the server (which
+/// outlives the broker) says whether it ran: not at all, or once.
+#[test]
+fn a_broker_killed_around_a_remote_call_never_runs_it_twice() {
+    for (step, sent) in [("after-executing", "0"), ("after-answer", "1")] {
+        let mut w = World::new();
+        let (ok, text) = w.cli(&["mcp-server", "tools", "remote", "--approve-all"]);
+        assert!(ok, "{text}");
+        w.restart(&["--test-crash-at", step]);
+        let mut m = w.inst.mcp(&[]);
+        m.initialize("2025-06-18");
+        assert!(listed(&mut m).contains(&"remote__send".to_string()));
+        let id = m.fresh_id();
+        m.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                       "params": {"name": "remote__send", "arguments": {"to": "me@example.com", "body": "once"}}}));
+        let p = w.broker.pending(1).remove(0);
+        let _ = w.broker.ui().request(Body::Ui(UiRequest::Decide(Decision {
+            proposal: p.id,
+            digest: p.digest,
+            choice: Choice::AllowOnce,
+        })));
+        let (err, text) = loop {
+            let v = m.recv();
+            if v.get("id") == Some(&json!(id)) {
+                break tool_text(&v);
+            }
+        };
+        assert!(err, "{step}: {text}");
+        assert!(text.contains("broker"), "{step}: {text}");
+        drop(m);
+        let _ = w.broker.child.wait();
+        w.restart(&[]);
+        let uncertain = match w.broker.ui().request(Body::Ui(UiRequest::ListUncertain)) {
+            Body::UiReply(UiReply::Uncertain(l)) => l,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(uncertain.len(), 1, "{step}: {uncertain:?}");
+        assert_eq!(uncertain[0].tool.name(), "remote__send");
+        let mut m = w.inst.mcp(&[]);
+        m.initialize("2025-06-18");
+        listed(&mut m);
+        let (_, count) = m.call("remote__sent_count", json!({}));
+        assert!(
+            count.contains(&format!(">\n{sent}\n</external-")),
+            "{step}: {count}"
+        );
+    }
 }
