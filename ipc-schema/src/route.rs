@@ -193,6 +193,7 @@ pub enum SecretsKind {
     Set,
     Delete,
     Attach,
+    ServerEnv,
     AuditKey,
     AuditMac,
 }
@@ -373,6 +374,7 @@ impl SecretsKind {
             SecretsRequest::Set { .. } => SecretsKind::Set,
             SecretsRequest::Delete { .. } => SecretsKind::Delete,
             SecretsRequest::Attach { .. } => SecretsKind::Attach,
+            SecretsRequest::ServerEnv { .. } => SecretsKind::ServerEnv,
             SecretsRequest::AuditKey { .. } => SecretsKind::AuditKey,
             SecretsRequest::AuditMac { .. } => SecretsKind::AuditMac,
         }
@@ -814,6 +816,8 @@ pub const BROKER_TO_SECRETS: Table = Table {
         route(K::Secrets(S::Status), NONE),
         route(K::Secrets(S::Has), NONE),
         route(K::Secrets(S::Attach), NONE),
+        // A third-party stdio server's secret, for its sandbox's environment.
+        route(K::Secrets(S::ServerEnv), NONE),
         route(K::Secrets(S::AuditKey), EFFECT),
         route(K::Secrets(S::AuditMac), NONE),
     ],

@@ -358,35 +358,46 @@ impl std::fmt::Debug for CredentialHeader {
     }
 }
 
+/// Replaces every exact occurrence of a value of `scrub` in `bytes` with [`REDACTED`];
+/// returns how many were replaced. Longer values are replaced first, so a value that contains
+/// another is removed whole.
+pub fn scrub_bytes(scrub: &[SecretValue], bytes: &mut Vec<u8>) -> usize {
+    let mut needles: Vec<&[u8]> = scrub
+        .iter()
+        .map(|s| s.expose())
+        .filter(|s| !s.is_empty())
+        .collect();
+    needles.sort_by_key(|n| std::cmp::Reverse(n.len()));
+    let mut count = 0;
+    for n in needles {
+        count += replace_all(bytes, n, REDACTED.as_bytes());
+    }
+    count
+}
+
+/// [`scrub_bytes`] on text. Replacing a whole UTF-8 string with ASCII keeps the text valid
+/// UTF-8.
+pub fn scrub_text(scrub: &[SecretValue], text: &mut String) -> usize {
+    let mut bytes = std::mem::take(text).into_bytes();
+    let n = scrub_bytes(scrub, &mut bytes);
+    *text = String::from_utf8(bytes).unwrap_or_else(|e| {
+        // Unreachable for valid UTF-8 needles; lossy rather than lose the reply.
+        String::from_utf8_lossy(e.as_bytes()).into_owned()
+    });
+    n
+}
+
 impl CredentialHeader {
     /// Replaces every exact occurrence of a scrub string in `bytes` with [`REDACTED`];
     /// returns how many were replaced. Longer strings are replaced first, so a value that
     /// contains another is removed whole.
     pub fn scrub_bytes(&self, bytes: &mut Vec<u8>) -> usize {
-        let mut needles: Vec<&[u8]> = self
-            .scrub
-            .iter()
-            .map(|s| s.expose())
-            .filter(|s| !s.is_empty())
-            .collect();
-        needles.sort_by_key(|n| std::cmp::Reverse(n.len()));
-        let mut count = 0;
-        for n in needles {
-            count += replace_all(bytes, n, REDACTED.as_bytes());
-        }
-        count
+        scrub_bytes(&self.scrub, bytes)
     }
 
-    /// [`Self::scrub_bytes`] on text. Replacing a whole UTF-8 string with ASCII keeps the text
-    /// valid UTF-8.
+    /// [`Self::scrub_bytes`] on text.
     pub fn scrub_text(&self, text: &mut String) -> usize {
-        let mut bytes = std::mem::take(text).into_bytes();
-        let n = self.scrub_bytes(&mut bytes);
-        *text = String::from_utf8(bytes).unwrap_or_else(|e| {
-            // Unreachable for valid UTF-8 needles; lossy rather than lose the reply.
-            String::from_utf8_lossy(e.as_bytes()).into_owned()
-        });
-        n
+        scrub_text(&self.scrub, text)
     }
 
     /// Does this reply header echo the credential? Such headers are dropped whole: the
@@ -623,6 +634,15 @@ pub enum SecretsRequest {
     /// Refused unless `host` is one of the credential's hosts and a value is stored.
     /// [`SecretsReply::Attached`].
     Attach { name: CredentialName, host: String },
+    /// The value of credential `name`, for the environment of a third-party stdio server that
+    /// can reach `reach` and nothing else (its `network` list, through the egress proxy).
+    /// Refused unless each of `reach` lies within the credential's hosts (an exact host one of
+    /// them allows, or a `*.suffix` it lists) and a value is stored: the value can then leave
+    /// the server only for the hosts it was stored for. [`SecretsReply::ServerEnv`].
+    ServerEnv {
+        name: CredentialName,
+        reach: Vec<HostPattern>,
+    },
     /// Make sure the audit key of `instance` exists (creating it if `may_create`: a log with no
     /// entries yet). [`SecretsReply::AuditKey`]. The key never leaves the helper.
     AuditKey {
@@ -652,6 +672,7 @@ pub enum SecretsReply {
         existed: bool,
     },
     Attached(CredentialHeader),
+    ServerEnv(SecretValue),
     AuditKey {
         created: bool,
     },
@@ -696,6 +717,9 @@ pub fn may_carry_secret(kind: Kind) -> bool {
         Kind::Secrets | Kind::SecretsReply => true,
         // The broker hands an attached header to the net-helper for one request.
         Kind::Net => true,
+        // A third-party stdio server's secrets, for its sandbox's environment
+        // (`UserCommand::pass_env` of its `Start`).
+        Kind::Exec => true,
         Kind::Ping
         | Kind::Pong
         | Kind::Hello
@@ -709,7 +733,6 @@ pub fn may_carry_secret(kind: Kind) -> bool {
         | Kind::Fs
         | Kind::FsReply
         | Kind::NetReply
-        | Kind::Exec
         | Kind::ExecReply
         | Kind::Servers
         | Kind::ServersReply => false,
@@ -869,7 +892,10 @@ mod tests {
             Kind::SecretsReply,
         ];
         let bearing: Vec<Kind> = all.into_iter().filter(|k| may_carry_secret(*k)).collect();
-        assert_eq!(bearing, [Kind::Net, Kind::Secrets, Kind::SecretsReply]);
+        assert_eq!(
+            bearing,
+            [Kind::Net, Kind::Exec, Kind::Secrets, Kind::SecretsReply]
+        );
         for role in [Role::Ui, Role::Gateway] {
             for k in &bearing {
                 assert!(!may_send_to_broker(role, *k), "{role} may send {k:?}");

@@ -109,6 +109,11 @@ pub struct McpServerDoc {
     /// Variables it gets.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// Variables it gets from the keyring: variable name -> a gatehouse secret, given to it by
+    /// the secrets-helper only when everything it may reach (`network`) lies within the
+    /// secret's hosts.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub secrets: BTreeMap<String, String>,
     /// How long one of its calls may take (default 120 s, at most 600).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_secs: Option<u64>,

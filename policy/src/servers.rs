@@ -55,6 +55,8 @@ pub struct StdioServer {
     /// Variables it gets (plain values; names that look like secrets are dropped by the
     /// sandbox like any command's).
     pub env: Vec<(String, String)>,
+    /// Variables whose values the secrets-helper gives it: name -> credential.
+    pub secrets: Vec<(String, CredentialName)>,
 }
 
 /// A server reached over Streamable HTTP, only through the net-helper.
@@ -141,6 +143,7 @@ pub fn compile(docs: &[McpServerDoc], protected: &Protected) -> Result<Vec<McpSe
                     ("grant", !d.grant.is_empty()),
                     ("read", !d.read.is_empty()),
                     ("env", !d.env.is_empty()),
+                    ("secrets", !d.secrets.is_empty()),
                 ];
                 if let Some((field, _)) = local.iter().find(|(_, set)| *set) {
                     return Err(format!(
@@ -210,11 +213,26 @@ fn stdio(d: &McpServerDoc, argv: &[String], protected: &Protected) -> Result<Std
     for h in &d.network {
         network.push(HostPattern::parse(h).map_err(|e| format!("network entry {h:?}: {e}"))?);
     }
+    let mut secrets = Vec::new();
+    for (var, c) in &d.secrets {
+        let ok = var.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            && !var.starts_with("LD_")
+            && !d.env.contains_key(var);
+        if !ok {
+            return Err(format!(
+                "secrets: {var:?} is not a variable name it may be given (letters, digits, _; not LD_*, not also in env)"
+            ));
+        }
+        let cred = CredentialName::parse(c).map_err(|e| format!("secrets: {var}: {e}"))?;
+        secrets.push((var.clone(), cred));
+    }
     Ok(StdioServer {
         argv: argv.to_vec(),
         grants,
         network,
         env: d.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        secrets,
     })
 }
 
@@ -427,11 +445,12 @@ pub fn start_line(s: &McpServer, profile: &str) -> String {
     };
     match &s.reach {
         Reach::Stdio(x) => format!(
-            "server {} of profile {profile}: {:?} in the exec sandbox; grants: {}; network: {}",
+            "server {} of profile {profile}: {:?} in the exec sandbox; grants: {}; network: {}; secrets: {}",
             s.name,
             x.argv,
             shown(crate::launch::grants_shown(&x.grants)),
             shown(x.network.iter().map(|h| h.to_string()).collect()),
+            shown(x.secrets.iter().map(|(v, c)| format!("{v} from {c}")).collect()),
         ),
         Reach::Remote(r) => format!(
             "server {} of profile {profile}: {} through the net-helper; credential: {}",

@@ -7,8 +7,8 @@ use crate::store::{ItemKey, Store};
 use base64::Engine;
 use ipc_schema::host::Host;
 use ipc_schema::secrets::{
-    CredentialHeader, CredentialInfo, CredentialName, CredentialSpec, SecretValue, SecretsError,
-    SecretsErrorKind, SendAs,
+    CredentialHeader, CredentialInfo, CredentialName, CredentialSpec, HostPattern, SecretValue,
+    SecretsError, SecretsErrorKind, SendAs,
 };
 use zeroize::Zeroizing;
 
@@ -129,6 +129,52 @@ pub fn delete(
         .map_err(|e| store_error(&e))
 }
 
+/// The value of `name` for a server's environment, when everything the server can reach lies
+/// within the credential's hosts.
+pub fn server_env(
+    store: &mut dyn Store,
+    namespace: &str,
+    name: &CredentialName,
+    reach: &[HostPattern],
+) -> Result<SecretValue, SecretsError> {
+    let (spec, value) = stored(store, namespace, name)?;
+    let outside = reach.iter().find(|p| match p {
+        HostPattern::Exact(h) => !spec.allows_host(h),
+        HostPattern::Suffix(_) => !spec.hosts.contains(p),
+    });
+    if let Some(p) = outside {
+        let why = format!("credential {name} is not bound to {p}, which the server may reach");
+        return Err(err(SecretsErrorKind::HostNotAllowed, why));
+    }
+    with_value(name, value)
+}
+
+/// The stored spec and value of `name`, which must exist.
+fn stored(
+    store: &mut dyn Store,
+    namespace: &str,
+    name: &CredentialName,
+) -> Result<(CredentialSpec, Option<SecretValue>), SecretsError> {
+    load(store, namespace, name)?.ok_or_else(|| {
+        err(
+            SecretsErrorKind::NotFound,
+            format!("there is no credential named {name} (`gatehouse secret list` shows them)"),
+        )
+    })
+}
+
+fn with_value(
+    name: &CredentialName,
+    value: Option<SecretValue>,
+) -> Result<SecretValue, SecretsError> {
+    value.ok_or_else(|| err(
+        SecretsErrorKind::NoValue,
+        format!(
+            "credential {name} has no value (its hosts or the way it is sent changed since it was entered); enter it again with `gatehouse secret set {name}`"
+        ),
+    ))
+}
+
 /// The header that sends `name` to `host`, if `host` is one of its hosts and it has a value.
 pub fn attach(
     store: &mut dyn Store,
@@ -142,12 +188,7 @@ pub fn attach(
             format!("{host:?} is not a host name or address"),
         ));
     };
-    let Some((spec, value)) = load(store, namespace, name)? else {
-        return Err(err(
-            SecretsErrorKind::NotFound,
-            format!("there is no credential named {name} (`gatehouse secret list` shows them)"),
-        ));
-    };
+    let (spec, value) = stored(store, namespace, name)?;
     if !spec.allows_host(&host) {
         let hosts: Vec<String> = spec.hosts.iter().map(|h| h.to_string()).collect();
         return Err(err(
@@ -158,14 +199,7 @@ pub fn attach(
             ),
         ));
     }
-    let Some(value) = value else {
-        return Err(err(
-            SecretsErrorKind::NoValue,
-            format!(
-                "credential {name} has no value (its hosts or the way it is sent changed since it was entered); enter it again with `gatehouse secret set {name}`"
-            ),
-        ));
-    };
+    let value = with_value(name, value)?;
     let (header, header_value, scrub) = match &spec.send_as {
         SendAs::Bearer => {
             let mut v = Zeroizing::new(b"Bearer ".to_vec());

@@ -76,6 +76,9 @@ impl Service {
             SecretsRequest::Attach { name, host } => {
                 credentials::attach(store, &ns, &name, &host).map(SecretsReply::Attached)
             }
+            SecretsRequest::ServerEnv { name, reach } => {
+                credentials::server_env(store, &ns, &name, &reach).map(SecretsReply::ServerEnv)
+            }
             SecretsRequest::AuditKey {
                 instance,
                 may_create,

@@ -15,11 +15,14 @@ Python). Its tools:
   flood {}             writes 5000 notifications as fast as it can
   huge {}              writes one message of 5 MiB
   garbage {}           writes a line that is not JSON
+  env {name}           (only with SHIFTY_ENV_TOOLS=1) the value of an environment variable
+  env_digest {name}    (likewise) the SHA-256 of that value, hex, or "unset"
 
 The listing's changes are kept in $HOME/state.json, so a restarted server lists the same.
 """
 
 import errno
+import hashlib
 import json
 import os
 import sys
@@ -70,6 +73,9 @@ def tools():
         {"name": "huge", "description": "One huge message.", "inputSchema": obj({})},
         {"name": "garbage", "description": "A line that is not JSON.", "inputSchema": obj({})},
     ]
+    if os.environ.get("SHIFTY_ENV_TOOLS") == "1":
+        listed.append({"name": "env", "description": "An environment variable.", "inputSchema": obj({"name": {"type": "string"}})})
+        listed.append({"name": "env_digest", "description": "An environment variable's SHA-256.", "inputSchema": obj({"name": {"type": "string"}})})
     if s.get("add"):
         listed.append({"name": "extra", "description": "A tool added later.", "inputSchema": obj({})})
     return listed
@@ -111,6 +117,12 @@ def call(name, args):
         return text("flooded")
     if name == "huge":
         return text("x" * (5 << 20))
+    if name == "env":
+        sys.stderr.write("shifty: env %s=%s\n" % (args.get("name"), os.environ.get(args.get("name", ""), "")))
+        return text(os.environ.get(args.get("name", ""), "unset"))
+    if name == "env_digest":
+        v = os.environ.get(args.get("name", ""))
+        return text("unset" if v is None else hashlib.sha256(v.encode()).hexdigest())
     if name == "garbage":
         sys.stdout.write("this is not json\n")
         sys.stdout.flush()

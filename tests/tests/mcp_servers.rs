@@ -642,3 +642,95 @@ fn a_broker_killed_around_a_server_call_never_runs_it_twice() {
         assert_eq!(wrapped_body(&count), sent, "{step}");
     }
 }
+
+/// A server's secrets come from the keyring through the secrets-helper, into its sandbox's
+/// environment only: the server has the exact value, what it returns or writes to stderr has
+/// it scrubbed, and a secret is given only to a server whose network list lies within the
+/// secret's hosts.
+#[test]
+fn a_servers_secrets_reach_its_environment_and_nothing_else() {
+    if is_root() {
+        return;
+    }
+    const VALUE: &str = "srv-secret-7Hq2Lw9Zt4";
+    let server = |name: &str, network: &str| {
+        format!(
+            r#"
+[[mcp_server]]
+name = "{name}"
+command = ["/usr/bin/python3", "{script}"]
+read = ["{dir}"]
+network = [{network}]
+env = {{ SHIFTY_ENV_TOOLS = "1" }}
+secrets = {{ API_TOKEN = "srv-token" }}
+"#,
+            script = shifty().display(),
+            dir = shifty().parent().unwrap().display(),
+        )
+    };
+    let extra = format!(
+        "{}{}\n[[rule]]\nname = \"keyed\"\ntools = [\"keyed__env\", \"keyed__env_digest\"]\naction = \"allow\"\n",
+        server("keyed", "\"api.example.com\""),
+        server("roaming", "\"api.example.com\", \"elsewhere.example\""),
+    );
+    let inst = Instance::new(Some(&policy(&extra)));
+    let mut set = std::process::Command::new(gatehouse_tests::bin("gatehouse"))
+        .arg("--data-dir")
+        .arg(&inst.data)
+        .args([
+            "secret",
+            "set",
+            "srv-token",
+            "--host",
+            "api.example.com",
+            "--stdin",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    set.stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{VALUE}\n").as_bytes())
+        .unwrap();
+    assert!(set.wait().unwrap().success());
+    let b = inst.broker(&[]);
+    let mut m = approved_session(&inst, &b, "keyed");
+
+    // The server has the exact value (its digest), not through any agent's channel.
+    let (err, text) = m.call("keyed__env_digest", json!({"name": "API_TOKEN"}));
+    assert!(!err, "{text}");
+    use sha2::Digest;
+    let want = hex::encode(sha2::Sha256::digest(VALUE.as_bytes()));
+    assert_eq!(wrapped_body(&text), want);
+    // A variable nobody named is not there (positive control for the digest above).
+    let (_, text) = m.call("keyed__env_digest", json!({"name": "OTHER_TOKEN"}));
+    assert_eq!(wrapped_body(&text), "unset");
+    // What it returns of it reaches the agent scrubbed; its stderr reaches the log scrubbed.
+    let (err, text) = m.call("keyed__env", json!({"name": "API_TOKEN"}));
+    assert!(!err, "{text}");
+    assert_eq!(wrapped_body(&text), ipc_schema::secrets::REDACTED);
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while !b.log().contains("shifty: env API_TOKEN=") {
+        assert!(std::time::Instant::now() < deadline, "{}", b.log());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(!b.log().contains(VALUE));
+    assert!(b.log().contains(&format!(
+        "shifty: env API_TOKEN={}",
+        ipc_schema::secrets::REDACTED
+    )));
+    assert!(!format!("{:?}", b.audit()).contains(VALUE));
+
+    // A server that may reach a host the secret is not bound to does not get it: not started.
+    let out = b.cli(&["mcp-server", "tools", "roaming"]);
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("the server roaming is not started: API_TOKEN from credential srv-token: credential srv-token is not bound to elsewhere.example, which the server may reach"),
+        "{text}"
+    );
+    let _ = b.cli(&["secret", "delete", "srv-token"]);
+}

@@ -19,6 +19,7 @@ use crate::Ctx;
 use audit_store::chain::{AuditEvent, AuditKind};
 use audit_store::pins::Pin;
 use ipc_schema::exec::{ExecReply, ExecRequest, RunId};
+use ipc_schema::secrets::{SecretValue, SecretsReply, SecretsRequest};
 use ipc_schema::servers::{
     CallOutput, ConnId, ContentItem, ServerEvent, ServerName, ServerToolName, ServersReply,
     ServersRequest, ToolDef,
@@ -83,6 +84,8 @@ async fn stop(ctx: &Rc<Ctx>, conn: ConnId, backing: Backing) {
 struct Live {
     conn: ConnId,
     backing: Backing,
+    /// The values of the secrets in its environment: scrubbed from what it returns.
+    scrub: Rc<Vec<SecretValue>>,
     tools: Vec<ToolDef>,
     listed: Instant,
     /// `notifications/tools/list_changed` came, or the connection ended (then `gone` says why).
@@ -275,9 +278,11 @@ async fn start(
     let gone = Rc::new(RefCell::new(None::<String>));
     let stale = Rc::new(Cell::new(false));
     let line = policy::servers::start_line(s, profile.as_str());
+    let mut scrub = Rc::new(Vec::new());
     let (stdio, backing, link) = match &s.reach {
         Reach::Stdio(x) => {
-            let (fd, run) = start_sandbox(ctx, sid, profile, s, x, conn, &gone).await?;
+            let (fd, run, values) = start_sandbox(ctx, sid, profile, s, x, conn, &gone).await?;
+            scrub = values;
             (fd, Backing::Sandbox(run), None)
         }
         Reach::Remote(r) => {
@@ -348,6 +353,7 @@ async fn start(
     Ok(Live {
         conn,
         backing,
+        scrub,
         tools,
         listed: Instant::now(),
         stale,
@@ -365,7 +371,7 @@ async fn start_sandbox(
     x: &StdioServer,
     conn: ConnId,
     gone: &Rc<RefCell<Option<String>>>,
-) -> Result<(std::os::fd::OwnedFd, RunId), String> {
+) -> Result<(std::os::fd::OwnedFd, RunId, Rc<Vec<SecretValue>>), String> {
     let exec = slot(ctx, Role::Exec)?;
     let servers = slot(ctx, Role::Servers)?;
     if nix::unistd::geteuid().is_root() {
@@ -387,8 +393,30 @@ async fn start_sandbox(
         let hosts = x.network.iter().map(|h| h.to_string()).collect();
         Some(crate::launch::Proxy::open(ctx, "mcp", hosts).await?)
     };
-    let spec = policy::servers::spec(x, &state, proxy.as_ref().map(|p| p.token.clone()));
+    let mut spec = policy::servers::spec(x, &state, proxy.as_ref().map(|p| p.token.clone()));
     let line = policy::servers::start_line(s, profile.as_str());
+    let secrets = match server_secrets(ctx, x).await {
+        Ok(v) => v,
+        Err(why) => {
+            if let Some(p) = &proxy {
+                p.close().await;
+            }
+            row(sid, &s.name, "refused", format!("{line}: {why}"));
+            return Err(format!("the server {} is not started: {why}", s.name));
+        }
+    };
+    let mut scrub = Vec::new();
+    if let Some(u) = spec.user.as_mut() {
+        for (var, value) in secrets {
+            // Passed by name like `--pass-env`: the sandbox's filter of secret-looking names
+            // is for what nobody named.
+            let text = String::from_utf8(value.expose().to_vec())
+                .map_err(|_| format!("the server {}: the value of {var} is not text", s.name))?;
+            u.pass_env.push((var, text));
+            scrub.push(value);
+        }
+    }
+    let scrub = Rc::new(scrub);
     let (ours, theirs) = std::os::unix::net::UnixStream::pair()
         .map_err(|e| format!("the server's connector: {e}"))?;
     let started = exec
@@ -432,12 +460,15 @@ async fn start_sandbox(
             ));
         }
     };
-    // Its stderr goes to the log, never to the agent; its end ends the connection.
-    let (gone, name, sid) = (gone.clone(), s.name.clone(), sid.clone());
+    // Its stderr goes to the log (its secrets scrubbed), never to the agent; its end ends the
+    // connection.
+    let (gone, name, sid, values) = (gone.clone(), s.name.clone(), sid.clone(), scrub.clone());
     let proxy = proxy.map(Rc::new);
     tokio::task::spawn_local(async move {
         let end = watch_run(&exec, run, |_, stderr| {
-            for line in String::from_utf8_lossy(&stderr).lines().take(64) {
+            let mut stderr = String::from_utf8_lossy(&stderr).into_owned();
+            ipc_schema::secrets::scrub_text(&values, &mut stderr);
+            for line in stderr.lines().take(64) {
                 tracing::info!(server = %name, "stderr: {}", ipc_schema::inert::escaped(line));
             }
             true
@@ -457,7 +488,32 @@ async fn start_sandbox(
         }
         row(&sid, &name, "ended", format!("{run}: {why}"));
     });
-    Ok((stdio, run))
+    Ok((stdio, run, scrub))
+}
+
+/// The values of the server's `secrets`, each given by the secrets-helper only when what the
+/// server may reach lies within the secret's hosts.
+async fn server_secrets(
+    ctx: &Rc<Ctx>,
+    x: &StdioServer,
+) -> Result<Vec<(String, SecretValue)>, String> {
+    let mut out = Vec::new();
+    for (var, name) in &x.secrets {
+        let secrets = slot(ctx, Role::Secrets)?;
+        let req = SecretsRequest::ServerEnv {
+            name: name.clone(),
+            reach: x.network.clone(),
+        };
+        match secrets.call(Body::Secrets(req)).await {
+            Ok(Body::SecretsReply(SecretsReply::ServerEnv(v))) => out.push((var.clone(), v)),
+            Ok(Body::SecretsReply(SecretsReply::Failed(e))) => {
+                return Err(format!("{var} from credential {name}: {}", e.message))
+            }
+            Ok(other) => return Err(format!("the secrets-helper answered {:?}", other.kind())),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(out)
 }
 
 pub(super) fn row(sid: &SessionId, server: &ServerName, outcome: &str, detail: String) {
@@ -603,11 +659,16 @@ async fn call(ctx: &Rc<Ctx>, session: &SessionRef, c: &ServerCall) -> Outcome {
     };
     let key = (session.borrow().id.clone(), c.server.clone());
     let cell = ctx.servers.slots.borrow().get(&key).cloned();
-    let conn = match cell {
-        Some(cell) => cell.lock().await.live.as_ref().map(|l| l.conn),
+    let live = match cell {
+        Some(cell) => cell
+            .lock()
+            .await
+            .live
+            .as_ref()
+            .map(|l| (l.conn, l.scrub.clone())),
         None => None,
     };
-    let Some(conn) = conn else {
+    let Some((conn, scrub)) = live else {
         return Outcome::NeverSent(format!("the server {} is not running", c.server));
     };
     let Ok(servers) = slot(ctx, Role::Servers) else {
@@ -620,7 +681,20 @@ async fn call(ctx: &Rc<Ctx>, session: &SessionRef, c: &ServerCall) -> Outcome {
         timeout_ms: s.call_timeout.as_millis() as u64,
     };
     match servers.call(Body::Servers(req)).await {
-        Ok(Body::ServersReply(ServersReply::Called(out))) => Outcome::Done(out),
+        Ok(Body::ServersReply(ServersReply::Called(mut out))) => {
+            for item in &mut out.content {
+                if let ContentItem::Text(t) = item {
+                    ipc_schema::secrets::scrub_text(&scrub, t);
+                }
+            }
+            if let Some(j) = out.structured.take() {
+                // Scrubbing inside a JSON string keeps it valid JSON (the marker is plain text).
+                let mut text = j.as_str().to_string();
+                ipc_schema::secrets::scrub_text(&scrub, &mut text);
+                out.structured = ipc_schema::servers::JsonText::try_from(text).ok();
+            }
+            Outcome::Done(out)
+        }
         Ok(Body::Error(e)) => match e.code {
             ErrorCode::Invalid | ErrorCode::HelperUnavailable => Outcome::NeverSent(e.message),
             ErrorCode::Refused => Outcome::Refused(e.message),

@@ -147,6 +147,7 @@ fn every_kind() -> Vec<RequestKind> {
                 | S::Set
                 | S::Delete
                 | S::Attach
+                | S::ServerEnv
                 | S::AuditKey
                 | S::AuditMac,
             ) => {}
@@ -250,6 +251,7 @@ fn every_kind() -> Vec<RequestKind> {
             S::Set,
             S::Delete,
             S::Attach,
+            S::ServerEnv,
             S::AuditKey,
             S::AuditMac,
         ]
