@@ -22,7 +22,7 @@ use ipc_schema::ui::{Decision, UiReply, UiRequest};
 use ipc_schema::Body;
 use mcp_support::*;
 use remote_support::{store_secret, RemoteWorld, SECRET};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::time::{Duration, Instant};
 
 struct World {
@@ -178,29 +178,10 @@ fn a_remote_server_is_reached_through_the_net_helper_with_its_credential_for_its
     assert!(text.contains(&format!("Bearer {REDACTED}")), "{text}");
 
     // An asked send: denied, nothing sent; approved, sent once, a repeat answered by the ledger.
-    let decide = |m: &mut Mcp, args: Value, choice: Choice| {
-        let id = m.fresh_id();
-        m.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-                       "params": {"name": "remote__send", "arguments": args}}));
-        let p = w.broker.pending(1).remove(0);
-        assert_eq!(p.tool.name(), "remote__send");
-        match w.broker.ui().request(Body::Ui(UiRequest::Decide(Decision {
-            proposal: p.id,
-            digest: p.digest,
-            choice,
-        }))) {
-            Body::UiReply(UiReply::Decided { .. }) => {}
-            other => panic!("Decide answered {other:?}"),
-        }
-        loop {
-            let v = m.recv();
-            if v.get("id") == Some(&json!(id)) {
-                return tool_text(&v);
-            }
-        }
-    };
-    let (err, text) = decide(
+    let (err, text) = call_decided(
+        &w.broker,
         &mut m,
+        "remote__send",
         json!({"to": "a@example.com", "body": "no"}),
         Choice::Deny,
     );
@@ -208,7 +189,13 @@ fn a_remote_server_is_reached_through_the_net_helper_with_its_credential_for_its
     let (_, count) = m.call("remote__sent_count", json!({}));
     assert!(count.contains(">\n0\n</external-"), "{count}");
     let args = json!({"to": "a@example.com", "body": "yes"});
-    let (err, text) = decide(&mut m, args.clone(), Choice::AllowOnce);
+    let (err, text) = call_decided(
+        &w.broker,
+        &mut m,
+        "remote__send",
+        args.clone(),
+        Choice::AllowOnce,
+    );
     assert!(!err, "{text}");
     assert!(text.contains("sent to a@example.com"), "{text}");
     let (err, again) = m.call("remote__send", args);

@@ -111,41 +111,6 @@ fn approve_all(b: &Broker, server: &str) -> String {
     text
 }
 
-/// Sends a call that waits for the human, decides it with `choice`, returns the result.
-fn call_decided(
-    b: &Broker,
-    m: &mut Mcp,
-    tool: &str,
-    args: Value,
-    choice: Choice,
-) -> (bool, String) {
-    let id = m.fresh_id();
-    m.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-                   "params": {"name": tool, "arguments": args}}));
-    let p = b.pending(1).remove(0);
-    assert_eq!(p.tool.name(), tool);
-    match b.ui().request(Body::Ui(UiRequest::Decide(Decision {
-        proposal: p.id,
-        digest: p.digest,
-        choice,
-    }))) {
-        Body::UiReply(UiReply::Decided { .. }) => {}
-        other => panic!("Decide answered {other:?}"),
-    }
-    loop {
-        let v = m.recv();
-        if v.get("id") == Some(&json!(id)) {
-            return tool_text(&v);
-        }
-    }
-}
-
-fn wrapped_body(text: &str) -> &str {
-    let start = text.find("\">\n").expect("wrapped") + 3;
-    let end = text.rfind("\n</external-").expect("wrapped");
-    &text[start..end]
-}
-
 #[test]
 fn a_broker_running_as_root_refuses_to_run_servers() {
     if !is_root() {

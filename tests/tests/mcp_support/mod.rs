@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use gatehouse_tests::{bin, Conn};
-use ipc_schema::ui::{Proposal, UiReply, UiRequest};
+use ipc_schema::ui::{Choice, Decision, Proposal, UiReply, UiRequest};
 use ipc_schema::Body;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
@@ -408,3 +408,39 @@ pub fn python(venv: &str) -> PathBuf {
 
 pub const MCP1: &str = "/opt/gatehouse-test-venv";
 pub const MCP2: &str = "/opt/gatehouse-test-venv-mcp2";
+
+/// Sends a tools/call that waits for the human, decides it with `choice`, returns the result.
+pub fn call_decided(
+    b: &Broker,
+    m: &mut Mcp,
+    tool: &str,
+    args: Value,
+    choice: Choice,
+) -> (bool, String) {
+    let id = m.fresh_id();
+    m.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                   "params": {"name": tool, "arguments": args}}));
+    let p = b.pending(1).remove(0);
+    assert_eq!(p.tool.name(), tool);
+    match b.ui().request(Body::Ui(UiRequest::Decide(Decision {
+        proposal: p.id,
+        digest: p.digest,
+        choice,
+    }))) {
+        Body::UiReply(UiReply::Decided { .. }) => {}
+        other => panic!("Decide answered {other:?}"),
+    }
+    loop {
+        let v = m.recv();
+        if v.get("id") == Some(&json!(id)) {
+            return tool_text(&v);
+        }
+    }
+}
+
+/// The text inside an outside-text wrapper (`<external-NONCE ...>` ... `</external-NONCE>`).
+pub fn wrapped_body(text: &str) -> &str {
+    let start = text.find("\">\n").expect("wrapped") + 3;
+    let end = text.rfind("\n</external-").expect("wrapped");
+    &text[start..end]
+}
