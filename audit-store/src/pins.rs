@@ -7,6 +7,44 @@ use crate::{bad_column as bad, Sql};
 use ipc_schema::servers::{ServerName, ToolDef};
 use ipc_schema::tool::ProfileName;
 use rusqlite::{params, Connection};
+use sha2::{Digest, Sha256};
+
+/// The digest a pin holds: SHA-256 over the definition's canonical encoding.
+pub fn digest(def: &ToolDef) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(b"gatehouse-tool-definition-v1\0");
+    h.update(postcard::to_stdvec(def).expect("a ToolDef always encodes"));
+    h.finalize().into()
+}
+
+/// Why a listed tool is not offered, against its pin (`None`: it is pinned as listed).
+pub fn held_why(pin: Option<&Pin>, def: &ToolDef) -> Option<String> {
+    let Some(pin) = pin else {
+        return Some("new: not approved yet".into());
+    };
+    if pin.digest == digest(def) {
+        return None;
+    }
+    let old = &pin.def;
+    let what: Vec<&str> = [
+        ("title", old.title != def.title),
+        ("description", old.description != def.description),
+        ("input schema", old.input_schema != def.input_schema),
+        ("output schema", old.output_schema != def.output_schema),
+        ("annotations", old.annotations != def.annotations),
+    ]
+    .into_iter()
+    .filter_map(|(part, changed)| changed.then_some(part))
+    .collect();
+    Some(format!(
+        "changed since you approved it ({})",
+        if what.is_empty() {
+            "definition".into()
+        } else {
+            what.join(", ")
+        }
+    ))
+}
 
 /// One approved definition.
 #[derive(Debug, Clone, PartialEq, Eq)]

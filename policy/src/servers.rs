@@ -434,6 +434,32 @@ pub fn spec(s: &StdioServer, state_home: &Path, proxy_token: Option<String>) -> 
     }
 }
 
+/// How a server is confined, as `doctor` says it (`root`: the broker runs as root).
+pub fn confinement(s: &McpServer, root: bool) -> String {
+    match &s.reach {
+        Reach::Remote(r) => format!(
+            "remote {} through the net-helper, credential {}",
+            r.url,
+            r.credential
+                .as_ref()
+                .map_or("none".into(), |c| c.to_string())
+        ),
+        Reach::Stdio(_) if root => {
+            "not started: a broker running as root does not run third-party stdio servers".into()
+        }
+        Reach::Stdio(x) => format!(
+            "exec sandbox, {} grant(s), network {}",
+            x.grants.len(),
+            if x.network.is_empty() {
+                "none".to_string()
+            } else {
+                let hosts: Vec<String> = x.network.iter().map(|h| h.to_string()).collect();
+                format!("through the proxy to {}", hosts.join(", "))
+            }
+        ),
+    }
+}
+
 /// The one line of a server's start row.
 pub fn start_line(s: &McpServer, profile: &str) -> String {
     let shown = |v: Vec<String>| {

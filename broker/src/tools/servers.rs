@@ -17,7 +17,7 @@ use crate::sessions::SessionRef;
 use crate::tools::exec::{stop_run, watch_run};
 use crate::Ctx;
 use audit_store::chain::{AuditEvent, AuditKind};
-use audit_store::pins::Pin;
+use audit_store::pins::{digest, Pin};
 use ipc_schema::exec::{ExecReply, ExecRequest, RunId};
 use ipc_schema::secrets::{SecretValue, SecretsReply, SecretsRequest};
 use ipc_schema::servers::{
@@ -31,7 +31,6 @@ use ipc_schema::tool::{
 use ipc_schema::{Body, ErrorCode, Role};
 use policy::compile::Policy;
 use policy::servers::{McpServer, Reach, StdioServer};
-use sha2::{Digest, Sha256};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -45,14 +44,6 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// A listing older than this is refreshed before tools are offered (besides
 /// `notifications/tools/list_changed`, which marks it stale at once).
 const RELIST_AFTER: Duration = Duration::from_secs(300);
-
-/// The digest a pin holds: SHA-256 over the definition's canonical encoding.
-pub fn digest(def: &ToolDef) -> [u8; 32] {
-    let mut h = Sha256::new();
-    h.update(b"gatehouse-tool-definition-v1\0");
-    h.update(postcard::to_stdvec(def).expect("a ToolDef always encodes"));
-    h.finalize().into()
-}
 
 /// What a connection runs on: a sandbox of the exec-helper, or the relay to a remote server.
 #[derive(Clone, Copy)]
@@ -145,37 +136,7 @@ fn held_why(
 ) -> Option<String> {
     let pins = ctx.servers.pins.borrow();
     let key = (profile.clone(), server.clone(), def.name.clone());
-    let Some(pin) = pins.as_ref().and_then(|p| p.get(&key)) else {
-        return Some("new: not approved yet".into());
-    };
-    if pin.digest == digest(def) {
-        return None;
-    }
-    let old = &pin.def;
-    let mut what = Vec::new();
-    if old.title != def.title {
-        what.push("title");
-    }
-    if old.description != def.description {
-        what.push("description");
-    }
-    if old.input_schema != def.input_schema {
-        what.push("input schema");
-    }
-    if old.output_schema != def.output_schema {
-        what.push("output schema");
-    }
-    if old.annotations != def.annotations {
-        what.push("annotations");
-    }
-    Some(format!(
-        "changed since you approved it ({})",
-        if what.is_empty() {
-            "definition".into()
-        } else {
-            what.join(", ")
-        }
-    ))
+    audit_store::pins::held_why(pins.as_ref().and_then(|p| p.get(&key)), def)
 }
 
 /// The session's connection to `s`, started (or restarted) if it has none, its listing fresh.
@@ -905,35 +866,7 @@ pub fn doctor_lines(ctx: &Ctx) -> Vec<String> {
                     .count()
             });
             let sessions = slots.keys().filter(|(_, n)| *n == s.name).count();
-            let confinement = match &s.reach {
-                Reach::Remote(r) => format!(
-                    "remote {} through the net-helper, credential {}",
-                    r.url,
-                    r.credential
-                        .as_ref()
-                        .map_or("none".into(), |c| c.to_string())
-                ),
-                Reach::Stdio(_) if nix::unistd::geteuid().is_root() => {
-                    "not started: a broker running as root does not run third-party stdio servers"
-                        .to_string()
-                }
-                Reach::Stdio(x) => format!(
-                    "exec sandbox, {} grant(s), network {}",
-                    x.grants.len(),
-                    if x.network.is_empty() {
-                        "none".to_string()
-                    } else {
-                        format!(
-                            "through the proxy to {}",
-                            x.network
-                                .iter()
-                                .map(|h| h.to_string())
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        )
-                    }
-                ),
-            };
+            let confinement = policy::servers::confinement(s, nix::unistd::geteuid().is_root());
             out.push(format!(
                 "mcp server {} (profile {profile}): {confinement}; {pinned} tool(s) pinned; {}; {sessions} session(s)",
                 s.name,
