@@ -4,6 +4,8 @@
 //! make a broker's net-helper use that DNS server, trust that CA and judge 127.0.0.2 public
 //! (test builds only). The server writes every request it gets to a log: how a test sees what
 //! reached it. A test that uses this declares `mod net` (net-helper/tests/common) beside it.
+//! [`Remote`] alone serves a test with a DNS server and CA of its own (the agents' tests: the
+//! net-helper takes one test "public" address, shared there with the model endpoint).
 
 #![allow(dead_code)]
 
@@ -17,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 /// The token the server wants (`Authorization: Bearer SECRET`).
 pub const SECRET: &str = "mcp-tok-9Vq2Lr7XbW4Zk";
 
-/// The FastMCP server on 127.0.0.2 with a certificate for tls.test and other.test.
+/// The FastMCP server with a certificate for tls.test and other.test.
 pub struct Remote {
     child: Child,
     pub port: u16,
@@ -25,7 +27,14 @@ pub struct Remote {
 }
 
 impl Remote {
-    pub fn start(dir: &Path, ca: &rcgen::Certificate, ca_key: &rcgen::KeyPair) -> Remote {
+    /// On loopback address `ip` (the one the net-helper is told to judge public), with a
+    /// certificate from `ca`.
+    pub fn start(
+        dir: &Path,
+        ip: std::net::Ipv4Addr,
+        ca: &rcgen::Certificate,
+        ca_key: &rcgen::KeyPair,
+    ) -> Remote {
         let key = rcgen::KeyPair::generate().unwrap();
         let cert = rcgen::CertificateParams::new(vec!["tls.test".into(), "other.test".into()])
             .unwrap()
@@ -40,7 +49,7 @@ impl Remote {
         std::fs::write(&key_file, key.serialize_pem()).unwrap();
         let mut child = Command::new(python(MCP1))
             .arg(source_dir().join("tests/mcp_servers/remote_server.py"))
-            .args(["127.0.0.2"])
+            .arg(ip.to_string())
             .args([&cert_file, &key_file, &log])
             .arg(SECRET)
             .stdout(Stdio::piped())
@@ -90,7 +99,7 @@ impl RemoteWorld {
         let (pki, ca, ca_key) = net::test_pki();
         let dns = net::DnsServer::start(net::standard_zone());
         let dir = tempfile::tempdir().unwrap();
-        let remote = Remote::start(dir.path(), &ca, &ca_key);
+        let remote = Remote::start(dir.path(), net::PUBLIC, &ca, &ca_key);
         RemoteWorld {
             remote,
             dns,
@@ -105,7 +114,7 @@ impl RemoteWorld {
             "--test-net-arg=--nameserver".into(),
             format!("--test-net-arg={}", self.dns.addr),
             "--test-net-arg=--test-public-addr".into(),
-            "--test-net-arg=127.0.0.2".into(),
+            format!("--test-net-arg={}", net::PUBLIC),
             "--test-net-arg=--test-extra-root".into(),
             format!("--test-net-arg={}", self.pki.ca_file.path().display()),
         ]
