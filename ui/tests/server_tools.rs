@@ -319,3 +319,27 @@ fn the_pane_draws_states_the_diff_and_a_hostile_description_inert() {
         assert!(screen.contains(want), "{want:?} missing:\n{screen}");
     }
 }
+
+#[test]
+fn a_narrow_terminal_stacks_the_list_over_the_definition() {
+    let mut f = F::opened(0);
+    let mut term = Terminal::new(TestBackend::new(80, 50)).unwrap();
+    let now = f.at(5_000);
+    term.draw(|fr| ui::view::draw(fr, &mut f.c, now, 0))
+        .unwrap();
+    let buf = term.backend().buffer().clone();
+    let rows: Vec<String> = (0..buf.area.height)
+        .map(|y| {
+            (0..buf.area.width)
+                .map(|x| buf[(x, y)].symbol().to_string())
+                .collect::<String>()
+        })
+        .collect();
+    let at = |want: &str| {
+        rows.iter()
+            .position(|r| r.contains(want))
+            .unwrap_or_else(|| panic!("{want:?} missing:\n{}", rows.join("\n")))
+    };
+    assert!(at("● send  held: new") < at("remote__echo  (server remote, profile default)"));
+    at("+   Echoes.\\x1b[2J\\x1b]0;pwned\\x07 \\u{202E}txet");
+}
