@@ -1,7 +1,7 @@
 """A remote MCP server for gatehouse's tests: the official Python SDK's FastMCP over
 Streamable HTTP (server-sent events), with TLS, on a loopback address.
 
-usage: remote_server.py HOST CERT KEY LOG TOKEN
+usage: remote_server.py HOST CERT KEY LOG TOKEN [--reword]
 
 It prints the port it listens on, then serves. Every request is written to LOG (one JSON object
 a line: method, Host header, Authorization header, session id) before anything else happens;
@@ -11,6 +11,10 @@ one without `Authorization: Bearer TOKEN` is answered 401. Its tools:
   send {to, body} counts a send (the effect a test counts) and says so
   sent_count {}   how many sends it took
   whoami {}       returns the Authorization header it got (gatehouse must scrub it)
+
+and with --reword one more, so that a test can make a definition change (the console's diff):
+
+  reword {description}  echo is described so from the next listing on
 """
 
 import json
@@ -22,6 +26,7 @@ from mcp.server.fastmcp import FastMCP
 from mcp.server.transport_security import TransportSecuritySettings
 
 HOST, CERT, KEY, LOG, TOKEN = sys.argv[1:6]
+REWORD = sys.argv[6:] == ["--reword"]
 
 mcp = FastMCP(
     "remote-test",
@@ -55,6 +60,14 @@ def sent_count() -> str:
 def whoami() -> str:
     """The credential this server was given."""
     return SEEN_AUTH.get("last", "none")
+
+
+if REWORD:
+    @mcp.tool()
+    def reword(description: str) -> str:
+        """Describes echo otherwise from the next listing on."""
+        mcp._tool_manager.get_tool("echo").description = description
+        return "echo reworded"
 
 
 inner = mcp.streamable_http_app()

@@ -19,6 +19,7 @@ pub mod inert;
 pub mod link;
 #[cfg(feature = "test-hooks")]
 pub mod probe;
+pub mod servers;
 pub mod state;
 pub mod theme;
 pub mod view;

@@ -8,8 +8,10 @@
 //! for its answer takes no second decision, and "always allow" needs a second press.
 
 use crate::card::choice_for;
+use crate::servers::{Listing, ToolsPane};
+use ipc_schema::servers::{ServerName, ServerToolName};
 use ipc_schema::status::{DoctorReport, LockdownReport};
-use ipc_schema::tool::ProposalId;
+use ipc_schema::tool::{ProfileName, ProposalId};
 use ipc_schema::ui::{
     AuditEntry, Choice, Decision, LedgerCall, Proposal, SessionSummary, UiEvent, UiReply, UiRequest,
 };
@@ -56,7 +58,7 @@ pub enum Tone {
 }
 
 /// What the console asked the broker, to make sense of the reply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Asked {
     Subscribe,
     Pending,
@@ -65,7 +67,24 @@ enum Asked {
     Doctor,
     Audit,
     Decide(ProposalId, Choice),
+    /// The policy document, for the servers it names (the held-tools pane).
+    ServersPolicy,
+    ServerTools(ProfileName, ServerName),
+    ApproveTools(ProfileName, ServerName, Vec<ServerToolName>),
 }
+
+/// What fills the console's main area.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum View {
+    /// Approval cards (and sessions, health beside them).
+    #[default]
+    Approvals,
+    /// Third-party MCP servers' tools: held ones, their diffs, approving them.
+    ServerTools,
+}
+
+/// The key that opens the held-tools pane (and, there, goes back).
+pub const SERVER_TOOLS_KEY: char = 'm';
 
 /// A decision the person made in this console, shown when the cards are gone.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,6 +140,8 @@ pub struct Console {
     outbox: Vec<Envelope>,
     bell: bool,
     last_poll: HashMap<&'static str, Instant>,
+    pub view: View,
+    pub tools: ToolsPane,
 }
 
 impl Console {
@@ -152,6 +173,8 @@ impl Console {
             outbox: Vec::new(),
             bell: false,
             last_poll: HashMap::new(),
+            view: View::Approvals,
+            tools: ToolsPane::default(),
         }
     }
 
@@ -169,8 +192,8 @@ impl Console {
         self.outbox.push(Envelope::new(id, body));
     }
 
-    fn outstanding(&self, what: Asked) -> bool {
-        self.asked.values().any(|a| *a == what)
+    fn outstanding(&self, what: &Asked) -> bool {
+        self.asked.values().any(|a| a == what)
     }
 
     /// The first requests: subscribe before listing, so no proposal falls between the two.
@@ -196,7 +219,7 @@ impl Console {
                 .last_poll
                 .get(name)
                 .is_none_or(|t| now.duration_since(*t) >= every);
-            if !due || self.outstanding(what) {
+            if !due || self.outstanding(&what) {
                 continue;
             }
             self.last_poll.insert(name, now);
@@ -362,6 +385,26 @@ impl Console {
                 }
             }
             Body::DoctorReport(r) => self.doctor = Some(r),
+            Body::UiReply(UiReply::Policy(v)) if asked == Some(Asked::ServersPolicy) => {
+                self.on_servers_policy(v.revision, &v.document, v.error);
+            }
+            Body::UiReply(UiReply::ServerTools(list)) => {
+                if let Some(Asked::ServerTools(p, s)) = asked {
+                    if let Some(i) = self.tools.index(&p, &s) {
+                        self.tools.set_listing(i, Listing::Tools(list), now);
+                    }
+                }
+            }
+            Body::UiReply(UiReply::ServerToolsApproved { count }) => {
+                if let Some(Asked::ApproveTools(p, s, names)) = asked {
+                    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+                    let text = format!(
+                        "{count} tool definition(s) of {s} approved and pinned: {}",
+                        names.join(", ")
+                    );
+                    self.approval_answered(&p, &s, text, Tone::Good);
+                }
+            }
             Body::UiReply(UiReply::Decided { proposal, choice }) => {
                 let p = self.remove_proposal(proposal, now);
                 let (tool, target) = match (self.sent.remove(&proposal), p) {
@@ -396,6 +439,28 @@ impl Console {
                         }
                         self.sent.remove(&p);
                         format!("{} on proposal {p} was refused", c.as_str())
+                    }
+                    Some(Asked::ServersPolicy) => {
+                        self.tools.policy = Some(Err(e.message.clone()));
+                        "reading the policy for its servers failed".into()
+                    }
+                    Some(Asked::ServerTools(p, s)) => {
+                        if let Some(i) = self.tools.index(&p, &s) {
+                            self.tools
+                                .set_listing(i, Listing::Failed(e.message.clone()), now);
+                        }
+                        format!("listing the tools of {s} (profile {p}) failed")
+                    }
+                    Some(Asked::ApproveTools(p, s, names)) => {
+                        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+                        let text = format!(
+                            "REFUSED: approving {} of {s} was refused: {}. Nothing was approved; the server's tools are listed again: look at them again",
+                            names.join(", "),
+                            e.message
+                        );
+                        // Said whole, in the status line and under the server.
+                        self.approval_answered(&p, &s, text, Tone::Bad);
+                        return;
                     }
                     Some(a) => format!("{a:?} failed"),
                     None => "the broker reported an error".into(),
@@ -433,7 +498,12 @@ impl Console {
     /// A key press.
     pub fn on_key(&mut self, key: Key, now: Instant) {
         let quit_armed = std::mem::take(&mut self.quit_armed);
+        if self.view == View::ServerTools && !matches!(key, Key::Char('q') | Key::CtrlC) {
+            self.on_tools_key(key, now);
+            return;
+        }
         match key {
+            Key::Char(SERVER_TOOLS_KEY) => self.open_tools(),
             Key::Char('q') | Key::CtrlC => {
                 let waiting = self.proposals.len();
                 if waiting == 0 || quit_armed || self.disconnected.is_some() {
@@ -478,6 +548,207 @@ impl Console {
                 }
             }
         }
+    }
+
+    /// Opens the held-tools pane and asks the broker for the servers of the policy in force.
+    fn open_tools(&mut self) {
+        self.view = View::ServerTools;
+        self.refresh_tools();
+    }
+
+    /// Reads the policy again; its reply asks every server it names for its tools.
+    fn refresh_tools(&mut self) {
+        if self.disconnected.is_some() {
+            self.say("not connected to the broker", Tone::Bad);
+            return;
+        }
+        for e in &mut self.tools.entries {
+            e.notice = None;
+        }
+        if !self.outstanding(&Asked::ServersPolicy) {
+            self.ask(Asked::ServersPolicy, UiRequest::PolicyShow);
+        }
+    }
+
+    fn on_servers_policy(&mut self, revision: u64, document: &str, error: Option<String>) {
+        if let Some(e) = error {
+            self.tools.policy = Some(Err(format!(
+                "the policy file does not apply ({e}); every call is refused meanwhile"
+            )));
+            return;
+        }
+        if let Err(e) = self.tools.set_policy(revision, document) {
+            self.tools.policy = Some(Err(e));
+            return;
+        }
+        let servers: Vec<(ProfileName, ServerName)> = self
+            .tools
+            .entries
+            .iter()
+            .map(|e| (e.profile.clone(), e.server.clone()))
+            .collect();
+        for (profile, server) in servers {
+            let what = Asked::ServerTools(profile.clone(), server.clone());
+            if !self.outstanding(&what) {
+                self.ask(what, UiRequest::ServerTools { profile, server });
+            }
+        }
+    }
+
+    /// The broker answered an approval: say how, and list that server again (after a refusal
+    /// the fresh listing is what the human must look at).
+    fn approval_answered(&mut self, p: &ProfileName, s: &ServerName, text: String, tone: Tone) {
+        self.say(text.clone(), tone);
+        if let Some(i) = self.tools.index(p, s) {
+            if self.tools.approving == Some(i) {
+                self.tools.approving = None;
+            }
+            self.tools.entries[i].notice = Some((text, tone));
+        }
+        let what = Asked::ServerTools(p.clone(), s.clone());
+        if !self.outstanding(&what) && self.disconnected.is_none() {
+            self.ask(
+                what,
+                UiRequest::ServerTools {
+                    profile: p.clone(),
+                    server: s.clone(),
+                },
+            );
+        }
+    }
+
+    fn on_tools_key(&mut self, key: Key, now: Instant) {
+        match key {
+            Key::Esc => {
+                if self.tools.confirm_all.take().is_some() {
+                    self.say("nothing was approved", Tone::Info);
+                } else {
+                    self.view = View::Approvals;
+                }
+            }
+            Key::Char(SERVER_TOOLS_KEY) => self.view = View::Approvals,
+            Key::Char('r') => self.refresh_tools(),
+            Key::Tab | Key::Char('n') => self.tools.step(1, now),
+            Key::BackTab | Key::Char('p') => self.tools.step(-1, now),
+            Key::Up | Key::Char('k') => self.tools.scroll_by(-1),
+            Key::Down | Key::Char('j') => self.tools.scroll_by(1),
+            Key::PageUp => self
+                .tools
+                .scroll_by(-(self.tools.viewport.max(2) as i32 - 1)),
+            Key::PageDown | Key::Char(' ') => {
+                self.tools.scroll_by(self.tools.viewport.max(2) as i32 - 1)
+            }
+            Key::Home | Key::Char('g') => self.tools.scroll = 0,
+            Key::End | Key::Char('G') => self.tools.scroll_by(i32::from(u16::MAX)),
+            Key::Char('a') => self.approve_tool(now),
+            Key::Char('A') => self.approve_all(now),
+            Key::Enter => self.say(
+                "Enter approves nothing: press a (this tool) or A (all held tools of its server)",
+                Tone::Info,
+            ),
+            _ => {}
+        }
+    }
+
+    /// Checks common to both approvals; the selected server's index when one may be sent.
+    fn may_approve(&mut self) -> Option<usize> {
+        if self.disconnected.is_some() {
+            self.say(
+                "not connected to the broker: nothing can be approved here",
+                Tone::Bad,
+            );
+            return None;
+        }
+        let Some((i, _, _)) = self.tools.selected() else {
+            self.say("no tool is selected", Tone::Info);
+            return None;
+        };
+        if self.tools.approving == Some(i) {
+            self.say("an approval for this server is on its way", Tone::Info);
+            return None;
+        }
+        Some(i)
+    }
+
+    fn send_approval(&mut self, i: usize, tools: Vec<(ServerToolName, [u8; 32])>) {
+        let e = &self.tools.entries[i];
+        let (profile, server) = (e.profile.clone(), e.server.clone());
+        let names: Vec<ServerToolName> = tools.iter().map(|(n, _)| n.clone()).collect();
+        self.tools.approving = Some(i);
+        self.tools.confirm_all = None;
+        self.say(
+            format!(
+                "approving {} of {server}…",
+                names
+                    .iter()
+                    .map(|n| n.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Tone::Info,
+        );
+        self.ask(
+            Asked::ApproveTools(profile.clone(), server.clone(), names),
+            UiRequest::ApproveServerTools {
+                profile,
+                server,
+                tools,
+            },
+        );
+    }
+
+    /// `a`: approve the selected tool's definition, bound to the digest on screen.
+    fn approve_tool(&mut self, now: Instant) {
+        let Some(i) = self.may_approve() else {
+            return;
+        };
+        let Some((_, _, t)) = self.tools.selected() else {
+            return;
+        };
+        let (name, digest, held) = (t.def.name.clone(), t.digest, t.held.is_some());
+        if !held {
+            self.say(
+                format!("{name} is pinned as listed: it is offered already"),
+                Tone::Info,
+            );
+            return;
+        }
+        if !self.tools.armed(now) {
+            self.say(
+                "this definition has only just appeared: read it, then press the key again",
+                Tone::Warn,
+            );
+            return;
+        }
+        self.send_approval(i, vec![(name, digest)]);
+    }
+
+    /// `A`: approve every held tool of the selected tool's server as listed; a second press
+    /// confirms (the others' definitions may not have been looked at).
+    fn approve_all(&mut self, now: Instant) {
+        let Some(i) = self.may_approve() else {
+            return;
+        };
+        let held = self.tools.held_of(i);
+        if held.is_empty() {
+            self.say(
+                format!("{} has no held tools", self.tools.entries[i].server),
+                Tone::Info,
+            );
+            return;
+        }
+        if !self.tools.armed_all(i, now) {
+            self.say(
+                "this listing has only just appeared: read it, then press the key again",
+                Tone::Warn,
+            );
+            return;
+        }
+        if self.tools.confirm_all != Some(i) {
+            self.tools.confirm_all = Some(i);
+            return;
+        }
+        self.send_approval(i, held);
     }
 
     fn step(&mut self, by: isize, now: Instant) {

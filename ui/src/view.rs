@@ -4,7 +4,8 @@
 
 use crate::card;
 use crate::inert::escaped;
-use crate::state::{Console, Tone};
+use crate::servers::{self, Listing};
+use crate::state::{Console, Tone, View, SERVER_TOOLS_KEY};
 use crate::theme;
 use crate::wrap::{inert_runs, wrap};
 use ipc_schema::status::{LandlockStatus, LockdownReport, ProcessReport, ProcessState};
@@ -93,7 +94,9 @@ pub fn draw(f: &mut Frame<'_>, c: &mut Console, now: Instant, now_unix_ms: u64) 
         ])
         .split(area);
     title_bar(f, rows[0], c);
-    if area.width >= 110 {
+    if c.view == View::ServerTools {
+        tools_view(f, rows[1], c, now);
+    } else if area.width >= 110 {
         let cols = Layout::default()
             .direction(Direction::Horizontal)
             .constraints([Constraint::Percentage(36), Constraint::Percentage(64)])
@@ -162,8 +165,12 @@ fn status_line(f: &mut Frame<'_>, area: Rect, c: &Console) {
             fit(&escaped(text), area.width as usize),
             tone_style(*tone),
         )),
+        None if c.view == View::ServerTools => Line::from(Span::styled(
+            format!(" Tab/n next tool · p previous · j/k ↑↓ PgUp PgDn scroll · a approve · A approve all held · r list again · Esc/{SERVER_TOOLS_KEY} back · q quit"),
+            theme::dim(),
+        )),
         None => Line::from(Span::styled(
-            " Tab/n next card · p previous · j/k ↑↓ PgUp PgDn scroll · q quit",
+            format!(" Tab/n next card · p previous · j/k ↑↓ PgUp PgDn scroll · {SERVER_TOOLS_KEY} server tools · q quit"),
             theme::dim(),
         )),
     };
@@ -514,4 +521,190 @@ fn audit_pane(f: &mut Frame<'_>, area: Rect, c: &Console) {
         .map(|e| audit_line(e, width))
         .collect();
     f.render_widget(Paragraph::new(lines).block(block("Audit log (live)")), area);
+}
+
+/// The held-tools pane: the servers and their tools on one side, the selected tool's definition
+/// (and diff) with its keys on the other.
+fn tools_view(f: &mut Frame<'_>, area: Rect, c: &mut Console, now: Instant) {
+    let parts = if area.width >= 110 {
+        Layout::default()
+            .direction(Direction::Horizontal)
+            .constraints([Constraint::Percentage(36), Constraint::Percentage(64)])
+            .split(area)
+    } else {
+        Layout::default()
+            .direction(Direction::Vertical)
+            .constraints([Constraint::Percentage(35), Constraint::Percentage(65)])
+            .split(area)
+    };
+    tools_list(f, parts[0], c);
+    tools_detail(f, parts[1], c, now);
+}
+
+fn tools_list(f: &mut Frame<'_>, area: Rect, c: &Console) {
+    let width = area.width.saturating_sub(2) as usize;
+    let pane = &c.tools;
+    let mut lines: Vec<Line<'static>> = Vec::new();
+    let mut selected_line = None;
+    let sel = pane.selected().map(|(i, _, t)| (i, t.def.name.clone()));
+    match &pane.policy {
+        None => lines.push(Line::from(Span::styled(
+            "asking the broker for the policy…",
+            theme::dim(),
+        ))),
+        Some(Err(e)) => lines.extend(wrap(
+            &inert_runs(e, theme::error(), theme::escape()),
+            width,
+            vec![Span::styled("✕ ", theme::error())],
+            vec![Span::raw("  ")],
+        )),
+        Some(Ok(_)) if pane.entries.is_empty() => lines.push(Line::from(Span::styled(
+            "The policy in force names no third-party MCP servers (gatehouse mcp-server add).",
+            theme::dim(),
+        ))),
+        Some(Ok(_)) => {}
+    }
+    for (i, e) in pane.entries.iter().enumerate() {
+        lines.push(Line::from(Span::styled(
+            format!("{} (profile {})", e.server, e.profile),
+            theme::label(),
+        )));
+        lines.extend(wrap(
+            &inert_runs(&e.reach, theme::dim(), theme::escape()),
+            width,
+            vec![Span::raw("  ")],
+            vec![Span::raw("    ")],
+        ));
+        match &e.listing {
+            Listing::Asking => lines.push(Line::from(Span::styled(
+                "  asking the server for its tools…",
+                theme::dim(),
+            ))),
+            Listing::Failed(why) => lines.extend(wrap(
+                &inert_runs(why, theme::error(), theme::escape()),
+                width,
+                vec![Span::styled("  ✕ ", theme::error())],
+                vec![Span::raw("    ")],
+            )),
+            Listing::Tools(v) if v.is_empty() => {
+                lines.push(Line::from(Span::styled("  lists no tools", theme::dim())))
+            }
+            Listing::Tools(v) => {
+                for t in v {
+                    let is_sel = sel.as_ref() == Some(&(i, t.def.name.clone()));
+                    if is_sel {
+                        selected_line = Some(lines.len());
+                    }
+                    lines.push(servers::list_row(
+                        &t.def.name,
+                        &servers::ToolState::of(t),
+                        is_sel,
+                    ));
+                }
+            }
+        }
+        if let Some((text, tone)) = &e.notice {
+            lines.extend(wrap(
+                &inert_runs(text, tone_style(*tone), theme::escape()),
+                width,
+                vec![Span::raw("  ")],
+                vec![Span::raw("    ")],
+            ));
+        }
+    }
+    // Keep the selected row in view.
+    let inner_h = area.height.saturating_sub(2) as usize;
+    let skip = match selected_line {
+        Some(l) if l >= inner_h => l + 1 - inner_h,
+        _ => 0,
+    };
+    let lines: Vec<Line<'static>> = lines.into_iter().skip(skip).collect();
+    let held = pane.held_count();
+    let title = format!(
+        "Third-party server tools: {held} held{}",
+        if c.proposals.is_empty() {
+            String::new()
+        } else {
+            format!(" · {} proposal(s) waiting: Esc", c.proposals.len())
+        }
+    );
+    let b = block(&title).border_style(if held > 0 {
+        theme::warn()
+    } else {
+        theme::dim()
+    });
+    f.render_widget(Paragraph::new(lines).block(b), area);
+}
+
+fn tools_detail(f: &mut Frame<'_>, area: Rect, c: &mut Console, now: Instant) {
+    let outer = Block::default()
+        .borders(Borders::ALL)
+        .border_style(theme::focus_border())
+        .title(Span::styled(" Tool definition ", theme::title()));
+    let inner = outer.inner(area);
+    f.render_widget(outer, area);
+    if inner.width == 0 || inner.height == 0 {
+        return;
+    }
+    let pane = &c.tools;
+    let keys = servers::keys(pane, now);
+    let body = match pane.selected() {
+        Some((_, e, t)) => servers::detail(&e.profile, &e.server, t, inner.width),
+        None => vec![Line::from(Span::styled(
+            "No tool selected. A tool a server lists that you have not approved, or that it now describes otherwise, is held: not offered to agents, its calls refused, until you approve the definition here.",
+            theme::dim(),
+        ))],
+    };
+    let keys_h = (keys.len() as u16 + 1).min(inner.height.saturating_sub(1));
+    let body_h = inner.height - keys_h;
+    let pane = &mut c.tools;
+    pane.viewport = body_h;
+    pane.body_lines = body.len() as u16;
+    pane.scroll = pane.scroll.min(pane.body_lines.saturating_sub(body_h));
+    let visible: Vec<Line<'static>> = body
+        .into_iter()
+        .skip(pane.scroll as usize)
+        .take(body_h as usize)
+        .collect();
+    let wrap_body = pane.selected().is_none();
+    let mut para = Paragraph::new(visible);
+    if wrap_body {
+        para = para.wrap(ratatui::widgets::Wrap { trim: false });
+    }
+    f.render_widget(
+        para,
+        Rect {
+            height: body_h,
+            ..inner
+        },
+    );
+    let total = pane.body_lines;
+    let last = (pane.scroll + body_h).min(total);
+    let scroll_text = if total <= body_h {
+        String::new()
+    } else if total > last {
+        format!(" ↓ {} more lines (j, PgDn) ", total - last)
+    } else {
+        " end of definition ".to_string()
+    };
+    let rule_w = (inner.width as usize).saturating_sub(scroll_text.width());
+    f.render_widget(
+        Paragraph::new(Line::from(vec![
+            Span::styled("─".repeat(rule_w), theme::dim()),
+            Span::styled(scroll_text, theme::warn()),
+        ])),
+        Rect {
+            y: inner.y + body_h,
+            height: 1,
+            ..inner
+        },
+    );
+    f.render_widget(
+        Paragraph::new(keys).wrap(ratatui::widgets::Wrap { trim: false }),
+        Rect {
+            y: inner.y + body_h + 1,
+            height: keys_h.saturating_sub(1),
+            ..inner
+        },
+    );
 }

@@ -99,7 +99,7 @@ pub struct Servers {
     next_conn: Cell<u64>,
     pins: RefCell<Option<HashMap<PinKey, Pin>>>,
     /// What each server of each profile last listed (for the console and the CLI).
-    seen: RefCell<HashMap<(ProfileName, ServerName), Vec<ToolDef>>>,
+    seen: RefCell<HashMap<(ProfileName, ServerName), (Instant, Vec<ToolDef>)>>,
 }
 
 fn slot(ctx: &Ctx, role: Role) -> Result<std::sync::Arc<HelperSlot>, String> {
@@ -197,10 +197,13 @@ async fn live_tools(
         l.listed = Instant::now();
     }
     let tools = l.tools.clone();
-    ctx.servers
-        .seen
-        .borrow_mut()
-        .insert((profile.clone(), s.name.clone()), tools.clone());
+    // What the console and the CLI approve against: the newest listing of any session, never
+    // an older one a session kept (an approval must match what the server says now).
+    let mut seen = ctx.servers.seen.borrow_mut();
+    let key = (profile.clone(), s.name.clone());
+    if seen.get(&key).is_none_or(|(at, _)| *at <= l.listed) {
+        seen.insert(key, (l.listed, tools.clone()));
+    }
     Ok(tools)
 }
 
@@ -773,7 +776,7 @@ pub async fn approve(
         .seen
         .borrow()
         .get(&(profile.clone(), server.clone()))
-        .cloned()
+        .map(|(_, tools)| tools.clone())
         .ok_or_else(|| {
             format!("the server {server} of profile {profile} has not listed its tools yet")
         })?;
@@ -859,12 +862,14 @@ pub fn doctor_lines(ctx: &Ctx) -> Vec<String> {
                     .filter(|(pr, sv, _)| pr == profile && *sv == s.name)
                     .count()
             });
-            let held = seen.get(&(profile.clone(), s.name.clone())).map(|tools| {
-                tools
-                    .iter()
-                    .filter(|d| held_why(ctx, profile, &s.name, d).is_some())
-                    .count()
-            });
+            let held = seen
+                .get(&(profile.clone(), s.name.clone()))
+                .map(|(_, tools)| {
+                    tools
+                        .iter()
+                        .filter(|d| held_why(ctx, profile, &s.name, d).is_some())
+                        .count()
+                });
             let sessions = slots.keys().filter(|(_, n)| *n == s.name).count();
             let confinement = policy::servers::confinement(s, nix::unistd::geteuid().is_root());
             out.push(format!(

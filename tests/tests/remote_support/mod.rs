@@ -35,6 +35,18 @@ impl Remote {
         ca: &rcgen::Certificate,
         ca_key: &rcgen::KeyPair,
     ) -> Remote {
+        Remote::start_with(dir, ip, ca, ca_key, &[])
+    }
+
+    /// With the server's optional switches (`--reword`: a `reword` tool that changes how the
+    /// server describes `echo`).
+    pub fn start_with(
+        dir: &Path,
+        ip: std::net::Ipv4Addr,
+        ca: &rcgen::Certificate,
+        ca_key: &rcgen::KeyPair,
+        extra: &[&str],
+    ) -> Remote {
         let key = rcgen::KeyPair::generate().unwrap();
         let cert = rcgen::CertificateParams::new(vec!["tls.test".into(), "other.test".into()])
             .unwrap()
@@ -52,6 +64,7 @@ impl Remote {
             .arg(ip.to_string())
             .args([&cert_file, &key_file, &log])
             .arg(SECRET)
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(dir.join("remote.err")).unwrap())
             .spawn()
@@ -96,10 +109,15 @@ pub struct RemoteWorld {
 
 impl RemoteWorld {
     pub fn start() -> RemoteWorld {
+        RemoteWorld::start_with(&[])
+    }
+
+    /// With the server's optional switches ([`Remote::start_with`]).
+    pub fn start_with(extra: &[&str]) -> RemoteWorld {
         let (pki, ca, ca_key) = net::test_pki();
         let dns = net::DnsServer::start(net::standard_zone());
         let dir = tempfile::tempdir().unwrap();
-        let remote = Remote::start(dir.path(), net::PUBLIC, &ca, &ca_key);
+        let remote = Remote::start_with(dir.path(), net::PUBLIC, &ca, &ca_key, extra);
         RemoteWorld {
             remote,
             dns,
