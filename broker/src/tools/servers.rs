@@ -92,6 +92,8 @@ struct Slot {
 
 type Key = (SessionId, ServerName);
 type PinKey = (ProfileName, ServerName, ServerToolName);
+/// A server's tools, and when they were listed.
+type Listing = (Instant, Vec<ToolDef>);
 
 #[derive(Default)]
 pub struct Servers {
@@ -99,7 +101,7 @@ pub struct Servers {
     next_conn: Cell<u64>,
     pins: RefCell<Option<HashMap<PinKey, Pin>>>,
     /// What each server of each profile last listed (for the console and the CLI).
-    seen: RefCell<HashMap<(ProfileName, ServerName), (Instant, Vec<ToolDef>)>>,
+    seen: RefCell<HashMap<(ProfileName, ServerName), Listing>>,
 }
 
 fn slot(ctx: &Ctx, role: Role) -> Result<std::sync::Arc<HelperSlot>, String> {
