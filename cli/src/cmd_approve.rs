@@ -41,11 +41,12 @@ fn parse_choice(s: &str) -> Option<Choice> {
 fn render(p: &Proposal) -> String {
     let now = audit_store::now_ms() as u64;
     let mut s = format!(
-        "proposal {} [{}] {} on {}\n  effect:    {}\n  rule:      {}\n  arguments: {}\n",
+        "proposal {} [{}] {} on {}\n  mode:      {}\n  effect:    {}\n  rule:      {}\n  arguments: {}\n",
         p.id.0,
         escaped(&p.session.0),
         p.tool,
         escaped(&p.target),
+        p.mode,
         escaped(&p.effect),
         escaped(&p.rule),
         escaped(&p.arguments),
@@ -244,13 +245,15 @@ mod tests {
                 matches_not_listed: 0,
                 sources_forgotten: 0,
             },
+            mode: ipc_schema::mode::SessionMode::Ask,
         };
         let out = render(&p);
         assert!(!out.contains(['\x1b', '\x07', '\r', '\u{202E}']), "{out}");
         let lines: Vec<&str> = out.lines().collect();
-        // header, effect, rule, arguments, outside text (title + one match), diff (title + 5
-        // lines), digest, expiry.
-        assert_eq!(lines.len(), 14, "{out}");
+        // header, mode, effect, rule, arguments, outside text (title + one match), diff (title
+        // + 5 lines), digest, expiry.
+        assert_eq!(lines.len(), 15, "{out}");
+        assert_eq!(lines[1], "  mode:      ask", "{out}");
         assert_eq!(
             lines.iter().filter(|l| l.starts_with("  rule:")).count(),
             1,

@@ -165,6 +165,7 @@ mod tests {
             target: Some(hostile.into()),
             outcome: "refused".into(),
             detail: format!("because\r\n{hostile}"),
+            mode: None,
         };
         let line = row_line(&r);
         assert!(line.ends_with('\n'));

@@ -224,6 +224,7 @@ pub fn body(p: &Proposal, width: u16) -> Vec<Line<'static>> {
     head.extend(inert_runs(&p.session.0, theme::dim(), theme::escape()));
     out.extend(wrap(&head, width, Vec::new(), cont_spans(2)));
     field(&mut out, "Target", &p.target, theme::title(), width);
+    field(&mut out, "Mode", p.mode.as_str(), Style::new(), width);
     field(&mut out, "Effect", &p.effect, Style::new(), width);
     field(&mut out, "Rule", &p.rule, Style::new(), width);
     outside_section(&mut out, &p.outside_text, width);
@@ -377,6 +378,7 @@ mod tests {
             created_unix_ms: 0,
             expires_unix_ms: 0,
             outside_text: Default::default(),
+            mode: ipc_schema::mode::SessionMode::Ask,
         };
         let lines: Vec<String> = body(&p, 24).iter().map(line_text).collect();
         let head: String = lines
