@@ -230,7 +230,15 @@ mod tests {
         let mut old = Vec::new();
         old.extend_from_slice(&1i64.to_le_bytes());
         old.extend_from_slice(&5i64.to_le_bytes());
-        for s in ["tool_call", "s", "gateway", "write_file", "/p/a", "allow", "x"] {
+        for s in [
+            "tool_call",
+            "s",
+            "gateway",
+            "write_file",
+            "/p/a",
+            "allow",
+            "x",
+        ] {
             old.extend_from_slice(&(s.len() as u32).to_le_bytes());
             old.extend_from_slice(s.as_bytes());
         }

@@ -477,6 +477,169 @@ impl<S: Seal> Chain<S> {
 mod migrate_tests {
     use super::*;
 
+    fn temp_db(name: &str) -> (PathBuf, PathBuf) {
+        // (No tempfile: bench compiles this module in without that dev-dependency.)
+        let dir = std::env::temp_dir().join(format!(
+            "gh-{name}-{}-{}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let db = dir.join("old.db");
+        (dir, db)
+    }
+
+    /// A log written before session modes (no `mode` column; rows hashed without one) still
+    /// verifies, before and after the column is added; rows written after it carry their
+    /// session's mode (named or stamped) under the hash, and changing or clearing it is found.
+    #[test]
+    fn a_log_from_before_modes_verifies_and_new_rows_hash_their_mode() {
+        use ipc_schema::mode::SessionMode;
+        let (dir, path) = temp_db("modes");
+        let key = Sealer::new(b"k");
+        {
+            let old = Connection::open(&path).unwrap();
+            old.execute_batch(&SCHEMA.replace(",\n    mode TEXT\n", "\n"))
+                .unwrap();
+            assert!(!has_column(&old, "audit", "mode").unwrap());
+            let instance = instance_id(&old).unwrap();
+            let mut prev = GENESIS;
+            for seq in 1..=2i64 {
+                let f = RowFields {
+                    seq,
+                    ts_ms: 10 + seq,
+                    kind: "session",
+                    session: Some("s"),
+                    actor: "gateway",
+                    tool: None,
+                    target: None,
+                    outcome: "opened",
+                    detail: "before modes",
+                    degraded: false,
+                    mode: None,
+                };
+                let hash = chain::row_hash(&prev, &f);
+                old.execute(
+                    "INSERT INTO audit (seq, ts_ms, kind, session, actor, tool, target, outcome, \
+                     detail, degraded, prev_hash, hash, mac) VALUES (?1,?2,'session','s','gateway',\
+                     NULL,NULL,'opened','before modes',0,?3,?4,?5)",
+                    params![
+                        seq,
+                        10 + seq,
+                        &prev[..],
+                        &hash[..],
+                        &key.row_mac(seq, &hash)[..]
+                    ],
+                )
+                .unwrap();
+                prev = hash;
+            }
+            old.execute(
+                "INSERT INTO audit_head (id, count, head, mac) VALUES (1, 2, ?1, ?2)",
+                params![&prev[..], &key.head_mac(&instance, 2, &prev)[..]],
+            )
+            .unwrap();
+        }
+        let check = |want: &str| {
+            let ro = open_ro(&path).unwrap();
+            assert_eq!(verify::verify(&ro, Some(&key), None).unwrap().line(), want);
+        };
+        check("2 entries, chain intact");
+
+        let conn = open_rw(&path).unwrap();
+        assert!(has_column(&conn, "audit", "mode").unwrap());
+        check("2 entries, chain intact");
+        let instance = instance_id(&conn).unwrap();
+        let mut chain = Chain::load(&conn, key.clone(), instance, false).unwrap();
+        let tx = conn.unchecked_transaction().unwrap();
+        chain
+            .append(
+                &tx,
+                &AuditEvent::new(chain::AuditKind::Session, "ui", "mode changed")
+                    .session("s")
+                    .mode(SessionMode::FullAccess),
+                20,
+            )
+            .unwrap();
+        chain
+            .append(
+                &tx,
+                &AuditEvent::new(chain::AuditKind::ToolCall, "gateway", "ask").session("s"),
+                21,
+            )
+            .unwrap();
+        chain
+            .append(
+                &tx,
+                &AuditEvent::new(chain::AuditKind::Broker, "broker", "x"),
+                22,
+            )
+            .unwrap();
+        chain.seal(&tx).unwrap();
+        tx.commit().unwrap();
+        let modes: Vec<Option<String>> = conn
+            .prepare("SELECT mode FROM audit ORDER BY seq")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            modes,
+            [
+                None,
+                None,
+                Some("full-access".into()),
+                Some("full-access".into()),
+                None
+            ],
+            "a row of the session that names no mode is stamped with the one its rows named"
+        );
+        check("5 entries, chain intact");
+        let tail = audit::rows_after(&conn, 0, 10).unwrap();
+        assert_eq!(tail[3].mode, Some(SessionMode::FullAccess));
+        assert_eq!(tail[0].mode, None);
+
+        conn.execute_batch("DROP TRIGGER audit_no_update").unwrap();
+        conn.execute("UPDATE audit SET mode = 'ask' WHERE seq = 4", [])
+            .unwrap();
+        check("the audit log is broken at entry 4: its contents do not match its hash (modified)");
+        conn.execute("UPDATE audit SET mode = NULL WHERE seq = 4", [])
+            .unwrap();
+        check("the audit log is broken at entry 4: its contents do not match its hash (modified)");
+        conn.execute("UPDATE audit SET mode = 'full-access' WHERE seq = 4", [])
+            .unwrap();
+        check("5 entries, chain intact");
+        drop(conn);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_rolled_back_row_takes_its_mode_back() {
+        use ipc_schema::mode::SessionMode;
+        let (dir, path) = temp_db("modes-rollback");
+        let conn = open_rw(&path).unwrap();
+        let instance = instance_id(&conn).unwrap();
+        let mut chain = Chain::load(&conn, Sealer::new(b"k"), instance, false).unwrap();
+        let ev = |m: Option<SessionMode>| {
+            let e = AuditEvent::new(chain::AuditKind::Session, "ui", "x").session("s");
+            match m {
+                Some(m) => e.mode(m),
+                None => e,
+            }
+        };
+        chain.append(&conn, &ev(Some(SessionMode::Ask)), 1).unwrap();
+        let mark = chain.mark();
+        chain
+            .append(&conn, &ev(Some(SessionMode::Unattended)), 2)
+            .unwrap();
+        chain.rollback_to(mark);
+        chain.append(&conn, &ev(None), 3).unwrap();
+        assert_eq!(chain.staged[1].event.mode, Some(SessionMode::Ask));
+        drop(conn);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn a_remembered_table_from_before_profiles_gets_its_profile_column() {
         // (No tempfile: bench compiles this module in without that dev-dependency.)

@@ -258,8 +258,14 @@ mod tests {
         let mut other = draft();
         other.session = SessionId("t".into());
         let (p2, rx2) = a.propose(other, 1000, 5000);
-        assert_eq!(a.answer_by_mode(&SessionId("s".into()), SessionMode::Unattended), 1);
-        assert_eq!(*rx1.borrow(), Some(Outcome::ByMode(SessionMode::Unattended)));
+        assert_eq!(
+            a.answer_by_mode(&SessionId("s".into()), SessionMode::Unattended),
+            1
+        );
+        assert_eq!(
+            *rx1.borrow(),
+            Some(Outcome::ByMode(SessionMode::Unattended))
+        );
         assert_eq!(*rx2.borrow(), None, "another session's card still waits");
         let late = Decision {
             proposal: p1.id,

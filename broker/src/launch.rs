@@ -474,7 +474,8 @@ impl Run {
         if !policy::launch::same_secret(t.0.as_bytes(), self.token.as_bytes()) {
             return Err("gatehouse run: that is not this run's token".into());
         }
-        let (session, token) = open_session(ctx, &self.profile, self.mode, &self.passed_env).await?;
+        let (session, token) =
+            open_session(ctx, &self.profile, self.mode, &self.passed_env).await?;
         self.sessions.borrow_mut().push(session);
         *t = token;
         Ok(())
@@ -497,10 +498,17 @@ async fn open_session(
             passed_env.join(", ")
         ));
     }
-    crate::sessions::create(&ctx.gate, profile, mode, ACTOR, "launch token issued", detail)
-        .await
-        .map(|(id, token, _)| (id, token))
-        .map_err(|(_, why)| format!("gatehouse run: {why}"))
+    crate::sessions::create(
+        &ctx.gate,
+        profile,
+        mode,
+        ACTOR,
+        "launch token issued",
+        detail,
+    )
+    .await
+    .map(|(id, token, _)| (id, token))
+    .map_err(|(_, why)| format!("gatehouse run: {why}"))
 }
 
 /// One connection through an egress proxy ended: its audit row (under the agent's first

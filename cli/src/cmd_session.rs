@@ -83,7 +83,10 @@ pub fn run(g: &Global, cmd: SessionCmd) -> ExitCode {
                 }
                 Ok(Body::Error(e)) => {
                     if g.json {
-                        println!("{}", serde_json::json!({"session": id, "refused": e.message}));
+                        println!(
+                            "{}",
+                            serde_json::json!({"session": id, "refused": e.message})
+                        );
                     }
                     eprintln!("gatehouse: {}", e.message);
                     ExitCode::from(EXIT_FAILURE)

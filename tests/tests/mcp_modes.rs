@@ -19,7 +19,9 @@ use std::process::Command;
 /// The default profile in `mode` (none: the `mode` key left out): write_file asks, writes to
 /// deny-* are denied by a rule, reads are allowed.
 fn policy(mode: Option<&str>) -> String {
-    let mode = mode.map(|m| format!("mode = \"{m}\"\n")).unwrap_or_default();
+    let mode = mode
+        .map(|m| format!("mode = \"{m}\"\n"))
+        .unwrap_or_default();
     format!(
         r#"{mode}[tools]
 read_file = "allow"
@@ -72,7 +74,11 @@ fn rows_of(b: &Broker, sid: &str) -> Vec<AuditEntry> {
 fn verify(b: &Broker) {
     let out = b.cli(&["verify-audit"]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(text.contains("chain intact"), "{text}");
 }
 
@@ -90,11 +96,20 @@ fn ask_mode_waits_for_the_card_which_names_the_mode() {
     let b = inst.broker(&[]);
     let s = run_script(&inst, MCP1, "ask");
     let sid = s["session"].as_str().unwrap();
-    assert_eq!(std::fs::read_to_string(inst.file("ask-a.txt")).unwrap(), "a\n");
+    assert_eq!(
+        std::fs::read_to_string(inst.file("ask-a.txt")).unwrap(),
+        "a\n"
+    );
     let rows = rows_of(&b, sid);
     all_rows_in(&rows, SessionMode::Ask);
-    assert!(rows.iter().any(|r| r.kind == AuditKind::Proposal), "{rows:?}");
-    assert!(!rows.iter().any(|r| r.outcome == "allowed by mode"), "{rows:?}");
+    assert!(
+        rows.iter().any(|r| r.kind == AuditKind::Proposal),
+        "{rows:?}"
+    );
+    assert!(
+        !rows.iter().any(|r| r.outcome == "allowed by mode"),
+        "{rows:?}"
+    );
     verify(&b);
 }
 
@@ -109,23 +124,34 @@ fn full_access_runs_what_asks_without_a_card_and_deny_protected_and_ledger_still
     assert!(!inst.file(".git/config").exists());
     let rows = rows_of(&b, sid);
     all_rows_in(&rows, SessionMode::FullAccess);
-    assert!(!rows.iter().any(|r| r.kind == AuditKind::Proposal), "no card: {rows:?}");
+    assert!(
+        !rows.iter().any(|r| r.kind == AuditKind::Proposal),
+        "no card: {rows:?}"
+    );
     let by_mode: Vec<_> = rows
         .iter()
         .filter(|r| r.kind == AuditKind::Decision && r.outcome == "allowed by mode")
         .collect();
-    assert_eq!(by_mode.len(), 1, "one run without a card (the repeat came from the ledger): {rows:?}");
+    assert_eq!(
+        by_mode.len(),
+        1,
+        "one run without a card (the repeat came from the ledger): {rows:?}"
+    );
     assert!(
-        by_mode[0]
-            .detail
-            .starts_with(&format!("ran without a card: session {sid} is in full-access mode")),
+        by_mode[0].detail.starts_with(&format!(
+            "ran without a card: session {sid} is in full-access mode"
+        )),
         "{:?}",
         by_mode[0]
     );
-    assert_eq!(by_mode[0].target.as_deref(), Some(inst.file("fa.txt").to_str().unwrap()));
+    assert_eq!(
+        by_mode[0].target.as_deref(),
+        Some(inst.file("fa.txt").to_str().unwrap())
+    );
     // The ledger row went proposed -> pending with the same reason, then ran once.
     assert!(
-        rows.iter().any(|r| r.outcome == "done" && r.tool.as_deref() == Some("write_file")),
+        rows.iter()
+            .any(|r| r.outcome == "done" && r.tool.as_deref() == Some("write_file")),
         "{rows:?}"
     );
     verify(&b);
@@ -140,7 +166,10 @@ fn unattended_refuses_what_asks_at_once_and_nothing_waits() {
     assert!(!inst.file("un.txt").exists());
     let rows = rows_of(&b, sid);
     all_rows_in(&rows, SessionMode::Unattended);
-    assert!(!rows.iter().any(|r| r.kind == AuditKind::Proposal), "{rows:?}");
+    assert!(
+        !rows.iter().any(|r| r.kind == AuditKind::Proposal),
+        "{rows:?}"
+    );
     let refusal = rows
         .iter()
         .find(|r| r.kind == AuditKind::Refusal && r.detail.contains("is unattended"))
@@ -161,8 +190,14 @@ fn a_switch_while_a_card_waits_answers_it_as_the_new_mode_would() {
     let b = inst.broker(&[]);
     let s = run_script(&inst, MCP2, "switch");
     let sid = s["session"].as_str().unwrap();
-    assert_eq!(std::fs::read_to_string(inst.file("sw-a.txt")).unwrap(), "a\n");
-    assert_eq!(std::fs::read_to_string(inst.file("sw-b.txt")).unwrap(), "b\n");
+    assert_eq!(
+        std::fs::read_to_string(inst.file("sw-a.txt")).unwrap(),
+        "a\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(inst.file("sw-b.txt")).unwrap(),
+        "b\n"
+    );
     let rows = rows_of(&b, sid);
     let changes: Vec<(&str, Option<SessionMode>)> = rows
         .iter()
@@ -172,13 +207,27 @@ fn a_switch_while_a_card_waits_answers_it_as_the_new_mode_would() {
     assert_eq!(
         changes,
         [
-            ("mode ask -> full-access, by gatehouse session mode", Some(SessionMode::FullAccess)),
-            ("mode full-access -> ask, by gatehouse session mode", Some(SessionMode::Ask)),
-            ("mode ask -> unattended, by gatehouse session mode", Some(SessionMode::Unattended)),
-            ("mode unattended -> ask, by gatehouse session mode", Some(SessionMode::Ask)),
+            (
+                "mode ask -> full-access, by gatehouse session mode",
+                Some(SessionMode::FullAccess)
+            ),
+            (
+                "mode full-access -> ask, by gatehouse session mode",
+                Some(SessionMode::Ask)
+            ),
+            (
+                "mode ask -> unattended, by gatehouse session mode",
+                Some(SessionMode::Unattended)
+            ),
+            (
+                "mode unattended -> ask, by gatehouse session mode",
+                Some(SessionMode::Ask)
+            ),
         ]
     );
-    assert!(rows.iter().all(|r| r.actor != "ui" || r.outcome == "mode changed" || r.kind == AuditKind::Decision));
+    assert!(rows
+        .iter()
+        .all(|r| r.actor != "ui" || r.outcome == "mode changed" || r.kind == AuditKind::Decision));
     // The card answered by the switch to full-access, and the one refused by the switch to
     // unattended, each with its row under the mode it was answered in.
     let answered: Vec<_> = rows
@@ -221,8 +270,13 @@ fn a_resumed_session_keeps_its_mode_and_the_gateway_cannot_set_one() {
         mode: SessionMode::Unattended,
         by: ModeSetter::Console,
     })) {
-        Body::UiReply(UiReply::SessionModeSet { old, new, answered, .. }) => {
-            assert_eq!((old, new, answered), (SessionMode::Ask, SessionMode::Unattended, 0))
+        Body::UiReply(UiReply::SessionModeSet {
+            old, new, answered, ..
+        }) => {
+            assert_eq!(
+                (old, new, answered),
+                (SessionMode::Ask, SessionMode::Unattended, 0)
+            )
         }
         other => panic!("{other:?}"),
     }
@@ -251,7 +305,10 @@ fn a_resumed_session_keeps_its_mode_and_the_gateway_cannot_set_one() {
     );
     let out = b.cli(&["--json", "session", "list"]);
     let list: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(list[0]["mode"], "unattended", "the forged change set nothing: {list}");
+    assert_eq!(
+        list[0]["mode"], "unattended",
+        "the forged change set nothing: {list}"
+    );
     drop(gw);
     drop(b);
 
@@ -267,7 +324,10 @@ fn a_resumed_session_keeps_its_mode_and_the_gateway_cannot_set_one() {
         serde_json::json!({"path": "after.txt", "content": "x"}),
     );
     assert!(err, "{text}");
-    assert!(text.contains(&format!("session {sid} is unattended")), "{text}");
+    assert!(
+        text.contains(&format!("session {sid} is unattended")),
+        "{text}"
+    );
     assert!(!inst.file("after.txt").exists());
     let out = b.cli(&["--json", "session", "list"]);
     let list: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -284,7 +344,9 @@ fn a_resumed_session_keeps_its_mode_and_the_gateway_cannot_set_one() {
     let out = b.cli(&["--json", "doctor"]);
     let doc = String::from_utf8_lossy(&out.stdout);
     assert!(
-        doc.contains(&format!("session {sid} (profile default, connected): mode unattended")),
+        doc.contains(&format!(
+            "session {sid} (profile default, connected): mode unattended"
+        )),
         "{doc}"
     );
     verify(&b);

@@ -96,7 +96,10 @@ fn card_waits(t: &Tmux, agent: &mut Child, project: &Path) {
             && s.contains(" a  allow once")
             && !s.contains("keys work in a moment")
     });
-    assert!(agent.try_wait().unwrap().is_none(), "the call returned before any answer");
+    assert!(
+        agent.try_wait().unwrap().is_none(),
+        "the call returned before any answer"
+    );
 }
 
 #[test]
@@ -133,7 +136,10 @@ fn the_console_switches_a_waiting_cards_session_to_full_access_and_to_unattended
     t.wait_for("the confirmation", 20, |s| {
         s.contains("from ask to full-access? y switches, any other key cancels")
     });
-    assert!(agent.try_wait().unwrap().is_none(), "switched before the confirmation");
+    assert!(
+        agent.try_wait().unwrap().is_none(),
+        "switched before the confirmation"
+    );
     t.keys("y");
     let r = reply_of(&mut agent, 60);
     assert_eq!(r["isError"], false, "{r}");
@@ -142,7 +148,9 @@ fn the_console_switches_a_waiting_cards_session_to_full_access_and_to_unattended
         s.contains("mode ask -> full-access; 1 waiting card(s) answered as full-access mode would")
             && s.contains("No proposals waiting")
     });
-    t.wait_for("the session's mode in the sessions pane", 20, |s| s.contains("full-access"));
+    t.wait_for("the session's mode in the sessions pane", 20, |s| {
+        s.contains("full-access")
+    });
 
     // A second agent, a session of its own in ask mode: M u y refuses its waiting card.
     let mut agent = start_agent(b.dir.path(), &project, "modes", "never");
@@ -150,12 +158,17 @@ fn the_console_switches_a_waiting_cards_session_to_full_access_and_to_unattended
     t.keys("M");
     t.wait_for("the mode prompt", 20, |s| s.contains("(now ask): a ask"));
     t.keys("u");
-    t.wait_for("the confirmation", 20, |s| s.contains("from ask to unattended?"));
+    t.wait_for("the confirmation", 20, |s| {
+        s.contains("from ask to unattended?")
+    });
     t.keys("y");
     let r = reply_of(&mut agent, 60);
     assert_eq!(r["isError"], true, "{r}");
     let text = r["text"].as_str().unwrap();
-    assert!(text.contains("is unattended, and the policy asks before edit_file"), "{text}");
+    assert!(
+        text.contains("is unattended, and the policy asks before edit_file"),
+        "{text}"
+    );
     assert!(text.contains("nobody is there to answer"), "{text}");
     assert_eq!(notes(&project), "hello modes\n");
     t.wait_for("the switch on screen", 20, |s| {

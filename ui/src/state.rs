@@ -591,9 +591,14 @@ impl Console {
 
     /// The session a mode change acts on: the selected card's, else the marked one, else the
     /// first; with its mode as last heard.
-    pub fn mode_target(&self) -> Option<(ipc_schema::tool::SessionId, ipc_schema::mode::SessionMode)> {
+    pub fn mode_target(
+        &self,
+    ) -> Option<(ipc_schema::tool::SessionId, ipc_schema::mode::SessionMode)> {
         let listed = |id: &ipc_schema::tool::SessionId| {
-            self.sessions.iter().find(|s| &s.session == id).map(|s| s.mode)
+            self.sessions
+                .iter()
+                .find(|s| &s.session == id)
+                .map(|s| s.mode)
         };
         if let Some(p) = self.selected() {
             return Some((p.session.clone(), listed(&p.session).unwrap_or(p.mode)));

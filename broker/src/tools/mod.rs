@@ -1045,11 +1045,8 @@ async fn ask(
                 ))
             }
         }
-        Outcome::ByMode(mode) => {
-            by_mode(mode, &sid, tool, &target, v, Some(p.id)).unwrap_or_else(|| {
-                unreachable!("a card answered by a mode either runs or is refused")
-            })
-        }
+        Outcome::ByMode(mode) => by_mode(mode, &sid, tool, &target, v, Some(p.id))
+            .unwrap_or_else(|| unreachable!("a card answered by a mode either runs or is refused")),
         Outcome::Withdrawn => {
             crate::audit::record(
                 event(AuditKind::Decision, &sid, tool, "withdrawn")

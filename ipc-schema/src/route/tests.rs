@@ -551,7 +551,13 @@ fn only_the_ui_channel_carries_a_session_mode() {
         assert!(!may_send_to_broker(Role::Gateway, body.kind()));
     }
     // And no other channel to the broker carries it either.
-    for role in [Role::Fs, Role::Net, Role::Exec, Role::Secrets, Role::Servers] {
+    for role in [
+        Role::Fs,
+        Role::Net,
+        Role::Exec,
+        Role::Secrets,
+        Role::Servers,
+    ] {
         assert!(
             !kinds_to_broker(role).contains(&Kind::Ui),
             "{role} may send ui messages"
