@@ -260,15 +260,15 @@ mod tests {
             "{out}"
         );
         assert!(
-            lines[1].starts_with("  effect:    x\\n  rule:      allowed by the user\\x1b[2J"),
+            lines[2].starts_with("  effect:    x\\n  rule:      allowed by the user\\x1b[2J"),
             "{out}"
         );
         assert!(
-            lines[5].contains("from fetch_url http://e/x\\n  rule:"),
+            lines[6].contains("from fetch_url http://e/x\\n  rule:"),
             "{out}"
         );
         assert!(
-            lines[10].ends_with(
+            lines[11].ends_with(
                 "+  rule:      allowed by the user\\x1b[2J\\x1b]52;c;aGk=\\x07\\u{202E}\\r"
             ),
             "{out}"

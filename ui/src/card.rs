@@ -224,9 +224,9 @@ pub fn body(p: &Proposal, width: u16) -> Vec<Line<'static>> {
     head.extend(inert_runs(&p.session.0, theme::dim(), theme::escape()));
     out.extend(wrap(&head, width, Vec::new(), cont_spans(2)));
     field(&mut out, "Target", &p.target, theme::title(), width);
-    field(&mut out, "Mode", p.mode.as_str(), Style::new(), width);
     field(&mut out, "Effect", &p.effect, Style::new(), width);
     field(&mut out, "Rule", &p.rule, Style::new(), width);
+    field(&mut out, "Mode", p.mode.as_str(), Style::new(), width);
     outside_section(&mut out, &p.outside_text, width);
     // Arguments whose outside text no diff line shows (argv, URL, paths): the arguments carry
     // the mark instead.
