@@ -41,14 +41,14 @@ fn parse_choice(s: &str) -> Option<Choice> {
 fn render(p: &Proposal) -> String {
     let now = audit_store::now_ms() as u64;
     let mut s = format!(
-        "proposal {} [{}] {} on {}\n  mode:      {}\n  effect:    {}\n  rule:      {}\n  arguments: {}\n",
+        "proposal {} [{}] {} on {}\n  effect:    {}\n  rule:      {}\n  mode:      {}\n  arguments: {}\n",
         p.id.0,
         escaped(&p.session.0),
         p.tool,
         escaped(&p.target),
-        p.mode,
         escaped(&p.effect),
         escaped(&p.rule),
+        p.mode,
         escaped(&p.arguments),
     );
     let o = &p.outside_text;
@@ -250,17 +250,17 @@ mod tests {
         let out = render(&p);
         assert!(!out.contains(['\x1b', '\x07', '\r', '\u{202E}']), "{out}");
         let lines: Vec<&str> = out.lines().collect();
-        // header, mode, effect, rule, arguments, outside text (title + one match), diff (title
+        // header, effect, rule, mode, arguments, outside text (title + one match), diff (title
         // + 5 lines), digest, expiry.
         assert_eq!(lines.len(), 15, "{out}");
-        assert_eq!(lines[1], "  mode:      ask", "{out}");
+        assert_eq!(lines[3], "  mode:      ask", "{out}");
         assert_eq!(
             lines.iter().filter(|l| l.starts_with("  rule:")).count(),
             1,
             "{out}"
         );
         assert!(
-            lines[2].starts_with("  effect:    x\\n  rule:      allowed by the user\\x1b[2J"),
+            lines[1].starts_with("  effect:    x\\n  rule:      allowed by the user\\x1b[2J"),
             "{out}"
         );
         assert!(

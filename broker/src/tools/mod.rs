@@ -914,7 +914,8 @@ fn draft(
     }
 }
 
-/// What the session's mode makes of an Ask without a card: `None` for a card.
+/// What the session's mode makes of an Ask (`card`: the proposal that waited when the human
+/// switched the mode): `None` for a card, `Ok(None)` to run without one, `Err` refused.
 fn by_mode(
     mode: SessionMode,
     sid: &str,
@@ -947,7 +948,9 @@ fn by_mode(
                         v.rule
                     )),
             );
-            Some(Ok(card))
+            // No proposal to name: the human did not approve this call, the mode ran it (the
+            // row above says which card, if one waited).
+            Some(Ok(None))
         }
         OnAsk::Refuse => {
             let msg = ipc_schema::mode::unattended_refusal(sid, &tool.name(), target);
