@@ -313,6 +313,26 @@ fn a_resumed_session_keeps_its_mode_and_the_gateway_cannot_set_one() {
     drop(b);
 
     let b = inst.broker(&[]);
+    // Before the session is carried on, the new broker has it in the store only: its mode can
+    // still be changed there (and is read back from there).
+    let set = |mode: &str| -> Value {
+        let out = b.cli(&["--json", "session", "mode", &sid.0, mode]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    assert_eq!(set("full-access")["old"], "unattended");
+    assert_eq!(set("unattended")["old"], "full-access");
+    let out = b.cli(&["session", "mode", "no-such-session", "ask"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("there is no session no-such-session"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut m = inst.mcp_with(
         &gatehouse_tests::bin("gatehouse"),
         &[],
