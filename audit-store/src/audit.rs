@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 /// The audit rows after `seq` ?1, newest first, at most ?2 of them; each read by
 /// [`audit_entry`].
 const AUDIT_AFTER_NEWEST_FIRST: &str =
-    "SELECT seq, ts_ms, kind, session, actor, tool, target, outcome, detail FROM audit \
+    "SELECT seq, ts_ms, kind, session, actor, tool, target, outcome, detail, mode FROM audit \
      WHERE seq > ?1 ORDER BY seq DESC LIMIT ?2";
 
 /// One row of [`AUDIT_AFTER_NEWEST_FIRST`].
@@ -26,6 +26,13 @@ fn audit_entry(r: &rusqlite::Row) -> rusqlite::Result<AuditEntry> {
         target: r.get(6)?,
         outcome: r.get(7)?,
         detail: r.get(8)?,
+        mode: match r.get::<_, Option<String>>(9)? {
+            None => None,
+            Some(m) => Some(
+                ipc_schema::mode::SessionMode::from_name(&m)
+                    .ok_or_else(|| bad_column(9, "a session mode", &m))?,
+            ),
+        },
     })
 }
 

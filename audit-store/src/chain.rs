@@ -10,6 +10,7 @@
 
 use super::seal::{Mac, Seal, SealError};
 use hmac::{Hmac, Mac as _};
+use ipc_schema::mode::SessionMode;
 use ipc_schema::secrets::{AuditHead, AuditRow};
 use sha2::{Digest, Sha256};
 
@@ -38,6 +39,10 @@ pub struct AuditEvent {
     pub outcome: String,
     /// The rule or reason, and redacted arguments.
     pub detail: String,
+    /// The session's mode. Left `None` on a row of a session, the chain fills it in with the
+    /// mode the session's own rows last named ([`crate::Chain::append`]); a row that names one
+    /// (the session's opening, resuming and mode-change rows) sets it.
+    pub mode: Option<SessionMode>,
 }
 
 impl AuditEvent {
@@ -50,7 +55,12 @@ impl AuditEvent {
             target: None,
             outcome: outcome.into(),
             detail: String::new(),
+            mode: None,
         }
+    }
+    pub fn mode(mut self, m: SessionMode) -> Self {
+        self.mode = Some(m);
+        self
     }
     pub fn session(mut self, s: impl Into<String>) -> Self {
         self.session = Some(s.into());
@@ -83,6 +93,8 @@ pub struct RowFields<'a> {
     pub outcome: &'a str,
     pub detail: &'a str,
     pub degraded: bool,
+    /// The session's mode (`None`: no session, or a row from before modes).
+    pub mode: Option<&'a str>,
 }
 
 fn put_str(out: &mut Vec<u8>, s: Option<&str>) {
@@ -102,6 +114,11 @@ pub fn put_field(out: &mut Vec<u8>, b: Option<&[u8]>) {
 
 /// Appends the canonical encoding of a row's fields (everything the hash covers after the
 /// previous hash) to `out`.
+///
+/// The mode came later than the other fields: it is encoded after them, and only when the row
+/// has one, so a row written before modes (or without a session) hashes exactly as it did
+/// then. The encoding stays unambiguous: every earlier field is length-prefixed or fixed, so
+/// the bytes after `degraded` are the mode field or nothing.
 pub fn encode_fields(f: &RowFields<'_>, out: &mut Vec<u8>) {
     out.extend_from_slice(&f.seq.to_le_bytes());
     out.extend_from_slice(&f.ts_ms.to_le_bytes());
@@ -113,6 +130,9 @@ pub fn encode_fields(f: &RowFields<'_>, out: &mut Vec<u8>) {
     put_str(out, Some(f.outcome));
     put_str(out, Some(f.detail));
     out.push(f.degraded as u8);
+    if let Some(m) = f.mode {
+        put_str(out, Some(m));
+    }
 }
 
 /// `SHA-256("gatehouse-audit-v1" || prev || encoded fields)`.
@@ -199,7 +219,40 @@ mod tests {
             outcome: "allow",
             detail,
             degraded: false,
+            mode: None,
         }
+    }
+
+    #[test]
+    fn a_row_without_a_mode_hashes_as_before_modes_and_a_mode_changes_the_hash() {
+        // The encoding of a row without a mode, written out by hand as it was before modes.
+        let f = fields("x");
+        let mut old = Vec::new();
+        old.extend_from_slice(&1i64.to_le_bytes());
+        old.extend_from_slice(&5i64.to_le_bytes());
+        for s in [
+            "tool_call",
+            "s",
+            "gateway",
+            "write_file",
+            "/p/a",
+            "allow",
+            "x",
+        ] {
+            old.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            old.extend_from_slice(s.as_bytes());
+        }
+        old.push(0);
+        let mut enc = Vec::new();
+        encode_fields(&f, &mut enc);
+        assert_eq!(enc, old);
+        assert_eq!(row_hash(&GENESIS, &f), hash_encoded(&GENESIS, &old));
+        let mut ask = fields("x");
+        ask.mode = Some("ask");
+        let mut full = fields("x");
+        full.mode = Some("full-access");
+        assert_ne!(row_hash(&GENESIS, &ask), row_hash(&GENESIS, &f));
+        assert_ne!(row_hash(&GENESIS, &ask), row_hash(&GENESIS, &full));
     }
 
     #[test]

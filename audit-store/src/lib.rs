@@ -85,7 +85,8 @@ CREATE TABLE IF NOT EXISTS audit (
     degraded INTEGER NOT NULL,
     prev_hash BLOB NOT NULL,
     hash BLOB NOT NULL,
-    mac BLOB NOT NULL
+    mac BLOB NOT NULL,
+    mode TEXT
 );
 CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
     BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: UPDATE refused'); END;
@@ -122,6 +123,10 @@ CREATE TABLE IF NOT EXISTS session_profiles (
     session TEXT PRIMARY KEY,
     profile TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS session_modes (
+    session TEXT PRIMARY KEY,
+    mode TEXT NOT NULL CHECK (mode IN ('ask','full-access','unattended'))
+);
 CREATE TABLE IF NOT EXISTS remembered (
     id INTEGER PRIMARY KEY,
     tool TEXT NOT NULL,
@@ -142,9 +147,24 @@ CREATE TABLE IF NOT EXISTS mcp_pins (
 );
 "#;
 
+/// Whether table `table` has column `column` (databases made by an earlier gatehouse may not).
+pub(crate) fn has_column(conn: &Connection, table: &str, column: &str) -> rusqlite::Result<bool> {
+    let n: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = ?2",
+        params![table, column],
+        |r| r.get(0),
+    )?;
+    Ok(n > 0)
+}
+
 /// Brings a database made by an earlier gatehouse up to [`SCHEMA`]: `remembered` had no
-/// `profile` column before session profiles (its rows were made in the default profile).
+/// `profile` column before session profiles (its rows were made in the default profile), and
+/// `audit` had no `mode` column before session modes (its rows keep NULL there, which hashes
+/// as they were hashed when written: see [`chain::encode_fields`]).
 fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    if !has_column(conn, "audit", "mode")? {
+        conn.execute_batch("ALTER TABLE audit ADD COLUMN mode TEXT")?;
+    }
     let has_profile: i64 = conn.query_row(
         "SELECT COUNT(*) FROM pragma_table_info('remembered') WHERE name = 'profile'",
         [],
@@ -240,6 +260,7 @@ pub struct ChainMark {
     seq: i64,
     head: [u8; 32],
     staged: usize,
+    modes_undo: usize,
 }
 
 /// The chain's writing end: the last seq and hash, the rows waiting for their MACs, and the
@@ -253,6 +274,12 @@ pub struct Chain<S: Seal = Sealer> {
     pub degraded: bool,
     /// Rows appended since the last [`Chain::seal`].
     pub staged: Vec<StagedRow>,
+    /// Each session's mode as its rows last named it: what a row of the session that names
+    /// none is stamped with. Rebuilt after a restart from the rows that follow (a resumed
+    /// session's row names its mode).
+    pub modes: std::collections::HashMap<String, ipc_schema::mode::SessionMode>,
+    /// What `modes` held before each change since the last seal, to undo with a rollback.
+    pub modes_undo: Vec<(String, Option<ipc_schema::mode::SessionMode>)>,
 }
 
 impl<S: Seal> Chain<S> {
@@ -316,6 +343,8 @@ impl<S: Seal> Chain<S> {
             instance,
             degraded,
             staged: Vec::new(),
+            modes: Default::default(),
+            modes_undo: Vec::new(),
         })
     }
 
@@ -328,6 +357,17 @@ impl<S: Seal> Chain<S> {
         ts_ms: i64,
     ) -> rusqlite::Result<()> {
         let seq = self.seq + 1;
+        let mut ev = ev.clone();
+        if let Some(sid) = &ev.session {
+            match ev.mode {
+                Some(m) => {
+                    let before = self.modes.insert(sid.clone(), m);
+                    self.modes_undo.push((sid.clone(), before));
+                }
+                None => ev.mode = self.modes.get(sid).copied(),
+            }
+        }
+        let ev = &ev;
         let f = RowFields {
             seq,
             ts_ms,
@@ -339,6 +379,7 @@ impl<S: Seal> Chain<S> {
             outcome: &ev.outcome,
             detail: &ev.detail,
             degraded: self.degraded,
+            mode: ev.mode.map(|m| m.as_str()),
         };
         let hash = chain::row_hash(&self.head, &f);
         self.staged.push(StagedRow {
@@ -358,6 +399,7 @@ impl<S: Seal> Chain<S> {
             seq: self.seq,
             head: self.head,
             staged: self.staged.len(),
+            modes_undo: self.modes_undo.len(),
         }
     }
 
@@ -366,6 +408,14 @@ impl<S: Seal> Chain<S> {
         self.seq = mark.seq;
         self.head = mark.head;
         self.staged.truncate(mark.staged);
+        while self.modes_undo.len() > mark.modes_undo {
+            if let Some((sid, before)) = self.modes_undo.pop() {
+                match before {
+                    Some(m) => self.modes.insert(sid, m),
+                    None => self.modes.remove(&sid),
+                };
+            }
+        }
     }
 
     /// Gets the MACs of the staged rows and of the new head (one seal call per
@@ -390,7 +440,7 @@ impl<S: Seal> Chain<S> {
         {
             let mut stmt = tx.prepare_cached(
                 "INSERT INTO audit (seq, ts_ms, kind, session, actor, tool, target, outcome, detail, \
-                 degraded, prev_hash, hash, mac) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
+                 degraded, prev_hash, hash, mac, mode) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14)",
             )?;
             for (r, mac) in self.staged.iter().zip(&macs) {
                 let ev = &r.event;
@@ -408,6 +458,7 @@ impl<S: Seal> Chain<S> {
                     &r.prev[..],
                     &r.hash[..],
                     &mac[..],
+                    ev.mode.map(|m| m.as_str()),
                 ])?;
             }
         }
@@ -417,6 +468,7 @@ impl<S: Seal> Chain<S> {
         )?
         .execute(params![self.seq, &self.head[..], &head_mac[..]])?;
         self.staged.clear();
+        self.modes_undo.clear();
         Ok(())
     }
 }
@@ -424,6 +476,169 @@ impl<S: Seal> Chain<S> {
 #[cfg(test)]
 mod migrate_tests {
     use super::*;
+
+    fn temp_db(name: &str) -> (PathBuf, PathBuf) {
+        // (No tempfile: bench compiles this module in without that dev-dependency.)
+        let dir = std::env::temp_dir().join(format!(
+            "gh-{name}-{}-{}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let db = dir.join("old.db");
+        (dir, db)
+    }
+
+    /// A log written before session modes (no `mode` column; rows hashed without one) still
+    /// verifies, before and after the column is added; rows written after it carry their
+    /// session's mode (named or stamped) under the hash, and changing or clearing it is found.
+    #[test]
+    fn a_log_from_before_modes_verifies_and_new_rows_hash_their_mode() {
+        use ipc_schema::mode::SessionMode;
+        let (dir, path) = temp_db("modes");
+        let key = Sealer::new(b"k");
+        {
+            let old = Connection::open(&path).unwrap();
+            old.execute_batch(&SCHEMA.replace(",\n    mode TEXT\n", "\n"))
+                .unwrap();
+            assert!(!has_column(&old, "audit", "mode").unwrap());
+            let instance = instance_id(&old).unwrap();
+            let mut prev = GENESIS;
+            for seq in 1..=2i64 {
+                let f = RowFields {
+                    seq,
+                    ts_ms: 10 + seq,
+                    kind: "session",
+                    session: Some("s"),
+                    actor: "gateway",
+                    tool: None,
+                    target: None,
+                    outcome: "opened",
+                    detail: "before modes",
+                    degraded: false,
+                    mode: None,
+                };
+                let hash = chain::row_hash(&prev, &f);
+                old.execute(
+                    "INSERT INTO audit (seq, ts_ms, kind, session, actor, tool, target, outcome, \
+                     detail, degraded, prev_hash, hash, mac) VALUES (?1,?2,'session','s','gateway',\
+                     NULL,NULL,'opened','before modes',0,?3,?4,?5)",
+                    params![
+                        seq,
+                        10 + seq,
+                        &prev[..],
+                        &hash[..],
+                        &key.row_mac(seq, &hash)[..]
+                    ],
+                )
+                .unwrap();
+                prev = hash;
+            }
+            old.execute(
+                "INSERT INTO audit_head (id, count, head, mac) VALUES (1, 2, ?1, ?2)",
+                params![&prev[..], &key.head_mac(&instance, 2, &prev)[..]],
+            )
+            .unwrap();
+        }
+        let check = |want: &str| {
+            let ro = open_ro(&path).unwrap();
+            assert_eq!(verify::verify(&ro, Some(&key), None).unwrap().line(), want);
+        };
+        check("2 entries, chain intact");
+
+        let conn = open_rw(&path).unwrap();
+        assert!(has_column(&conn, "audit", "mode").unwrap());
+        check("2 entries, chain intact");
+        let instance = instance_id(&conn).unwrap();
+        let mut chain = Chain::load(&conn, key.clone(), instance, false).unwrap();
+        let tx = conn.unchecked_transaction().unwrap();
+        chain
+            .append(
+                &tx,
+                &AuditEvent::new(chain::AuditKind::Session, "ui", "mode changed")
+                    .session("s")
+                    .mode(SessionMode::FullAccess),
+                20,
+            )
+            .unwrap();
+        chain
+            .append(
+                &tx,
+                &AuditEvent::new(chain::AuditKind::ToolCall, "gateway", "ask").session("s"),
+                21,
+            )
+            .unwrap();
+        chain
+            .append(
+                &tx,
+                &AuditEvent::new(chain::AuditKind::Broker, "broker", "x"),
+                22,
+            )
+            .unwrap();
+        chain.seal(&tx).unwrap();
+        tx.commit().unwrap();
+        let modes: Vec<Option<String>> = conn
+            .prepare("SELECT mode FROM audit ORDER BY seq")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            modes,
+            [
+                None,
+                None,
+                Some("full-access".into()),
+                Some("full-access".into()),
+                None
+            ],
+            "a row of the session that names no mode is stamped with the one its rows named"
+        );
+        check("5 entries, chain intact");
+        let tail = audit::rows_after(&conn, 0, 10).unwrap();
+        assert_eq!(tail[3].mode, Some(SessionMode::FullAccess));
+        assert_eq!(tail[0].mode, None);
+
+        conn.execute_batch("DROP TRIGGER audit_no_update").unwrap();
+        conn.execute("UPDATE audit SET mode = 'ask' WHERE seq = 4", [])
+            .unwrap();
+        check("the audit log is broken at entry 4: its contents do not match its hash (modified)");
+        conn.execute("UPDATE audit SET mode = NULL WHERE seq = 4", [])
+            .unwrap();
+        check("the audit log is broken at entry 4: its contents do not match its hash (modified)");
+        conn.execute("UPDATE audit SET mode = 'full-access' WHERE seq = 4", [])
+            .unwrap();
+        check("5 entries, chain intact");
+        drop(conn);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_rolled_back_row_takes_its_mode_back() {
+        use ipc_schema::mode::SessionMode;
+        let (dir, path) = temp_db("modes-rollback");
+        let conn = open_rw(&path).unwrap();
+        let instance = instance_id(&conn).unwrap();
+        let mut chain = Chain::load(&conn, Sealer::new(b"k"), instance, false).unwrap();
+        let ev = |m: Option<SessionMode>| {
+            let e = AuditEvent::new(chain::AuditKind::Session, "ui", "x").session("s");
+            match m {
+                Some(m) => e.mode(m),
+                None => e,
+            }
+        };
+        chain.append(&conn, &ev(Some(SessionMode::Ask)), 1).unwrap();
+        let mark = chain.mark();
+        chain
+            .append(&conn, &ev(Some(SessionMode::Unattended)), 2)
+            .unwrap();
+        chain.rollback_to(mark);
+        chain.append(&conn, &ev(None), 3).unwrap();
+        assert_eq!(chain.staged[1].event.mode, Some(SessionMode::Ask));
+        drop(conn);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn a_remembered_table_from_before_profiles_gets_its_profile_column() {

@@ -1,16 +1,18 @@
-//! The sessions and session_profiles tables: a session's id, the hash of its resume token
-//! (never the token) and the profile it was opened with.
+//! The sessions, session_profiles and session_modes tables: a session's id, the hash of its
+//! resume token (never the token), the profile it was opened with and its mode.
 
 use crate::{bad_column, Sql};
+use ipc_schema::mode::SessionMode;
 use ipc_schema::tool::{ProfileName, SessionId};
 use rusqlite::{params, Connection, OptionalExtension};
 
-/// Records a new session with its token's hash and its profile.
+/// Records a new session with its token's hash, its profile and its mode.
 pub fn insert(
     conn: &Connection,
     id: &SessionId,
     resume_hash: &[u8],
     profile: &ProfileName,
+    mode: SessionMode,
     now_ms: i64,
 ) -> Sql<()> {
     conn.execute(
@@ -21,7 +23,30 @@ pub fn insert(
         "INSERT INTO session_profiles (session, profile) VALUES (?1, ?2)",
         params![id.0, profile.as_str()],
     )?;
+    set_mode(conn, id, mode)
+}
+
+/// Sets session `id`'s mode (a new session's, or the human's change).
+pub fn set_mode(conn: &Connection, id: &SessionId, mode: SessionMode) -> Sql<()> {
+    conn.execute(
+        "INSERT INTO session_modes (session, mode) VALUES (?1, ?2) \
+         ON CONFLICT(session) DO UPDATE SET mode = excluded.mode",
+        params![id.0, mode.as_str()],
+    )?;
     Ok(())
+}
+
+/// Session `id`'s mode (`None`: a session from before modes, or none such).
+pub fn mode(conn: &Connection, id: &SessionId) -> Sql<Option<SessionMode>> {
+    conn.query_row(
+        "SELECT mode FROM session_modes WHERE session = ?1",
+        [&id.0],
+        |r| {
+            let m: String = r.get(0)?;
+            SessionMode::from_name(&m).ok_or_else(|| bad_column(0, "a session mode", &m))
+        },
+    )
+    .optional()
 }
 
 /// Replaces session `id`'s token hash (revoking the token); whether the session exists.
@@ -31,6 +56,16 @@ pub fn set_resume_hash(conn: &Connection, id: &SessionId, resume_hash: &[u8]) ->
         params![id.0, resume_hash],
     )?;
     Ok(n == 1)
+}
+
+/// Session `id`'s token hash (`None`: no such session in the store).
+pub fn resume_hash(conn: &Connection, id: &SessionId) -> Sql<Option<Vec<u8>>> {
+    conn.query_row(
+        "SELECT resume_hash FROM sessions WHERE id = ?1",
+        [&id.0],
+        |r| r.get(0),
+    )
+    .optional()
 }
 
 /// The session whose token has this hash, and when it was created.

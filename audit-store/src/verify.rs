@@ -145,10 +145,16 @@ fn verify_in_snapshot<S: Seal + ?Sized>(
     no_key_reason: Option<String>,
 ) -> Result<VerifyReport, StoreError> {
     let instance = super::read_instance_id(conn)?.unwrap_or_default();
-    let mut stmt = conn.prepare(
+    // A database from before session modes has no `mode` column: its rows have none.
+    let mode_col = if super::has_column(conn, "audit", "mode")? {
+        "mode"
+    } else {
+        "NULL"
+    };
+    let mut stmt = conn.prepare(&format!(
         "SELECT seq, ts_ms, kind, session, actor, tool, target, outcome, detail, degraded, \
-         prev_hash, hash, mac FROM audit ORDER BY seq",
-    )?;
+         prev_hash, hash, mac, {mode_col} FROM audit ORDER BY seq"
+    ))?;
     let mut rows = stmt.query([])?;
     let broken = |entry: u64, reason: String, entries: u64| VerifyReport {
         entries,
@@ -248,6 +254,10 @@ fn verify_in_snapshot<S: Seal + ?Sized>(
                             .as_i64()
                             .map_err(|e| e.to_string())?;
                         batch.enc.push((degraded != 0) as u8);
+                        // Only a row with a mode has the field (`chain::encode_fields`).
+                        if let Some(m) = text_bytes(row.get_ref(13).map_err(e)?)? {
+                            put_field(&mut batch.enc, Some(m));
+                        }
                         Ok(())
                     })();
                     if let Err(e) = encoded {

@@ -167,6 +167,7 @@ fn chain_hash_us(n: u64) -> f64 {
             outcome: &ev.outcome,
             detail: &ev.detail,
             degraded: false,
+            mode: Some("ask"),
         };
         head = store::chain::row_hash(&head, &f);
     }

@@ -19,6 +19,9 @@ pub enum Outcome {
     Expired,
     /// The agent's side gave the call up (its request cancelled, its session closed).
     Withdrawn,
+    /// The human switched the session to this mode while the card waited: the card is
+    /// answered as that mode answers an Ask ([`ipc_schema::mode::on_ask`]).
+    ByMode(ipc_schema::mode::SessionMode),
 }
 
 /// Why a decision was refused.
@@ -67,6 +70,7 @@ pub struct Draft {
     pub policy_revision: u64,
     /// Which arguments hold outside text the session read.
     pub outside_text: ipc_schema::ui::OutsideText,
+    pub mode: ipc_schema::mode::SessionMode,
 }
 
 impl Approvals {
@@ -93,6 +97,7 @@ impl Approvals {
             created_unix_ms: now_ms,
             expires_unix_ms: now_ms + ttl_ms,
             outside_text: d.outside_text,
+            mode: d.mode,
         };
         p.digest = digest(&p, &rand::random());
         let (tx, rx) = watch::channel(None);
@@ -175,6 +180,28 @@ impl Approvals {
             .collect()
     }
 
+    /// Answers every open card of `session` as `mode` would (the human switched it): each
+    /// closes, and a decision sent after this is refused. Returns how many were open.
+    pub fn answer_by_mode(
+        &mut self,
+        session: &ipc_schema::tool::SessionId,
+        mode: ipc_schema::mode::SessionMode,
+    ) -> u32 {
+        let ids = self.open_of(session);
+        for id in &ids {
+            let how = match ipc_schema::mode::on_ask(mode) {
+                ipc_schema::mode::OnAsk::RunWithoutCard => "allowed",
+                _ => "refused",
+            };
+            self.close(
+                *id,
+                Outcome::ByMode(mode),
+                format!("{how}: the session was switched to {mode} mode"),
+            );
+        }
+        ids.len() as u32
+    }
+
     /// Withdraws a proposal whose call can no longer go ahead: the card closes as withdrawn,
     /// and a decision sent after this is refused (the proposal is closed), so nothing is
     /// carried out. Returns whether it was still open.
@@ -219,7 +246,40 @@ mod tests {
             rule: "tools.write_file default".into(),
             policy_revision: 0,
             outside_text: Default::default(),
+            mode: ipc_schema::mode::SessionMode::Ask,
         }
+    }
+
+    #[test]
+    fn a_mode_switch_answers_only_that_sessions_cards_and_later_decisions_are_refused() {
+        use ipc_schema::mode::SessionMode;
+        let mut a = Approvals::default();
+        let (p1, rx1) = a.propose(draft(), 1000, 5000);
+        let mut other = draft();
+        other.session = SessionId("t".into());
+        let (p2, rx2) = a.propose(other, 1000, 5000);
+        assert_eq!(
+            a.answer_by_mode(&SessionId("s".into()), SessionMode::Unattended),
+            1
+        );
+        assert_eq!(
+            *rx1.borrow(),
+            Some(Outcome::ByMode(SessionMode::Unattended))
+        );
+        assert_eq!(*rx2.borrow(), None, "another session's card still waits");
+        let late = Decision {
+            proposal: p1.id,
+            digest: p1.digest,
+            choice: Choice::AllowOnce,
+        };
+        assert_eq!(
+            a.decide(&late, 1001),
+            Err(DecideError::AlreadyDecided(
+                "refused: the session was switched to unattended mode".into()
+            ))
+        );
+        assert_eq!(a.pending().len(), 1);
+        assert_eq!(a.pending()[0].id, p2.id);
     }
 
     #[test]

@@ -121,6 +121,17 @@ pub async fn report(ctx: &Ctx) -> DoctorReport {
         }
     }
     notes.extend(crate::tools::servers::doctor_lines(ctx));
+    // Each session's mode: a full-access or unattended session answers Asks without the human.
+    for s in ctx.gate.sessions.borrow().all() {
+        let s = s.borrow();
+        notes.push(format!(
+            "session {} (profile {}, {}): mode {}",
+            s.id,
+            s.profile,
+            if s.connected { "connected" } else { "detached" },
+            s.mode
+        ));
+    }
     DoctorReport {
         kernel_release: ctx.kernel.release.clone(),
         landlock_abi: ctx.kernel.landlock_abi,

@@ -431,6 +431,8 @@ pub(crate) fn run_as_owner(_ctx: &Ctx) -> (u32, u32) {
 pub struct Run {
     token: String,
     profile: ProfileName,
+    /// `gatehouse run --mode` (`None`: the profile's): the human's choice, from the ui channel.
+    mode: Option<ipc_schema::mode::SessionMode>,
     /// The names of the variables passed by name (the session rows list them).
     passed_env: Vec<String>,
     sessions: RefCell<Vec<SessionId>>,
@@ -449,6 +451,7 @@ impl Run {
         Ok(Run {
             token: hex::encode(rand::random::<[u8; 32]>()),
             profile,
+            mode: a.mode,
             passed_env: l.pass_env.iter().map(|(k, _)| k.clone()).collect(),
             sessions: RefCell::new(Vec::new()),
         })
@@ -471,7 +474,8 @@ impl Run {
         if !policy::launch::same_secret(t.0.as_bytes(), self.token.as_bytes()) {
             return Err("gatehouse run: that is not this run's token".into());
         }
-        let (session, token) = open_session(ctx, &self.profile, &self.passed_env).await?;
+        let (session, token) =
+            open_session(ctx, &self.profile, self.mode, &self.passed_env).await?;
         self.sessions.borrow_mut().push(session);
         *t = token;
         Ok(())
@@ -484,6 +488,7 @@ impl Run {
 async fn open_session(
     ctx: &Rc<Ctx>,
     profile: &ProfileName,
+    mode: Option<ipc_schema::mode::SessionMode>,
     passed_env: &[String],
 ) -> Result<(SessionId, ResumeToken), String> {
     let mut detail = format!("gatehouse run; profile {profile}");
@@ -493,9 +498,17 @@ async fn open_session(
             passed_env.join(", ")
         ));
     }
-    crate::sessions::create(&ctx.gate, profile, ACTOR, "launch token issued", detail)
-        .await
-        .map_err(|(_, why)| format!("gatehouse run: {why}"))
+    crate::sessions::create(
+        &ctx.gate,
+        profile,
+        mode,
+        ACTOR,
+        "launch token issued",
+        detail,
+    )
+    .await
+    .map(|(id, token, _)| (id, token))
+    .map_err(|(_, why)| format!("gatehouse run: {why}"))
 }
 
 /// One connection through an egress proxy ended: its audit row (under the agent's first

@@ -3,7 +3,9 @@
 //! restart) may carry its session on by presenting the resume token the broker gave it.
 
 use audit_store::chain::{AuditEvent, AuditKind};
+use ipc_schema::mode::SessionMode;
 use ipc_schema::tool::{AgentInfo, ProfileName, ResumeToken, SessionId, ToolId};
+use ipc_schema::ui::ModeSetter;
 use policy::rate::RateState;
 use sha2::{Digest, Sha256};
 use std::cell::RefCell;
@@ -15,6 +17,8 @@ pub struct Session {
     /// The profile it was opened with; every call is judged by this profile alone, for the
     /// session's whole life (a resume cannot change it).
     pub profile: ProfileName,
+    /// How its Ask calls are answered; the human's to change (`set_mode`), never the agent's.
+    pub mode: SessionMode,
     /// The MCP client, as it named itself (once).
     pub agent: Option<AgentInfo>,
     pub started_ms: i64,
@@ -86,17 +90,27 @@ pub fn profile_mismatch(id: &SessionId, has: &ProfileName, asked: &ProfileName) 
     )
 }
 
-/// Makes a new resumable session of `profile`: its id and token (stored hashed) and its
-/// profile, with the audit row `actor`/`outcome`/`detail`. An unknown profile is refused (while
-/// the policy file is invalid the session opens, and each of its calls is refused with the
-/// reason).
+/// The mode a new session of `profile` starts in: the profile's `mode` (`ask` while the policy
+/// is invalid, when every call is refused anyway).
+pub fn profile_mode(gate: &crate::gate::Gate, profile: &ProfileName) -> SessionMode {
+    match &gate.policy.borrow().current {
+        Ok(all) => all.get(profile).map(|p| p.mode).unwrap_or_default(),
+        Err(_) => SessionMode::Ask,
+    }
+}
+
+/// Makes a new resumable session of `profile`: its id and token (stored hashed), its profile
+/// and its mode (`mode`, which only the human's side names, or the profile's), with the audit
+/// row `actor`/`outcome`/`detail`. An unknown profile is refused (while the policy file is
+/// invalid the session opens, and each of its calls is refused with the reason).
 pub async fn create(
     gate: &crate::gate::Gate,
     profile: &ProfileName,
+    mode: Option<SessionMode>,
     actor: &'static str,
     outcome: &'static str,
     detail: String,
-) -> Result<(SessionId, ResumeToken), (ipc_schema::ErrorCode, String)> {
+) -> Result<(SessionId, ResumeToken, SessionMode), (ipc_schema::ErrorCode, String)> {
     if let Ok(all) = &gate.policy.borrow().current {
         if all.get(profile).is_none() {
             return Err((
@@ -105,8 +119,10 @@ pub async fn create(
             ));
         }
     }
+    let mode = mode.unwrap_or_else(|| profile_mode(gate, profile));
     let (id, token) = new_ids();
     let (sid, hash, pname) = (id.0.clone(), token_hash(&token), profile.clone());
+    let detail = format!("{detail}; mode {mode}");
     gate.store
         .txn(move |tx, audit| {
             audit_store::sessions::insert(
@@ -114,6 +130,7 @@ pub async fn create(
                 &SessionId(sid.clone()),
                 &hash,
                 &pname,
+                mode,
                 audit_store::now_ms(),
             )?;
             audit.push(
@@ -123,13 +140,82 @@ pub async fn create(
                     outcome,
                 )
                 .session(sid)
+                .mode(mode)
                 .detail(detail),
             );
             Ok(())
         })
         .await
         .map_err(|e| (ipc_schema::ErrorCode::Internal, e.to_string()))?;
-    Ok((id, token))
+    Ok((id, token, mode))
+}
+
+/// The human sets `session`'s mode: stored (a resumed session keeps it), the audit row `old ->
+/// new` and who, then the session's waiting cards are answered as the new mode would (each
+/// waiting call writes its own row). A session this broker does not have live but the store
+/// does (e.g. after a restart, before its gateway resumes) gets the stored mode only. Gives the
+/// old mode and how many cards were answered.
+pub async fn set_mode(
+    gate: &crate::gate::Gate,
+    session: &SessionId,
+    mode: SessionMode,
+    by: ModeSetter,
+) -> Result<(SessionMode, u32), String> {
+    if gate.sessions.borrow().is_revoked(session) {
+        return Err(format!(
+            "session {session} has ended (its token was revoked); its mode can no longer change"
+        ));
+    }
+    let live = gate.sessions.borrow().live.get(session).cloned();
+    let sid = session.clone();
+    let stored = gate
+        .store
+        .read(move |tx| {
+            Ok((
+                audit_store::sessions::resume_hash(tx, &sid)?,
+                audit_store::sessions::mode(tx, &sid)?,
+            ))
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    let old = match (&live, &stored) {
+        (Some(s), _) => s.borrow().mode,
+        (None, (Some(hash), _)) if *hash == revoked_hash(&session.0) => {
+            return Err(format!(
+                "session {session} has ended (its token was revoked); its mode can no longer change"
+            ))
+        }
+        (None, (Some(_), m)) => m.unwrap_or_default(),
+        (None, (None, _)) => return Err(format!("there is no session {session}")),
+    };
+    // A session opened without a token (not resumable) is not in the store: its mode lives in
+    // memory only, like the session.
+    let in_store = stored.0.is_some();
+    let sid = session.clone();
+    gate.store
+        .txn(move |tx, audit| {
+            if in_store {
+                audit_store::sessions::set_mode(tx, &sid, mode)?;
+            }
+            audit.push(
+                AuditEvent::new(AuditKind::Session, "ui", "mode changed")
+                    .session(sid.0.clone())
+                    .mode(mode)
+                    .detail(format!("mode {old} -> {mode}, by {}", by.as_str())),
+            );
+            Ok(())
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    let Some(s) = live else {
+        return Ok((old, 0));
+    };
+    s.borrow_mut().mode = mode;
+    let answered = match ipc_schema::mode::on_ask(mode) {
+        ipc_schema::mode::OnAsk::Card => 0,
+        _ => gate.approvals.borrow_mut().answer_by_mode(session, mode),
+    };
+    Ok((old, answered))
 }
 
 pub fn new_ids() -> (SessionId, ResumeToken) {
@@ -144,11 +230,13 @@ impl Sessions {
     /// e.g. resumed after a restart).
     /// A session this broker already has keeps the profile it was made with: asking for
     /// another is refused.
+    /// `mode` is the mode of a session it makes (one it has keeps its own).
     pub fn attach(
         &mut self,
         id: &SessionId,
         started_ms: i64,
         profile: &ProfileName,
+        mode: SessionMode,
     ) -> Result<SessionRef, String> {
         let s = self
             .live
@@ -157,6 +245,7 @@ impl Sessions {
                 Rc::new(RefCell::new(Session {
                     id: id.clone(),
                     profile: profile.clone(),
+                    mode,
                     agent: None,
                     started_ms,
                     connected: false,

@@ -92,6 +92,7 @@ pub fn handle(
                         started_unix_ms: s.started_ms as u64,
                         calls: s.calls,
                         pending: pending.iter().filter(|p| p.session == s.id).count() as u32,
+                        mode: s.mode,
                     }
                 })
                 .collect();
@@ -206,6 +207,21 @@ pub fn handle(
         }
         UiRequest::Launch(LaunchRequest::StopCommand) => {
             crate::launch::stop_command(ctx, conn, id, reply)
+        }
+        UiRequest::SetSessionMode { session, mode, by } => {
+            let (ctx, reply) = (ctx.clone(), reply.clone());
+            tokio::task::spawn_local(async move {
+                let body = match crate::sessions::set_mode(&ctx.gate, &session, mode, by).await {
+                    Ok((old, answered)) => Body::UiReply(UiReply::SessionModeSet {
+                        session,
+                        old,
+                        new: mode,
+                        answered,
+                    }),
+                    Err(e) => error(ErrorCode::Refused, e),
+                };
+                reply.send(id, body);
+            });
         }
         UiRequest::AuditTail { after, limit } => {
             let (ctx, reply) = (ctx.clone(), reply.clone());

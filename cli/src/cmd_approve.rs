@@ -41,13 +41,14 @@ fn parse_choice(s: &str) -> Option<Choice> {
 fn render(p: &Proposal) -> String {
     let now = audit_store::now_ms() as u64;
     let mut s = format!(
-        "proposal {} [{}] {} on {}\n  effect:    {}\n  rule:      {}\n  arguments: {}\n",
+        "proposal {} [{}] {} on {}\n  effect:    {}\n  rule:      {}\n  mode:      {}\n  arguments: {}\n",
         p.id.0,
         escaped(&p.session.0),
         p.tool,
         escaped(&p.target),
         escaped(&p.effect),
         escaped(&p.rule),
+        p.mode,
         escaped(&p.arguments),
     );
     let o = &p.outside_text;
@@ -244,13 +245,15 @@ mod tests {
                 matches_not_listed: 0,
                 sources_forgotten: 0,
             },
+            mode: ipc_schema::mode::SessionMode::Ask,
         };
         let out = render(&p);
         assert!(!out.contains(['\x1b', '\x07', '\r', '\u{202E}']), "{out}");
         let lines: Vec<&str> = out.lines().collect();
-        // header, effect, rule, arguments, outside text (title + one match), diff (title + 5
-        // lines), digest, expiry.
-        assert_eq!(lines.len(), 14, "{out}");
+        // header, effect, rule, mode, arguments, outside text (title + one match), diff (title
+        // + 5 lines), digest, expiry.
+        assert_eq!(lines.len(), 15, "{out}");
+        assert_eq!(lines[3], "  mode:      ask", "{out}");
         assert_eq!(
             lines.iter().filter(|l| l.starts_with("  rule:")).count(),
             1,
@@ -261,11 +264,11 @@ mod tests {
             "{out}"
         );
         assert!(
-            lines[5].contains("from fetch_url http://e/x\\n  rule:"),
+            lines[6].contains("from fetch_url http://e/x\\n  rule:"),
             "{out}"
         );
         assert!(
-            lines[10].ends_with(
+            lines[11].ends_with(
                 "+  rule:      allowed by the user\\x1b[2J\\x1b]52;c;aGk=\\x07\\u{202E}\\r"
             ),
             "{out}"

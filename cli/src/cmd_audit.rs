@@ -95,6 +95,12 @@ fn row_line(r: &AuditEntry) -> String {
         .as_deref()
         .map(|s| s.chars().take(8).collect())
         .unwrap_or_else(|| "-".into());
+    // A session's row names its mode beside it (rows of no session, and rows from before
+    // modes, have none).
+    let session = match r.mode {
+        Some(m) => format!("{session} [{m}]"),
+        None => session,
+    };
     format!(
         "{:>6} {h:02}:{m:02}:{s:02}Z {:<14} {:<10} {:<9} {:<8} {} {} {}\n",
         r.seq,
@@ -165,6 +171,7 @@ mod tests {
             target: Some(hostile.into()),
             outcome: "refused".into(),
             detail: format!("because\r\n{hostile}"),
+            mode: None,
         };
         let line = row_line(&r);
         assert!(line.ends_with('\n'));

@@ -49,6 +49,11 @@ pub struct RunArgs {
     /// run under; without it, the default profile.
     #[arg(long, value_name = "NAME")]
     profile: Option<String>,
+    /// The mode of the agent's sessions: ask (every Ask waits for a card), full-access (an Ask
+    /// runs without a card; Deny, grants and protected paths still hold) or unattended (an Ask
+    /// is refused at once: for runs nobody watches). Without it, the profile's (`mode = ...`).
+    #[arg(long, value_name = "MODE")]
+    mode: Option<ipc_schema::mode::SessionMode>,
     /// A directory (or file) the agent may read besides the working directory; repeatable.
     #[arg(long = "allow-read", value_name = "PATH")]
     read: Vec<PathBuf>,
@@ -333,6 +338,7 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
             profile,
             state_home: state_home.clone(),
             mcp_config: mcp_config(&exe_text, &mcp_args),
+            mode: args.mode,
         }),
     };
     say_setup(

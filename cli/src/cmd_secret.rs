@@ -232,7 +232,8 @@ enum Recorder<'a> {
     Direct {
         _lock: nix::fcntl::Flock<std::fs::File>,
         conn: rusqlite::Connection,
-        chain: Chain<&'a PrivateSeal>,
+        // Boxed: the chain is far larger than the client of the other variant.
+        chain: Box<Chain<&'a PrivateSeal>>,
     },
 }
 
@@ -268,6 +269,7 @@ impl<'a> Recorder<'a> {
         seal.open_key(&instance, empty)
             .map_err(|e| format!("the audit log cannot be sealed: {e}"))?;
         let chain = Chain::load(&conn, seal, instance, false).map_err(|e| e.to_string())?;
+        let chain = Box::new(chain);
         Ok(Recorder::Direct {
             _lock: lock,
             conn,

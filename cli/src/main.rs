@@ -14,6 +14,7 @@ mod cmd_policy;
 mod cmd_run;
 mod cmd_sandbox;
 mod cmd_secret;
+mod cmd_session;
 mod cmd_ui;
 mod cmd_up;
 mod doctor;
@@ -82,7 +83,7 @@ enum Cmd {
     Approve(cmd_approve::ApproveArgs),
     /// Run one command in the exec sandbox, through the broker's exec-helper (started when none runs), every record in its audit log: `gatehouse sandbox [--allow-write P]... [--allow-read P]... [--allow-domain D]... [--timeout S] -- CMD ARGS`.
     Sandbox(cmd_sandbox::SandboxArgs),
-    /// An agent CLI inside the exec sandbox, with gatehouse as its only MCP server and the egress proxy as its only way out: `gatehouse run [--profile NAME] [--allow-domain D]... [--allow-read P]... -- AGENT ARGS`.
+    /// An agent CLI inside the exec sandbox, with gatehouse as its only MCP server and the egress proxy as its only way out: `gatehouse run [--profile NAME] [--mode ask|full-access|unattended] [--allow-domain D]... [--allow-read P]... -- AGENT ARGS`.
     Run(cmd_run::RunArgs),
     /// The MCP server for one agent session, over stdio (what an agent's MCP config launches):
     /// execs `gatehouse-mcp` with these arguments (`gatehouse mcp --help` lists them).
@@ -97,6 +98,11 @@ enum Cmd {
     /// A scripted agent session on a scratch project that shows every outcome: allowed, asked,
     /// refused, run in the sandbox, carried out once, and the audit log checked.
     Demo(cmd_demo::DemoArgs),
+    /// The broker's sessions and their modes: list, and `mode ID ask|full-access|unattended`.
+    Session {
+        #[command(subcommand)]
+        cmd: cmd_session::SessionCmd,
+    },
     /// Write-only credentials for the agent's http_request tool: set, delete, list, status.
     Secret {
         #[command(subcommand)]
@@ -175,6 +181,7 @@ fn main() -> ExitCode {
         Cmd::Up(args) => cmd_up::run(&g, args),
         Cmd::Demo(args) => cmd_demo::run(&g, args),
         Cmd::Secret { cmd } => cmd_secret::run(&g, cmd),
+        Cmd::Session { cmd } => cmd_session::run(&g, cmd),
     }
 }
 

@@ -444,6 +444,8 @@ fn refusal(r: &Refusal) -> Rendered {
         RefusalKind::NotAvailable => "Not available",
         RefusalKind::Network => "Refused by gatehouse's network rules",
         RefusalKind::Held => "Held by gatehouse",
+        // The broker's message says why nobody could be asked and how to change it.
+        RefusalKind::Unattended => "Not asked",
     };
     let mut text = format!("{lead}: {}", r.message);
     if let Some(v) = &r.verdict {

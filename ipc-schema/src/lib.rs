@@ -25,6 +25,7 @@ pub mod grant_glob;
 pub mod helper;
 pub mod host;
 pub mod inert;
+pub mod mode;
 pub mod net;
 pub mod outside;
 pub mod protected;

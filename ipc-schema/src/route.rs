@@ -114,6 +114,8 @@ pub enum UiKind {
     StopCommand,
     ServerTools,
     ApproveServerTools,
+    /// [`UiRequest::SetSessionMode`]: the human's side only.
+    SetSessionMode,
 }
 
 /// [`ToolCall`] without its payload.
@@ -290,6 +292,7 @@ impl UiKind {
             UiRequest::Launch(crate::ui::LaunchRequest::StopCommand) => UiKind::StopCommand,
             UiRequest::ServerTools { .. } => UiKind::ServerTools,
             UiRequest::ApproveServerTools { .. } => UiKind::ApproveServerTools,
+            UiRequest::SetSessionMode { .. } => UiKind::SetSessionMode,
         }
     }
 }
@@ -675,6 +678,9 @@ pub const UI_TO_BROKER: Table = Table {
         // egress proxy). The human's channel only: the gateway's table has no such row.
         route(K::Ui(U::LaunchCommand), EFFECT),
         route(K::Ui(U::StopCommand), EFFECT),
+        // A session's mode (and the cards it answers): set by the human only, so the
+        // gateway's table has no such row.
+        route(K::Ui(U::SetSessionMode), EFFECT),
     ],
 };
 

@@ -713,6 +713,9 @@ pub enum RefusalKind {
     /// The call was given up (its request cancelled, its session closed) before the human
     /// decided: nothing was done, and the same call asked again is a new proposal.
     Withdrawn,
+    /// The policy asks, and the session is unattended (or was switched to it while the card
+    /// waited): nobody is there to answer.
+    Unattended,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]

@@ -4,6 +4,7 @@
 //! a gateway that sends one). A decision names the proposal and the digest of exactly what the
 //! broker showed; a stale, mismatched or repeated decision is refused.
 
+use crate::mode::SessionMode;
 use crate::servers::{ServerName, ServerToolName, ToolDef};
 use crate::tool::{ProfileName, ProposalId, SessionId, ToolId};
 use serde::{Deserialize, Serialize};
@@ -69,6 +70,9 @@ pub struct Proposal {
     /// Which parts of the arguments appear in outside text this session read (fetched pages,
     /// http replies). Part of what the digest covers.
     pub outside_text: OutsideText,
+    /// The session's mode when the card was made (a card exists only in `ask` mode; switching
+    /// the mode answers it). Part of what the digest covers.
+    pub mode: SessionMode,
 }
 
 /// The broker's finding about outside text in a proposal's arguments.
@@ -212,6 +216,8 @@ pub struct SessionSummary {
     pub started_unix_ms: u64,
     pub calls: u64,
     pub pending: u32,
+    /// How its Ask calls are answered (set by the human only).
+    pub mode: SessionMode,
 }
 
 /// A decision remembered from an "always" choice.
@@ -376,6 +382,9 @@ pub struct AuditEntry {
     pub target: Option<String>,
     pub outcome: String,
     pub detail: String,
+    /// The mode of the row's session when it was written (`None`: no session, or a row from
+    /// before session modes).
+    pub mode: Option<SessionMode>,
 }
 
 /// Console to broker.
@@ -432,6 +441,32 @@ pub enum UiRequest {
         server: ServerName,
         tools: Vec<(ServerToolName, [u8; 32])>,
     },
+    /// The human sets session `session`'s mode (the console's `m`, `gatehouse session mode`).
+    /// Cards of the session that wait are answered as the new mode would: `full-access` runs
+    /// them, `unattended` refuses them. [`UiReply::SessionModeSet`].
+    SetSessionMode {
+        session: SessionId,
+        mode: SessionMode,
+        /// Who asked, for the audit row.
+        by: ModeSetter,
+    },
+}
+
+/// Which front of the human's set a mode (the audit row's actor says `ui` either way; this
+/// says which).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModeSetter {
+    Console,
+    Cli,
+}
+
+impl ModeSetter {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModeSetter::Console => "the console",
+            ModeSetter::Cli => "gatehouse session mode",
+        }
+    }
 }
 
 /// One tool of a server, as the console shows it.
@@ -510,6 +545,8 @@ pub struct AgentLaunch {
     /// The MCP config the agent is pointed at ([`crate::exec::AGENT_MCP_CONFIG`] inside; it
     /// holds no secret).
     pub mcp_config: String,
+    /// `--mode`: the mode of the agent's sessions (`None`: the profile's).
+    pub mode: Option<SessionMode>,
 }
 
 /// Why a [`LaunchRequest::Command`] did not start (the CLI's exit status says which).
@@ -580,6 +617,14 @@ pub enum UiReply {
     ServerTools(Vec<ServerToolView>),
     ServerToolsApproved {
         count: u32,
+    },
+    /// The session's mode changed from `old` to `new` (the audit row is written); `answered`
+    /// cards that waited were answered as the new mode would.
+    SessionModeSet {
+        session: SessionId,
+        old: SessionMode,
+        new: SessionMode,
+        answered: u32,
     },
 }
 

@@ -51,6 +51,8 @@ pub struct Rule {
 pub struct Policy {
     pub profile: ProfileName,
     pub revision: u64,
+    /// The mode a new session of this profile starts in.
+    pub mode: ipc_schema::mode::SessionMode,
     pub defaults: BTreeMap<ToolName, Action>,
     pub requests_per_minute: u32,
     pub concurrent_requests: u32,
@@ -424,6 +426,7 @@ pub fn compile_profile(
     };
     Ok(Policy {
         profile: name.clone(),
+        mode: doc.mode.unwrap_or_default(),
         network,
         revision,
         defaults,

@@ -28,6 +28,10 @@ pub struct PolicyDoc {
     /// Bumped by the broker on every apply; an apply must carry the revision in force.
     #[serde(default)]
     pub revision: u64,
+    /// The mode of this profile's sessions (`ask` when absent); the human may change a
+    /// session's mode later, the agent never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<ipc_schema::mode::SessionMode>,
     /// What each tool gets when no rule applies. A tool not named here: `ask`.
     #[serde(default)]
     pub tools: BTreeMap<String, ActionDoc>,
@@ -61,6 +65,8 @@ pub struct PolicyDoc {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
 #[serde(deny_unknown_fields)]
 pub struct ProfileDoc {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<ipc_schema::mode::SessionMode>,
     #[serde(default)]
     pub tools: BTreeMap<String, ActionDoc>,
     #[serde(default)]
@@ -238,6 +244,7 @@ pub fn default_profile(root: Option<&str>) -> PolicyDoc {
     }
     PolicyDoc {
         revision: 0,
+        mode: None,
         tools,
         limits: LimitsDoc::default(),
         approvals: ApprovalsDoc::default(),
@@ -277,6 +284,7 @@ impl PolicyDoc {
     /// The top level as a profile (the `default` profile).
     pub fn default_profile(&self) -> ProfileDoc {
         ProfileDoc {
+            mode: self.mode,
             tools: self.tools.clone(),
             limits: self.limits.clone(),
             approvals: self.approvals.clone(),

@@ -251,6 +251,7 @@ mod tests {
             profile: None,
             state_home: state.into(),
             mcp_config: String::new(),
+            mode: None,
         };
         let mut l = launch("/w", &["/w"], false);
         assert_eq!(

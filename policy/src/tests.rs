@@ -774,3 +774,26 @@ fn remembered_decisions_and_session_allows_stand_beside_the_document() {
         "allowed for this session (tools.write_file default (policy revision 3))"
     );
 }
+
+#[test]
+fn a_profile_names_the_mode_of_its_sessions_and_a_bad_mode_is_refused() {
+    use ipc_schema::mode::SessionMode;
+    let text = r#"
+mode = "unattended"
+[profile.bg]
+mode = "full-access"
+[profile.plain]
+"#;
+    let doc = PolicyDoc::parse(text).expect("parses");
+    let all = compile(&doc, &Protected::new(&[])).expect("valid");
+    let mode = |n: &str| all.get(&ProfileName::parse(n).unwrap()).unwrap().mode;
+    assert_eq!(mode("default"), SessionMode::Unattended);
+    assert_eq!(mode("bg"), SessionMode::FullAccess);
+    assert_eq!(mode("plain"), SessionMode::Ask, "no mode: ask");
+    // Written back as it was read.
+    let again = PolicyDoc::parse(&doc.to_toml()).expect("round trips");
+    assert_eq!(again, doc);
+    let bad = PolicyDoc::parse("[profile.x]\nmode = \"yolo\"\n").unwrap_err();
+    assert!(bad.contains("yolo"), "{bad}");
+    assert!(bad.contains("full-access"), "names the modes: {bad}");
+}

@@ -5,7 +5,7 @@ use ipc_schema::ui::{Proposal, ProposalDigest};
 use sha2::{Digest, Sha256};
 
 /// The digest of `p` under `nonce`: its id, session, tool, target, arguments, diff, effect,
-/// rule, policy revision, times and outside-text findings.
+/// rule, policy revision, times, outside-text findings and the session's mode.
 pub fn digest(p: &Proposal, nonce: &[u8; 16]) -> ProposalDigest {
     let mut h = Sha256::new();
     let mut put = |b: &[u8]| {
@@ -30,5 +30,6 @@ pub fn digest(p: &Proposal, nonce: &[u8; 16]) -> ProposalDigest {
     put(&p.expires_unix_ms.to_le_bytes());
     // postcard's encoding is fixed for a given value: the same findings, the same bytes.
     put(&postcard::to_stdvec(&p.outside_text).expect("plain data encodes"));
+    put(p.mode.as_str().as_bytes());
     ProposalDigest(h.finalize().into())
 }

@@ -16,7 +16,7 @@ const REHASH: &str = r#"
 import hashlib, sqlite3, sys
 db, start = sys.argv[1], int(sys.argv[2])
 c = sqlite3.connect(db)
-rows = c.execute("SELECT seq, ts_ms, kind, session, actor, tool, target, outcome, detail, degraded, prev_hash, hash FROM audit ORDER BY seq").fetchall()
+rows = c.execute("SELECT seq, ts_ms, kind, session, actor, tool, target, outcome, detail, degraded, prev_hash, hash, mode FROM audit ORDER BY seq").fetchall()
 prev = bytes(32)
 out = []
 for r in rows:
@@ -36,6 +36,11 @@ for r in rows:
             h.update(len(b).to_bytes(4, "little"))
             h.update(b)
     h.update(bytes([r[9]]))
+    # The session's mode, hashed only when the row has one (rows of no session have none).
+    if r[12] is not None:
+        b = r[12].encode()
+        h.update(len(b).to_bytes(4, "little"))
+        h.update(b)
     new = h.digest()
     out.append("UPDATE audit SET prev_hash = X'%s', hash = X'%s' WHERE seq = %d;" % (prev.hex(), new.hex(), seq))
     prev = new

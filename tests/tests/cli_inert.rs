@@ -62,14 +62,14 @@ fn hostile_agent_text_is_one_inert_line_per_record_in_audit_tail_and_approve() {
         other => panic!("run_command did not ask: {other:?}; log:\n{}", b.log()),
     }
 
-    // `gatehouse approve`: one proposal, exactly the card's lines (header, effect, rule,
+    // `gatehouse approve`: one proposal, exactly the card's lines (header, effect, rule, mode,
     // arguments, digest, expiry), the hostile text escaped inside them.
     let out = inst.cli(&["approve"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let listing = text(&out.stdout);
     assert_no_raw_controls("approve", &listing);
     let lines: Vec<&str> = listing.lines().collect();
-    assert_eq!(lines.len(), 6, "{listing}");
+    assert_eq!(lines.len(), 7, "{listing}");
     assert!(lines[0].starts_with("proposal "), "{listing}");
     for l in &lines[1..] {
         assert!(
@@ -83,7 +83,9 @@ fn hostile_agent_text_is_one_inert_line_per_record_in_audit_tail_and_approve() {
     );
     assert!(listing.contains("\\u{202E}txt.exe"), "{listing}");
     assert!(
-        lines[2].starts_with("  rule:") && lines[3].starts_with("  arguments:"),
+        lines[2].starts_with("  rule:")
+            && lines[3] == "  mode:      ask"
+            && lines[4].starts_with("  arguments:"),
         "{listing}"
     );
 
@@ -103,7 +105,7 @@ fn hostile_agent_text_is_one_inert_line_per_record_in_audit_tail_and_approve() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let decided = text(&out.stdout);
     assert_no_raw_controls("approve ID deny", &decided);
-    assert_eq!(decided.lines().count(), 7, "{decided}");
+    assert_eq!(decided.lines().count(), 8, "{decided}");
     assert!(decided.contains(SHOWN), "{decided}");
     assert!(
         decided.ends_with(&format!("proposal {pid}: deny\n")),

@@ -679,6 +679,7 @@ fn an_agent_launch_is_refused_unless_long_with_a_known_profile_and_its_own_state
             profile: profile.map(|p| ipc_schema::tool::ProfileName::parse(p).unwrap()),
             state_home: state,
             mcp_config: "{}".into(),
+            mode: None,
         });
         l
     };

@@ -665,3 +665,77 @@ fn the_runs_egress_lands_in_the_audit_log() {
         );
     }
 }
+
+/// `gatehouse run --mode unattended`: the human's choice travels in the launch request on the
+/// ui channel, and the run's sessions are made in it; the agent's write, which the policy asks
+/// about, is refused at once (no card, nobody asked), and the session's rows name the mode.
+#[test]
+fn a_run_in_unattended_mode_refuses_what_asks_without_a_card() {
+    let i = instance();
+    let b = i.broker(&[]);
+    let ui_sock = i.data.join("run/ui.sock");
+    let outside = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = outside.local_addr().unwrap().port().to_string();
+    let out = finish(gatehouse_run(
+        &i,
+        &["--own-tools", "write", "--mode", "unattended"],
+        &[
+            "/usr/bin/python3",
+            "agent.py",
+            ui_sock.to_str().unwrap(),
+            &port,
+        ],
+    ));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "stderr:\n{stderr}");
+    let r = report(&out);
+    assert_eq!(r["read"]["isError"], json!(false), "{}", r["read"]);
+    assert_eq!(r["write"]["isError"], json!(true), "{}", r["write"]);
+    let text = result_text(&r["write"]);
+    assert!(
+        text.contains("is unattended, and the policy asks before write_file"),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(i.file("hello.txt")).unwrap(),
+        "hello\n"
+    );
+    let rows = audit(&b);
+    assert!(
+        !rows
+            .iter()
+            .any(|r| r.kind == ipc_schema::ui::AuditKind::Proposal),
+        "a card was made: {rows:#?}"
+    );
+    let issued = rows
+        .iter()
+        .find(|r| r.outcome == "launch token issued")
+        .unwrap_or_else(|| panic!("{rows:#?}"));
+    assert!(issued.detail.ends_with("; mode unattended"), "{issued:?}");
+    let sid = issued.session.clone().unwrap();
+    for row in rows
+        .iter()
+        .filter(|r| r.session.as_deref() == Some(sid.as_str()))
+    {
+        assert_eq!(
+            row.mode,
+            Some(ipc_schema::mode::SessionMode::Unattended),
+            "{row:?}"
+        );
+    }
+    // A bad mode is refused by the command line before anything starts.
+    let out = finish(gatehouse_run(
+        &i,
+        &["--mode", "yolo"],
+        &["/bin/sh", "-c", "touch started"],
+    ));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown session mode \"yolo\""));
+    assert!(!i.file("started").exists());
+    drop(outside);
+}

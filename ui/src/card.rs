@@ -226,6 +226,7 @@ pub fn body(p: &Proposal, width: u16) -> Vec<Line<'static>> {
     field(&mut out, "Target", &p.target, theme::title(), width);
     field(&mut out, "Effect", &p.effect, Style::new(), width);
     field(&mut out, "Rule", &p.rule, Style::new(), width);
+    field(&mut out, "Mode", p.mode.as_str(), Style::new(), width);
     outside_section(&mut out, &p.outside_text, width);
     // Arguments whose outside text no diff line shows (argv, URL, paths): the arguments carry
     // the mark instead.
@@ -377,6 +378,7 @@ mod tests {
             created_unix_ms: 0,
             expires_unix_ms: 0,
             outside_text: Default::default(),
+            mode: ipc_schema::mode::SessionMode::Ask,
         };
         let lines: Vec<String> = body(&p, 24).iter().map(line_text).collect();
         let head: String = lines

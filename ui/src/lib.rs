@@ -17,6 +17,7 @@ pub mod console;
 pub mod fds;
 pub mod inert;
 pub mod link;
+pub mod modes;
 #[cfg(feature = "test-hooks")]
 pub mod probe;
 pub mod servers;

@@ -8,6 +8,7 @@
 //! for its answer takes no second decision, and "always allow" needs a second press.
 
 use crate::card::choice_for;
+use crate::modes::{self, ModePrompt};
 use crate::servers::{Listing, ToolsPane};
 use ipc_schema::servers::{ServerName, ServerToolName};
 use ipc_schema::status::{DoctorReport, LockdownReport};
@@ -71,6 +72,7 @@ enum Asked {
     ServersPolicy,
     ServerTools(ProfileName, ServerName),
     ApproveTools(ProfileName, ServerName, Vec<ServerToolName>),
+    SetMode(ipc_schema::tool::SessionId, ipc_schema::mode::SessionMode),
 }
 
 /// What fills the console's main area.
@@ -142,6 +144,10 @@ pub struct Console {
     last_poll: HashMap<&'static str, Instant>,
     pub view: View,
     pub tools: ToolsPane,
+    /// A mode change under way ([`modes`]).
+    pub mode_prompt: Option<ModePrompt>,
+    /// The session the sessions pane marks: what a mode change acts on when no card is shown.
+    pub session_mark: Option<ipc_schema::tool::SessionId>,
 }
 
 impl Console {
@@ -175,6 +181,8 @@ impl Console {
             last_poll: HashMap::new(),
             view: View::Approvals,
             tools: ToolsPane::default(),
+            mode_prompt: None,
+            session_mark: None,
         }
     }
 
@@ -395,6 +403,27 @@ impl Console {
                     }
                 }
             }
+            Body::UiReply(UiReply::SessionModeSet {
+                session,
+                old,
+                new,
+                answered,
+            }) => {
+                self.say(
+                    format!(
+                        "session {}: mode {old} -> {new}{}",
+                        modes::short(&session),
+                        match answered {
+                            0 => String::new(),
+                            n => format!("; {n} waiting card(s) answered as {new} mode would"),
+                        }
+                    ),
+                    Tone::Good,
+                );
+                if let Some(s) = self.sessions.iter_mut().find(|s| s.session == session) {
+                    s.mode = new;
+                }
+            }
             Body::UiReply(UiReply::ServerToolsApproved { count }) => {
                 if let Some(Asked::ApproveTools(p, s, names)) = asked {
                     let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
@@ -462,6 +491,9 @@ impl Console {
                         self.approval_answered(&p, &s, text, Tone::Bad);
                         return;
                     }
+                    Some(Asked::SetMode(s, m)) => {
+                        format!("switching session {} to {m} was refused", modes::short(&s))
+                    }
                     Some(a) => format!("{a:?} failed"),
                     None => "the broker reported an error".into(),
                 };
@@ -502,7 +534,14 @@ impl Console {
             self.on_tools_key(key, now);
             return;
         }
+        if let Some(p) = self.mode_prompt.take() {
+            self.on_mode_key(p, key);
+            return;
+        }
         match key {
+            Key::Char(modes::MODE_KEY) => self.start_mode_change(),
+            Key::Char(modes::SESSION_NEXT) => self.mark_session(1),
+            Key::Char(modes::SESSION_PREV) => self.mark_session(-1),
             Key::Char(SERVER_TOOLS_KEY) => self.open_tools(),
             Key::Char('q') | Key::CtrlC => {
                 let waiting = self.proposals.len();
@@ -547,6 +586,99 @@ impl Console {
                     self.choose(choice, now);
                 }
             }
+        }
+    }
+
+    /// The session a mode change acts on: the selected card's, else the marked one, else the
+    /// first; with its mode as last heard.
+    pub fn mode_target(
+        &self,
+    ) -> Option<(ipc_schema::tool::SessionId, ipc_schema::mode::SessionMode)> {
+        let listed = |id: &ipc_schema::tool::SessionId| {
+            self.sessions
+                .iter()
+                .find(|s| &s.session == id)
+                .map(|s| s.mode)
+        };
+        if let Some(p) = self.selected() {
+            return Some((p.session.clone(), listed(&p.session).unwrap_or(p.mode)));
+        }
+        let s = match &self.session_mark {
+            Some(m) => self.sessions.iter().find(|s| &s.session == m),
+            None => None,
+        }
+        .or(self.sessions.first())?;
+        Some((s.session.clone(), s.mode))
+    }
+
+    fn mark_session(&mut self, by: i32) {
+        if self.sessions.is_empty() {
+            self.say("no agent sessions yet", Tone::Info);
+            return;
+        }
+        let n = self.sessions.len() as i32;
+        let cur = self
+            .session_mark
+            .as_ref()
+            .and_then(|m| self.sessions.iter().position(|s| &s.session == m))
+            .map(|i| i as i32)
+            .unwrap_or(if by > 0 { -1 } else { 0 });
+        let next = (cur + by).rem_euclid(n) as usize;
+        self.session_mark = Some(self.sessions[next].session.clone());
+    }
+
+    fn start_mode_change(&mut self) {
+        if self.disconnected.is_some() {
+            self.say("not connected to the broker", Tone::Bad);
+            return;
+        }
+        let Some((session, current)) = self.mode_target() else {
+            self.say("no agent sessions yet: no mode to change", Tone::Info);
+            return;
+        };
+        let p = ModePrompt::Choose { session, current };
+        self.say(p.text(), Tone::Warn);
+        self.mode_prompt = Some(p);
+    }
+
+    /// A key while a mode change is under way: the next step, the switch (`y` on the
+    /// confirmation), or cancelled (any other key, which then does nothing else).
+    fn on_mode_key(&mut self, p: ModePrompt, key: Key) {
+        match (p, key) {
+            (ModePrompt::Choose { session, current }, Key::Char(c))
+                if modes::mode_for(c).is_some() =>
+            {
+                let to = modes::mode_for(c).expect("checked");
+                if to == current {
+                    self.say(
+                        format!("session {} is already in {to} mode", modes::short(&session)),
+                        Tone::Info,
+                    );
+                    return;
+                }
+                let next = ModePrompt::Confirm {
+                    session,
+                    from: current,
+                    to,
+                };
+                self.say(next.text(), Tone::Warn);
+                self.mode_prompt = Some(next);
+            }
+            (ModePrompt::Confirm { session, to, .. }, Key::Char('y')) => {
+                self.say(
+                    format!("switching session {} to {to}…", modes::short(&session)),
+                    Tone::Info,
+                );
+                self.ask(
+                    Asked::SetMode(session.clone(), to),
+                    UiRequest::SetSessionMode {
+                        session,
+                        mode: to,
+                        by: ipc_schema::ui::ModeSetter::Console,
+                    },
+                );
+            }
+            _ => self.say("mode not changed", Tone::Info),
         }
     }
 

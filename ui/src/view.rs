@@ -170,7 +170,7 @@ fn status_line(f: &mut Frame<'_>, area: Rect, c: &Console) {
             theme::dim(),
         )),
         None => Line::from(Span::styled(
-            format!(" Tab/n next card · p previous · j/k ↑↓ PgUp PgDn scroll · {SERVER_TOOLS_KEY} server tools · q quit"),
+            format!(" Tab/n next card · p previous · j/k ↑↓ PgUp PgDn scroll · {SERVER_TOOLS_KEY} server tools · {} session mode ({}{} mark) · q quit", crate::modes::MODE_KEY, crate::modes::SESSION_PREV, crate::modes::SESSION_NEXT),
             theme::dim(),
         )),
     };
@@ -343,7 +343,7 @@ fn fit_inert(s: &str, width: usize) -> String {
 
 fn sessions_pane(f: &mut Frame<'_>, area: Rect, c: &Console) {
     let mut lines = vec![Line::from(Span::styled(
-        "session  agent                profile      state  started    calls waiting",
+        "  session  agent                profile      mode         state  started    calls waiting",
         theme::dim(),
     ))];
     if c.sessions.is_empty() {
@@ -352,6 +352,8 @@ fn sessions_pane(f: &mut Frame<'_>, area: Rect, c: &Console) {
             theme::dim(),
         )));
     }
+    // The session a mode change (M) acts on when no card is shown.
+    let target = c.mode_target().map(|(s, _)| s);
     for s in &c.sessions {
         let id = escaped(&s.session.0);
         let short: String = id.chars().take(8).collect();
@@ -361,10 +363,20 @@ fn sessions_pane(f: &mut Frame<'_>, area: Rect, c: &Console) {
             Some(a) => Span::raw(format!("{:<20} ", fit_inert(a, 20))),
             None => Span::styled(format!("{:<20} ", "(unnamed)"), theme::dim()),
         };
+        let mode_style = match s.mode {
+            ipc_schema::mode::SessionMode::Ask => Style::new(),
+            _ => theme::warn(),
+        };
         lines.push(Line::from(vec![
+            Span::raw(if target.as_ref() == Some(&s.session) {
+                "▸ "
+            } else {
+                "  "
+            }),
             Span::raw(format!("{short:<8} ")),
             agent,
             Span::raw(format!("{:<12} ", fit_inert(s.profile.as_str(), 12))),
+            Span::styled(format!("{:<12} ", s.mode.as_str()), mode_style),
             if s.connected {
                 Span::styled("● live ", theme::ok())
             } else {

@@ -23,6 +23,7 @@ fn proposal(id: u64) -> Proposal {
         created_unix_ms: 0,
         expires_unix_ms: u64::MAX,
         outside_text: Default::default(),
+        mode: ipc_schema::mode::SessionMode::Ask,
     }
 }
 

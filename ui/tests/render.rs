@@ -29,6 +29,7 @@ fn proposal(id: u64, target: &str, arguments: &str, diff: Option<&str>) -> Propo
         created_unix_ms: NOW_MS,
         expires_unix_ms: NOW_MS + 120_000,
         outside_text: Default::default(),
+        mode: ipc_schema::mode::SessionMode::Ask,
     }
 }
 
@@ -313,6 +314,7 @@ fn hostile_audit_rows_and_session_ids_render_inert() {
                 target: Some("/p/\x1b[2Jx\u{202E}y".into()),
                 outcome: "allow\x07".into(),
                 detail: "d\r\n".into(),
+                mode: None,
             }])),
         ),
         now,
@@ -328,6 +330,7 @@ fn hostile_audit_rows_and_session_ids_render_inert() {
                 started_unix_ms: NOW_MS,
                 calls: 4,
                 pending: 1,
+                mode: ipc_schema::mode::SessionMode::Unattended,
             }])),
         ),
         now,

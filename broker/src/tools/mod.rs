@@ -22,6 +22,7 @@ use crate::test_hooks::{crash_point, CrashStep};
 use crate::Ctx;
 use audit_store::chain::{AuditEvent, AuditKind};
 use audit_store::now_ms;
+use ipc_schema::mode::{OnAsk, SessionMode};
 use ipc_schema::tool::{
     Action, AgentInfo, Done, Failure, ProfileName, ProposalId, Refusal, RefusalKind, ResumeToken,
     SessionInfo, ToolCall, ToolId, ToolName, ToolReply, ToolResult, Verdict, Waiting,
@@ -231,8 +232,9 @@ async fn open_session(
         None => {
             let profile = asked.clone().unwrap_or_else(ProfileName::default_profile);
             let detail = format!("profile {profile}");
-            let (id, token) =
-                match sessions::create(gate, &profile, "gateway", "opened", detail).await {
+            // The profile names the mode; the agent cannot.
+            let (id, token, _) =
+                match sessions::create(gate, &profile, None, "gateway", "opened", detail).await {
                     Ok(t) => t,
                     Err((code, why)) => return err(code, why),
                 };
@@ -263,14 +265,35 @@ async fn open_session(
             "this connection already has a session".into(),
         );
     }
-    match gate.sessions.borrow_mut().attach(&id, now_ms(), &profile) {
-        Ok(s) => *conn.attached.borrow_mut() = Some(Attached(s)),
+    // A session keeps its stored mode (a new one's was stored by `create`).
+    let sid = id.clone();
+    let mode = match gate
+        .store
+        .read(move |tx| audit_store::sessions::mode(tx, &sid))
+        .await
+    {
+        Ok(m) => m.unwrap_or_else(|| sessions::profile_mode(gate, &profile)),
+        Err(e) => return err(ErrorCode::Internal, e.to_string()),
+    };
+    let attached = gate
+        .sessions
+        .borrow_mut()
+        .attach(&id, now_ms(), &profile, mode);
+    let mode = match attached {
+        Ok(s) => {
+            let mode = s.borrow().mode;
+            *conn.attached.borrow_mut() = Some(Attached(s));
+            mode
+        }
         Err(e) => return err(ErrorCode::Refused, e),
-    }
+    };
     if resumed {
         *conn.presented_token.borrow_mut() = Some(id.clone());
         crate::audit::record(
-            AuditEvent::new(AuditKind::Session, "gateway", "resumed").session(id.0.clone()),
+            AuditEvent::new(AuditKind::Session, "gateway", "resumed")
+                .session(id.0.clone())
+                .mode(mode)
+                .detail(format!("mode {mode}")),
         );
     }
     // The tool view of the session's own profile. With an invalid policy every call is
@@ -298,14 +321,19 @@ pub(crate) fn session_for(ctx: &Rc<Ctx>, conn: &Rc<Conn>) -> Result<SessionRef, 
         return Ok(a.0.clone());
     }
     let (id, _) = sessions::new_ids();
+    let profile = ProfileName::default_profile();
+    let mode = sessions::profile_mode(&ctx.gate, &profile);
     let s = ctx
         .gate
         .sessions
         .borrow_mut()
-        .attach(&id, now_ms(), &ProfileName::default_profile())
+        .attach(&id, now_ms(), &profile, mode)
         .map_err(|e| failed(ErrorCode::Internal, e))?;
     crate::audit::record(
-        AuditEvent::new(AuditKind::Session, "gateway", "opened").session(id.0.clone()),
+        AuditEvent::new(AuditKind::Session, "gateway", "opened")
+            .session(id.0.clone())
+            .mode(mode)
+            .detail(format!("mode {mode}")),
     );
     *conn.attached.borrow_mut() = Some(Attached(s.clone()));
     Ok(s)
@@ -508,7 +536,7 @@ async fn run(
                 revision,
             );
             match ask(ctx, &session, draft, ttl, &verdict, reply, id).await {
-                Ok(p) => proposal = Some(p),
+                Ok(p) => proposal = p,
                 Err(r) => return r,
             }
         }
@@ -595,14 +623,18 @@ async fn run(
         );
         match ask(ctx, &session, draft, ttl, &verdict, reply, id).await {
             Ok(p) => {
-                proposal = Some(p);
+                proposal = p;
+                let why = match p {
+                    Some(p) => format!("approved by proposal {p}"),
+                    None => ipc_schema::mode::full_access_note(&sid.0),
+                };
                 match ledger::transition(
                     &gate.store,
                     &info,
                     row,
                     CallState::Proposed,
                     CallState::Pending,
-                    format!("approved by proposal {p}"),
+                    why,
                     None,
                 )
                 .await
@@ -619,10 +651,14 @@ async fn run(
             }
             Err(r) => {
                 let why = r.message();
-                // A withdrawn call did not happen and was not decided: the same call asked
-                // again is claimed afresh (a new proposal), not answered "rejected earlier".
+                // A withdrawn call, or one refused because nobody was there (unattended), did
+                // not happen and was not decided: the same call asked again is claimed afresh
+                // (a new proposal, once the mode is `ask` again), not answered "rejected
+                // earlier".
                 let to = match &r {
-                    ToolReply::Refused(x) if x.kind == RefusalKind::Withdrawn => {
+                    ToolReply::Refused(x)
+                        if matches!(x.kind, RefusalKind::Withdrawn | RefusalKind::Unattended) =>
+                    {
                         CallState::Abandoned
                     }
                     _ => CallState::Rejected,
@@ -874,10 +910,68 @@ fn draft(
         effect,
         rule: v.rule.clone(),
         policy_revision: revision,
+        mode: session.mode,
     }
 }
 
-/// Makes a proposal, tells the gateway, and waits for the decision or the expiry.
+/// What the session's mode makes of an Ask (`card`: the proposal that waited when the human
+/// switched the mode): `None` for a card, `Ok(None)` to run without one, `Err` refused.
+fn by_mode(
+    mode: SessionMode,
+    sid: &str,
+    tool: &ToolId,
+    target: &str,
+    v: &Verdict,
+    card: Option<ProposalId>,
+) -> Option<Result<Option<ProposalId>, ToolReply>> {
+    let on = match card {
+        None => ipc_schema::mode::on_ask(mode),
+        // A waiting card answered by a switch; only a switch away from `ask` answers one, and
+        // anything else would refuse (fail closed).
+        Some(_) => match ipc_schema::mode::on_ask(mode) {
+            OnAsk::RunWithoutCard => OnAsk::RunWithoutCard,
+            _ => OnAsk::Refuse,
+        },
+    };
+    let card_note = card
+        .map(|p| format!("proposal {p} answered by the switch to {mode} mode; "))
+        .unwrap_or_default();
+    match on {
+        OnAsk::Card => None,
+        OnAsk::RunWithoutCard => {
+            crate::audit::record(
+                event(AuditKind::Decision, sid, tool, "allowed by mode")
+                    .target(target)
+                    .detail(format!(
+                        "{card_note}{}; {}",
+                        ipc_schema::mode::full_access_note(sid),
+                        v.rule
+                    )),
+            );
+            // No proposal to name: the human did not approve this call, the mode ran it (the
+            // row above says which card, if one waited).
+            Some(Ok(None))
+        }
+        OnAsk::Refuse => {
+            let msg = ipc_schema::mode::unattended_refusal(sid, &tool.name(), target);
+            crate::audit::record(
+                event(AuditKind::Refusal, sid, tool, "refused")
+                    .target(target)
+                    .detail(format!("{card_note}{msg}; {}", v.rule)),
+            );
+            Some(Err(refused(
+                RefusalKind::Unattended,
+                msg,
+                Some(v.clone()),
+                card,
+            )))
+        }
+    }
+}
+
+/// Makes a proposal, tells the gateway, and waits for the decision or the expiry; in a
+/// session whose mode answers an Ask without a card ([`ipc_schema::mode::on_ask`]), answers
+/// at once (`Ok(None)`: run without a card).
 async fn ask(
     ctx: &Rc<Ctx>,
     session: &SessionRef,
@@ -886,9 +980,12 @@ async fn ask(
     v: &Verdict,
     reply: &Replier,
     id: u64,
-) -> Result<ProposalId, ToolReply> {
+) -> Result<Option<ProposalId>, ToolReply> {
     let (tool, target, sid) = (d.tool.clone(), d.target.clone(), d.session.0.clone());
     let tool = &tool;
+    if let Some(r) = by_mode(d.mode, &sid, tool, &target, v, None) {
+        return r;
+    }
     let (p, mut rx) =
         ctx.gate
             .approvals
@@ -941,7 +1038,7 @@ async fn ask(
                 Choice::AllowOnce | Choice::Deny => {}
             }
             if c.allows() {
-                Ok(p.id)
+                Ok(Some(p.id))
             } else {
                 Err(refused(
                     RefusalKind::HumanDenied,
@@ -951,6 +1048,8 @@ async fn ask(
                 ))
             }
         }
+        Outcome::ByMode(mode) => by_mode(mode, &sid, tool, &target, v, Some(p.id))
+            .unwrap_or_else(|| unreachable!("a card answered by a mode either runs or is refused")),
         Outcome::Withdrawn => {
             crate::audit::record(
                 event(AuditKind::Decision, &sid, tool, "withdrawn")

@@ -92,7 +92,8 @@ fn every_kind() -> Vec<RequestKind> {
                 | U::LaunchCommand
                 | U::StopCommand
                 | U::ServerTools
-                | U::ApproveServerTools,
+                | U::ApproveServerTools
+                | U::SetSessionMode,
             ) => {}
             K::Tool(
                 T::OpenSession
@@ -184,6 +185,7 @@ fn every_kind() -> Vec<RequestKind> {
             U::StopCommand,
             U::ServerTools,
             U::ApproveServerTools,
+            U::SetSessionMode,
         ]
         .map(K::Ui),
     );
@@ -494,7 +496,12 @@ fn only_the_human_channel_may_launch_a_command() {
             limits: Limits::default(),
             hide: Hide::default(),
             long_run: true,
-            agent: None,
+            agent: Some(crate::ui::AgentLaunch {
+                profile: None,
+                state_home: "/tmp/s".into(),
+                mcp_config: String::new(),
+                mode: Some(crate::mode::SessionMode::FullAccess),
+            }),
         },
     ))));
     let stop = Body::Ui(UiRequest::Launch(LaunchRequest::StopCommand));
@@ -511,4 +518,49 @@ fn only_the_human_channel_may_launch_a_command() {
     }
     assert_eq!(kind_of(&launch), K::Ui(U::LaunchCommand));
     assert_eq!(kind_of(&stop), K::Ui(U::StopCommand));
+}
+
+/// A session's mode is the human's to set: the request that sets it, and a launch that names
+/// one, pass on the ui channel and are fatal from the gateway (whose table has no row for
+/// either, and whose one session request, `OpenSession`, has no mode to name).
+#[test]
+fn only_the_ui_channel_carries_a_session_mode() {
+    use crate::mode::SessionMode;
+    use crate::tool::SessionId;
+    use crate::ui::{ModeSetter, UiRequest};
+    for mode in SessionMode::ALL {
+        let body = Body::Ui(UiRequest::SetSessionMode {
+            session: SessionId("s".into()),
+            mode,
+            by: ModeSetter::Cli,
+        });
+        assert_eq!(kind_of(&body), K::Ui(U::SetSessionMode));
+        let mut ui = RouteState::default();
+        assert_eq!(
+            check(Channel::UiToBroker, &mut ui, &body),
+            Ok(Flags::EFFECT)
+        );
+        let mut gw = RouteState::default();
+        assert!(matches!(
+            check(Channel::GatewayToBroker, &mut gw, &body),
+            Err(RouteError::NotPermitted {
+                channel: Channel::GatewayToBroker,
+                kind: K::Ui(U::SetSessionMode)
+            })
+        ));
+        assert!(!may_send_to_broker(Role::Gateway, body.kind()));
+    }
+    // And no other channel to the broker carries it either.
+    for role in [
+        Role::Fs,
+        Role::Net,
+        Role::Exec,
+        Role::Secrets,
+        Role::Servers,
+    ] {
+        assert!(
+            !kinds_to_broker(role).contains(&Kind::Ui),
+            "{role} may send ui messages"
+        );
+    }
 }
