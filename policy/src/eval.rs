@@ -65,15 +65,17 @@ pub fn with_standing_decisions(
 }
 
 /// One path a call touches, resolved, with what it does there.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PathTarget {
     pub abs: Vec<u8>,
     pub access: Access,
     pub is_dir: bool,
 }
 
-/// What a call acts on, in canonical form.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a call acts on, in canonical form. Serialisable so the audit database can keep it for
+/// [`crate::replay`]: paths, hosts and program + working directory only, never a file's content
+/// or a command's arguments; a server tool's arguments are never serialised (see below).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Target {
     Paths(Vec<PathTarget>),
     Url {
@@ -88,6 +90,10 @@ pub enum Target {
     Server {
         server: ipc_schema::servers::ServerName,
         tool: ipc_schema::servers::ServerToolName,
+        /// Not stored: a third-party tool's arguments may hold anything (a message, a token),
+        /// and the audit log keeps only their names. A stored target reads back as `null`;
+        /// [`crate::replay`] does not judge a call whose verdict would depend on them.
+        #[serde(skip)]
         arguments: serde_json::Value,
     },
 }
