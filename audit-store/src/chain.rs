@@ -38,6 +38,11 @@ pub struct AuditEvent {
     pub outcome: String,
     /// The rule or reason, and redacted arguments.
     pub detail: String,
+    /// What the call this row judged acted on, kept beside the row in `call_targets` so that a
+    /// policy change can be tried on history (the policy crate's `ReplayCall`, as JSON: paths,
+    /// hosts, program and working directory; never content, command arguments or a server
+    /// tool's arguments). Not one of the hashed fields: the row's `target` is the chained form.
+    pub call: Option<String>,
 }
 
 impl AuditEvent {
@@ -50,6 +55,7 @@ impl AuditEvent {
             target: None,
             outcome: outcome.into(),
             detail: String::new(),
+            call: None,
         }
     }
     pub fn session(mut self, s: impl Into<String>) -> Self {
@@ -62,6 +68,11 @@ impl AuditEvent {
     }
     pub fn target(mut self, t: impl Into<String>) -> Self {
         self.target = Some(t.into());
+        self
+    }
+    /// The judged call's stored target (see [`AuditEvent::call`]).
+    pub fn call(mut self, c: impl Into<String>) -> Self {
+        self.call = Some(c.into());
         self
     }
     pub fn detail(mut self, d: impl Into<String>) -> Self {
