@@ -29,7 +29,23 @@ pub struct ReplayCall {
 impl ReplayCall {
     /// The stored form (JSON: a server tool's target has no arguments, which JSON can say).
     pub fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("a replay call always serialises")
+        Self::json_of(&self.profile, &self.tool, &self.target)
+    }
+
+    /// The stored form of a call being judged, without copying it (what the broker writes).
+    pub fn json_of(profile: &ProfileName, tool: &ToolId, target: &Target) -> String {
+        #[derive(Serialize)]
+        struct Borrowed<'a> {
+            profile: &'a ProfileName,
+            tool: &'a ToolId,
+            target: &'a Target,
+        }
+        serde_json::to_string(&Borrowed {
+            profile,
+            tool,
+            target,
+        })
+        .expect("a replay call always serialises")
     }
 
     pub fn from_json(text: &str) -> Result<ReplayCall, String> {
