@@ -25,6 +25,8 @@ pub struct Tried {
     pub days: u32,
     /// The revision of the policy in force.
     pub revision: u64,
+    /// The new document's revision, when it is not the one in force (an apply is refused).
+    pub stale: Option<u64>,
 }
 
 /// Why a document could not be tried.
@@ -47,6 +49,7 @@ impl Tried {
         let mut j = serde_json::to_value(&self.replay).expect("serialisable");
         j["days"] = self.days.into();
         j["revision_in_force"] = self.revision.into();
+        j["stale_revision"] = self.stale.into();
         j["not_replayable"] = self.before_targets.into();
         j["unreadable"] = self.unreadable.into();
         j["changed"] = self.replay.changed().into();
@@ -71,7 +74,11 @@ pub fn try_on_history(
 ) -> Result<Tried, NotTried> {
     // The same protected places the broker judges by: its own directories and the table.
     let protected = Protected::new(&g.dirs.own());
-    let after = compiled(text, &protected).map_err(NotTried::Invalid)?;
+    // Judged as it would be applied: as the next revision (what its verdicts will name).
+    let mut doc = PolicyDoc::parse(text).map_err(NotTried::Invalid)?;
+    let stale = (doc.revision != view.revision).then_some(doc.revision);
+    doc.revision = view.revision + 1;
+    let after = compile(&doc, &protected).map_err(NotTried::Invalid)?;
     let before = match &view.error {
         Some(e) => Err(e.clone()),
         None => Ok(compiled(&view.document, &protected).map_err(|e| {
@@ -120,6 +127,7 @@ pub fn try_on_history(
         unreadable,
         days,
         revision: view.revision,
+        stale,
     })
 }
 
@@ -172,6 +180,12 @@ pub fn render(t: &Tried, new_label: &str) -> String {
         plural(u64::from(t.days), "day"),
         t.revision
     );
+    if let Some(rev) = t.stale {
+        out.push_str(&format!(
+            "its revision {rev} is stale (the policy in force is revision {}): an apply of it would be refused; judged as if it were made on revision {}\n",
+            t.revision, t.revision
+        ));
+    }
     out.push_str(&format!(
         "{} replayed: {} unchanged, {} would change\n",
         plural(r.replayed, "call"),
@@ -268,6 +282,7 @@ mod tests {
             unreadable: 0,
             days: 30,
             revision: 3,
+            stale: None,
         };
         let out = render(&t, "next.toml");
         assert!(!out.contains(['\x1b', '\x07', '\u{202E}']), "{out}");

@@ -116,7 +116,9 @@ pub struct Group {
     pub tool: String,
     /// [`Target::key`]: what cards show and remembered decisions match.
     pub target: String,
+    #[serde(serialize_with = "action_word")]
     pub before: Action,
+    #[serde(serialize_with = "action_word")]
     pub after: Action,
     /// The rules that decide, in the policy in force and in the new one.
     pub rule_before: String,
@@ -124,6 +126,11 @@ pub struct Group {
     pub count: u64,
     /// Newest first, at most [`EXAMPLES`].
     pub examples: Vec<Example>,
+}
+
+/// An action as the policy file and the audit log write it (`allow`, `ask`, `deny`).
+fn action_word<S: serde::Serializer>(a: &Action, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(a.as_str())
 }
 
 impl Group {
