@@ -127,8 +127,10 @@ mod tests {
         // A log from before call targets: its table and its note do not exist yet.
         {
             let mut conn = open_rw(&path).unwrap();
-            conn.execute_batch("DROP TABLE call_targets; DELETE FROM meta WHERE key = 'call_targets_since'")
-                .unwrap();
+            conn.execute_batch(
+                "DROP TABLE call_targets; DELETE FROM meta WHERE key = 'call_targets_since'",
+            )
+            .unwrap();
             write(&mut conn, &[tool_row("ask"), tool_row("allow")], 1_000);
             assert_eq!(
                 history(&conn, 0).unwrap(),

@@ -162,11 +162,14 @@ fn dry_run_of(g: &Global, a: &Apply) -> ExitCode {
         let mut j = tried.json();
         j["dry_run"] = true.into();
         j["applied"] = false.into();
-        println!("{}", serde_json::to_string_pretty(&j).expect("serialisable"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&j).expect("serialisable")
+        );
     } else {
         print!("{}", replay::render(&tried, &a.label));
         if tried.needs_confirmation() {
-            println!("applying it would ask for confirmation (or --yes): it loosens what ran before");
+            println!("applying it asks for a yes on the terminal (or --yes): it loosens, or may loosen, what the audited calls were given");
         }
     }
     ExitCode::SUCCESS
@@ -175,8 +178,13 @@ fn dry_run_of(g: &Global, a: &Apply) -> ExitCode {
 /// The person's yes to a loosening: on the terminal, or `--yes`. Anything else refuses.
 fn confirmed(g: &Global, a: &Apply, tried: &replay::Tried) -> Result<(), String> {
     use std::io::{BufRead, IsTerminal, Write};
+    let how = if tried.replay.groups.iter().any(|g| g.loosens()) {
+        "loosens"
+    } else {
+        "may loosen (some calls cannot be judged)"
+    };
     let why = format!(
-        "{} loosens what the audited calls of the last {} days were given",
+        "{} {how} what the audited calls of the last {} days were given",
         a.label, a.days
     );
     if a.yes {

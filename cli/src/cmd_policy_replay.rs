@@ -165,7 +165,10 @@ fn example(e: &Example) -> String {
     format!(
         "{}, session {} (audit entry {})",
         utc(e.ts_ms),
-        e.session.as_deref().map(escaped).unwrap_or_else(|| "-".into()),
+        e.session
+            .as_deref()
+            .map(escaped)
+            .unwrap_or_else(|| "-".into()),
         e.seq
     )
 }

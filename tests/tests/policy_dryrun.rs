@@ -26,7 +26,8 @@ fn json_of(o: &Output) -> Value {
 
 /// `gatehouse ARGS` on a terminal of its own (a pty), `answer` typed into it.
 fn on_a_terminal(inst: &Instance, args: &[&str], answer: &str) -> Output {
-    const PTY: &str = "import os, pty, sys\nsys.exit(os.waitstatus_to_exitcode(pty.spawn(sys.argv[1:])))";
+    const PTY: &str =
+        "import os, pty, sys\nsys.exit(os.waitstatus_to_exitcode(pty.spawn(sys.argv[1:])))";
     let mut child = Command::new("python3")
         .args(["-c", PTY])
         .arg(bin("gatehouse"))
@@ -122,27 +123,44 @@ fn a_policy_is_tried_on_the_audited_calls_before_it_applies() {
     assert_eq!(revision_in_force(&inst), 0, "a dry run applies nothing");
     // Applied for real without a terminal: a no-op asks nothing.
     let out = inst.cli(&["policy", "apply", next.to_str().unwrap()]);
-    assert_eq!(text(&out).0, "policy revision 1 applied\n", "{:?}", text(&out));
+    assert_eq!(
+        text(&out).0,
+        "policy revision 1 applied\n",
+        "{:?}",
+        text(&out)
+    );
 
     // A tightening: the reads of a.txt refused, writes still asked.
     let deny_a = "[[rule]]\nname = \"no-a\"\ntools = [\"read_file\"]\npaths = [\"**/a.txt\"]\naction = \"deny\"\n";
     write_next(1, "write_file = \"ask\"", deny_a);
     let v = dry(&["--days", "7"]);
     assert_eq!(v["days"], 7);
-    assert_eq!((v["replayed"].as_u64(), v["unchanged"].as_u64()), (Some(3), Some(1)));
+    assert_eq!(
+        (v["replayed"].as_u64(), v["unchanged"].as_u64()),
+        (Some(3), Some(1))
+    );
     let groups = v["groups"].as_array().unwrap();
     assert_eq!(groups.len(), 1, "{v:#}");
     let g = &groups[0];
     assert_eq!(g["change"], "now_refused");
     assert_eq!(g["tool"], "read_file");
     assert_eq!(g["target"], a.display().to_string());
-    assert_eq!((g["before"].as_str(), g["after"].as_str()), (Some("allow"), Some("deny")));
+    assert_eq!(
+        (g["before"].as_str(), g["after"].as_str()),
+        (Some("allow"), Some("deny"))
+    );
     assert_eq!(g["count"], 2);
     assert_eq!(g["rule_after"], "rule \"no-a\" (policy revision 2)");
     let examples = g["examples"].as_array().unwrap();
     assert_eq!(examples.len(), 2);
-    assert!(examples.iter().all(|e| e["session"] == session.as_str()), "{v:#}");
-    assert!(examples[0]["seq"].as_i64() > examples[1]["seq"].as_i64(), "newest first");
+    assert!(
+        examples.iter().all(|e| e["session"] == session.as_str()),
+        "{v:#}"
+    );
+    assert!(
+        examples[0]["seq"].as_i64() > examples[1]["seq"].as_i64(),
+        "newest first"
+    );
     assert_eq!(v["needs_confirmation"], false);
     // It applies without a terminal, saying what it tightens on standard error.
     let out = inst.cli(&["policy", "apply", next.to_str().unwrap()]);
@@ -169,7 +187,11 @@ fn a_policy_is_tried_on_the_audited_calls_before_it_applies() {
         .map(|g| {
             (
                 g["change"].as_str().unwrap().to_string(),
-                format!("{} {}", g["tool"].as_str().unwrap(), g["target"].as_str().unwrap()),
+                format!(
+                    "{} {}",
+                    g["tool"].as_str().unwrap(),
+                    g["target"].as_str().unwrap()
+                ),
                 g["count"].as_u64().unwrap(),
             )
         })
@@ -177,8 +199,16 @@ fn a_policy_is_tried_on_the_audited_calls_before_it_applies() {
     assert_eq!(
         got,
         [
-            ("now_runs".to_string(), format!("read_file {}", a.display()), 3),
-            ("now_runs".to_string(), format!("write_file {}", b.display()), 1),
+            (
+                "now_runs".to_string(),
+                format!("read_file {}", a.display()),
+                3
+            ),
+            (
+                "now_runs".to_string(),
+                format!("write_file {}", b.display()),
+                1
+            ),
         ]
     );
     assert_eq!(v["loosens"], true);
@@ -189,13 +219,19 @@ fn a_policy_is_tried_on_the_audited_calls_before_it_applies() {
         stdout.contains(&format!("  write_file {} (profile default): 1 call, ask -> allow\n    was: tools.write_file default (policy revision 2)\n    now: tools.write_file default (policy revision 3)\n    e.g. ", b.display())),
         "{stdout}"
     );
-    assert!(stdout.contains(&format!(", session {session} (audit entry ")), "{stdout}");
+    assert!(
+        stdout.contains(&format!(", session {session} (audit entry ")),
+        "{stdout}"
+    );
 
     // Without a terminal it is refused, and nothing changes.
     let out = inst.cli(&["policy", "apply", next.to_str().unwrap()]);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
-    assert!(stderr.contains("would now run without asking: 4 calls\n"), "{stderr}");
+    assert!(
+        stderr.contains("would now run without asking: 4 calls\n"),
+        "{stderr}"
+    );
     assert!(
         stderr.contains("loosens what the audited calls of the last 30 days were given; not applied: there is no terminal to confirm on (run it on a terminal, or give --yes)"),
         "{stderr}"
@@ -212,8 +248,14 @@ fn a_policy_is_tried_on_the_audited_calls_before_it_applies() {
     let out = on_a_terminal(&inst, &["policy", "apply", next.to_str().unwrap()], "n\n");
     let (shown, _) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{shown}");
-    assert!(shown.contains("Apply it as policy revision 3? [y/N] "), "{shown}");
-    assert!(shown.contains("not applied (the answer was not yes)"), "{shown}");
+    assert!(
+        shown.contains("Apply it as policy revision 3? [y/N] "),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("not applied (the answer was not yes)"),
+        "{shown}"
+    );
     assert_eq!(revision_in_force(&inst), 2);
     // Yes applies it.
     let out = on_a_terminal(&inst, &["policy", "apply", next.to_str().unwrap()], "y\n");
@@ -227,15 +269,26 @@ fn a_policy_is_tried_on_the_audited_calls_before_it_applies() {
     assert_eq!(std::fs::read_to_string(&b).unwrap(), "one");
     assert_eq!(call_rows(&inst), rows_before + 1);
     // A write now runs without a card; --yes applies a loosening without a terminal.
-    assert!(matches!(gw.call(write_call(&inst.file("c.txt"), "c")), ToolReply::Done(_)));
+    assert!(matches!(
+        gw.call(write_call(&inst.file("c.txt"), "c")),
+        ToolReply::Done(_)
+    ));
     write_next(3, "write_file = \"ask\"", "");
     let out = inst.cli(&["policy", "apply", next.to_str().unwrap()]);
-    assert_eq!(text(&out).0, "policy revision 4 applied\n", "a tightening: {:?}", text(&out));
+    assert_eq!(
+        text(&out).0,
+        "policy revision 4 applied\n",
+        "a tightening: {:?}",
+        text(&out)
+    );
     write_next(4, "write_file = \"allow\"", "");
     let out = inst.cli(&["--json", "policy", "apply", "--yes", next.to_str().unwrap()]);
     assert!(out.status.success(), "{:?}", text(&out));
     let v = json_of(&out);
-    assert_eq!((v["applied"].as_bool(), v["revision"].as_u64()), (Some(true), Some(5)));
+    assert_eq!(
+        (v["applied"].as_bool(), v["revision"].as_u64()),
+        (Some(true), Some(5))
+    );
     assert_eq!(v["replay"]["loosens"], true);
     let (status, v) = verify(&inst);
     assert!(status.success(), "{v}");
@@ -252,6 +305,18 @@ fn a_document_that_cannot_be_tried_is_refused_with_the_reason() {
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(stderr.contains("bad.toml cannot be tried: "), "{stderr}");
     assert!(stderr.contains("unknown variant `sometimes`"), "{stderr}");
-    let out = inst.cli(&["policy", "apply", "--days", "0", "--dry-run", next.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(2), "clap refuses a zero window: {:?}", text(&out));
+    let out = inst.cli(&[
+        "policy",
+        "apply",
+        "--days",
+        "0",
+        "--dry-run",
+        next.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "clap refuses a zero window: {:?}",
+        text(&out)
+    );
 }

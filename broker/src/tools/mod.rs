@@ -402,9 +402,10 @@ async fn run(
     }
 
     // The profile's network allowlist, before the net-helper resolves anything.
-    if let Some((why, host)) = call.web_url().and_then(|u| {
-        eval::url_off_network(&policy, u).map(|why| (why, eval::url_host(u)))
-    }) {
+    if let Some((why, host)) = call
+        .web_url()
+        .and_then(|u| eval::url_off_network(&policy, u).map(|why| (why, eval::url_host(u))))
+    {
         let mut row =
             event(AuditKind::ToolCall, &sid.0, tool, "deny").detail(format!("{why}; {summary}"));
         if let Some(host) = host {

@@ -82,13 +82,7 @@ fn a_loosening_is_grouped_by_tool_and_target_with_counts_and_the_newest_examples
         .collect();
     calls.push(rec(6, ToolName::WriteFile, at(&r, "b.txt", Access::Write)));
     calls.push(rec(7, ToolName::ReadFile, at(&r, "a.txt", Access::Read)));
-    let out = replay(
-        Ok(&before),
-        Ok(&after),
-        &Protected::new(&[]),
-        &[],
-        calls,
-    );
+    let out = replay(Ok(&before), Ok(&after), &Protected::new(&[]), &[], calls);
     assert_eq!((out.replayed, out.unchanged, out.undecidable), (7, 1, 0));
     assert_eq!(out.changed(), 6);
     assert!(out.needs_confirmation());
@@ -98,7 +92,10 @@ fn a_loosening_is_grouped_by_tool_and_target_with_counts_and_the_newest_examples
     assert_eq!((g.tool.as_str(), g.count), ("write_file", 5));
     assert_eq!(g.target, format!("{}/a.txt", r.display()));
     assert_eq!((g.before, g.after), (Action::Ask, Action::Allow));
-    assert_eq!(g.rule_before, "tools.write_file default (policy revision 4)");
+    assert_eq!(
+        g.rule_before,
+        "tools.write_file default (policy revision 4)"
+    );
     assert_eq!(g.rule_after, "tools.write_file default (policy revision 4)");
     let seqs: Vec<i64> = g.examples.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, [5, 4, 3], "the newest {EXAMPLES}");
@@ -137,7 +134,10 @@ fn a_tightening_needs_no_confirmation_and_says_what_would_be_refused_or_asked() 
             (Change::NowAsks, "write_file", Action::Allow, Action::Ask),
         ]
     );
-    assert_eq!(out.groups[0].rule_after, "rule \"no-a\" (policy revision 4)");
+    assert_eq!(
+        out.groups[0].rule_after,
+        "rule \"no-a\" (policy revision 4)"
+    );
 }
 
 #[test]
@@ -147,7 +147,11 @@ fn the_same_policy_changes_nothing() {
     let calls = vec![
         rec(1, ToolName::ReadFile, at(&r, "a.txt", Access::Read)),
         rec(2, ToolName::WriteFile, at(&r, "a.txt", Access::Write)),
-        rec(3, ToolName::ReadFile, at("/elsewhere".as_ref(), "x", Access::Read)),
+        rec(
+            3,
+            ToolName::ReadFile,
+            at("/elsewhere".as_ref(), "x", Access::Read),
+        ),
     ];
     let out = replay(Ok(&p), Ok(&p), &Protected::new(&[]), &[], calls);
     assert_eq!(
@@ -204,7 +208,11 @@ fn protected_paths_stay_refused_and_an_invalid_policy_in_force_refused_everythin
     let (_d, r) = root();
     let after = doc(&r, "write_file = \"allow\"", "");
     let calls = vec![
-        rec(1, ToolName::WriteFile, at(&r, ".git/hooks/pre-commit", Access::Write)),
+        rec(
+            1,
+            ToolName::WriteFile,
+            at(&r, ".git/hooks/pre-commit", Access::Write),
+        ),
         rec(2, ToolName::WriteFile, at(&r, "a.txt", Access::Write)),
     ];
     let out = replay(
@@ -235,19 +243,14 @@ fn a_profile_the_new_policy_drops_is_refused() {
     let after = doc(&r, "", "");
     let mut call = rec(1, ToolName::ReadFile, at(&r, "a.txt", Access::Read));
     call.call.profile = ProfileName::parse("build").unwrap();
-    let out = replay(
-        Ok(&before),
-        Ok(&after),
-        &Protected::new(&[]),
-        &[],
-        [call],
-    );
+    let out = replay(Ok(&before), Ok(&after), &Protected::new(&[]), &[], [call]);
     let g = &out.groups[0];
     assert_eq!((g.before, g.after), (Action::Allow, Action::Deny));
     assert_eq!(g.change, Change::NowRefused);
     assert_eq!(g.profile.as_str(), "build");
     assert!(
-        g.rule_after.starts_with("there is no profile build in the policy"),
+        g.rule_after
+            .starts_with("there is no profile build in the policy"),
         "{}",
         g.rule_after
     );
@@ -260,7 +263,10 @@ fn server_arguments_are_never_stored_and_calls_that_would_need_them_are_not_judg
         panic!()
     };
     assert_eq!(*arguments, serde_json::Value::Null);
-    assert!(!server_call(1, "send").call.to_json().contains("example.com"));
+    assert!(!server_call(1, "send")
+        .call
+        .to_json()
+        .contains("example.com"));
 
     let (_d, r) = root();
     let rule = |action: &str, args: &str| {
@@ -322,5 +328,8 @@ fn a_stored_call_reads_back_the_same_and_a_bad_one_is_an_error() {
     };
     assert_eq!(ReplayCall::from_json(&cmd.to_json()).unwrap(), cmd);
     let err = ReplayCall::from_json("{\"profile\":\"default\"}").unwrap_err();
-    assert!(err.starts_with("a stored call target does not read: "), "{err}");
+    assert!(
+        err.starts_with("a stored call target does not read: "),
+        "{err}"
+    );
 }
