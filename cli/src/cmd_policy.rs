@@ -225,13 +225,16 @@ fn apply(g: &Global, a: Apply) -> ExitCode {
         Err(e) => return refuse(e),
     };
     // A document that does not parse or is stale is refused by the broker whole, with its own
-    // reason: there is nothing to try. Anything it would apply is tried first.
+    // reason: there is nothing to try. Anything it would apply is tried first; one that does
+    // not compile here is refused here (with the broker's words), never sent untried.
     let current = PolicyDoc::parse(&a.text).is_ok_and(|d| d.revision == view.revision);
     let mut tried = None;
     if current {
         match replay::try_on_history(g, &view, &a.text, a.days) {
             Ok(t) => tried = Some(t),
-            Err(replay::NotTried::Invalid(_)) => {}
+            Err(replay::NotTried::Invalid(e)) => {
+                return refuse(format!("the policy was not applied: {e}"))
+            }
             Err(replay::NotTried::Failed(e)) => {
                 return refuse(format!(
                     "{e}; the policy was not applied (it is tried on the audited calls first)"
