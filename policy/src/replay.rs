@@ -279,11 +279,11 @@ pub fn replay(
             g.rule_after = a.rule;
         }
         g.examples.push(example);
-        g.examples.sort_by(|x, y| y.seq.cmp(&x.seq));
+        g.examples.sort_by_key(|e| std::cmp::Reverse(e.seq));
         g.examples.truncate(EXAMPLES);
     }
     out.undecidable_examples
-        .sort_by(|x, y| y.1.seq.cmp(&x.1.seq));
+        .sort_by_key(|(_, e)| std::cmp::Reverse(e.seq));
     out.undecidable_examples.truncate(EXAMPLES);
     out.groups = groups.into_values().collect();
     out.groups.sort_by(|x, y| {
