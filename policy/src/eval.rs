@@ -67,9 +67,37 @@ pub fn with_standing_decisions(
 /// One path a call touches, resolved, with what it does there.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PathTarget {
+    #[serde(with = "path_bytes")]
     pub abs: Vec<u8>,
     pub access: Access,
     pub is_dir: bool,
+}
+
+/// A path's bytes as stored: a JSON string when they are UTF-8 (the usual case, and what a
+/// person reading the database expects), else the array of bytes; either reads back exactly.
+mod path_bytes {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(untagged)]
+    enum Stored<'a> {
+        Text(std::borrow::Cow<'a, str>),
+        Bytes(Vec<u8>),
+    }
+
+    pub fn serialize<S: Serializer>(abs: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        match std::str::from_utf8(abs) {
+            Ok(t) => Stored::Text(t.into()).serialize(s),
+            Err(_) => Stored::Bytes(abs.to_vec()).serialize(s),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        Ok(match Stored::deserialize(d)? {
+            Stored::Text(t) => t.into_owned().into_bytes(),
+            Stored::Bytes(b) => b,
+        })
+    }
 }
 
 /// What a call acts on, in canonical form. Serialisable so the audit database can keep it for

@@ -317,7 +317,13 @@ fn a_stored_call_reads_back_the_same_and_a_bad_one_is_an_error() {
             },
         ]),
     };
-    assert_eq!(ReplayCall::from_json(&call.to_json()).unwrap(), call);
+    let stored = call.to_json();
+    assert!(
+        stored.contains("\"abs\":[47,119,47,255,0,111,100,100]")
+            && stored.contains("\"abs\":\"/w/new\""),
+        "UTF-8 paths as text, others as bytes: {stored}"
+    );
+    assert_eq!(ReplayCall::from_json(&stored).unwrap(), call);
     let cmd = ReplayCall {
         profile: ProfileName::default_profile(),
         tool: ToolName::RunCommand.into(),
