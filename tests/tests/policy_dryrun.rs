@@ -320,3 +320,73 @@ fn a_document_that_cannot_be_tried_is_refused_with_the_reason() {
         text(&out)
     );
 }
+
+#[test]
+fn a_fetch_the_network_allowlist_refused_is_replayed_by_its_host() {
+    // Refused by the allowlist before any name is resolved: nothing leaves the machine.
+    let with_list = |rev: u64, list: &str| {
+        policy_with("fetch_url = \"ask\"", "")
+            .replace("revision = 0", &format!("revision = {rev}"))
+            .replace("[tools]", &format!("{list}[tools]"))
+    };
+    let inst = Instance::new(Some(&with_list(0, "network = [\"docs.rs\"]\n")));
+    let broker = inst.start(&[]);
+    let mut gw = broker.gateway();
+    let fetch = ipc_schema::tool::ToolCall::FetchUrl(ipc_schema::tool::FetchUrl {
+        url: "http://off-list.test/x".into(),
+    });
+    match gw.call(fetch) {
+        ToolReply::Refused(r) => {
+            assert_eq!(r.kind, RefusalKind::Denied);
+            assert!(
+                r.message.contains("not in the network allowlist"),
+                "{}",
+                r.message
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let next = inst.root().join("next.toml");
+    let root = inst.project.display().to_string();
+    // The same list: no change. Without it: the fetch would now ask (a loosening).
+    std::fs::write(
+        &next,
+        with_list(0, "network = [\"docs.rs\"]\n").replace("{ROOT}", &root),
+    )
+    .unwrap();
+    let v = json_of(&inst.cli(&[
+        "--json",
+        "policy",
+        "apply",
+        "--dry-run",
+        next.to_str().unwrap(),
+    ]));
+    assert_eq!(
+        (v["replayed"].as_u64(), v["unchanged"].as_u64()),
+        (Some(1), Some(1)),
+        "{v:#}"
+    );
+    std::fs::write(&next, with_list(0, "").replace("{ROOT}", &root)).unwrap();
+    let v = json_of(&inst.cli(&[
+        "--json",
+        "policy",
+        "apply",
+        "--dry-run",
+        next.to_str().unwrap(),
+    ]));
+    let g = &v["groups"][0];
+    assert_eq!(
+        (
+            g["change"].as_str(),
+            g["tool"].as_str(),
+            g["target"].as_str()
+        ),
+        (Some("now_asks"), Some("fetch_url"), Some("off-list.test")),
+        "{v:#}"
+    );
+    assert_eq!(
+        (g["before"].as_str(), g["after"].as_str()),
+        (Some("deny"), Some("ask"))
+    );
+    assert_eq!(v["needs_confirmation"], true, "deny -> ask loosens");
+}
