@@ -43,6 +43,11 @@ pub struct AuditEvent {
     /// mode the session's own rows last named ([`crate::Chain::append`]); a row that names one
     /// (the session's opening, resuming and mode-change rows) sets it.
     pub mode: Option<SessionMode>,
+    /// What the call this row judged acted on, kept beside the row in `call_targets` so that a
+    /// policy change can be tried on history (the policy crate's `ReplayCall`, as JSON: paths,
+    /// hosts, program and working directory; never content, command arguments or a server
+    /// tool's arguments). Not one of the hashed fields: the row's `target` is the chained form.
+    pub call: Option<String>,
 }
 
 impl AuditEvent {
@@ -56,6 +61,7 @@ impl AuditEvent {
             outcome: outcome.into(),
             detail: String::new(),
             mode: None,
+            call: None,
         }
     }
     pub fn mode(mut self, m: SessionMode) -> Self {
@@ -72,6 +78,11 @@ impl AuditEvent {
     }
     pub fn target(mut self, t: impl Into<String>) -> Self {
         self.target = Some(t.into());
+        self
+    }
+    /// The judged call's stored target (see [`AuditEvent::call`]).
+    pub fn call(mut self, c: impl Into<String>) -> Self {
+        self.call = Some(c.into());
         self
     }
     pub fn detail(mut self, d: impl Into<String>) -> Self {

@@ -18,6 +18,7 @@ pub mod chain;
 pub mod ledger;
 pub mod pins;
 pub mod remembered;
+pub mod replay;
 pub mod seal;
 pub mod sessions;
 pub mod verify;
@@ -136,6 +137,13 @@ CREATE TABLE IF NOT EXISTS remembered (
     origin TEXT NOT NULL,
     profile TEXT NOT NULL DEFAULT 'default'
 );
+CREATE TABLE IF NOT EXISTS call_targets (
+    seq INTEGER PRIMARY KEY REFERENCES audit (seq),
+    ts_ms INTEGER NOT NULL,
+    session TEXT,
+    call TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS call_targets_ts ON call_targets (ts_ms);
 CREATE TABLE IF NOT EXISTS mcp_pins (
     profile TEXT NOT NULL,
     server TEXT NOT NULL,
@@ -158,13 +166,20 @@ pub(crate) fn has_column(conn: &Connection, table: &str, column: &str) -> rusqli
 }
 
 /// Brings a database made by an earlier gatehouse up to [`SCHEMA`]: `remembered` had no
-/// `profile` column before session profiles (its rows were made in the default profile), and
+/// `profile` column before session profiles (its rows were made in the default profile),
 /// `audit` had no `mode` column before session modes (its rows keep NULL there, which hashes
-/// as they were hashed when written: see [`chain::encode_fields`]).
+/// as they were hashed when written: see [`chain::encode_fields`]), and the first audit row
+/// that can have a call target is noted once (`call_targets_since`), so that a replay tells
+/// rows from before that (not replayable) from calls that never had one.
 fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     if !has_column(conn, "audit", "mode")? {
         conn.execute_batch("ALTER TABLE audit ADD COLUMN mode TEXT")?;
     }
+    conn.execute(
+        "INSERT OR IGNORE INTO meta (key, value) \
+         SELECT 'call_targets_since', CAST(coalesce(max(seq), 0) + 1 AS TEXT) FROM audit",
+        [],
+    )?;
     let has_profile: i64 = conn.query_row(
         "SELECT COUNT(*) FROM pragma_table_info('remembered') WHERE name = 'profile'",
         [],
@@ -460,6 +475,13 @@ impl<S: Seal> Chain<S> {
                     &mac[..],
                     ev.mode.map(|m| m.as_str()),
                 ])?;
+                // In the same transaction as its row, or not at all.
+                if let Some(c) = &ev.call {
+                    tx.prepare_cached(
+                        "INSERT INTO call_targets (seq, ts_ms, session, call) VALUES (?1,?2,?3,?4)",
+                    )?
+                    .execute(params![r.seq, r.ts_ms, ev.session, c])?;
+                }
             }
         }
         tx.prepare_cached(

@@ -5,6 +5,7 @@
 //! a visible escape; the remembered decisions (whose targets come from agents' calls), the
 //! source and any error are one inert line each. `--json` prints the exact values.
 
+use crate::cmd_policy_replay as replay;
 use crate::{fail, Global};
 use ipc_schema::inert::{escaped, escaped_lines};
 use ipc_schema::tool::ProfileName;
@@ -26,8 +27,22 @@ pub enum PolicyCmd {
         profile: Option<String>,
     },
     /// Apply FILE (`-`: standard input) as the next revision. Its `revision` must be the one in
-    /// force; a stale or invalid document is refused whole.
-    Apply { file: PathBuf },
+    /// force; a stale or invalid document is refused whole. First the audited calls of the last
+    /// days are judged again by FILE (read from the audit log, never re-run): if a verdict
+    /// loosens, the summary is shown and the apply asks for a yes on the terminal.
+    Apply {
+        file: PathBuf,
+        /// Only show what FILE would change on the audited calls; apply nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// How many days of audited calls to try FILE on.
+        #[arg(long, value_name = "N", default_value_t = 30,
+              value_parser = clap::value_parser!(u32).range(1..=36_500))]
+        days: u32,
+        /// Apply a loosening without asking (needed without a terminal, and with --json).
+        #[arg(long)]
+        yes: bool,
+    },
     /// Drop a remembered decision (see `policy show`).
     Forget { id: u64 },
 }
@@ -70,7 +85,12 @@ pub fn run(g: &Global, cmd: PolicyCmd) -> ExitCode {
             Ok(_) => fail("unexpected reply"),
             Err(e) => fail(&e),
         },
-        PolicyCmd::Apply { file } => {
+        PolicyCmd::Apply {
+            file,
+            dry_run,
+            days,
+            yes,
+        } => {
             let mut text = String::new();
             let read = if file.as_os_str() == "-" {
                 std::io::stdin().read_to_string(&mut text).map(|_| ())
@@ -80,25 +100,22 @@ pub fn run(g: &Global, cmd: PolicyCmd) -> ExitCode {
             if let Err(e) = read {
                 return fail(&format!("{}: {e}", file.display()));
             }
-            match request(g, UiRequest::PolicyApply { document: text }) {
-                Ok(UiReply::PolicyApplied { revision }) => {
-                    if g.json {
-                        println!(
-                            "{}",
-                            serde_json::json!({"applied": true, "revision": revision})
-                        );
-                    } else {
-                        println!("policy revision {revision} applied");
-                    }
-                    ExitCode::SUCCESS
-                }
-                Ok(_) => fail("unexpected reply"),
-                Err(e) => {
-                    if g.json {
-                        println!("{}", serde_json::json!({"applied": false, "error": e}));
-                    }
-                    fail(&e)
-                }
+            let label = if file.as_os_str() == "-" {
+                "the document on standard input".to_string()
+            } else {
+                file.display().to_string()
+            };
+            let ask = Apply {
+                text,
+                label,
+                from_stdin: file.as_os_str() == "-",
+                days,
+                yes,
+            };
+            if dry_run {
+                dry_run_of(g, &ask)
+            } else {
+                apply(g, ask)
             }
         }
         PolicyCmd::Forget { id } => match request(g, UiRequest::PolicyForget { remembered: id }) {
@@ -109,6 +126,151 @@ pub fn run(g: &Global, cmd: PolicyCmd) -> ExitCode {
             Ok(_) => fail("unexpected reply"),
             Err(e) => fail(&e),
         },
+    }
+}
+
+/// One `policy apply`: the document and how to treat what it loosens.
+struct Apply {
+    text: String,
+    label: String,
+    from_stdin: bool,
+    days: u32,
+    yes: bool,
+}
+
+fn policy_view(g: &Global) -> Result<PolicyView, String> {
+    match request(g, UiRequest::PolicyShow)? {
+        UiReply::Policy(v) => Ok(v),
+        _ => Err("unexpected reply".into()),
+    }
+}
+
+/// `policy apply --dry-run`: the replay, nothing applied.
+fn dry_run_of(g: &Global, a: &Apply) -> ExitCode {
+    let view = match policy_view(g) {
+        Ok(v) => v,
+        Err(e) => return fail(&e),
+    };
+    let tried = match replay::try_on_history(g, &view, &a.text, a.days) {
+        Ok(t) => t,
+        Err(replay::NotTried::Invalid(e)) => {
+            return fail(&format!("{} cannot be tried: {e}", a.label))
+        }
+        Err(replay::NotTried::Failed(e)) => return fail(&e),
+    };
+    if g.json {
+        let mut j = tried.json();
+        j["dry_run"] = true.into();
+        j["applied"] = false.into();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&j).expect("serialisable")
+        );
+    } else {
+        print!("{}", replay::render(&tried, &a.label));
+        if tried.needs_confirmation() {
+            println!("applying it asks for a yes on the terminal (or --yes): it loosens, or may loosen, what the audited calls were given");
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// The person's yes to a loosening: on the terminal, or `--yes`. Anything else refuses.
+fn confirmed(g: &Global, a: &Apply, tried: &replay::Tried) -> Result<(), String> {
+    use std::io::{BufRead, IsTerminal, Write};
+    let how = if tried.replay.groups.iter().any(|g| g.loosens()) {
+        "loosens"
+    } else {
+        "may loosen (some calls cannot be judged)"
+    };
+    let why = format!(
+        "{} {how} what the audited calls of the last {} days were given",
+        a.label, a.days
+    );
+    if a.yes {
+        return Ok(());
+    }
+    if g.json {
+        return Err(format!("{why}; not applied (give --yes to apply it)"));
+    }
+    eprint!("{}", replay::render(tried, &a.label));
+    if a.from_stdin || !std::io::stdin().is_terminal() {
+        return Err(format!(
+            "{why}; not applied: there is no terminal to confirm on (run it on a terminal, or give --yes)"
+        ));
+    }
+    eprint!("Apply it as policy revision {}? [y/N] ", tried.revision + 1);
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .map_err(|e| format!("{why}; not applied: reading the answer failed: {e}"))?;
+    match answer.trim() {
+        "y" | "Y" | "yes" | "YES" | "Yes" => Ok(()),
+        _ => Err(format!("{why}; not applied (the answer was not yes)")),
+    }
+}
+
+/// `policy apply`: tried on history first; a loosening applies only with the person's yes.
+fn apply(g: &Global, a: Apply) -> ExitCode {
+    let refuse = |e: String| {
+        if g.json {
+            println!("{}", serde_json::json!({"applied": false, "error": e}));
+        }
+        fail(&e)
+    };
+    let view = match policy_view(g) {
+        Ok(v) => v,
+        Err(e) => return refuse(e),
+    };
+    // A document that does not parse or is stale is refused by the broker whole, with its own
+    // reason: there is nothing to try. Anything it would apply is tried first; one that does
+    // not compile here is refused here (with the broker's words), never sent untried.
+    let current = PolicyDoc::parse(&a.text).is_ok_and(|d| d.revision == view.revision);
+    let mut tried = None;
+    if current {
+        match replay::try_on_history(g, &view, &a.text, a.days) {
+            Ok(t) => tried = Some(t),
+            Err(replay::NotTried::Invalid(e)) => {
+                return refuse(format!("the policy was not applied: {e}"))
+            }
+            Err(replay::NotTried::Failed(e)) => {
+                return refuse(format!(
+                    "{e}; the policy was not applied (it is tried on the audited calls first)"
+                ))
+            }
+        }
+    }
+    if let Some(t) = &tried {
+        if t.needs_confirmation() {
+            if let Err(e) = confirmed(g, &a, t) {
+                if g.json {
+                    let j = serde_json::json!({"applied": false, "error": e, "replay": t.json()});
+                    println!("{j}");
+                }
+                return fail(&e);
+            }
+        } else if !g.json && t.replay.changed() > 0 {
+            // A tightening: said, not asked (standard output keeps its one line).
+            eprint!("{}", replay::render(t, &a.label));
+        }
+    }
+    match request(g, UiRequest::PolicyApply { document: a.text }) {
+        Ok(UiReply::PolicyApplied { revision }) => {
+            if g.json {
+                let mut j = serde_json::json!({"applied": true, "revision": revision});
+                if let Some(t) = &tried {
+                    j["replay"] = t.json();
+                }
+                println!("{j}");
+            } else {
+                println!("policy revision {revision} applied");
+            }
+            ExitCode::SUCCESS
+        }
+        Ok(_) => fail("unexpected reply"),
+        Err(e) => refuse(e),
     }
 }
 

@@ -11,6 +11,7 @@ mod cmd_demo;
 mod cmd_fetch;
 mod cmd_mcp_server;
 mod cmd_policy;
+mod cmd_policy_replay;
 mod cmd_run;
 mod cmd_sandbox;
 mod cmd_secret;

@@ -65,15 +65,45 @@ pub fn with_standing_decisions(
 }
 
 /// One path a call touches, resolved, with what it does there.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PathTarget {
+    #[serde(with = "path_bytes")]
     pub abs: Vec<u8>,
     pub access: Access,
     pub is_dir: bool,
 }
 
-/// What a call acts on, in canonical form.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A path's bytes as stored: a JSON string when they are UTF-8 (the usual case, and what a
+/// person reading the database expects), else the array of bytes; either reads back exactly.
+mod path_bytes {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(untagged)]
+    enum Stored<'a> {
+        Text(std::borrow::Cow<'a, str>),
+        Bytes(Vec<u8>),
+    }
+
+    pub fn serialize<S: Serializer>(abs: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        match std::str::from_utf8(abs) {
+            Ok(t) => Stored::Text(t.into()).serialize(s),
+            Err(_) => Stored::Bytes(abs.to_vec()).serialize(s),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        Ok(match Stored::deserialize(d)? {
+            Stored::Text(t) => t.into_owned().into_bytes(),
+            Stored::Bytes(b) => b,
+        })
+    }
+}
+
+/// What a call acts on, in canonical form. Serialisable so the audit database can keep it for
+/// [`crate::replay`]: paths, hosts and program + working directory only, never a file's content
+/// or a command's arguments; a server tool's arguments are never serialised (see below).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Target {
     Paths(Vec<PathTarget>),
     Url {
@@ -88,6 +118,10 @@ pub enum Target {
     Server {
         server: ipc_schema::servers::ServerName,
         tool: ipc_schema::servers::ServerToolName,
+        /// Not stored: a third-party tool's arguments may hold anything (a message, a token),
+        /// and the audit log keeps only their names. A stored target reads back as `null`;
+        /// [`crate::replay`] does not judge a call whose verdict would depend on them.
+        #[serde(skip)]
         arguments: serde_json::Value,
     },
 }

@@ -9,6 +9,7 @@ pub mod eval;
 pub mod launch;
 pub mod protected;
 pub mod rate;
+pub mod replay;
 pub mod servers;
 
 use compile::{Policies, Policy};

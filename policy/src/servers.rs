@@ -360,6 +360,41 @@ pub fn verdict(
     }
 }
 
+/// Whether some rule of `policy` on `server`'s `tool` matches its arguments: then a call's
+/// verdict depends on values the audit log never keeps, and a replay cannot judge it.
+pub fn depends_on_arguments(policy: &Policy, server: &ServerName, tool: &ServerToolName) -> bool {
+    policy.rules.iter().any(|r| {
+        r.servers
+            .as_ref()
+            .is_some_and(|s| !s.arguments.is_empty() && s.covers(server, tool))
+    })
+}
+
+/// What decides a call of `server`'s `tool` in `policy`, whatever its arguments: each rule
+/// naming the tool, as its action and argument matchers (sorted). Two policies with the same
+/// give the same action on every call of the tool ([`verdict`] reads nothing else).
+pub fn deciding_rules(
+    policy: &Policy,
+    server: &ServerName,
+    tool: &ServerToolName,
+) -> Vec<(Action, Vec<(String, String)>)> {
+    let mut out: Vec<_> = policy
+        .rules
+        .iter()
+        .filter_map(|r| {
+            let s = r.servers.as_ref().filter(|s| s.covers(server, tool))?;
+            let args = s
+                .arguments
+                .iter()
+                .map(|(p, g)| (p.clone(), g.glob().glob().to_string()))
+                .collect();
+            Some((r.action, args))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 fn default_rule(policy: &Policy, server: &ServerName) -> String {
     format!(
         "no rule for the tools of server {server}: ask (policy revision {})",

@@ -29,7 +29,8 @@ use ipc_schema::tool::{
 };
 use ipc_schema::ui::{CallState, Choice, Remembered, RememberedAction};
 use ipc_schema::{Body, ErrorCode, ErrorReply};
-use policy::eval;
+use policy::eval::{self, Target};
+use policy::replay::ReplayCall;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Instant;
@@ -429,13 +430,16 @@ async fn run(
     }
 
     // The profile's network allowlist, before the net-helper resolves anything.
-    if let Some(why) = call
+    if let Some((why, host)) = call
         .web_url()
-        .and_then(|u| eval::url_off_network(&policy, u))
+        .and_then(|u| eval::url_off_network(&policy, u).map(|why| (why, eval::url_host(u))))
     {
-        crate::audit::record(
-            event(AuditKind::ToolCall, &sid.0, tool, "deny").detail(format!("{why}; {summary}")),
-        );
+        let mut row =
+            event(AuditKind::ToolCall, &sid.0, tool, "deny").detail(format!("{why}; {summary}"));
+        if let Some(host) = host {
+            row = row.call(ReplayCall::json_of(&profile, tool, &Target::Url { host }));
+        }
+        crate::audit::record(row);
         let verdict = Verdict {
             action: Action::Deny,
             rule: why,
@@ -479,11 +483,15 @@ async fn run(
     };
     // An allowed read gets one row, written when it is done (with this verdict's rule): half
     // the audit work on the hottest path. Everything else records the decision now.
-    if effectful || verdict.action != Action::Allow {
+    // What was judged, kept with the call's first row for `policy apply --dry-run`.
+    let judged = ReplayCall::json_of(&profile, tool, &resolved.target);
+    let decision_row = effectful || verdict.action != Action::Allow;
+    if decision_row {
         crate::audit::record(
             event(AuditKind::ToolCall, &sid.0, tool, verdict.action.as_str())
                 .target(target_key.clone())
-                .detail(format!("{}; {summary}", verdict.rule)),
+                .detail(format!("{}; {summary}", verdict.rule))
+                .call(judged.clone()),
         );
     }
     if verdict.action == Action::Deny {
@@ -559,14 +567,16 @@ async fn run(
             Err(ToolReply::Refused(_)) => "refused",
             Err(_) => "failed",
         };
-        crate::audit::record(
-            event(AuditKind::Read, &sid.0, tool, outcome)
-                .target(target_key)
-                .detail(match &out {
-                    Ok(_) => format!("{}; {summary}", verdict.rule),
-                    Err(r) => format!("{}; {}; {summary}", verdict.rule, r.message()),
-                }),
-        );
+        let mut row = event(AuditKind::Read, &sid.0, tool, outcome)
+            .target(target_key)
+            .detail(match &out {
+                Ok(_) => format!("{}; {summary}", verdict.rule),
+                Err(r) => format!("{}; {}; {summary}", verdict.rule, r.message()),
+            });
+        if !decision_row {
+            row = row.call(judged);
+        }
+        crate::audit::record(row);
         return match out {
             Ok(result) => ToolReply::Done(Box::new(Done {
                 result,
