@@ -5,7 +5,7 @@
 //! first decision counts. No decision by the expiry means deny.
 
 use crate::fronts::Replier;
-use ipc_schema::tool::ProposalId;
+use ipc_schema::tool::{ProposalId, SessionId, ToolId};
 use ipc_schema::ui::{Choice, Decision, Proposal, ProposalDigest, UiEvent, UiReply};
 use ipc_schema::Body;
 use proposal::digest::digest;
@@ -136,6 +136,13 @@ impl Approvals {
 
     /// Applies a decision from the ui channel. Gives the choice, and what the decision's audit
     /// row should add about outside text in the arguments (empty if none; never content).
+    /// The session and tool of an open proposal (the decision's audit row names both).
+    pub fn whose(&self, id: ProposalId) -> Option<(SessionId, ToolId)> {
+        self.open
+            .get(&id)
+            .map(|o| (o.proposal.session.clone(), o.proposal.tool.clone()))
+    }
+
     pub fn decide(
         &mut self,
         d: &Decision,

@@ -30,6 +30,7 @@ pub fn handle(
             reply.send(id, Body::UiReply(UiReply::Subscribed));
         }
         UiRequest::Decide(d) => {
+            let whose = gate.approvals.borrow().whose(d.proposal);
             let decided = gate.approvals.borrow_mut().decide(&d, now_ms() as u64);
             let (outcome, detail) = match &decided {
                 Ok((choice, outside)) => (
@@ -41,9 +42,11 @@ pub fn handle(
                     format!("decision on proposal {} refused: {e}", d.proposal),
                 ),
             };
-            crate::audit::record(
-                AuditEvent::new(AuditKind::Decision, "ui", outcome).detail(detail),
-            );
+            let mut row = AuditEvent::new(AuditKind::Decision, "ui", outcome).detail(detail);
+            if let Some((session, tool)) = whose {
+                row = row.session(session.0).tool(tool.name());
+            }
+            crate::audit::record(row);
             reply.send(
                 id,
                 match decided {

@@ -153,6 +153,21 @@ fn default_profile_reads_asks_writes_and_answers_repeats_from_the_ledger() {
     ] {
         assert!(has(kind, outcome), "no {kind}/{outcome} row in {rows:#?}");
     }
+    // The human's decision names the proposal's session and tool, like the rows around it.
+    let asked = rows
+        .iter()
+        .find(|r| r["kind"] == "proposal" && r["outcome"] == "asked")
+        .expect("a proposal row");
+    let decided = rows
+        .iter()
+        .find(|r| r["kind"] == "decision" && r["outcome"] == "allow once")
+        .expect("a decision row");
+    assert!(asked["session"].is_string(), "{asked}");
+    assert_eq!(
+        (&decided["session"], &decided["tool"]),
+        (&asked["session"], &asked["tool"]),
+        "{decided}"
+    );
     // An allowed read is one row, carrying the rule that allowed it.
     assert!(
         rows.iter().any(|r| r["kind"] == "read"
