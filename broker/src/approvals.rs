@@ -3,13 +3,20 @@
 //! A proposal is bound to a digest over everything it shows (plus a nonce). A decision must name
 //! the proposal and echo that digest; it must come before the proposal expires, and only the
 //! first decision counts. No decision by the expiry means deny.
+//!
+//! Who hears of a card: every console that subscribed (`UiRequest::Subscribe`) gets the whole
+//! proposal. A notifier that watches (`gatehouse notify`) gets a card's summary only while no
+//! console is attached: when the card opens with none, when the last console goes while it
+//! waits, or when the notifier starts watching while it waits. It is told to take the card back
+//! when the card closes (decided, expired, withdrawn) or a console attaches.
 
 use crate::fronts::Replier;
+use ipc_schema::notify::{CardSummary, NotifyEvent, NotifyReply, Settled};
 use ipc_schema::tool::ProposalId;
 use ipc_schema::ui::{Choice, Decision, Proposal, ProposalDigest, UiEvent, UiReply};
 use ipc_schema::Body;
 use proposal::digest::digest;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use tokio::sync::watch;
 
 /// How a proposal ended.
@@ -52,8 +59,17 @@ pub struct Approvals {
     open: BTreeMap<ProposalId, Open>,
     closed: HashMap<ProposalId, String>,
     closed_order: VecDeque<ProposalId>,
-    subscribers: Vec<(Replier, u64)>,
+    /// Consoles: (their replies, the Subscribe's id, their connection).
+    subscribers: Vec<(Replier, u64, ConnKey)>,
+    /// Notifiers: (their replies, the Watch's id, their connection).
+    watchers: Vec<(Replier, u64, ConnKey)>,
+    /// Open cards the notifiers were told of and not yet told to take back.
+    notified: BTreeSet<ProposalId>,
 }
+
+/// Which front connection a console or notifier listens on (its `Conn`'s address, which
+/// outlives its entry here: the entry goes when the connection ends).
+pub type ConnKey = usize;
 
 /// What a proposal shows, before it has an id and a digest.
 pub struct Draft {
@@ -105,6 +121,9 @@ impl Approvals {
             },
         );
         self.publish(UiEvent::ProposalAdded(Box::new(p.clone())));
+        if self.subscribers.is_empty() {
+            self.tell_watchers(&p);
+        }
         (p, rx)
     }
 
@@ -126,6 +145,7 @@ impl Approvals {
                 proposal: id,
                 outcome: text,
             });
+            self.settle(id, Settled::Closed);
         }
     }
 
@@ -187,19 +207,81 @@ impl Approvals {
                 proposal: id,
                 outcome: format!("withdrawn: {why}"),
             });
+            self.settle(id, Settled::Closed);
             true
         } else {
             false
         }
     }
 
-    pub fn subscribe(&mut self, r: Replier, id: u64) {
-        self.subscribers.push((r, id));
+    /// A console subscribed: it shows every open card from now on, so the notifiers take back
+    /// what they showed.
+    pub fn subscribe(&mut self, r: Replier, id: u64, conn: ConnKey) {
+        self.subscribers.push((r, id, conn));
+        for p in std::mem::take(&mut self.notified) {
+            self.send_watchers(NotifyEvent::Settled {
+                proposal: p,
+                why: Settled::ConsoleAttached,
+            });
+        }
+    }
+
+    /// A notifier watches: told at once of the cards waiting with no console attached.
+    pub fn watch(&mut self, r: Replier, id: u64, conn: ConnKey) {
+        r.send(id, Body::NotifyReply(NotifyReply::Watching));
+        self.watchers.push((r, id, conn));
+        if self.subscribers.is_empty() {
+            let waiting: Vec<Proposal> = self.pending();
+            for p in &waiting {
+                self.tell_watchers(p);
+            }
+        }
+    }
+
+    /// A front connection ended: if it was the last console, the cards still waiting go to
+    /// the notifiers.
+    pub fn connection_closed(&mut self, conn: ConnKey) {
+        self.watchers.retain(|w| w.2 != conn);
+        let consoles = self.subscribers.len();
+        self.subscribers.retain(|s| s.2 != conn);
+        if consoles > 0 && self.subscribers.is_empty() {
+            let waiting: Vec<Proposal> = self.pending();
+            for p in &waiting {
+                self.tell_watchers(p);
+            }
+        }
     }
 
     pub fn publish(&mut self, ev: UiEvent) {
         self.subscribers
-            .retain(|(r, id)| r.send_checked(*id, Body::UiReply(UiReply::Event(ev.clone()))));
+            .retain(|(r, id, _)| r.send_checked(*id, Body::UiReply(UiReply::Event(ev.clone()))));
+    }
+
+    /// Tells the notifiers of `p` (a summary: never its arguments, diff or digest).
+    fn tell_watchers(&mut self, p: &Proposal) {
+        if self.watchers.is_empty() || self.notified.contains(&p.id) {
+            return;
+        }
+        self.notified.insert(p.id);
+        self.send_watchers(NotifyEvent::Waiting(CardSummary {
+            proposal: p.id,
+            session: p.session.clone(),
+            tool: p.tool.clone(),
+            target: p.target.clone(),
+            expires_unix_ms: p.expires_unix_ms,
+        }));
+    }
+
+    fn settle(&mut self, id: ProposalId, why: Settled) {
+        if self.notified.remove(&id) {
+            self.send_watchers(NotifyEvent::Settled { proposal: id, why });
+        }
+    }
+
+    fn send_watchers(&mut self, ev: NotifyEvent) {
+        self.watchers.retain(|(r, id, _)| {
+            r.send_checked(*id, Body::NotifyReply(NotifyReply::Event(ev.clone())))
+        });
     }
 }
 
