@@ -402,6 +402,96 @@ mod tests {
         );
     }
 
+    /// The notifier's events on `rx` so far.
+    fn notified(rx: &mut tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>) -> Vec<NotifyReply> {
+        let mut out = Vec::new();
+        while let Ok(frame) = rx.try_recv() {
+            let env = ipc_schema::codec::decode_payload(&frame[4..]).unwrap();
+            match env.body {
+                Body::NotifyReply(r) => out.push(r),
+                other => panic!("the notifier got {other:?}"),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_notifier_hears_of_cards_only_while_no_console_is_attached() {
+        let mut a = Approvals::default();
+        let (watcher, mut wrx) = Replier::for_test();
+        a.watch(watcher, 5, 1);
+        assert_eq!(notified(&mut wrx), [NotifyReply::Watching]);
+        // No console: the card goes to the notifier, as a summary.
+        let (p, _) = a.propose(draft(), 1000, 5000);
+        let waiting = NotifyReply::Event(NotifyEvent::Waiting(CardSummary {
+            proposal: p.id,
+            session: p.session.clone(),
+            tool: p.tool.clone(),
+            target: "/p/a".into(),
+            expires_unix_ms: 6000,
+        }));
+        assert_eq!(notified(&mut wrx), std::slice::from_ref(&waiting));
+        // A console attaches: taken back; a card opened now is the console's alone.
+        let (console, mut crx) = Replier::for_test();
+        a.subscribe(console, 9, 2);
+        let settled = |why| {
+            NotifyReply::Event(NotifyEvent::Settled {
+                proposal: p.id,
+                why,
+            })
+        };
+        assert_eq!(notified(&mut wrx), [settled(Settled::ConsoleAttached)]);
+        let (q, _) = a.propose(draft(), 1000, 5000);
+        assert_eq!(notified(&mut wrx), []);
+        assert!(crx.try_recv().is_ok(), "the console got the new card");
+        // The console goes: both waiting cards go to the notifier; another connection
+        // closing changes nothing.
+        a.connection_closed(3);
+        assert_eq!(notified(&mut wrx), []);
+        a.connection_closed(2);
+        let got = notified(&mut wrx);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[0], waiting);
+        assert!(
+            matches!(&got[1], NotifyReply::Event(NotifyEvent::Waiting(c)) if c.proposal == q.id)
+        );
+        // Decided, withdrawn: taken back as closed. A card never shown is not taken back.
+        a.decide(
+            &Decision {
+                proposal: p.id,
+                digest: p.digest,
+                choice: Choice::Deny,
+            },
+            1001,
+        )
+        .unwrap();
+        assert_eq!(notified(&mut wrx), [settled(Settled::Closed)]);
+        assert!(a.withdraw(q.id, "gone"));
+        assert_eq!(
+            notified(&mut wrx),
+            [NotifyReply::Event(NotifyEvent::Settled {
+                proposal: q.id,
+                why: Settled::Closed
+            })]
+        );
+        // A notifier that starts watching while a card waits with no console hears of it.
+        a.connection_closed(1);
+        let (r, _) = a.propose(draft(), 1000, 5000);
+        let (late, mut lrx) = Replier::for_test();
+        a.watch(late, 6, 4);
+        let got = notified(&mut lrx);
+        assert_eq!(got[0], NotifyReply::Watching);
+        assert!(
+            matches!(&got[1..], [NotifyReply::Event(NotifyEvent::Waiting(c))] if c.proposal == r.id),
+            "{got:?}"
+        );
+        assert_eq!(
+            notified(&mut wrx),
+            [],
+            "the closed notifier is told nothing more"
+        );
+    }
+
     #[test]
     fn digests_differ_for_identical_content() {
         let mut a = Approvals::default();

@@ -240,6 +240,13 @@ impl Replier {
         let _ = self.tx.send(frame);
     }
 
+    /// A replier whose frames the test reads from the receiver.
+    #[cfg(test)]
+    pub fn for_test() -> (Replier, mpsc::UnboundedReceiver<Vec<u8>>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Replier { tx }, rx)
+    }
+
     /// Like [`Replier::send`]; `false` once the front has gone (subscriptions drop it).
     pub fn send_checked(&self, id: u64, body: Body) -> bool {
         if self.tx.is_closed() {
