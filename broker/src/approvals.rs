@@ -244,17 +244,25 @@ impl Approvals {
         self.watchers.retain(|w| w.2 != conn);
         let consoles = self.subscribers.len();
         self.subscribers.retain(|s| s.2 != conn);
-        if consoles > 0 && self.subscribers.is_empty() {
+        self.after_consoles_left(consoles);
+    }
+
+    pub fn publish(&mut self, ev: UiEvent) {
+        let consoles = self.subscribers.len();
+        self.subscribers
+            .retain(|(r, id, _)| r.send_checked(*id, Body::UiReply(UiReply::Event(ev.clone()))));
+        // A console whose connection already failed is gone too, whichever notices first.
+        self.after_consoles_left(consoles);
+    }
+
+    /// If the last of `before` consoles has gone, the cards still waiting go to the notifiers.
+    fn after_consoles_left(&mut self, before: usize) {
+        if before > 0 && self.subscribers.is_empty() {
             let waiting: Vec<Proposal> = self.pending();
             for p in &waiting {
                 self.tell_watchers(p);
             }
         }
-    }
-
-    pub fn publish(&mut self, ev: UiEvent) {
-        self.subscribers
-            .retain(|(r, id, _)| r.send_checked(*id, Body::UiReply(UiReply::Event(ev.clone()))));
     }
 
     /// Tells the notifiers of `p` (a summary: never its arguments, diff or digest).
