@@ -29,7 +29,7 @@ if [[ $(id -u) -eq 0 ]]; then
   trap 'rm -rf "$STAGE"' EXIT
   mkdir -p "$STAGE/target/debug/deps" "$STAGE/target/release"
   # The binaries, laid out as in target/ so the tests find them the same way.
-  for b in gatehouse gatehouse-broker gatehouse-mcp gatehouse-spawner fs-helper net-helper exec-helper secrets-helper servers-helper; do
+  for b in gatehouse gatehouse-broker gatehouse-mcp gatehouse-notify gatehouse-spawner fs-helper net-helper exec-helper secrets-helper servers-helper; do
     # gatehouse-spawner comes with the spawner crate; a tree without it has nothing to copy.
     [[ -e target/debug/$b ]] || [[ $b != gatehouse-spawner ]] || continue
     cp target/debug/$b "$STAGE/target/debug/"

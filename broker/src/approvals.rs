@@ -3,13 +3,20 @@
 //! A proposal is bound to a digest over everything it shows (plus a nonce). A decision must name
 //! the proposal and echo that digest; it must come before the proposal expires, and only the
 //! first decision counts. No decision by the expiry means deny.
+//!
+//! Who hears of a card: every console that subscribed (`UiRequest::Subscribe`) gets the whole
+//! proposal. A notifier that watches (`gatehouse notify`) gets a card's summary only while no
+//! console is attached: when the card opens with none, when the last console goes while it
+//! waits, or when the notifier starts watching while it waits. It is told to take the card back
+//! when the card closes (decided, expired, withdrawn) or a console attaches.
 
 use crate::fronts::Replier;
+use ipc_schema::notify::{CardSummary, NotifyEvent, NotifyReply, Settled};
 use ipc_schema::tool::{ProposalId, SessionId, ToolId};
 use ipc_schema::ui::{Choice, Decision, Proposal, ProposalDigest, UiEvent, UiReply};
 use ipc_schema::Body;
 use proposal::digest::digest;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use tokio::sync::watch;
 
 /// How a proposal ended.
@@ -55,8 +62,17 @@ pub struct Approvals {
     open: BTreeMap<ProposalId, Open>,
     closed: HashMap<ProposalId, String>,
     closed_order: VecDeque<ProposalId>,
-    subscribers: Vec<(Replier, u64)>,
+    /// Consoles: (their replies, the Subscribe's id, their connection).
+    subscribers: Vec<(Replier, u64, ConnKey)>,
+    /// Notifiers: (their replies, the Watch's id, their connection).
+    watchers: Vec<(Replier, u64, ConnKey)>,
+    /// Open cards the notifiers were told of and not yet told to take back.
+    notified: BTreeSet<ProposalId>,
 }
+
+/// Which front connection a console or notifier listens on (its `Conn`'s address, which
+/// outlives its entry here: the entry goes when the connection ends).
+pub type ConnKey = usize;
 
 /// What a proposal shows, before it has an id and a digest.
 pub struct Draft {
@@ -110,6 +126,9 @@ impl Approvals {
             },
         );
         self.publish(UiEvent::ProposalAdded(Box::new(p.clone())));
+        if self.subscribers.is_empty() {
+            self.tell_watchers(&p);
+        }
         (p, rx)
     }
 
@@ -131,6 +150,7 @@ impl Approvals {
                 proposal: id,
                 outcome: text,
             });
+            self.settle(id, Settled::Closed);
         }
     }
 
@@ -221,19 +241,89 @@ impl Approvals {
                 proposal: id,
                 outcome: format!("withdrawn: {why}"),
             });
+            self.settle(id, Settled::Closed);
             true
         } else {
             false
         }
     }
 
-    pub fn subscribe(&mut self, r: Replier, id: u64) {
-        self.subscribers.push((r, id));
+    /// A console subscribed: it shows every open card from now on, so the notifiers take back
+    /// what they showed.
+    pub fn subscribe(&mut self, r: Replier, id: u64, conn: ConnKey) {
+        self.subscribers.push((r, id, conn));
+        for p in std::mem::take(&mut self.notified) {
+            self.send_watchers(NotifyEvent::Settled {
+                proposal: p,
+                why: Settled::ConsoleAttached,
+            });
+        }
+    }
+
+    /// A notifier watches: told at once of the cards waiting with no console attached.
+    pub fn watch(&mut self, r: Replier, id: u64, conn: ConnKey) {
+        r.send(id, Body::NotifyReply(NotifyReply::Watching));
+        self.watchers.push((r, id, conn));
+        if self.subscribers.is_empty() {
+            let waiting: Vec<Proposal> = self.pending();
+            for p in &waiting {
+                self.tell_watchers(p);
+            }
+        }
+    }
+
+    /// A front connection ended: if it was the last console, the cards still waiting go to
+    /// the notifiers.
+    pub fn connection_closed(&mut self, conn: ConnKey) {
+        self.watchers.retain(|w| w.2 != conn);
+        let consoles = self.subscribers.len();
+        self.subscribers.retain(|s| s.2 != conn);
+        self.after_consoles_left(consoles);
     }
 
     pub fn publish(&mut self, ev: UiEvent) {
+        let consoles = self.subscribers.len();
         self.subscribers
-            .retain(|(r, id)| r.send_checked(*id, Body::UiReply(UiReply::Event(ev.clone()))));
+            .retain(|(r, id, _)| r.send_checked(*id, Body::UiReply(UiReply::Event(ev.clone()))));
+        // A console whose connection already failed is gone too, whichever notices first.
+        self.after_consoles_left(consoles);
+    }
+
+    /// If the last of `before` consoles has gone, the cards still waiting go to the notifiers.
+    fn after_consoles_left(&mut self, before: usize) {
+        if before > 0 && self.subscribers.is_empty() {
+            let waiting: Vec<Proposal> = self.pending();
+            for p in &waiting {
+                self.tell_watchers(p);
+            }
+        }
+    }
+
+    /// Tells the notifiers of `p` (a summary: never its arguments, diff or digest).
+    fn tell_watchers(&mut self, p: &Proposal) {
+        if self.watchers.is_empty() || self.notified.contains(&p.id) {
+            return;
+        }
+        self.notified.insert(p.id);
+        self.send_watchers(NotifyEvent::Waiting(CardSummary {
+            proposal: p.id,
+            session: p.session.clone(),
+            tool: p.tool.clone(),
+            target: p.target.clone(),
+            expires_unix_ms: p.expires_unix_ms,
+        }));
+    }
+
+    fn settle(&mut self, id: ProposalId, why: Settled) {
+        if self.notified.remove(&id) {
+            self.send_watchers(NotifyEvent::Settled { proposal: id, why });
+        }
+    }
+
+    fn send_watchers(&mut self, ev: NotifyEvent) {
+        self.watchers.retain(|(r, id, _)| {
+            r.send_checked(*id, Body::NotifyReply(NotifyReply::Event(ev.clone())))
+        });
     }
 }
 
@@ -384,6 +474,96 @@ mod tests {
         assert_eq!(
             note,
             "; outside text: content lines 2-4 from fetch_url https://x.example/a?<redacted 13 chars> (call 2)"
+        );
+    }
+
+    /// The notifier's events on `rx` so far.
+    fn notified(rx: &mut tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>) -> Vec<NotifyReply> {
+        let mut out = Vec::new();
+        while let Ok(frame) = rx.try_recv() {
+            let env = ipc_schema::codec::decode_payload(&frame[4..]).unwrap();
+            match env.body {
+                Body::NotifyReply(r) => out.push(r),
+                other => panic!("the notifier got {other:?}"),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_notifier_hears_of_cards_only_while_no_console_is_attached() {
+        let mut a = Approvals::default();
+        let (watcher, mut wrx) = Replier::for_test();
+        a.watch(watcher, 5, 1);
+        assert_eq!(notified(&mut wrx), [NotifyReply::Watching]);
+        // No console: the card goes to the notifier, as a summary.
+        let (p, _) = a.propose(draft(), 1000, 5000);
+        let waiting = NotifyReply::Event(NotifyEvent::Waiting(CardSummary {
+            proposal: p.id,
+            session: p.session.clone(),
+            tool: p.tool.clone(),
+            target: "/p/a".into(),
+            expires_unix_ms: 6000,
+        }));
+        assert_eq!(notified(&mut wrx), std::slice::from_ref(&waiting));
+        // A console attaches: taken back; a card opened now is the console's alone.
+        let (console, mut crx) = Replier::for_test();
+        a.subscribe(console, 9, 2);
+        let settled = |why| {
+            NotifyReply::Event(NotifyEvent::Settled {
+                proposal: p.id,
+                why,
+            })
+        };
+        assert_eq!(notified(&mut wrx), [settled(Settled::ConsoleAttached)]);
+        let (q, _) = a.propose(draft(), 1000, 5000);
+        assert_eq!(notified(&mut wrx), []);
+        assert!(crx.try_recv().is_ok(), "the console got the new card");
+        // The console goes: both waiting cards go to the notifier; another connection
+        // closing changes nothing.
+        a.connection_closed(3);
+        assert_eq!(notified(&mut wrx), []);
+        a.connection_closed(2);
+        let got = notified(&mut wrx);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[0], waiting);
+        assert!(
+            matches!(&got[1], NotifyReply::Event(NotifyEvent::Waiting(c)) if c.proposal == q.id)
+        );
+        // Decided, withdrawn: taken back as closed. A card never shown is not taken back.
+        a.decide(
+            &Decision {
+                proposal: p.id,
+                digest: p.digest,
+                choice: Choice::Deny,
+            },
+            1001,
+        )
+        .unwrap();
+        assert_eq!(notified(&mut wrx), [settled(Settled::Closed)]);
+        assert!(a.withdraw(q.id, "gone"));
+        assert_eq!(
+            notified(&mut wrx),
+            [NotifyReply::Event(NotifyEvent::Settled {
+                proposal: q.id,
+                why: Settled::Closed
+            })]
+        );
+        // A notifier that starts watching while a card waits with no console hears of it.
+        a.connection_closed(1);
+        let (r, _) = a.propose(draft(), 1000, 5000);
+        let (late, mut lrx) = Replier::for_test();
+        a.watch(late, 6, 4);
+        let got = notified(&mut lrx);
+        assert_eq!(got[0], NotifyReply::Watching);
+        assert!(
+            matches!(&got[1..], [NotifyReply::Event(NotifyEvent::Waiting(c))] if c.proposal == r.id),
+            "{got:?}"
+        );
+        assert_eq!(
+            notified(&mut wrx),
+            [],
+            "the closed notifier is told nothing more"
         );
     }
 

@@ -45,7 +45,7 @@ pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
 
     // What needs rights happens now, before the lockdown: the spawner (the one process that
     // keeps the rights helpers need at start, and dies with this thread: PR_SET_PDEATHSIG), the
-    // two sockets (bound, not yet listening: a client's connect is refused until the audit
+    // three front sockets (bound, not yet listening: a client's connect is refused until the audit
     // log is open, as before), and what `doctor` reports of the kernel.
     let spawner = spawner::link::Spawner::start(
         &opts.helper_dir.join(SPAWNER_BINARY),
@@ -57,6 +57,8 @@ pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
         .map_err(|e| format!("{}: {e}", dirs.ui_socket().display()))?;
     let gw = fronts::prepare(&dirs.gateway_socket())
         .map_err(|e| format!("{}: {e}", dirs.gateway_socket().display()))?;
+    let notify = fronts::prepare(&dirs.notify_socket())
+        .map_err(|e| format!("{}: {e}", dirs.notify_socket().display()))?;
     let kernel = crate::KernelFacts::read();
     let probed_before = opts
         .test_probe
@@ -146,6 +148,8 @@ pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
         let ui = fronts::listen(ui).map_err(|e| format!("{}: {e}", dirs.ui_socket().display()))?;
         let gw = fronts::listen(gw)
             .map_err(|e| format!("{}: {e}", dirs.gateway_socket().display()))?;
+        let notify = fronts::listen(notify)
+            .map_err(|e| format!("{}: {e}", dirs.notify_socket().display()))?;
         let ctx = Rc::new(Ctx {
             opts: opts.clone(),
             helpers: helpers.clone(),
@@ -159,6 +163,7 @@ pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
         });
         tokio::task::spawn_local(fronts::accept_loop(ctx.clone(), ui, Role::Ui));
         tokio::task::spawn_local(fronts::accept_loop(ctx.clone(), gw, Role::Gateway));
+        tokio::task::spawn_local(fronts::accept_loop(ctx.clone(), notify, Role::Notifier));
         tracing::info!(pid = std::process::id(), "broker serving {}", dirs.runtime.display());
 
         let mut spawner_gone = spawner_gone;
@@ -180,6 +185,7 @@ pub fn run(dirs: Dirs, opts: Arc<BrokerOptions>) -> Result<(), String> {
         helpers.wait_all_down(Duration::from_secs(5)).await;
         let _ = std::fs::remove_file(dirs.ui_socket());
         let _ = std::fs::remove_file(dirs.gateway_socket());
+        let _ = std::fs::remove_file(dirs.notify_socket());
         Ok::<(), String>(())
     });
     drop(lock);

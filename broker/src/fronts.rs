@@ -1,7 +1,7 @@
 //! The listening sockets for the fronts (console and gateways), and what the broker does with
 //! each frame they send.
 //!
-//! Who is talking is the socket they connected to (ui.sock or gateway.sock) and the kernel's
+//! Who is talking is the socket they connected to (ui.sock, gateway.sock or notify.sock) and the kernel's
 //! SO_PEERCRED: a peer of another uid is dropped before it can send anything. A peer that sends
 //! a malformed or oversized frame, or a message its role may not send, is killed (SIGKILL
 //! through a pidfd opened at accept) and disconnected; the broker goes on serving the others.
@@ -209,6 +209,11 @@ async fn serve_front(
     match role {
         Role::Gateway => crate::tools::connection_closed(&ctx, &conn),
         Role::Ui => crate::ui_api::connection_closed(&ctx, &conn),
+        Role::Notifier => ctx
+            .gate
+            .approvals
+            .borrow_mut()
+            .connection_closed(crate::ui_api::conn_key(&conn)),
         _ => {}
     }
 }
@@ -233,6 +238,13 @@ impl Replier {
             .expect("a short error always encodes"),
         };
         let _ = self.tx.send(frame);
+    }
+
+    /// A replier whose frames the test reads from the receiver.
+    #[cfg(test)]
+    pub fn for_test() -> (Replier, mpsc::UnboundedReceiver<Vec<u8>>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Replier { tx }, rx)
     }
 
     /// Like [`Replier::send`]; `false` once the front has gone (subscriptions drop it).
@@ -295,6 +307,11 @@ fn dispatch(
         }
         Body::Ui(req) => crate::ui_api::handle(ctx, conn, id, req, reply),
         Body::ToolCall(call) => crate::tools::handle(ctx, conn, id, call, reply),
+        Body::Notify(ipc_schema::notify::NotifyRequest::Watch) => ctx
+            .gate
+            .approvals
+            .borrow_mut()
+            .watch(reply.clone(), id, crate::ui_api::conn_key(conn)),
         other => {
             // The route table admitted a kind this broker does not serve for this role.
             reply.send(

@@ -26,7 +26,9 @@ pub fn handle(
             Body::UiReply(UiReply::Pending(gate.approvals.borrow().pending())),
         ),
         UiRequest::Subscribe => {
-            gate.approvals.borrow_mut().subscribe(reply.clone(), id);
+            gate.approvals
+                .borrow_mut()
+                .subscribe(reply.clone(), id, conn_key(conn));
             reply.send(id, Body::UiReply(UiReply::Subscribed));
         }
         UiRequest::Decide(d) => {
@@ -250,6 +252,15 @@ pub fn handle(
 /// agent's sessions end with it).
 pub fn connection_closed(ctx: &Rc<Ctx>, conn: &Rc<crate::tools::Conn>) {
     crate::launch::connection_closed(ctx, conn);
+    ctx.gate
+        .approvals
+        .borrow_mut()
+        .connection_closed(conn_key(conn));
+}
+
+/// Which connection a console or notifier listens on.
+pub fn conn_key(conn: &Rc<crate::tools::Conn>) -> crate::approvals::ConnKey {
+    Rc::as_ptr(conn) as usize
 }
 
 fn view(ctx: &Rc<Ctx>) -> PolicyView {

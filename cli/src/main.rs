@@ -96,6 +96,11 @@ enum Cmd {
     Ui(cmd_ui::UiArgs),
     /// The broker and its helpers, and the console in this terminal.
     Up(cmd_up::UpArgs),
+    /// Desktop notifications (and a `[notify] command` hook) for cards that wait while no
+    /// console is attached; it can watch, never decide: execs `gatehouse-notify` with these
+    /// arguments (`gatehouse notify --help` lists them). Run it in your desktop session.
+    #[command(disable_help_flag = true)]
+    Notify(PassOn),
     /// A scripted agent session on a scratch project that shows every outcome: allowed, asked,
     /// refused, run in the sandbox, carried out once, and the audit log checked.
     Demo(cmd_demo::DemoArgs),
@@ -180,6 +185,7 @@ fn main() -> ExitCode {
         Cmd::Fetch(args) => cmd_fetch::run(&g, args),
         Cmd::Ui(args) => cmd_ui::run(&g, args),
         Cmd::Up(args) => cmd_up::run(&g, args),
+        Cmd::Notify(p) => exec_sibling(&g, gatehouse_client::NOTIFY_BIN, p.args),
         Cmd::Demo(args) => cmd_demo::run(&g, args),
         Cmd::Secret { cmd } => cmd_secret::run(&g, cmd),
         Cmd::Session { cmd } => cmd_session::run(&g, cmd),

@@ -168,6 +168,11 @@ impl Dirs {
         self.runtime.join("gateway.sock")
     }
 
+    /// Where `gatehouse notify` watches for cards (its channel carries nothing else).
+    pub fn notify_socket(&self) -> PathBuf {
+        self.runtime.join("notify.sock")
+    }
+
     pub fn lock_file(&self) -> PathBuf {
         self.runtime.join("broker.lock")
     }

@@ -20,6 +20,8 @@ use std::path::{Path, PathBuf};
 pub const BROKER_BIN: &str = "gatehouse-broker";
 /// The MCP front's binary (what an agent's MCP config starts), beside the running one.
 pub const MCP_BIN: &str = "gatehouse-mcp";
+/// The notifier's binary (`gatehouse notify`), beside the running one.
+pub const NOTIFY_BIN: &str = "gatehouse-notify";
 
 /// The variable `gatehouse run` passes a session token in (removed before serving).
 pub const TOKEN_ENV: &str = ipc_schema::exec::AGENT_TOKEN_ENV;

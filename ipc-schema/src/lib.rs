@@ -27,6 +27,7 @@ pub mod host;
 pub mod inert;
 pub mod mode;
 pub mod net;
+pub mod notify;
 pub mod outside;
 pub mod protected;
 pub mod route;
@@ -63,6 +64,8 @@ pub enum Role {
     Secrets,
     /// The helper that speaks JSON-RPC to third-party MCP servers.
     Servers,
+    /// `gatehouse notify`: shows cards that wait while no console is attached; may only watch.
+    Notifier,
 }
 
 impl Role {
@@ -89,6 +92,7 @@ impl Role {
             Role::Exec => "exec-helper",
             Role::Secrets => "secrets-helper",
             Role::Servers => "servers-helper",
+            Role::Notifier => "notifier",
         }
     }
 
@@ -98,6 +102,7 @@ impl Role {
         Some(match s {
             "ui" => Role::Ui,
             "gateway" => Role::Gateway,
+            "notifier" => Role::Notifier,
             "fs" | "fs-helper" => Role::Fs,
             "net" | "net-helper" => Role::Net,
             "exec" | "exec-helper" => Role::Exec,
@@ -179,6 +184,10 @@ pub enum Body {
     Servers(servers::ServersRequest),
     /// servers-helper to broker.
     ServersReply(servers::ServersReply),
+    /// The notifier to the broker: only a watch ([`notify`]).
+    Notify(notify::NotifyRequest),
+    /// The broker to the notifier.
+    NotifyReply(notify::NotifyReply),
 }
 
 /// Why a request failed, in words a user can act on.

@@ -28,6 +28,7 @@
 use crate::exec::ExecRequest;
 use crate::fs::FsRequest;
 use crate::net::NetRequest;
+use crate::notify::NotifyRequest;
 use crate::secrets::SecretsRequest;
 use crate::servers::ServersRequest;
 use crate::tool::ToolCall;
@@ -58,6 +59,8 @@ pub enum Kind {
     SecretsReply,
     Servers,
     ServersReply,
+    Notify,
+    NotifyReply,
 }
 
 impl Body {
@@ -83,6 +86,8 @@ impl Body {
             Body::SecretsReply(_) => Kind::SecretsReply,
             Body::Servers(_) => Kind::Servers,
             Body::ServersReply(_) => Kind::ServersReply,
+            Body::Notify(_) => Kind::Notify,
+            Body::NotifyReply(_) => Kind::NotifyReply,
         }
     }
 
@@ -222,6 +227,20 @@ impl ServersKind {
     }
 }
 
+/// [`NotifyRequest`] without its payload.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NotifyKind {
+    Watch,
+}
+
+impl NotifyKind {
+    pub fn of(r: &NotifyRequest) -> NotifyKind {
+        match r {
+            NotifyRequest::Watch => NotifyKind::Watch,
+        }
+    }
+}
+
 /// A message's kind at the level of requests: [`Kind`], with each request enum's variant.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RequestKind {
@@ -245,6 +264,8 @@ pub enum RequestKind {
     SecretsReply,
     Servers(ServersKind),
     ServersReply,
+    Notify(NotifyKind),
+    NotifyReply,
 }
 
 impl RequestKind {
@@ -271,6 +292,8 @@ impl RequestKind {
             RequestKind::SecretsReply => Kind::SecretsReply,
             RequestKind::Servers(_) => Kind::Servers,
             RequestKind::ServersReply => Kind::ServersReply,
+            RequestKind::Notify(_) => Kind::Notify,
+            RequestKind::NotifyReply => Kind::NotifyReply,
         }
     }
 }
@@ -407,6 +430,8 @@ pub fn kind_of(body: &Body) -> RequestKind {
         Body::SecretsReply(_) => RequestKind::SecretsReply,
         Body::Servers(r) => RequestKind::Servers(ServersKind::of(r)),
         Body::ServersReply(_) => RequestKind::ServersReply,
+        Body::Notify(r) => RequestKind::Notify(NotifyKind::of(r)),
+        Body::NotifyReply(_) => RequestKind::NotifyReply,
     }
 }
 
@@ -479,10 +504,13 @@ pub enum Channel {
     SecretsPrivateReplies,
     BrokerToServers,
     ServersToBroker,
+    /// `gatehouse notify` to the broker: a watch, nothing else.
+    NotifierToBroker,
+    BrokerToNotifier,
 }
 
 impl Channel {
-    pub const ALL: [Channel; 16] = [
+    pub const ALL: [Channel; 18] = [
         Channel::UiToBroker,
         Channel::BrokerToUi,
         Channel::GatewayToBroker,
@@ -499,6 +527,8 @@ impl Channel {
         Channel::SecretsPrivateReplies,
         Channel::BrokerToServers,
         Channel::ServersToBroker,
+        Channel::NotifierToBroker,
+        Channel::BrokerToNotifier,
     ];
 
     /// The channel a peer in `from` sends to the broker on.
@@ -511,6 +541,7 @@ impl Channel {
             Role::Exec => Channel::ExecToBroker,
             Role::Secrets => Channel::SecretsToBroker,
             Role::Servers => Channel::ServersToBroker,
+            Role::Notifier => Channel::NotifierToBroker,
         }
     }
 
@@ -524,6 +555,7 @@ impl Channel {
             Role::Exec => Channel::BrokerToExec,
             Role::Secrets => Channel::BrokerToSecrets,
             Role::Servers => Channel::BrokerToServers,
+            Role::Notifier => Channel::BrokerToNotifier,
         }
     }
 
@@ -546,6 +578,8 @@ impl Channel {
             Channel::SecretsPrivateReplies => &SECRETS_PRIVATE_REPLIES,
             Channel::BrokerToServers => &BROKER_TO_SERVERS,
             Channel::ServersToBroker => &SERVERS_TO_BROKER,
+            Channel::NotifierToBroker => &NOTIFIER_TO_BROKER,
+            Channel::BrokerToNotifier => &BROKER_TO_NOTIFIER,
         }
     }
 }
@@ -887,6 +921,26 @@ pub const SERVERS_TO_BROKER: Table = Table {
         route(K::Pong, NONE),
         route(K::Error, NONE),
         route(K::ServersReply, NONE),
+    ],
+};
+
+/// `gatehouse notify`: it may watch for waiting cards, once, and nothing else. No decision, no
+/// policy read or change, no tool call, no doctor: a notifier that sends any of them is killed.
+/// Its events carry a card's summary, never its digest.
+pub const NOTIFIER_TO_BROKER: Table = Table {
+    channel: Channel::NotifierToBroker,
+    routes: &[
+        route(K::Ping, NONE),
+        route(K::Notify(NotifyKind::Watch), ONCE),
+    ],
+};
+
+pub const BROKER_TO_NOTIFIER: Table = Table {
+    channel: Channel::BrokerToNotifier,
+    routes: &[
+        route(K::Pong, NONE),
+        route(K::Error, NONE),
+        route(K::NotifyReply, NONE),
     ],
 };
 

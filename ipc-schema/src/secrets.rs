@@ -735,7 +735,10 @@ pub fn may_carry_secret(kind: Kind) -> bool {
         | Kind::NetReply
         | Kind::ExecReply
         | Kind::Servers
-        | Kind::ServersReply => false,
+        | Kind::ServersReply
+        // A card's summary: session, tool, target, never an argument.
+        | Kind::Notify
+        | Kind::NotifyReply => false,
     }
 }
 
@@ -890,13 +893,17 @@ mod tests {
             Kind::ExecReply,
             Kind::Secrets,
             Kind::SecretsReply,
+            Kind::Servers,
+            Kind::ServersReply,
+            Kind::Notify,
+            Kind::NotifyReply,
         ];
         let bearing: Vec<Kind> = all.into_iter().filter(|k| may_carry_secret(*k)).collect();
         assert_eq!(
             bearing,
             [Kind::Net, Kind::Exec, Kind::Secrets, Kind::SecretsReply]
         );
-        for role in [Role::Ui, Role::Gateway] {
+        for role in [Role::Ui, Role::Gateway, Role::Notifier] {
             for k in &bearing {
                 assert!(!may_send_to_broker(role, *k), "{role} may send {k:?}");
                 assert!(!broker_may_send(role, *k), "{role} may receive {k:?}");

@@ -59,6 +59,7 @@ fn every_role_has_a_row_in_both_tables() {
         Role::Exec,
         Role::Secrets,
         Role::Servers,
+        Role::Notifier,
     ] {
         assert!(!kinds_to_broker(role).is_empty(), "{role}");
         assert!(
@@ -76,7 +77,8 @@ fn every_kind() -> Vec<RequestKind> {
         match k {
             K::Ping | K::Pong | K::Hello | K::Error | K::Doctor | K::DoctorReport => {}
             K::UiReply | K::ToolReply | K::FsReply | K::NetReply | K::ExecReply => {}
-            K::SecretsReply | K::ServersReply => {}
+            K::SecretsReply | K::ServersReply | K::NotifyReply => {}
+            K::Notify(NotifyKind::Watch) => {}
             K::Servers(V::Attach | V::ListTools | V::CallTool | V::Watch | V::Detach) => {}
             K::Ui(
                 U::ListPending
@@ -168,6 +170,8 @@ fn every_kind() -> Vec<RequestKind> {
         K::ExecReply,
         K::SecretsReply,
         K::ServersReply,
+        K::NotifyReply,
+        K::Notify(NotifyKind::Watch),
     ];
     all.extend(
         [
@@ -557,10 +561,84 @@ fn only_the_ui_channel_carries_a_session_mode() {
         Role::Exec,
         Role::Secrets,
         Role::Servers,
+        Role::Notifier,
     ] {
         assert!(
             !kinds_to_broker(role).contains(&Kind::Ui),
             "{role} may send ui messages"
         );
     }
+}
+
+#[test]
+fn the_notifier_may_watch_and_nothing_else() {
+    use crate::notify::NotifyRequest;
+    use crate::tool::ProposalId;
+    use crate::ui::{Choice, Decision, ProposalDigest};
+    let watch = Body::Notify(NotifyRequest::Watch);
+    // The positive control: the same state machine admits a watch, once.
+    let mut st = RouteState::default();
+    assert!(check(
+        Channel::NotifierToBroker,
+        &mut st,
+        &Body::Ping { target: None }
+    )
+    .is_ok());
+    assert!(check(Channel::NotifierToBroker, &mut st, &watch).is_ok());
+    assert_eq!(
+        check(Channel::NotifierToBroker, &mut st, &watch),
+        Err(RouteError::Again {
+            channel: Channel::NotifierToBroker,
+            kind: K::Notify(NotifyKind::Watch)
+        })
+    );
+    // A decision, a policy change, a subscription to the console's stream, a tool call, a
+    // doctor request: each refused, first or after a watch.
+    let decide = Body::Ui(UiRequest::Decide(Decision {
+        proposal: ProposalId(1),
+        digest: ProposalDigest([0; 32]),
+        choice: Choice::AllowOnce,
+    }));
+    let refused = [
+        decide.clone(),
+        Body::Ui(UiRequest::PolicyApply {
+            document: String::new(),
+        }),
+        Body::Ui(UiRequest::PolicyForget { remembered: 1 }),
+        Body::Ui(UiRequest::ListPending),
+        Body::Ui(UiRequest::Subscribe),
+        Body::ToolCall(crate::tool::ToolCall::ListServerTools),
+        Body::Doctor,
+    ];
+    for body in &refused {
+        for after_watch in [false, true] {
+            let mut st = RouteState::default();
+            if after_watch {
+                check(Channel::NotifierToBroker, &mut st, &watch).unwrap();
+            }
+            assert_eq!(
+                check(Channel::NotifierToBroker, &mut st, body),
+                Err(RouteError::NotPermitted {
+                    channel: Channel::NotifierToBroker,
+                    kind: kind_of(body)
+                }),
+                "{body:?}"
+            );
+        }
+        assert!(!may_send_to_broker(Role::Notifier, body.kind()), "{body:?}");
+    }
+    assert_eq!(kinds_to_broker(Role::Notifier), [Kind::Ping, Kind::Notify]);
+    // And the ui channel still carries the decision (the table is the only difference).
+    assert!(check(Channel::UiToBroker, &mut RouteState::default(), &decide).is_ok());
+    // A watch is the notifier's alone: neither the console nor the agent sends one.
+    for c in [Channel::UiToBroker, Channel::GatewayToBroker] {
+        assert!(matches!(
+            check(c, &mut RouteState::default(), &watch),
+            Err(RouteError::NotPermitted { .. })
+        ));
+    }
+    // The broker sends it only its own replies: no console event, no tool reply.
+    assert!(broker_may_send(Role::Notifier, Kind::NotifyReply));
+    assert!(!broker_may_send(Role::Notifier, Kind::UiReply));
+    assert!(!broker_may_send(Role::Ui, Kind::NotifyReply));
 }
