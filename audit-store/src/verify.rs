@@ -433,7 +433,10 @@ impl ChainWalk {
             } else {
                 brk(
                     expected,
-                    format!("entry {seq} comes again after entry {} (out of order or repeated)", self.seen),
+                    format!(
+                        "entry {seq} comes again after entry {} (out of order or repeated)",
+                        self.seen
+                    ),
                 )
             };
         }
