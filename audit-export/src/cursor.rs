@@ -95,6 +95,17 @@ impl CursorFile {
     }
 }
 
+/// The cursor file a sink gets when none is named: `DATA/export/NAME.cursor`, NAME from the
+/// sink (`otlp` and a short digest of its URL), so two collectors never share one.
+pub fn default_path(data_dir: &Path, sink: &str) -> PathBuf {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(sink.as_bytes());
+    let kind = sink.split(' ').next().unwrap_or("sink");
+    data_dir
+        .join("export")
+        .join(format!("{kind}-{}.cursor", hex::encode(&digest[..8])))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,15 +132,4 @@ mod tests {
         let e = f.load().unwrap_err().to_string();
         assert!(e.contains("unreadable"), "{e}");
     }
-}
-
-/// The cursor file a sink gets when none is named: `DATA/export/NAME.cursor`, NAME from the
-/// sink (`otlp` and a short digest of its URL), so two collectors never share one.
-pub fn default_path(data_dir: &Path, sink: &str) -> PathBuf {
-    use sha2::Digest;
-    let digest = sha2::Sha256::digest(sink.as_bytes());
-    let kind = sink.split(' ').next().unwrap_or("sink");
-    data_dir
-        .join("export")
-        .join(format!("{kind}-{}.cursor", hex::encode(&digest[..8])))
 }
