@@ -9,7 +9,8 @@ OUT_DIR/records.jsonl the gatehouse export record the attributes carry (`gatehou
 every other `gatehouse.*` attribute, typed as sent), and to OUT_DIR/logs.jsonl the whole record
 (event name, times, body, every attribute, the resource and the scope). While the file
 OUT_DIR/unavailable exists it answers 503 without keeping anything, and counts the refusal in
-OUT_DIR/refused. A body that is not a valid request, or the wrong content type, is answered 400
+OUT_DIR/refused. While OUT_DIR/partial exists it answers 200 with a partial_success that
+rejects one record, keeping nothing. A body that is not a valid request, or the wrong content type, is answered 400
 and noted in OUT_DIR/errors.
 """
 
@@ -19,6 +20,7 @@ import sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsPartialSuccess,
     ExportLogsServiceRequest,
     ExportLogsServiceResponse,
 )
@@ -79,6 +81,12 @@ class Handler(BaseHTTPRequestHandler):
         if self.headers.get("Content-Type") != "application/x-protobuf":
             append("errors", [f"content type {self.headers.get('Content-Type')}"])
             return self.answer(400)
+        if os.path.exists(os.path.join(OUT, "partial")):
+            append("refused", ["partial"])
+            answer = ExportLogsServiceResponse(
+                partial_success=ExportLogsPartialSuccess(rejected_log_records=1, error_message="test rejects one")
+            )
+            return self.answer(200, answer.SerializeToString(), "application/x-protobuf")
         try:
             req = ExportLogsServiceRequest()
             req.ParseFromString(body)

@@ -550,3 +550,134 @@ fn otlp_export_survives_a_collector_down_and_back_up_with_every_row_once_and_the
         "{logs:?}"
     );
 }
+
+#[test]
+fn the_stdout_follower_prints_rows_as_they_are_committed() {
+    let inst = instance_with_file();
+    let root = inst.project.display().to_string();
+    let mut b = inst.start(&["--grant-root", &root]);
+    let out = inst.root().join("follow.jsonl");
+    let _follower = Exporter(
+        Command::new(gatehouse_tests::bin("gatehouse"))
+            .arg("--data-dir")
+            .arg(inst.root())
+            .args(["audit", "export", "--follow", "--anchor-every", "2"])
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let rows_out = || {
+        lines_of(&out)
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|r| r["record"] == "row")
+            .count() as i64
+    };
+    wait_for(
+        "the start rows are printed",
+        || rows_out() >= 4,
+        || lines_of(&out).join("\n"),
+    );
+    some_calls(&inst, &b, 2);
+    b.stop();
+    let n = db_count(&inst);
+    wait_for(
+        "every row is printed",
+        || rows_out() == n,
+        || lines_of(&out).join("\n"),
+    );
+    assert_jq(
+        "map(select(.record == \"row\")) | map(.seq) == [range(1; length + 1)]",
+        &out,
+    );
+    assert_jq(
+        "any(.[]; .tool == \"read_file\" and .outcome == \"refused\")",
+        &out,
+    );
+    let o = verify_export(&inst, &out);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).starts_with(&format!("{n} entries, chain intact")),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn a_collector_that_rejects_records_or_is_gone_stops_a_one_shot_export_with_the_cursor_unmoved() {
+    let inst = instance_with_file();
+    let root = inst.project.display().to_string();
+    let mut b = inst.start(&["--grant-root", &root]);
+    some_calls(&inst, &b, 1);
+    b.stop();
+    let n = db_count(&inst);
+    let rdir = inst.root().join("receiver");
+    std::fs::create_dir_all(&rdir).unwrap();
+    std::fs::write(rdir.join("partial"), "").unwrap();
+    let rx = Receiver::start(&rdir, 0);
+    let url = format!("http://127.0.0.1:{}", rx.port);
+    let state = inst.root().join("otlp.cursor");
+    let export = |url: &str| {
+        inst.cli(&[
+            "audit",
+            "export",
+            "--otlp",
+            url,
+            "--attempts",
+            "2",
+            "--state",
+            state.to_str().unwrap(),
+        ])
+    };
+
+    // partial_success rejecting a record: stop, do not resend, do not move on.
+    let o = export(&url);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("rejected 1 of") && text(&o).contains("test rejects one"),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        text(&o).contains("stopped with entries up to 0 exported"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        lines_of(&rdir.join("refused")),
+        ["partial"],
+        "sent once, not retried"
+    );
+    assert!(!state.exists(), "the cursor did not move");
+
+    // Nobody listening: tried --attempts times, then exit 1 saying how far it got.
+    let gone = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let o = export(&format!("http://127.0.0.1:{gone}"));
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("gave up after 2 tries with entries up to 0 exported"),
+        "{}",
+        text(&o)
+    );
+
+    // Taking records again: everything, once.
+    std::fs::remove_file(rdir.join("partial")).unwrap();
+    let o = export(&url);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(row_seqs(&received(&rdir)), (1..=n).collect::<Vec<_>>());
+    let c: Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    assert_eq!(c["exported"], n);
+    // A cursor of another sink is refused, not reused.
+    let o = export(&format!("http://127.0.0.1:{gone}/other"));
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("give each sink its own --state"),
+        "{}",
+        text(&o)
+    );
+}
