@@ -35,5 +35,5 @@ pub enum ExportError {
     #[error("collector URL {url:?}: {why}")]
     Url { url: String, why: String },
     #[error("{0}")]
-    Gave(String),
+    GaveUp(String),
 }

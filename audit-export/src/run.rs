@@ -202,7 +202,7 @@ fn deliver(
             }
             Err(SendError::Retry(e)) => {
                 if !o.follow && tries >= o.attempts.max(1) {
-                    return Err(ExportError::Gave(format!(
+                    return Err(ExportError::GaveUp(format!(
                         "{e}; gave up after {tries} tries with entries up to {pos} exported (run again to resume{})",
                         if o.cursor.is_some() { " from the cursor" } else { "" }
                     )));
