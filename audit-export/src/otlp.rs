@@ -178,8 +178,8 @@ pub enum SendError {
     Fatal(String),
 }
 
-/// The collector's end: a blocking HTTP client that ignores proxy variables (the collector is
-/// the one the user named).
+/// The collector's end: a blocking HTTP client that ignores proxy variables and follows no
+/// redirect (the collector is the one the user named).
 pub struct Collector {
     agent: ureq::Agent,
     pub url: String,
@@ -190,6 +190,9 @@ impl Collector {
         let url = logs_url(given)?;
         let config = ureq::Agent::config_builder()
             .proxy(None)
+            // Records go only to the URL the user named: a redirect is an answer like any
+            // other non-2xx (retried), never followed with the body.
+            .max_redirects(0)
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(20)))
             .build();

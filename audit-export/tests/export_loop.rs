@@ -172,3 +172,72 @@ fn a_record_survives_json_with_every_field() {
     let e = serde_json::from_str::<ExportRecord>(&line.replace("\"seq\"", "\"extra\":1,\"seq\""));
     assert!(e.is_err(), "an unknown field is refused");
 }
+
+/// A one-connection HTTP server on loopback answering `status` with `headers`; returns its URL
+/// and a handle yielding the request head it read.
+fn answer_once(status: &str, headers: &str) -> (String, std::thread::JoinHandle<String>) {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    let reply =
+        format!("HTTP/1.1 {status}\r\n{headers}Content-Length: 0\r\nConnection: close\r\n\r\n");
+    let h = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut buf = vec![0u8; 65536];
+        let mut got = Vec::new();
+        // The head and the body (Content-Length) of one request.
+        loop {
+            let n = s.read(&mut buf).unwrap();
+            got.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&got).into_owned();
+            if let Some(end) = text.find("\r\n\r\n") {
+                let len: usize = text
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length: ")
+                            .map(|v| v.trim().parse().unwrap())
+                    })
+                    .unwrap_or(0);
+                if got.len() >= end + 4 + len || n == 0 {
+                    s.write_all(reply.as_bytes()).unwrap();
+                    return text[..end].to_string();
+                }
+            }
+        }
+    });
+    (url, h)
+}
+
+#[test]
+fn a_redirect_is_not_followed_and_a_non_2xx_is_retried() {
+    use audit_export::otlp::Collector;
+    let elsewhere = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let target = format!("http://{}/v1/logs", elsewhere.local_addr().unwrap());
+    let (url, seen) = answer_once("307 Temporary Redirect", &format!("Location: {target}\r\n"));
+    let c = Collector::new(&url).unwrap();
+    let req = audit_export::otlp::request("i", &[], 1);
+    let e = c.send(&req).unwrap_err();
+    assert_eq!(
+        e,
+        SendError::Retry(format!("{url}/v1/logs answered 307 Temporary Redirect"))
+    );
+    let head = seen.join().unwrap();
+    assert!(head.starts_with("POST /v1/logs HTTP/1.1"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: application/x-protobuf"),
+        "{head}"
+    );
+    // Nothing reached the redirect's target.
+    elsewhere.set_nonblocking(true).unwrap();
+    assert_eq!(
+        elsewhere.accept().unwrap_err().kind(),
+        std::io::ErrorKind::WouldBlock
+    );
+
+    // A 2xx without a body is taken.
+    let (url, seen) = answer_once("200 OK", "");
+    Collector::new(&url).unwrap().send(&req).unwrap();
+    seen.join().unwrap();
+}
