@@ -2,7 +2,7 @@
 //! the records alone, by audit-store's [`ChainWalk`].
 
 use crate::record::ExportRecord;
-use audit_store::verify::ChainWalk;
+use audit_store::verify::{ChainWalk, MacCheck};
 use serde::Serialize;
 use std::io::BufRead;
 
@@ -15,6 +15,10 @@ pub struct ExportReport {
     pub anchored: Option<u64>,
     pub broken_at: Option<u64>,
     pub reason: Option<String>,
+    /// The log's instance id, as the anchors name it (all must name the same).
+    pub instance: Option<String>,
+    /// Whether the MACs were checked under the audit key (`--with-key`).
+    pub macs_checked: bool,
 }
 
 impl ExportReport {
@@ -37,18 +41,26 @@ impl ExportReport {
                 self.entries - a
             ),
         };
-        format!(
-            "{} entries, chain intact ({cover}; the MACs need the audit key and are not checked)",
-            self.entries
-        )
+        let macs = if self.macs_checked {
+            "every MAC checked under the audit key"
+        } else {
+            "the MACs need the audit key and are not checked"
+        };
+        format!("{} entries, chain intact ({cover}; {macs})", self.entries)
     }
 }
 
 /// Reads JSON lines from `input` and walks the chain from entry 1. A line that is not a record
 /// breaks the export at the entry it would have been.
 pub fn check(input: impl BufRead) -> std::io::Result<ExportReport> {
+    check_keeping(input, &mut MacCheck::default())
+}
+
+/// [`check`], keeping every row's and anchor's MAC in `macs` for a check under the key.
+pub fn check_keeping(input: impl BufRead, macs: &mut MacCheck) -> std::io::Result<ExportReport> {
     let mut walk = ChainWalk::default();
     let mut fail = None;
+    let mut instance: Option<String> = None;
     for (i, line) in input.lines().enumerate() {
         let line = line?;
         let step = match serde_json::from_str::<ExportRecord>(&line) {
@@ -56,10 +68,25 @@ pub fn check(input: impl BufRead) -> std::io::Result<ExportReport> {
                 walk.entries() + 1,
                 format!("line {} is not an export record: {e}", i + 1),
             )),
-            Ok(ExportRecord::Row(r)) => walk.row(&r).map_err(|b| (b.entry, b.reason)),
-            Ok(ExportRecord::Anchor(a)) => walk
-                .anchor(a.count, &a.head)
+            Ok(ExportRecord::Row(r)) => walk
+                .row(&r)
+                .map(|_| macs.row(&r))
                 .map_err(|b| (b.entry, b.reason)),
+            Ok(ExportRecord::Anchor(a)) => match &instance {
+                Some(i) if *i != a.instance => Err((
+                    walk.entries(),
+                    format!(
+                        "an anchor names audit log {}, an earlier one {i}",
+                        a.instance
+                    ),
+                )),
+                _ => {
+                    instance = Some(a.instance.clone());
+                    walk.anchor(a.count, &a.head)
+                        .map(|_| macs.anchor(a.count, &a.head, &a.mac))
+                        .map_err(|b| (b.entry, b.reason))
+                }
+            },
         };
         if let Err(f) = step {
             fail = Some(f);
@@ -76,5 +103,7 @@ pub fn check(input: impl BufRead) -> std::io::Result<ExportReport> {
         anchored: walk.anchored(),
         broken_at,
         reason,
+        instance,
+        macs_checked: false,
     })
 }

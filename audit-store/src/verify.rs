@@ -496,6 +496,63 @@ impl ChainWalk {
     }
 }
 
+/// The MACs of a chain handed over record by record (an export read back), checked under the
+/// log's key once the chain itself held: only a holder of the key (the secrets-helper of the
+/// machine that wrote the log) can do this part.
+#[derive(Debug, Clone, Default)]
+pub struct MacCheck {
+    rows: Vec<AuditRow>,
+    macs: Vec<[u8; 32]>,
+    anchors: Vec<(AuditHead, [u8; 32])>,
+}
+
+impl MacCheck {
+    pub fn row(&mut self, r: &StoredRow) {
+        self.rows.push(AuditRow {
+            seq: r.seq,
+            hash: r.hash,
+        });
+        self.macs.push(r.mac);
+    }
+
+    pub fn anchor(&mut self, count: i64, head: &[u8; 32], mac: &[u8; 32]) {
+        self.anchors.push((AuditHead { count, head: *head }, *mac));
+    }
+
+    /// The first row or anchor whose MAC is not the key's, if any.
+    pub fn check<S: Seal + ?Sized>(
+        &self,
+        seal: &S,
+        instance: &str,
+    ) -> Result<Option<ChainBreak>, SealError> {
+        let (expected, _) = macs_all(seal, instance, &self.rows, None)?;
+        for ((row, want), got) in self.rows.iter().zip(&expected).zip(&self.macs) {
+            if !mac_eq(want, got) {
+                return Ok(Some(ChainBreak {
+                    entry: row.seq.max(0) as u64,
+                    reason: "its MAC does not match under the audit key (rewritten or inserted)"
+                        .into(),
+                }));
+            }
+        }
+        for (head, got) in &self.anchors {
+            match macs_all(seal, instance, &[], Some(head))? {
+                (_, Some(want)) if mac_eq(&want, got) => {}
+                _ => {
+                    return Ok(Some(ChainBreak {
+                        entry: head.count.max(0) as u64,
+                        reason: format!(
+                            "the anchor at entry {}: its MAC does not match under the audit key",
+                            head.count
+                        ),
+                    }))
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
 #[cfg(test)]
 mod walk_tests {
     use super::*;
@@ -591,5 +648,30 @@ mod walk_tests {
         let e = w.anchor(5, &rows[3].hash).unwrap_err();
         assert!(e.reason.contains("head does not match entry 5"), "{e}");
         assert_eq!(w.anchors(), 0);
+    }
+
+    #[test]
+    fn macs_of_an_export_are_checked_under_the_key() {
+        use crate::chain::Sealer;
+        let key = Sealer::new(b"k");
+        let mut rows = chain(3);
+        for r in &mut rows {
+            r.mac = key.row_mac(r.seq, &r.hash);
+        }
+        let head_mac = key.head_mac("inst", 3, &rows[2].hash);
+        let check = |rows: &[StoredRow], head_mac: &[u8; 32], s: &Sealer| {
+            let mut m = MacCheck::default();
+            rows.iter().for_each(|r| m.row(r));
+            m.anchor(3, &rows[2].hash, head_mac);
+            m.check(s, "inst").unwrap()
+        };
+        assert_eq!(check(&rows, &head_mac, &key), None);
+        let e = check(&rows, &head_mac, &Sealer::new(b"other")).unwrap();
+        assert_eq!(e.entry, 1, "{e}");
+        let mut forged = rows.clone();
+        forged[1].mac = [0; 32];
+        assert_eq!(check(&forged, &head_mac, &key).unwrap().entry, 2);
+        let e = check(&rows, &[0; 32], &key).unwrap();
+        assert!(e.reason.contains("the anchor at entry 3"), "{e}");
     }
 }

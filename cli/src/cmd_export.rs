@@ -5,8 +5,10 @@
 use crate::{fail, Global, EXIT_FAILURE};
 use audit_export::cursor::{default_path, CursorFile};
 use audit_export::otlp::Collector;
+use audit_export::readback::check_keeping;
 use audit_export::run::{self, Lines, Options, Otlp, Sink};
 use audit_export::source::Source;
+use broker::head_key::PrivateSeal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -129,21 +131,50 @@ pub fn export(g: &Global, a: ExportArgs) -> ExitCode {
 pub struct VerifyExportArgs {
     /// The JSON lines an export wrote (`-`: standard input).
     file: PathBuf,
+    /// Also check every row's and anchor's MAC under the audit key (only on the machine and
+    /// as the user that holds the log's key: a private secrets-helper computes them).
+    #[arg(long)]
+    with_key: bool,
 }
 
 pub fn verify_export(g: &Global, a: VerifyExportArgs) -> ExitCode {
+    let mut macs = audit_store::verify::MacCheck::default();
     let report = if a.file.as_os_str() == "-" {
-        audit_export::readback::check(std::io::stdin().lock())
+        check_keeping(std::io::stdin().lock(), &mut macs)
     } else {
         match std::fs::File::open(&a.file) {
-            Ok(f) => audit_export::readback::check(std::io::BufReader::new(f)),
+            Ok(f) => check_keeping(std::io::BufReader::new(f), &mut macs),
             Err(e) => return fail(&format!("{}: {e}", a.file.display())),
         }
     };
-    let report = match report {
+    let mut report = match report {
         Ok(r) => r,
         Err(e) => return fail(&format!("{}: {e}", a.file.display())),
     };
+    if a.with_key && report.intact() {
+        // The key is named by the log's instance id: the anchors carry it.
+        let Some(instance) = report.instance.clone() else {
+            return fail(
+                "the export has no anchor, so it names no audit log whose key could check it",
+            );
+        };
+        let seal = match PrivateSeal::open(&g.dirs, &instance) {
+            Ok(s) => s,
+            Err(e) => return fail(&format!("the audit key of log {instance}: {e}")),
+        };
+        match macs.check(&seal, &instance) {
+            Ok(None) => report.macs_checked = true,
+            Ok(Some(b)) => {
+                report.broken_at = Some(b.entry);
+                report.reason = Some(b.reason);
+            }
+            Err(e) => {
+                return fail(&format!(
+                    "the secrets-helper could not compute the MACs: {e}"
+                ))
+            }
+        }
+    }
     if g.json {
         let mut v = serde_json::to_value(&report).expect("serializable");
         v["intact"] = report.intact().into();

@@ -166,6 +166,52 @@ fn json_lines_export_is_complete_checked_by_jq_and_verifies_alone_and_tampering_
         text(&o)
     );
 
+    // On this machine, with the log's key: every MAC checked too.
+    let o = inst.cli(&[
+        "audit",
+        "verify-export",
+        "--with-key",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("every MAC checked under the audit key"),
+        "{}",
+        text(&o)
+    );
+    // A forged MAC passes the keyless check (what a central store can do) and fails with the
+    // key, for a row and for an anchor.
+    for (what, filter, at) in [
+        (
+            "row",
+            "if .seq == 2 then .mac = (\"0\" * 64) else . end",
+            "broken at entry 2: its MAC does not match",
+        ),
+        (
+            "anchor",
+            "if .record == \"anchor\" then .mac = (\"0\" * 64) else . end",
+            "its MAC does not match under the audit key",
+        ),
+    ] {
+        let o = Command::new("jq")
+            .args(["-c", filter])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        let p = inst.root().join(format!("forged-{what}.jsonl"));
+        std::fs::write(&p, &o.stdout).unwrap();
+        let o = verify_export(&inst, &p);
+        assert!(
+            o.status.success(),
+            "keyless, a forged {what} MAC is not seen: {}",
+            text(&o)
+        );
+        let o = inst.cli(&["audit", "verify-export", "--with-key", p.to_str().unwrap()]);
+        assert!(!o.status.success(), "{}", text(&o));
+        assert!(text(&o).contains(at), "{what}: {}", text(&o));
+    }
+
     // Each kind of tampering is found and named (the untouched file above is the control).
     let lines = lines_of(&out);
     let tampered = |name: &str, ls: &[String]| -> (bool, String) {
