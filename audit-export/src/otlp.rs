@@ -3,8 +3,8 @@
 //! Each record is one `LogRecord`. Every field of the record is an attribute `gatehouse.FIELD`
 //! (strings, integers and booleans as they are; a field without a value is left out), so a
 //! collector holds everything needed to recompute the chain; `gatehouse.record` says `row` or
-//! `anchor`. Where the OpenTelemetry semantic conventions for GenAI tool execution and for MCP
-//! have a name for what a row says, it is set as well: `gen_ai.operation.name` =
+//! `anchor`. Where the OpenTelemetry semantic conventions (GenAI tool execution, sessions,
+//! errors) have a name for what a row says, it is set as well: `gen_ai.operation.name` =
 //! `execute_tool` and `gen_ai.tool.name` for rows naming a tool, `session.id` and
 //! `gen_ai.conversation.id` for the session, and `error.type` = the outcome for outcomes that
 //! mean the call did not go through. The resource is `service.name` = `gatehouse` with
