@@ -22,6 +22,7 @@ declare -A NEED=(
   [python3]=python3
   [strace]=strace
   [keyctl]=keyutils
+  [jq]=jq
 )
 missing=()
 for cmd in "${!NEED[@]}"; do
@@ -62,6 +63,18 @@ if [[ ! -x $VENV2/bin/python ]] || ! "$VENV2/bin/python" -c 'import importlib.me
   /usr/bin/python3 -m venv "$VENV2"
   "$VENV2/bin/python" -m pip install -q --upgrade pip >/dev/null
   "$VENV2/bin/python" -m pip install -q 'mcp>=2,<3' >/dev/null
+fi
+
+# The official OpenTelemetry protobuf definitions (Python), for the loopback OTLP/HTTP receiver
+# that decodes what `gatehouse audit export --otlp` sends (tests/otlp/receiver.py).
+OTLP_VENV=/opt/gatehouse-test-venv-otlp
+OTLP_PROTO_VERSION=1.45.2
+if [[ ! -x $OTLP_VENV/bin/python ]] || ! "$OTLP_VENV/bin/python" -c "import importlib.metadata as m; assert m.version('opentelemetry-proto') == '$OTLP_PROTO_VERSION'" >/dev/null 2>&1; then
+  echo "test-deps: creating $OTLP_VENV with opentelemetry-proto $OTLP_PROTO_VERSION"
+  /usr/bin/python3 -m venv "$OTLP_VENV"
+  "$OTLP_VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
+  "$OTLP_VENV/bin/python" -m pip install -q "opentelemetry-proto==$OTLP_PROTO_VERSION" >/dev/null
+  chmod -R a+rX "$OTLP_VENV"
 fi
 
 # The unprivileged user the integration tests also run as.

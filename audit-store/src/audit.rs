@@ -2,9 +2,10 @@
 //! console and `gatehouse audit tail`, counts for the demo's report, and the entry a credential
 //! change was written as.
 
+use crate::chain::StoredRow;
 use crate::{bad_column, Sql};
 use ipc_schema::ui::{AuditEntry, AuditKind};
-use rusqlite::{params, Connection};
+use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::BTreeMap;
 
 /// The audit rows after `seq` ?1, newest first, at most ?2 of them; each read by
@@ -97,4 +98,86 @@ pub fn latest_credential_row(conn: &Connection, name: &str) -> Sql<i64> {
         [name],
         |r| r.get::<_, i64>(0),
     )
+}
+
+/// The rows after `seq` ?1, oldest first, at most ?2 of them, with every canonical field and the
+/// chain columns; each read by [`stored_row`].
+const STORED_ROWS_AFTER: &str =
+    "SELECT seq, ts_ms, kind, session, actor, tool, target, outcome, detail, degraded, \
+     prev_hash, hash, mac, mode FROM audit WHERE seq > ?1 ORDER BY seq LIMIT ?2";
+/// The same, on a log no gatehouse with session modes has opened yet (no `mode` column: every
+/// row was written without one).
+const STORED_ROWS_AFTER_BEFORE_MODES: &str =
+    "SELECT seq, ts_ms, kind, session, actor, tool, target, outcome, detail, degraded, \
+     prev_hash, hash, mac, NULL FROM audit WHERE seq > ?1 ORDER BY seq LIMIT ?2";
+
+fn hash_column(r: &rusqlite::Row, col: usize) -> rusqlite::Result<[u8; 32]> {
+    let b: Vec<u8> = r.get(col)?;
+    <[u8; 32]>::try_from(b.as_slice())
+        .map_err(|_| bad_column(col, "32 bytes", &format!("{} bytes", b.len())))
+}
+
+/// One row of [`STORED_ROWS_AFTER`].
+fn stored_row(r: &rusqlite::Row) -> rusqlite::Result<StoredRow> {
+    Ok(StoredRow {
+        seq: r.get(0)?,
+        ts_ms: r.get(1)?,
+        kind: r.get(2)?,
+        session: r.get(3)?,
+        actor: r.get(4)?,
+        tool: r.get(5)?,
+        target: r.get(6)?,
+        outcome: r.get(7)?,
+        detail: r.get(8)?,
+        degraded: r.get::<_, i64>(9)? != 0,
+        prev_hash: hash_column(r, 10)?,
+        hash: hash_column(r, 11)?,
+        mac: hash_column(r, 12)?,
+        mode: match r.get::<_, Option<String>>(13)? {
+            Some(m) if ipc_schema::mode::SessionMode::from_name(&m).is_none() => {
+                return Err(bad_column(13, "a session mode", &m))
+            }
+            m => m,
+        },
+    })
+}
+
+/// The stored rows after `after`, oldest first, at most `limit` (what the export sends).
+pub fn stored_rows_after(conn: &Connection, after: i64, limit: u32) -> Sql<Vec<StoredRow>> {
+    let query = if crate::has_column(conn, "audit", "mode")? {
+        STORED_ROWS_AFTER
+    } else {
+        STORED_ROWS_AFTER_BEFORE_MODES
+    };
+    let mut stmt = conn.prepare_cached(query)?;
+    let rows = stmt.query_map(params![after, limit], stored_row)?;
+    rows.collect()
+}
+
+/// The sealed head: how many rows the seal covers, the last row's hash, and the seal's MAC
+/// (`HMAC(key, "head" || instance || count || head)`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SealedHead {
+    pub count: i64,
+    #[serde(with = "crate::chain::hex32")]
+    pub head: [u8; 32],
+    #[serde(with = "crate::chain::hex32")]
+    pub mac: [u8; 32],
+}
+
+/// The sealed head, if the log has one yet.
+pub fn sealed_head(conn: &Connection) -> Sql<Option<SealedHead>> {
+    conn.query_row(
+        "SELECT count, head, mac FROM audit_head WHERE id = 1",
+        [],
+        |r| {
+            Ok(SealedHead {
+                count: r.get(0)?,
+                head: hash_column(r, 1)?,
+                mac: hash_column(r, 2)?,
+            })
+        },
+    )
+    .optional()
 }

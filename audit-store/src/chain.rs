@@ -108,6 +108,76 @@ pub struct RowFields<'a> {
     pub mode: Option<&'a str>,
 }
 
+/// One stored row, owned, with its place in the chain: every canonical field plus `prev_hash`,
+/// `hash` and `mac`. What `gatehouse audit export` sends and `verify-export` reads back, so a
+/// store that holds only the export can recompute the chain ([`StoredRow::recomputed_hash`]).
+/// Its serde form is the export's JSON (hashes and MAC as lowercase hex); a field added to
+/// [`RowFields`] is added here and to [`crate::audit::stored_rows_after`], and the export
+/// (JSON lines and OTLP attributes alike) carries it with no other change.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoredRow {
+    pub seq: i64,
+    pub ts_ms: i64,
+    pub kind: String,
+    pub session: Option<String>,
+    pub actor: String,
+    pub tool: Option<String>,
+    pub target: Option<String>,
+    pub outcome: String,
+    pub detail: String,
+    pub degraded: bool,
+    #[serde(with = "hex32")]
+    pub prev_hash: [u8; 32],
+    #[serde(with = "hex32")]
+    pub hash: [u8; 32],
+    #[serde(with = "hex32")]
+    pub mac: [u8; 32],
+    /// The session's mode (`null`: no session, or a row from before modes); hashed when set.
+    #[serde(default)]
+    pub mode: Option<String>,
+}
+
+impl StoredRow {
+    pub fn fields(&self) -> RowFields<'_> {
+        RowFields {
+            seq: self.seq,
+            ts_ms: self.ts_ms,
+            kind: &self.kind,
+            session: self.session.as_deref(),
+            actor: &self.actor,
+            tool: self.tool.as_deref(),
+            target: self.target.as_deref(),
+            outcome: &self.outcome,
+            detail: &self.detail,
+            degraded: self.degraded,
+            mode: self.mode.as_deref(),
+        }
+    }
+
+    /// The hash this row's fields and `prev_hash` give, by the one function the writer uses.
+    pub fn recomputed_hash(&self) -> [u8; 32] {
+        row_hash(&self.prev_hash, &self.fields())
+    }
+}
+
+/// A 32-byte hash or MAC as 64 lowercase hex digits (serde).
+pub mod hex32 {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(b: &[u8; 32], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&hex::encode(b))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 32], D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        let mut out = [0u8; 32];
+        hex::decode_to_slice(s.as_bytes(), &mut out)
+            .map_err(|e| serde::de::Error::custom(format!("not 32 bytes of hex: {e}")))?;
+        Ok(out)
+    }
+}
+
 fn put_str(out: &mut Vec<u8>, s: Option<&str>) {
     put_field(out, s.map(str::as_bytes));
 }

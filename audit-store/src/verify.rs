@@ -1,7 +1,7 @@
 //! `verify-audit`: walks the whole chain straight from the database file (no broker needed) and
 //! checks every link, hash and MAC, then the sealed head.
 
-use super::chain::{hash_encoded, put_field, GENESIS};
+use super::chain::{hash_encoded, put_field, StoredRow, GENESIS};
 use super::seal::{mac_eq, macs_all, Seal, SealError};
 use super::StoreError;
 use ipc_schema::secrets::{AuditHead, AuditRow};
@@ -382,4 +382,306 @@ fn verify_in_snapshot<S: Seal + ?Sized>(
         reason: None,
         unsealed,
     })
+}
+
+/// Where a chain handed over record by record stops holding, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("entry {entry}: {reason}")]
+pub struct ChainBreak {
+    pub entry: u64,
+    pub reason: String,
+}
+
+/// Checks a chain given one row at a time, from entry 1, without the database: an export read
+/// back (`gatehouse audit verify-export`). Each row's number, its link to the row before and its
+/// hash (recomputed by [`StoredRow::recomputed_hash`], the writer's own function); each anchor
+/// against the row it says is the head. MACs are not checked here: that needs the audit key.
+#[derive(Debug, Clone)]
+pub struct ChainWalk {
+    seen: u64,
+    head: [u8; 32],
+    anchored: Option<u64>,
+    anchors: u64,
+}
+
+impl Default for ChainWalk {
+    fn default() -> Self {
+        ChainWalk {
+            seen: 0,
+            head: GENESIS,
+            anchored: None,
+            anchors: 0,
+        }
+    }
+}
+
+impl ChainWalk {
+    /// Rows checked so far.
+    pub fn entries(&self) -> u64 {
+        self.seen
+    }
+
+    /// The count of the last anchor that matched, if any.
+    pub fn anchored(&self) -> Option<u64> {
+        self.anchored
+    }
+
+    /// Anchors that matched.
+    pub fn anchors(&self) -> u64 {
+        self.anchors
+    }
+
+    /// The next row of the chain.
+    pub fn row(&mut self, r: &StoredRow) -> Result<(), ChainBreak> {
+        let expected = self.seen + 1;
+        let brk = |entry: u64, reason: String| Err(ChainBreak { entry, reason });
+        let seq = r.seq;
+        if seq < expected as i64 {
+            let entry = seq.max(0) as u64;
+            return if seq == self.seen as i64 && r.hash == self.head {
+                brk(entry, format!("entry {seq} appears twice"))
+            } else {
+                brk(
+                    expected,
+                    format!(
+                        "entry {seq} comes again after entry {} (out of order or repeated)",
+                        self.seen
+                    ),
+                )
+            };
+        }
+        if seq > expected as i64 {
+            return brk(
+                expected,
+                format!("entry {expected} is missing (the next record is entry {seq})"),
+            );
+        }
+        if r.prev_hash != self.head {
+            return brk(
+                expected,
+                format!("its link to entry {} does not match", self.seen),
+            );
+        }
+        if r.recomputed_hash() != r.hash {
+            return brk(
+                expected,
+                "its contents do not match its hash (modified)".into(),
+            );
+        }
+        self.seen = expected;
+        self.head = r.hash;
+        Ok(())
+    }
+
+    /// An anchor (a sealed head) read after the rows it covers: it must name exactly the rows
+    /// seen so far and the last one's hash.
+    pub fn anchor(&mut self, count: i64, head: &[u8; 32]) -> Result<(), ChainBreak> {
+        let seen = self.seen as i64;
+        if count > seen {
+            return Err(ChainBreak {
+                entry: self.seen + 1,
+                reason: format!(
+                    "an anchor covers {count} entries but only {seen} came before it (entries {} to {count} are missing)",
+                    seen + 1
+                ),
+            });
+        }
+        if count < seen {
+            return Err(ChainBreak {
+                entry: count.max(0) as u64 + 1,
+                reason: format!(
+                    "an anchor covers {count} entries but {seen} came before it (entries after {count} are out of place)"
+                ),
+            });
+        }
+        if *head != self.head {
+            return Err(ChainBreak {
+                entry: self.seen,
+                reason: format!("an anchor's head does not match entry {seen}"),
+            });
+        }
+        self.anchored = Some(self.seen);
+        self.anchors += 1;
+        Ok(())
+    }
+}
+
+/// The MACs of a chain handed over record by record (an export read back), checked under the
+/// log's key once the chain itself held: only a holder of the key (the secrets-helper of the
+/// machine that wrote the log) can do this part.
+#[derive(Debug, Clone, Default)]
+pub struct MacCheck {
+    rows: Vec<AuditRow>,
+    macs: Vec<[u8; 32]>,
+    anchors: Vec<(AuditHead, [u8; 32])>,
+}
+
+impl MacCheck {
+    pub fn row(&mut self, r: &StoredRow) {
+        self.rows.push(AuditRow {
+            seq: r.seq,
+            hash: r.hash,
+        });
+        self.macs.push(r.mac);
+    }
+
+    pub fn anchor(&mut self, count: i64, head: &[u8; 32], mac: &[u8; 32]) {
+        self.anchors.push((AuditHead { count, head: *head }, *mac));
+    }
+
+    /// The first row or anchor whose MAC is not the key's, if any.
+    pub fn check<S: Seal + ?Sized>(
+        &self,
+        seal: &S,
+        instance: &str,
+    ) -> Result<Option<ChainBreak>, SealError> {
+        let (expected, _) = macs_all(seal, instance, &self.rows, None)?;
+        for ((row, want), got) in self.rows.iter().zip(&expected).zip(&self.macs) {
+            if !mac_eq(want, got) {
+                return Ok(Some(ChainBreak {
+                    entry: row.seq.max(0) as u64,
+                    reason: "its MAC does not match under the audit key (rewritten or inserted)"
+                        .into(),
+                }));
+            }
+        }
+        for (head, got) in &self.anchors {
+            match macs_all(seal, instance, &[], Some(head))? {
+                (_, Some(want)) if mac_eq(&want, got) => {}
+                _ => {
+                    return Ok(Some(ChainBreak {
+                        entry: head.count.max(0) as u64,
+                        reason: format!(
+                            "the anchor at entry {}: its MAC does not match under the audit key",
+                            head.count
+                        ),
+                    }))
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod walk_tests {
+    use super::*;
+    use crate::chain::row_hash;
+
+    fn chain(n: i64) -> Vec<StoredRow> {
+        let mut prev = GENESIS;
+        (1..=n)
+            .map(|seq| {
+                let mut r = StoredRow {
+                    seq,
+                    ts_ms: 1000 + seq,
+                    kind: "tool_call".into(),
+                    session: Some("s1".into()),
+                    actor: "gateway".into(),
+                    tool: Some("read_file".into()),
+                    target: Some(format!("/p/{seq}")),
+                    outcome: "allow".into(),
+                    detail: String::new(),
+                    degraded: false,
+                    prev_hash: prev,
+                    hash: [0; 32],
+                    mac: [9; 32],
+                };
+                r.hash = row_hash(&prev, &r.fields());
+                prev = r.hash;
+                r
+            })
+            .collect()
+    }
+
+    fn walk(rows: &[StoredRow]) -> Result<ChainWalk, ChainBreak> {
+        let mut w = ChainWalk::default();
+        for r in rows {
+            w.row(r)?;
+        }
+        Ok(w)
+    }
+
+    #[test]
+    fn an_intact_chain_walks_and_its_anchor_matches() {
+        let rows = chain(5);
+        let mut w = walk(&rows).unwrap();
+        assert_eq!(w.entries(), 5);
+        w.anchor(5, &rows[4].hash).unwrap();
+        assert_eq!((w.anchored(), w.anchors()), (Some(5), 1));
+    }
+
+    #[test]
+    fn missing_duplicated_reordered_and_altered_rows_are_named() {
+        let rows = chain(5);
+        let mut missing = rows.clone();
+        missing.remove(2);
+        let e = walk(&missing).unwrap_err();
+        assert_eq!(e.entry, 3);
+        assert!(e.reason.contains("entry 3 is missing"), "{e}");
+
+        let mut twice = rows.clone();
+        twice.insert(3, rows[2].clone());
+        let e = walk(&twice).unwrap_err();
+        assert_eq!((e.entry, e.reason.as_str()), (3, "entry 3 appears twice"));
+
+        let mut swapped = rows.clone();
+        swapped.swap(1, 2);
+        let e = walk(&swapped).unwrap_err();
+        assert_eq!(e.entry, 2, "{e}");
+
+        let mut altered = rows.clone();
+        altered[3].target = Some("/elsewhere".into());
+        let e = walk(&altered).unwrap_err();
+        assert_eq!(e.entry, 4);
+        assert!(e.reason.contains("modified"), "{e}");
+
+        // Rewritten consistently (hash recomputed) but not its successor's link.
+        let mut relinked = rows.clone();
+        relinked[1].detail = "x".into();
+        relinked[1].hash = relinked[1].recomputed_hash();
+        let e = walk(&relinked).unwrap_err();
+        assert_eq!(e.entry, 3);
+        assert!(e.reason.contains("link to entry 2"), "{e}");
+    }
+
+    #[test]
+    fn an_anchor_shows_a_cut_tail_and_a_wrong_head() {
+        let rows = chain(5);
+        let mut w = walk(&rows[..4]).unwrap();
+        let e = w.anchor(5, &rows[4].hash).unwrap_err();
+        assert_eq!(e.entry, 5);
+        assert!(e.reason.contains("entries 5 to 5 are missing"), "{e}");
+        let mut w = walk(&rows).unwrap();
+        let e = w.anchor(4, &rows[3].hash).unwrap_err();
+        assert_eq!(e.entry, 5, "{e}");
+        let e = w.anchor(5, &rows[3].hash).unwrap_err();
+        assert!(e.reason.contains("head does not match entry 5"), "{e}");
+        assert_eq!(w.anchors(), 0);
+    }
+
+    #[test]
+    fn macs_of_an_export_are_checked_under_the_key() {
+        use crate::chain::Sealer;
+        let key = Sealer::new(b"k");
+        let mut rows = chain(3);
+        for r in &mut rows {
+            r.mac = key.row_mac(r.seq, &r.hash);
+        }
+        let head_mac = key.head_mac("inst", 3, &rows[2].hash);
+        let check = |rows: &[StoredRow], head_mac: &[u8; 32], s: &Sealer| {
+            let mut m = MacCheck::default();
+            rows.iter().for_each(|r| m.row(r));
+            m.anchor(3, &rows[2].hash, head_mac);
+            m.check(s, "inst").unwrap()
+        };
+        assert_eq!(check(&rows, &head_mac, &key), None);
+        let e = check(&rows, &head_mac, &Sealer::new(b"other")).unwrap();
+        assert_eq!(e.entry, 1, "{e}");
+        let mut forged = rows.clone();
+        forged[1].mac = [0; 32];
+        assert_eq!(check(&forged, &head_mac, &key).unwrap().entry, 2);
+        let e = check(&rows, &[0; 32], &key).unwrap();
+        assert!(e.reason.contains("the anchor at entry 3"), "{e}");
+    }
 }

@@ -21,6 +21,12 @@ pub enum AuditCmd {
         #[arg(short = 'f', long)]
         follow: bool,
     },
+    /// Export every row with its chain position, hash and MAC, and sealed heads (anchors), as
+    /// JSON lines or OpenTelemetry logs over OTLP/HTTP; resumes from a cursor per sink.
+    Export(crate::cmd_export::ExportArgs),
+    /// Check the hash chain from an export alone (JSON lines): a missing, repeated, reordered
+    /// or altered record is found and named.
+    VerifyExport(crate::cmd_export::VerifyExportArgs),
 }
 
 pub fn verify(g: &Global) -> ExitCode {
@@ -115,7 +121,11 @@ fn row_line(r: &AuditEntry) -> String {
 }
 
 pub fn run(g: &Global, cmd: AuditCmd) -> ExitCode {
-    let AuditCmd::Tail { lines, follow } = cmd;
+    let (lines, follow) = match cmd {
+        AuditCmd::Tail { lines, follow } => (lines, follow),
+        AuditCmd::Export(a) => return crate::cmd_export::export(g, a),
+        AuditCmd::VerifyExport(a) => return crate::cmd_export::verify_export(g, a),
+    };
     let db = store::db_path(&g.dirs.data);
     if !db.exists() {
         return fail(&format!("there is no audit log at {}", db.display()));

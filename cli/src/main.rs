@@ -8,6 +8,7 @@
 mod cmd_approve;
 mod cmd_audit;
 mod cmd_demo;
+mod cmd_export;
 mod cmd_fetch;
 mod cmd_mcp_server;
 mod cmd_policy;
