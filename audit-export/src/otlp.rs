@@ -297,8 +297,9 @@ mod tests {
             prev_hash: [1; 32],
             hash: [2; 32],
             mac: [3; 32],
+            mode: Some("unattended".into()),
         };
-        let lr = log_record(&ExportRecord::Row(r), 9);
+        let lr = log_record(&ExportRecord::Row(Box::new(r)), 9);
         let get = |k: &str| {
             lr.attributes
                 .iter()
@@ -313,6 +314,10 @@ mod tests {
             Some(StringValue(hex::encode([2; 32])))
         );
         assert_eq!(get("gatehouse.degraded"), Some(BoolValue(false)));
+        assert_eq!(
+            get("gatehouse.mode"),
+            Some(StringValue("unattended".into()))
+        );
         assert_eq!(get("gatehouse.target"), None, "no value, no attribute");
         assert_eq!(
             get("gen_ai.tool.name"),

@@ -34,7 +34,7 @@ impl Anchor {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "record", rename_all = "snake_case")]
 pub enum ExportRecord {
-    Row(StoredRow),
+    Row(Box<StoredRow>),
     Anchor(Anchor),
 }
 

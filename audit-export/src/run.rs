@@ -129,7 +129,11 @@ pub fn run(
         let end = snap.end(pos);
         let caught_up = snap.caught_up(pos);
         let rows = snap.rows.len() as u64;
-        let mut records: Vec<ExportRecord> = snap.rows.into_iter().map(ExportRecord::Row).collect();
+        let mut records: Vec<ExportRecord> = snap
+            .rows
+            .into_iter()
+            .map(|r| ExportRecord::Row(Box::new(r)))
+            .collect();
         let pending = since_anchor + rows;
         let due = pending >= o.anchor_every.max(1)
             || (pending > 0 && last_anchor.elapsed() >= o.anchor_interval)

@@ -165,7 +165,7 @@ fn a_record_survives_json_with_every_field() {
         row.hash,
         "the stored row hashes as written"
     );
-    let rec = ExportRecord::Row(row);
+    let rec = ExportRecord::Row(Box::new(row));
     let line = rec.json_line();
     assert_eq!(line.matches('\n').count(), 1, "{line}");
     assert_eq!(serde_json::from_str::<ExportRecord>(&line).unwrap(), rec);

@@ -586,6 +586,8 @@ mod walk_tests {
                     prev_hash: prev,
                     hash: [0; 32],
                     mac: [9; 32],
+                    // Rows with a session mode and rows from before modes, mixed.
+                    mode: (seq % 2 == 0).then(|| "full-access".to_string()),
                 };
                 r.hash = row_hash(&prev, &r.fields());
                 prev = r.hash;
@@ -635,6 +637,15 @@ mod walk_tests {
         let e = walk(&altered).unwrap_err();
         assert_eq!(e.entry, 4);
         assert!(e.reason.contains("modified"), "{e}");
+
+        // The session mode is hashed: a row's mode changed (or dropped) in the export is named.
+        for (i, m) in [(1, Some("ask")), (1, None), (2, Some("unattended"))] {
+            let mut moded = rows.clone();
+            moded[i].mode = m.map(String::from);
+            let e = walk(&moded).unwrap_err();
+            assert_eq!(e.entry, i as u64 + 1, "{e}");
+            assert!(e.reason.contains("modified"), "{e}");
+        }
 
         // Rewritten consistently (hash recomputed) but not its successor's link.
         let mut relinked = rows.clone();
