@@ -56,6 +56,27 @@ fn call_rows(inst: &Instance) -> usize {
         .count()
 }
 
+/// Waits until the history holds `n` replayable calls: the audit writer commits a call's rows
+/// (and its stored target) after the call's reply has gone out, so the last call may not be in
+/// the database yet. A dry run reads only, so asking again is harmless.
+fn wait_replayable(inst: &Instance, file: &std::path::Path, n: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let out = inst.cli(&[
+            "--json",
+            "policy",
+            "apply",
+            "--dry-run",
+            file.to_str().unwrap(),
+        ]);
+        let v = json_of(&out);
+        if v["replayed"].as_u64() >= Some(n) || std::time::Instant::now() > deadline {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 fn revision_in_force(inst: &Instance) -> u64 {
     let v = json_of(&inst.cli(&["--json", "policy", "show"]));
     v["revision"].as_u64().unwrap()
@@ -104,6 +125,7 @@ fn a_policy_is_tried_on_the_audited_calls_before_it_applies() {
 
     // A no-op: the same document. Every call replayed, nothing changes, nothing asked.
     write_next(0, "write_file = \"ask\"", "");
+    wait_replayable(&inst, &next, 3);
     let v = dry(&[]);
     assert_eq!(v["replayed"], 3, "{v:#}");
     assert_eq!(v["unchanged"], 3, "{v:#}");
@@ -177,6 +199,7 @@ fn a_policy_is_tried_on_the_audited_calls_before_it_applies() {
 
     // A loosening: writes allowed, the deny rule gone.
     write_next(2, "write_file = \"allow\"", "");
+    wait_replayable(&inst, &next, 4);
     let v = dry(&[]);
     // The refused read just made is history too.
     assert_eq!(v["replayed"], 4, "{v:#}");
@@ -354,6 +377,7 @@ fn a_fetch_the_network_allowlist_refused_is_replayed_by_its_host() {
         with_list(0, "network = [\"docs.rs\"]\n").replace("{ROOT}", &root),
     )
     .unwrap();
+    wait_replayable(&inst, &next, 1);
     let v = json_of(&inst.cli(&[
         "--json",
         "policy",
