@@ -513,7 +513,11 @@ fn audit_line(e: &AuditEntry, width: usize) -> Line<'static> {
         rest.push(' ');
     }
     rest.push_str(&escaped(&e.detail));
-    let head = format!("{:>5} {} {:<14} ", e.seq, clock(e.ts_unix_ms), e.kind);
+    let mut head = format!("{:>5} {} {:<14} ", e.seq, clock(e.ts_unix_ms), e.kind);
+    // The session's mode, as the row has it under its hash (rows of no session have none).
+    if let Some(m) = e.mode {
+        head.push_str(&format!("[{m}] "));
+    }
     let outcome = format!("{:<9} ", escaped(&e.outcome));
     let room = width.saturating_sub(head.width() + outcome.width());
     Line::from(vec![

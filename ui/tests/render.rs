@@ -304,18 +304,32 @@ fn hostile_audit_rows_and_session_ids_render_inert() {
     c.on_frame(
         Envelope::new(
             audit.id,
-            Body::UiReply(UiReply::Audit(vec![ipc_schema::ui::AuditEntry {
-                seq: 41,
-                ts_unix_ms: NOW_MS,
-                kind: ipc_schema::ui::AuditKind::ToolCall,
-                session: Some("s".into()),
-                actor: "gateway".into(),
-                tool: Some("read_file".into()),
-                target: Some("/p/\x1b[2Jx\u{202E}y".into()),
-                outcome: "allow\x07".into(),
-                detail: "d\r\n".into(),
-                mode: None,
-            }])),
+            Body::UiReply(UiReply::Audit(vec![
+                ipc_schema::ui::AuditEntry {
+                    seq: 41,
+                    ts_unix_ms: NOW_MS,
+                    kind: ipc_schema::ui::AuditKind::ToolCall,
+                    session: Some("s".into()),
+                    actor: "gateway".into(),
+                    tool: Some("read_file".into()),
+                    target: Some("/p/\x1b[2Jx\u{202E}y".into()),
+                    outcome: "allow\x07".into(),
+                    detail: "d\r\n".into(),
+                    mode: None,
+                },
+                ipc_schema::ui::AuditEntry {
+                    seq: 42,
+                    ts_unix_ms: NOW_MS,
+                    kind: ipc_schema::ui::AuditKind::Decision,
+                    session: Some("s".into()),
+                    actor: "gateway".into(),
+                    tool: Some("write_file".into()),
+                    target: Some("/p/w".into()),
+                    outcome: "allowed by mode".into(),
+                    detail: "ran without a card".into(),
+                    mode: Some(ipc_schema::mode::SessionMode::FullAccess),
+                },
+            ])),
         ),
         now,
     );
@@ -341,6 +355,24 @@ fn hostile_audit_rows_and_session_ids_render_inert() {
     let screen = rows(term.backend().buffer()).join("\n");
     assert!(screen.contains("/p/\\x1b[2Jx\\u{202E}y"), "{screen}");
     assert!(screen.contains("allow\\x07"), "{screen}");
+    // Each row shows its session's mode, when it has one.
+    let line = |seq: &str| {
+        screen
+            .lines()
+            .find(|l| l.contains(seq))
+            .unwrap_or_else(|| panic!("no audit row {seq}: {screen}"))
+            .to_string()
+    };
+    assert!(
+        line("   42 ").contains("decision       [full-access] allowed"),
+        "{screen}"
+    );
+    for m in ["[ask]", "[full-access]", "[unattended]"] {
+        assert!(
+            !line("   41 ").contains(m),
+            "a row without a mode: {screen}"
+        );
+    }
     assert!(screen.contains("\\x1b[31m"), "{screen}");
     // The sessions pane names the agent (inert) and the profile.
     assert!(
