@@ -139,26 +139,20 @@ fn plural(n: u64, one: &str) -> String {
     }
 }
 
-/// `YYYY-MM-DD HH:MM:SS UTC` of a unix time in milliseconds (civil date from days since
-/// 1970-01-01, Howard Hinnant's algorithm).
+/// `YYYY-MM-DD HH:MM:SS UTC` of a unix time in milliseconds (`?` outside the calendar's range).
 fn utc(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    match time::OffsetDateTime::from_unix_timestamp(ms.div_euclid(1000)) {
+        Ok(t) => format!(
+            "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
+            t.year(),
+            u8::from(t.month()),
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second()
+        ),
+        Err(_) => format!("? ({ms} ms)"),
+    }
 }
 
 fn example(e: &Example) -> String {

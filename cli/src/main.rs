@@ -153,17 +153,9 @@ impl Global {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let data_dir = match cli.data_dir.as_ref().map(std::path::absolute) {
-        None => None,
-        Some(Ok(d)) => Some(d),
-        Some(Err(e)) => return fail(&format!("--data-dir: {e}")),
-    };
-    let dirs = match &data_dir {
-        Some(d) => Dirs::under(d),
-        None => match Dirs::from_env() {
-            Ok(d) => d,
-            Err(e) => return fail(&e),
-        },
+    let (data_dir, dirs) = match Dirs::for_data_dir(cli.data_dir.as_deref()) {
+        Ok(d) => d,
+        Err(e) => return fail(&e),
     };
     let g = Global {
         dirs,

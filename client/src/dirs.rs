@@ -32,6 +32,19 @@ impl Dirs {
         }
     }
 
+    /// A front's instance from its `--data-dir`: the directory made absolute (what it passes on
+    /// when it starts the broker) and its dirs; without one, the user's instance.
+    pub fn for_data_dir(data_dir: Option<&Path>) -> Result<(Option<PathBuf>, Dirs), String> {
+        match data_dir {
+            None => Ok((None, Dirs::from_env()?)),
+            Some(d) => {
+                let d = std::path::absolute(d).map_err(|e| format!("--data-dir: {e}"))?;
+                let dirs = Dirs::under(&d);
+                Ok((Some(d), dirs))
+            }
+        }
+    }
+
     /// The user's instance, from the XDG variables (with their documented fallbacks).
     pub fn from_env() -> Result<Dirs, String> {
         let home = std::env::var_os("HOME").map(PathBuf::from);

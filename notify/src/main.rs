@@ -78,17 +78,9 @@ struct Shown {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let data_dir = match args.data_dir.as_ref().map(std::path::absolute) {
-        None => None,
-        Some(Ok(d)) => Some(d),
-        Some(Err(e)) => return fail(&format!("--data-dir: {e}")),
-    };
-    let dirs = match &data_dir {
-        Some(d) => Dirs::under(d),
-        None => match Dirs::from_env() {
-            Ok(d) => d,
-            Err(e) => return fail(&e),
-        },
+    let (data_dir, dirs) = match Dirs::for_data_dir(args.data_dir.as_deref()) {
+        Ok(d) => d,
+        Err(e) => return fail(&e),
     };
     let gatehouse = match gatehouse_client::sibling("gatehouse") {
         Ok(g) => g,
