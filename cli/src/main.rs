@@ -199,7 +199,8 @@ fn doctor_cmd(g: &Global) -> ExitCode {
         Err(e) => return fail(&e.to_string()),
     };
     match c.request(Body::Doctor) {
-        Ok(Body::DoctorReport(r)) => {
+        Ok(Body::DoctorReport(mut r)) => {
+            doctor::add_namespaces(&mut r);
             if g.json {
                 println!(
                     "{}",

@@ -193,4 +193,42 @@ pub struct DoctorReport {
     pub problems: Vec<String>,
     /// What is enforced only partly, by design, and where that is explained.
     pub notes: Vec<String>,
+    /// Whether user namespaces can be created here. The broker cannot probe (its seccomp filter
+    /// forbids fork), so it sends `None` and `gatehouse doctor` fills it from its own probe.
+    pub namespaces: Option<NamespaceStatus>,
+}
+
+/// Whether this machine lets gatehouse create the user namespaces its exec sandbox (and the
+/// exec helper's own network isolation) need, and if not, what refused them and what to do.
+/// Built by `sandbox::linux::userns` (one classifier for every process that reports it).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceStatus {
+    /// The probe created a user namespace, mapped the caller's ids and mounted inside it.
+    pub available: bool,
+    /// What refused them (`None` when available).
+    pub refused_by: Option<NamespaceRefusal>,
+    /// The step that failed, e.g. `creating the user namespace` (`None` when available).
+    pub step: Option<String>,
+    /// The errno it failed with, by name (`EPERM`).
+    pub errno: Option<String>,
+    /// One sentence: which check refused and why gatehouse refuses to run commands.
+    pub message: Option<String>,
+    /// What the person can do about it.
+    pub remedy: Option<String>,
+}
+
+/// The cause of a namespace refusal, as far as the machine lets gatehouse tell.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum NamespaceRefusal {
+    /// A sysctl turns unprivileged user namespaces off (`name` is 0).
+    Sysctl { name: String },
+    /// A seccomp filter the process inherited from whatever started gatehouse (a container
+    /// runtime's default profile: Docker, Podman) refused the call.
+    ContainerSeccomp,
+    /// Ubuntu's AppArmor restriction (`kernel.apparmor_restrict_unprivileged_userns=1`): the
+    /// namespace is created without capabilities, so the uid map or a mount fails.
+    AppArmor,
+    /// Nothing gatehouse knows of explains it; the step and errno are all there is.
+    Other,
 }
