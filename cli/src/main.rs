@@ -20,6 +20,7 @@ mod cmd_session;
 mod cmd_ui;
 mod cmd_up;
 mod doctor;
+mod cmd_setup;
 
 use clap::{Parser, Subcommand};
 use gatehouse_client::Dirs;
@@ -115,6 +116,12 @@ enum Cmd {
         #[command(subcommand)]
         cmd: cmd_secret::SecretCmd,
     },
+    /// Machine setup gatehouse needs on some systems: `setup apparmor` (Ubuntu's user
+    /// namespace restriction). Prints what it would do unless given --yes.
+    Setup {
+        #[command(subcommand)]
+        cmd: cmd_setup::SetupCmd,
+    },
 }
 
 /// The arguments of a command another binary carries out, passed on unchanged.
@@ -190,6 +197,7 @@ fn main() -> ExitCode {
         Cmd::Demo(args) => cmd_demo::run(&g, args),
         Cmd::Secret { cmd } => cmd_secret::run(&g, cmd),
         Cmd::Session { cmd } => cmd_session::run(&g, cmd),
+        Cmd::Setup { cmd } => cmd_setup::run(&g, cmd),
     }
 }
 

@@ -25,6 +25,9 @@ pub enum LandlockStatus {
     NotEnforced,
 }
 
+/// How a [`LockdownReport::refused`] report marks its reason.
+const REFUSED_PREFIX: &str = "refused to start: ";
+
 /// What a process did to lock itself down, step by step (DESIGN.md rule 6).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct LockdownReport {
@@ -67,6 +70,22 @@ impl LockdownReport {
         }
     }
 
+    /// The report of a helper that refuses to start because the machine lacks what its profile
+    /// needs (user namespaces the exec helper cannot create): sent in place of a hello so that
+    /// the broker shows why (`reason`, the helper's diagnosis and remedy), then the helper exits.
+    pub fn refused(profile: impl Into<String>, reason: impl Into<String>) -> LockdownReport {
+        LockdownReport::unconfined(profile, format!("{REFUSED_PREFIX}{}", reason.into()))
+    }
+
+    /// For a [`LockdownReport::refused`] report: `ROLE refused to start: REASON` (the helper's
+    /// own words, shown inert wherever they are shown).
+    pub fn refusal(&self, role: Role) -> Option<String> {
+        self.degraded
+            .iter()
+            .find_map(|d| d.strip_prefix(REFUSED_PREFIX))
+            .map(|why| format!("{role} refused to start: {why}"))
+    }
+
     /// Every step still to do: what a lockdown starts from and fills in as each step succeeds.
     pub fn nothing_yet(profile: impl Into<String>) -> LockdownReport {
         LockdownReport {
@@ -97,6 +116,9 @@ impl LockdownReport {
         allow_degraded: bool,
     ) -> Result<(), String> {
         let report = self;
+        if let Some(why) = report.refusal(role) {
+            return Err(why);
+        }
         let mut missing = Vec::new();
         if kernel.seccomp != 2 {
             missing.push(format!(
