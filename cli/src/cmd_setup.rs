@@ -64,7 +64,9 @@ pub fn profile_text(paths: &[(&str, PathBuf)]) -> Result<String, SetupError> {
          include <tunables/global>\n",
     );
     for (name, path) in paths {
-        let s = path.to_str().ok_or_else(|| SetupError::Unquotable(path.clone()))?;
+        let s = path
+            .to_str()
+            .ok_or_else(|| SetupError::Unquotable(path.clone()))?;
         if s.chars()
             .any(|c| c.is_control() || "*?[]{}^\",".contains(c))
         {
@@ -149,8 +151,12 @@ pub fn run(g: &Global, cmd: SetupCmd) -> ExitCode {
             println!("loaded it: {load}");
             ExitCode::SUCCESS
         }
-        Ok(s) => fail(&format!("`{load}` failed ({s}); the file is written, fix it and run that command")),
-        Err(e) => fail(&format!("cannot run `{load}` ({e}); the file is written, run that command")),
+        Ok(s) => fail(&format!(
+            "`{load}` failed ({s}); the file is written, fix it and run that command"
+        )),
+        Err(e) => fail(&format!(
+            "cannot run `{load}` ({e}); the file is written, run that command"
+        )),
     }
 }
 
@@ -184,7 +190,12 @@ mod tests {
 
     #[test]
     fn a_path_that_would_be_a_pattern_is_refused() {
-        for bad in ["/opt/g*/exec-helper", "/opt/a\"b/exec-helper", "/opt/x\n/exec-helper", "/o/{a,b}/e"] {
+        for bad in [
+            "/opt/g*/exec-helper",
+            "/opt/a\"b/exec-helper",
+            "/opt/x\n/exec-helper",
+            "/o/{a,b}/e",
+        ] {
             assert_eq!(
                 profile_text(&[("p", PathBuf::from(bad))]),
                 Err(SetupError::Unquotable(PathBuf::from(bad))),
@@ -192,9 +203,11 @@ mod tests {
             );
         }
         // Spaces are quoted, not refused.
-        assert!(profile_text(&[("p", PathBuf::from("/opt/my apps/exec-helper"))])
-            .unwrap()
-            .contains("profile p \"/opt/my apps/exec-helper\" flags=(unconfined)"));
+        assert!(
+            profile_text(&[("p", PathBuf::from("/opt/my apps/exec-helper"))])
+                .unwrap()
+                .contains("profile p \"/opt/my apps/exec-helper\" flags=(unconfined)")
+        );
     }
 
     #[test]

@@ -77,9 +77,16 @@ pub fn render(r: &DoctorReport) -> String {
     }
     if let Some(ns) = &r.namespaces {
         if ns.available {
-            let _ = writeln!(out, "namespaces: available (user, mount, pid, net, ipc, uts; ids mapped, mounts work)");
+            let _ = writeln!(
+                out,
+                "namespaces: available (user, mount, pid, net, ipc, uts; ids mapped, mounts work)"
+            );
         } else {
-            let _ = writeln!(out, "namespaces: REFUSED: {}", escaped(ns.message.as_deref().unwrap_or("")));
+            let _ = writeln!(
+                out,
+                "namespaces: REFUSED: {}",
+                escaped(ns.message.as_deref().unwrap_or(""))
+            );
         }
     }
     for n in &r.notes {

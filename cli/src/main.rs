@@ -17,10 +17,10 @@ mod cmd_run;
 mod cmd_sandbox;
 mod cmd_secret;
 mod cmd_session;
+mod cmd_setup;
 mod cmd_ui;
 mod cmd_up;
 mod doctor;
-mod cmd_setup;
 
 use clap::{Parser, Subcommand};
 use gatehouse_client::Dirs;

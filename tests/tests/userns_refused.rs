@@ -87,7 +87,9 @@ fn without_a_wrapper_namespaces_are_available_and_commands_run() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let o = gatehouse(None, &dir, work.path(), &["doctor"]);
     assert!(
-        text(&o).contains("\nnamespaces: available (user, mount, pid, net, ipc, uts; ids mapped, mounts work)\n"),
+        text(&o).contains(
+            "\nnamespaces: available (user, mount, pid, net, ipc, uts; ids mapped, mounts work)\n"
+        ),
         "{}",
         text(&o)
     );
@@ -165,8 +167,15 @@ fn mounts_refused_after_the_namespace_exists_are_named_at_that_step() {
     let msg = "a seccomp filter gatehouse did not install refused it (mounting inside the new namespace failed with EPERM; this process inherited 1 seccomp filter(s), as a container runtime's default profile (Docker, Podman) installs)";
     let (o, v) = doctor_settled(Some("nomount"), &dir, work.path());
     assert_eq!(o.status.code(), Some(1), "{v}");
-    assert_eq!(v["namespaces"]["refused_by"], serde_json::json!({"kind": "container_seccomp"}), "{v}");
-    assert_eq!(v["namespaces"]["step"], "mounting inside the new namespace", "{v}");
+    assert_eq!(
+        v["namespaces"]["refused_by"],
+        serde_json::json!({"kind": "container_seccomp"}),
+        "{v}"
+    );
+    assert_eq!(
+        v["namespaces"]["step"], "mounting inside the new namespace",
+        "{v}"
+    );
     assert_eq!(v["namespaces"]["errno"], "EPERM", "{v}");
     assert_eq!(v["namespaces"]["message"], msg, "{v}");
     // The exec-helper needs no mount for itself: it starts; each sandbox then refuses.

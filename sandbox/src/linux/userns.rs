@@ -175,7 +175,11 @@ pub fn classify(step: Step, errno: i32, facts: &Facts) -> Diagnosis {
 impl Diagnosis {
     /// Which check refused, in one sentence.
     pub fn message(&self) -> String {
-        let failed = format!("{} failed with {}", self.step.text(), errno_name(self.errno));
+        let failed = format!(
+            "{} failed with {}",
+            self.step.text(),
+            errno_name(self.errno)
+        );
         match &self.refused_by {
             NamespaceRefusal::Sysctl { name } => format!(
                 "unprivileged user namespaces are disabled by sysctl {name}=0 ({failed})"
@@ -262,7 +266,10 @@ fn probe_step() -> Result<(), (Step, i32)> {
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: pipe2 writes two descriptors into the array we own.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err((Step::Create, std::io::Error::last_os_error().raw_os_error().unwrap_or(0)));
+        return Err((
+            Step::Create,
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+        ));
     }
     let [r, w] = fds;
     // SAFETY: the child runs only async-signal-safe system calls on memory prepared above and
@@ -435,7 +442,9 @@ mod tests {
                     name: "user.max_user_namespaces".into()
                 }
             );
-            assert!(d.remedy().contains("`sysctl -w user.max_user_namespaces=10000`"));
+            assert!(d
+                .remedy()
+                .contains("`sysctl -w user.max_user_namespaces=10000`"));
         }
         // A non-zero limit that is merely reached is not "disabled".
         let full = Facts {
@@ -462,7 +471,9 @@ mod tests {
             let d = classify(step, e, &f);
             assert_eq!(d.refused_by, NamespaceRefusal::ContainerSeccomp, "{step:?}");
             assert!(d.message().contains("inherited 1 seccomp filter(s)"));
-            assert!(d.remedy().starts_with("run gatehouse outside the container"));
+            assert!(d
+                .remedy()
+                .starts_with("run gatehouse outside the container"));
         }
         // Our own filters (none inherited) are not blamed.
         assert_eq!(
@@ -520,8 +531,12 @@ mod tests {
         assert!(!s.available);
         assert_eq!(s.step.as_deref(), Some("writing the gid_map"));
         assert_eq!(s.errno.as_deref(), Some("EINVAL"));
-        assert!(d.message().starts_with("writing the gid_map failed with EINVAL; "));
-        assert!(d.to_string().starts_with("user namespaces are refused here: "));
+        assert!(d
+            .message()
+            .starts_with("writing the gid_map failed with EINVAL; "));
+        assert!(d
+            .to_string()
+            .starts_with("user namespaces are refused here: "));
         assert!(d.to_string().contains(". To fix: check that the kernel"));
     }
 
