@@ -26,23 +26,9 @@ fn main() -> ExitCode {
     // Lock down.
     let report = match lock_down(&args, &sandbox::Profile::Exec) {
         Ok(r) => r,
-        // The machine refuses user namespaces: tell the broker why (doctor and every refused
-        // command show it), then end as any failed lockdown does.
+        // The machine refuses user namespaces: the broker is told why, and shows it.
         Err(e @ sandbox::LockdownError::Namespaces { .. }) => {
-            let why = e.to_string();
-            let peer = channel.try_clone();
-            let _ = HelperChannel::hello(
-                Role::Exec,
-                channel,
-                ipc_schema::status::LockdownReport::refused("exec", why.clone()),
-            );
-            // Stay until the broker has read it and ends us (it kills a refused helper), so
-            // that the refusal, not the exit, is what it sees first; at most a minute.
-            if let Ok(p) = peer {
-                let _ = p.set_read_timeout(Some(std::time::Duration::from_secs(60)));
-                let _ = std::io::Read::read(&mut &p, &mut [0u8; 1]);
-            }
-            fatal(Role::Exec, format!("lockdown failed: {why}"))
+            HelperChannel::refuse(Role::Exec, channel, e)
         }
         Err(e) => fatal(Role::Exec, format!("lockdown failed: {e}")),
     };

@@ -341,8 +341,8 @@ unsafe fn probe_child(w: libc::c_int, uid_map: &std::ffi::CStr, gid_map: &std::f
         libc::write(w, buf.as_ptr() as *const libc::c_void, buf.len());
         libc::_exit(0)
     }
-    unsafe fn write_file(path: &[u8], data: &[u8]) -> bool {
-        let fd = libc::open(path.as_ptr() as *const libc::c_char, libc::O_WRONLY);
+    unsafe fn write_file(path: &std::ffi::CStr, data: &[u8]) -> bool {
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY);
         if fd < 0 {
             return false;
         }
@@ -360,18 +360,18 @@ unsafe fn probe_child(w: libc::c_int, uid_map: &std::ffi::CStr, gid_map: &std::f
     if libc::unshare(flags) != 0 {
         report(w, Step::Create.code());
     }
-    if !write_file(b"/proc/self/setgroups\0", b"deny") {
+    if !write_file(c"/proc/self/setgroups", b"deny") {
         report(w, Step::Setgroups.code());
     }
-    if !write_file(b"/proc/self/uid_map\0", uid_map.to_bytes()) {
+    if !write_file(c"/proc/self/uid_map", uid_map.to_bytes()) {
         report(w, Step::UidMap.code());
     }
-    if !write_file(b"/proc/self/gid_map\0", gid_map.to_bytes()) {
+    if !write_file(c"/proc/self/gid_map", gid_map.to_bytes()) {
         report(w, Step::GidMap.code());
     }
     if libc::mount(
         std::ptr::null(),
-        b"/\0".as_ptr() as *const libc::c_char,
+        c"/".as_ptr(),
         std::ptr::null(),
         libc::MS_REC | libc::MS_PRIVATE,
         std::ptr::null(),
