@@ -254,3 +254,34 @@ pub enum NamespaceRefusal {
     /// Nothing gatehouse knows of explains it; the step and errno are all there is.
     Other,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn locked_kernel() -> ProcStatus {
+        ProcStatus {
+            seccomp: 2,
+            no_new_privs: true,
+            cap_eff: 0,
+            cap_prm: 0,
+            uid: 1000,
+        }
+    }
+
+    #[test]
+    fn a_refused_report_is_refused_with_the_helpers_words_only() {
+        let r = LockdownReport::refused("exec-helper", "user namespaces are refused here: X");
+        let want = "exec-helper refused to start: user namespaces are refused here: X";
+        assert_eq!(r.refusal(Role::Exec).as_deref(), Some(want));
+        // Even beside a kernel view that looks locked down, and with --allow-degraded.
+        assert_eq!(r.verify(Role::Exec, &locked_kernel(), true), Err(want.into()));
+        // An ordinary degraded note is not a refusal.
+        let d = LockdownReport::unconfined("exec-helper", "no filter here");
+        assert_eq!(d.refusal(Role::Exec), None);
+        assert!(d
+            .verify(Role::Exec, &locked_kernel(), true)
+            .unwrap_err()
+            .starts_with("exec-helper did not lock down: "));
+    }
+}
