@@ -105,6 +105,7 @@ pub fn render(r: &DoctorReport) -> String {
 /// Probes user namespaces from this process (the broker cannot: its filter forbids fork) and
 /// adds the result; a refusal is a problem, worded by the one classifier
 /// (`sandbox::linux::userns`), with its remedy.
+#[cfg(target_os = "linux")]
 pub fn add_namespaces(r: &mut DoctorReport) {
     let s = sandbox::linux::userns::probe();
     if !s.available {
@@ -116,6 +117,10 @@ pub fn add_namespaces(r: &mut DoctorReport) {
     }
     r.namespaces = Some(s);
 }
+
+/// Elsewhere there is no user-namespace sandbox to probe for: the field stays empty.
+#[cfg(not(target_os = "linux"))]
+pub fn add_namespaces(_r: &mut DoctorReport) {}
 
 #[cfg(test)]
 mod tests {

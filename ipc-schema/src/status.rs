@@ -275,7 +275,10 @@ mod tests {
         let want = "exec-helper refused to start: user namespaces are refused here: X";
         assert_eq!(r.refusal(Role::Exec).as_deref(), Some(want));
         // Even beside a kernel view that looks locked down, and with --allow-degraded.
-        assert_eq!(r.verify(Role::Exec, &locked_kernel(), true), Err(want.into()));
+        assert_eq!(
+            r.verify(Role::Exec, &locked_kernel(), true),
+            Err(want.into())
+        );
         // An ordinary degraded note is not a refusal.
         let d = LockdownReport::unconfined("exec-helper", "no filter here");
         assert_eq!(d.refusal(Role::Exec), None);
