@@ -35,8 +35,9 @@ if [[ $(id -u) -eq 0 ]]; then
     cp target/debug/$b "$STAGE/target/debug/"
     cp target/release/$b "$STAGE/target/release/"
   done
-  # Test-only binaries (built with the test-hooks feature).
-  for b in gatehouse-exec-probe; do
+  # Test-only binaries (the exec probe is built with the test-hooks feature; the userns
+  # refusal wrapper belongs to the tests crate).
+  for b in gatehouse-exec-probe gatehouse-refuse-userns; do
     cp target/debug/$b "$STAGE/target/debug/"
   done
   mapfile -t EXES < <(cargo test --workspace --all-features --no-run --message-format=json -q 2>/dev/null |

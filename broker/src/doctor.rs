@@ -139,6 +139,7 @@ pub async fn report(ctx: &Ctx) -> DoctorReport {
         processes,
         problems,
         notes,
+        namespaces: None,
     }
 }
 

@@ -554,6 +554,14 @@ where
             ))
         }
     };
+    // A helper that refuses (the machine lacks what it needs) says why and exits: before its
+    // /proc entry is gone.
+    if let Some(reason) = report.refusal(role) {
+        slot.lock().state = ProcessState::Refused {
+            reason: reason.clone(),
+        };
+        return Some(reason);
+    }
     // The kernel's view, read by the spawner (the router reads no /proc).
     let kernel = match slot.spawner.status(pid).await {
         Ok(k) => k,

@@ -75,6 +75,20 @@ pub fn render(r: &DoctorReport) -> String {
             dumpable
         );
     }
+    if let Some(ns) = &r.namespaces {
+        if ns.available {
+            let _ = writeln!(
+                out,
+                "namespaces: available (user, mount, pid, net, ipc, uts; ids mapped, mounts work)"
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "namespaces: REFUSED: {}",
+                escaped(ns.message.as_deref().unwrap_or(""))
+            );
+        }
+    }
     for n in &r.notes {
         let _ = writeln!(out, "note: {}", escaped(n));
     }
@@ -87,6 +101,26 @@ pub fn render(r: &DoctorReport) -> String {
     }
     out
 }
+
+/// Probes user namespaces from this process (the broker cannot: its filter forbids fork) and
+/// adds the result; a refusal is a problem, worded by the one classifier
+/// (`sandbox::linux::userns`), with its remedy.
+#[cfg(target_os = "linux")]
+pub fn add_namespaces(r: &mut DoctorReport) {
+    let s = sandbox::linux::userns::probe();
+    if !s.available {
+        r.problems.push(format!(
+            "namespaces: {} (the exec sandbox refuses to run commands). To fix: {}",
+            s.message.as_deref().unwrap_or("refused"),
+            s.remedy.as_deref().unwrap_or("")
+        ));
+    }
+    r.namespaces = Some(s);
+}
+
+/// Elsewhere there is no user-namespace sandbox to probe for: the field stays empty.
+#[cfg(not(target_os = "linux"))]
+pub fn add_namespaces(_r: &mut DoctorReport) {}
 
 #[cfg(test)]
 mod tests {
@@ -112,6 +146,7 @@ mod tests {
             }],
             problems: vec![format!("fs-helper: refused: {fake}")],
             notes: vec![format!("secrets-helper: {fake}")],
+            namespaces: None,
         };
         let out = render(&r);
         assert!(!out.contains(['\x1b', '\u{202E}']), "{out}");

@@ -17,6 +17,7 @@ mod cmd_run;
 mod cmd_sandbox;
 mod cmd_secret;
 mod cmd_session;
+mod cmd_setup;
 mod cmd_ui;
 mod cmd_up;
 mod doctor;
@@ -115,6 +116,12 @@ enum Cmd {
         #[command(subcommand)]
         cmd: cmd_secret::SecretCmd,
     },
+    /// Machine setup gatehouse needs on some systems: `setup apparmor` (Ubuntu's user
+    /// namespace restriction). Prints what it would do unless given --yes.
+    Setup {
+        #[command(subcommand)]
+        cmd: cmd_setup::SetupCmd,
+    },
 }
 
 /// The arguments of a command another binary carries out, passed on unchanged.
@@ -182,6 +189,7 @@ fn main() -> ExitCode {
         Cmd::Demo(args) => cmd_demo::run(&g, args),
         Cmd::Secret { cmd } => cmd_secret::run(&g, cmd),
         Cmd::Session { cmd } => cmd_session::run(&g, cmd),
+        Cmd::Setup { cmd } => cmd_setup::run(&g, cmd),
     }
 }
 
@@ -191,7 +199,8 @@ fn doctor_cmd(g: &Global) -> ExitCode {
         Err(e) => return fail(&e.to_string()),
     };
     match c.request(Body::Doctor) {
-        Ok(Body::DoctorReport(r)) => {
+        Ok(Body::DoctorReport(mut r)) => {
+            doctor::add_namespaces(&mut r);
             if g.json {
                 println!(
                     "{}",

@@ -24,8 +24,14 @@ fn main() -> ExitCode {
     let config = config::Config::from_args(&args).unwrap_or_else(|e| fatal(Role::Exec, e));
 
     // Lock down.
-    let report = lock_down(&args, &sandbox::Profile::Exec)
-        .unwrap_or_else(|e| fatal(Role::Exec, format!("lockdown failed: {e}")));
+    let report = match lock_down(&args, &sandbox::Profile::Exec) {
+        Ok(r) => r,
+        // The machine refuses user namespaces: the broker is told why, and shows it.
+        Err(e @ sandbox::LockdownError::Namespaces { .. }) => {
+            HelperChannel::refuse(Role::Exec, channel, e)
+        }
+        Err(e) => fatal(Role::Exec, format!("lockdown failed: {e}")),
+    };
 
     // Hello.
     let chan = HelperChannel::hello(Role::Exec, channel, report);

@@ -109,7 +109,9 @@ fn refusal(e: SandboxError) -> ErrorReply {
     let code = match &e {
         SandboxError::NotFound { .. } => ErrorCode::NotFound,
         SandboxError::Invalid(_) | SandboxError::Io { .. } => ErrorCode::Invalid,
-        SandboxError::Refused(_) | SandboxError::Kernel(_) => ErrorCode::Refused,
+        SandboxError::Refused(_) | SandboxError::Kernel(_) | SandboxError::Namespaces(_) => {
+            ErrorCode::Refused
+        }
     };
     ErrorReply::new(code, e.to_string())
 }

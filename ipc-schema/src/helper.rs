@@ -100,6 +100,25 @@ pub struct HelperChannel {
 impl HelperChannel {
     /// Says hello on `sock` (the inherited channel): the helper's role, pid and `lockdown`
     /// report, as frame id 0. Call it once lockdown is done, before anything is read.
+    /// In place of a hello, for a helper the machine cannot lock down as its profile needs
+    /// (the exec-helper where user namespaces are refused): tells the broker `why` (it marks
+    /// the helper refused with these words, and kills it), waits for that (at most a minute) so
+    /// that the refusal, not the exit, is what the broker sees first, then ends the helper.
+    pub fn refuse(role: Role, sock: UnixStream, why: impl Display) -> ! {
+        let why = why.to_string();
+        let peer = sock.try_clone();
+        let _ = HelperChannel::hello(
+            role,
+            sock,
+            LockdownReport::refused(role.name(), why.as_str()),
+        );
+        if let Ok(p) = peer {
+            let _ = p.set_read_timeout(Some(std::time::Duration::from_secs(60)));
+            let _ = std::io::Read::read(&mut &p, &mut [0u8; 1]);
+        }
+        fatal(role, format!("lockdown failed: {why}"))
+    }
+
     pub fn hello(role: Role, sock: UnixStream, lockdown: LockdownReport) -> HelperChannel {
         let hello = Body::Hello(Hello {
             role,

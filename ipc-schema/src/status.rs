@@ -25,6 +25,9 @@ pub enum LandlockStatus {
     NotEnforced,
 }
 
+/// How a [`LockdownReport::refused`] report marks its reason.
+const REFUSED_PREFIX: &str = "refused to start: ";
+
 /// What a process did to lock itself down, step by step (DESIGN.md rule 6).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct LockdownReport {
@@ -67,6 +70,22 @@ impl LockdownReport {
         }
     }
 
+    /// The report of a helper that refuses to start because the machine lacks what its profile
+    /// needs (user namespaces the exec helper cannot create): sent in place of a hello so that
+    /// the broker shows why (`reason`, the helper's diagnosis and remedy), then the helper exits.
+    pub fn refused(profile: impl Into<String>, reason: impl Into<String>) -> LockdownReport {
+        LockdownReport::unconfined(profile, format!("{REFUSED_PREFIX}{}", reason.into()))
+    }
+
+    /// For a [`LockdownReport::refused`] report: `ROLE refused to start: REASON` (the helper's
+    /// own words, shown inert wherever they are shown).
+    pub fn refusal(&self, role: Role) -> Option<String> {
+        self.degraded
+            .iter()
+            .find_map(|d| d.strip_prefix(REFUSED_PREFIX))
+            .map(|why| format!("{role} refused to start: {why}"))
+    }
+
     /// Every step still to do: what a lockdown starts from and fills in as each step succeeds.
     pub fn nothing_yet(profile: impl Into<String>) -> LockdownReport {
         LockdownReport {
@@ -97,6 +116,9 @@ impl LockdownReport {
         allow_degraded: bool,
     ) -> Result<(), String> {
         let report = self;
+        if let Some(why) = report.refusal(role) {
+            return Err(why);
+        }
         let mut missing = Vec::new();
         if kernel.seccomp != 2 {
             missing.push(format!(
@@ -193,4 +215,76 @@ pub struct DoctorReport {
     pub problems: Vec<String>,
     /// What is enforced only partly, by design, and where that is explained.
     pub notes: Vec<String>,
+    /// Whether user namespaces can be created here. The broker cannot probe (its seccomp filter
+    /// forbids fork), so it sends `None` and `gatehouse doctor` fills it from its own probe.
+    pub namespaces: Option<NamespaceStatus>,
+}
+
+/// Whether this machine lets gatehouse create the user namespaces its exec sandbox (and the
+/// exec helper's own network isolation) need, and if not, what refused them and what to do.
+/// Built by `sandbox::linux::userns` (one classifier for every process that reports it).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceStatus {
+    /// The probe created a user namespace, mapped the caller's ids and mounted inside it.
+    pub available: bool,
+    /// What refused them (`None` when available).
+    pub refused_by: Option<NamespaceRefusal>,
+    /// The step that failed, e.g. `creating the user namespace` (`None` when available).
+    pub step: Option<String>,
+    /// The errno it failed with, by name (`EPERM`).
+    pub errno: Option<String>,
+    /// One sentence: which check refused and why gatehouse refuses to run commands.
+    pub message: Option<String>,
+    /// What the person can do about it.
+    pub remedy: Option<String>,
+}
+
+/// The cause of a namespace refusal, as far as the machine lets gatehouse tell.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum NamespaceRefusal {
+    /// A sysctl turns unprivileged user namespaces off (`name` is 0).
+    Sysctl { name: String },
+    /// A seccomp filter the process inherited from whatever started gatehouse (a container
+    /// runtime's default profile: Docker, Podman) refused the call.
+    ContainerSeccomp,
+    /// Ubuntu's AppArmor restriction (`kernel.apparmor_restrict_unprivileged_userns=1`): the
+    /// namespace is created without capabilities, so the uid map or a mount fails.
+    AppArmor,
+    /// Nothing gatehouse knows of explains it; the step and errno are all there is.
+    Other,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn locked_kernel() -> ProcStatus {
+        ProcStatus {
+            seccomp: 2,
+            no_new_privs: true,
+            cap_eff: 0,
+            cap_prm: 0,
+            uid: 1000,
+        }
+    }
+
+    #[test]
+    fn a_refused_report_is_refused_with_the_helpers_words_only() {
+        let r = LockdownReport::refused("exec-helper", "user namespaces are refused here: X");
+        let want = "exec-helper refused to start: user namespaces are refused here: X";
+        assert_eq!(r.refusal(Role::Exec).as_deref(), Some(want));
+        // Even beside a kernel view that looks locked down, and with --allow-degraded.
+        assert_eq!(
+            r.verify(Role::Exec, &locked_kernel(), true),
+            Err(want.into())
+        );
+        // An ordinary degraded note is not a refusal.
+        let d = LockdownReport::unconfined("exec-helper", "no filter here");
+        assert_eq!(d.refusal(Role::Exec), None);
+        assert!(d
+            .verify(Role::Exec, &locked_kernel(), true)
+            .unwrap_err()
+            .starts_with("exec-helper did not lock down: "));
+    }
 }

@@ -131,10 +131,11 @@ pub enum LockdownError {
     ThreadCount(std::io::Error),
     #[error("clearing the environment failed: {0}")]
     Environment(String),
-    #[error("moving the {profile} helper into a network namespace of its own failed (unprivileged user namespaces may be disabled: sysctl kernel.unprivileged_userns_clone, user.max_user_namespaces, or an AppArmor restriction): {source}")]
+    #[cfg(target_os = "linux")]
+    #[error("moving the {profile} helper into a network namespace of its own failed: {diagnosis}")]
     Namespaces {
         profile: &'static str,
-        source: std::io::Error,
+        diagnosis: linux::userns::Diagnosis,
     },
     #[error("Seatbelt profile for the {profile} profile failed: {reason}")]
     Seatbelt {

@@ -45,10 +45,10 @@ pub fn lockdown(
             Err(e) if opts.allow_degraded => degraded.push(format!(
                 "the exec helper is not in a network namespace of its own ({e}): it can reach the network"
             )),
-            Err(source) => {
+            Err(diagnosis) => {
                 return Err(LockdownError::Namespaces {
                     profile: profile.name(),
-                    source,
+                    diagnosis,
                 })
             }
         }
@@ -57,6 +57,8 @@ pub fn lockdown(
     limits::no_new_privs()?;
     let dropped = caps::drop_all()?;
     let ruleset = landlock::restrict_self(profile, opts.allow_degraded)?;
+    // So that a namespace refusal later (an exec sandbox) tells inherited filters from ours.
+    super::userns::note_inherited_filters();
     let seccomp_allowed_syscalls = seccomp::install(profile)?;
     degraded.extend(ruleset.degraded);
 

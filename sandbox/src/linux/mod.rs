@@ -17,5 +17,6 @@ mod lockdown;
 mod namespaces;
 pub mod process;
 pub mod seccomp;
+pub mod userns;
 
 pub use lockdown::{landlock_abi, lockdown, lockdown_router, lockdown_spawner};

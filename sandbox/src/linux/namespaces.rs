@@ -10,26 +10,28 @@
 //! and processes look as before, root is not mapped, and the capabilities the new namespace
 //! grants are dropped by the next steps of the lockdown.
 
-use std::io;
+use super::userns::{classify, Diagnosis, Facts, Step};
 
 /// Enters a new user and network namespace and maps the caller's uid and gid to themselves.
 /// Must run while the process is single-threaded and still dumpable (its `/proc/self` maps are
-/// writable only then).
-pub(crate) fn isolate_network() -> io::Result<()> {
+/// writable only then). A failure says which check refused it (`userns::classify`).
+pub(crate) fn isolate_network() -> Result<(), Diagnosis> {
+    let refused = |step: Step, e: std::io::Error| {
+        classify(step, e.raw_os_error().unwrap_or(0), &Facts::read())
+    };
     // SAFETY: geteuid and getegid have no arguments and cannot fail.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     // SAFETY: unshare takes flags only; the caller checked that the process is single-threaded,
     // which CLONE_NEWUSER requires.
     if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) } != 0 {
-        return Err(io::Error::last_os_error());
+        return Err(refused(Step::Create, std::io::Error::last_os_error()));
     }
-    let write = |file: &str, data: String| {
-        std::fs::write(format!("/proc/self/{file}"), data)
-            .map_err(|e| io::Error::new(e.kind(), format!("writing /proc/self/{file}: {e}")))
+    let write = |file: &str, data: String, step: Step| {
+        std::fs::write(format!("/proc/self/{file}"), data).map_err(|e| refused(step, e))
     };
     // An unprivileged gid_map needs setgroups denied first; it stays denied below, too.
-    write("setgroups", "deny".into())?;
-    write("uid_map", format!("{uid} {uid} 1"))?;
-    write("gid_map", format!("{gid} {gid} 1"))?;
+    write("setgroups", "deny".into(), Step::Setgroups)?;
+    write("uid_map", format!("{uid} {uid} 1"), Step::UidMap)?;
+    write("gid_map", format!("{gid} {gid} 1"), Step::GidMap)?;
     Ok(())
 }

@@ -98,6 +98,9 @@ pub enum SandboxError {
     NotFound { program: String, searched: String },
     #[error("{0}")]
     Kernel(String),
+    /// The machine refuses the sandbox's user namespace; says which check and the remedy.
+    #[error("cannot create the sandbox's namespaces: {0}")]
+    Namespaces(crate::linux::userns::Diagnosis),
     #[error("{what}: {source}")]
     Io {
         what: String,
@@ -988,6 +991,8 @@ pub struct Sandboxed {
     pub stderr: OwnedFd,
     events: OwnedFd,
     op_text: Vec<String>,
+    /// Which ops are user-namespace steps (parallel to `op_text`).
+    op_userns: Vec<Option<crate::linux::userns::Step>>,
     pub report: SandboxReport,
     reaped: bool,
     snapshot: project::Snapshot,
@@ -1202,9 +1207,12 @@ impl Prepared {
             unsafe { child::init_main(plan) }
         }
         if ret < 0 {
-            let e = io::Error::last_os_error();
-            return Err(SandboxError::Kernel(format!(
-                "cannot create the sandbox's namespaces (clone: {e}); unprivileged user namespaces may be disabled on this system (sysctl kernel.unprivileged_userns_clone, user.max_user_namespaces, or an AppArmor restriction)"
+            let e = io::Error::last_os_error().raw_os_error().unwrap_or(0);
+            use crate::linux::userns::{classify, Facts, Step};
+            return Err(SandboxError::Namespaces(classify(
+                Step::Create,
+                e,
+                &Facts::read(),
             )));
         }
         // SAFETY: CLONE_PIDFD stored a new descriptor that nothing else owns.
@@ -1224,6 +1232,7 @@ impl Prepared {
             stderr: err_r,
             events: ev_parent,
             op_text: std::mem::take(&mut self.plan.op_text),
+            op_userns: self.plan.ops.iter().map(|o| o.userns_step()).collect(),
             report: self.report.clone(),
             reaped: false,
             snapshot: std::mem::take(&mut self.snapshot),
@@ -1291,9 +1300,16 @@ impl Sandboxed {
                     .get(r.stage as usize)
                     .cloned()
                     .unwrap_or_else(|| child::stage_text(r.stage, r.value));
-                Event::SetupFailed {
-                    message: format!("{what}: {cause}"),
-                }
+                let message = match self.op_userns.get(r.stage as usize).copied().flatten() {
+                    // The machine refused the namespace after creating it: say which check.
+                    Some(step) if r.errno != 0 => {
+                        use crate::linux::userns::{classify, Facts};
+                        let d = classify(step, r.errno, &Facts::read());
+                        format!("{what}: {cause}: {d}")
+                    }
+                    _ => format!("{what}: {cause}"),
+                };
+                Event::SetupFailed { message }
             }
         }
     }

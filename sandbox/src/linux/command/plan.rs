@@ -61,6 +61,23 @@ pub(crate) enum Op {
 }
 
 impl Op {
+    /// The user-namespace step this op is, for the ops whose refusal means the machine refuses
+    /// user namespaces (the id maps, and the first mount in the new namespace); `None` for the
+    /// others, whose failure is reported as it is.
+    pub fn userns_step(&self) -> Option<crate::linux::userns::Step> {
+        use crate::linux::userns::Step;
+        match self {
+            Op::WriteFile { path, .. } => match path.to_bytes() {
+                p if p.ends_with(b"/setgroups") => Some(Step::Setgroups),
+                p if p.ends_with(b"/uid_map") => Some(Step::UidMap),
+                p if p.ends_with(b"/gid_map") => Some(Step::GidMap),
+                _ => None,
+            },
+            Op::MakePrivate => Some(Step::Mount),
+            _ => None,
+        }
+    }
+
     /// Makes the bind mount at `target` read-only, with the other attributes in `flags`
     /// (`MS_NOSUID`, `MS_NODEV`, `MS_NOEXEC`): a bind remount replaces them all at once.
     pub fn remount_read_only(target: CString, flags: libc::c_ulong) -> Op {
