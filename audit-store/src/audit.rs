@@ -27,13 +27,7 @@ fn audit_entry(r: &rusqlite::Row) -> rusqlite::Result<AuditEntry> {
         target: r.get(6)?,
         outcome: r.get(7)?,
         detail: r.get(8)?,
-        mode: match r.get::<_, Option<String>>(9)? {
-            None => None,
-            Some(m) => Some(
-                ipc_schema::mode::SessionMode::from_name(&m)
-                    .ok_or_else(|| bad_column(9, "a session mode", &m))?,
-            ),
-        },
+        mode: mode_column(r, 9)?,
     })
 }
 
@@ -117,6 +111,19 @@ fn hash_column(r: &rusqlite::Row, col: usize) -> rusqlite::Result<[u8; 32]> {
         .map_err(|_| bad_column(col, "32 bytes", &format!("{} bytes", b.len())))
 }
 
+/// A row's `mode` column: none, or a session mode by its name (anything else is refused).
+fn mode_column(
+    r: &rusqlite::Row,
+    col: usize,
+) -> rusqlite::Result<Option<ipc_schema::mode::SessionMode>> {
+    match r.get::<_, Option<String>>(col)? {
+        None => Ok(None),
+        Some(m) => ipc_schema::mode::SessionMode::from_name(&m)
+            .map(Some)
+            .ok_or_else(|| bad_column(col, "a session mode", &m)),
+    }
+}
+
 /// One row of [`STORED_ROWS_AFTER`].
 fn stored_row(r: &rusqlite::Row) -> rusqlite::Result<StoredRow> {
     Ok(StoredRow {
@@ -133,12 +140,7 @@ fn stored_row(r: &rusqlite::Row) -> rusqlite::Result<StoredRow> {
         prev_hash: hash_column(r, 10)?,
         hash: hash_column(r, 11)?,
         mac: hash_column(r, 12)?,
-        mode: match r.get::<_, Option<String>>(13)? {
-            Some(m) if ipc_schema::mode::SessionMode::from_name(&m).is_none() => {
-                return Err(bad_column(13, "a session mode", &m))
-            }
-            m => m,
-        },
+        mode: mode_column(r, 13)?.map(|m| m.as_str().to_string()),
     })
 }
 
