@@ -271,6 +271,7 @@ fn spec(root: &Path, home: &Path, network: Network) -> SandboxSpec {
         long_run: false,
         protect: vec![],
         allow_degraded: false,
+        tier: command::ConfinementTier::Namespaces,
     }
 }
 

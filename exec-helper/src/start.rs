@@ -58,6 +58,7 @@ pub fn start(
         long_run: user.long_run,
         protect: cfg.protect.clone(),
         allow_degraded: cfg.allow_degraded,
+        tier: command::ConfinementTier::Namespaces,
     })
     .map_err(|e| {
         if let SandboxError::NotFound { .. } = &e {

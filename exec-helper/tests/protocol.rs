@@ -186,6 +186,7 @@ fn placeholder_hello() -> Hello {
             seccomp_filter: false,
             seccomp_allowed_syscalls: 0,
             namespaces: vec![],
+            exec_tier: None,
             degraded: vec![],
         },
     }

@@ -342,7 +342,10 @@ impl Limits {
 pub struct SandboxReport {
     /// The program that was resolved for `argv[0]` (inside the sandbox's view).
     pub program: String,
-    /// Namespaces the command is in: `user`, `mount`, `pid`, `net`, `ipc`, `uts`.
+    /// The confinement the command runs under (named on cards, audit rows and results).
+    pub tier: crate::tier::ConfinementTier,
+    /// Namespaces the command is in: `user`, `mount`, `pid`, `net`, `ipc`, `uts` (none in the
+    /// Landlock tier).
     pub namespaces: Vec<String>,
     /// The host uid and gid the command acts as.
     pub uid: u32,

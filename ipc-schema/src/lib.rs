@@ -35,6 +35,7 @@ pub mod secrets;
 pub mod servers;
 pub mod spawn;
 pub mod status;
+pub mod tier;
 pub mod tool;
 pub mod tool_fs;
 pub mod ui;

@@ -56,6 +56,9 @@ pub struct LockdownReport {
     pub seccomp_allowed_syscalls: u32,
     /// Namespaces the process was placed in (exec sandbox), e.g. `user`, `mount`, `net`.
     pub namespaces: Vec<String>,
+    /// The exec helper only: the confinement tier its commands run under (chosen once, at its
+    /// lockdown). `None` for every other process.
+    pub exec_tier: Option<crate::tier::ConfinementTier>,
     /// What is weaker than the profile asks, and why. Empty unless `--allow-degraded`.
     pub degraded: Vec<String>,
 }
@@ -102,6 +105,7 @@ impl LockdownReport {
             seccomp_filter: false,
             seccomp_allowed_syscalls: 0,
             namespaces: Vec::new(),
+            exec_tier: None,
             degraded: Vec::new(),
         }
     }

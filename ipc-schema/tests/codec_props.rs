@@ -70,7 +70,7 @@ fn role() -> impl Strategy<Value = Role> {
 fn report() -> impl Strategy<Value = LockdownReport> {
     (
         "[a-z]{0,8}",
-        any::<[bool; 7]>(),
+        any::<[bool; 8]>(),
         any::<u32>(),
         any::<u32>(),
         prop_oneof![
@@ -97,6 +97,11 @@ fn report() -> impl Strategy<Value = LockdownReport> {
                 seccomp_filter: b[6],
                 seccomp_allowed_syscalls: n,
                 namespaces,
+                exec_tier: if b[7] {
+                    Some(ipc_schema::tier::ConfinementTier::Landlock)
+                } else {
+                    None
+                },
                 degraded,
             },
         )

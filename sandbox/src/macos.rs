@@ -176,6 +176,7 @@ pub fn lockdown(
         seccomp_filter: false,
         seccomp_allowed_syscalls: 0,
         namespaces: Vec::new(),
+        exec_tier: None,
         degraded: Vec::new(),
     })
 }
@@ -199,6 +200,7 @@ pub fn harden_broker() -> Result<LockdownReport, LockdownError> {
         seccomp_filter: false,
         seccomp_allowed_syscalls: 0,
         namespaces: Vec::new(),
+        exec_tier: None,
         degraded: Vec::new(),
     })
 }

@@ -75,6 +75,9 @@ pub fn lockdown(
         landlock: ruleset.status,
         seccomp_filter: true,
         seccomp_allowed_syscalls,
+        // Until the namespace-free tier lands, the exec helper refuses rather than run it.
+        exec_tier: (*profile == Profile::Exec)
+            .then_some(ipc_schema::tier::ConfinementTier::Namespaces),
         namespaces,
         degraded,
     })
@@ -138,6 +141,7 @@ pub fn lockdown_router(
         seccomp_filter: true,
         seccomp_allowed_syscalls,
         namespaces: Vec::new(),
+        exec_tier: None,
         degraded: ruleset.degraded,
     })
 }
@@ -169,6 +173,7 @@ pub fn lockdown_spawner(keep_fd: i32) -> Result<LockdownReport, LockdownError> {
         seccomp_filter: false,
         seccomp_allowed_syscalls: 0,
         namespaces: Vec::new(),
+        exec_tier: None,
         degraded: Vec::new(),
     })
 }

@@ -32,6 +32,7 @@ pub use denylist::refused_syscall_count;
 pub use ipc_schema::exec::{
     GrantAccess, Hide, Limits, PathGrant, SandboxReport, PROXY_BRIDGE_PORT,
 };
+pub use ipc_schema::tier::ConfinementTier;
 pub use landlock_rules::{kernel_abi as landlock_kernel_abi, FULL_ABI as LANDLOCK_FULL_ABI};
 pub use protected::{GIT_PROTECTED, NOT_GRANTABLE};
 pub use watch::{Kill, Stream, Watch};
@@ -74,6 +75,8 @@ pub struct SandboxSpec {
     pub allow_degraded: bool,
     /// What else is masked in the grants (an agent's grant's exclude globs, secret files).
     pub hide: Hide,
+    /// The confinement to run under: the exec helper's, chosen once at its lockdown.
+    pub tier: ConfinementTier,
 }
 
 /// The command's network.
@@ -184,6 +187,12 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
     spec.limits
         .check_with(spec.long_run)
         .map_err(SandboxError::Invalid)?;
+    if spec.tier != ConfinementTier::Namespaces {
+        return Err(SandboxError::Kernel(format!(
+            "the {} tier is not built yet: commands need user namespaces",
+            spec.tier
+        )));
+    }
     let mut degraded = Vec::new();
     let abi = landlock_rules::kernel_abi();
     if abi < landlock_rules::FULL_ABI && !spec.allow_degraded {
@@ -749,6 +758,7 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
     plan.seal();
     let report = SandboxReport {
         program: exec_path.to_string_lossy().into_owned(),
+        tier: spec.tier,
         namespaces: ["user", "mount", "pid", "net", "ipc", "uts"]
             .iter()
             .map(|s| s.to_string())

@@ -1,0 +1,57 @@
+//! Which confinement the exec sandbox runs commands under on Linux (issue 18).
+//!
+//! The full tier needs unprivileged user namespaces. Where the machine refuses them (Ubuntu's
+//! AppArmor restriction, a container runtime's default seccomp profile, a sysctl), the exec
+//! helper runs commands in the namespace-free tier instead: Landlock for the filesystem and TCP,
+//! Landlock scopes for signals and abstract sockets, a wider seccomp denylist, rlimits and a
+//! process-tree kill that does not need a pid namespace. The tier in force is chosen once, when
+//! the exec helper locks itself down, and is named on every card, audit row and result. A policy
+//! with `require_namespaces = true` refuses the namespace-free tier.
+
+use serde::{Deserialize, Serialize};
+
+/// The confinement a command runs under.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum ConfinementTier {
+    /// New user, mount, pid, network, IPC and UTS namespaces, a filesystem view of the grants,
+    /// Landlock on top and the seccomp denylist (DESIGN.md, "The exec sandbox").
+    Namespaces,
+    /// No namespaces (the machine refuses them): Landlock decides what the command may read,
+    /// write and connect to, a wider seccomp denylist stands in for what the network
+    /// namespace gave, and the command's process tree is killed without a pid namespace.
+    Landlock,
+}
+
+impl ConfinementTier {
+    /// The name shown on cards, audit rows, results and in `doctor`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ConfinementTier::Namespaces => "namespaces",
+            ConfinementTier::Landlock => "landlock",
+        }
+    }
+}
+
+impl std::fmt::Display for ConfinementTier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_stable_and_match_serde() {
+        for (t, n) in [
+            (ConfinementTier::Namespaces, "namespaces"),
+            (ConfinementTier::Landlock, "landlock"),
+        ] {
+            assert_eq!(t.name(), n);
+            assert_eq!(t.to_string(), n);
+            assert_eq!(serde_json::to_string(&t).unwrap(), format!("\"{n}\""));
+        }
+    }
+}
