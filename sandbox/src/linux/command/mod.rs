@@ -20,6 +20,7 @@ pub mod fdpass;
 mod gitconfig;
 pub mod identity;
 mod landlock_rules;
+pub mod not_held;
 mod plan;
 pub mod policy;
 #[cfg(feature = "test-hooks")]
