@@ -37,6 +37,7 @@ pub(crate) const S_CAPABILITIES: u32 = 100_015;
 pub(crate) const S_LANDLOCK_RESTRICT: u32 = 100_016;
 pub(crate) const S_SECCOMP: u32 = 100_017;
 pub(crate) const S_UNIX_BRIDGE_LISTEN: u32 = 100_018;
+pub(crate) const S_SUBREAPER: u32 = 100_019;
 
 /// One report record.
 #[repr(C)]
@@ -53,6 +54,7 @@ const AT_EMPTY_PATH: u32 = 0x1000;
 const OPEN_TREE_CLONE: u32 = 1;
 const MOVE_MOUNT_F_EMPTY_PATH: u32 = 4;
 const LANDLOCK_RULE_PATH_BENEATH: u32 = 1;
+const LANDLOCK_RULE_NET_PORT: u32 = 2;
 const SECCOMP_MODE_FILTER: libc::c_ulong = 2;
 const CLOSE_RANGE_CLOEXEC: u32 = 1 << 2;
 
@@ -120,21 +122,22 @@ fn fail(plan: &Plan, stage: u32, value: i32) -> ! {
 
 /// The sandbox's init process: identity, filesystem view, network, then fork the command and
 /// wait for it. When the command ends, init reports its status and exits, and the kernel kills
-/// every other process of the pid namespace.
+/// every other process of the pid namespace. In the landlock tier (`plan.flat`) there are no
+/// namespaces: init is the command's subreaper, and itself ends every process left of the
+/// command's tree before it reports the exit (or when the supervisor asks it to, with SIGTERM).
 ///
 /// # Safety
 /// Must be called only in the child of the `clone` that created the namespaces, with `plan`
 /// fully prepared and sealed; it never returns.
 pub(crate) unsafe fn init_main(plan: &mut Plan) -> ! {
-    // If the supervisor dies, so does the sandbox (and with init, everything in it).
-    if libc::prctl(
-        libc::PR_SET_PDEATHSIG,
-        libc::SIGKILL as libc::c_ulong,
-        0,
-        0,
-        0,
-    ) != 0
-    {
+    // If the supervisor dies, so does the sandbox (and with init, everything in it). Without a
+    // pid namespace, init must end the tree itself: SIGTERM, which it handles, not SIGKILL.
+    let death = if plan.flat {
+        libc::SIGTERM
+    } else {
+        libc::SIGKILL
+    };
+    if libc::prctl(libc::PR_SET_PDEATHSIG, death as libc::c_ulong, 0, 0, 0) != 0 {
         fail(plan, S_DEATH_SIGNAL, 0);
     }
     // The supervisor may have died before the line above: then its end of the report socket is
@@ -166,14 +169,19 @@ pub(crate) unsafe fn init_main(plan: &mut Plan) -> ! {
         fail(plan, S_DUMPABLE, 0);
     }
     let host = plan.hostname.as_bytes();
-    if libc::sethostname(host.as_ptr() as *const libc::c_char, host.len()) != 0 {
+    if !plan.flat && libc::sethostname(host.as_ptr() as *const libc::c_char, host.len()) != 0 {
         fail(plan, S_HOSTNAME, 0);
     }
     let ruleset = build_landlock(plan);
     let listener = match plan.bridge {
+        Some(_) if plan.bridge_listener >= 0 => plan.bridge_listener,
         Some((_, port)) => bridge_listen(plan, port),
         None => -1,
     };
+    // Every orphan of the command's tree becomes our child, so none escapes the tree kill.
+    if plan.flat && libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
+        fail(plan, S_SUBREAPER, 0);
+    }
     let unix_listener = match &plan.unix_bridge {
         Some((_, path)) => unix_listen(plan, path),
         None => -1,
@@ -182,8 +190,11 @@ pub(crate) unsafe fn init_main(plan: &mut Plan) -> ! {
     let mut chld: libc::sigset_t = std::mem::zeroed();
     libc::sigemptyset(&mut chld);
     libc::sigaddset(&mut chld, libc::SIGCHLD);
+    if plan.flat {
+        libc::sigaddset(&mut chld, libc::SIGTERM);
+    }
     let mut sfd = -1;
-    let bridged = listener >= 0 || unix_listener >= 0;
+    let bridged = listener >= 0 || unix_listener >= 0 || plan.flat;
     if bridged {
         if libc::sigprocmask(libc::SIG_BLOCK, &chld, std::ptr::null_mut()) != 0 {
             fail(plan, S_SIGNALS, 0);
@@ -225,10 +236,254 @@ pub(crate) unsafe fn init_main(plan: &mut Plan) -> ! {
     let status = if bridged {
         serve_bridge(plan, [listener, unix_listener], sfd, cmd)
     } else {
-        wait_for(cmd)
+        Some(wait_for(cmd))
     };
-    send(plan.report_fd, EV_EXITED, 0, 0, status);
+    if plan.flat {
+        kill_tree(plan);
+    }
+    // A kill (SIGTERM in the landlock tier) reports no status, as SIGKILL cannot either.
+    if let Some(status) = status {
+        send(plan.report_fd, EV_EXITED, 0, 0, status);
+    }
     libc::_exit(0)
+}
+
+/// Ends every process of the command's tree (landlock tier): SIGKILL through a pidfd to each
+/// descendant found under `/proc/PID/task/TID/children`, then reaping, until none is left.
+/// Every descendant's chain of parents starts at a child of ours (orphans are reparented to us,
+/// the subreaper), so while any is left we have a child to wait for.
+unsafe fn kill_tree(plan: &mut Plan) {
+    let me = libc::getpid();
+    let mut st: c_int = 0;
+    loop {
+        if kill_descendants(plan, me) == 0 {
+            break;
+        }
+        if libc::waitpid(-1, &mut st, 0) < 0 && errno() == libc::ECHILD {
+            // Seen but not ours yet (being reparented): look again shortly.
+            let ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 1_000_000,
+            };
+            libc::nanosleep(&ts, std::ptr::null_mut());
+        }
+        while libc::waitpid(-1, &mut st, libc::WNOHANG) > 0 {}
+    }
+    while libc::waitpid(-1, &mut st, libc::WNOHANG) > 0 {}
+}
+
+/// Writes `parts` (byte strings and numbers) into `buf` as a NUL-terminated path.
+fn put_path(buf: &mut [u8; 64], parts: &[PathPart<'_>]) {
+    let mut at = 0;
+    for p in parts {
+        let mut digits = [0u8; 12];
+        let bytes: &[u8] = match p {
+            PathPart::Text(t) => t,
+            PathPart::Num(n) => {
+                let mut v = *n as u32;
+                let mut i = digits.len();
+                loop {
+                    i -= 1;
+                    digits[i] = b'0' + (v % 10) as u8;
+                    v /= 10;
+                    if v == 0 {
+                        break;
+                    }
+                }
+                &digits[i..]
+            }
+        };
+        for &b in bytes {
+            if at < buf.len() - 1 {
+                buf[at] = b;
+                at += 1;
+            }
+        }
+    }
+    buf[at] = 0;
+}
+
+enum PathPart<'a> {
+    Text(&'a [u8]),
+    Num(libc::pid_t),
+}
+
+/// The parent pid in `/proc/PID/stat` (0 if it cannot be read).
+unsafe fn parent_of(pid: libc::pid_t) -> libc::pid_t {
+    let mut path = [0u8; 64];
+    put_path(
+        &mut path,
+        &[
+            PathPart::Text(b"/proc/"),
+            PathPart::Num(pid),
+            PathPart::Text(b"/stat"),
+        ],
+    );
+    let fd = libc::open(
+        path.as_ptr() as *const libc::c_char,
+        libc::O_RDONLY | libc::O_CLOEXEC,
+    );
+    if fd < 0 {
+        return 0;
+    }
+    let mut buf = [0u8; 512];
+    let n = libc::read(fd, buf.as_mut_ptr() as *mut c_void, buf.len());
+    libc::close(fd);
+    if n <= 0 {
+        return 0;
+    }
+    let line = &buf[..n as usize];
+    // "PID (COMM) S PPID ...": COMM may hold anything, so after the last ')'.
+    let Some(close) = line.iter().rposition(|&b| b == b')') else {
+        return 0;
+    };
+    let mut ppid: libc::pid_t = 0;
+    let rest = line.get(close + 4..).unwrap_or(&[]);
+    for &b in rest {
+        if !b.is_ascii_digit() {
+            break;
+        }
+        ppid = ppid
+            .saturating_mul(10)
+            .saturating_add((b - b'0') as libc::pid_t);
+    }
+    ppid
+}
+
+/// SIGKILLs every descendant of `root` it finds (walking down from `root` through the
+/// children files of every thread); returns how many it found.
+unsafe fn kill_descendants(plan: &mut Plan, root: libc::pid_t) -> usize {
+    let cap = plan.kill_stack.len();
+    let stack = plan.kill_stack.as_mut_ptr();
+    if cap == 0 {
+        return 0;
+    }
+    *stack = root;
+    let mut top = 1usize;
+    let mut found = 0usize;
+    while top > 0 {
+        top -= 1;
+        let p = *stack.add(top);
+        let mut path = [0u8; 64];
+        put_path(
+            &mut path,
+            &[
+                PathPart::Text(b"/proc/"),
+                PathPart::Num(p),
+                PathPart::Text(b"/task"),
+            ],
+        );
+        let dir = libc::open(
+            path.as_ptr() as *const libc::c_char,
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        );
+        if dir < 0 {
+            continue;
+        }
+        let mut dents = [0u8; 2048];
+        loop {
+            let n = libc::syscall(
+                libc::SYS_getdents64,
+                dir,
+                dents.as_mut_ptr() as *mut c_void,
+                dents.len(),
+            );
+            if n <= 0 {
+                break;
+            }
+            let mut off = 0usize;
+            while off + 19 < n as usize {
+                // struct linux_dirent64: ino u64, off i64, reclen u16, type u8, name.
+                let reclen = u16::from_ne_bytes([dents[off + 16], dents[off + 17]]) as usize;
+                if reclen == 0 {
+                    break;
+                }
+                let name = &dents[off + 19..(off + reclen).min(n as usize)];
+                let len = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+                let name = &name[..len];
+                off += reclen;
+                if name.is_empty() || !name.iter().all(|b| b.is_ascii_digit()) {
+                    continue;
+                }
+                let mut cpath = [0u8; 64];
+                put_path(
+                    &mut cpath,
+                    &[
+                        PathPart::Text(b"/proc/"),
+                        PathPart::Num(p),
+                        PathPart::Text(b"/task/"),
+                        PathPart::Text(name),
+                        PathPart::Text(b"/children"),
+                    ],
+                );
+                let cf = libc::open(
+                    cpath.as_ptr() as *const libc::c_char,
+                    libc::O_RDONLY | libc::O_CLOEXEC,
+                );
+                if cf < 0 {
+                    continue;
+                }
+                let mut buf = [0u8; 1024];
+                let mut pid: libc::pid_t = 0;
+                loop {
+                    let r = libc::read(cf, buf.as_mut_ptr() as *mut c_void, buf.len());
+                    if r <= 0 {
+                        break;
+                    }
+                    for &b in &buf[..r as usize] {
+                        if b.is_ascii_digit() {
+                            pid = pid
+                                .saturating_mul(10)
+                                .saturating_add((b - b'0') as libc::pid_t);
+                        } else if pid > 0 {
+                            found += kill_child(p, pid, root, stack, cap, &mut top);
+                            pid = 0;
+                        }
+                    }
+                }
+                if pid > 0 {
+                    found += kill_child(p, pid, root, stack, cap, &mut top);
+                }
+                libc::close(cf);
+            }
+        }
+        libc::close(dir);
+    }
+    found
+}
+
+/// SIGKILLs `pid`, a child of `parent`, through a pidfd, and queues it to be walked; 1 if it
+/// was (still) that child. A child of ours cannot be reaped by anyone else, so its pid is its
+/// own until we reap it; a deeper one's pid could be reused once its parent reaped it, so its
+/// parent is checked after the pidfd is open (the pidfd then names that very process).
+unsafe fn kill_child(
+    parent: libc::pid_t,
+    pid: libc::pid_t,
+    root: libc::pid_t,
+    stack: *mut libc::pid_t,
+    cap: usize,
+    top: &mut usize,
+) -> usize {
+    let fd = libc::syscall(libc::SYS_pidfd_open, pid, 0u32) as c_int;
+    if fd < 0 {
+        return 0;
+    }
+    let mine = parent == root || parent_of(pid) == parent;
+    if mine {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd,
+            libc::SIGKILL,
+            std::ptr::null::<c_void>(),
+            0u32,
+        );
+        if *top < cap {
+            *stack.add(*top) = pid;
+            *top += 1;
+        }
+    }
+    libc::close(fd);
+    usize::from(mine)
 }
 
 /// Closes every descriptor the init process inherited except the ones it needs.
@@ -263,8 +518,14 @@ unsafe fn wait_for(cmd: libc::pid_t) -> c_int {
 
 /// Accepts the command's proxy connections (`listeners[0]`) and the connections to the Unix
 /// socket bridge (`listeners[1]`; either may be -1) and hands each to its connector, while
-/// reaping children until the command ends.
-unsafe fn serve_bridge(plan: &Plan, listeners: [c_int; 2], sfd: c_int, cmd: libc::pid_t) -> c_int {
+/// reaping children until the command ends (its wait status) or, in the landlock tier, SIGTERM
+/// asks for the end (`None`).
+unsafe fn serve_bridge(
+    plan: &Plan,
+    listeners: [c_int; 2],
+    sfd: c_int,
+    cmd: libc::pid_t,
+) -> Option<c_int> {
     let connectors = [
         plan.bridge.map(|(c, _)| c).unwrap_or(-1),
         plan.unix_bridge.as_ref().map(|(c, _)| *c).unwrap_or(-1),
@@ -309,13 +570,24 @@ unsafe fn serve_bridge(plan: &Plan, listeners: [c_int; 2], sfd: c_int, cmd: libc
             }
         }
         if fds[2].revents & libc::POLLIN != 0 {
-            let mut buf = [0u8; 4 * size_of::<libc::signalfd_siginfo>()];
-            while libc::read(sfd, buf.as_mut_ptr() as *mut c_void, buf.len()) > 0 {}
+            let mut info: libc::signalfd_siginfo = std::mem::zeroed();
+            let mut stop = false;
+            while libc::read(
+                sfd,
+                &mut info as *mut libc::signalfd_siginfo as *mut c_void,
+                size_of::<libc::signalfd_siginfo>(),
+            ) > 0
+            {
+                stop |= info.ssi_signo == libc::SIGTERM as u32;
+            }
+            if stop {
+                return None;
+            }
             loop {
                 let mut st: c_int = 0;
                 let r = libc::waitpid(-1, &mut st, libc::WNOHANG);
                 if r == cmd {
-                    return st;
+                    return Some(st);
                 }
                 if r <= 0 {
                     break;
@@ -464,6 +736,18 @@ unsafe fn build_landlock(plan: &Plan) -> c_int {
         }
         libc::close(p);
     }
+    for (j, port) in ll.ports.iter().enumerate() {
+        let r = libc::syscall(
+            libc::SYS_landlock_add_rule,
+            fd,
+            LANDLOCK_RULE_NET_PORT,
+            port as *const super::landlock_rules::NetPortAttr as *const c_void,
+            0u32,
+        );
+        if r != 0 {
+            fail(plan, S_LANDLOCK_RULE, (ll.rules.len() + j) as i32);
+        }
+    }
     fd
 }
 
@@ -607,6 +891,18 @@ unsafe fn command_main(plan: &Plan, ruleset: c_int) -> ! {
     if libc::setsid() < 0 {
         fail(plan, S_SETSID, 0);
     }
+    // Without a pid namespace nothing kills the command with init: say so to the kernel.
+    if plan.flat
+        && libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        ) != 0
+    {
+        fail(plan, S_DEATH_SIGNAL, 1);
+    }
     let mut empty: libc::sigset_t = std::mem::zeroed();
     libc::sigemptyset(&mut empty);
     libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
@@ -646,11 +942,13 @@ unsafe fn command_main(plan: &Plan, ruleset: c_int) -> ! {
     // The command runs as a non-root uid, so exec would drop the capabilities init holds in the
     // sandbox's user namespace anyway; dropping them here, bounding set included, does not
     // depend on that.
+    // In the landlock tier the command is an unprivileged host process: without CAP_SETPCAP
+    // the bounding set cannot be changed (EPERM), and with no_new_privs it gives nothing.
     let mut cap = 0;
     while libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) == 0 {
         cap += 1;
     }
-    if errno() != libc::EINVAL {
+    if errno() != libc::EINVAL && !(plan.flat && errno() == libc::EPERM) {
         fail(plan, S_CAPABILITIES, 0);
     }
     if libc::prctl(
@@ -724,6 +1022,9 @@ pub(crate) fn stage_text(stage: u32, value: i32) -> String {
         S_LANDLOCK_RESTRICT => "applying the command's Landlock ruleset".into(),
         S_SECCOMP => "installing the command's seccomp filter".into(),
         S_UNIX_BRIDGE_LISTEN => "listening on the sandbox's Unix socket bridge".into(),
+        S_SUBREAPER => {
+            "making the sandbox's init process the subreaper of the command's processes".into()
+        }
         _ => format!("sandbox stage {stage}"),
     }
 }

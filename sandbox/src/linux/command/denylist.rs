@@ -10,6 +10,7 @@
 //! Layout: check the architecture (anything else, e.g. i386 through `int 0x80`, is killed),
 //! refuse x32 numbers (killed), then one short block per listed syscall, then allow.
 
+use ipc_schema::tier::ConfinementTier;
 use libc::{c_long, sock_filter};
 
 const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
@@ -173,10 +174,61 @@ const UNIX_AND_INET: &[u32] = &[
     libc::AF_INET6 as u32,
 ];
 
-/// Every rule of the filter, in the order the program tests them. `inet`: the command may
-/// create AF_INET/AF_INET6 sockets (it has the proxy); otherwise only AF_UNIX sockets exist
-/// for it.
+/// Every rule of the namespace tier's filter (see [`rules_for`]).
 pub fn rules(inet: bool) -> Vec<Refusal> {
+    rules_for(ConfinementTier::Namespaces, inet)
+}
+
+/// Every namespace flag `clone` takes (its low byte is the exit signal, so no `CLONE_NEWTIME`).
+const CLONE_NAMESPACES: u32 = (libc::CLONE_NEWNS
+    | libc::CLONE_NEWCGROUP
+    | libc::CLONE_NEWUTS
+    | libc::CLONE_NEWIPC
+    | libc::CLONE_NEWPID
+    | libc::CLONE_NEWNET) as u32;
+/// ... and `unshare`, which also takes `CLONE_NEWTIME`.
+const UNSHARE_NAMESPACES: u32 = CLONE_NAMESPACES | libc::CLONE_NEWTIME as u32;
+const STREAM_TYPES: &[u32] = &[
+    libc::SOCK_STREAM as u32,
+    (libc::SOCK_STREAM | libc::SOCK_CLOEXEC) as u32,
+    (libc::SOCK_STREAM | libc::SOCK_NONBLOCK) as u32,
+    (libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK) as u32,
+];
+const TCP_PROTOCOLS: &[u32] = &[0, libc::IPPROTO_TCP as u32];
+const SELF_ONLY: &[u32] = &[0];
+
+/// Syscalls the landlock tier also refuses whatever their arguments: what the namespace tier's
+/// own IPC namespace kept apart, each with why.
+fn refused_without_namespaces() -> Vec<(c_long, &'static str)> {
+    let sysv = "System V IPC: without an IPC namespace of its own the command would reach the objects of every other process of its user";
+    let mq = "POSIX message queues: without an IPC namespace of its own the command would reach the queues of every other process of its user";
+    vec![
+        (libc::SYS_shmget, sysv),
+        (libc::SYS_shmat, sysv),
+        (libc::SYS_shmctl, sysv),
+        (libc::SYS_semget, sysv),
+        (libc::SYS_semop, sysv),
+        (libc::SYS_semtimedop, sysv),
+        (libc::SYS_semctl, sysv),
+        (libc::SYS_msgget, sysv),
+        (libc::SYS_msgsnd, sysv),
+        (libc::SYS_msgrcv, sysv),
+        (libc::SYS_msgctl, sysv),
+        (libc::SYS_mq_open, mq),
+        (libc::SYS_mq_unlink, mq),
+        (libc::SYS_mq_timedsend, mq),
+        (libc::SYS_mq_timedreceive, mq),
+        (libc::SYS_mq_notify, mq),
+        (libc::SYS_mq_getsetattr, mq),
+    ]
+}
+
+/// Every rule of the filter of a command in `tier`, in the order the program tests them.
+/// `inet`: the command may create AF_INET/AF_INET6 sockets (it has the proxy); otherwise only
+/// AF_UNIX sockets exist for it. Several rules may test one syscall: each refuses what it picks
+/// and lets the rest on to the next.
+pub fn rules_for(tier: ConfinementTier, inet: bool) -> Vec<Refusal> {
+    let flat = tier == ConfinementTier::Landlock;
     let rule = |syscall, when, errno, why| Refusal {
         syscall,
         when,
@@ -187,6 +239,13 @@ pub fn rules(inet: bool) -> Vec<Refusal> {
         .into_iter()
         .map(|(nr, why)| rule(nr, Test::Always, libc::EPERM, why))
         .collect();
+    if flat {
+        v.extend(
+            refused_without_namespaces()
+                .into_iter()
+                .map(|(nr, why)| rule(nr, Test::Always, libc::EPERM, why)),
+        );
+    }
     v.push(rule(
         libc::SYS_clone3,
         Test::Always,
@@ -200,6 +259,39 @@ pub fn rules(inet: bool) -> Vec<Refusal> {
     let why_userns = "a new user namespace would give the command every capability inside it (and with them mount, and the kernel code reachable only with capabilities)";
     v.push(rule(libc::SYS_clone, new_user, libc::EPERM, why_userns));
     v.push(rule(libc::SYS_unshare, new_user, libc::EPERM, why_userns));
+    if flat {
+        let why_ns = "other namespaces: without a user namespace the command has no capability to make them, and none of their kernel code runs for it";
+        let any = |mask| Test::AnyBit { arg: 0, mask };
+        v.push(rule(
+            libc::SYS_clone,
+            any(CLONE_NAMESPACES),
+            libc::EPERM,
+            why_ns,
+        ));
+        v.push(rule(
+            libc::SYS_unshare,
+            any(UNSHARE_NAMESPACES),
+            libc::EPERM,
+            why_ns,
+        ));
+        // Other processes of the user are in reach without a pid namespace: what needs only the
+        // same uid (no ptrace access, which Landlock refuses) is refused for any pid but 0.
+        let not_self = |arg| Test::NoneOf {
+            arg,
+            values: SELF_ONLY,
+        };
+        for (nr, arg, why) in [
+            (libc::SYS_prlimit64, 0, "changing another process's resource limits (pid 0, the caller, only): without a pid namespace every process of the user is in reach"),
+            (libc::SYS_setpriority, 1, "renicing another process (who 0, the caller, only): without a pid namespace every process of the user is in reach"),
+            (libc::SYS_ioprio_set, 1, "changing another process's I/O priority (who 0, the caller, only): without a pid namespace every process of the user is in reach"),
+            (libc::SYS_sched_setaffinity, 0, "moving another process between CPUs (pid 0, the caller, only): without a pid namespace every process of the user is in reach"),
+            (libc::SYS_sched_setscheduler, 0, "changing another process's scheduling (pid 0, the caller, only): without a pid namespace every process of the user is in reach"),
+            (libc::SYS_sched_setparam, 0, "changing another process's scheduling (pid 0, the caller, only): without a pid namespace every process of the user is in reach"),
+            (libc::SYS_sched_setattr, 0, "changing another process's scheduling (pid 0, the caller, only): without a pid namespace every process of the user is in reach"),
+        ] {
+            v.push(rule(nr, not_self(arg), libc::EPERM, why));
+        }
+    }
     v.push(rule(
         libc::SYS_ioctl,
         Test::OneOf {
@@ -233,6 +325,28 @@ pub fn rules(inet: bool) -> Vec<Refusal> {
         libc::EAFNOSUPPORT,
         why_families,
     ));
+    if flat && inet {
+        // On the host's network only TCP is held (Landlock's rules are TCP rules): no UDP, no
+        // ICMP, no raw, no SCTP or MPTCP, whatever the family.
+        v.push(rule(
+            libc::SYS_socket,
+            Test::NoneOf {
+                arg: 1,
+                values: STREAM_TYPES,
+            },
+            libc::EACCES,
+            "socket types: stream only (UDP, ICMP and raw sockets would reach the host's network, which Landlock's TCP rules do not cover)",
+        ));
+        v.push(rule(
+            libc::SYS_socket,
+            Test::NoneOf {
+                arg: 2,
+                values: TCP_PROTOCOLS,
+            },
+            libc::EACCES,
+            "socket protocols: the default or TCP only (SCTP and MPTCP streams are not what Landlock's TCP rules cover)",
+        ));
+    }
     v.push(rule(
         libc::SYS_socketpair,
         families,
@@ -255,31 +369,35 @@ fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
     sock_filter { code, jt, jf, k }
 }
 
-/// `if nr == syscall { block } else skip it`, where `block` ends in a return.
+/// `if nr == syscall { block }`, where `block` returns or falls through with the syscall
+/// number loaded again, so the next rule sees what this one let pass.
 fn guarded(out: &mut Vec<sock_filter>, nr: c_long, block: Vec<sock_filter>) {
     let len = u8::try_from(block.len()).expect("a block is short");
     out.push(jump(BPF_JEQ_K, nr as u32, 0, len));
     out.extend(block);
 }
 
-/// A block that allows the call unless argument `arg` (low 32 bits) has any bit of `mask`.
+/// A block that refuses the call when argument `arg` (low 32 bits) has any bit of `mask`.
 fn refuse_flag(arg: u32, mask: u32, errno: i32) -> Vec<sock_filter> {
     vec![
         stmt(BPF_LD_W_ABS, off_arg_low(arg)),
         jump(BPF_JSET_K, mask, 0, 1),
         stmt(BPF_RET_K, ret_errno(errno)),
-        stmt(BPF_RET_K, RET_ALLOW),
+        stmt(BPF_LD_W_ABS, OFF_NR),
     ]
 }
 
-/// A block that allows the call only when argument `arg` (low 32 bits) is one of `allowed`.
+/// A block that refuses the call unless argument `arg` (low 32 bits) is one of `allowed`.
 fn allow_values(arg: u32, allowed: &[u32], errno: i32) -> Vec<sock_filter> {
+    let n = allowed.len();
     let mut b = vec![stmt(BPF_LD_W_ABS, off_arg_low(arg))];
-    for v in allowed {
-        b.push(jump(BPF_JEQ_K, *v, 0, 1));
-        b.push(stmt(BPF_RET_K, RET_ALLOW));
+    for (i, v) in allowed.iter().enumerate() {
+        // Past the other comparisons and the refusal, onto the reload.
+        let past = u8::try_from(n - i).expect("a short list");
+        b.push(jump(BPF_JEQ_K, *v, past, 0));
     }
     b.push(stmt(BPF_RET_K, ret_errno(errno)));
+    b.push(stmt(BPF_LD_W_ABS, OFF_NR));
     b
 }
 
@@ -290,12 +408,12 @@ fn refuse_values(arg: u32, refused: &[u32], errno: i32) -> Vec<sock_filter> {
         b.push(jump(BPF_JEQ_K, *v, 0, 1));
         b.push(stmt(BPF_RET_K, ret_errno(errno)));
     }
-    b.push(stmt(BPF_RET_K, RET_ALLOW));
+    b.push(stmt(BPF_LD_W_ABS, OFF_NR));
     b
 }
 
-/// The filter program for [`rules`]`(inet)`.
-pub(crate) fn program(inet: bool) -> Vec<sock_filter> {
+/// The filter program for [`rules_for`]`(tier, inet)`.
+pub(crate) fn program(tier: ConfinementTier, inet: bool) -> Vec<sock_filter> {
     let mut p = vec![
         stmt(BPF_LD_W_ABS, OFF_ARCH),
         jump(BPF_JEQ_K, AUDIT_ARCH, 1, 0),
@@ -307,7 +425,7 @@ pub(crate) fn program(inet: bool) -> Vec<sock_filter> {
         p.push(jump(BPF_JGE_K, X32_SYSCALL_BIT, 0, 1));
         p.push(stmt(BPF_RET_K, RET_KILL_PROCESS));
     }
-    for r in rules(inet) {
+    for r in rules_for(tier, inet) {
         let block = match r.when {
             Test::Always => vec![stmt(BPF_RET_K, ret_errno(r.errno))],
             Test::AnyBit { arg, mask } => refuse_flag(u32::from(arg), mask, r.errno),
@@ -368,7 +486,7 @@ mod tests {
 
     #[test]
     fn ordinary_calls_are_allowed_and_listed_ones_refused() {
-        let p = program(false);
+        let p = program(ConfinementTier::Namespaces, false);
         assert_eq!(run(&p, AUDIT_ARCH, nr(libc::SYS_read), [0; 6]), RET_ALLOW);
         assert_eq!(run(&p, AUDIT_ARCH, nr(libc::SYS_execve), [0; 6]), RET_ALLOW);
         for (n, why) in refused() {
@@ -386,7 +504,7 @@ mod tests {
 
     #[test]
     fn foreign_architectures_and_x32_are_killed() {
-        let p = program(false);
+        let p = program(ConfinementTier::Namespaces, false);
         assert_eq!(run(&p, 0x4000_0003, 20, [0; 6]), RET_KILL_PROCESS); // i386
         #[cfg(target_arch = "x86_64")]
         {
@@ -405,7 +523,7 @@ mod tests {
 
     #[test]
     fn user_namespaces_are_refused_other_clones_allowed() {
-        let p = program(false);
+        let p = program(ConfinementTier::Namespaces, false);
         let fork_flags = libc::SIGCHLD as u64;
         let thread_flags = (libc::CLONE_VM | libc::CLONE_THREAD | libc::CLONE_SIGHAND) as u64;
         let clone = nr(libc::SYS_clone);
@@ -451,7 +569,7 @@ mod tests {
 
     #[test]
     fn terminal_ioctls_are_compared_on_32_bits() {
-        let p = program(false);
+        let p = program(ConfinementTier::Namespaces, false);
         let ioctl = nr(libc::SYS_ioctl);
         for cmd in [
             TIOCSTI as u64,
@@ -473,8 +591,8 @@ mod tests {
     #[test]
     fn socket_families_follow_the_network_mode() {
         let socket = nr(libc::SYS_socket);
-        let none = program(false);
-        let proxy = program(true);
+        let none = program(ConfinementTier::Namespaces, false);
+        let proxy = program(ConfinementTier::Namespaces, true);
         let unix = [libc::AF_UNIX as u64, 1, 0, 0, 0, 0];
         let inet = [libc::AF_INET as u64, 1, 0, 0, 0, 0];
         let inet6 = [libc::AF_INET6 as u64, 2, 0, 0, 0, 0];
@@ -495,7 +613,7 @@ mod tests {
 
     #[test]
     fn personality_may_be_queried_not_changed() {
-        let p = program(false);
+        let p = program(ConfinementTier::Namespaces, false);
         let pers = nr(libc::SYS_personality);
         assert_eq!(
             run(&p, AUDIT_ARCH, pers, [0xffff_ffff, 0, 0, 0, 0, 0]),
@@ -506,5 +624,62 @@ mod tests {
             run(&p, AUDIT_ARCH, pers, [0x0040000, 0, 0, 0, 0, 0]), // ADDR_NO_RANDOMIZE
             ret_errno(libc::EPERM)
         );
+    }
+
+    #[test]
+    fn the_landlock_tier_also_refuses_what_namespaces_kept_apart() {
+        let flat = |inet| program(ConfinementTier::Landlock, inet);
+        let ns = program(ConfinementTier::Namespaces, true);
+        let socket = nr(libc::SYS_socket);
+        let eacces = ret_errno(libc::EACCES);
+        let eperm = ret_errno(libc::EPERM);
+        let tcp = [libc::AF_INET as u64, libc::SOCK_STREAM as u64, 0, 0, 0, 0];
+        let tcp6 = [
+            libc::AF_INET6 as u64,
+            (libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK) as u64,
+            libc::IPPROTO_TCP as u64,
+            0,
+            0,
+            0,
+        ];
+        let udp = [libc::AF_INET as u64, libc::SOCK_DGRAM as u64, 0, 0, 0, 0];
+        let raw = [libc::AF_INET as u64, libc::SOCK_RAW as u64, 1, 0, 0, 0];
+        let sctp = [libc::AF_INET as u64, libc::SOCK_STREAM as u64, 132, 0, 0, 0];
+        let netlink = [libc::AF_NETLINK as u64, libc::SOCK_RAW as u64, 0, 0, 0, 0];
+        assert_eq!(run(&flat(true), AUDIT_ARCH, socket, tcp), RET_ALLOW);
+        assert_eq!(run(&flat(true), AUDIT_ARCH, socket, tcp6), RET_ALLOW);
+        assert_eq!(run(&flat(true), AUDIT_ARCH, socket, udp), eacces);
+        assert_eq!(run(&flat(true), AUDIT_ARCH, socket, raw), eacces);
+        assert_eq!(run(&flat(true), AUDIT_ARCH, socket, sctp), eacces);
+        assert_eq!(
+            run(&flat(true), AUDIT_ARCH, socket, netlink),
+            ret_errno(libc::EAFNOSUPPORT)
+        );
+        assert_eq!(
+            run(&flat(false), AUDIT_ARCH, socket, tcp),
+            ret_errno(libc::EAFNOSUPPORT)
+        );
+        // The namespace tier's own network namespace holds UDP: not refused there.
+        assert_eq!(run(&ns, AUDIT_ARCH, socket, udp), RET_ALLOW);
+        let unshare = nr(libc::SYS_unshare);
+        let newnet = [libc::CLONE_NEWNET as u64, 0, 0, 0, 0, 0];
+        assert_eq!(run(&flat(false), AUDIT_ARCH, unshare, newnet), eperm);
+        let files = [libc::CLONE_FILES as u64, 0, 0, 0, 0, 0];
+        assert_eq!(run(&flat(false), AUDIT_ARCH, unshare, files), RET_ALLOW);
+        let shmget = nr(libc::SYS_shmget);
+        assert_eq!(run(&flat(false), AUDIT_ARCH, shmget, [0; 6]), eperm);
+        assert_eq!(run(&ns, AUDIT_ARCH, shmget, [0; 6]), RET_ALLOW);
+        let prlimit = nr(libc::SYS_prlimit64);
+        assert_eq!(run(&flat(false), AUDIT_ARCH, prlimit, [0; 6]), RET_ALLOW);
+        assert_eq!(
+            run(&flat(false), AUDIT_ARCH, prlimit, [1234, 0, 0, 0, 0, 0]),
+            eperm
+        );
+        // Rules before still hold: the user-namespace rule for clone.
+        let clone = nr(libc::SYS_clone);
+        let userns = [(libc::CLONE_NEWUSER | libc::SIGCHLD) as u64, 0, 0, 0, 0, 0];
+        assert_eq!(run(&flat(false), AUDIT_ARCH, clone, userns), eperm);
+        let fork = [libc::SIGCHLD as u64, 0, 0, 0, 0, 0];
+        assert_eq!(run(&flat(false), AUDIT_ARCH, clone, fork), RET_ALLOW);
     }
 }

@@ -238,6 +238,8 @@ pub fn inherited_from_process() -> Vec<(String, String)> {
 /// What the sandbox sets itself.
 pub struct SandboxEnv<'a> {
     pub home: &'a Path,
+    /// The command's `TMPDIR` and `TMP`.
+    pub tmp: &'a Path,
     pub user: &'a str,
     /// `http://gatehouse:TOKEN@127.0.0.1:PORT` when the command has the proxy.
     pub proxy_url: Option<String>,
@@ -270,7 +272,9 @@ pub fn build(requested: &[(String, String)], sandbox: &SandboxEnv<'_>) -> Built 
     vars.push(("USER".into(), sandbox.user.into()));
     vars.push(("LOGNAME".into(), sandbox.user.into()));
     vars.push(("SHELL".into(), "/bin/sh".into()));
-    vars.push(("TMPDIR".into(), "/tmp".into()));
+    let tmp = sandbox.tmp.to_string_lossy().into_owned();
+    vars.push(("TMPDIR".into(), tmp.clone()));
+    vars.push(("TMP".into(), tmp));
     if let Some(url) = &sandbox.proxy_url {
         for n in PROXY_NAMES {
             vars.push(((*n).into(), url.clone()));
@@ -450,6 +454,7 @@ mod tests {
             &req,
             &SandboxEnv {
                 home: Path::new("/home/u"),
+                tmp: Path::new("/tmp"),
                 user: "u",
                 proxy_url: None,
             },
@@ -476,6 +481,7 @@ mod tests {
             &[],
             &SandboxEnv {
                 home: Path::new("/h"),
+                tmp: Path::new("/tmp"),
                 user: "u",
                 proxy_url: Some("http://gatehouse:t@127.0.0.1:3128".into()),
             },

@@ -52,6 +52,25 @@ pub(crate) struct RulesetAttr {
     pub scoped: u64,
 }
 
+/// `struct landlock_net_port_attr` (ABI 4).
+#[repr(C, packed)]
+pub(crate) struct NetPortAttr {
+    pub allowed_access: u64,
+    pub port: u64,
+}
+
+/// What the ruleset does with TCP (ABI 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tcp {
+    /// Not handled: the command's own network namespace bounds it (the namespace tier's proxy).
+    Open,
+    /// Connect and bind handled, no rule: every TCP connect and bind is refused (EACCES).
+    Closed,
+    /// Connect and bind handled, one rule: connecting to this port only (the landlock tier's
+    /// proxy bridge on the host's loopback); no bind.
+    ConnectOnly(u16),
+}
+
 /// `struct landlock_path_beneath_attr` (packed in the kernel's UAPI).
 #[repr(C, packed)]
 pub(crate) struct PathBeneathAttr {
@@ -112,6 +131,8 @@ const WRITE_ABI1: u64 = WRITE & !(ACCESS_FS_REFER | ACCESS_FS_TRUNCATE);
 pub(crate) struct LandlockPlan {
     pub attr: RulesetAttr,
     pub rules: Vec<(CString, u64)>,
+    /// TCP port rules (ABI 4).
+    pub ports: Vec<NetPortAttr>,
 }
 
 /// What the planner decides for one command.
@@ -130,8 +151,10 @@ pub(crate) struct Rule {
     pub access: u64,
 }
 
-/// Builds the ruleset for a kernel offering `abi`. `deny_tcp`: the command has no network.
-pub(crate) fn plan(abi: u32, deny_tcp: bool, rules: Vec<Rule>) -> Planned {
+/// Builds the ruleset for a kernel offering `abi`. `namespaces`: the command also has its own
+/// namespaces (only for the words of what is missing).
+pub(crate) fn plan(abi: u32, tcp: Tcp, namespaces: bool, rules: Vec<Rule>) -> Planned {
+    let deny_tcp = tcp != Tcp::Open;
     let mut missing = Vec::new();
     if abi == 0 {
         missing.push("Landlock is not available: writes are bounded by read-only mounts only, and abstract sockets and signals by namespaces only".to_string());
@@ -152,9 +175,11 @@ pub(crate) fn plan(abi: u32, deny_tcp: bool, rules: Vec<Rule>) -> Planned {
         ));
     }
     if abi < 6 {
-        missing.push(format!(
-            "Landlock ABI {abi}: abstract Unix sockets and signals are not scoped (ABI 6); the network and pid namespaces still separate them"
-        ));
+        missing.push(if namespaces {
+            format!("Landlock ABI {abi}: abstract Unix sockets and signals are not scoped (ABI 6); the network and pid namespaces still separate them")
+        } else {
+            format!("Landlock ABI {abi}: abstract Unix sockets and signals are not scoped (ABI 6): the command can signal other processes of its user and connect to their abstract sockets")
+        });
     }
     let handled = fs_rights(abi);
     let attr = RulesetAttr {
@@ -181,8 +206,15 @@ pub(crate) fn plan(abi: u32, deny_tcp: bool, rules: Vec<Rule>) -> Planned {
         })
         .filter(|(_, a)| *a != 0)
         .collect();
+    let ports = match tcp {
+        Tcp::ConnectOnly(port) if abi >= 4 => vec![NetPortAttr {
+            allowed_access: ACCESS_NET_CONNECT_TCP,
+            port: u64::from(port),
+        }],
+        _ => Vec::new(),
+    };
     Planned {
-        plan: Some(LandlockPlan { attr, rules }),
+        plan: Some(LandlockPlan { attr, rules, ports }),
         abi,
         missing,
     }
@@ -211,6 +243,7 @@ mod tests {
     fn rights_are_cut_to_the_kernel_abi_and_to_files() {
         let p = plan(
             3,
+            Tcp::Closed,
             true,
             vec![rule("/", true, READ), rule("/w/f", false, READ | WRITE)],
         );
@@ -225,7 +258,7 @@ mod tests {
 
     #[test]
     fn full_abi_handles_tcp_and_scopes_only_without_network() {
-        let none = plan(6, true, vec![rule("/", true, READ)]);
+        let none = plan(6, Tcp::Closed, true, vec![rule("/", true, READ)]);
         let a = none.plan.unwrap().attr;
         assert_eq!(
             a.handled_access_net,
@@ -233,8 +266,16 @@ mod tests {
         );
         assert_eq!(a.scoped, SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL);
         assert!(none.missing.is_empty());
-        let proxy = plan(6, false, vec![]);
+        let proxy = plan(6, Tcp::Open, true, vec![]);
         assert_eq!(proxy.plan.unwrap().attr.handled_access_net, 0);
-        assert!(plan(0, true, vec![]).plan.is_none());
+        assert!(plan(0, Tcp::Closed, true, vec![]).plan.is_none());
+        let flat = plan(6, Tcp::ConnectOnly(4242), false, vec![]).plan.unwrap();
+        assert_eq!(
+            flat.attr.handled_access_net,
+            ACCESS_NET_BIND_TCP | ACCESS_NET_CONNECT_TCP
+        );
+        assert_eq!(flat.ports.len(), 1);
+        let (access, port) = (flat.ports[0].allowed_access, flat.ports[0].port);
+        assert_eq!((access, port), (ACCESS_NET_CONNECT_TCP, 4242));
     }
 }

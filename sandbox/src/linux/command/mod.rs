@@ -17,6 +17,7 @@ mod child;
 pub(crate) mod denylist;
 pub mod env;
 pub mod fdpass;
+mod flat;
 mod gitconfig;
 pub mod identity;
 mod landlock_rules;
@@ -151,6 +152,10 @@ pub struct Prepared {
     pub report: SandboxReport,
     /// What the writable grants held before, for [`Sandboxed::sweep`].
     snapshot: project::Snapshot,
+    /// The landlock tier's proxy bridge listener (on the host's loopback).
+    listener: Option<OwnedFd>,
+    /// The landlock tier's private directory (the command's tmp and home).
+    private: Option<flat::PrivateDir>,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -169,7 +174,7 @@ struct Grant {
 }
 
 /// Checks `spec` and plans the sandbox. Creates nothing on the host but its staging directory.
-pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
+pub fn prepare(mut spec: SandboxSpec) -> Result<Prepared, SandboxError> {
     let uid = nix::unistd::geteuid().as_raw();
     let gid = nix::unistd::getegid().as_raw();
     if uid == 0 || gid == 0 {
@@ -188,14 +193,14 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
     spec.limits
         .check_with(spec.long_run)
         .map_err(SandboxError::Invalid)?;
-    if spec.tier != ConfinementTier::Namespaces {
-        return Err(SandboxError::Kernel(format!(
-            "the {} tier is not built yet: commands need user namespaces",
-            spec.tier
-        )));
-    }
     let mut degraded = Vec::new();
     let abi = landlock_rules::kernel_abi();
+    if spec.tier == ConfinementTier::Landlock {
+        let proxy = matches!(spec.network, Network::Proxy { .. });
+        if let Some(why) = flat::refusal(abi, proxy) {
+            return Err(SandboxError::Kernel(why));
+        }
+    }
     if abi < landlock_rules::FULL_ABI && !spec.allow_degraded {
         return Err(SandboxError::Kernel(format!(
             "the kernel offers Landlock ABI {abi}; commands need ABI {} (scoped abstract sockets and signals). Start with --allow-degraded to run with less",
@@ -363,7 +368,7 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
 
     // The environment and the program.
     let user = identity::user_name(uid);
-    let (network, connector, token) = match spec.network {
+    let (network, connector, token) = match std::mem::replace(&mut spec.network, Network::None) {
         Network::None => (false, None, None),
         Network::Proxy { connector, token } => {
             if token.is_empty()
@@ -379,14 +384,31 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
             (true, Some(connector), Some(token))
         }
     };
+    if spec.tier == ConfinementTier::Landlock {
+        return flat_prepare(
+            spec,
+            Checked {
+                uid,
+                gid,
+                abi,
+                degraded,
+                user,
+                grants,
+                cwd,
+                masks,
+                found,
+                connector,
+                token,
+            },
+        );
+    }
     let built = env::build(
         &spec.env,
         &env::SandboxEnv {
             home: spec.state_home.as_deref().unwrap_or(&spec.home),
+            tmp: Path::new("/tmp"),
             user: &user,
-            proxy_url: token
-                .as_ref()
-                .map(|t| format!("http://gatehouse:{t}@127.0.0.1:{PROXY_BRIDGE_PORT}")),
+            proxy_url: token.as_ref().map(|t| proxy_url(t, PROXY_BRIDGE_PORT)),
         },
     );
 
@@ -713,7 +735,12 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
         is_dir: true,
         access: READ | WRITE,
     });
-    let ll = landlock_rules::plan(abi, !network, rules);
+    let tcp = if network {
+        landlock_rules::Tcp::Open
+    } else {
+        landlock_rules::Tcp::Closed
+    };
+    let ll = landlock_rules::plan(abi, tcp, true, rules);
     degraded.extend(ll.missing.iter().cloned());
     let landlock_abi = if ll.plan.is_some() { ll.abi } else { 0 };
 
@@ -724,39 +751,15 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
         .find(|(k, _)| k == "PATH")
         .map(|(_, v)| v.clone())
         .unwrap_or_default();
-    let (exec_path, program) = resolve_program(&spec.argv[0], &path_var, &cwd, &layout)?;
+    let (exec_path, program) = resolve_program(&spec.argv[0], &path_var, &cwd, &|p| {
+        layout.cover(p) == Cover::Host
+    })?;
 
-    let rlimits = rlimits(&spec.limits);
     let (ops, op_text): (Vec<Op>, Vec<String>) = ops.into_iter().unzip();
-    let mut plan = Plan {
-        ops,
-        op_text,
-        slots: vec![-1; slots],
-        keep_fds: Vec::new(),
-        report_fd: -1,
-        stdout_w: -1,
-        stderr_w: -1,
-        stdio: -1,
-        hostname: cstr("gatehouse"),
-        landlock: ll.plan,
-        bridge: None,
-        unix_bridge: None,
-        cwd: cpath(&cwd),
-        exec_path: cpath(&exec_path),
-        argv: spec.argv.iter().map(|a| cstr(a)).collect(),
-        argv_ptrs: Vec::new(),
-        envp: built
-            .vars
-            .iter()
-            .map(|(k, v)| cstr(&format!("{k}={v}")))
-            .collect(),
-        envp_ptrs: Vec::new(),
-        rlimits,
-        seccomp: denylist::program(network),
-        dev_null: cstr("/dev/null"),
-        command_stack: vec![0; COMMAND_STACK],
-    };
-    plan.seal();
+    let mut plan = command_plan(&spec, &cwd, &exec_path, &built, ll.plan, network);
+    plan.ops = ops;
+    plan.op_text = op_text;
+    plan.slots = vec![-1; slots];
     let report = SandboxReport {
         program: exec_path.to_string_lossy().into_owned(),
         tier: spec.tier,
@@ -780,6 +783,212 @@ pub fn prepare(spec: SandboxSpec) -> Result<Prepared, SandboxError> {
         program,
         report,
         snapshot: found.snapshot,
+        listener: None,
+        private: None,
+    })
+}
+
+/// The proxy's address as the command's proxy variables give it.
+fn proxy_url(token: &str, port: u16) -> String {
+    format!("http://gatehouse:{token}@127.0.0.1:{port}")
+}
+
+/// The plan of what both tiers' command process does (no ops yet), sealed.
+fn command_plan(
+    spec: &SandboxSpec,
+    cwd: &Path,
+    exec_path: &Path,
+    built: &env::Built,
+    landlock: Option<landlock_rules::LandlockPlan>,
+    inet: bool,
+) -> Plan {
+    let flat = spec.tier == ConfinementTier::Landlock;
+    let mut plan = Plan {
+        ops: Vec::new(),
+        op_text: Vec::new(),
+        slots: Vec::new(),
+        keep_fds: Vec::new(),
+        report_fd: -1,
+        stdout_w: -1,
+        stderr_w: -1,
+        stdio: -1,
+        hostname: cstr("gatehouse"),
+        landlock,
+        bridge: None,
+        unix_bridge: None,
+        cwd: cpath(cwd),
+        exec_path: cpath(exec_path),
+        argv: spec.argv.iter().map(|a| cstr(a)).collect(),
+        argv_ptrs: Vec::new(),
+        envp: built
+            .vars
+            .iter()
+            .map(|(k, v)| cstr(&format!("{k}={v}")))
+            .collect(),
+        envp_ptrs: Vec::new(),
+        rlimits: rlimits(&spec.limits),
+        seccomp: denylist::program(spec.tier, inet),
+        dev_null: cstr("/dev/null"),
+        command_stack: vec![0; COMMAND_STACK],
+        flat,
+        bridge_listener: -1,
+        kill_stack: if flat {
+            vec![0; KILL_STACK]
+        } else {
+            Vec::new()
+        },
+    };
+    plan.seal();
+    plan
+}
+
+/// How many pids the landlock tier's init can hold while it walks the command's tree at once
+/// (more are found on its next walk).
+const KILL_STACK: usize = 16 * 1024;
+
+/// What `prepare` checked and found, for the landlock tier's own planning.
+struct Checked {
+    uid: u32,
+    gid: u32,
+    abi: u32,
+    degraded: Vec<String>,
+    user: String,
+    grants: Vec<Grant>,
+    cwd: PathBuf,
+    masks: Vec<PathBuf>,
+    found: project::Found,
+    connector: Option<OwnedFd>,
+    token: Option<String>,
+}
+
+/// The landlock tier's plan (see `flat`): the same checks, environment, limits and filters,
+/// the host's filesystem under Landlock rules instead of a view of mounts.
+fn flat_prepare(spec: SandboxSpec, c: Checked) -> Result<Prepared, SandboxError> {
+    let Checked {
+        uid,
+        gid,
+        abi,
+        mut degraded,
+        user,
+        grants,
+        cwd,
+        masks,
+        found,
+        connector,
+        token,
+    } = c;
+    let private = flat::PrivateDir::create(&staging_dir()?)?;
+    // The proxy bridge listens on the host's loopback, on a port of the kernel's choosing.
+    let listener = match &connector {
+        Some(_) => Some(
+            std::net::TcpListener::bind(("127.0.0.1", 0)).map_err(io_err(
+                "listening on the host's loopback for the proxy bridge",
+            ))?,
+        ),
+        None => None,
+    };
+    let port = match &listener {
+        Some(l) => Some(
+            l.local_addr()
+                .map_err(io_err("reading the proxy bridge's port"))?
+                .port(),
+        ),
+        None => None,
+    };
+    // Holes: what is masked (but git's control files in writable grants, which the sweep
+    // restores), what is read-only in a writable grant, and read-only grants inside writable
+    // ones.
+    let writable = |p: &Path| grants.iter().any(|g| g.write && p.starts_with(&g.path));
+    let mut holes: Vec<flat::Hole> = masks
+        .iter()
+        .filter(|m| !(found.git_controls.contains(m) && writable(m)))
+        .map(|m| flat::Hole {
+            path: m.clone(),
+            rights: 0,
+        })
+        .collect();
+    holes.extend(found.read_only.iter().map(|p| flat::Hole {
+        path: p.clone(),
+        rights: landlock_rules::READ,
+    }));
+    holes.extend(
+        grants
+            .iter()
+            .filter(|g| !g.write && writable(&g.path))
+            .map(|g| flat::Hole {
+                path: g.path.clone(),
+                rights: landlock_rules::READ,
+            }),
+    );
+    let roots = flat::Roots {
+        grants: grants
+            .iter()
+            .map(|g| (g.path.clone(), g.write, g.is_dir))
+            .collect(),
+        private: &private,
+        holes,
+    };
+    let (rules, hidden) = flat::rules(&roots)?;
+    let ll = landlock_rules::plan(abi, flat::tcp(port), false, rules);
+    degraded.extend(ll.missing.iter().cloned());
+    let landlock_abi = if ll.plan.is_some() { ll.abi } else { 0 };
+
+    let home_granted = grants.iter().any(|g| spec.home.starts_with(&g.path));
+    let home = match &spec.state_home {
+        Some(h) => h.clone(),
+        None if home_granted => spec.home.clone(),
+        None => private.home(),
+    };
+    let built = env::build(
+        &spec.env,
+        &env::SandboxEnv {
+            home: &home,
+            tmp: &private.tmp(),
+            user: &user,
+            proxy_url: match (&token, port) {
+                (Some(t), Some(p)) => Some(proxy_url(t, p)),
+                _ => None,
+            },
+        },
+    );
+    let path_var = built
+        .vars
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    let readable = |p: &Path| {
+        let in_system = SYSTEM_DIRS.iter().any(|d| p.starts_with(d));
+        let in_grant = grants.iter().any(|g| p.starts_with(&g.path));
+        (in_system || in_grant) && !hidden.iter().any(|h| p.starts_with(h))
+    };
+    let (exec_path, program) = resolve_program(&spec.argv[0], &path_var, &cwd, &readable)?;
+    let mut plan = command_plan(&spec, &cwd, &exec_path, &built, ll.plan, port.is_some());
+    if let Some(l) = &listener {
+        plan.bridge_listener = l.as_raw_fd();
+    }
+    let report = SandboxReport {
+        program: exec_path.to_string_lossy().into_owned(),
+        tier: spec.tier,
+        namespaces: Vec::new(),
+        uid,
+        gid,
+        landlock_abi,
+        seccomp_denylist: true,
+        masked: hidden,
+        env_dropped: built.dropped,
+        degraded,
+    };
+    Ok(Prepared {
+        plan,
+        connector,
+        unix_connector: None,
+        stdio: None,
+        program,
+        report,
+        snapshot: found.snapshot,
+        listener: listener.map(OwnedFd::from),
+        private: Some(private),
     })
 }
 
@@ -900,11 +1109,12 @@ fn build_dev(layout: &mut Layout, ops: &mut Vec<(Op, String)>) {
 
 /// `argv0` as the sandbox will find it: the path to exec, and the resolved program (links
 /// followed) for the command policy. Only host trees shown in the sandbox are searched.
+/// `visible`: whether a host path (resolved) is there for the command.
 fn resolve_program(
     argv0: &str,
     path_var: &str,
     cwd: &Path,
-    layout: &Layout,
+    visible: &dyn Fn(&Path) -> bool,
 ) -> Result<(PathBuf, PathBuf), SandboxError> {
     use std::os::unix::fs::PermissionsExt;
     let candidates: Vec<PathBuf> = if argv0.contains('/') {
@@ -921,7 +1131,7 @@ fn resolve_program(
         let Ok(real) = std::fs::canonicalize(c) else {
             continue;
         };
-        if layout.cover(&real) != Cover::Host {
+        if !visible(&real) {
             continue;
         }
         let Ok(meta) = std::fs::metadata(&real) else {
@@ -1007,11 +1217,16 @@ pub struct Sandboxed {
     pub report: SandboxReport,
     reaped: bool,
     snapshot: project::Snapshot,
+    /// The landlock tier: init ends the tree itself (see [`Sandboxed::kill`]).
+    flat: bool,
+    /// The landlock tier's private directory, removed once the sandbox is reaped.
+    private: Option<flat::PrivateDir>,
 }
 
 /// A path in the sandbox's private `/tmp`, one name deep: nothing of the host is there, so
-/// what gatehouse puts there for the command is seen by the command alone.
-fn private_tmp_path(path: &Path) -> Result<CString, SandboxError> {
+/// what gatehouse puts there for the command is seen by the command alone. In the landlock
+/// tier, `/tmp/NAME` is `NAME` in the command's private tmp directory (`tmp`).
+fn private_tmp_path(path: &Path, tmp: Option<&Path>) -> Result<CString, SandboxError> {
     use std::os::unix::ffi::OsStrExt;
     let name = path
         .strip_prefix("/tmp")
@@ -1019,6 +1234,11 @@ fn private_tmp_path(path: &Path) -> Result<CString, SandboxError> {
         .filter(|n| n.components().count() == 1)
         .and_then(|n| n.to_str())
         .filter(|n| !n.starts_with('.'));
+    let mapped = match (tmp, name) {
+        (Some(t), Some(n)) => t.join(n),
+        _ => path.to_path_buf(),
+    };
+    let path = mapped.as_path();
     let bytes = path.as_os_str().as_bytes();
     // sockaddr_un holds 108 bytes with the NUL.
     if name.is_none() || bytes.len() >= 100 || bytes.contains(&0) {
@@ -1031,6 +1251,20 @@ fn private_tmp_path(path: &Path) -> Result<CString, SandboxError> {
 }
 
 impl Prepared {
+    /// Where the command's `/tmp/NAME` is on the host: the same path in the namespace tier
+    /// (its `/tmp` is its own), `NAME` in its private tmp directory in the landlock tier (also
+    /// its `TMPDIR`). What names such a path to the command (an agent's config naming its
+    /// gateway socket) must use this.
+    pub fn tmp_path(&self, path: &Path) -> Result<PathBuf, SandboxError> {
+        use std::os::unix::ffi::OsStrExt;
+        let c = private_tmp_path(path, self.private_tmp().as_deref())?;
+        Ok(PathBuf::from(std::ffi::OsStr::from_bytes(c.as_bytes())))
+    }
+
+    fn private_tmp(&self) -> Option<PathBuf> {
+        self.private.as_ref().map(|p| p.tmp())
+    }
+
     /// Listens on the Unix socket `socket` (in the sandbox's private `/tmp`) from the sandbox's
     /// init process, and passes each accepted connection to `connector` (one byte carrying the
     /// descriptor, as the proxy bridge does). This is how `gatehouse run` gives its agent the
@@ -1041,7 +1275,7 @@ impl Prepared {
         socket: &Path,
         connector: OwnedFd,
     ) -> Result<(), SandboxError> {
-        let path = private_tmp_path(socket)?;
+        let path = private_tmp_path(socket, self.private_tmp().as_deref())?;
         self.plan.unix_bridge = Some((-1, path));
         self.unix_connector = Some(connector);
         Ok(())
@@ -1086,7 +1320,7 @@ impl Prepared {
     /// Creates `path` (in the sandbox's private `/tmp`, mode 0644) holding `data`, before the
     /// command starts.
     pub fn add_tmp_file(&mut self, path: &Path, data: &str) -> Result<(), SandboxError> {
-        let at = private_tmp_path(path)?;
+        let at = private_tmp_path(path, self.private_tmp().as_deref())?;
         let data = CString::new(data)
             .map_err(|_| SandboxError::Invalid(format!("{}: data with NUL", path.display())))?;
         self.plan.ops.push(Op::Touch {
@@ -1182,6 +1416,10 @@ impl Prepared {
             plan.bridge = Some((c.as_raw_fd(), PROXY_BRIDGE_PORT));
             plan.keep_fds.push(c.as_raw_fd());
         }
+        if let Some(l) = &self.listener {
+            plan.bridge_listener = l.as_raw_fd();
+            plan.keep_fds.push(l.as_raw_fd());
+        }
         if let Some(c) = &self.unix_connector {
             if let Some((fd, _)) = &mut plan.unix_bridge {
                 *fd = c.as_raw_fd();
@@ -1190,14 +1428,20 @@ impl Prepared {
         }
         plan.seal();
 
-        let flags = libc::CLONE_NEWUSER
-            | libc::CLONE_NEWNS
-            | libc::CLONE_NEWPID
-            | libc::CLONE_NEWNET
-            | libc::CLONE_NEWIPC
-            | libc::CLONE_NEWUTS
-            | libc::CLONE_PIDFD
-            | libc::SIGCHLD;
+        let flat = plan.flat;
+        // The landlock tier: no namespaces at all.
+        let flags = if flat {
+            libc::CLONE_PIDFD | libc::SIGCHLD
+        } else {
+            libc::CLONE_NEWUSER
+                | libc::CLONE_NEWNS
+                | libc::CLONE_NEWPID
+                | libc::CLONE_NEWNET
+                | libc::CLONE_NEWIPC
+                | libc::CLONE_NEWUTS
+                | libc::CLONE_PIDFD
+                | libc::SIGCHLD
+        };
         let mut pidfd: libc::c_int = -1;
         // SAFETY: a fork-like clone (no CLONE_VM, no new stack): the child gets a copy of our
         // memory and continues here with ret == 0; `pidfd` receives the child's pidfd
@@ -1217,6 +1461,11 @@ impl Prepared {
             // prepared before it and never returns.
             unsafe { child::init_main(plan) }
         }
+        if ret < 0 && flat {
+            return Err(io_err("starting the sandbox's init process")(
+                io::Error::last_os_error(),
+            ));
+        }
         if ret < 0 {
             let e = io::Error::last_os_error().raw_os_error().unwrap_or(0);
             use crate::linux::userns::{classify, Facts, Step};
@@ -1233,6 +1482,7 @@ impl Prepared {
         drop(err_w);
         drop(self.connector.take());
         drop(self.unix_connector.take());
+        drop(self.listener.take());
         // Only the command may hold the sandbox's end of the stdio socket, or its peer would
         // never see EOF.
         drop(self.stdio.take());
@@ -1247,6 +1497,8 @@ impl Prepared {
             report: self.report.clone(),
             reaped: false,
             snapshot: std::mem::take(&mut self.snapshot),
+            flat,
+            private: self.private.take(),
         })
     }
 }
@@ -1262,14 +1514,34 @@ impl Sandboxed {
         self.events.as_fd()
     }
 
-    /// Kills the sandbox: init, and with it every process in the pid namespace.
+    /// Kills the sandbox: init, and with it every process in the pid namespace. In the
+    /// landlock tier, init is asked (SIGTERM) to end the command's whole tree and exit, and is
+    /// killed after a short grace if it has not (then what it had not ended yet may be left:
+    /// it cannot happen while init runs, which never blocks for the command).
     pub fn kill(&self) -> io::Result<()> {
         if self.reaped {
             return Ok(());
         }
-        match crate::process::pidfd_send_signal(&self.pidfd, libc::SIGKILL) {
+        let signal = |sig| match crate::process::pidfd_send_signal(&self.pidfd, sig) {
             Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
             r => r,
+        };
+        if !self.flat {
+            return signal(libc::SIGKILL);
+        }
+        signal(libc::SIGTERM)?;
+        let mut fds = [nix::poll::PollFd::new(
+            self.pidfd.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        let gone = matches!(
+            nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(flat::KILL_GRACE_MS)),
+            Ok(n) if n > 0
+        );
+        if gone {
+            Ok(())
+        } else {
+            signal(libc::SIGKILL)
         }
     }
 
@@ -1359,6 +1631,8 @@ impl Sandboxed {
             }
         }
         self.reaped = true;
+        // Every process of the command is gone: nothing writes there any more.
+        drop(self.private.take());
         Ok(())
     }
 }

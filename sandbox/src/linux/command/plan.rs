@@ -123,6 +123,15 @@ pub(crate) struct Plan {
     pub dev_null: CString,
     /// The stack the command process runs on until its exec (it shares init's memory).
     pub command_stack: Vec<u8>,
+    /// The landlock tier: no namespaces; init is the command's subreaper and ends its whole
+    /// process tree (see `flat`).
+    pub flat: bool,
+    /// The landlock tier's proxy listener on the host's loopback, bound by the parent (-1: init
+    /// listens on the bridge port inside its own network namespace).
+    pub bridge_listener: c_int,
+    /// Room for the pids init walks when it ends the command's tree (allocated here, as init
+    /// may not allocate).
+    pub kill_stack: Vec<libc::pid_t>,
 }
 
 impl Plan {

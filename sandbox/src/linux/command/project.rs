@@ -43,6 +43,9 @@ pub(crate) struct Found {
     pub read_only: Vec<PathBuf>,
     /// Directories made mount points of themselves.
     pub pins: Vec<PathBuf>,
+    /// The git control files among `masks` (hooks, config, config.worktree of each git dir):
+    /// the landlock tier leaves them writable and puts back what the command changed.
+    pub git_controls: Vec<PathBuf>,
     /// Why the command cannot be protected as it stands (each names what to do).
     pub refusals: Vec<String>,
     pub snapshot: Snapshot,
@@ -60,6 +63,142 @@ pub struct Snapshot {
     /// Git dirs by inode (they are pinned: never removed or replaced while the command runs,
     /// while their change time moves with every commit).
     git_dirs: BTreeMap<PathBuf, u64>,
+    /// The git control files of the known git dirs as they were (the landlock tier leaves them
+    /// writable; what the command changed is set aside and the original put back).
+    controls: BTreeMap<PathBuf, Control>,
+}
+
+/// A git control file's content and mode, or a hooks directory's files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Control {
+    File(Vec<u8>, u32),
+    Dir(BTreeMap<std::ffi::OsString, (Vec<u8>, u32)>),
+}
+
+/// The most bytes of git control files kept per command (more refuses the landlock tier's
+/// command: its changes could not be put back).
+const MAX_CONTROL_BYTES: usize = 16 << 20;
+
+fn read_control(p: &Path) -> Option<Control> {
+    use std::os::unix::fs::PermissionsExt;
+    let m = std::fs::symlink_metadata(p).ok()?;
+    if m.is_file() {
+        return Some(Control::File(
+            std::fs::read(p).ok()?,
+            m.permissions().mode() & 0o7777,
+        ));
+    }
+    if !m.is_dir() {
+        return None;
+    }
+    let mut files = BTreeMap::new();
+    for e in std::fs::read_dir(p).ok()?.flatten() {
+        let Ok(em) = std::fs::symlink_metadata(e.path()) else {
+            continue;
+        };
+        if em.is_file() {
+            let bytes = std::fs::read(e.path()).ok()?;
+            files.insert(e.file_name(), (bytes, em.permissions().mode() & 0o7777));
+        }
+    }
+    Some(Control::Dir(files))
+}
+
+fn control_size(c: &Control) -> usize {
+    match c {
+        Control::File(b, _) => b.len(),
+        Control::Dir(f) => f.values().map(|(b, _)| b.len()).sum(),
+    }
+}
+
+fn write_back(p: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(p, bytes)?;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+}
+
+/// Puts a known git dir's control file or hooks back as `was`, setting aside what the command
+/// left there instead.
+fn restore(p: &Path, was: &Control, held: &mut Vec<Held>) {
+    let now = read_control(p);
+    if now.as_ref() == Some(was) {
+        return;
+    }
+    let put_back = "changed by the command while it ran (the landlock tier cannot make it read-only); the original was put back";
+    match was {
+        Control::File(bytes, mode) => {
+            if std::fs::symlink_metadata(p).is_ok() {
+                hold(p, put_back.into(), held);
+            } else {
+                held.push(Held {
+                    path: p.to_path_buf(),
+                    moved_to: None,
+                    why: "removed by the command while it ran; the original was put back".into(),
+                });
+            }
+            if let Err(e) = write_back(p, bytes, *mode) {
+                held.push(Held {
+                    path: p.to_path_buf(),
+                    moved_to: None,
+                    why: format!(
+                        "its original could not be put back ({e}): check it before using git there"
+                    ),
+                });
+            }
+        }
+        Control::Dir(files) => {
+            if !is_dir(p) {
+                if std::fs::symlink_metadata(p).is_ok() {
+                    hold(p, put_back.into(), held);
+                }
+                if let Err(e) = std::fs::create_dir(p) {
+                    held.push(Held {
+                        path: p.to_path_buf(),
+                        moved_to: None,
+                        why: format!("the hooks directory could not be put back ({e})"),
+                    });
+                    return;
+                }
+            }
+            let now = match read_control(p) {
+                Some(Control::Dir(f)) => f,
+                _ => BTreeMap::new(),
+            };
+            // Anything that is not a regular file the walk holds as a hooks entry; files new
+            // or changed are set aside, then the originals written back.
+            if let Ok(rd) = std::fs::read_dir(p) {
+                for e in rd.flatten() {
+                    let name = e.file_name();
+                    if already_held(name.as_bytes()) {
+                        continue;
+                    }
+                    let changed = match (now.get(&name), files.get(&name)) {
+                        (Some(a), Some(b)) => a != b,
+                        _ => true,
+                    };
+                    if changed {
+                        hold(
+                            &e.path(),
+                            "a git hook written or changed by the command while it ran".into(),
+                            held,
+                        );
+                    }
+                }
+            }
+            for (name, (bytes, mode)) in files {
+                let f = p.join(name);
+                if std::fs::symlink_metadata(&f).is_err() {
+                    if let Err(e) = write_back(&f, bytes, *mode) {
+                        held.push(Held {
+                            path: f.clone(),
+                            moved_to: None,
+                            why: format!("the original hook could not be put back ({e})"),
+                        });
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Something a command planted that gatehouse set aside.
@@ -257,6 +396,7 @@ impl Walk {
         for (name, dir) in [("hooks", true), ("config", false)] {
             let p = g.join(name);
             if std::fs::symlink_metadata(&p).is_ok() {
+                self.found.git_controls.push(p.clone());
                 self.found.masks.push(p);
             } else if !admin {
                 self.found.refusals.push(format!(
@@ -268,6 +408,7 @@ impl Walk {
         }
         let cw = g.join("config.worktree");
         if std::fs::symlink_metadata(&cw).is_ok() {
+            self.found.git_controls.push(cw.clone());
             self.found.masks.push(cw);
         }
         let base = worktree.clone().unwrap_or_else(|| g.to_path_buf());
@@ -490,7 +631,18 @@ pub(crate) fn before(grants: &[PathBuf], exempt: &[PathBuf], home: &Path) -> Res
             .map(|p| (p.clone(), ident(p)))
             .collect(),
         git_dirs: w.git.keys().map(|g| (g.clone(), ino(g))).collect(),
+        controls: found
+            .git_controls
+            .iter()
+            .filter_map(|p| read_control(p).map(|c| (p.clone(), c)))
+            .collect(),
     };
+    let kept: usize = found.snapshot.controls.values().map(control_size).sum();
+    if kept > MAX_CONTROL_BYTES {
+        return Err(format!(
+            "the git control files (hooks, config) in the writable grants hold {kept} bytes, more than {MAX_CONTROL_BYTES}; gatehouse keeps a copy of each to put back what a command changes"
+        ));
+    }
     Ok(found)
 }
 
@@ -567,6 +719,13 @@ pub fn after(snap: &Snapshot) -> Vec<Held> {
         }
     }
     let mut held = std::mem::take(&mut w.unchecked);
+    // Known git dirs' control files first: what the command changed is put back.
+    for (p, was) in &snap.controls {
+        let g = p.parent().unwrap_or(p);
+        if snap.git_dirs.get(g).is_some_and(|i| *i == ino(g)) {
+            restore(p, was, &mut held);
+        }
+    }
     // Table places that are new (or replaced): the outermost of each.
     let mut new_places: Vec<PathBuf> = w
         .places
