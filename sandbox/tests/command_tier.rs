@@ -81,6 +81,14 @@ mod tier {
             "git_control_files_changed_during_the_run_are_put_back",
             git_control_files_changed_during_the_run_are_put_back,
         ),
+        (
+            "what_the_tier_does_not_hold_is_as_listed",
+            what_the_tier_does_not_hold_is_as_listed,
+        ),
+        (
+            "the_namespace_tier_runs_the_same_probe",
+            the_namespace_tier_runs_the_same_probe,
+        ),
     ];
 
     // -----------------------------------------------------------------------------------------
@@ -153,6 +161,25 @@ mod tier {
                     Err(e) => errno_of(&e),
                 }
             }
+            "stat" => match std::fs::symlink_metadata(arg) {
+                Ok(_) => "ok".into(),
+                Err(e) => errno_of(&e),
+            },
+            "inotify" => {
+                let p = std::ffi::CString::new(arg).unwrap();
+                // SAFETY: integers and a NUL-terminated path we own; the descriptor is closed.
+                unsafe {
+                    let fd = libc::inotify_init1(libc::IN_CLOEXEC);
+                    let w = libc::inotify_add_watch(fd, p.as_ptr(), libc::IN_ALL_EVENTS);
+                    let r = if w < 0 { last_errno() } else { "ok".into() };
+                    libc::close(fd);
+                    r
+                }
+            }
+            "unix" => match std::os::unix::net::UnixStream::connect(arg) {
+                Ok(_) => "ok".into(),
+                Err(e) => errno_of(&e),
+            },
             "env" => arg
                 .split(',')
                 .map(|n| std::env::var(n).unwrap_or_default())
@@ -693,6 +720,42 @@ mod tier {
         );
         assert_gone(&fd, "the daemon");
         assert_gone(&init, "init");
+    }
+
+    /// The gaps of `not_held.rs` that a probe can show, shown: if one of these starts failing,
+    /// the tier holds more than the list says, and the list must change with it.
+    fn what_the_tier_does_not_hold_is_as_listed() {
+        use command::not_held::WITHOUT_NAMESPACES;
+        let listed = |n: &str| assert!(WITHOUT_NAMESPACES.iter().any(|x| x.name == n), "{n}");
+        let d = dir();
+        let other = dir();
+        std::fs::write(other.path.join("f"), "x").unwrap();
+        let f = other.path.join("f").display().to_string();
+        // Not readable, but there to look up and to watch.
+        assert_eq!(inside(&d.path, "read", &f), errno(libc::EACCES));
+        assert_eq!(inside(&d.path, "stat", &f), "ok");
+        assert_eq!(
+            inside(&d.path, "inotify", &other.path.display().to_string()),
+            "ok"
+        );
+        listed("metadata_outside_grants");
+        // A named Unix socket outside the grants: reachable.
+        let sock = other.path.join("s.sock");
+        let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        assert_eq!(inside(&d.path, "unix", &sock.display().to_string()), "ok");
+        listed("the_broker_socket_is_out_of_reach");
+        // Other processes' status is readable (not their environment: see above).
+        let status = format!("/proc/{}/status", std::process::id());
+        assert_eq!(inside(&d.path, "read", &status), "ok");
+        listed("proc_other_processes_visible");
+    }
+
+    fn the_namespace_tier_runs_the_same_probe() {
+        let d = dir();
+        let mut s = spec(&d.path, "env", "TMPDIR,TMP");
+        s.tier = ConfinementTier::Namespaces;
+        let r = run_spec(s);
+        assert_eq!((r.status, r.out.trim()), (Some(0), "/tmp /tmp"));
     }
 
     fn git_control_files_changed_during_the_run_are_put_back() {
