@@ -2,7 +2,9 @@
 //! `/bin/true` measured in the same run, and against bubblewrap as the reference people know.
 //!
 //! Rows: bare `posix_spawn` (the floor); the sandbox as the exec-helper pays it per command
-//! (in-process `prepare` + `spawn` + wait, no network, and with the proxy bridge); the same as
+//! (in-process `prepare` + `spawn` + wait, no network, and with the proxy bridge), in each
+//! confinement tier (namespaces, and landlock: no namespaces); a small build (`cc` of a hello
+//! world) bare and in each tier, against its own bare floor; the same as
 //! `gatehouse sandbox -- /bin/true` (a process, no network); `bwrap --unshare-all
 //! --die-with-parent --ro-bind / / true`; and, to show where the time goes, `unshare` creating
 //! the same six namespaces and nothing else, and the planning step alone.
@@ -13,7 +15,7 @@
 
 use crate::stats::{us, Samples};
 use ipc_schema::exec::{GrantAccess, Limits, PathGrant};
-use sandbox::linux::command::{self, identity, Network, SandboxSpec, Watch};
+use sandbox::linux::command::{self, identity, ConfinementTier, Network, SandboxSpec, Watch};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -57,16 +59,57 @@ pub fn run(args: &[String]) {
         let st = Command::new("/bin/true").status().unwrap();
         assert!(st.success());
     });
+    let ns = ConfinementTier::Namespaces;
+    let flat = ConfinementTier::Landlock;
+    let truth = ["/bin/true".to_string()];
     let mut phases: [Vec<Duration>; 5] = Default::default();
     let lib_none = sample(n, || {
-        let p = run_in_sandbox(&root, &home, false);
+        let p = run_in_sandbox(&root, &home, false, ns, &truth);
         for (v, d) in phases.iter_mut().zip(p) {
             v.push(d);
         }
     });
     let phases = phases.map(Samples::new);
     let lib_proxy = sample(n, || {
-        run_in_sandbox(&root, &home, true);
+        run_in_sandbox(&root, &home, true, ns, &truth);
+    });
+    let flat_none = sample(n, || {
+        run_in_sandbox(&root, &home, false, flat, &truth);
+    });
+    let flat_proxy = sample(n, || {
+        run_in_sandbox(&root, &home, true, flat, &truth);
+    });
+    // A small build: one C file compiled and linked (cc runs cpp, cc1, as and ld).
+    let build = which("cc").map(|cc| {
+        std::fs::write(
+            root.join("hello.c"),
+            "#include <stdio.h>\nint main(void) { puts(\"hello\"); return 0; }\n",
+        )
+        .unwrap();
+        let argv = [
+            cc.display().to_string(),
+            "-O1".into(),
+            "-o".into(),
+            "hello".into(),
+            "hello.c".into(),
+        ];
+        let m = n.min(40);
+        let bare = sample(m, || {
+            let st = Command::new(&argv[0])
+                .args(&argv[1..])
+                .current_dir(&root)
+                .stdin(Stdio::null())
+                .status()
+                .unwrap();
+            assert!(st.success());
+        });
+        let in_ns = sample(m, || {
+            run_in_sandbox(&root, &home, false, ns, &argv);
+        });
+        let in_flat = sample(m, || {
+            run_in_sandbox(&root, &home, false, flat, &argv);
+        });
+        (m, bare, in_ns, in_flat)
     });
     // A project tree as the walk of writable grants meets it: 10,000 files in 1,000
     // directories, ten nested repositories (git dirs masked, their parents pinned), editor
@@ -89,13 +132,13 @@ pub fn run(args: &[String]) {
         }
     }
     let lib_tree = sample(n, || {
-        run_in_sandbox(&tree, &home, false);
+        run_in_sandbox(&tree, &home, false, ns, &truth);
     });
     let plan_tree = sample(n, || {
-        command::prepare(spec(&tree, &home, Network::None)).unwrap();
+        command::prepare(spec(&tree, &home, Network::None, ns, &truth)).unwrap();
     });
     let plan_only = sample(n, || {
-        command::prepare(spec(&root, &home, Network::None)).unwrap();
+        command::prepare(spec(&root, &home, Network::None, ns, &truth)).unwrap();
     });
     let cli = sample(n, || {
         let st = Command::new(&gatehouse)
@@ -177,14 +220,7 @@ pub fn run(args: &[String]) {
 
     let floor = us(bare.p50());
     println!("exec: /bin/true, {n} runs each (p50 / p99; ratio = p50 against the bare spawn)");
-    let row = |name: &str, s: &Samples| {
-        println!(
-            "  {name:<58} p50 {:8.1} us  p99 {:8.1} us  {:5.2}x",
-            us(s.p50()),
-            us(s.p99()),
-            us(s.p50()) / floor
-        );
-    };
+    let row = |name: &str, s: &Samples| print_row(name, s, floor);
     row("floor: bare posix_spawn", &bare);
     row(
         "sandbox, no network (as the exec-helper runs it)",
@@ -193,6 +229,14 @@ pub fn run(args: &[String]) {
     row(
         "sandbox, proxy bridge (as the exec-helper runs it)",
         &lib_proxy,
+    );
+    row(
+        "landlock tier (no namespaces), no network (exec-helper path)",
+        &flat_none,
+    );
+    row(
+        "landlock tier (no namespaces), proxy bridge (exec-helper path)",
+        &flat_proxy,
     );
     row(
         "sandbox, writable tree: 10k files, 10 repos (as run_command)",
@@ -216,6 +260,26 @@ pub fn run(args: &[String]) {
             b,
         ),
         None => println!("  bwrap: not installed (apt-get install bubblewrap)"),
+    }
+    match &build {
+        Some((m, bare, in_ns, in_flat)) => {
+            let floor = us(bare.p50());
+            println!(
+                "  small build: cc -O1 -o hello hello.c, {m} runs each (ratio = p50 against the bare build)"
+            );
+            print_row("floor: bare cc", bare, floor);
+            print_row(
+                "namespace tier, no network (exec-helper path)",
+                in_ns,
+                floor,
+            );
+            print_row(
+                "landlock tier, no network (exec-helper path)",
+                in_flat,
+                floor,
+            );
+        }
+        None => println!("  small build: cc is not installed"),
     }
     println!("  where the time goes (no network, exec-helper path):");
     row(
@@ -249,7 +313,13 @@ pub fn run(args: &[String]) {
     }
 }
 
-fn spec(root: &Path, home: &Path, network: Network) -> SandboxSpec {
+fn spec(
+    root: &Path,
+    home: &Path,
+    network: Network,
+    tier: ConfinementTier,
+    argv: &[String],
+) -> SandboxSpec {
     // What run_command hides by default: files that may hold secrets.
     let sensitive = root.file_name().is_some_and(|n| n == "tree");
     SandboxSpec {
@@ -257,7 +327,7 @@ fn spec(root: &Path, home: &Path, network: Network) -> SandboxSpec {
             exclude: vec![],
             sensitive,
         },
-        argv: vec!["/bin/true".into()],
+        argv: argv.to_vec(),
         cwd: root.to_path_buf(),
         grants: vec![PathGrant {
             path: root.to_path_buf(),
@@ -271,13 +341,19 @@ fn spec(root: &Path, home: &Path, network: Network) -> SandboxSpec {
         long_run: false,
         protect: vec![],
         allow_degraded: false,
-        tier: command::ConfinementTier::Namespaces,
+        tier,
     }
 }
 
 /// One command through the sandbox the way the exec-helper runs it: plan, spawn, watch to the
 /// end. Returns the time of each phase: planning, clone, setup, command, teardown.
-fn run_in_sandbox(root: &Path, home: &Path, proxy: bool) -> [Duration; 5] {
+fn run_in_sandbox(
+    root: &Path,
+    home: &Path,
+    proxy: bool,
+    tier: ConfinementTier,
+    argv: &[String],
+) -> [Duration; 5] {
     let (network, _keep) = if proxy {
         let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
         (
@@ -291,7 +367,7 @@ fn run_in_sandbox(root: &Path, home: &Path, proxy: bool) -> [Duration; 5] {
         (Network::None, None)
     };
     let t0 = Instant::now();
-    let prepared = command::prepare(spec(root, home, network)).unwrap();
+    let prepared = command::prepare(spec(root, home, network, tier, argv)).unwrap();
     let t1 = Instant::now();
     let sb = prepared.spawn().unwrap();
     let t2 = Instant::now();
@@ -334,6 +410,16 @@ fn run_in_sandbox(root: &Path, home: &Path, proxy: bool) -> [Duration; 5] {
         cmd.unwrap_or_default(),
         teardown.unwrap_or_default(),
     ]
+}
+
+/// One row: p50, p99, and the p50 as a ratio of `floor` (microseconds).
+fn print_row(name: &str, s: &Samples, floor: f64) {
+    println!(
+        "  {name:<58} p50 {:8.1} us  p99 {:8.1} us  {:5.2}x",
+        us(s.p50()),
+        us(s.p99()),
+        us(s.p50()) / floor
+    );
 }
 
 fn sample(n: usize, mut f: impl FnMut()) -> Samples {

@@ -271,6 +271,26 @@ fn decompose(
     Ok(())
 }
 
+/// The threads and processes of `uid` now (what `RLIMIT_NPROC` counts outside a user namespace
+/// of its own): processes whose `/proc` entry the user owns, with their threads.
+pub(super) fn user_tasks(uid: u32) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut n = 0u64;
+    for e in rd.flatten() {
+        let name = e.file_name();
+        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        if e.metadata().is_ok_and(|m| m.uid() == uid) {
+            n += std::fs::read_dir(e.path().join("task")).map_or(1, |t| t.count() as u64);
+        }
+    }
+    n
+}
+
 /// The TCP rule of the command's ruleset.
 pub(super) fn tcp(proxy_port: Option<u16>) -> Tcp {
     match proxy_port {

@@ -967,6 +967,14 @@ fn flat_prepare(spec: SandboxSpec, c: Checked) -> Result<Prepared, SandboxError>
     if let Some(l) = &listener {
         plan.bridge_listener = l.as_raw_fd();
     }
+    // Outside a user namespace of its own, RLIMIT_NPROC counts every process and thread of the
+    // user on the host: the command gets its processes on top of what the user runs now.
+    let running = flat::user_tasks(uid);
+    for (res, lim) in plan.rlimits.iter_mut() {
+        if *res == libc::RLIMIT_NPROC {
+            *lim = hard_capped(*res, spec.limits.processes.saturating_add(running));
+        }
+    }
     let report = SandboxReport {
         program: exec_path.to_string_lossy().into_owned(),
         tier: spec.tier,
@@ -1165,27 +1173,27 @@ fn rlimits(l: &Limits) -> Vec<(libc::__rlimit_resource_t, libc::rlimit)> {
     ];
     wanted
         .iter()
-        .map(|&(res, want)| {
-            let mut cur = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            // SAFETY: getrlimit writes into the struct we own.
-            let hard = if unsafe { libc::getrlimit(res, &mut cur) } == 0 {
-                cur.rlim_max
-            } else {
-                libc::RLIM_INFINITY
-            };
-            let v = want.min(hard);
-            (
-                res,
-                libc::rlimit {
-                    rlim_cur: v,
-                    rlim_max: v,
-                },
-            )
-        })
+        .map(|&(res, want)| (res, hard_capped(res, want)))
         .collect()
+}
+
+/// `want` as both limits of `res`, capped at the current hard limit.
+fn hard_capped(res: libc::__rlimit_resource_t, want: u64) -> libc::rlimit {
+    let mut cur = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we own.
+    let hard = if unsafe { libc::getrlimit(res, &mut cur) } == 0 {
+        cur.rlim_max
+    } else {
+        libc::RLIM_INFINITY
+    };
+    let v = want.min(hard);
+    libc::rlimit {
+        rlim_cur: v,
+        rlim_max: v,
+    }
 }
 
 /// What the report socket says.
