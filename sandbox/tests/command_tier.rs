@@ -688,7 +688,15 @@ mod tier {
         let mut sb = p.spawn().unwrap();
         let (pid, mut rest) = read_pid(&mut sb);
         let fd = pidfd(pid);
-        assert!(!session_members(pid).is_empty());
+        // The leader prints its pid before its setsid: wait for its session.
+        let t = std::time::Instant::now();
+        while session_members(pid).is_empty() && t.elapsed().as_secs() < 5 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(
+            !session_members(pid).is_empty(),
+            "the fork loop never started"
+        );
         let mut tail = String::new();
         rest.read_to_string(&mut tail).unwrap();
         events(&sb);

@@ -873,10 +873,22 @@ fn flat_prepare(spec: SandboxSpec, c: Checked) -> Result<Prepared, SandboxError>
         grants,
         cwd,
         masks,
-        found,
+        mut found,
         connector,
         token,
     } = c;
+    let writable = |p: &Path| grants.iter().any(|g| g.write && p.starts_with(&g.path));
+    // Git's control files in writable grants stay writable here: keep them to put back.
+    let writable_controls: Vec<PathBuf> = found
+        .git_controls
+        .iter()
+        .filter(|p| writable(p))
+        .cloned()
+        .collect();
+    found
+        .snapshot
+        .keep_controls(&writable_controls)
+        .map_err(SandboxError::Refused)?;
     let private = flat::PrivateDir::create(&staging_dir()?)?;
     // The proxy bridge listens on the host's loopback, on a port of the kernel's choosing.
     let listener = match &connector {
@@ -898,7 +910,6 @@ fn flat_prepare(spec: SandboxSpec, c: Checked) -> Result<Prepared, SandboxError>
     // Holes: what is masked (but git's control files in writable grants, which the sweep
     // restores), what is read-only in a writable grant, and read-only grants inside writable
     // ones.
-    let writable = |p: &Path| grants.iter().any(|g| g.write && p.starts_with(&g.path));
     let mut holes: Vec<flat::Hole> = masks
         .iter()
         .filter(|m| !(found.git_controls.contains(m) && writable(m)))

@@ -631,22 +631,29 @@ pub(crate) fn before(grants: &[PathBuf], exempt: &[PathBuf], home: &Path) -> Res
             .map(|p| (p.clone(), ident(p)))
             .collect(),
         git_dirs: w.git.keys().map(|g| (g.clone(), ino(g))).collect(),
-        controls: found
-            .git_controls
-            .iter()
-            .filter_map(|p| read_control(p).map(|c| (p.clone(), c)))
-            .collect(),
+        controls: BTreeMap::new(),
     };
-    let kept: usize = found.snapshot.controls.values().map(control_size).sum();
-    if kept > MAX_CONTROL_BYTES {
-        return Err(format!(
-            "the git control files (hooks, config) in the writable grants hold {kept} bytes, more than {MAX_CONTROL_BYTES}; gatehouse keeps a copy of each to put back what a command changes"
-        ));
-    }
     Ok(found)
 }
 
 impl Snapshot {
+    /// Keeps the content of `controls` (git control files the command can write: the landlock
+    /// tier), so that every later look puts back what changed. Only where the command can
+    /// change them: a change made by someone else while it runs is undone too.
+    pub(crate) fn keep_controls(&mut self, controls: &[PathBuf]) -> Result<(), String> {
+        self.controls = controls
+            .iter()
+            .filter_map(|p| read_control(p).map(|c| (p.clone(), c)))
+            .collect();
+        let kept: usize = self.controls.values().map(control_size).sum();
+        if kept > MAX_CONTROL_BYTES {
+            return Err(format!(
+                "the git control files (hooks, config) in the writable grants hold {kept} bytes, more than {MAX_CONTROL_BYTES}; gatehouse keeps a copy of each to put back what a command changes"
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether there is anything to look at after (or while) the command runs.
     pub fn writable(&self) -> bool {
         self.grants
