@@ -308,20 +308,25 @@ enum PathPart<'a> {
     Num(libc::pid_t),
 }
 
+/// Opens the path made of `parts` (close-on-exec), or -1.
+unsafe fn open_parts(parts: &[PathPart<'_>], flags: c_int) -> c_int {
+    let mut path = [0u8; 64];
+    put_path(&mut path, parts);
+    libc::open(
+        path.as_ptr() as *const libc::c_char,
+        flags | libc::O_CLOEXEC,
+    )
+}
+
 /// The parent pid in `/proc/PID/stat` (0 if it cannot be read).
 unsafe fn parent_of(pid: libc::pid_t) -> libc::pid_t {
-    let mut path = [0u8; 64];
-    put_path(
-        &mut path,
+    let fd = open_parts(
         &[
             PathPart::Text(b"/proc/"),
             PathPart::Num(pid),
             PathPart::Text(b"/stat"),
         ],
-    );
-    let fd = libc::open(
-        path.as_ptr() as *const libc::c_char,
-        libc::O_RDONLY | libc::O_CLOEXEC,
+        libc::O_RDONLY,
     );
     if fd < 0 {
         return 0;
@@ -364,18 +369,13 @@ unsafe fn kill_descendants(plan: &mut Plan, root: libc::pid_t) -> usize {
     while top > 0 {
         top -= 1;
         let p = *stack.add(top);
-        let mut path = [0u8; 64];
-        put_path(
-            &mut path,
+        let dir = open_parts(
             &[
                 PathPart::Text(b"/proc/"),
                 PathPart::Num(p),
                 PathPart::Text(b"/task"),
             ],
-        );
-        let dir = libc::open(
-            path.as_ptr() as *const libc::c_char,
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            libc::O_RDONLY | libc::O_DIRECTORY,
         );
         if dir < 0 {
             continue;
@@ -405,9 +405,7 @@ unsafe fn kill_descendants(plan: &mut Plan, root: libc::pid_t) -> usize {
                 if name.is_empty() || !name.iter().all(|b| b.is_ascii_digit()) {
                     continue;
                 }
-                let mut cpath = [0u8; 64];
-                put_path(
-                    &mut cpath,
+                let cf = open_parts(
                     &[
                         PathPart::Text(b"/proc/"),
                         PathPart::Num(p),
@@ -415,10 +413,7 @@ unsafe fn kill_descendants(plan: &mut Plan, root: libc::pid_t) -> usize {
                         PathPart::Text(name),
                         PathPart::Text(b"/children"),
                     ],
-                );
-                let cf = libc::open(
-                    cpath.as_ptr() as *const libc::c_char,
-                    libc::O_RDONLY | libc::O_CLOEXEC,
+                    libc::O_RDONLY,
                 );
                 if cf < 0 {
                     continue;

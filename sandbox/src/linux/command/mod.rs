@@ -745,12 +745,7 @@ pub fn prepare(mut spec: SandboxSpec) -> Result<Prepared, SandboxError> {
     let landlock_abi = if ll.plan.is_some() { ll.abi } else { 0 };
 
     // The program, as the sandbox will see it.
-    let path_var = built
-        .vars
-        .iter()
-        .find(|(k, _)| k == "PATH")
-        .map(|(_, v)| v.clone())
-        .unwrap_or_default();
+    let path_var = path_of(&built);
     let (exec_path, program) = resolve_program(&spec.argv[0], &path_var, &cwd, &|p| {
         layout.cover(p) == Cover::Host
     })?;
@@ -760,32 +755,66 @@ pub fn prepare(mut spec: SandboxSpec) -> Result<Prepared, SandboxError> {
     plan.ops = ops;
     plan.op_text = op_text;
     plan.slots = vec![-1; slots];
-    let report = SandboxReport {
+    let mut report = report(&spec, &exec_path, (uid, gid), landlock_abi, built, degraded);
+    report.namespaces = ["user", "mount", "pid", "net", "ipc", "uts"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    report.masked = masks;
+    Ok(prepared(plan, connector, program, report, found.snapshot))
+}
+
+/// The report of a planned command (no namespaces, nothing masked yet).
+fn report(
+    spec: &SandboxSpec,
+    exec_path: &Path,
+    (uid, gid): (u32, u32),
+    landlock_abi: u32,
+    built: env::Built,
+    degraded: Vec<String>,
+) -> SandboxReport {
+    SandboxReport {
         program: exec_path.to_string_lossy().into_owned(),
         tier: spec.tier,
-        namespaces: ["user", "mount", "pid", "net", "ipc", "uts"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
+        namespaces: Vec::new(),
         uid,
         gid,
         landlock_abi,
         seccomp_denylist: true,
-        masked: masks,
+        masked: Vec::new(),
         env_dropped: built.dropped,
         degraded,
-    };
-    Ok(Prepared {
+    }
+}
+
+fn prepared(
+    plan: Plan,
+    connector: Option<OwnedFd>,
+    program: PathBuf,
+    report: SandboxReport,
+    snapshot: project::Snapshot,
+) -> Prepared {
+    Prepared {
         plan,
         connector,
         unix_connector: None,
         stdio: None,
         program,
         report,
-        snapshot: found.snapshot,
+        snapshot,
         listener: None,
         private: None,
-    })
+    }
+}
+
+/// The `PATH` the command gets.
+fn path_of(built: &env::Built) -> String {
+    built
+        .vars
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default()
 }
 
 /// The proxy's address as the command's proxy variables give it.
@@ -962,12 +991,7 @@ fn flat_prepare(spec: SandboxSpec, c: Checked) -> Result<Prepared, SandboxError>
             },
         },
     );
-    let path_var = built
-        .vars
-        .iter()
-        .find(|(k, _)| k == "PATH")
-        .map(|(_, v)| v.clone())
-        .unwrap_or_default();
+    let path_var = path_of(&built);
     let readable = |p: &Path| {
         let in_system = SYSTEM_DIRS.iter().any(|d| p.starts_with(d));
         let in_grant = grants.iter().any(|g| p.starts_with(&g.path));
@@ -986,29 +1010,12 @@ fn flat_prepare(spec: SandboxSpec, c: Checked) -> Result<Prepared, SandboxError>
             *lim = hard_capped(*res, spec.limits.processes.saturating_add(running));
         }
     }
-    let report = SandboxReport {
-        program: exec_path.to_string_lossy().into_owned(),
-        tier: spec.tier,
-        namespaces: Vec::new(),
-        uid,
-        gid,
-        landlock_abi,
-        seccomp_denylist: true,
-        masked: hidden,
-        env_dropped: built.dropped,
-        degraded,
-    };
-    Ok(Prepared {
-        plan,
-        connector,
-        unix_connector: None,
-        stdio: None,
-        program,
-        report,
-        snapshot: found.snapshot,
-        listener: listener.map(OwnedFd::from),
-        private: Some(private),
-    })
+    let mut report = report(&spec, &exec_path, (uid, gid), landlock_abi, built, degraded);
+    report.masked = hidden;
+    let mut p = prepared(plan, connector, program, report, found.snapshot);
+    p.listener = listener.map(OwnedFd::from);
+    p.private = Some(private);
+    Ok(p)
 }
 
 /// Mount flags for `mount_setattr`.
