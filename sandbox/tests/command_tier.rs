@@ -411,13 +411,16 @@ mod tier {
         assert_eq!(p.report.tier, ConfinementTier::Landlock);
         assert!(p.report.namespaces.is_empty(), "{:?}", p.report.namespaces);
         assert_eq!(p.report.masked, vec![d.path.join("secret.txt")]);
-        assert_eq!(
-            p.report.landlock_abi,
-            command::landlock_kernel_abi()
-                .min(7)
-                .max(p.report.landlock_abi)
-        );
+        assert_eq!(p.report.landlock_abi, command::landlock_kernel_abi());
         assert!(p.report.degraded.is_empty(), "{:?}", p.report.degraded);
+        // A grant of /tmp would show the other commands' private directories.
+        let mut s = spec(&d.path, "read", "x");
+        s.grants.push(PathGrant {
+            path: "/tmp".into(),
+            access: GrantAccess::Read,
+        });
+        let e = command::prepare(s).unwrap_err().to_string();
+        assert!(e.contains("private directories"), "{e}");
     }
 
     fn homes_and_host_tmp_are_unreadable() {

@@ -918,7 +918,17 @@ fn flat_prepare(spec: SandboxSpec, c: Checked) -> Result<Prepared, SandboxError>
         .snapshot
         .keep_controls(&writable_controls)
         .map_err(SandboxError::Refused)?;
-    let private = flat::PrivateDir::create(&staging_dir()?)?;
+    let stage = staging_dir()?;
+    // Every command's private directory is there, owned by the same user: a grant holding it
+    // would show the others'.
+    if let Some(g) = grants.iter().find(|g| stage.starts_with(&g.path)) {
+        return Err(SandboxError::Refused(format!(
+            "cannot grant {} in the landlock tier: it holds {}, where other commands keep their private directories; grant a directory inside it",
+            g.path.display(),
+            stage.display()
+        )));
+    }
+    let private = flat::PrivateDir::create(&stage)?;
     // The proxy bridge listens on the host's loopback, on a port of the kernel's choosing.
     let listener = match &connector {
         Some(_) => Some(
