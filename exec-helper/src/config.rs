@@ -1,5 +1,6 @@
 //! What the broker tells the exec-helper at start, and who it runs as.
 
+use ipc_schema::tier::ConfinementTier;
 use sandbox::helper_args::HelperArgs;
 use sandbox::linux::command::identity;
 use std::path::PathBuf;
@@ -15,6 +16,8 @@ pub struct Config {
     /// broker's config, data and runtime directories.
     pub protect: Vec<PathBuf>,
     pub allow_degraded: bool,
+    /// The confinement every command runs under: the one this helper's lockdown chose.
+    pub tier: ConfinementTier,
 }
 
 impl Config {
@@ -50,6 +53,7 @@ impl Config {
             home: identity::home_of(nix::unistd::geteuid().as_raw()),
             protect,
             allow_degraded: args.allow_degraded,
+            tier: ConfinementTier::Namespaces,
         })
     }
 }

@@ -12,6 +12,7 @@ mod serve;
 mod start;
 
 use ipc_schema::helper::{fatal, HelperChannel};
+use ipc_schema::tier::ConfinementTier;
 use ipc_schema::Role;
 use sandbox::helper_args::{lock_down, HelperArgs};
 use std::process::ExitCode;
@@ -24,14 +25,12 @@ fn main() -> ExitCode {
     let config = config::Config::from_args(&args).unwrap_or_else(|e| fatal(Role::Exec, e));
 
     // Lock down.
-    let report = match lock_down(&args, &sandbox::Profile::Exec) {
-        Ok(r) => r,
-        // The machine refuses user namespaces: the broker is told why, and shows it.
-        Err(e @ sandbox::LockdownError::Namespaces { .. }) => {
-            HelperChannel::refuse(Role::Exec, channel, e)
-        }
-        Err(e) => fatal(Role::Exec, format!("lockdown failed: {e}")),
-    };
+    let report = lock_down(&args, &sandbox::Profile::Exec)
+        .unwrap_or_else(|e| fatal(Role::Exec, format!("lockdown failed: {e}")));
+    // Where the machine refuses user namespaces, every command runs in the Landlock tier (the
+    // report says so and why; the broker shows it and may refuse it by policy).
+    let mut config = config;
+    config.tier = report.exec_tier.unwrap_or(ConfinementTier::Namespaces);
 
     // Hello.
     let chan = HelperChannel::hello(Role::Exec, channel, report);

@@ -58,7 +58,7 @@ pub fn start(
         long_run: user.long_run,
         protect: cfg.protect.clone(),
         allow_degraded: cfg.allow_degraded,
-        tier: command::ConfinementTier::Namespaces,
+        tier: cfg.tier,
     })
     .map_err(|e| {
         if let SandboxError::NotFound { .. } = &e {

@@ -187,6 +187,7 @@ fn placeholder_hello() -> Hello {
             seccomp_allowed_syscalls: 0,
             namespaces: vec![],
             exec_tier: None,
+            exec_tier_why: None,
             degraded: vec![],
         },
     }

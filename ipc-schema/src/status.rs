@@ -59,6 +59,9 @@ pub struct LockdownReport {
     /// The exec helper only: the confinement tier its commands run under (chosen once, at its
     /// lockdown). `None` for every other process.
     pub exec_tier: Option<crate::tier::ConfinementTier>,
+    /// The exec helper in the Landlock tier: why it is not in the namespace tier (which check
+    /// refused user namespaces, and the remedy).
+    pub exec_tier_why: Option<NamespaceStatus>,
     /// What is weaker than the profile asks, and why. Empty unless `--allow-degraded`.
     pub degraded: Vec<String>,
 }
@@ -106,6 +109,7 @@ impl LockdownReport {
             seccomp_allowed_syscalls: 0,
             namespaces: Vec::new(),
             exec_tier: None,
+            exec_tier_why: None,
             degraded: Vec::new(),
         }
     }

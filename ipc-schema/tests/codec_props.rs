@@ -102,6 +102,7 @@ fn report() -> impl Strategy<Value = LockdownReport> {
                 } else {
                     None
                 },
+                exec_tier_why: None,
                 degraded,
             },
         )

@@ -131,12 +131,6 @@ pub enum LockdownError {
     ThreadCount(std::io::Error),
     #[error("clearing the environment failed: {0}")]
     Environment(String),
-    #[cfg(target_os = "linux")]
-    #[error("moving the {profile} helper into a network namespace of its own failed: {diagnosis}")]
-    Namespaces {
-        profile: &'static str,
-        diagnosis: linux::userns::Diagnosis,
-    },
     #[error("Seatbelt profile for the {profile} profile failed: {reason}")]
     Seatbelt {
         profile: &'static str,

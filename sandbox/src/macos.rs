@@ -177,6 +177,7 @@ pub fn lockdown(
         seccomp_allowed_syscalls: 0,
         namespaces: Vec::new(),
         exec_tier: None,
+        exec_tier_why: None,
         degraded: Vec::new(),
     })
 }
@@ -201,6 +202,7 @@ pub fn harden_broker() -> Result<LockdownReport, LockdownError> {
         seccomp_allowed_syscalls: 0,
         namespaces: Vec::new(),
         exec_tier: None,
+        exec_tier_why: None,
         degraded: Vec::new(),
     })
 }

@@ -2,6 +2,7 @@
 //! the spawner's hardening.
 
 use super::{caps, env, fds, landlock, limits, namespaces, seccomp};
+use ipc_schema::tier::ConfinementTier;
 use crate::{FsProfile, LandlockStatus, LockdownError, LockdownOptions, LockdownReport, Profile};
 
 /// The Landlock ABI the running kernel offers (0: none).
@@ -14,7 +15,9 @@ pub fn landlock_abi() -> u32 {
 /// no_new_privs, drop capabilities, Landlock, seccomp. The exec profile also moves into an
 /// empty network namespace (inside a user namespace of its own) before it stops being dumpable:
 /// its seccomp filter, which every command inherits, has to allow inet sockets (see
-/// `namespaces.rs`), so the helper is cut off from the network that way instead.
+/// `namespaces.rs`), so the helper is cut off from the network that way instead. Where user
+/// namespaces are refused it cannot be, and the report names the Landlock tier and why
+/// (`exec_tier`, `exec_tier_why`; docs/SECURITY.md lists what that tier does not hold).
 ///
 /// Must be called while the process has a single thread (before a tokio runtime or any other
 /// thread is started): capabilities, no_new_privs and Landlock bind only the calling thread, so
@@ -38,18 +41,20 @@ pub fn lockdown(
     limits::no_core_dumps()?;
     let mut namespaces = Vec::new();
     let mut degraded = Vec::new();
+    let (mut exec_tier, mut exec_tier_why) = (None, None);
     if *profile == Profile::Exec {
-        // Before not_dumpable: writing our own uid_map needs a dumpable process.
+        // Before not_dumpable: writing our own uid_map needs a dumpable process. Where the
+        // machine refuses user namespaces, the helper and its commands run in the Landlock tier
+        // instead (designed for it, named everywhere; a policy may require the namespace tier,
+        // and the broker then refuses to run commands): the diagnosis says why.
         match namespaces::isolate_network() {
-            Ok(()) => namespaces = vec!["user".to_string(), "net".to_string()],
-            Err(e) if opts.allow_degraded => degraded.push(format!(
-                "the exec helper is not in a network namespace of its own ({e}): it can reach the network"
-            )),
+            Ok(()) => {
+                namespaces = vec!["user".to_string(), "net".to_string()];
+                exec_tier = Some(ConfinementTier::Namespaces);
+            }
             Err(diagnosis) => {
-                return Err(LockdownError::Namespaces {
-                    profile: profile.name(),
-                    diagnosis,
-                })
+                exec_tier = Some(ConfinementTier::Landlock);
+                exec_tier_why = Some(diagnosis.status());
             }
         }
     }
@@ -75,9 +80,8 @@ pub fn lockdown(
         landlock: ruleset.status,
         seccomp_filter: true,
         seccomp_allowed_syscalls,
-        // Until the namespace-free tier lands, the exec helper refuses rather than run it.
-        exec_tier: (*profile == Profile::Exec)
-            .then_some(ipc_schema::tier::ConfinementTier::Namespaces),
+        exec_tier,
+        exec_tier_why,
         namespaces,
         degraded,
     })
@@ -142,6 +146,7 @@ pub fn lockdown_router(
         seccomp_allowed_syscalls,
         namespaces: Vec::new(),
         exec_tier: None,
+        exec_tier_why: None,
         degraded: ruleset.degraded,
     })
 }
@@ -174,6 +179,7 @@ pub fn lockdown_spawner(keep_fd: i32) -> Result<LockdownReport, LockdownError> {
         seccomp_allowed_syscalls: 0,
         namespaces: Vec::new(),
         exec_tier: None,
+        exec_tier_why: None,
         degraded: Vec::new(),
     })
 }
