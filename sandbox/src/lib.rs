@@ -11,6 +11,8 @@ use std::path::PathBuf;
 pub use ipc_schema::status::{LandlockStatus, LockdownReport, ProcStatus};
 
 pub mod helper_args;
+pub mod seatbelt;
+pub mod wincfg;
 #[cfg(target_os = "linux")]
 pub mod linux;
 #[cfg(target_os = "linux")]
