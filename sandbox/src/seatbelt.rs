@@ -157,7 +157,12 @@ fn metadata_of(s: &mut String, mut parents: Vec<PathBuf>) -> Result<(), SbplErro
     parents.sort();
     parents.dedup();
     for p in parents {
-        writeln!(s, "(allow file-read-metadata (literal {}))", sbpl_string(&p)?).expect("String");
+        writeln!(
+            s,
+            "(allow file-read-metadata (literal {}))",
+            sbpl_string(&p)?
+        )
+        .expect("String");
     }
     Ok(())
 }
@@ -286,7 +291,10 @@ mod tests {
         let outbound: Vec<_> = s.lines().filter(|l| l.contains("network")).collect();
         assert_eq!(
             outbound,
-            ["; network: only the egress proxy on the loopback", "(allow network-outbound (remote ip \"localhost:38123\"))"]
+            [
+                "; network: only the egress proxy on the loopback",
+                "(allow network-outbound (remote ip \"localhost:38123\"))"
+            ]
         );
     }
 

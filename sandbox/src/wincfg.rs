@@ -118,13 +118,10 @@ fn path_text(p: &Path) -> Result<&str, crate::seatbelt::SbplError> {
         .ok_or_else(|| crate::seatbelt::SbplError::NotUtf8(p.to_path_buf()))
 }
 
-const DENY_ONLY: &[&str] = &[
-    "S-1-5-32-544 (Administrators)",
-    "S-1-5-32-545 (Users)",
-    "S-1-5-11 (Authenticated Users)",
-    "S-1-5-4 (Interactive)",
-    "S-1-5-2 (Network)",
-];
+/// Made deny-only: administrators (an elevated user's token). The user's other groups stay: the
+/// first access check still needs them to read system directories; the confinement is the
+/// second check, against the restricting SIDs.
+const DENY_ONLY: &[&str] = &["S-1-5-32-544 (Administrators)"];
 
 const UI: &[&str] = &[
     "JOB_OBJECT_UILIMIT_DESKTOP",
@@ -280,8 +277,15 @@ pub fn command_policy(spec: &CommandSpec) -> Result<WindowsPolicy, crate::seatbe
         });
     }
     if let CommandNetwork::LoopbackProxy { port } = spec.network {
-        for layer in ["FWPM_LAYER_ALE_AUTH_CONNECT_V4", "FWPM_LAYER_ALE_AUTH_CONNECT_V6"] {
-            let addr = if layer.ends_with("V4") { "127.0.0.1" } else { "::1" };
+        for layer in [
+            "FWPM_LAYER_ALE_AUTH_CONNECT_V4",
+            "FWPM_LAYER_ALE_AUTH_CONNECT_V6",
+        ] {
+            let addr = if layer.ends_with("V4") {
+                "127.0.0.1"
+            } else {
+                "::1"
+            };
             p.filters.push(WfpFilter {
                 layer,
                 action: "FWP_ACTION_PERMIT",
@@ -322,7 +326,11 @@ impl WindowsPolicy {
             None => writeln!(w, "active process limit: none"),
         }
         .expect("String");
-        let _ = writeln!(w, "die on unhandled exception: {}", j.die_on_unhandled_exception);
+        let _ = writeln!(
+            w,
+            "die on unhandled exception: {}",
+            j.die_on_unhandled_exception
+        );
         for u in &j.ui_restrictions {
             let _ = writeln!(w, "ui: {u}");
         }
@@ -336,7 +344,11 @@ impl WindowsPolicy {
             let _ = writeln!(w, "no filter: outbound network allowed");
         }
         for f in &self.filters {
-            let _ = write!(w, "{} {} weight {} user {}", f.layer, f.action, f.weight, self.sid.0);
+            let _ = write!(
+                w,
+                "{} {} weight {} user {}",
+                f.layer, f.action, f.weight, self.sid.0
+            );
             for c in &f.conditions {
                 let _ = write!(w, " && {c}");
             }
@@ -357,7 +369,11 @@ mod tests {
     #[test]
     fn capability_sids_are_per_name_and_stable() {
         let fs = capability_sid("gatehouse.fs");
-        assert_eq!(fs, capability_sid("GATEHOUSE.FS"), "the name is upper-cased");
+        assert_eq!(
+            fs,
+            capability_sid("GATEHOUSE.FS"),
+            "the name is upper-cased"
+        );
         assert_ne!(fs, capability_sid("gatehouse.net"));
         assert!(fs.0.starts_with("S-1-15-3-1024-"));
         assert_eq!(fs.0.split('-').count(), 4 + 1 + 8);
@@ -397,10 +413,8 @@ mod tests {
         let w = command_policy(&spec).unwrap();
         let sid = capability_sid("gatehouse.cmd").0;
         assert_eq!(w.aces[1].sddl, format!("(D;OICI;FA;;;{sid})"));
-        assert!(w
-            .filters
-            .iter()
-            .any(|f| f.action == "FWP_ACTION_PERMIT"
-                && f.conditions.contains(&"FWPM_CONDITION_IP_REMOTE_PORT == 4000".to_string())));
+        assert!(w.filters.iter().any(|f| f.action == "FWP_ACTION_PERMIT"
+            && f.conditions
+                .contains(&"FWPM_CONDITION_IP_REMOTE_PORT == 4000".to_string())));
     }
 }
