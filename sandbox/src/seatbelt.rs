@@ -280,6 +280,38 @@ mod tests {
     }
 
     #[test]
+    fn a_home_directory_as_a_root_keeps_its_protected_places_denied() {
+        let spec = CommandSpec {
+            grants: vec![("/Users/a".into(), GrantAccess::Read)],
+            no_access: vec!["/Users/a/Library/Keychains".into()],
+            no_write: vec![],
+            network: CommandNetwork::None,
+        };
+        let s = command_profile(&spec).unwrap();
+        let lines: Vec<&str> = s.lines().collect();
+        let at = |l: &str| {
+            lines
+                .iter()
+                .position(|x| *x == l)
+                .unwrap_or_else(|| panic!("{l}: {s}"))
+        };
+        assert!(
+            at("(allow file-read* (subpath \"/Users/a\"))")
+                < at("(deny file-read* file-write* (subpath \"/Users/a/Library/Keychains\"))")
+        );
+        // The parents are reachable for lookups only, not listable.
+        at("(allow file-read-metadata (literal \"/Users\"))");
+        assert!(
+            !s.contains("(allow file-read* (subpath \"/Users\"))"),
+            "{s}"
+        );
+        assert!(
+            !s.contains("file-write* (subpath \"/Users/a\")"),
+            "a read grant stays read-only: {s}"
+        );
+    }
+
+    #[test]
     fn proxied_commands_reach_only_the_proxy_port() {
         let spec = CommandSpec {
             grants: vec![],
