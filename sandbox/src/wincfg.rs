@@ -260,21 +260,18 @@ pub fn command_policy(spec: &CommandSpec) -> Result<WindowsPolicy, crate::seatbe
         p.aces
             .push(grant_ace(path, *access == GrantAccess::ReadWrite, &p.sid)?);
     }
-    for path in &spec.no_access {
-        path_text(path)?;
-        p.aces.push(PathAce {
-            path: path.clone(),
-            sddl: format!("(D;OICI;FA;;;{})", p.sid.0),
-            why: "protected: no access",
-        });
-    }
-    for path in &spec.no_write {
-        path_text(path)?;
-        p.aces.push(PathAce {
-            path: path.clone(),
-            sddl: format!("(D;OICI;FWSD;;;{})", p.sid.0),
-            why: "protected: read-only",
-        });
+    for (paths, rights, why) in [
+        (&spec.no_access, "FA", "protected: no access"),
+        (&spec.no_write, "FWSD", "protected: read-only"),
+    ] {
+        for path in paths {
+            path_text(path)?;
+            p.aces.push(PathAce {
+                path: path.clone(),
+                sddl: format!("(D;OICI;{rights};;;{})", p.sid.0),
+                why,
+            });
+        }
     }
     if let CommandNetwork::LoopbackProxy { port } = spec.network {
         for layer in [
