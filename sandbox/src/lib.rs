@@ -13,6 +13,8 @@ pub use ipc_schema::status::{LandlockStatus, LockdownReport, ProcStatus};
 pub mod helper_args;
 #[cfg(target_os = "linux")]
 pub mod linux;
+pub mod seatbelt;
+pub mod wincfg;
 #[cfg(target_os = "linux")]
 pub use linux::{landlock_abi, lockdown, lockdown_router, lockdown_spawner, process};
 

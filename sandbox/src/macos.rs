@@ -10,9 +10,9 @@
 //! capabilities, Landlock or seccomp: the report says so (those fields are false); set-id
 //! programs cannot be run anyway because every profile but exec denies `process-exec`.
 //!
-//! These profiles are compiled in CI (`cargo check --target x86_64-apple-darwin`) but have not
-//! been run on a Mac yet; the keychain rules of the secrets profile in particular need checking
-//! against the keyring backend once it exists.
+//! The profile text comes from [`crate::seatbelt`] (cfg-independent, golden-tested on Linux in
+//! `tests/os_policy_golden.rs`). This file is only compiled here (`cargo check --target
+//! x86_64-apple-darwin -p sandbox`); it has not been run on a Mac: see docs/macos.md.
 
 use crate::{FsProfile, LandlockStatus, LockdownError, LockdownOptions, LockdownReport, Profile};
 use std::ffi::{c_char, c_int, CStr, CString};
@@ -30,122 +30,69 @@ pub fn landlock_abi() -> u32 {
     0
 }
 
-/// Rules every profile starts with: deny everything, then what any Rust program needs once it
-/// is running (its own signals, reading sysctls such as hw.ncpu). I/O on descriptors the process
-/// already holds needs no rule.
-const COMMON: &str = r#"(version 1)
-(deny default)
-(allow signal (target self))
-(allow sysctl-read)
-"#;
-
-/// The SBPL source of `profile`. Grant roots are canonicalized (on macOS `/tmp` and `/var` are
-/// symlinks into `/private`, and Seatbelt matches resolved paths).
+/// The SBPL source of `profile`, from the one generator ([`crate::seatbelt`]). Grant roots are
+/// canonicalized first (on macOS `/tmp` and `/var` are symlinks into `/private`, and Seatbelt
+/// matches resolved paths).
 pub fn profile_sbpl(profile: &Profile) -> Result<String, LockdownError> {
-    let mut s = String::from(COMMON);
-    match profile {
-        Profile::Fs(grants) => fs_rules(&mut s, grants)?,
-        Profile::Net => s.push_str(
-            r#"; fetches, the proxy's upstream connections and DNS over UDP
-(allow system-socket)
-(allow network-outbound (remote ip))
-(allow network-bind (local ip))
-"#,
-        ),
-        Profile::Exec => s.push_str(
-            r#"; commands: read and run the system, write only to temporary directories; each
-; command gets its own, narrower sandbox from the exec sandbox
-(allow process-fork)
-(allow process-exec)
-(allow process-info* (target same-sandbox))
-(allow signal (target same-sandbox))
-(allow file-read*)
-(allow file-write* (subpath "/private/tmp") (subpath "/private/var/folders") (literal "/dev/null"))
-(allow file-ioctl (literal "/dev/null"))
-(allow ipc-posix-shm)
-(allow mach-lookup
-  (global-name "com.apple.system.notification_center")
-  (global-name "com.apple.system.opendirectoryd.libinfo")
-  (global-name "com.apple.system.logger"))
-"#,
-        ),
-        Profile::Secrets(_) => secrets_rules(&mut s)?,
-        Profile::Ui => s.push_str(
-            r#"; the terminal the console runs in
-(allow file-ioctl (regex #"^/dev/tty"))
-(allow file-read-data file-write-data (regex #"^/dev/tty"))
-"#,
-        ),
-        Profile::Gateway | Profile::Servers => {}
-        // The router: its own directories, read-write, as a grant would be.
-        Profile::Broker(dirs) => fs_rules(&mut s, dirs)?,
-    }
-    Ok(s)
-}
-
-fn fs_rules(s: &mut String, grants: &FsProfile) -> Result<(), LockdownError> {
-    for (roots, rule) in [
-        (&grants.read_only, "(allow file-read*"),
-        (&grants.read_write, "(allow file-read* file-write*"),
-    ] {
-        for root in roots {
-            let path = canonical(root)?;
-            s.push_str(&format!("{rule} (subpath {}))\n", sbpl_string(&path)));
-            // Resolving a path needs the metadata of every directory above it.
-            for parent in Path::new(&path).ancestors().skip(1) {
-                let p = parent.to_string_lossy();
-                s.push_str(&format!(
-                    "(allow file-read-metadata (literal {}))\n",
-                    sbpl_string(&p)
-                ));
-            }
+    let resolved = match profile {
+        Profile::Fs(g) => Profile::Fs(canonical_roots(g)?),
+        Profile::Broker(g) => Profile::Broker(canonical_roots(g)?),
+        other => other.clone(),
+    };
+    let home = match profile {
+        Profile::Secrets(_) => Some(canonical(Path::new(&std::env::var_os("HOME").ok_or(
+            LockdownError::Seatbelt {
+                profile: "secrets",
+                reason: "HOME is not set, so the keychain directory is unknown".into(),
+            },
+        )?))?),
+        _ => None,
+    };
+    crate::seatbelt::helper_profile(&resolved, home.as_deref()).map_err(|e| {
+        LockdownError::Seatbelt {
+            profile: profile.name(),
+            reason: e.to_string(),
         }
-    }
-    Ok(())
+    })
 }
 
-fn secrets_rules(s: &mut String) -> Result<(), LockdownError> {
-    let home = std::env::var("HOME").map_err(|_| LockdownError::Seatbelt {
-        profile: "secrets",
-        reason: "HOME is not set, so the keychain directory is unknown".into(),
-    })?;
-    let keychains = canonical(&Path::new(&home).join("Library/Keychains"))?;
-    s.push_str(&format!(
-        r#"; the login keychain, through the Security framework's daemons
-(allow mach-lookup
-  (global-name "com.apple.SecurityServer")
-  (global-name "com.apple.securityd.xpc")
-  (global-name "com.apple.security.agent"))
-(allow file-read* file-write* (subpath {}))
-(allow ipc-posix-shm-read-data ipc-posix-shm-write-data
-  (ipc-posix-name "com.apple.AppleDatabaseChanged"))
-"#,
-        sbpl_string(&keychains)
-    ));
-    Ok(())
+/// The argv that runs `program args` under `spec`'s Seatbelt profile: `/usr/bin/sandbox-exec -p
+/// PROFILE -- program args...` (the exec helper's per-command sandbox on macOS). The paths in
+/// `spec` must already be resolved.
+pub fn sandbox_exec_argv(
+    spec: &crate::seatbelt::CommandSpec,
+    program: &std::ffi::OsStr,
+    args: &[std::ffi::OsString],
+) -> Result<Vec<std::ffi::OsString>, crate::seatbelt::SbplError> {
+    let sbpl = crate::seatbelt::command_profile(spec)?;
+    let mut argv: Vec<std::ffi::OsString> = vec![
+        "/usr/bin/sandbox-exec".into(),
+        "-p".into(),
+        sbpl.into(),
+        "--".into(),
+    ];
+    argv.push(program.to_os_string());
+    argv.extend(args.iter().cloned());
+    Ok(argv)
 }
 
-fn canonical(path: &Path) -> Result<String, LockdownError> {
-    std::fs::canonicalize(path)
-        .map(|p| p.to_string_lossy().into_owned())
-        .map_err(|e| LockdownError::Seatbelt {
-            profile: "seatbelt",
-            reason: format!("grant root {}: {e}", path.display()),
-        })
+fn canonical_roots(g: &FsProfile) -> Result<FsProfile, LockdownError> {
+    let all = |v: &[std::path::PathBuf]| {
+        v.iter()
+            .map(|p| canonical(p))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    Ok(FsProfile {
+        read_only: all(&g.read_only)?,
+        read_write: all(&g.read_write)?,
+    })
 }
 
-/// An SBPL string literal.
-fn sbpl_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        if c == '"' || c == '\\' {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out.push('"');
-    out
+fn canonical(path: &Path) -> Result<std::path::PathBuf, LockdownError> {
+    std::fs::canonicalize(path).map_err(|e| LockdownError::Seatbelt {
+        profile: "seatbelt",
+        reason: format!("grant root {}: {e}", path.display()),
+    })
 }
 
 /// Locks the calling process down with `profile`'s Seatbelt profile (see the module docs).
@@ -285,24 +232,4 @@ fn deny_attach() -> Result<(), LockdownError> {
         });
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn strings_are_escaped() {
-        assert_eq!(sbpl_string(r#"/a"b\c"#), r#""/a\"b\\c""#);
-    }
-
-    #[test]
-    fn every_profile_denies_by_default() {
-        for p in [Profile::Net, Profile::Exec, Profile::Ui, Profile::Gateway] {
-            let s = profile_sbpl(&p).unwrap();
-            assert!(s.starts_with("(version 1)\n(deny default)"), "{s}");
-        }
-        let gw = profile_sbpl(&Profile::Gateway).unwrap();
-        assert!(!gw.contains("network") && !gw.contains("file-"), "{gw}");
-    }
 }

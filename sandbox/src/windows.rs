@@ -1,6 +1,13 @@
 //! Windows: not implemented yet. [`lockdown`] refuses with [`LockdownError::Unsupported`], so a
 //! helper on Windows fails closed (DESIGN.md rule 8) instead of running unconfined.
 //!
+//! What the broker would apply is generated as data by [`crate::wincfg`] (restricted token,
+//! capability SID, job object, ACEs, WFP filters, mitigations; golden-tested on Linux). None of
+//! it is applied: there are no `windows-sys` calls yet. The text below is the older AppContainer
+//! design; where they differ, `wincfg` is the current plan (a restricted token with a
+//! per-profile capability SID, as Codex's Windows sandbox does, AppContainer only where it fits
+//! a network-free helper). See docs/windows.md.
+//!
 //! # Intended design: AppContainer + restricted token + job object
 //!
 //! A process cannot move itself into an AppContainer, so on Windows the lockdown happens at

@@ -1,0 +1,361 @@
+//! macOS Seatbelt profiles (SBPL) generated from the same profile data as the Linux lockdown:
+//! [`Profile`] for the helpers, [`CommandSpec`] (grants, protected paths, network) for one
+//! command of the exec helper. Pure text generation, compiled and unit-tested on every OS; the
+//! applier (`sandbox_init`, `sandbox-exec -p`) is in `macos.rs`, macOS only.
+//!
+//! Shape, as Codex and sandbox-runtime write theirs: `(version 1)`, `(deny default)`, explicit
+//! allows, then the protected paths denied. In SBPL the last rule that matches an operation
+//! decides it, so the denies come after every allow they must override (the `deny` after a
+//! broader `allow (subpath ...)` wins for paths under both).
+//!
+//! Paths are taken as given (absolute, already resolved: on macOS `/tmp` and `/var` are links
+//! into `/private` and Seatbelt matches resolved paths); the applier resolves them. A path that
+//! is not UTF-8, not absolute, or holds a NUL is refused with [`SbplError`].
+
+use crate::{FsProfile, Profile};
+use ipc_schema::exec::GrantAccess;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// A profile could not be generated.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SbplError {
+    #[error("path {0:?} is not UTF-8, and SBPL string literals are UTF-8")]
+    NotUtf8(PathBuf),
+    #[error("path {0:?} holds a NUL byte")]
+    Nul(PathBuf),
+    #[error("path {0:?} is not absolute")]
+    NotAbsolute(PathBuf),
+    #[error("the secrets profile needs the home directory (for ~/Library/Keychains)")]
+    NoHome,
+}
+
+/// Where a command's network goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommandNetwork {
+    /// No network at all.
+    None,
+    /// Only the egress proxy on the loopback, at this port.
+    LoopbackProxy { port: u16 },
+}
+
+/// What one command of the exec helper may do: its grants, the protected paths inside them
+/// (the exec sandbox's masks and `.git` internals, computed by the caller), its network.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandSpec {
+    pub grants: Vec<(PathBuf, GrantAccess)>,
+    /// Never read nor written, even inside a grant.
+    pub no_access: Vec<PathBuf>,
+    /// Read but never written (a `.git`'s hooks and config in a writable grant).
+    pub no_write: Vec<PathBuf>,
+    pub network: CommandNetwork,
+}
+
+/// An SBPL string literal for `path`: double quotes, with `"` and `\` escaped by a backslash.
+pub fn sbpl_string(path: &Path) -> Result<String, SbplError> {
+    let s = path
+        .to_str()
+        .ok_or_else(|| SbplError::NotUtf8(path.to_path_buf()))?;
+    if s.contains('\0') {
+        return Err(SbplError::Nul(path.to_path_buf()));
+    }
+    if !path.is_absolute() && !s.starts_with('/') {
+        return Err(SbplError::NotAbsolute(path.to_path_buf()));
+    }
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    Ok(out)
+}
+
+/// Every profile starts here: deny everything, then what any running Rust program needs (its
+/// own signals, sysctls such as hw.ncpu). I/O on descriptors already held needs no rule.
+const COMMON: &str = "(version 1)
+(deny default)
+(allow signal (target self))
+(allow sysctl-read)
+";
+
+/// The SBPL of a helper `profile`. `home` is needed by the secrets profile only.
+pub fn helper_profile(profile: &Profile, home: Option<&Path>) -> Result<String, SbplError> {
+    let mut s = format!("; gatehouse {} profile\n{COMMON}", profile.name());
+    match profile {
+        Profile::Fs(grants) | Profile::Broker(grants) => fs_rules(&mut s, grants)?,
+        Profile::Net => s.push_str(
+            "; fetches, the proxy's upstream connections and DNS over UDP: the one profile with network
+(allow system-socket)
+(allow network-outbound (remote ip))
+(allow network-bind (local ip))
+",
+        ),
+        Profile::Exec => s.push_str(
+            "; runs commands, each under its own narrower profile (sandbox-exec -p)
+(allow process-fork)
+(allow process-exec)
+(allow process-info* (target same-sandbox))
+(allow signal (target same-sandbox))
+(allow file-read*)
+(allow file-write* (subpath \"/private/tmp\") (subpath \"/private/var/folders\") (literal \"/dev/null\"))
+(allow file-ioctl (literal \"/dev/null\"))
+(allow mach-lookup
+  (global-name \"com.apple.system.notification_center\")
+  (global-name \"com.apple.system.opendirectoryd.libinfo\")
+  (global-name \"com.apple.system.logger\"))
+",
+        ),
+        Profile::Secrets(_) => {
+            let home = home.ok_or(SbplError::NoHome)?;
+            let keychains = sbpl_string(&home.join("Library/Keychains"))?;
+            writeln!(
+                s,
+                "; the login keychain, through the Security framework's daemons
+(allow mach-lookup
+  (global-name \"com.apple.SecurityServer\")
+  (global-name \"com.apple.securityd.xpc\")
+  (global-name \"com.apple.security.agent\"))
+(allow file-read* file-write* (subpath {keychains}))
+(allow ipc-posix-shm-read-data ipc-posix-shm-write-data
+  (ipc-posix-name \"com.apple.AppleDatabaseChanged\"))"
+            )
+            .expect("writing to a String");
+        }
+        Profile::Ui => s.push_str(
+            "; the terminal the console runs in
+(allow file-ioctl (regex #\"^/dev/tty\"))
+(allow file-read-data file-write-data (regex #\"^/dev/tty\"))
+",
+        ),
+        Profile::Gateway | Profile::Servers => {
+            s.push_str("; nothing beyond the descriptors it holds\n")
+        }
+    }
+    Ok(s)
+}
+
+fn fs_rules(s: &mut String, grants: &FsProfile) -> Result<(), SbplError> {
+    let mut parents = Vec::new();
+    for (roots, rule) in [
+        (&grants.read_only, "(allow file-read*"),
+        (&grants.read_write, "(allow file-read* file-write*"),
+    ] {
+        for root in roots {
+            writeln!(s, "{rule} (subpath {}))", sbpl_string(root)?).expect("String");
+            parents.extend(root.ancestors().skip(1).map(Path::to_path_buf));
+        }
+    }
+    metadata_of(s, parents)
+}
+
+/// Resolving a path needs the metadata of every directory above it.
+fn metadata_of(s: &mut String, mut parents: Vec<PathBuf>) -> Result<(), SbplError> {
+    parents.sort();
+    parents.dedup();
+    for p in parents {
+        writeln!(
+            s,
+            "(allow file-read-metadata (literal {}))",
+            sbpl_string(&p)?
+        )
+        .expect("String");
+    }
+    Ok(())
+}
+
+/// The SBPL of one command (for `sandbox-exec -p`): the system read-only and executable, the
+/// grants, the temporary directories, the network the spec names; then the protected paths
+/// denied, last so that they win over the grants containing them.
+pub fn command_profile(spec: &CommandSpec) -> Result<String, SbplError> {
+    let mut s = format!("; gatehouse command profile\n{COMMON}");
+    s.push_str(
+        "(allow process-fork)
+(allow process-exec (subpath \"/bin\") (subpath \"/usr\") (subpath \"/opt/homebrew\"))
+(allow process-info* (target same-sandbox))
+(allow signal (target same-sandbox))
+(allow file-read* (subpath \"/bin\") (subpath \"/usr\") (subpath \"/System\") (subpath \"/Library/Developer\") (subpath \"/opt/homebrew\") (subpath \"/private/etc\") (literal \"/dev/urandom\") (literal \"/dev/null\"))
+(allow file-write* (literal \"/dev/null\") (subpath \"/private/var/folders\"))
+(allow file-ioctl (literal \"/dev/null\"))
+(allow mach-lookup (global-name \"com.apple.system.opendirectoryd.libinfo\"))
+; grants
+",
+    );
+    let mut parents = Vec::new();
+    for (path, access) in &spec.grants {
+        let p = sbpl_string(path)?;
+        match access {
+            GrantAccess::Read => writeln!(s, "(allow file-read* (subpath {p}))"),
+            GrantAccess::ReadWrite => {
+                writeln!(s, "(allow file-read* file-write* (subpath {p}))")
+            }
+        }
+        .expect("String");
+        // Commands in a granted tree run their own scripts and binaries.
+        writeln!(s, "(allow process-exec (subpath {p}))").expect("String");
+        parents.extend(path.ancestors().skip(1).map(Path::to_path_buf));
+    }
+    metadata_of(&mut s, parents)?;
+    match spec.network {
+        CommandNetwork::None => s.push_str("; network: none\n"),
+        CommandNetwork::LoopbackProxy { port } => writeln!(
+            s,
+            "; network: only the egress proxy on the loopback
+(allow network-outbound (remote ip \"localhost:{port}\"))"
+        )
+        .expect("String"),
+    }
+    if !spec.no_access.is_empty() || !spec.no_write.is_empty() {
+        s.push_str("; protected paths, after the grants: the last matching rule wins\n");
+    }
+    for p in &spec.no_access {
+        let p = sbpl_string(p)?;
+        writeln!(s, "(deny file-read* file-write* (subpath {p}))").expect("String");
+        writeln!(s, "(deny process-exec (subpath {p}))").expect("String");
+    }
+    for p in &spec.no_write {
+        writeln!(s, "(deny file-write* (subpath {}))", sbpl_string(p)?).expect("String");
+    }
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strings_are_escaped() {
+        assert_eq!(
+            sbpl_string(Path::new(r#"/a"b\c"#)).unwrap(),
+            r#""/a\"b\\c""#
+        );
+        assert_eq!(sbpl_string(Path::new("/é x")).unwrap(), "\"/é x\"");
+        assert_eq!(
+            sbpl_string(Path::new("rel")),
+            Err(SbplError::NotAbsolute("rel".into()))
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn non_utf8_paths_are_refused() {
+        use std::os::unix::ffi::OsStrExt;
+        let p = Path::new(std::ffi::OsStr::from_bytes(b"/w/\xff"));
+        assert_eq!(sbpl_string(p), Err(SbplError::NotUtf8(p.to_path_buf())));
+        let spec = CommandSpec {
+            grants: vec![(p.to_path_buf(), GrantAccess::Read)],
+            no_access: vec![],
+            no_write: vec![],
+            network: CommandNetwork::None,
+        };
+        assert_eq!(
+            command_profile(&spec),
+            Err(SbplError::NotUtf8(p.to_path_buf()))
+        );
+    }
+
+    #[test]
+    fn a_protected_path_inside_a_grant_is_denied_after_it() {
+        let spec = CommandSpec {
+            grants: vec![("/Users/a".into(), GrantAccess::ReadWrite)],
+            no_access: vec!["/Users/a/.ssh".into()],
+            no_write: vec!["/Users/a/p/.git/hooks".into()],
+            network: CommandNetwork::None,
+        };
+        let s = command_profile(&spec).unwrap();
+        let allow = s
+            .find("(allow file-read* file-write* (subpath \"/Users/a\"))")
+            .unwrap();
+        let deny = s
+            .find("(deny file-read* file-write* (subpath \"/Users/a/.ssh\"))")
+            .unwrap();
+        let deny_w = s
+            .find("(deny file-write* (subpath \"/Users/a/p/.git/hooks\"))")
+            .unwrap();
+        assert!(allow < deny && allow < deny_w, "{s}");
+        assert!(!s.contains("network-outbound"), "{s}");
+    }
+
+    #[test]
+    fn a_home_directory_as_a_root_keeps_its_protected_places_denied() {
+        let spec = CommandSpec {
+            grants: vec![("/Users/a".into(), GrantAccess::Read)],
+            no_access: vec!["/Users/a/Library/Keychains".into()],
+            no_write: vec![],
+            network: CommandNetwork::None,
+        };
+        let s = command_profile(&spec).unwrap();
+        let lines: Vec<&str> = s.lines().collect();
+        let at = |l: &str| {
+            lines
+                .iter()
+                .position(|x| *x == l)
+                .unwrap_or_else(|| panic!("{l}: {s}"))
+        };
+        assert!(
+            at("(allow file-read* (subpath \"/Users/a\"))")
+                < at("(deny file-read* file-write* (subpath \"/Users/a/Library/Keychains\"))")
+        );
+        // The parents are reachable for lookups only, not listable.
+        at("(allow file-read-metadata (literal \"/Users\"))");
+        assert!(
+            !s.contains("(allow file-read* (subpath \"/Users\"))"),
+            "{s}"
+        );
+        assert!(
+            !s.contains("file-write* (subpath \"/Users/a\")"),
+            "a read grant stays read-only: {s}"
+        );
+    }
+
+    #[test]
+    fn proxied_commands_reach_only_the_proxy_port() {
+        let spec = CommandSpec {
+            grants: vec![],
+            no_access: vec![],
+            no_write: vec![],
+            network: CommandNetwork::LoopbackProxy { port: 38123 },
+        };
+        let s = command_profile(&spec).unwrap();
+        let outbound: Vec<_> = s.lines().filter(|l| l.contains("network")).collect();
+        assert_eq!(
+            outbound,
+            [
+                "; network: only the egress proxy on the loopback",
+                "(allow network-outbound (remote ip \"localhost:38123\"))"
+            ]
+        );
+    }
+
+    #[test]
+    fn only_net_has_network_and_only_exec_runs_programs() {
+        let fs = Profile::Fs(FsProfile {
+            read_only: vec!["/Users/a".into()],
+            read_write: vec![],
+        });
+        for p in [
+            fs,
+            Profile::Net,
+            Profile::Exec,
+            Profile::Secrets(ipc_schema::secrets::StoreKind::Keychain),
+            Profile::Ui,
+            Profile::Gateway,
+            Profile::Servers,
+        ] {
+            let s = helper_profile(&p, Some(Path::new("/Users/a"))).unwrap();
+            assert!(s.contains("\n(version 1)\n(deny default)\n"), "{s}");
+            assert_eq!(s.contains("(allow process-exec"), p == Profile::Exec, "{s}");
+            assert_eq!(s.contains("network-outbound"), p == Profile::Net, "{s}");
+        }
+        assert_eq!(
+            helper_profile(
+                &Profile::Secrets(ipc_schema::secrets::StoreKind::Keychain),
+                None
+            ),
+            Err(SbplError::NoHome)
+        );
+    }
+}

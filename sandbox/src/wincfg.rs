@@ -1,0 +1,417 @@
+//! Windows confinement as data: for each helper [`Profile`] and for one command
+//! ([`CommandSpec`], the same input as the Seatbelt generator) the restricted token, the job
+//! object, the ACEs on grant roots, the Windows Filtering Platform filters and the process
+//! mitigation policies the broker would apply at spawn time, as a typed [`WindowsPolicy`] with a
+//! stable text rendering ([`WindowsPolicy::render`], checked as golden files).
+//!
+//! Nothing here is applied: `windows.rs` still refuses with [`crate::LockdownError::Unsupported`].
+//! The derivations follow what Windows and the sandboxes that run agents on it (Codex's Windows
+//! sandbox) do, and have not been checked on a Windows machine.
+//!
+//! # The profile's SID
+//!
+//! A capability SID, derived as `DeriveCapabilitySidsFromName` derives one: SHA-256 of the
+//! capability name upper-cased and encoded UTF-16LE, split into eight little-endian `u32`s, as
+//! `S-1-15-3-1024-h0-...-h7`. The name is `gatehouse.<profile>` (`gatehouse.cmd` for commands).
+//! Being a pure function of the name, the broker and a helper checking its own token compute the
+//! same SID without any state.
+
+use crate::seatbelt::{CommandNetwork, CommandSpec};
+use crate::{FsProfile, Profile};
+use ipc_schema::exec::GrantAccess;
+use sha2::{Digest, Sha256};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// A SID in its string form (`S-1-...`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sid(pub String);
+
+/// The well-known SID of the RESTRICTED group: system directories grant it read and execute, so
+/// a restricted token can load its DLLs.
+pub const RESTRICTED: &str = "S-1-5-12";
+
+/// The capability SID for `name` (see the module docs).
+pub fn capability_sid(name: &str) -> Sid {
+    let utf16: Vec<u8> = name
+        .to_uppercase()
+        .encode_utf16()
+        .flat_map(u16::to_le_bytes)
+        .collect();
+    let hash = Sha256::digest(&utf16);
+    let mut s = String::from("S-1-15-3-1024");
+    for chunk in hash.chunks_exact(4) {
+        let v = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+        write!(s, "-{v}").expect("String");
+    }
+    Sid(s)
+}
+
+/// `CreateRestrictedToken`'s arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestrictedToken {
+    /// `DISABLE_MAX_PRIVILEGE`: every privilege but SeChangeNotifyPrivilege removed.
+    pub disable_max_privilege: bool,
+    /// `WRITE_RESTRICTED`: the restricting SIDs are checked for writes only (reads use the
+    /// user's own access). Only the exec profile, whose commands read the system as the user.
+    pub write_restricted: bool,
+    /// Group SIDs made deny-only (`SidsToDisable`).
+    pub deny_only: Vec<&'static str>,
+    /// The second access check: an access must be granted to one of these as well.
+    pub restricting: Vec<Sid>,
+}
+
+/// The job object the process is assigned to before it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobLimits {
+    /// `JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE`: the process dies with the broker's handle.
+    pub kill_on_close: bool,
+    /// `JOB_OBJECT_LIMIT_ACTIVE_PROCESS`, when set.
+    pub active_processes: Option<u32>,
+    /// `JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION`: no WER dialog, no dump.
+    pub die_on_unhandled_exception: bool,
+    /// `JOBOBJECT_BASIC_UI_RESTRICTIONS` flags.
+    pub ui_restrictions: Vec<&'static str>,
+}
+
+/// One explicit ACE on a path, in SDDL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathAce {
+    pub path: PathBuf,
+    pub sddl: String,
+    pub why: &'static str,
+}
+
+/// One WFP filter, keyed on the profile's SID (`FWPM_CONDITION_ALE_USER_ID`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WfpFilter {
+    pub layer: &'static str,
+    pub action: &'static str,
+    /// Higher weights are evaluated first within the sublayer.
+    pub weight: u8,
+    pub conditions: Vec<String>,
+}
+
+/// `PROC_THREAD_ATTRIBUTE_MITIGATION_POLICY` and `..._CHILD_PROCESS_POLICY` flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mitigations(pub Vec<&'static str>);
+
+/// The whole confinement of one process kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowsPolicy {
+    pub profile: &'static str,
+    pub capability_name: String,
+    pub sid: Sid,
+    pub token: RestrictedToken,
+    pub job: JobLimits,
+    /// `PROC_THREAD_ATTRIBUTE_HANDLE_LIST`: the only inherited handles.
+    pub inherited_handles: &'static str,
+    pub aces: Vec<PathAce>,
+    pub filters: Vec<WfpFilter>,
+    pub mitigations: Mitigations,
+}
+
+/// A path rendered for the listing and for the ACE: Windows paths are UTF-16, so a path that is
+/// not Unicode cannot be named in a policy.
+fn path_text(p: &Path) -> Result<&str, crate::seatbelt::SbplError> {
+    p.to_str()
+        .ok_or_else(|| crate::seatbelt::SbplError::NotUtf8(p.to_path_buf()))
+}
+
+/// Made deny-only: administrators (an elevated user's token). The user's other groups stay: the
+/// first access check still needs them to read system directories; the confinement is the
+/// second check, against the restricting SIDs.
+const DENY_ONLY: &[&str] = &["S-1-5-32-544 (Administrators)"];
+
+const UI: &[&str] = &[
+    "JOB_OBJECT_UILIMIT_DESKTOP",
+    "JOB_OBJECT_UILIMIT_DISPLAYSETTINGS",
+    "JOB_OBJECT_UILIMIT_EXITWINDOWS",
+    "JOB_OBJECT_UILIMIT_GLOBALATOMS",
+    "JOB_OBJECT_UILIMIT_HANDLES",
+    "JOB_OBJECT_UILIMIT_READCLIPBOARD",
+    "JOB_OBJECT_UILIMIT_SYSTEMPARAMETERS",
+    "JOB_OBJECT_UILIMIT_WRITECLIPBOARD",
+];
+
+fn mitigations(children: bool, win32k: bool) -> Mitigations {
+    let mut m = vec![
+        "PROCESS_CREATION_MITIGATION_POLICY_PROHIBIT_DYNAMIC_CODE_ALWAYS_ON",
+        "PROCESS_CREATION_MITIGATION_POLICY_STRICT_HANDLE_CHECKS_ALWAYS_ON",
+        "PROCESS_CREATION_MITIGATION_POLICY_EXTENSION_POINT_DISABLE_ALWAYS_ON",
+        "PROCESS_CREATION_MITIGATION_POLICY_IMAGE_LOAD_NO_REMOTE_ALWAYS_ON",
+    ];
+    if !win32k {
+        m.push("PROCESS_CREATION_MITIGATION_POLICY_WIN32K_SYSTEM_CALL_DISABLE_ALWAYS_ON");
+    }
+    if !children {
+        m.push("PROCESS_CREATION_CHILD_PROCESS_RESTRICTED");
+    }
+    Mitigations(m)
+}
+
+fn block_all_outbound() -> Vec<WfpFilter> {
+    let mut out = Vec::new();
+    for layer in [
+        "FWPM_LAYER_ALE_AUTH_CONNECT_V4",
+        "FWPM_LAYER_ALE_AUTH_CONNECT_V6",
+        "FWPM_LAYER_ALE_AUTH_LISTEN_V4",
+        "FWPM_LAYER_ALE_AUTH_LISTEN_V6",
+    ] {
+        out.push(WfpFilter {
+            layer,
+            action: "FWP_ACTION_BLOCK",
+            weight: 1,
+            conditions: Vec::new(),
+        });
+    }
+    out
+}
+
+fn grant_ace(path: &Path, write: bool, sid: &Sid) -> Result<PathAce, crate::seatbelt::SbplError> {
+    path_text(path)?;
+    Ok(PathAce {
+        path: path.to_path_buf(),
+        // OICI: inherited by files and subdirectories. FR/FX read and traverse; FW and SD add
+        // writing and deleting (no WRITE_DAC, no WRITE_OWNER: the grant cannot be widened).
+        sddl: format!(
+            "(A;OICI;{};;;{})",
+            if write { "FRFWFXSD" } else { "FRFX" },
+            sid.0
+        ),
+        why: if write {
+            "grant root, read-write"
+        } else {
+            "grant root, read-only"
+        },
+    })
+}
+
+fn fs_aces(grants: &FsProfile, sid: &Sid) -> Result<Vec<PathAce>, crate::seatbelt::SbplError> {
+    let mut out = Vec::new();
+    for p in &grants.read_only {
+        out.push(grant_ace(p, false, sid)?);
+    }
+    for p in &grants.read_write {
+        out.push(grant_ace(p, true, sid)?);
+    }
+    Ok(out)
+}
+
+fn token(write_restricted: bool, sid: &Sid) -> RestrictedToken {
+    RestrictedToken {
+        disable_max_privilege: true,
+        write_restricted,
+        deny_only: DENY_ONLY.to_vec(),
+        restricting: vec![sid.clone(), Sid(RESTRICTED.into())],
+    }
+}
+
+fn base(profile: &'static str, capability_name: String) -> WindowsPolicy {
+    let sid = capability_sid(&capability_name);
+    WindowsPolicy {
+        profile,
+        capability_name,
+        token: token(false, &sid),
+        job: JobLimits {
+            kill_on_close: true,
+            active_processes: Some(1),
+            die_on_unhandled_exception: true,
+            ui_restrictions: UI.to_vec(),
+        },
+        inherited_handles: "the broker channel only",
+        aces: Vec::new(),
+        filters: block_all_outbound(),
+        mitigations: mitigations(false, false),
+        sid,
+    }
+}
+
+/// The policy of a helper `profile`.
+pub fn helper_policy(profile: &Profile) -> Result<WindowsPolicy, crate::seatbelt::SbplError> {
+    let name = profile.name();
+    let mut p = base(name, format!("gatehouse.{name}"));
+    match profile {
+        Profile::Fs(grants) | Profile::Broker(grants) => p.aces = fs_aces(grants, &p.sid)?,
+        // The one helper with network: no filter for its SID.
+        Profile::Net => p.filters.clear(),
+        Profile::Exec => {
+            p.token = token(true, &p.sid);
+            p.job.active_processes = None;
+            p.mitigations = mitigations(true, false);
+        }
+        Profile::Ui => p.mitigations = mitigations(false, true),
+        Profile::Secrets(_) | Profile::Gateway | Profile::Servers => {}
+    }
+    Ok(p)
+}
+
+/// The policy of one command: write-restricted (it reads the system as the user), writes only
+/// where a read-write grant's ACE names its SID, protected paths denied by explicit deny ACEs
+/// (explicit ACEs on the protected path are evaluated before the allow it inherits from the
+/// grant root), no network or only the proxy's loopback port.
+pub fn command_policy(spec: &CommandSpec) -> Result<WindowsPolicy, crate::seatbelt::SbplError> {
+    let mut p = base("command", "gatehouse.cmd".into());
+    p.token = token(true, &p.sid);
+    p.job.active_processes = Some(256);
+    p.inherited_handles = "stdin, stdout and stderr pipes only";
+    p.mitigations = mitigations(true, true);
+    for (path, access) in &spec.grants {
+        p.aces
+            .push(grant_ace(path, *access == GrantAccess::ReadWrite, &p.sid)?);
+    }
+    for (paths, rights, why) in [
+        (&spec.no_access, "FA", "protected: no access"),
+        (&spec.no_write, "FWSD", "protected: read-only"),
+    ] {
+        for path in paths {
+            path_text(path)?;
+            p.aces.push(PathAce {
+                path: path.clone(),
+                sddl: format!("(D;OICI;{rights};;;{})", p.sid.0),
+                why,
+            });
+        }
+    }
+    if let CommandNetwork::LoopbackProxy { port } = spec.network {
+        for layer in [
+            "FWPM_LAYER_ALE_AUTH_CONNECT_V4",
+            "FWPM_LAYER_ALE_AUTH_CONNECT_V6",
+        ] {
+            let addr = if layer.ends_with("V4") {
+                "127.0.0.1"
+            } else {
+                "::1"
+            };
+            p.filters.push(WfpFilter {
+                layer,
+                action: "FWP_ACTION_PERMIT",
+                weight: 2,
+                conditions: vec![
+                    format!("FWPM_CONDITION_IP_REMOTE_ADDRESS == {addr}"),
+                    format!("FWPM_CONDITION_IP_REMOTE_PORT == {port}"),
+                ],
+            });
+        }
+    }
+    Ok(p)
+}
+
+impl WindowsPolicy {
+    /// The stable text form: one setting a line, in a fixed order.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let w = &mut s;
+        let _ = writeln!(w, "# gatehouse {} confinement (Windows)", self.profile);
+        let _ = writeln!(w, "capability name: {}", self.capability_name);
+        let _ = writeln!(w, "capability sid: {}", self.sid.0);
+        let _ = writeln!(w, "[token]");
+        let t = &self.token;
+        let _ = writeln!(w, "disable max privilege: {}", t.disable_max_privilege);
+        let _ = writeln!(w, "write restricted: {}", t.write_restricted);
+        for d in &t.deny_only {
+            let _ = writeln!(w, "deny only: {d}");
+        }
+        for r in &t.restricting {
+            let _ = writeln!(w, "restricting: {}", r.0);
+        }
+        let _ = writeln!(w, "[job]");
+        let j = &self.job;
+        let _ = writeln!(w, "kill on close: {}", j.kill_on_close);
+        match j.active_processes {
+            Some(n) => writeln!(w, "active process limit: {n}"),
+            None => writeln!(w, "active process limit: none"),
+        }
+        .expect("String");
+        let _ = writeln!(
+            w,
+            "die on unhandled exception: {}",
+            j.die_on_unhandled_exception
+        );
+        for u in &j.ui_restrictions {
+            let _ = writeln!(w, "ui: {u}");
+        }
+        let _ = writeln!(w, "inherited handles: {}", self.inherited_handles);
+        let _ = writeln!(w, "[aces]");
+        for a in &self.aces {
+            let _ = writeln!(w, "{} {} ; {}", a.path.display(), a.sddl, a.why);
+        }
+        let _ = writeln!(w, "[wfp]");
+        if self.filters.is_empty() {
+            let _ = writeln!(w, "no filter: outbound network allowed");
+        }
+        for f in &self.filters {
+            let _ = write!(
+                w,
+                "{} {} weight {} user {}",
+                f.layer, f.action, f.weight, self.sid.0
+            );
+            for c in &f.conditions {
+                let _ = write!(w, " && {c}");
+            }
+            let _ = writeln!(w);
+        }
+        let _ = writeln!(w, "[mitigations]");
+        for m in &self.mitigations.0 {
+            let _ = writeln!(w, "{m}");
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capability_sids_are_per_name_and_stable() {
+        let fs = capability_sid("gatehouse.fs");
+        assert_eq!(
+            fs,
+            capability_sid("GATEHOUSE.FS"),
+            "the name is upper-cased"
+        );
+        assert_ne!(fs, capability_sid("gatehouse.net"));
+        assert!(fs.0.starts_with("S-1-15-3-1024-"));
+        assert_eq!(fs.0.split('-').count(), 4 + 1 + 8);
+    }
+
+    #[test]
+    fn only_net_has_no_outbound_block_and_only_exec_may_start_processes() {
+        for p in [
+            Profile::Fs(FsProfile::default()),
+            Profile::Net,
+            Profile::Exec,
+            Profile::Secrets(ipc_schema::secrets::StoreKind::CredentialManager),
+            Profile::Ui,
+            Profile::Gateway,
+            Profile::Servers,
+        ] {
+            let w = helper_policy(&p).unwrap();
+            assert_eq!(w.filters.is_empty(), p == Profile::Net, "{}", w.render());
+            assert_eq!(
+                w.mitigations
+                    .0
+                    .contains(&"PROCESS_CREATION_CHILD_PROCESS_RESTRICTED"),
+                p != Profile::Exec
+            );
+            assert!(w.job.kill_on_close);
+        }
+    }
+
+    #[test]
+    fn a_protected_path_gets_a_deny_ace_for_the_command_sid() {
+        let spec = CommandSpec {
+            grants: vec![("C:\\Users\\a".into(), GrantAccess::ReadWrite)],
+            no_access: vec!["C:\\Users\\a\\.ssh".into()],
+            no_write: vec![],
+            network: CommandNetwork::LoopbackProxy { port: 4000 },
+        };
+        let w = command_policy(&spec).unwrap();
+        let sid = capability_sid("gatehouse.cmd").0;
+        assert_eq!(w.aces[1].sddl, format!("(D;OICI;FA;;;{sid})"));
+        assert!(w.filters.iter().any(|f| f.action == "FWP_ACTION_PERMIT"
+            && f.conditions
+                .contains(&"FWPM_CONDITION_IP_REMOTE_PORT == 4000".to_string())));
+    }
+}
