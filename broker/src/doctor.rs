@@ -140,6 +140,8 @@ pub async fn report(ctx: &Ctx) -> DoctorReport {
         problems,
         notes,
         namespaces: None,
+        exec_tier: None,
+        not_held: Vec::new(),
     }
 }
 

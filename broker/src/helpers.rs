@@ -24,7 +24,7 @@ use zeroize::Zeroize;
 /// How long a helper has to lock down and say hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a call waits for a (re)starting helper before failing.
-const READY_WAIT: Duration = Duration::from_secs(10);
+pub(crate) const READY_WAIT: Duration = Duration::from_secs(10);
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// A helper that ran this long without dying resets its backoff.

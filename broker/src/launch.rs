@@ -121,6 +121,10 @@ pub fn command(
             reply.send(id, launch_reply(LaunchReply::Refused { reason, why }));
         };
         let refused = |reason: String| refused_as(reason, NotStarted::Refused);
+        // The tier the exec helper runs commands under must be one the policy allows.
+        if let Some(why) = crate::exec_tier::refusal(&ctx).await {
+            return refused(why);
+        }
         // The proxy first: a bad --allow-domain refuses the command before anything runs.
         let mut proxy = None;
         if !domains.is_empty() {

@@ -8,6 +8,7 @@
 mod approvals;
 mod audit;
 mod broker;
+mod exec_tier;
 pub mod doctor;
 mod fronts;
 mod gate;

@@ -89,6 +89,25 @@ pub fn render(r: &DoctorReport) -> String {
             );
         }
     }
+    if let Some(tier) = r.exec_tier {
+        let _ = writeln!(
+            out,
+            "exec tier: {tier}{}",
+            if r.not_held.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " ({} cases it does not hold: {}; `doctor --json` says each)",
+                    r.not_held.len(),
+                    r.not_held
+                        .iter()
+                        .map(|n| n.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }
+        );
+    }
     for n in &r.notes {
         let _ = writeln!(out, "note: {}", escaped(n));
     }
@@ -107,15 +126,30 @@ pub fn render(r: &DoctorReport) -> String {
 /// (`sandbox::linux::userns`), with its remedy.
 #[cfg(target_os = "linux")]
 pub fn add_namespaces(r: &mut DoctorReport) {
+    use ipc_schema::tier::{ConfinementTier, NotHeldCase};
     let s = sandbox::linux::userns::probe();
     if !s.available {
         r.problems.push(format!(
-            "namespaces: {} (the exec sandbox refuses to run commands). To fix: {}",
+            "namespaces: {} (commands run only where the policy sets require_namespaces = false, and then in the Landlock tier, which does not hold what docs/SECURITY.md lists). To fix: {}",
             s.message.as_deref().unwrap_or("refused"),
             s.remedy.as_deref().unwrap_or("")
         ));
     }
     r.namespaces = Some(s);
+    r.exec_tier = r
+        .processes
+        .iter()
+        .filter(|p| p.name == ipc_schema::Role::Exec.name())
+        .find_map(|p| p.lockdown.as_ref().and_then(|l| l.exec_tier));
+    if r.exec_tier == Some(ConfinementTier::Landlock) {
+        r.not_held = sandbox::linux::command::not_held::WITHOUT_NAMESPACES
+            .iter()
+            .map(|n| NotHeldCase {
+                name: n.name.into(),
+                what: n.what.into(),
+            })
+            .collect();
+    }
 }
 
 /// Elsewhere there is no user-namespace sandbox to probe for: the field stays empty.
@@ -147,6 +181,8 @@ mod tests {
             problems: vec![format!("fs-helper: refused: {fake}")],
             notes: vec![format!("secrets-helper: {fake}")],
             namespaces: None,
+            exec_tier: None,
+            not_held: Vec::new(),
         };
         let out = render(&r);
         assert!(!out.contains(['\x1b', '\u{202E}']), "{out}");

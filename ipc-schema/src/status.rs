@@ -61,7 +61,7 @@ pub struct LockdownReport {
     pub exec_tier: Option<crate::tier::ConfinementTier>,
     /// The exec helper in the Landlock tier: why it is not in the namespace tier (which check
     /// refused user namespaces, and the remedy).
-    pub exec_tier_why: Option<NamespaceStatus>,
+    pub exec_tier_why: Option<crate::tier::TierReason>,
     /// What is weaker than the profile asks, and why. Empty unless `--allow-degraded`.
     pub degraded: Vec<String>,
 }
@@ -226,6 +226,10 @@ pub struct DoctorReport {
     /// Whether user namespaces can be created here. The broker cannot probe (its seccomp filter
     /// forbids fork), so it sends `None` and `gatehouse doctor` fills it from its own probe.
     pub namespaces: Option<NamespaceStatus>,
+    /// The tier the exec helper runs commands under (from its hello; `None` before it said).
+    pub exec_tier: Option<crate::tier::ConfinementTier>,
+    /// In the Landlock tier: what it does not hold, by name (empty in the namespace tier).
+    pub not_held: Vec<crate::tier::NotHeldCase>,
 }
 
 /// Whether this machine lets gatehouse create the user namespaces its exec sandbox (and the

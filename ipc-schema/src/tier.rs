@@ -39,6 +39,24 @@ impl std::fmt::Display for ConfinementTier {
     }
 }
 
+/// Why the exec helper runs in the Landlock tier: which check refused user namespaces, and
+/// what the person can do (the classifier's words, `sandbox::linux::userns`). Carried in the
+/// exec helper's hello, so only what postcard can encode (the doctor's typed
+/// `NamespaceStatus` has an internally tagged enum, which postcard cannot).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct TierReason {
+    pub message: String,
+    pub remedy: String,
+}
+
+/// One thing the Landlock tier cannot hold (`gatehouse doctor --json`; the list itself is
+/// `sandbox::linux::command::not_held`).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct NotHeldCase {
+    pub name: String,
+    pub what: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -69,6 +69,9 @@ pub struct Policy {
 #[derive(Debug, Clone)]
 pub struct Policies {
     pub revision: u64,
+    /// Commands run only in the exec sandbox's namespace tier (the document's
+    /// `require_namespaces`, `true` when absent).
+    pub require_namespaces: bool,
     /// `default` (the document's top level) and every `[profile.NAME]`.
     pub profiles: BTreeMap<ProfileName, Rc<Policy>>,
 }
@@ -212,6 +215,7 @@ pub fn compile(doc: &PolicyDoc, protected: &Protected) -> Result<Policies, Strin
     }
     Ok(Policies {
         revision: doc.revision,
+        require_namespaces: doc.require_namespaces.unwrap_or(true),
         profiles,
     })
 }

@@ -32,6 +32,13 @@ pub struct PolicyDoc {
     /// session's mode later, the agent never.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<ipc_schema::mode::SessionMode>,
+    /// Whether commands (run_command, `gatehouse run`/`sandbox`, stdio MCP servers) may run
+    /// only in the namespace tier of the exec sandbox (absent: `true`). Where the machine
+    /// refuses user namespaces the exec helper runs in the Landlock tier, which does not hold
+    /// everything the namespace tier does (docs/SECURITY.md); `false` lets commands run there.
+    /// One setting for the whole broker (the exec helper serves every profile).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_namespaces: Option<bool>,
     /// What each tool gets when no rule applies. A tool not named here: `ask`.
     #[serde(default)]
     pub tools: BTreeMap<String, ActionDoc>,
@@ -245,6 +252,7 @@ pub fn default_profile(root: Option<&str>) -> PolicyDoc {
     PolicyDoc {
         revision: 0,
         mode: None,
+        require_namespaces: None,
         tools,
         limits: LimitsDoc::default(),
         approvals: ApprovalsDoc::default(),

@@ -340,6 +340,9 @@ async fn start_sandbox(
 ) -> Result<(std::os::fd::OwnedFd, RunId, Rc<Vec<SecretValue>>), String> {
     let exec = slot(ctx, Role::Exec)?;
     let servers = slot(ctx, Role::Servers)?;
+    if let Some(why) = crate::exec_tier::refusal(ctx).await {
+        return Err(format!("the server {} is not started: {why}", s.name));
+    }
     if nix::unistd::geteuid().is_root() {
         // Its state directory would have to belong to the user commands run as (nobody),
         // which this broker, without capabilities after its lockdown, cannot give it.

@@ -47,14 +47,29 @@ pub fn lockdown(
         // machine refuses user namespaces, the helper and its commands run in the Landlock tier
         // instead (designed for it, named everywhere; a policy may require the namespace tier,
         // and the broker then refuses to run commands): the diagnosis says why.
-        match namespaces::isolate_network() {
-            Ok(()) => {
-                namespaces = vec!["user".to_string(), "net".to_string()];
-                exec_tier = Some(ConfinementTier::Namespaces);
-            }
-            Err(diagnosis) => {
-                exec_tier = Some(ConfinementTier::Landlock);
-                exec_tier_why = Some(diagnosis.status());
+        // First the whole probe (a child creates a user namespace, maps its ids and mounts):
+        // a machine that lets the helper isolate itself may still refuse a command's mounts
+        // (Ubuntu's AppArmor restriction), and the tier is chosen once, here.
+        let probe = super::userns::probe();
+        if !probe.available {
+            exec_tier = Some(ConfinementTier::Landlock);
+            exec_tier_why = Some(ipc_schema::tier::TierReason {
+                message: probe.message.unwrap_or_default(),
+                remedy: probe.remedy.unwrap_or_default(),
+            });
+        } else {
+            match namespaces::isolate_network() {
+                Ok(()) => {
+                    namespaces = vec!["user".to_string(), "net".to_string()];
+                    exec_tier = Some(ConfinementTier::Namespaces);
+                }
+                Err(diagnosis) => {
+                    exec_tier = Some(ConfinementTier::Landlock);
+                    exec_tier_why = Some(ipc_schema::tier::TierReason {
+                        message: diagnosis.message(),
+                        remedy: diagnosis.remedy(),
+                    });
+                }
             }
         }
     }
