@@ -25,10 +25,15 @@ pub const OUTPUT_CAP: u64 = OUTPUT_PIECE_MAX as u64;
 /// What the sandbox enforced, in one line.
 fn sandbox_line(s: &SandboxReport) -> String {
     let mut line = format!(
-        "{} as uid {}; namespaces {}; Landlock ABI {}; seccomp denylist {}; no network",
+        "{} as uid {}; tier {}; namespaces {}; Landlock ABI {}; seccomp denylist {}; no network",
         s.program,
         s.uid,
-        s.namespaces.join(" "),
+        s.tier,
+        if s.namespaces.is_empty() {
+            "none".to_string()
+        } else {
+            s.namespaces.join(" ")
+        },
         s.landlock_abi,
         if s.seccomp_denylist { "on" } else { "OFF" }
     );
