@@ -2,8 +2,8 @@
 //! the spawner's hardening.
 
 use super::{caps, env, fds, landlock, limits, namespaces, seccomp};
-use ipc_schema::tier::ConfinementTier;
 use crate::{FsProfile, LandlockStatus, LockdownError, LockdownOptions, LockdownReport, Profile};
+use ipc_schema::tier::ConfinementTier;
 
 /// The Landlock ABI the running kernel offers (0: none).
 pub fn landlock_abi() -> u32 {
