@@ -8,8 +8,8 @@
 mod approvals;
 mod audit;
 mod broker;
-mod exec_tier;
 pub mod doctor;
+mod exec_tier;
 mod fronts;
 mod gate;
 pub mod head_key;

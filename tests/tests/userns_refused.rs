@@ -1,13 +1,14 @@
-//! Where user namespaces are refused, gatehouse refuses too (fail closed) and says exactly why
-//! and what to do: `gatehouse doctor --json` (its typed `namespaces` field and the exec-helper's
-//! refusal) and `gatehouse sandbox` name the same diagnosis. Each refusal is made by
+//! Where user namespaces are refused, the exec helper runs in the Landlock tier and gatehouse
+//! says exactly why and what to do: `gatehouse doctor --json` (its typed `namespaces` field,
+//! `exec_tier`, `not_held`) and `gatehouse sandbox` name the same diagnosis. Commands are
+//! refused there (fail closed) unless the policy sets `require_namespaces = false`. Each refusal is made by
 //! `gatehouse-refuse-userns` (tests/src/bin), a seccomp fault injector every gatehouse process
 //! below it inherits:
 //! - `container`: Docker's/Podman's default profile (unshare EPERM, clone with namespace flags
-//!   EPERM, clone3 ENOSYS): the exec-helper cannot even isolate itself and refuses to start.
+//!   EPERM, clone3 ENOSYS): the exec-helper cannot isolate itself; it runs in the Landlock tier.
 //! - `nomount`: the namespace is created, the id maps written, mounts fail with EPERM (the shape
 //!   of Ubuntu's AppArmor restriction at its mount step; see the wrapper's header for what it
-//!   does not simulate): the exec-helper starts, each sandbox refuses at its first mount.
+//!   does not simulate): the exec-helper's probe fails at the mount; the Landlock tier again.
 //!
 //! Positive control: the same commands, without the wrapper, on a fresh data dir, succeed.
 //! `gatehouse setup apparmor` is tested for its exact text and its refusal (no AppArmor here).
@@ -113,11 +114,20 @@ fn a_container_seccomp_profile_is_named_with_its_remedy() {
         }),
         "{v}"
     );
-    // The exec-helper refused to start, in the same words (it classified its own unshare).
-    let helper = format!("exec-helper refused to start: moving the exec helper into a network namespace of its own failed: user namespaces are refused here: {CONTAINER_MSG}. To fix: {CONTAINER_REMEDY}");
+    // The exec-helper starts, in the Landlock tier, and says so; doctor lists what that tier
+    // does not hold.
+    assert_eq!(exec_state(&v), Value::String("Ready".into()), "{v}");
+    assert_eq!(v["exec_tier"], "landlock", "{v}");
+    let not_held = v["not_held"].as_array().unwrap();
     assert_eq!(
-        exec_state(&v),
-        serde_json::json!({"Refused": {"reason": helper}}),
+        not_held.len(),
+        sandbox::linux::command::not_held::WITHOUT_NAMESPACES.len(),
+        "{v}"
+    );
+    assert!(
+        not_held
+            .iter()
+            .any(|n| n["name"] == "proc_other_processes_visible"),
         "{v}"
     );
     let problems: Vec<&str> = v["problems"]
@@ -127,14 +137,10 @@ fn a_container_seccomp_profile_is_named_with_its_remedy() {
         .map(|p| p.as_str().unwrap())
         .collect();
     assert!(
-        problems.contains(&format!("exec-helper: refused: {helper}").as_str()),
+        problems.contains(&format!("namespaces: {CONTAINER_MSG} (commands run only where the policy sets require_namespaces = false, and then in the Landlock tier, which does not hold what docs/SECURITY.md lists). To fix: {CONTAINER_REMEDY}").as_str()),
         "{problems:#?}"
     );
-    assert!(
-        problems.contains(&format!("namespaces: {CONTAINER_MSG} (the exec sandbox refuses to run commands). To fix: {CONTAINER_REMEDY}").as_str()),
-        "{problems:#?}"
-    );
-    // The text form says it on its own line.
+    // The text form says it on its own lines.
     let o = gatehouse(Some("container"), &dir, work.path(), &["doctor"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
@@ -142,7 +148,8 @@ fn a_container_seccomp_profile_is_named_with_its_remedy() {
         "{}",
         text(&o)
     );
-    // A command is refused, naming the diagnosis.
+    assert!(text(&o).contains("\nexec tier: landlock ("), "{}", text(&o));
+    // By default (require_namespaces unset) a command is refused, naming the diagnosis.
     let o = gatehouse(
         Some("container"),
         &dir,
@@ -150,8 +157,46 @@ fn a_container_seccomp_profile_is_named_with_its_remedy() {
         &["sandbox", "--", "/bin/true"],
     );
     assert_eq!(o.status.code(), Some(SANDBOX_REFUSED), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains(&helper),
+        err.contains(&format!("commands run only in the exec sandbox's namespace tier (policy require_namespaces, true unless set), and this machine refuses user namespaces: {CONTAINER_MSG}; to fix: {CONTAINER_REMEDY}")),
+        "{}",
+        text(&o)
+    );
+}
+
+/// With `require_namespaces = false` commands run in the Landlock tier: the user's other
+/// directories are unreadable there (EACCES), beside a positive control in the same command
+/// (its own working directory lists).
+#[test]
+fn with_require_namespaces_false_commands_run_in_the_landlock_tier() {
+    let dir = DataDir::new();
+    let work = sandbox_owned_dir("gh-userns-ll-");
+    std::fs::write(work.path().join("here.txt"), "x").unwrap();
+    let config = dir.path().join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(
+        config.join("policy.toml"),
+        format!(
+            "require_namespaces = false\n[[grant]]\nroot = {:?}\ncapabilities = [\"read\", \"write\"]\n",
+            work.path().to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let (_, v) = doctor_settled(Some("container"), &dir, work.path());
+    assert_eq!(v["exec_tier"], "landlock", "{v}");
+    let probe = "import os\nprint('own', sorted(os.listdir('.')))\ntry:\n    os.listdir('/home')\n    print('home listed')\nexcept OSError as e:\n    print('home errno', e.errno)\n";
+    let o = gatehouse(
+        Some("container"),
+        &dir,
+        work.path(),
+        &["sandbox", "--", "/usr/bin/python3", "-c", probe],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("own ['here.txt']"), "{}", text(&o));
+    assert!(
+        out.contains(&format!("home errno {}", libc::EACCES)),
         "{}",
         text(&o)
     );
@@ -178,8 +223,10 @@ fn mounts_refused_after_the_namespace_exists_are_named_at_that_step() {
     );
     assert_eq!(v["namespaces"]["errno"], "EPERM", "{v}");
     assert_eq!(v["namespaces"]["message"], msg, "{v}");
-    // The exec-helper needs no mount for itself: it starts; each sandbox then refuses.
+    // The exec-helper's own probe mounts too: it chooses the Landlock tier, and by default a
+    // command is refused naming the mount step.
     assert_eq!(exec_state(&v), Value::String("Ready".into()), "{v}");
+    assert_eq!(v["exec_tier"], "landlock", "{v}");
     let o = gatehouse(
         Some("nomount"),
         &dir,
@@ -189,7 +236,7 @@ fn mounts_refused_after_the_namespace_exists_are_named_at_that_step() {
     assert_eq!(o.status.code(), Some(SANDBOX_REFUSED), "{}", text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains(&format!(
-            "making all mounts private: Operation not permitted (os error 1): user namespaces are refused here: {msg}. To fix: {CONTAINER_REMEDY}"
+            "this machine refuses user namespaces: {msg}; to fix: {CONTAINER_REMEDY}"
         )),
         "{}",
         text(&o)
