@@ -56,6 +56,10 @@ pub const WITHOUT_NAMESPACES: &[NotHeld] = &[
         name: "tree_outlives_a_killed_init",
         what: "if the sandbox's init process is killed outright (SIGKILL by another process of the user, or after its grace when a kill is asked), processes of the command it had not ended yet keep running: without a pid namespace (or a delegated cgroup) only init ends the tree",
     },
+    NotHeld {
+        name: "exec_helper_not_in_an_empty_network",
+        what: "the exec helper itself stays in the host's network namespace and its seccomp filter allows inet sockets (its commands' own denylist and Landlock rules refuse them; the helper's cannot, because each command's proxy bridge port is known only when the command starts)",
+    },
 ];
 
 #[cfg(test)]
