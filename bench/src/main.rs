@@ -5,16 +5,26 @@
 
 #![forbid(unsafe_code)]
 
+#[cfg(target_os = "linux")]
 mod audit;
+#[cfg(target_os = "linux")]
 mod exec;
+#[cfg(target_os = "linux")]
 mod fs;
+#[cfg(target_os = "linux")]
 mod ipc;
+#[cfg(target_os = "linux")]
 mod mcp;
+#[cfg(target_os = "linux")]
 mod net;
+#[cfg(target_os = "linux")]
 mod run;
+#[cfg(target_os = "linux")]
 mod servers;
+#[cfg(target_os = "linux")]
 mod stats;
 
+#[cfg(target_os = "linux")]
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let name = args.first().map(String::as_str).unwrap_or("--help");
@@ -33,4 +43,13 @@ fn main() {
             std::process::exit(if name == "--help" { 0 } else { 2 });
         }
     }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn main() {
+    use ipc_schema::platform::{refuse, Missing};
+    refuse(
+        "bench",
+        &[Missing::HelperProcesses, Missing::CommandSandbox],
+    )
 }

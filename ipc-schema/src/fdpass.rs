@@ -23,6 +23,21 @@ use rustix::net::{
     SendAncillaryBuffer, SendAncillaryMessage, SendFlags,
 };
 
+/// No SIGPIPE on a closed peer where the flag exists. Apple systems have no MSG_NOSIGNAL; there
+/// Rust's runtime ignores SIGPIPE from the start, so a closed peer is EPIPE on every system.
+#[cfg(not(target_vendor = "apple"))]
+const SEND_FLAGS: SendFlags = SendFlags::NOSIGNAL;
+#[cfg(target_vendor = "apple")]
+const SEND_FLAGS: SendFlags = SendFlags::empty();
+
+/// Received descriptors are close-on-exec from the moment they arrive where the flag exists.
+/// Apple systems have no MSG_CMSG_CLOEXEC: there each one is made close-on-exec right after
+/// `recvmsg` (a thread of this process that execs in between would pass it on).
+#[cfg(not(target_vendor = "apple"))]
+const RECV_FLAGS: RecvFlags = RecvFlags::CMSG_CLOEXEC;
+#[cfg(target_vendor = "apple")]
+const RECV_FLAGS: RecvFlags = RecvFlags::empty();
+
 /// The most descriptors one `recvmsg` accepts; more are a protocol error (`MSG_CTRUNC`).
 pub const MAX_FDS_PER_READ: usize = 8;
 
@@ -43,7 +58,7 @@ pub fn send_with_fd(sock: impl AsFd, bytes: &[u8], fd: BorrowedFd<'_>) -> io::Re
             sock.as_fd(),
             &[IoSlice::new(bytes)],
             &mut control,
-            SendFlags::NOSIGNAL,
+            SEND_FLAGS,
         ) {
             Err(Errno::INTR) => continue,
             r => return Ok(r?),
@@ -79,7 +94,7 @@ pub fn recv_with_fds(
             sock.as_fd(),
             &mut [IoSliceMut::new(buf)],
             &mut control,
-            RecvFlags::CMSG_CLOEXEC,
+            RECV_FLAGS,
         ) {
             Err(Errno::INTR) => continue,
             r => break r?,
@@ -87,7 +102,11 @@ pub fn recv_with_fds(
     };
     for msg in control.drain() {
         if let RecvAncillaryMessage::ScmRights(received) = msg {
-            fds.extend(received);
+            for fd in received {
+                #[cfg(target_vendor = "apple")]
+                rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC)?;
+                fds.push_back(fd);
+            }
         }
     }
     if got.flags.contains(ReturnFlags::CTRUNC) {

@@ -7,7 +7,6 @@ use globset::GlobSet;
 use ipc_schema::fs::{Caps, GrantId};
 use ipc_schema::tool::{Action, ProfileName, ToolName};
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -263,7 +262,7 @@ pub fn compile_profile(
             return Err(format!("{what}: no capabilities (give at least \"read\")"));
         }
         let writes = g.capabilities.iter().any(|c| *c != CapabilityDoc::Read);
-        if let Some(why) = protected.check(canon.as_os_str().as_bytes(), writes) {
+        if let Some(why) = protected.check(ipc_schema::os_path::of(&canon), writes) {
             return Err(format!("{what}: the root lies in a protected place: {why}"));
         }
         let set: BTreeSet<CapabilityDoc> = g.capabilities.iter().copied().collect();

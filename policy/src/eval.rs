@@ -5,10 +5,9 @@ use super::compile::{Grant, Policy};
 use super::protected::Protected;
 use ipc_schema::fs::Access;
 use ipc_schema::host::Host;
+use ipc_schema::os_path;
 use ipc_schema::tool::{Action, ProfileName, ToolId, ToolName, Verdict};
 use ipc_schema::ui::{Remembered, RememberedAction};
-use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 /// Policy's verdict `v` on `tool` for target `key`, with the decisions that stand beside the
@@ -162,13 +161,14 @@ fn deny(rule: impl Into<String>) -> Verdict {
 
 /// The grant whose root contains `abs`, longest root first.
 pub fn grant_for<'a>(policy: &'a Policy, abs: &[u8]) -> Option<(&'a Grant, &'a Path, Vec<u8>)> {
-    let p = Path::new(OsStr::from_bytes(abs));
-    policy
+    let p = os_path::to_path(abs);
+    let found = policy
         .grants
         .iter()
         .filter_map(|g| p.strip_prefix(&g.root).ok().map(|rel| (g, rel)))
         .max_by_key(|(g, _)| g.root.as_os_str().len())
-        .map(|(g, rel)| (g, g.root.as_path(), rel.as_os_str().as_bytes().to_vec()))
+        .map(|(g, rel)| (g, g.root.as_path(), os_path::of(rel).to_vec()));
+    found
 }
 
 fn check_grant(policy: &Policy, t: &PathTarget) -> Result<(), Verdict> {
@@ -189,16 +189,16 @@ fn check_grant(policy: &Policy, t: &PathTarget) -> Result<(), Verdict> {
     if !has {
         return Err(deny(format!("{gname} does not give {cap} ({shown_path})")));
     }
-    let relp = Path::new(OsStr::from_bytes(&rel));
+    let relp = os_path::to_path(&rel);
     let depth = relp.components().count();
     if !g.recursive && depth > 1 {
         return Err(deny(format!("{gname} is not recursive ({shown_path})")));
     }
-    if ipc_schema::grant_glob::excluded(&g.exclude_set, relp) {
+    if ipc_schema::grant_glob::excluded(&g.exclude_set, &relp) {
         return Err(deny(format!("{gname} excludes {shown_path}")));
     }
     if let Some(inc) = &g.include_set {
-        if !t.is_dir && depth > 0 && !inc.is_match(relp) {
+        if !t.is_dir && depth > 0 && !inc.is_match(&*relp) {
             return Err(deny(format!("{gname} does not include {shown_path}")));
         }
     }
@@ -215,8 +215,8 @@ fn rule_applies(r: &super::compile::Rule, tool: ToolName, target: &Target) -> bo
         let hit = match target {
             Target::Paths(ps) => ps
                 .iter()
-                .any(|p| paths.is_match(Path::new(OsStr::from_bytes(&p.abs)))),
-            Target::Command { cwd, .. } => paths.is_match(Path::new(OsStr::from_bytes(cwd))),
+                .any(|p| paths.is_match(&*os_path::to_path(&p.abs))),
+            Target::Command { cwd, .. } => paths.is_match(&*os_path::to_path(cwd)),
             Target::Url { .. } | Target::Server { .. } => false,
         };
         if !hit {

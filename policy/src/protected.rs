@@ -16,13 +16,12 @@ pub struct Protected {
 
 impl Protected {
     pub fn new(own_dirs: &[std::path::PathBuf]) -> Protected {
-        use std::os::unix::ffi::OsStrExt;
         let mut dirs = Vec::new();
         for d in own_dirs {
             // Both as given and canonical: a data dir reached through a link is still ours.
-            dirs.push(d.as_os_str().as_bytes().to_vec());
+            dirs.push(ipc_schema::os_path::of(d).to_vec());
             if let Ok(c) = std::fs::canonicalize(d) {
-                dirs.push(c.as_os_str().as_bytes().to_vec());
+                dirs.push(ipc_schema::os_path::of(&c).to_vec());
             }
         }
         Protected {

@@ -15,7 +15,6 @@ use ipc_schema::servers::{ServerName, ServerToolName};
 use ipc_schema::tool::{Action, Verdict};
 use serde_json::Value;
 use std::collections::BTreeSet;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -276,7 +275,7 @@ fn server_grant(g: &str, access: GrantAccess, protected: &Protected) -> Result<P
         ));
     }
     let writes = access == GrantAccess::ReadWrite;
-    if let Some(why) = protected.check(canon.as_os_str().as_bytes(), writes) {
+    if let Some(why) = protected.check(ipc_schema::os_path::of(&canon), writes) {
         return Err(format!(
             "grant {} lies in a protected place: {why}",
             canon.display()

@@ -10,8 +10,11 @@
 //! [`serve`] is the spawner's side; [`link`] the router's (with the feature `link`).
 #![forbid(unsafe_code)]
 
-#[cfg(feature = "link")]
+// pidfds, /proc and PR_SET_PDEATHSIG: Linux only (ipc_schema::platform::Missing::HelperProcesses).
+#[cfg(all(feature = "link", target_os = "linux"))]
 pub mod link;
+#[cfg(target_os = "linux")]
 mod serve;
 
+#[cfg(target_os = "linux")]
 pub use serve::{serve, ServeError};

@@ -2,9 +2,17 @@
 //! the helpers the broker asks for, from DIR. Lock down, say ready, serve.
 #![forbid(unsafe_code)]
 
+#[cfg(target_os = "linux")]
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+#[cfg(not(target_os = "linux"))]
+fn main() -> ExitCode {
+    use ipc_schema::platform::{refuse, Missing};
+    refuse("gatehouse-spawner", &[Missing::HelperProcesses])
+}
+
+#[cfg(target_os = "linux")]
 fn main() -> ExitCode {
     let (helper_dir, allow_degraded) = match parse_args() {
         Ok(a) => a,
@@ -27,6 +35,7 @@ fn main() -> ExitCode {
 /// Where the helper binaries are, and whether helpers may run degraded: both fixed for the
 /// spawner's life, so the router cannot later ask for a helper with less confinement than the
 /// broker was started with.
+#[cfg(target_os = "linux")]
 fn parse_args() -> Result<(PathBuf, bool), String> {
     let usage = "usage: gatehouse-spawner --helper-dir DIR [--allow-degraded] (started by the gatehouse broker)";
     let mut args = std::env::args_os().skip(1);
@@ -47,6 +56,7 @@ fn parse_args() -> Result<(PathBuf, bool), String> {
     }
 }
 
+#[cfg(target_os = "linux")]
 fn fail(msg: &str) -> ExitCode {
     eprintln!("gatehouse-spawner: {msg}");
     ExitCode::from(2)

@@ -19,13 +19,17 @@
 //!
 //! The filter allows everything else (it is a fault injector, not a sandbox).
 
+#[cfg(target_os = "linux")]
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
     SeccompRule, TargetArch,
 };
+#[cfg(target_os = "linux")]
 use std::collections::BTreeMap;
+#[cfg(target_os = "linux")]
 use std::os::unix::process::CommandExt;
 
+#[cfg(target_os = "linux")]
 const NS_FLAGS: [u64; 7] = [
     libc::CLONE_NEWUSER as u64,
     libc::CLONE_NEWNS as u64,
@@ -36,6 +40,7 @@ const NS_FLAGS: [u64; 7] = [
     libc::CLONE_NEWCGROUP as u64,
 ];
 
+#[cfg(target_os = "linux")]
 fn arch() -> TargetArch {
     #[cfg(target_arch = "x86_64")]
     return TargetArch::x86_64;
@@ -43,6 +48,7 @@ fn arch() -> TargetArch {
     return TargetArch::aarch64;
 }
 
+#[cfg(target_os = "linux")]
 /// A filter answering `errno` for the given calls (an empty rule list: every call of it).
 fn filter(rules: BTreeMap<i64, Vec<SeccompRule>>, errno: i32) -> BpfProgram {
     SeccompFilter::new(
@@ -55,11 +61,13 @@ fn filter(rules: BTreeMap<i64, Vec<SeccompRule>>, errno: i32) -> BpfProgram {
     .unwrap_or_else(|e| die(&format!("building the filter: {e}")))
 }
 
+#[cfg(target_os = "linux")]
 fn die(msg: &str) -> ! {
     eprintln!("gatehouse-refuse-userns: {msg}");
     std::process::exit(120)
 }
 
+#[cfg(target_os = "linux")]
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (mode, cmd) = match args.as_slice() {
@@ -123,4 +131,10 @@ fn main() {
     }
     let e = std::process::Command::new(&cmd[0]).args(&cmd[1..]).exec();
     die(&format!("{}: {e}", cmd[0]))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn main() {
+    use ipc_schema::platform::{refuse, Missing};
+    refuse("gatehouse-refuse-userns", &[Missing::CommandSandbox])
 }
