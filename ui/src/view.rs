@@ -412,6 +412,10 @@ fn lockdown_summary(l: &LockdownReport) -> String {
         "no seccomp".to_string()
     };
     let mut s = format!("{seccomp}, {landlock}");
+    // The exec helper's confinement tier: where user namespaces are refused, `landlock`.
+    if let Some(tier) = l.exec_tier {
+        s.push_str(&format!(", tier {tier}"));
+    }
     if !l.degraded.is_empty() {
         s.push_str(", DEGRADED");
     }
@@ -723,4 +727,22 @@ fn tools_detail(f: &mut Frame<'_>, area: Rect, c: &mut Console, now: Instant) {
             ..inner
         },
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipc_schema::tier::ConfinementTier;
+
+    #[test]
+    fn the_exec_helpers_tier_is_in_its_health_line() {
+        let mut l = LockdownReport::nothing_yet("exec");
+        l.seccomp_filter = true;
+        l.landlock = LandlockStatus::FullyEnforced;
+        assert_eq!(lockdown_summary(&l), "seccomp, landlock");
+        l.exec_tier = Some(ConfinementTier::Landlock);
+        assert_eq!(lockdown_summary(&l), "seccomp, landlock, tier landlock");
+        l.exec_tier = Some(ConfinementTier::Namespaces);
+        assert_eq!(lockdown_summary(&l), "seccomp, landlock, tier namespaces");
+    }
 }
