@@ -6,6 +6,12 @@
 //! a malformed or oversized frame, or a message its role may not send, is killed (SIGKILL
 //! through a pidfd opened at accept) and disconnected; the broker goes on serving the others.
 //!
+//! No process under the spawner (a helper, or a command the exec-helper runs) may be a peer of
+//! these sockets: in the exec sandbox's Landlock tier a command can reach them by path (no mount
+//! namespace hides them) and passes the uid check. The spawner, which may read `/proc`, walks
+//! each peer's parents before the broker reads its first frame ([`not_sandboxed`]); a peer under
+//! it, one whose pid the kernel does not give, or one whose ancestry cannot be read is killed.
+//!
 //! A `gatehouse run` agent's gateway connections come another way: through its command's
 //! connector (`crate::launch`), from the socket inside its sandbox. The kernel vouches for
 //! where they come from (only that sandbox holds the connector), not for the uid (the agent
@@ -133,12 +139,24 @@ async fn serve_front(
         );
         return;
     }
-    let pid = cred.pid().and_then(|p| u32::try_from(p).ok());
+    let pid = cred
+        .pid()
+        .and_then(|p| u32::try_from(p).ok())
+        .filter(|p| *p != 0);
     let peer = Peer {
         role,
         pid,
         pidfd: pid.and_then(|p| pidfd_open(p).ok()),
     };
+    if run.is_none() {
+        if let Err(why) = not_sandboxed(&ctx, &peer).await {
+            match why {
+                Some(why) => peer.kill(&why),
+                None => tracing::debug!(peer = %role, "a peer left before it was checked"),
+            }
+            return;
+        }
+    }
 
     let (rd, wr) = stream.into_split();
     let mut rd = ipc_schema::framed::FrameReader::new(rd, MAX_FRAME);
@@ -215,6 +233,33 @@ async fn serve_front(
             .borrow_mut()
             .connection_closed(crate::ui_api::conn_key(&conn)),
         _ => {}
+    }
+}
+
+/// `Ok` when the peer does not run under gatehouse's spawner; `Err(Some(why))` when it must be
+/// killed, `Err(None)` when it has gone already (a connect-and-close probe).
+async fn not_sandboxed(ctx: &Ctx, peer: &Peer) -> Result<(), Option<String>> {
+    let Some(pid) = peer.pid else {
+        return Err(Some(
+            "its pid is not visible to the broker (another pid namespace), so whether it runs under gatehouse's spawner cannot be told".into(),
+        ));
+    };
+    let alive = || {
+        peer.pidfd
+            .as_ref()
+            .is_some_and(|fd| pidfd_send_signal(fd, 0).is_ok())
+    };
+    match ctx.spawner.lineage(pid).await {
+        Ok(false) if alive() => Ok(()),
+        // Gone before or during the check: nothing to serve, nothing to kill.
+        Ok(false) => Err(None),
+        Ok(true) => Err(Some(
+            "it runs under gatehouse's spawner (a helper, or a command in the exec sandbox), which may never be a front".into(),
+        )),
+        Err(_) if !alive() => Err(None),
+        Err(e) => Err(Some(format!(
+            "whether it runs under gatehouse's spawner cannot be told ({e})"
+        ))),
     }
 }
 

@@ -10,6 +10,7 @@
 //! | [`SpawnRequest::Start`] | forks and execs the helper binary of that kind from its own fixed directory, with the channel as fd 3, an empty environment and `PR_SET_PDEATHSIG` | [`SpawnReply::Started`] with the router's end of the helper's channel attached, or [`SpawnReply::NotStarted`] |
 //! | [`SpawnRequest::Kill`] | `SIGKILL`s a helper it started and has not yet reported ended (anything else is refused) | none; [`SpawnReply::Ended`] follows |
 //! | [`SpawnRequest::Status`] | reads `/proc/PID/status` of a helper it started, of the router or of itself | [`SpawnReply::Status`] |
+//! | [`SpawnRequest::Lineage`] | walks `PPid` up from any pid: does it run under the spawner (a helper, or a command a helper started)? | [`SpawnReply::Lineage`] |
 //!
 //! Unasked, it sends [`SpawnReply::Ended`] when a helper it started has exited and been reaped.
 //!
@@ -41,6 +42,10 @@ pub enum SpawnRequest {
     /// The kernel's view of `pid`: a helper this spawner started, the router, or the spawner
     /// itself.
     Status { id: u64, pid: u32 },
+    /// Whether `pid` descends from the spawner (a helper or anything a helper started: the
+    /// commands of the exec sandbox). The router asks it of every peer of its listening sockets,
+    /// which no process under the spawner may be.
+    Lineage { id: u64, pid: u32 },
 }
 
 /// Spawner to router.
@@ -57,6 +62,12 @@ pub enum SpawnReply {
     Status {
         id: u64,
         status: Result<ProcStatus, String>,
+    },
+    /// The answer to [`SpawnRequest::Lineage`]: `Ok(true)` when the pid runs under the
+    /// spawner, `Err` when its ancestry could not be read (the router treats that as under).
+    Lineage {
+        id: u64,
+        under: Result<bool, String>,
     },
     /// The spawner's first record, sent once: its pid and what its hardening did (for
     /// `gatehouse doctor`; the router checks the kernel's view with `Status`).
@@ -135,6 +146,24 @@ mod tests {
             decode::<SpawnRequest>(&[1, 0x7f]),
             Err(DecodeError::Malformed(_))
         ));
+        for rec in [
+            SpawnRequest::Lineage { id: 3, pid: 42 },
+            SpawnRequest::Status { id: 4, pid: 1 },
+        ] {
+            assert_eq!(decode::<SpawnRequest>(&encode(&rec).unwrap()).unwrap(), rec);
+        }
+        for rep in [
+            SpawnReply::Lineage {
+                id: 3,
+                under: Ok(true),
+            },
+            SpawnReply::Lineage {
+                id: 3,
+                under: Err("/proc/42/status: gone".into()),
+            },
+        ] {
+            assert_eq!(decode::<SpawnReply>(&encode(&rep).unwrap()).unwrap(), rep);
+        }
         let huge = SpawnRequest::Start {
             id: 1,
             kind: Role::Fs,

@@ -119,6 +119,7 @@ struct State {
     next_id: u64,
     starts: HashMap<u64, StartReply>,
     statuses: HashMap<u64, oneshot::Sender<Result<ProcStatus, String>>>,
+    lineages: HashMap<u64, oneshot::Sender<Result<bool, String>>>,
     ended: HashMap<u32, oneshot::Sender<String>>,
     /// Set once the spawner is gone: why.
     closed: Option<String>,
@@ -191,6 +192,22 @@ impl Link {
         rx.await.map_err(|_| "the spawner is gone".to_string())?
     }
 
+    /// Whether `pid` runs under the spawner (a helper, or a process a helper started).
+    pub async fn lineage(&self, pid: u32) -> Result<bool, String> {
+        let (tx, rx) = oneshot::channel();
+        let id = {
+            let mut st = self.lock();
+            if let Some(why) = &st.closed {
+                return Err(why.clone());
+            }
+            let id = st.id();
+            st.lineages.insert(id, tx);
+            id
+        };
+        self.send(SpawnRequest::Lineage { id, pid })?;
+        rx.await.map_err(|_| "the spawner is gone".to_string())?
+    }
+
     fn send(&self, req: SpawnRequest) -> Result<(), String> {
         self.tx
             .send(req)
@@ -235,6 +252,9 @@ async fn drive(
     for (_, tx) in st.statuses.drain() {
         let _ = tx.send(Err(why.clone()));
     }
+    for (_, tx) in st.lineages.drain() {
+        let _ = tx.send(Err(why.clone()));
+    }
     for (_, tx) in st.ended.drain() {
         let _ = tx.send(format!("unknown: {why}"));
     }
@@ -272,6 +292,11 @@ fn dispatch(
         SpawnReply::Status { id, status } => {
             let tx = st.statuses.remove(&id).ok_or("Status for no request")?;
             let _ = tx.send(status);
+            Ok(())
+        }
+        SpawnReply::Lineage { id, under } => {
+            let tx = st.lineages.remove(&id).ok_or("Lineage for no request")?;
+            let _ = tx.send(under);
             Ok(())
         }
         SpawnReply::Ready { .. } => Err("a second Ready".to_string()),

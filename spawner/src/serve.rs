@@ -11,7 +11,9 @@ use ipc_schema::status::LockdownReport;
 use ipc_schema::Role;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use sandbox::linux::command::fdpass::{recv_with_fds, send_with_fd};
-use sandbox::process::{describe_exit, pidfd_send_signal, read_proc_status, spawn_helper};
+use sandbox::process::{
+    descends_from, describe_exit, pidfd_send_signal, read_proc_status, spawn_helper,
+};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ffi::OsString;
 use std::io;
@@ -164,6 +166,12 @@ impl Spawner {
                     ))
                 };
                 self.send(&SpawnReply::Status { id, status }, None)
+            }
+            SpawnRequest::Lineage { id, pid } => {
+                // Any pid may be asked about: the answer says only whether it is one of ours.
+                let under = descends_from(pid, std::process::id())
+                    .map_err(|e| format!("the ancestry of pid {pid}: {e}"));
+                self.send(&SpawnReply::Lineage { id, under }, None)
             }
         }
     }

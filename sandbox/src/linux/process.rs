@@ -170,6 +170,50 @@ fn parse_proc_status(text: &str) -> Option<ProcStatus> {
     })
 }
 
+/// Whether `pid` descends from `ancestor` (or is it), by walking `PPid` up `/proc`. A process
+/// on the way that exits mid-walk (its children are then reparented) restarts the walk, a few
+/// times; `pid` itself gone, or `/proc` unreadable, is an error. Orphans are reparented to the
+/// nearest subreaper (the exec sandbox's init is one), else to pid 1, which ends the walk.
+pub fn descends_from(pid: u32, ancestor: u32) -> io::Result<bool> {
+    const RESTARTS: usize = 4;
+    // pid_max is at most 2^22: no chain of parents is longer.
+    const MAX_DEPTH: usize = 1 << 22;
+    let mut last = None;
+    'walk: for _ in 0..RESTARTS {
+        let mut p = pid;
+        for _ in 0..MAX_DEPTH {
+            if p == ancestor {
+                return Ok(true);
+            }
+            if p <= 1 {
+                return Ok(false);
+            }
+            match std::fs::read_to_string(format!("/proc/{p}/status")) {
+                Ok(text) => match parent_of(&text) {
+                    Some(pp) => p = pp,
+                    None => return Err(io::Error::other(format!("/proc/{p}/status has no PPid"))),
+                },
+                Err(e) if p == pid => return Err(e),
+                Err(e) => {
+                    last = Some(e);
+                    continue 'walk;
+                }
+            }
+        }
+        return Err(io::Error::other(format!(
+            "pid {pid}: the chain of parents does not end"
+        )));
+    }
+    Err(last.unwrap_or_else(|| io::Error::other("the walk did not settle")))
+}
+
+fn parent_of(status: &str) -> Option<u32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("PPid:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// How a child ended, in words (`exited with status 3`, `killed by SIGKILL`).
 pub fn describe_exit(status: std::process::ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
@@ -193,6 +237,29 @@ mod tests {
     fn parses_our_own_status() {
         let st = read_proc_status(std::process::id()).unwrap();
         assert_eq!(st.uid, nix::unistd::getuid().as_raw());
+    }
+
+    #[test]
+    fn lineage_follows_parents_and_ends_at_init() {
+        let me = std::process::id();
+        let parent = nix::unistd::getppid().as_raw() as u32;
+        let mut child = Command::new("sleep").arg("5").spawn().unwrap();
+        let c = child.id();
+        assert!(descends_from(c, me).unwrap());
+        assert!(descends_from(c, parent).unwrap());
+        assert!(descends_from(me, me).unwrap());
+        // Not the other way round, and not a sibling's line.
+        assert!(!descends_from(me, c).unwrap());
+        assert!(!descends_from(parent, me).unwrap());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // A pid that is gone (reaped) is an error, not an answer.
+        assert_eq!(
+            descends_from(c, me).unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+        assert_eq!(parent_of("Name:\tx\nPPid:\t17\n"), Some(17));
+        assert_eq!(parent_of("Name:\tx\n"), None);
     }
 
     #[test]
