@@ -18,7 +18,7 @@
 
 use crate::broker_core_support::{policy_with, Broker, Gateway, Instance};
 use gatehouse_tests::bin;
-use ipc_schema::tier::ConfinementTier;
+pub use gatehouse_tests::Host;
 use ipc_schema::tool::{RunCommand, ToolCall, ToolReply, ToolResult};
 use std::cell::RefCell;
 use std::os::unix::fs::PermissionsExt;
@@ -32,53 +32,6 @@ pub enum Via {
     Sandbox,
     RunCommand,
     Run,
-}
-
-/// The machine the broker (and the CLI that asks it) runs on: where user namespaces work, or
-/// under `gatehouse-refuse-userns MODE --` (tests/src/bin), which refuses them the way a
-/// container's seccomp profile (`container`) or Ubuntu's AppArmor restriction at its mount step
-/// (`nomount`) does. Under either the exec-helper locks down in the Landlock tier, and the
-/// policy every path reads says `require_namespaces = false`, so that commands run there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Host {
-    Namespaces,
-    Container,
-    NoMount,
-}
-
-impl Host {
-    /// The exec-helper's confinement tier on this machine.
-    pub fn tier(self) -> ConfinementTier {
-        match self {
-            Host::Namespaces => ConfinementTier::Namespaces,
-            Host::Container | Host::NoMount => ConfinementTier::Landlock,
-        }
-    }
-
-    pub fn landlock(self) -> bool {
-        self.tier() == ConfinementTier::Landlock
-    }
-
-    /// `gatehouse-refuse-userns`'s mode.
-    pub fn wrapper_mode(self) -> Option<&'static str> {
-        match self {
-            Host::Namespaces => None,
-            Host::Container => Some("container"),
-            Host::NoMount => Some("nomount"),
-        }
-    }
-
-    /// `program` as started on this machine (under the wrapper where namespaces are refused).
-    pub fn command(self, program: &Path) -> Command {
-        match self.wrapper_mode() {
-            None => Command::new(program),
-            Some(mode) => {
-                let mut c = Command::new(bin("gatehouse-refuse-userns"));
-                c.arg(mode).arg("--").arg(program);
-                c
-            }
-        }
-    }
 }
 
 /// Makes one `#[test]` per path and machine for each case: `escape_cases! { on [Namespaces,
@@ -294,8 +247,7 @@ impl Ctx {
                 if host.landlock() {
                     let config = data.path().join("config");
                     std::fs::create_dir_all(&config).unwrap();
-                    std::fs::write(config.join("policy.toml"), "require_namespaces = false\n")
-                        .unwrap();
+                    std::fs::write(config.join("policy.toml"), host.policy("")).unwrap();
                 }
                 let broker = start_broker(data.path(), &[], host);
                 Ctx {
@@ -326,15 +278,10 @@ impl Ctx {
         } else {
             "\"read\", \"write\", \"edit\", \"delete\""
         };
-        let require = if host.landlock() {
-            "require_namespaces = false\n"
-        } else {
-            ""
-        };
-        let policy = format!(
-            "revision = 0\n{require}[tools]\nread_file = \"allow\"\nlist_dir = \"allow\"\nrun_command = \"allow\"\n\
+        let policy = host.policy(&format!(
+            "revision = 0\n[tools]\nread_file = \"allow\"\nlist_dir = \"allow\"\nrun_command = \"allow\"\n\
              [[grant]]\nroot = \"{{ROOT}}\"\ncapabilities = [{caps}]\n"
-        );
+        ));
         let _ = policy_with;
         let inst = instance_in(parent, &policy);
         let work = inst.project.join("work");
@@ -686,40 +633,8 @@ fn start_broker(root: &Path, env: &[(String, String)], host: Host) -> Broker {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let tier = exec_tier(&b);
-    assert_eq!(
-        tier,
-        host.tier(),
-        "{host:?}: the exec-helper locked down in the wrong tier; log:\n{}",
-        b.log()
-    );
-    b
-}
-
-/// The tier the broker's exec-helper locked down in (its hello, as `doctor` shows it), once it
-/// has said.
-fn exec_tier(b: &Broker) -> ConfinementTier {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut ui = b.ui();
-    loop {
-        let report = match ui.0.request(ipc_schema::Body::Doctor) {
-            ipc_schema::Body::DoctorReport(r) => r,
-            other => panic!("doctor answered {other:?}"),
-        };
-        let exec = report
-            .processes
-            .iter()
-            .find(|p| p.name == ipc_schema::Role::Exec.name());
-        if let Some(ipc_schema::status::ProcessState::Refused { reason }) = exec.map(|p| &p.state) {
-            panic!("the exec-helper was refused: {reason}; log:\n{}", b.log());
-        }
-        if let Some(t) = exec.and_then(|p| p.lockdown.as_ref()?.exec_tier) {
-            return t;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the exec-helper did not name its tier: {report:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
+    if let Err(e) = gatehouse_tests::check_exec_tier(&b.ui_socket(), host) {
+        panic!("{e}; log:\n{}", b.log());
     }
+    b
 }
