@@ -36,7 +36,8 @@ if [[ $(id -u) -eq 0 ]]; then
     cp target/release/$b "$STAGE/target/release/"
   done
   # Test-only binaries (the exec probe is built with the test-hooks feature; the userns
-  # refusal wrapper belongs to the tests crate).
+  # refusal wrapper belongs to the tests crate: the Landlock-tier runs of the escape, exec and
+  # MCP server suites start their brokers under it).
   for b in gatehouse-exec-probe gatehouse-refuse-userns; do
     cp target/debug/$b "$STAGE/target/debug/"
   done

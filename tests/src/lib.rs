@@ -42,6 +42,126 @@ pub fn bin(name: &str) -> PathBuf {
     p
 }
 
+/// The machine gatehouse runs on, for the tests that run a second time where user namespaces are
+/// refused: where they work, or under `gatehouse-refuse-userns MODE --` (tests/src/bin), which
+/// refuses them the way a container's seccomp profile (`container`) or Ubuntu's AppArmor
+/// restriction at its mount step (`nomount`) does. Under either the exec-helper locks down in
+/// the Landlock tier; the tests' policies then say `require_namespaces = false` ([`Host::policy`]),
+/// so that commands run there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Host {
+    Namespaces,
+    Container,
+    NoMount,
+}
+
+impl Host {
+    /// The exec-helper's confinement tier on this machine.
+    pub fn tier(self) -> ipc_schema::tier::ConfinementTier {
+        match self {
+            Host::Namespaces => ipc_schema::tier::ConfinementTier::Namespaces,
+            Host::Container | Host::NoMount => ipc_schema::tier::ConfinementTier::Landlock,
+        }
+    }
+
+    pub fn landlock(self) -> bool {
+        self.tier() == ipc_schema::tier::ConfinementTier::Landlock
+    }
+
+    /// `gatehouse-refuse-userns`'s mode.
+    pub fn wrapper_mode(self) -> Option<&'static str> {
+        match self {
+            Host::Namespaces => None,
+            Host::Container => Some("container"),
+            Host::NoMount => Some("nomount"),
+        }
+    }
+
+    /// `policy` (a TOML document) as this machine's tests need it: with `require_namespaces =
+    /// false` where namespaces are refused.
+    pub fn policy(self, policy: &str) -> String {
+        if self.landlock() {
+            format!("require_namespaces = false\n{policy}")
+        } else {
+            policy.to_string()
+        }
+    }
+
+    /// `program` as started on this machine (under the wrapper where namespaces are refused).
+    pub fn command(self, program: &Path) -> Command {
+        match self.wrapper_mode() {
+            None => Command::new(program),
+            Some(mode) => {
+                let mut c = Command::new(bin("gatehouse-refuse-userns"));
+                c.arg(mode).arg("--").arg(program);
+                c
+            }
+        }
+    }
+}
+
+/// One `#[test]` per machine for each test function `fn(Host)`: `on_hosts! { name: [Namespaces,
+/// Container], ... }` gives `name::namespaces` and `name::container` (and `name::nomount` for
+/// `NoMount`).
+#[macro_export]
+macro_rules! on_hosts {
+    (@one $name:ident, Namespaces) => {
+        #[test]
+        fn namespaces() { super::$name($crate::Host::Namespaces) }
+    };
+    (@one $name:ident, Container) => {
+        #[test]
+        fn container() { super::$name($crate::Host::Container) }
+    };
+    (@one $name:ident, NoMount) => {
+        #[test]
+        fn nomount() { super::$name($crate::Host::NoMount) }
+    };
+    ($($name:ident : [$($host:ident),+ $(,)?]),+ $(,)?) => {
+        $(
+            mod $name {
+                $( $crate::on_hosts!(@one $name, $host); )+
+            }
+        )+
+    };
+}
+
+/// Waits until the exec-helper of the broker behind `ui_socket` has locked down (its hello, as
+/// `doctor` shows it), then checks that it did so in `host`'s tier: `Err` says what it did
+/// instead.
+pub fn check_exec_tier(ui_socket: &Path, host: Host) -> Result<(), String> {
+    use ipc_schema::status::ProcessState;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut ui = Conn::connect(ui_socket).map_err(|e| format!("the console socket: {e}"))?;
+    ui.set_timeout(Some(Duration::from_secs(60)));
+    loop {
+        let report = match ui.request(Body::Doctor) {
+            Body::DoctorReport(r) => r,
+            other => return Err(format!("doctor answered {other:?}")),
+        };
+        let exec = report
+            .processes
+            .iter()
+            .find(|p| p.name == Role::Exec.name());
+        if let Some(ProcessState::Refused { reason }) = exec.map(|p| &p.state) {
+            return Err(format!("the exec-helper was refused: {reason}"));
+        }
+        if let Some(t) = exec.and_then(|p| p.lockdown.as_ref()?.exec_tier) {
+            return if t == host.tier() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{host:?}: the exec-helper locked down in the {t:?} tier"
+                ))
+            };
+        }
+        if Instant::now() > deadline {
+            return Err(format!("the exec-helper did not name its tier: {report:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A blocking frame connection (to the broker or, for helper tests, to a helper).
 pub struct Conn {
     reader: BufReader<UnixStream>,

@@ -13,7 +13,7 @@
 mod broker_core_support;
 mod escape_support;
 
-use escape_support::{chown_tree, Ctx, Setup, Status, Via};
+use escape_support::{chown_tree, Ctx, Host, Setup, Status, Via};
 use std::path::Path;
 use std::process::Command;
 
@@ -69,8 +69,8 @@ fn plant_hook_script(hook: &str) -> String {
     format!("printf '%s' '{HOOK}' > {hook} && chmod +x {hook}")
 }
 
-fn submodule_config_and_hooks_cannot_be_planted(via: Via) {
-    let c = Ctx::new(via);
+fn submodule_config_and_hooks_cannot_be_planted(via: Via, host: Host) {
+    let c = Ctx::new(via, host);
     git_init(c.work());
     let m = c.work().join(".git/modules/sub");
     git_init(&m.join("wt"));
@@ -110,8 +110,8 @@ fn submodule_config_and_hooks_cannot_be_planted(via: Via) {
     assert!(!m.join("hooks/post-checkout").exists());
 }
 
-fn a_nested_repository_cannot_be_replaced_by_renaming_its_parent(via: Via) {
-    let c = Ctx::new(via);
+fn a_nested_repository_cannot_be_replaced_by_renaming_its_parent(via: Via, host: Host) {
+    let c = Ctx::new(via, host);
     git_init(&c.work().join("vendor/lib"));
     chown_tree(c.work());
     // Positive control: outside, the parent renames.
@@ -134,8 +134,8 @@ fn a_nested_repository_cannot_be_replaced_by_renaming_its_parent(via: Via) {
     assert!(c.work().join("vendor/lib/.git/hooks").is_dir());
 }
 
-fn a_hooks_path_into_the_working_tree_is_read_only_or_refused(via: Via) {
-    let c = Ctx::new(via);
+fn a_hooks_path_into_the_working_tree_is_read_only_or_refused(via: Via, host: Host) {
+    let c = Ctx::new(via, host);
     git_init(c.work());
     let cfg = c.work().join(".git/config");
     let mut text = std::fs::read_to_string(&cfg).unwrap();
@@ -167,7 +167,7 @@ fn a_hooks_path_into_the_working_tree_is_read_only_or_refused(via: Via) {
     assert!(!c.work().join(".hooks").exists(), "nothing was created");
 }
 
-fn a_repository_made_by_the_command_keeps_no_hook_the_users_git_would_run(via: Via) {
+fn a_repository_made_by_the_command_keeps_no_hook_the_users_git_would_run(via: Via, host: Host) {
     // Positive control: the same planting outside, and the user's git runs the hook.
     let ctl = escape_support::owned_dir("gh-boundary-ctl-");
     let status = Command::new("sh")
@@ -183,7 +183,7 @@ fn a_repository_made_by_the_command_keeps_no_hook_the_users_git_would_run(via: V
     assert!(user_commits(&ctl.path().join("new")).status.success());
     assert!(ctl.path().join("new/RAN").exists(), "control: the hook ran");
 
-    let c = Ctx::new(via);
+    let c = Ctx::new(via, host);
     std::fs::write(c.work().join("keep"), "x").unwrap();
     chown_tree(c.work());
     let script = format!(
@@ -219,8 +219,8 @@ fn a_repository_made_by_the_command_keeps_no_hook_the_users_git_would_run(via: V
 
 /// While the command still runs (an agent's session under `gatehouse run` lasts hours), what it
 /// plants is set aside within seconds: the command itself sees its hook renamed under it.
-fn a_planted_hook_is_set_aside_while_the_command_still_runs(via: Via) {
-    let c = Ctx::new(via);
+fn a_planted_hook_is_set_aside_while_the_command_still_runs(via: Via, host: Host) {
+    let c = Ctx::new(via, host);
     chown_tree(c.work());
     let script = format!(
         "git init -q -b main new && {} && for i in $(seq 1 120); do \
@@ -248,8 +248,8 @@ fn a_planted_hook_is_set_aside_while_the_command_still_runs(via: Via) {
         .exists());
 }
 
-fn files_that_make_tools_run_code_are_read_but_never_written(via: Via) {
-    let c = Ctx::new(via);
+fn files_that_make_tools_run_code_are_read_but_never_written(via: Via, host: Host) {
+    let c = Ctx::new(via, host);
     let w = c.work();
     for (p, body) in [
         (".vscode/tasks.json", "{}"),
@@ -284,8 +284,8 @@ fn files_that_make_tools_run_code_are_read_but_never_written(via: Via) {
     assert_eq!(c.probe(&["rename", "src", "s2"]), "errno EBUSY");
 }
 
-fn agent_logins_in_a_readable_directory_are_never_read(via: Via) {
-    let c = Ctx::new(via);
+fn agent_logins_in_a_readable_directory_are_never_read(via: Via, host: Host) {
+    let c = Ctx::new(via, host);
     let home = c.readable("gh-boundary-home-");
     for p in [
         ".codex/auth.json",
@@ -308,8 +308,8 @@ fn agent_logins_in_a_readable_directory_are_never_read(via: Via) {
     }
 }
 
-fn secret_files_are_out_of_sight_of_agents(via: Via) {
-    let c = Ctx::with(via, Setup::default());
+fn secret_files_are_out_of_sight_of_agents(via: Via, host: Host) {
+    let c = Ctx::with(via, host, Setup::default());
     let w = c.work();
     std::fs::create_dir_all(w.join("deploy")).unwrap();
     std::fs::write(w.join(".env"), "TOKEN=x\n").unwrap();

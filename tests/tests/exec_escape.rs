@@ -20,7 +20,7 @@
 mod broker_core_support;
 mod escape_support;
 
-use escape_support::{chown_tree, owned_dir, root, Ctx, Opts, Setup, Status, Via};
+use escape_support::{chown_tree, owned_dir, root, Ctx, Host, Opts, Setup, Status, Via};
 use gatehouse_tests::bin;
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -54,6 +54,39 @@ fn helper_kill() -> &'static str {
     "killed by signal 31"
 }
 
+/// For a gap of the Landlock tier that a case shows on purpose (beside the assertion that shows
+/// it is there): the gap must be named in `sandbox::linux::command::not_held::WITHOUT_NAMESPACES`,
+/// the list docs/SECURITY.md prints and `gatehouse doctor --json` gives as `not_held`, so that
+/// the listing cannot drop what the tier does not hold.
+fn listed_as_not_held(name: &str) {
+    assert!(
+        sandbox::linux::command::not_held::WITHOUT_NAMESPACES
+            .iter()
+            .any(|n| n.name == name),
+        "the Landlock tier does not hold {name}, and not_held::WITHOUT_NAMESPACES (docs/SECURITY.md, doctor's not_held) does not list it"
+    );
+}
+
+/// The probe's line outside any sandbox under `host`'s refusal wrapper (the control for what
+/// the wrapper itself refuses).
+fn outside_on(host: Host, op: &[&str]) -> String {
+    let out = host
+        .command(&gatehouse_tests::exec_probe())
+        .args(op)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim_end().to_string()
+}
+
+/// In the namespace tier, or in the Landlock tier: what a case gets in each.
+fn tiered<'a>(host: Host, namespaces: &'a str, landlock: &'a str) -> &'a str {
+    if host.landlock() {
+        landlock
+    } else {
+        namespaces
+    }
+}
+
 fn s(p: &std::path::Path) -> String {
     p.to_str().unwrap().to_string()
 }
@@ -61,8 +94,8 @@ fn s(p: &std::path::Path) -> String {
 // ---------------------------------------------------------------------------------------------
 // Files
 
-fn a_planted_ssh_key_is_unreadable_granted_or_not(via: Via) {
-    let c = Ctx::new(via);
+fn a_planted_ssh_key_is_unreadable_granted_or_not(via: Via, host: Host) {
+    let c = Ctx::new(via, host);
     // Positive control: the key is readable outside.
     let plant = |home: &std::path::Path| {
         std::fs::create_dir(home.join(".ssh")).unwrap();
@@ -81,13 +114,24 @@ fn a_planted_ssh_key_is_unreadable_granted_or_not(via: Via) {
         "{}",
         outside(&["read", &away])
     );
-    // Not granted: it does not exist in the sandbox.
-    assert_eq!(c.probe(&["read", &away]), "errno ENOENT");
+    // Not granted: it does not exist in the sandbox (the Landlock tier: it is there, on the
+    // host's filesystem, and Landlock refuses reading it).
+    assert_eq!(
+        c.probe(&["read", &away]),
+        tiered(host, "errno ENOENT", "errno EACCES")
+    );
     // Its directory granted: .ssh is masked.
     let home = c.readable("gh-escape-home-");
     let key = plant(&home);
     assert_eq!(c.probe(&["read", &key]), "errno EACCES");
-    assert_eq!(c.probe(&["ls", &s(&home.join(".ssh"))]), "errno EACCES");
+    let ssh = s(&home.join(".ssh"));
+    if host.landlock() {
+        // Not held: the names in it can be listed (not read).
+        assert_eq!(c.probe(&["ls", &ssh]), "ok 1 entries");
+        listed_as_not_held("hidden_directory_names_listable");
+    } else {
+        assert_eq!(c.probe(&["ls", &ssh]), "errno EACCES");
+    }
     // The rest of the granted directory stays readable.
     assert_eq!(
         c.probe(&["read", &s(&home.join("notes.txt"))]),
@@ -95,25 +139,32 @@ fn a_planted_ssh_key_is_unreadable_granted_or_not(via: Via) {
     );
 }
 
-fn nothing_outside_the_working_root_is_written(via: Via) {
-    let c = Ctx::new(via);
+fn nothing_outside_the_working_root_is_written(via: Via, host: Host) {
+    let c = Ctx::new(via, host);
     let other = c.ungranted("gh-escape-other-");
     let target = s(&other.join("x"));
     // Positive control.
     assert!(ok(&outside(&["write", &target])));
     std::fs::remove_file(&target).unwrap();
-    // Another directory: not there at all.
-    assert_eq!(c.probe(&["write", &target]), "errno ENOENT");
+    // Another directory: not there at all (the Landlock tier: there, and Landlock refuses).
+    assert_eq!(
+        c.probe(&["write", &target]),
+        tiered(host, "errno ENOENT", "errno EACCES")
+    );
     assert!(!other.join("x").exists());
+    // Read-only mounts in the namespace tier; Landlock's refusal in the Landlock tier.
+    let read_only = tiered(host, "errno EROFS", "errno EACCES");
     // A read-only grant: read-only.
     if let Some(ro) = c.read_only("gh-escape-ro-") {
-        assert_eq!(c.probe(&["write", &s(&ro.join("x"))]), "errno EROFS");
+        assert_eq!(c.probe(&["write", &s(&ro.join("x"))]), read_only);
+        assert!(!ro.join("x").exists());
     }
     // The system: read-only.
-    assert_eq!(c.probe(&["write", "/etc/gatehouse-escape"]), "errno EROFS");
-    assert_eq!(c.probe(&["write", "/usr/gatehouse-escape"]), "errno EROFS");
-    // The root of the sandbox itself: Landlock (the tmpfs is read-only too).
-    assert_eq!(c.probe(&["mkdir", "/new-top-level-dir"]), "errno EROFS");
+    assert_eq!(c.probe(&["write", "/etc/gatehouse-escape"]), read_only);
+    assert_eq!(c.probe(&["write", "/usr/gatehouse-escape"]), read_only);
+    // The root of the sandbox itself (the host's, in the Landlock tier): Landlock (the
+    // namespace tier's tmpfs is read-only too).
+    assert_eq!(c.probe(&["mkdir", "/new-top-level-dir"]), read_only);
     // The working root: writable, and the write lands on the host.
     assert_eq!(c.probe(&["write", "made-inside"]), "ok");
     assert_eq!(
@@ -124,9 +175,10 @@ fn nothing_outside_the_working_root_is_written(via: Via) {
 
 /// A working root granted read-only (run_command: a grant without `write`; `gatehouse run`:
 /// the default `--own-tools read`) is read-only to the command.
-fn a_read_only_working_root_is_not_written(via: Via) {
+fn a_read_only_working_root_is_not_written(via: Via, host: Host) {
     let c = Ctx::with(
         via,
+        host,
         Setup {
             read_only_root: true,
             ..Setup::default()
@@ -135,8 +187,9 @@ fn a_read_only_working_root_is_not_written(via: Via) {
     std::fs::write(c.work().join("kept.txt"), "the user's\n").unwrap();
     chown_tree(c.work());
     assert_eq!(c.probe(&["read", "kept.txt"]), "ok 11 bytes");
-    assert_eq!(c.probe(&["write", "kept.txt"]), "errno EROFS");
-    assert_eq!(c.probe(&["write", "new.txt"]), "errno EROFS");
+    let read_only = tiered(host, "errno EROFS", "errno EACCES");
+    assert_eq!(c.probe(&["write", "kept.txt"]), read_only);
+    assert_eq!(c.probe(&["write", "new.txt"]), read_only);
     assert_eq!(
         std::fs::read_to_string(c.work().join("kept.txt")).unwrap(),
         "the user's\n"
@@ -144,8 +197,8 @@ fn a_read_only_working_root_is_not_written(via: Via) {
     assert!(!c.work().join("new.txt").exists());
 }
 
-fn shell_start_up_files_cannot_be_written(via: Via) {
-    let c = Ctx::new(via);
+fn shell_start_up_files_cannot_be_written(via: Via, host: Host) {
+    let c = Ctx::new(via, host);
     let home = c.writable("gh-escape-home-");
     let bashrc = home.join(".bashrc");
     std::fs::write(&bashrc, "# the user's own\n").unwrap();
@@ -153,14 +206,16 @@ fn shell_start_up_files_cannot_be_written(via: Via) {
     let b = s(&bashrc);
     // Positive control (on a copy, so the planted file stays as it is).
     assert!(ok(&outside(&["write", &s(&home.join("bashrc-copy"))])));
-    // Granted read-write: the file is masked (read-only, unreadable, cannot be replaced).
-    assert_eq!(c.probe(&["write", &b]), "errno EROFS");
-    assert_eq!(c.probe(&["read", &b]), "errno EACCES");
-    assert_eq!(c.probe(&["unlink", &b]), "errno EBUSY");
+    // Granted read-write: the file is masked (read-only, unreadable, cannot be replaced): a
+    // read-only mount point in the namespace tier, a path Landlock gives no right in the other.
     assert_eq!(
-        c.probe(&["rename", &b, &s(&home.join("moved"))]),
-        "errno EBUSY"
+        c.probe(&["write", &b]),
+        tiered(host, "errno EROFS", "errno EACCES")
     );
+    assert_eq!(c.probe(&["read", &b]), "errno EACCES");
+    let pinned = tiered(host, "errno EBUSY", "errno EACCES");
+    assert_eq!(c.probe(&["unlink", &b]), pinned);
+    assert_eq!(c.probe(&["rename", &b, &s(&home.join("moved"))]), pinned);
     assert_eq!(
         std::fs::read_to_string(&bashrc).unwrap(),
         "# the user's own\n"
@@ -188,8 +243,8 @@ fn shell_start_up_files_cannot_be_written(via: Via) {
     }
 }
 
-fn a_home_directory_is_never_granted_read_write(via: Via) {
-    let c = Ctx::new(via);
+fn a_home_directory_is_never_granted_read_write(via: Via, host: Host) {
+    let c = Ctx::new(via, host);
     let out = c.run_opts(
         &["/bin/true"],
         &Opts {
@@ -207,8 +262,8 @@ fn a_home_directory_is_never_granted_read_write(via: Via) {
     );
 }
 
-fn git_hooks_and_config_cannot_be_created_or_read(via: Via) {
-    let c = Ctx::new(via);
+fn git_hooks_and_config_cannot_be_created_or_read(via: Via, host: Host) {
+    let c = Ctx::new(via, host);
     let git = c.work().join(".git");
     std::fs::create_dir_all(git.join("hooks")).unwrap();
     std::fs::write(git.join("config"), "[core]\n\tbare = false\n").unwrap();
@@ -218,6 +273,9 @@ fn git_hooks_and_config_cannot_be_created_or_read(via: Via) {
     // Positive control.
     assert!(ok(&outside(&["write", &s(&hook)])));
     std::fs::remove_file(&hook).unwrap();
+    if host.landlock() {
+        return git_control_files_in_the_landlock_tier(&c, &git);
+    }
     assert_eq!(c.probe(&["write", ".git/hooks/pre-commit"]), "errno EACCES");
     assert!(!hook.exists());
     assert_eq!(c.probe(&["read", ".git/config"]), "errno EACCES");
@@ -229,11 +287,54 @@ fn git_hooks_and_config_cannot_be_created_or_read(via: Via) {
     assert_eq!(c.probe(&["write", ".git/description"]), "ok");
 }
 
+/// Not held in the Landlock tier (the working root keeps its full rights, which Landlock cannot
+/// take out of `.git`): git's control files are read and written while the command runs, and
+/// `.git` can be swapped. What a user's git would run is set aside after the run, the originals
+/// put back (what docs/SECURITY.md says of this gap).
+fn git_control_files_in_the_landlock_tier(c: &Ctx, git: &std::path::Path) {
+    listed_as_not_held("git_hooks_and_config_cannot_be_created_or_read");
+    let held = |p: &str| {
+        git.join(format!(
+            "{p}{}",
+            sandbox::linux::command::project::HELD_SUFFIX
+        ))
+    };
+    assert_eq!(c.probe(&["write", ".git/hooks/pre-commit"]), "ok");
+    assert!(!git.join("hooks/pre-commit").exists());
+    assert_eq!(
+        std::fs::read_to_string(held("hooks/pre-commit")).unwrap(),
+        "written by the probe\n"
+    );
+    assert_eq!(c.probe(&["read", ".git/config"]), "ok 21 bytes");
+    assert_eq!(c.probe(&["write", ".git/config"]), "ok");
+    assert_eq!(
+        std::fs::read_to_string(git.join("config")).unwrap(),
+        "[core]\n\tbare = false\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(held("config")).unwrap(),
+        "written by the probe\n"
+    );
+    // The rest of .git works.
+    assert_eq!(c.probe(&["read", ".git/HEAD"]), "ok 21 bytes");
+    assert_eq!(c.probe(&["write", ".git/description"]), "ok");
+    // .git swapped for a new one with a hook: the rename is made, the new hook set aside.
+    let out = c.run(&[
+        "/bin/sh",
+        "-c",
+        "mv .git old-git && mkdir -p .git/hooks && echo '#!/bin/sh' > .git/hooks/pre-commit && echo swapped",
+    ]);
+    assert_eq!(out.text(), "swapped", "{}", out.notes);
+    assert!(c.work().join("old-git/HEAD").exists());
+    assert!(!git.join("hooks/pre-commit").exists());
+    assert!(held("hooks/pre-commit").exists());
+}
+
 /// A repository whose `.git` has no `hooks/` cannot have it masked without gatehouse writing to
 /// the user's repository: the command is refused, the refusal says what to do, and nothing is
 /// created. With the directory made as the refusal says, the same command runs, masked.
-fn a_repository_without_hooks_is_refused_with_what_to_do_and_left_untouched(via: Via) {
-    let c = Ctx::new(via);
+fn a_repository_without_hooks_is_refused_with_what_to_do_and_left_untouched(via: Via, host: Host) {
+    let c = Ctx::new(via, host);
     let git = c.work().join(".git");
     std::fs::create_dir(&git).unwrap();
     std::fs::write(git.join("config"), "[core]\n").unwrap();
@@ -258,6 +359,20 @@ fn a_repository_without_hooks_is_refused_with_what_to_do_and_left_untouched(via:
     // Positive control: created as the refusal says, the command runs and the hooks are masked.
     std::fs::create_dir(&hooks).unwrap();
     chown_tree(c.work());
+    if host.landlock() {
+        // Not held: written while the command runs; the config put back after it, the
+        // command's version set aside (a directory in hooks/ is nothing git runs).
+        listed_as_not_held("git_hooks_and_config_cannot_be_created_or_read");
+        assert_eq!(c.probe(&["mkdir", ".git/hooks/x"]), "ok");
+        assert_eq!(c.probe(&["write", ".git/config"]), "ok");
+        assert_eq!(
+            std::fs::read_to_string(git.join("config")).unwrap(),
+            "[core]\n"
+        );
+        assert!(git.join("config.gatehouse-held").exists());
+        assert_eq!(std::fs::read_dir(&hooks).unwrap().count(), 1);
+        return;
+    }
     assert_eq!(c.probe(&["mkdir", ".git/hooks/x"]), "errno EACCES");
     assert_eq!(c.probe(&["write", ".git/config"]), "errno EROFS");
     assert_eq!(std::fs::read_dir(&hooks).unwrap().count(), 0);
@@ -265,9 +380,10 @@ fn a_repository_without_hooks_is_refused_with_what_to_do_and_left_untouched(via:
 
 /// A project under /var/tmp keeps its path inside the sandbox (the sandbox's own /var/tmp is
 /// not a link to its private /tmp there), so relative paths stay in the grant.
-fn a_project_under_var_tmp_keeps_its_path(via: Via) {
+fn a_project_under_var_tmp_keeps_its_path(via: Via, host: Host) {
     let c = Ctx::with(
         via,
+        host,
         Setup {
             under: Some("/var/tmp".into()),
             ..Setup::default()
@@ -290,7 +406,15 @@ fn a_project_under_var_tmp_keeps_its_path(via: Via) {
         "test -e {} && echo seen || echo absent",
         host_file.path().display()
     );
-    assert_eq!(c.run(&["/bin/sh", "-c", &probe]).text(), "absent");
+    if host.landlock() {
+        // Not held: the host's /var/tmp is the command's, and the file's existence shows (its
+        // content does not).
+        assert_eq!(c.run(&["/bin/sh", "-c", &probe]).text(), "seen");
+        listed_as_not_held("metadata_outside_grants");
+        assert_eq!(c.probe(&["read", &s(host_file.path())]), "errno EACCES");
+    } else {
+        assert_eq!(c.run(&["/bin/sh", "-c", &probe]).text(), "absent");
+    }
     // Control: the same check on the host sees it.
     let out = Command::new("/bin/sh")
         .arg("-c")
@@ -300,8 +424,8 @@ fn a_project_under_var_tmp_keeps_its_path(via: Via) {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "seen");
 }
 
-fn shadow_stays_unreadable_and_root_is_never_root(via: Via) {
-    let c = Ctx::new(via);
+fn shadow_stays_unreadable_and_root_is_never_root(via: Via, host: Host) {
+    let c = Ctx::new(via, host);
     assert_eq!(c.probe(&["read", "/etc/shadow"]), "errno EACCES");
     let me = nix::unistd::geteuid().as_raw();
     let want = if me == 0 { 65534 } else { me };
@@ -344,19 +468,36 @@ impl Drop for Victim {
     }
 }
 
-fn processes_outside_cannot_be_traced_read_or_signalled(via: Via) {
+fn processes_outside_cannot_be_traced_read_or_signalled(via: Via, host: Host) {
     let v = Victim::start();
-    let c = Ctx::new(via);
+    let c = Ctx::new(via, host);
     // Positive controls.
     assert_eq!(outside(&["kill", &v.pid(), "0"]), "ok");
     assert_eq!(outside(&["mem", &v.pid()]), "ok");
     assert_eq!(outside(&["ptrace", &v.pid()]), "ok");
+    let cmdline = format!("/proc/{}/cmdline", v.pid());
+    assert_eq!(outside(&["read", &cmdline]), "ok 15 bytes");
     // Inside: ptrace is refused by seccomp before the pid is even looked up; the pid does not
-    // exist in the sandbox's pid namespace.
+    // exist in the sandbox's pid namespace. In the Landlock tier it does: its memory is
+    // Landlock's to refuse (a process outside the command's domain), and signals are scoped.
     assert_eq!(c.probe(&["ptrace", &v.pid()]), helper_kill());
-    assert_eq!(c.probe(&["mem", &v.pid()]), "errno ENOENT");
-    assert_eq!(c.probe(&["kill", &v.pid(), "9"]), "errno ESRCH");
-    // The sandbox's init (pid 1) is outside the command's Landlock domain: signals are scoped.
+    assert_eq!(
+        c.probe(&["mem", &v.pid()]),
+        tiered(host, "errno ENOENT", "errno EACCES")
+    );
+    assert_eq!(
+        c.probe(&["kill", &v.pid(), "9"]),
+        tiered(host, "errno ESRCH", "errno EPERM")
+    );
+    if host.landlock() {
+        // Not held: its command line shows.
+        assert_eq!(c.probe(&["read", &cmdline]), "ok 15 bytes");
+        listed_as_not_held("proc_other_processes_visible");
+    } else {
+        assert_eq!(c.probe(&["read", &cmdline]), "errno ENOENT");
+    }
+    // The sandbox's init (pid 1; the host's init in the Landlock tier) is outside the
+    // command's Landlock domain: signals are scoped.
     assert_eq!(c.probe(&["kill", "1", "9"]), "errno EPERM");
     assert_eq!(c.probe(&["mem", "1"]), "errno EACCES");
     // Positive control for the scoping: the command's own children can be signalled.
@@ -368,8 +509,8 @@ fn processes_outside_cannot_be_traced_read_or_signalled(via: Via) {
     assert_eq!(out.text(), "ok", "{}", out.notes);
 }
 
-fn the_broker_socket_is_out_of_reach(via: Via) {
-    let c = Ctx::new(via);
+fn the_broker_socket_is_out_of_reach(via: Via, host: Host) {
+    let c = Ctx::new(via, host);
     // The broker of this path (run_command, gatehouse run), or one of its own (sandbox).
     let own;
     let sock = match c.broker() {
@@ -380,28 +521,65 @@ fn the_broker_socket_is_out_of_reach(via: Via) {
         }
     };
     let sock = s(&sock);
+    let inside = if host.landlock() {
+        listed_as_not_held("the_broker_socket_is_out_of_reach");
+        broker_socket_in_the_landlock_tier()
+    } else {
+        "errno ENOENT"
+    };
     // Positive control: the broker accepts this user's connections.
     assert_eq!(outside(&["connect-unix", &sock]), "ok");
-    assert_eq!(c.probe(&["connect-unix", &sock]), "errno ENOENT");
+    assert_eq!(c.probe(&["connect-unix", &sock]), inside);
     if let Some(b) = c.broker() {
         let gw = s(&b.gateway_socket());
         assert_eq!(outside(&["connect-unix", &gw]), "ok");
-        assert_eq!(c.probe(&["connect-unix", &gw]), "errno ENOENT");
+        assert_eq!(c.probe(&["connect-unix", &gw]), inside);
+    }
+    // Any other socket the command's user may reach, outside the grants: not there in the
+    // namespace tier; in the Landlock tier connected (the gap, as root too).
+    let dir = c.ungranted("gh-escape-sock-");
+    let other = dir.join("other.sock");
+    let _l = std::os::unix::net::UnixListener::bind(&other).unwrap();
+    std::fs::set_permissions(&other, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    chown_tree(&dir);
+    let other = s(&other);
+    assert_eq!(outside(&["connect-unix", &other]), "ok");
+    assert_eq!(
+        c.probe(&["connect-unix", &other]),
+        tiered(host, "errno ENOENT", "ok")
+    );
+}
+
+/// What a command in the Landlock tier gets connecting to its own broker's sockets: not held
+/// (Landlock does not restrict connecting to a named Unix socket, up to ABI 7). As a user the
+/// connection is made. As root the command runs as nobody, and the broker's runtime directory
+/// (0700, root's) refuses it: EACCES, the file mode's refusal, not the sandbox's.
+/// The broker is to refuse such a peer itself (kill one that runs under its spawner): when it
+/// does, this is the one place the expected outcome changes (and the listing with it).
+fn broker_socket_in_the_landlock_tier() -> &'static str {
+    if root() {
+        "errno EACCES"
+    } else {
+        "ok"
     }
 }
 
-fn an_abstract_socket_outside_is_unreachable(via: Via) {
+fn an_abstract_socket_outside_is_unreachable(via: Via, host: Host) {
     use std::os::linux::net::SocketAddrExt;
-    let name = format!("gatehouse-escape-{}-{via:?}", std::process::id());
+    let name = format!("gatehouse-escape-{}-{via:?}-{host:?}", std::process::id());
     let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
     let _l = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
     assert_eq!(outside(&["connect-abstract", &name]), "ok");
-    let c = Ctx::new(via);
-    // The sandbox has its own network namespace, hence its own abstract socket names.
-    assert_eq!(c.probe(&["connect-abstract", &name]), "errno ECONNREFUSED");
+    let c = Ctx::new(via, host);
+    // The sandbox has its own network namespace, hence its own abstract socket names; in the
+    // Landlock tier the name is the host's, and Landlock's scope refuses the connection.
+    assert_eq!(
+        c.probe(&["connect-abstract", &name]),
+        tiered(host, "errno ECONNREFUSED", "errno EPERM")
+    );
 }
 
-fn loopback_tcp_and_udp_outside_are_unreachable(via: Via) {
+fn loopback_tcp_and_udp_outside_are_unreachable(via: Via, host: Host) {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let tcp = l.local_addr().unwrap().to_string();
     let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -413,15 +591,15 @@ fn loopback_tcp_and_udp_outside_are_unreachable(via: Via) {
     let mut buf = [0u8; 64];
     assert_eq!(u.recv(&mut buf).unwrap(), 12);
     // No network: no inet socket at all.
-    let c = Ctx::new(via);
+    let c = Ctx::new(via, host);
     assert_eq!(c.probe(&["connect-tcp", &tcp]), "errno EAFNOSUPPORT");
     assert_eq!(c.probe(&["udp", &udp]), "errno EAFNOSUPPORT");
     assert_eq!(c.probe(&["udp", "192.0.2.1:53"]), "errno EAFNOSUPPORT");
     assert_eq!(c.probe(&["netlink-socket"]), "errno EAFNOSUPPORT");
 }
 
-fn raw_and_packet_sockets_are_refused(via: Via) {
-    let c = Ctx::new(via);
+fn raw_and_packet_sockets_are_refused(via: Via, host: Host) {
+    let c = Ctx::new(via, host);
     assert_eq!(c.probe(&["raw-socket"]), "errno EAFNOSUPPORT");
     assert_eq!(c.probe(&["packet-socket"]), "errno EAFNOSUPPORT");
     // Positive control: as root they open; as a user the kernel itself says EPERM (not the
@@ -437,7 +615,7 @@ fn raw_and_packet_sockets_are_refused(via: Via) {
     want(outside(&["packet-socket"]));
 }
 
-fn io_uring_is_refused(via: Via) {
+fn io_uring_is_refused(via: Via, host: Host) {
     let disabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "0".into());
@@ -446,11 +624,11 @@ fn io_uring_is_refused(via: Via) {
         "kernel.io_uring_disabled={disabled}: the positive control cannot run here, so this test cannot show the sandbox refuses io_uring"
     );
     assert!(outside(&["io-uring"]).starts_with("ok fd"));
-    assert_eq!(Ctx::new(via).probe(&["io-uring"]), "errno EPERM");
+    assert_eq!(Ctx::new(via, host).probe(&["io-uring"]), "errno EPERM");
 }
 
-fn tiocsti_and_tioclinux_are_refused_even_with_high_bits(via: Via) {
-    let c = Ctx::new(via);
+fn tiocsti_and_tioclinux_are_refused_even_with_high_bits(via: Via, host: Host) {
+    let c = Ctx::new(via, host);
     let legacy = std::fs::read_to_string("/proc/sys/dev/tty/legacy_tiocsti")
         .map(|s| s.trim() == "1")
         .unwrap_or(true);
@@ -465,14 +643,17 @@ fn tiocsti_and_tioclinux_are_refused_even_with_high_bits(via: Via) {
     }
     assert_eq!(outside(&["tioclinux", "pty"]), "errno ENOTTY");
     let refused = helper_kill();
-    assert_eq!(c.probe(&["tiocsti", "pty"]), refused);
-    assert_eq!(c.probe(&["tiocsti-high", "pty"]), refused);
-    assert_eq!(c.probe(&["tioclinux", "pty"]), refused);
+    // In the Landlock tier no terminal can be opened at all (/dev/ptmx is not among the
+    // devices the tier grants: Landlock refuses it): the ioctl on a descriptor it has is killed.
+    let on_a_pty = tiered(host, refused, "errno EACCES");
+    assert_eq!(c.probe(&["tiocsti", "pty"]), on_a_pty);
+    assert_eq!(c.probe(&["tiocsti-high", "pty"]), on_a_pty);
+    assert_eq!(c.probe(&["tioclinux", "pty"]), on_a_pty);
     assert_eq!(c.probe(&["tiocsti", "0"]), refused);
 }
 
-fn no_user_namespace_no_mount(via: Via) {
-    let c = Ctx::new(via);
+fn no_user_namespace_no_mount(via: Via, host: Host) {
+    let c = Ctx::new(via, host);
     // Positive controls: a process may make a user namespace, and in one it may mount.
     assert_eq!(outside(&["clone-userns"]).split(' ').next(), Some("ok"));
     assert_eq!(outside(&["clone3"]), "errno EINVAL");
@@ -484,6 +665,21 @@ fn no_user_namespace_no_mount(via: Via) {
         .output()
         .expect("unshare (util-linux) runs the control");
     assert_eq!(String::from_utf8_lossy(&ctl.stdout).trim(), "ok");
+    // Under the wrapper, outside the sandbox: `container` refuses the namespace itself (so there
+    // the sandbox's own refusal is not what is seen; `nomount` shows it), `nomount` lets it be
+    // made.
+    match host {
+        Host::Namespaces => {}
+        Host::Container => {
+            assert_eq!(outside_on(host, &["clone-userns"]), "errno EPERM");
+            assert_eq!(outside_on(host, &["clone3"]), "errno ENOSYS");
+        }
+        Host::NoMount => {
+            let l = outside_on(host, &["clone-userns"]);
+            assert_eq!(l.split(' ').next(), Some("ok"), "{l}");
+            assert_eq!(outside_on(host, &["clone3"]), "errno EINVAL");
+        }
+    }
     // Inside.
     assert_eq!(c.probe(&["clone-userns"]), "errno EPERM");
     assert_eq!(c.probe(&["unshare-userns"]), "errno EPERM");
@@ -492,8 +688,8 @@ fn no_user_namespace_no_mount(via: Via) {
     assert_eq!(c.probe(&["mount-tmpfs", "/tmp"]), "errno EPERM");
 }
 
-fn a_masked_path_cannot_be_mounted_over(via: Via) {
-    let c = Ctx::new(via);
+fn a_masked_path_cannot_be_mounted_over(via: Via, host: Host) {
+    let c = Ctx::new(via, host);
     let home = c.readable("gh-escape-home-");
     std::fs::create_dir(home.join(".aws")).unwrap();
     std::fs::write(home.join(".aws/credentials"), "[default]\n").unwrap();
@@ -506,28 +702,28 @@ fn a_masked_path_cannot_be_mounted_over(via: Via) {
     );
 }
 
-fn bpf_is_refused(via: Via) {
+fn bpf_is_refused(via: Via, host: Host) {
     // Positive control: an unknown command reaches the kernel (EINVAL), as any user.
     assert_eq!(outside(&["bpf-invalid"]), "errno EINVAL");
     if root() {
         assert!(outside(&["bpf"]).starts_with("ok fd"));
     }
-    let c = Ctx::new(via);
+    let c = Ctx::new(via, host);
     assert_eq!(c.probe(&["bpf-invalid"]), "errno EPERM");
     assert_eq!(c.probe(&["bpf"]), "errno EPERM");
 }
 
-fn personality_changes_are_refused(via: Via) {
+fn personality_changes_are_refused(via: Via, host: Host) {
     assert_eq!(
         outside(&["personality", "ffffffff"]).split(' ').next(),
         Some("ok")
     );
-    let c = Ctx::new(via);
+    let c = Ctx::new(via, host);
     assert_eq!(c.probe(&["personality", "0040000"]), helper_kill());
     assert!(c.probe(&["personality", "ffffffff"]).starts_with("ok"));
 }
 
-fn x32_syscalls_kill_the_command(via: Via) {
+fn x32_syscalls_kill_the_command(via: Via, host: Host) {
     if !cfg!(target_arch = "x86_64") {
         return;
     }
@@ -538,7 +734,7 @@ fn x32_syscalls_kill_the_command(via: Via) {
         line == "errno ENOSYS" || line.starts_with("ok pid"),
         "{line}"
     );
-    let c = Ctx::new(via);
+    let c = Ctx::new(via, host);
     let out = c.run(&[&c.probe_bin(), "x32"]);
     // SIGSYS (31).
     assert_eq!(out.status, Status::Signaled(31), "{}", out.notes);
@@ -561,23 +757,46 @@ fn count_cmdline(needle: &str) -> usize {
     n
 }
 
-/// A marker that no other test (or path) running at the same time uses.
-fn marker(base: u32, via: Via) -> String {
+/// A marker that no other test (or path, or machine) running at the same time uses.
+fn marker(base: u32, via: Via, host: Host) -> String {
     (base
         + match via {
             Via::Sandbox => 0,
             Via::RunCommand => 1,
             Via::Run => 2,
+        }
+        + 3 * match host {
+            Host::Namespaces => 0,
+            Host::Container => 1,
+            Host::NoMount => 2,
         })
     .to_string()
 }
 
-fn a_fork_bomb_stays_contained_and_leaves_nothing(via: Via) {
-    let c = Ctx::new(via);
-    let n = marker(100000, via);
-    let out = c.run(&[&c.probe_bin(), "forkbomb", &n]);
+fn a_fork_bomb_stays_contained_and_leaves_nothing(via: Via, host: Host) {
+    let c = Ctx::new(via, host);
+    let n = marker(100000, via, host);
+    // The command's own process limit first (its soft RLIMIT_NPROC), then the bomb.
+    let script = format!(
+        "grep '^Max processes' /proc/self/limits && exec {} forkbomb {n}",
+        c.probe_bin()
+    );
+    let out = c.run(&["/bin/sh", "-c", &script]);
     let text = out.text();
     let mut lines = text.lines();
+    let limit: u64 = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(2))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{text} / {}", out.notes));
+    if host.landlock() {
+        // Outside a user namespace RLIMIT_NPROC counts every task of the user on the host: the
+        // command's limit is its 1024 on top of what the user ran when it was planned (at least
+        // its exec-helper), and the bomb stops there.
+        assert!(limit > 1024, "{limit}");
+    } else {
+        assert_eq!(limit, 1024);
+    }
     let forked: u32 = lines
         .next()
         .and_then(|l| l.strip_prefix("forked "))
@@ -585,8 +804,8 @@ fn a_fork_bomb_stays_contained_and_leaves_nothing(via: Via) {
         .unwrap_or_else(|| panic!("{text} / {}", out.notes));
     assert_eq!(lines.next(), Some("errno EAGAIN"));
     assert!(
-        forked < 1024,
-        "the process limit is 1024 (with init and the probe): {forked}"
+        u64::from(forked) < limit,
+        "the process limit is {limit} (with init and the probe): {forked}"
     );
     assert_eq!(
         count_cmdline(&format!("gatehouse-exec-probe forkbomb {n}")),
@@ -617,8 +836,8 @@ use std::os::unix::process::CommandExt;
 /// Output is capped per stream: 512 KiB with a notice for `gatehouse sandbox`, the tool path's
 /// cap (counted as dropped) for run_command. (`gatehouse run` relays an agent session's output
 /// without a cap: not run there.)
-fn output_beyond_the_limit_is_dropped_with_a_notice(via: Via) {
-    let c = Ctx::new(via);
+fn output_beyond_the_limit_is_dropped_with_a_notice(via: Via, host: Host) {
+    let c = Ctx::new(via, host);
     let p = c.probe_bin();
     let cap = match via {
         Via::RunCommand => ipc_schema::exec::OUTPUT_PIECE_MAX,
@@ -658,9 +877,9 @@ fn output_beyond_the_limit_is_dropped_with_a_notice(via: Via) {
     assert_eq!(o.stdout.len(), 1048576 + 3);
 }
 
-fn the_time_limit_kills_the_whole_sandbox(via: Via) {
-    let c = Ctx::new(via);
-    let m = marker(654321, via);
+fn the_time_limit_kills_the_whole_sandbox(via: Via, host: Host) {
+    let c = Ctx::new(via, host);
+    let m = marker(654321, via, host);
     let out = c.run_timeout(&["/bin/sh", "-c", &format!("sleep {m} & sleep {m}")], 1);
     assert_eq!(out.status, Status::TimedOut, "{}", out.notes);
     assert!(
@@ -680,9 +899,9 @@ fn the_time_limit_kills_the_whole_sandbox(via: Via) {
     );
 }
 
-fn nothing_keeps_running_after_the_command_returns(via: Via) {
-    let c = Ctx::new(via);
-    let m = marker(987654, via);
+fn nothing_keeps_running_after_the_command_returns(via: Via, host: Host) {
+    let c = Ctx::new(via, host);
+    let m = marker(987654, via, host);
     let out = c.run(&[&c.probe_bin(), "leave-behind", &m]);
     assert!(out.text().starts_with("ok pid"), "{}", out.notes);
     assert_eq!(out.status, Status::Exited(0));
@@ -693,7 +912,7 @@ fn nothing_keeps_running_after_the_command_returns(via: Via) {
     // Positive control: outside, the same probe does leave a process behind. (Its output goes
     // to a file: the process left behind would hold a pipe open.)
     let p = gatehouse_tests::exec_probe();
-    let m = marker(987650, via);
+    let m = marker(987600, via, host);
     let log = tempfile::NamedTempFile::new().unwrap();
     let st = Command::new(&p)
         .args(["leave-behind", &m])
@@ -724,7 +943,7 @@ fn nothing_keeps_running_after_the_command_returns(via: Via) {
 /// The environment of the process that starts the sandbox (the CLI; for run_command the broker,
 /// whose exec-helper starts it) does not reach the command beyond the allowlist: no secret,
 /// no loader variable, nothing unasked.
-fn secrets_and_loader_variables_never_reach_the_command(via: Via) {
+fn secrets_and_loader_variables_never_reach_the_command(via: Via, host: Host) {
     let caller_env: Vec<(String, String)> = [
         ("GITHUB_TOKEN", "ghp_planted"),
         ("PGPASSWORD", "planted-pg"),
@@ -740,6 +959,7 @@ fn secrets_and_loader_variables_never_reach_the_command(via: Via) {
     .collect();
     let c = Ctx::with(
         via,
+        host,
         Setup {
             caller_env,
             ..Setup::default()
@@ -761,10 +981,28 @@ fn secrets_and_loader_variables_never_reach_the_command(via: Via) {
         ("LD_PRELOAD", "ok <unset>"),
         ("SOME_PLAIN", "ok <unset>"),
         ("LANG", lang),
-        ("TMPDIR", "ok /tmp"),
     ] {
         let out = c.run(&[&p, "env", name]);
         assert_eq!(out.text(), want, "{name}: {}", out.notes);
+    }
+    // The sandbox's own /tmp; in the Landlock tier a private directory of the command's in the
+    // exec-helper's temporary directory (/tmp/gatehouse-cmd.PID.STAMP/tmp).
+    let tmp = c.run(&[&p, "env", "TMPDIR"]).text();
+    if host.landlock() {
+        let dir = tmp
+            .strip_prefix("ok /tmp/gatehouse-cmd.")
+            .and_then(|t| t.strip_suffix("/tmp"))
+            .unwrap_or_else(|| panic!("TMPDIR: {tmp}"));
+        assert!(
+            dir.split_once('.').is_some_and(|(pid, stamp)| {
+                pid.bytes().all(|b| b.is_ascii_digit())
+                    && stamp.len() == 8
+                    && stamp.bytes().all(|b| b.is_ascii_hexdigit())
+            }),
+            "TMPDIR: {tmp}"
+        );
+    } else {
+        assert_eq!(tmp, "ok /tmp");
     }
     if via == Via::RunCommand {
         return;
@@ -810,7 +1048,7 @@ fn secrets_and_loader_variables_never_reach_the_command(via: Via) {
 
 /// `--pass-env NAME` passes a secret-looking variable of the caller's (and only that one), says
 /// so on stderr, and (`gatehouse run`) names it in the session's audit row.
-fn a_secret_passes_only_when_named(via: Via) {
+fn a_secret_passes_only_when_named(via: Via, host: Host) {
     let caller_env: Vec<(String, String)> = [
         ("PGPASSWORD", "hunter2"),
         ("LC_PGPASSWORD", "planted-lc"),
@@ -821,6 +1059,7 @@ fn a_secret_passes_only_when_named(via: Via) {
     .collect();
     let c = Ctx::with(
         via,
+        host,
         Setup {
             caller_env,
             ..Setup::default()
@@ -889,8 +1128,8 @@ fn a_secret_passes_only_when_named(via: Via) {
     }
 }
 
-fn stdin_is_empty_whatever_the_caller_gives(via: Via) {
-    let c = Ctx::new(via);
+fn stdin_is_empty_whatever_the_caller_gives(via: Via, host: Host) {
+    let c = Ctx::new(via, host);
     let p = c.probe_bin();
     let mut cmd = c.cli(&[&p, "stdin"], &Opts::default());
     cmd.stdin(Stdio::piped())
@@ -917,8 +1156,8 @@ fn stdin_is_empty_whatever_the_caller_gives(via: Via) {
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "ok 3 bytes");
 }
 
-fn the_built_in_policy_refuses_with_its_own_code(via: Via) {
-    let c = Ctx::new(via);
+fn the_built_in_policy_refuses_with_its_own_code(via: Via, host: Host) {
+    let c = Ctx::new(via, host);
     // (`gatehouse run` finds its agent program itself first, and this host has no sudo: the
     // direct form is judged on the other paths only.)
     let direct: &[&str] = if via == Via::Run {
@@ -961,8 +1200,8 @@ fn the_built_in_policy_refuses_with_its_own_code(via: Via) {
     }
 }
 
-fn exit_statuses_are_the_commands_own(via: Via) {
-    let c = Ctx::new(via);
+fn exit_statuses_are_the_commands_own(via: Via, host: Host) {
+    let c = Ctx::new(via, host);
     assert_eq!(
         c.run(&["/bin/sh", "-c", "exit 7"]).status,
         Status::Exited(7)
@@ -1002,7 +1241,7 @@ fn exit_statuses_are_the_commands_own(via: Via) {
     );
 }
 
-fn the_root_directory_and_homes_are_not_working_roots_by_default(_via: Via) {
+fn the_root_directory_and_homes_are_not_working_roots_by_default(_via: Via, _host: Host) {
     let data = tempfile::tempdir().unwrap();
     let out = Command::new(bin("gatehouse"))
         .arg("--data-dir")
@@ -1015,7 +1254,7 @@ fn the_root_directory_and_homes_are_not_working_roots_by_default(_via: Via) {
     assert!(stderr(&out).contains("the current directory / is not granted: it is /"));
 }
 
-fn the_release_binary_has_no_sandbox_test_switches(_via: Via) {
+fn the_release_binary_has_no_sandbox_test_switches(_via: Via, _host: Host) {
     let release = gatehouse_tests::bin_dir()
         .parent()
         .expect("target dir")
@@ -1098,8 +1337,8 @@ fn has(hay: &[u8], needle: &[u8]) -> bool {
 /// What a command prints cannot drive the caller's terminal: on a terminal, an OSC 52 clipboard
 /// write and a screen clear arrive as visible escapes (each stream judged on its own); to a
 /// pipe, and with `--raw-output`, the bytes pass unchanged (the positive control).
-fn output_to_a_terminal_is_inert_unless_raw(via: Via) {
-    let c = Ctx::new(via);
+fn output_to_a_terminal_is_inert_unless_raw(via: Via, host: Host) {
+    let c = Ctx::new(via, host);
     let script = r"printf '\033]52;c;aGk=\007\033[2J'; printf 'err\033[31m\n' >&2";
     let argv = ["/bin/sh", "-c", script];
     let raw_out: &[u8] = b"\x1b]52;c;aGk=\x07\x1b[2J";
@@ -1153,6 +1392,7 @@ fn output_to_a_terminal_is_inert_unless_raw(via: Via) {
 // - the last two are about the CLI itself.
 
 escape_cases! {
+    on [Namespaces, Container, NoMount];
     a_planted_ssh_key_is_unreadable_granted_or_not: [Sandbox, RunCommand, Run],
     nothing_outside_the_working_root_is_written: [Sandbox, RunCommand, Run],
     a_read_only_working_root_is_not_written: [Sandbox, RunCommand, Run],
@@ -1184,6 +1424,10 @@ escape_cases! {
     stdin_is_empty_whatever_the_caller_gives: [Sandbox, Run],
     the_built_in_policy_refuses_with_its_own_code: [Sandbox, RunCommand, Run],
     exit_statuses_are_the_commands_own: [Sandbox, RunCommand, Run],
+}
+
+// About the CLI itself, before any sandbox: where namespaces work only.
+escape_cases! {
     the_root_directory_and_homes_are_not_working_roots_by_default: [Sandbox],
     the_release_binary_has_no_sandbox_test_switches: [Sandbox],
 }

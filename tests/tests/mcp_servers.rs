@@ -8,11 +8,17 @@
 //! A broker started as root does not run third-party servers (their state directory would have
 //! to belong to the user commands run as, which the locked-down broker cannot give it): as
 //! root, these tests check that refusal, word for word; as the unprivileged test user, the rest.
+//!
+//! Each test runs where user namespaces work (`name::namespaces`) and again where they are
+//! refused (`name::container`: the broker and `gatehouse mcp` under `gatehouse-refuse-userns
+//! container`, the policy with `require_namespaces = false`), where the servers run in the exec
+//! sandbox's Landlock tier.
 
 #![forbid(unsafe_code)]
 
 mod mcp_support;
 
+use gatehouse_tests::Host;
 use ipc_schema::ui::{Choice, Decision, UiReply, UiRequest};
 use ipc_schema::Body;
 use mcp_support::*;
@@ -111,13 +117,12 @@ fn approve_all(b: &Broker, server: &str) -> String {
     text
 }
 
-#[test]
-fn a_broker_running_as_root_refuses_to_run_servers() {
+fn a_broker_running_as_root_refuses_to_run_servers(host: Host) {
     if !is_root() {
         // The other tests of this file are the unprivileged user's; this one is root's.
         return;
     }
-    let inst = Instance::new(Some(&policy("")));
+    let inst = Instance::on(host, Some(&policy("")));
     let b = inst.broker(&[]);
     let out = b.cli(&["mcp-server", "tools", "shifty"]);
     assert_eq!(out.status.code(), Some(1));
@@ -145,12 +150,11 @@ fn a_broker_running_as_root_refuses_to_run_servers() {
     );
 }
 
-#[test]
-fn tools_are_held_until_approved_then_offered_under_the_policy() {
+fn tools_are_held_until_approved_then_offered_under_the_policy(host: Host) {
     if is_root() {
         return;
     }
-    let inst = Instance::new(Some(&policy("")));
+    let inst = Instance::on(host, Some(&policy("")));
     let b = inst.broker(&[]);
     let mut m = connected(&inst);
     // New: every tool held, none offered; a call is refused as held.
@@ -257,12 +261,11 @@ fn tools_are_held_until_approved_then_offered_under_the_policy() {
     );
 }
 
-#[test]
-fn a_changed_definition_is_held_until_approved_again() {
+fn a_changed_definition_is_held_until_approved_again(host: Host) {
     if is_root() {
         return;
     }
-    let inst = Instance::new(Some(&policy("")));
+    let inst = Instance::on(host, Some(&policy("")));
     let b = inst.broker(&[]);
     let mut m = connected(&inst);
     assert!(listed(&mut m).is_empty());
@@ -329,8 +332,7 @@ fn a_changed_definition_is_held_until_approved_again() {
     }
 }
 
-#[test]
-fn a_server_that_crashes_floods_or_writes_garbage_is_restarted_alone() {
+fn a_server_that_crashes_floods_or_writes_garbage_is_restarted_alone(host: Host) {
     if is_root() {
         return;
     }
@@ -341,7 +343,7 @@ fn a_server_that_crashes_floods_or_writes_garbage_is_restarted_alone() {
         "tools = [\"shifty__crash\"]\naction = \"deny\"",
         "tools = [\"shifty__none\"]\naction = \"deny\"",
     );
-    let inst = Instance::new(Some(&doc));
+    let inst = Instance::on(host, Some(&doc));
     let b = inst.broker(&[]);
     let mut m = connected(&inst);
     let mut other = connected(&inst);
@@ -389,12 +391,11 @@ fn a_server_that_crashes_floods_or_writes_garbage_is_restarted_alone() {
     );
 }
 
-#[test]
-fn a_server_sees_only_its_grants() {
+fn a_server_sees_only_its_grants(host: Host) {
     if is_root() {
         return;
     }
-    let inst = Instance::new(Some(&policy("")));
+    let inst = Instance::on(host, Some(&policy("")));
     std::fs::write(inst.file("secret.txt"), "the project's secret\n").unwrap();
     let b = inst.broker(&[]);
     let mut m = approved_session(&inst, &b, "shifty");
@@ -405,17 +406,22 @@ fn a_server_sees_only_its_grants() {
     );
     assert!(!err, "{text}");
     assert!(wrapped_body(&text).contains("A small stdio MCP server"));
-    // The agent's project is not the server's: not there at all in its sandbox.
+    // The agent's project is not the server's: not there at all in its sandbox (the Landlock
+    // tier: there, and Landlock refuses reading it).
     let (err, text) = m.call(
         "shifty__read_path",
         json!({"path": inst.file("secret.txt").display().to_string()}),
     );
     assert!(err, "{text}");
-    assert_eq!(wrapped_body(&text), "error ENOENT");
+    let want = if host.landlock() {
+        "error EACCES"
+    } else {
+        "error ENOENT"
+    };
+    assert_eq!(wrapped_body(&text), want);
 }
 
-#[test]
-fn the_reference_filesystem_server_cannot_read_outside_its_grant() {
+fn the_reference_filesystem_server_cannot_read_outside_its_grant(host: Host) {
     if is_root() {
         return;
     }
@@ -424,7 +430,7 @@ fn the_reference_filesystem_server_cannot_read_outside_its_grant() {
         std::path::Path::new(&server).exists(),
         "{server} is missing: run scripts/test-deps.sh"
     );
-    let inst = Instance::new(None);
+    let inst = Instance::on(host, None);
     let shared = inst.tmp.path().join("shared");
     std::fs::create_dir_all(&shared).unwrap();
     std::fs::write(shared.join("note.txt"), "shared note\n").unwrap();
@@ -450,7 +456,7 @@ action = "allow"
         shared = shared.display(),
         npm = "/opt/gatehouse-test-mcp-npm",
     );
-    std::fs::write(inst.data.join("config/policy.toml"), doc).unwrap();
+    inst.write_policy(&doc);
     let b = inst.broker(&[]);
     let out = b.cli(&["mcp-server", "tools", "files"]);
     let shown = String::from_utf8_lossy(&out.stdout);
@@ -474,21 +480,28 @@ action = "allow"
     assert!(!err, "{text}");
     assert!(wrapped_body(&text).contains("shared note"), "{text}");
     // Asked for the project, which its command line names as allowed: its sandbox does not
-    // have it, so the server dropped it from its own list at start.
-    let (err, text) = m.call(
-        "files__read_text_file",
-        json!({"path": inst.file("secret.txt").display().to_string()}),
-    );
+    // have it, so the server dropped it from its own list at start. In the Landlock tier the
+    // project is there to look up (metadata outside the grants is not held), so the server kept
+    // it, and Landlock refuses the read.
+    let secret = inst.file("secret.txt").display().to_string();
+    let (err, text) = m.call("files__read_text_file", json!({ "path": secret }));
     assert!(err, "{text}");
     assert!(!text.contains("not for the server"), "{text}");
-    assert!(
-        wrapped_body(&text).ends_with(&format!("not in {}", shared.display())),
-        "{text}"
-    );
+    if host.landlock() {
+        assert_eq!(
+            wrapped_body(&text),
+            format!("EACCES: permission denied, open '{secret}'"),
+            "{text}"
+        );
+    } else {
+        assert!(
+            wrapped_body(&text).ends_with(&format!("not in {}", shared.display())),
+            "{text}"
+        );
+    }
 }
 
-#[test]
-fn the_official_python_client_uses_reference_servers_through_gatehouse() {
+fn the_official_python_client_uses_reference_servers_through_gatehouse(host: Host) {
     if is_root() {
         return;
     }
@@ -500,7 +513,7 @@ fn the_official_python_client_uses_reference_servers_through_gatehouse() {
             "{p} is missing: run scripts/test-deps.sh"
         );
     }
-    let inst = Instance::new(None);
+    let inst = Instance::on(host, None);
     let state = inst.data.join("agents/mcp-default-memory/memory.json");
     let doc = format!(
         r#"
@@ -530,7 +543,7 @@ action = "deny"
         root = inst.project.display(),
         state = state.display(),
     );
-    std::fs::write(inst.data.join("config/policy.toml"), doc).unwrap();
+    inst.write_policy(&doc);
     let b = inst.broker(&[]);
     approve_all(&b, "memory");
     approve_all(&b, "time");
@@ -561,13 +574,12 @@ action = "deny"
 /// `executing` in the ledger (before the server has it) and after the server answered. Either
 /// way the call is `uncertain` at the next start and never carried out again; the server's own
 /// record (its state directory outlives its sandbox) says whether it ran: not at all, or once.
-#[test]
-fn a_broker_killed_around_a_server_call_never_runs_it_twice() {
+fn a_broker_killed_around_a_server_call_never_runs_it_twice(host: Host) {
     if is_root() {
         return;
     }
     for (step, sent) in [("after-executing", "0"), ("after-answer", "1")] {
-        let inst = Instance::new(Some(&policy("")));
+        let inst = Instance::on(host, Some(&policy("")));
         {
             let b = inst.broker(&[]);
             approved_session(&inst, &b, "shifty");
@@ -612,8 +624,7 @@ fn a_broker_killed_around_a_server_call_never_runs_it_twice() {
 /// environment only: the server has the exact value, what it returns or writes to stderr has
 /// it scrubbed, and a secret is given only to a server whose network list lies within the
 /// secret's hosts.
-#[test]
-fn a_servers_secrets_reach_its_environment_and_nothing_else() {
+fn a_servers_secrets_reach_its_environment_and_nothing_else(host: Host) {
     if is_root() {
         return;
     }
@@ -638,7 +649,7 @@ secrets = {{ API_TOKEN = "srv-token" }}
         server("keyed", "\"api.example.com\""),
         server("roaming", "\"api.example.com\", \"elsewhere.example\""),
     );
-    let inst = Instance::new(Some(&policy(&extra)));
+    let inst = Instance::on(host, Some(&policy(&extra)));
     let mut set = std::process::Command::new(gatehouse_tests::bin("gatehouse"))
         .arg("--data-dir")
         .arg(&inst.data)
@@ -698,4 +709,16 @@ secrets = {{ API_TOKEN = "srv-token" }}
         "{text}"
     );
     let _ = b.cli(&["secret", "delete", "srv-token"]);
+}
+
+gatehouse_tests::on_hosts! {
+    a_broker_running_as_root_refuses_to_run_servers: [Namespaces, Container],
+    tools_are_held_until_approved_then_offered_under_the_policy: [Namespaces, Container],
+    a_changed_definition_is_held_until_approved_again: [Namespaces, Container],
+    a_server_that_crashes_floods_or_writes_garbage_is_restarted_alone: [Namespaces, Container],
+    a_server_sees_only_its_grants: [Namespaces, Container],
+    the_reference_filesystem_server_cannot_read_outside_its_grant: [Namespaces, Container],
+    the_official_python_client_uses_reference_servers_through_gatehouse: [Namespaces, Container],
+    a_broker_killed_around_a_server_call_never_runs_it_twice: [Namespaces, Container],
+    a_servers_secrets_reach_its_environment_and_nothing_else: [Namespaces, Container],
 }

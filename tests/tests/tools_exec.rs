@@ -1,12 +1,17 @@
 //! `run_command` end to end: gateway socket -> broker (fs-helper resolves the working directory,
 //! policy asks, the ledger records) -> exec-helper (a sandbox per command) -> exit status and
 //! capped output.
+//!
+//! Each test runs where user namespaces work (`name::namespaces`) and again where they are
+//! refused (`name::container`: the broker under `gatehouse-refuse-userns container`, the policy
+//! with `require_namespaces = false`), where the exec-helper runs commands in the Landlock tier.
 
 #![forbid(unsafe_code)]
 
 mod broker_core_support;
 
 use broker_core_support::{abs, policy_with, Gateway, Instance, Ui};
+use gatehouse_tests::Host;
 use ipc_schema::tool::{CommandRun, RunCommand, ToolCall, ToolReply, ToolResult};
 use ipc_schema::ui::Choice;
 use ipc_schema::Body;
@@ -14,8 +19,8 @@ use std::os::unix::fs::PermissionsExt;
 
 /// An instance whose project the exec-helper can reach: run as root, the helper becomes
 /// `nobody`, so the instance root and the project must be searchable by others.
-fn instance() -> Instance {
-    let inst = Instance::new(Some(&policy_with("", "")));
+fn instance(host: Host) -> Instance {
+    let inst = Instance::new(Some(&host.policy(&policy_with("", ""))));
     for (p, mode) in [
         (inst.root().to_path_buf(), 0o711),
         (inst.project.clone(), 0o755),
@@ -69,16 +74,15 @@ fn ran(r: ToolReply) -> CommandRun {
     }
 }
 
-#[test]
-fn a_command_runs_once_in_its_sandbox_with_its_status_and_output() {
-    let inst = instance();
+fn a_command_runs_once_in_its_sandbox_with_its_status_and_output(host: Host) {
+    let inst = instance(host);
     std::fs::write(inst.file("input.txt"), "from the project\n").unwrap();
     std::fs::set_permissions(
         inst.file("input.txt"),
         std::fs::Permissions::from_mode(0o644),
     )
     .unwrap();
-    let b = inst.start(&[]);
+    let b = inst.start_on(host, &[]);
     let mut gw = b.gateway();
     let mut ui = b.ui();
 
@@ -90,13 +94,15 @@ fn a_command_runs_once_in_its_sandbox_with_its_status_and_output() {
     assert_eq!(c.stdout, b"from the project\n");
     assert_eq!(c.stderr, b"to-stderr\n");
     assert_eq!(c.cwd, inst.project);
-    // This machine allows user namespaces: the line names the full tier and its namespaces.
-    assert!(
-        c.sandbox
-            .contains("; tier namespaces; namespaces user mount pid net ipc uts; "),
-        "{}",
-        c.sandbox
-    );
+    // The line names the tier and its namespaces: the full tier where the machine allows user
+    // namespaces, the Landlock tier (and none) where it refuses them.
+    let tier = match host.tier() {
+        ipc_schema::tier::ConfinementTier::Namespaces => {
+            "; tier namespaces; namespaces user mount pid net ipc uts; "
+        }
+        ipc_schema::tier::ConfinementTier::Landlock => "; tier landlock; namespaces none; ",
+    };
+    assert!(c.sandbox.contains(tier), "{}", c.sandbox);
     assert!(c.sandbox.contains("no network"), "{}", c.sandbox);
 
     // The same call again in this session: from the ledger, not run again, not asked.
@@ -113,10 +119,9 @@ fn a_command_runs_once_in_its_sandbox_with_its_status_and_output() {
     assert!(ui.pending().is_empty());
 }
 
-#[test]
-fn the_sandbox_has_no_network_and_hides_the_rest_of_the_host() {
-    let inst = instance();
-    let b = inst.start(&[]);
+fn the_sandbox_has_no_network_and_hides_the_rest_of_the_host(host: Host) {
+    let inst = instance(host);
+    let b = inst.start_on(host, &[]);
     let mut gw = b.gateway();
     let mut ui = b.ui();
     // Positive control: the same shell reads a file of the system and of the project.
@@ -147,7 +152,8 @@ fn the_sandbox_has_no_network_and_hides_the_rest_of_the_host() {
         "inet 97\nunix ok\n",
         "{c:?}"
     );
-    // The broker's data dir (beside the project) is not in the sandbox at all.
+    // The broker's data dir (beside the project) is not in the sandbox at all (the Landlock
+    // tier: it is there, and Landlock refuses listing it).
     let data = inst.root().join("data").display().to_string();
     let c = ran(approved(
         &mut gw,
@@ -162,16 +168,17 @@ fn the_sandbox_has_no_network_and_hides_the_rest_of_the_host() {
         String::from_utf8_lossy(&c.stdout).contains("status 2"),
         "{c:?}"
     );
-    assert!(
-        String::from_utf8_lossy(&c.stderr).contains("No such file or directory"),
-        "{c:?}"
-    );
+    let said = if host.landlock() {
+        "Permission denied"
+    } else {
+        "No such file or directory"
+    };
+    assert!(String::from_utf8_lossy(&c.stderr).contains(said), "{c:?}");
 }
 
-#[test]
-fn a_program_that_does_not_exist_is_a_failure_not_a_result() {
-    let inst = instance();
-    let b = inst.start(&[]);
+fn a_program_that_does_not_exist_is_a_failure_not_a_result(host: Host) {
+    let inst = instance(host);
+    let b = inst.start_on(host, &[]);
     let mut gw = b.gateway();
     let mut ui = b.ui();
     match approved(
@@ -188,10 +195,9 @@ fn a_program_that_does_not_exist_is_a_failure_not_a_result() {
     }
 }
 
-#[test]
-fn a_working_directory_outside_every_grant_is_refused_before_anyone_is_asked() {
-    let inst = instance();
-    let b = inst.start(&[]);
+fn a_working_directory_outside_every_grant_is_refused_before_anyone_is_asked(host: Host) {
+    let inst = instance(host);
+    let b = inst.start_on(host, &[]);
     let mut gw = b.gateway();
     match gw.call(ToolCall::RunCommand(RunCommand {
         argv: vec!["/bin/true".into()],
@@ -206,15 +212,14 @@ fn a_working_directory_outside_every_grant_is_refused_before_anyone_is_asked() {
     assert!(b.ui().pending().is_empty());
 }
 
-#[test]
-fn gatehouses_own_dirs_are_masked_even_inside_a_grant() {
+fn gatehouses_own_dirs_are_masked_even_inside_a_grant(host: Host) {
     // A second grant: the instance root, which holds the broker's config, data and run dirs.
     let inst = Instance::new(None);
     let outer = inst.root().display().to_string();
-    inst.write_policy(&policy_with(
+    inst.write_policy(&host.policy(&policy_with(
         "",
         &format!("[[grant]]\nroot = \"{outer}\"\ncapabilities = [\"read\"]\n"),
-    ));
+    )));
     for (p, mode) in [
         (inst.root().to_path_buf(), 0o755),
         (inst.project.clone(), 0o755),
@@ -227,14 +232,14 @@ fn gatehouses_own_dirs_are_masked_even_inside_a_grant() {
         std::fs::Permissions::from_mode(0o644),
     )
     .unwrap();
-    let b = inst.start(&[]);
+    let b = inst.start_on(host, &[]);
     let mut gw = b.gateway();
     let mut ui = b.ui();
     let id = gw.send(ToolCall::RunCommand(RunCommand {
         argv: vec![
             "/bin/sh".into(),
             "-c".into(),
-            "cat project/visible.txt; ls data >/dev/null; echo data $?; ls config >/dev/null; echo config $?".into(),
+            "cat project/visible.txt; ls data >/dev/null; echo data $?; ls config >/dev/null; echo config $?; cat config/policy.toml >/dev/null; echo policy $?".into(),
         ],
         cwd: ipc_schema::fs::FsPath::Absolute(inst.root().as_os_str().as_encoded_bytes().to_vec()),
         timeout_secs: 0,
@@ -248,10 +253,25 @@ fn gatehouses_own_dirs_are_masked_even_inside_a_grant() {
         other => other,
     };
     let c = ran(reply);
-    // The project file is read (positive control); the broker's dirs are not listable.
+    // The project file is read (positive control); the broker's dirs are not listable, and
+    // nothing in them is readable. In the Landlock tier the names in them can be listed (not
+    // held: a masked directory inside a grant keeps its parent's right to list), as the user
+    // who owns them; a root caller's commands run as nobody, whom the dirs' modes stop.
+    let listable = host.landlock() && !nix::unistd::geteuid().is_root();
+    let want = if listable {
+        assert!(
+            sandbox::linux::command::not_held::WITHOUT_NAMESPACES
+                .iter()
+                .any(|n| n.name == "hidden_directory_names_listable"),
+            "the Landlock tier does not hold hidden_directory_names_listable, and not_held does not list it"
+        );
+        "visible\ndata 0\nconfig 0\npolicy 1\n"
+    } else {
+        "visible\ndata 2\nconfig 2\npolicy 1\n"
+    };
     assert_eq!(
         String::from_utf8_lossy(&c.stdout),
-        "visible\ndata 2\nconfig 2\n",
+        want,
         "{c:?}; log:\n{}",
         b.log()
     );
@@ -269,4 +289,12 @@ fn gatehouses_own_dirs_are_masked_even_inside_a_grant() {
             c.sandbox
         );
     }
+}
+
+gatehouse_tests::on_hosts! {
+    a_command_runs_once_in_its_sandbox_with_its_status_and_output: [Namespaces, Container],
+    the_sandbox_has_no_network_and_hides_the_rest_of_the_host: [Namespaces, Container],
+    a_program_that_does_not_exist_is_a_failure_not_a_result: [Namespaces, Container],
+    a_working_directory_outside_every_grant_is_refused_before_anyone_is_asked: [Namespaces, Container],
+    gatehouses_own_dirs_are_masked_even_inside_a_grant: [Namespaces, Container],
 }

@@ -58,6 +58,12 @@ impl Instance {
         Broker::start(self.root(), extra)
     }
 
+    /// The broker as started on `host` (under its refusal wrapper), once its exec-helper has
+    /// locked down in `host`'s tier.
+    pub fn start_on(&self, host: gatehouse_tests::Host, extra: &[&str]) -> Broker {
+        Broker::start_on(self.root(), extra, host)
+    }
+
     /// `gatehouse --data-dir ROOT ARGS...`.
     pub fn cli(&self, args: &[&str]) -> std::process::Output {
         Command::new(bin("gatehouse"))
@@ -111,12 +117,27 @@ pub struct Broker {
 
 impl Broker {
     pub fn start(root: &Path, extra: &[&str]) -> Broker {
+        Broker::spawn(root, extra, gatehouse_tests::Host::Namespaces)
+    }
+
+    /// Started on `host` (under its refusal wrapper), once its exec-helper has locked down in
+    /// `host`'s tier.
+    pub fn start_on(root: &Path, extra: &[&str], host: gatehouse_tests::Host) -> Broker {
+        let b = Broker::spawn(root, extra, host);
+        if let Err(e) = gatehouse_tests::check_exec_tier(&b.ui_socket(), host) {
+            panic!("{e}; log:\n{}", b.log());
+        }
+        b
+    }
+
+    fn spawn(root: &Path, extra: &[&str], host: gatehouse_tests::Host) -> Broker {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(root.join("broker-test.log"))
             .unwrap();
-        let child = Command::new(bin("gatehouse"))
+        let child = host
+            .command(&bin("gatehouse"))
             .arg("--data-dir")
             .arg(root)
             .arg("broker")

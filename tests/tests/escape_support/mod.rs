@@ -18,6 +18,7 @@
 
 use crate::broker_core_support::{policy_with, Broker, Gateway, Instance};
 use gatehouse_tests::bin;
+pub use gatehouse_tests::Host;
 use ipc_schema::tool::{RunCommand, ToolCall, ToolReply, ToolResult};
 use std::cell::RefCell;
 use std::os::unix::fs::PermissionsExt;
@@ -33,28 +34,60 @@ pub enum Via {
     Run,
 }
 
-/// Makes one `#[test]` per path for each case: `escape_cases! { case_fn: [Sandbox, RunCommand,
-/// Run], ... }` gives `case_fn::sandbox`, `case_fn::run_command`, `case_fn::run`.
+/// Makes one `#[test]` per path and machine for each case: `escape_cases! { on [Namespaces,
+/// Container, NoMount]; case_fn: [Sandbox, RunCommand, Run], ... }` gives `case_fn::sandbox`,
+/// `case_fn::sandbox_container`, `case_fn::sandbox_nomount`, `case_fn::run_command`, ... Without
+/// `on [...];` the cases run where namespaces work only. A case is `fn(Via, Host)`.
 #[macro_export]
 macro_rules! escape_cases {
-    ($($case:ident : [$($via:ident),+ $(,)?]),+ $(,)?) => {
+    (@via $case:ident, $via:ident, [$($host:ident),+]) => {
+        $( $crate::escape_cases!(@one $case, $via, $host); )+
+    };
+    (@one $case:ident, Sandbox, Namespaces) => {
+        #[test]
+        fn sandbox() { super::$case($crate::escape_support::Via::Sandbox, $crate::escape_support::Host::Namespaces) }
+    };
+    (@one $case:ident, Sandbox, Container) => {
+        #[test]
+        fn sandbox_container() { super::$case($crate::escape_support::Via::Sandbox, $crate::escape_support::Host::Container) }
+    };
+    (@one $case:ident, Sandbox, NoMount) => {
+        #[test]
+        fn sandbox_nomount() { super::$case($crate::escape_support::Via::Sandbox, $crate::escape_support::Host::NoMount) }
+    };
+    (@one $case:ident, RunCommand, Namespaces) => {
+        #[test]
+        fn run_command() { super::$case($crate::escape_support::Via::RunCommand, $crate::escape_support::Host::Namespaces) }
+    };
+    (@one $case:ident, RunCommand, Container) => {
+        #[test]
+        fn run_command_container() { super::$case($crate::escape_support::Via::RunCommand, $crate::escape_support::Host::Container) }
+    };
+    (@one $case:ident, RunCommand, NoMount) => {
+        #[test]
+        fn run_command_nomount() { super::$case($crate::escape_support::Via::RunCommand, $crate::escape_support::Host::NoMount) }
+    };
+    (@one $case:ident, Run, Namespaces) => {
+        #[test]
+        fn run() { super::$case($crate::escape_support::Via::Run, $crate::escape_support::Host::Namespaces) }
+    };
+    (@one $case:ident, Run, Container) => {
+        #[test]
+        fn run_container() { super::$case($crate::escape_support::Via::Run, $crate::escape_support::Host::Container) }
+    };
+    (@one $case:ident, Run, NoMount) => {
+        #[test]
+        fn run_nomount() { super::$case($crate::escape_support::Via::Run, $crate::escape_support::Host::NoMount) }
+    };
+    (on $hosts:tt; $($case:ident : [$($via:ident),+ $(,)?]),+ $(,)?) => {
         $(
             mod $case {
-                $( $crate::escape_cases!(@one $case, $via); )+
+                $( $crate::escape_cases!(@via $case, $via, $hosts); )+
             }
         )+
     };
-    (@one $case:ident, Sandbox) => {
-        #[test]
-        fn sandbox() { super::$case($crate::escape_support::Via::Sandbox) }
-    };
-    (@one $case:ident, RunCommand) => {
-        #[test]
-        fn run_command() { super::$case($crate::escape_support::Via::RunCommand) }
-    };
-    (@one $case:ident, Run) => {
-        #[test]
-        fn run() { super::$case($crate::escape_support::Via::Run) }
+    ($($case:ident : [$($via:ident),+ $(,)?]),+ $(,)?) => {
+        $crate::escape_cases!(on [Namespaces]; $($case : [$($via),+]),+);
     };
 }
 
@@ -166,6 +199,7 @@ pub struct Setup {
 /// One case's world on one path.
 pub struct Ctx {
     pub via: Via,
+    pub host: Host,
     setup: Setup,
     work: PathBuf,
     /// `--data-dir` of the CLI paths.
@@ -183,11 +217,11 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    pub fn new(via: Via) -> Ctx {
-        Ctx::with(via, Setup::default())
+    pub fn new(via: Via, host: Host) -> Ctx {
+        Ctx::with(via, host, Setup::default())
     }
 
-    pub fn with(via: Via, setup: Setup) -> Ctx {
+    pub fn with(via: Via, host: Host, setup: Setup) -> Ctx {
         let parent = setup.under.clone().unwrap_or_else(std::env::temp_dir);
         match via {
             Via::Sandbox => {
@@ -206,10 +240,19 @@ impl Ctx {
                 }
                 // `gatehouse sandbox` asks the broker of its data dir, which runs the command
                 // through its exec-helper: started here (as the CLI would start it), so that
-                // it stops with the case. The caller's environment is the CLI's, below.
-                let broker = start_broker(data.path(), &[]);
+                // it stops with the case. The caller's environment is the CLI's, below. In the
+                // Landlock tier the data dir's policy lets commands run there (and says nothing
+                // else: no policy file is the built-in profile, and `sandbox` takes its grants
+                // from the command line).
+                if host.landlock() {
+                    let config = data.path().join("config");
+                    std::fs::create_dir_all(&config).unwrap();
+                    std::fs::write(config.join("policy.toml"), host.policy("")).unwrap();
+                }
+                let broker = start_broker(data.path(), &[], host);
                 Ctx {
                     via,
+                    host,
                     work: work.path().to_path_buf(),
                     data: data.path().to_path_buf(),
                     probe: gatehouse_tests::exec_probe(),
@@ -222,23 +265,23 @@ impl Ctx {
                     setup,
                 }
             }
-            Via::RunCommand | Via::Run => Ctx::with_broker(via, setup, &parent),
+            Via::RunCommand | Via::Run => Ctx::with_broker(via, host, setup, &parent),
         }
     }
 
     /// An instance (`root/{config,data,run}` and `root/project`, the grant root), its broker
     /// with the caller's environment, the working root `project/work`, and the probe copied
     /// to `project/probe/` (run_command's sandbox shows only the grant).
-    fn with_broker(via: Via, setup: Setup, parent: &Path) -> Ctx {
+    fn with_broker(via: Via, host: Host, setup: Setup, parent: &Path) -> Ctx {
         let caps = if setup.read_only_root {
             "\"read\""
         } else {
             "\"read\", \"write\", \"edit\", \"delete\""
         };
-        let policy = format!(
+        let policy = host.policy(&format!(
             "revision = 0\n[tools]\nread_file = \"allow\"\nlist_dir = \"allow\"\nrun_command = \"allow\"\n\
              [[grant]]\nroot = \"{{ROOT}}\"\ncapabilities = [{caps}]\n"
-        );
+        ));
         let _ = policy_with;
         let inst = instance_in(parent, &policy);
         let work = inst.project.join("work");
@@ -253,7 +296,7 @@ impl Ctx {
             std::fs::copy(&src, &probe).unwrap();
             std::fs::set_permissions(&probe, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
-        let broker = start_broker(inst.root(), &setup.caller_env);
+        let broker = start_broker(inst.root(), &setup.caller_env, host);
         let mut grants = Vec::new();
         if via == Via::Run {
             grants.push("--allow-read".into());
@@ -261,6 +304,7 @@ impl Ctx {
         }
         Ctx {
             via,
+            host,
             work,
             data: inst.root().to_path_buf(),
             probe,
@@ -408,7 +452,7 @@ impl Ctx {
 
     /// The `gatehouse` command line that runs `argv` on this path (Sandbox, Run).
     pub fn cli(&self, argv: &[&str], o: &Opts) -> Command {
-        let mut c = Command::new(bin("gatehouse"));
+        let mut c = self.host.command(&bin("gatehouse"));
         c.arg("--data-dir").arg(&self.data);
         match self.via {
             Via::Sandbox => {
@@ -553,13 +597,14 @@ fn instance_in(parent: &Path, policy: &str) -> Instance {
 }
 
 /// `gatehouse --data-dir ROOT broker` with `env` added, once its sockets answer.
-fn start_broker(root: &Path, env: &[(String, String)]) -> Broker {
+/// Under the refusal wrapper where `host` refuses namespaces.
+fn start_broker(root: &Path, env: &[(String, String)], host: Host) -> Broker {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(root.join("broker-test.log"))
         .unwrap();
-    let mut cmd = Command::new(bin("gatehouse"));
+    let mut cmd = host.command(&bin("gatehouse"));
     cmd.arg("--data-dir")
         .arg(root)
         .arg("broker")
@@ -587,6 +632,9 @@ fn start_broker(root: &Path, env: &[(String, String)]) -> Broker {
             b.log()
         );
         std::thread::sleep(Duration::from_millis(20));
+    }
+    if let Err(e) = gatehouse_tests::check_exec_tier(&b.ui_socket(), host) {
+        panic!("{e}; log:\n{}", b.log());
     }
     b
 }

@@ -22,12 +22,20 @@ pub struct Instance {
     pub tmp: tempfile::TempDir,
     pub data: PathBuf,
     pub project: PathBuf,
+    /// Where its broker and `gatehouse mcp` run (under a refusal wrapper, or not).
+    pub host: gatehouse_tests::Host,
 }
 
 impl Instance {
     /// With `policy` (TOML; `{ROOT}` becomes the project dir) as the policy file, or the
     /// built-in default profile granting the project when `None`.
     pub fn new(policy: Option<&str>) -> Instance {
+        Instance::on(gatehouse_tests::Host::Namespaces, policy)
+    }
+
+    /// As [`Instance::new`], run on `host`: the policy file as `host` needs it
+    /// ([`gatehouse_tests::Host::policy`]), the broker and `gatehouse mcp` under its wrapper.
+    pub fn on(host: gatehouse_tests::Host, policy: Option<&str>) -> Instance {
         let tmp = tempfile::Builder::new()
             .prefix("gh-mcp-")
             .tempdir()
@@ -37,15 +45,22 @@ impl Instance {
         let project = std::fs::canonicalize(&project).unwrap();
         let data = tmp.path().join("d");
         std::fs::create_dir_all(data.join("config")).unwrap();
-        if let Some(p) = policy {
-            std::fs::write(
-                data.join("config/policy.toml"),
-                p.replace("{ROOT}", &project.display().to_string()),
-            )
-            .unwrap();
-        }
         std::fs::write(project.join("hello.txt"), "hello\n").unwrap();
-        Instance { tmp, data, project }
+        let inst = Instance {
+            tmp,
+            data,
+            project,
+            host,
+        };
+        if let Some(p) = policy {
+            inst.write_policy(&p.replace("{ROOT}", &inst.project.display().to_string()));
+        }
+        inst
+    }
+
+    /// `doc` as the policy file (as this instance's host needs it).
+    pub fn write_policy(&self, doc: &str) {
+        std::fs::write(self.data.join("config/policy.toml"), self.host.policy(doc)).unwrap();
     }
 
     pub fn file(&self, name: &str) -> PathBuf {
@@ -55,7 +70,9 @@ impl Instance {
     /// `gatehouse --data-dir D broker --grant-root PROJECT EXTRA...`, waiting for its sockets.
     pub fn broker(&self, extra: &[&str]) -> Broker {
         let log = std::fs::File::create(self.tmp.path().join("broker.log")).unwrap();
-        let child = Command::new(bin("gatehouse"))
+        let child = self
+            .host
+            .command(&bin("gatehouse"))
             .arg("--data-dir")
             .arg(&self.data)
             .arg("broker")
@@ -85,6 +102,12 @@ impl Instance {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+        if self.host != gatehouse_tests::Host::Namespaces {
+            if let Err(e) = gatehouse_tests::check_exec_tier(&b.data.join("run/ui.sock"), self.host)
+            {
+                panic!("{e}; log:\n{}", b.log());
+            }
+        }
         b
     }
 
@@ -95,7 +118,7 @@ impl Instance {
 
     pub fn mcp_with(&self, gatehouse: &Path, args: &[&str], env: &[(&str, &str)]) -> Mcp {
         let err_path = self.tmp.path().join(format!("mcp-{}.err", rand_suffix()));
-        let mut cmd = Command::new(gatehouse);
+        let mut cmd = self.host.command(gatehouse);
         cmd.arg("--data-dir")
             .arg(&self.data)
             .arg("mcp")

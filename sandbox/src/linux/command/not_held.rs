@@ -50,7 +50,7 @@ pub const WITHOUT_NAMESPACES: &[NotHeld] = &[
     },
     NotHeld {
         name: "git_hooks_and_config_cannot_be_created_or_read",
-        what: "in a writable grant, git's control files (.git/config, .git/hooks, config.worktree) can be read, and written while the command runs: a grant's root keeps its full rights (Landlock cannot take them out of it); after the run gatehouse sets aside what the command changed or added there and puts the originals back (writes undone afterwards, not prevented)",
+        what: "in a writable grant, git's control files (.git/config, .git/hooks, config.worktree) can be read, and written while the command runs: a grant's root keeps its full rights (Landlock cannot take them out of it); after the run gatehouse sets aside what the command changed or added there and puts the originals back (writes undone afterwards, not prevented); `.git` itself can be renamed away (what then takes its place is swept the same way; the renamed repository is left where the command put it)",
     },
     NotHeld {
         name: "tree_outlives_a_killed_init",
