@@ -754,7 +754,7 @@ mod tier {
         let sock = other.path.join("s.sock");
         let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
         assert_eq!(inside(&d.path, "unix", &sock.display().to_string()), "ok");
-        listed("the_broker_socket_is_out_of_reach");
+        listed("named_unix_sockets_reachable");
         // Other processes' status is readable (not their environment: see above).
         let status = format!("/proc/{}/status", std::process::id());
         assert_eq!(inside(&d.path, "read", &status), "ok");

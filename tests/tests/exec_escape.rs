@@ -511,29 +511,36 @@ fn processes_outside_cannot_be_traced_read_or_signalled(via: Via, host: Host) {
 
 fn the_broker_socket_is_out_of_reach(via: Via, host: Host) {
     let c = Ctx::new(via, host);
-    // The broker of this path (run_command, gatehouse run), or one of its own (sandbox).
-    let own;
-    let sock = match c.broker() {
-        Some(b) => b.ui_socket(),
-        None => {
-            own = gatehouse_tests::BrokerUnderTest::start(&[]);
-            own.ui_socket()
+    let b = c.broker().expect("every path has a broker");
+    let socks = [s(&b.ui_socket()), s(&b.gateway_socket())];
+    for sock in &socks {
+        // Positive control: the broker serves this user's connections.
+        assert_eq!(outside(&["ping-unix", sock]), "ok pong");
+        assert_eq!(
+            c.probe(&["ping-unix", sock]),
+            tiered(host, "errno ENOENT", broker_socket_in_the_landlock_tier())
+        );
+    }
+    if host.landlock() && !root() {
+        // The broker killed each peer before reading its ping, and says so in the log and the
+        // audit log.
+        let log = b.log();
+        assert_eq!(
+            log.matches("killed: it runs under gatehouse's spawner").count(),
+            2,
+            "{log}"
+        );
+        let rows = c.audit_rows();
+        for actor in ["ui", "gateway"] {
+            assert!(
+                rows.iter().any(|r| r["kind"] == "peer_killed"
+                    && r["actor"] == actor
+                    && r["detail"]
+                        .as_str()
+                        .is_some_and(|d| d.contains("runs under gatehouse's spawner"))),
+                "{actor}: {rows:#?}"
+            );
         }
-    };
-    let sock = s(&sock);
-    let inside = if host.landlock() {
-        listed_as_not_held("the_broker_socket_is_out_of_reach");
-        broker_socket_in_the_landlock_tier()
-    } else {
-        "errno ENOENT"
-    };
-    // Positive control: the broker accepts this user's connections.
-    assert_eq!(outside(&["connect-unix", &sock]), "ok");
-    assert_eq!(c.probe(&["connect-unix", &sock]), inside);
-    if let Some(b) = c.broker() {
-        let gw = s(&b.gateway_socket());
-        assert_eq!(outside(&["connect-unix", &gw]), "ok");
-        assert_eq!(c.probe(&["connect-unix", &gw]), inside);
     }
     // Any other socket the command's user may reach, outside the grants: not there in the
     // namespace tier; in the Landlock tier connected (the gap, as root too).
@@ -544,23 +551,25 @@ fn the_broker_socket_is_out_of_reach(via: Via, host: Host) {
     chown_tree(&dir);
     let other = s(&other);
     assert_eq!(outside(&["connect-unix", &other]), "ok");
+    if host.landlock() {
+        listed_as_not_held("named_unix_sockets_reachable");
+    }
     assert_eq!(
         c.probe(&["connect-unix", &other]),
         tiered(host, "errno ENOENT", "ok")
     );
 }
 
-/// What a command in the Landlock tier gets connecting to its own broker's sockets: not held
-/// (Landlock does not restrict connecting to a named Unix socket, up to ABI 7). As a user the
-/// connection is made. As root the command runs as nobody, and the broker's runtime directory
-/// (0700, root's) refuses it: EACCES, the file mode's refusal, not the sandbox's.
-/// The broker is to refuse such a peer itself (kill one that runs under its spawner): when it
-/// does, this is the one place the expected outcome changes (and the listing with it).
+/// What a command in the Landlock tier gets pinging its own broker's sockets. Landlock does not
+/// restrict connecting to a named Unix socket (up to ABI 7), so the connection is made; the
+/// broker asks its spawner whether the peer runs under it and kills it before reading a frame
+/// (SIGKILL). As root the command runs as nobody, and the broker's runtime directory (0700,
+/// root's) refuses it first: EACCES, the file mode's refusal.
 fn broker_socket_in_the_landlock_tier() -> &'static str {
     if root() {
         "errno EACCES"
     } else {
-        "ok"
+        "killed by signal 9"
     }
 }
 

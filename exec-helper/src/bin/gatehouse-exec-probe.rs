@@ -47,6 +47,22 @@ fn main() -> ExitCode {
         .map_err(io::Error::from),
         "mem" => std::fs::File::open(format!("/proc/{}/mem", a(1))).map(|_| String::new()),
         "connect-unix" => std::os::unix::net::UnixStream::connect(a(1)).map(|_| String::new()),
+        // Connects to a gatehouse socket and pings: "ok pong" when served; a broker that
+        // refuses the peer kills it (the probe then ends by SIGKILL) or closes the connection.
+        "ping-unix" => std::os::unix::net::UnixStream::connect(a(1)).and_then(|mut s| {
+            use ipc_schema::codec::{read_frame, write_frame, MAX_FRAME};
+            use ipc_schema::{Body, Envelope};
+            write_frame(&mut s, &Envelope::new(1, Body::Ping { target: None }))
+                .map_err(io::Error::other)?;
+            match read_frame(&mut s, MAX_FRAME) {
+                Ok(Some(Envelope {
+                    body: Body::Pong, ..
+                })) => Ok("pong".into()),
+                Ok(Some(other)) => Ok(format!("answered {:?}", other.body.kind())),
+                Ok(None) => Ok("closed by the listener".into()),
+                Err(e) => Err(io::Error::other(e)),
+            }
+        }),
         "connect-abstract" => {
             use std::os::linux::net::SocketAddrExt;
             std::os::unix::net::SocketAddr::from_abstract_name(a(1).as_bytes())

@@ -328,6 +328,25 @@ impl Ctx {
         self.probe.display().to_string()
     }
 
+    /// The audit rows of this path's broker (`gatehouse audit tail --json`).
+    pub fn audit_rows(&self) -> Vec<serde_json::Value> {
+        let out = Command::new(bin("gatehouse"))
+            .arg("--data-dir")
+            .arg(&self.data)
+            .args(["--json", "audit", "tail", "-n", "100000"])
+            .output()
+            .expect("run gatehouse audit tail");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json line"))
+            .collect()
+    }
+
     /// The broker of the run_command and `gatehouse run` paths.
     pub fn broker(&self) -> Option<&Broker> {
         self.broker.as_ref()

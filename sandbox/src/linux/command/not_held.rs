@@ -21,8 +21,8 @@ pub const WITHOUT_NAMESPACES: &[NotHeld] = &[
         what: "other processes of the same user are visible in /proc (their command lines and status; not their memory, environment or descriptors, which Landlock's ptrace restriction guards): without a pid namespace there is no private /proc",
     },
     NotHeld {
-        name: "the_broker_socket_is_out_of_reach",
-        what: "the command can connect to any Unix socket by path that its user may reach (gatehouse's own sockets, the session D-Bus, ssh-agent, gpg-agent, X11, a container runtime's socket): Landlock does not restrict connecting to a named Unix socket (up to ABI 7), and without a mount namespace those paths exist for the command; whatever listens there must judge its peer itself",
+        name: "named_unix_sockets_reachable",
+        what: "the command can connect to any Unix socket by path that its user may reach (the session D-Bus, ssh-agent, gpg-agent, X11, a container runtime's socket): Landlock does not restrict connecting to a named Unix socket (up to ABI 7), and without a mount namespace those paths exist for the command; whatever listens there must judge its peer itself (gatehouse's own sockets do: the broker kills a peer that runs under its spawner)",
     },
     NotHeld {
         name: "host_network_state_visible",

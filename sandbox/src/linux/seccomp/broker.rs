@@ -89,6 +89,11 @@ pub(super) fn broker(p: &mut Policy) {
         &[Arg::Eq(1, libc::SIGKILL as u32)],
         "killing a front that sent a malformed or forbidden frame (DESIGN rule 3); SIGKILL only",
     );
+    p.allow_if(
+        libc::SYS_pidfd_send_signal,
+        &[Arg::Eq(1, 0)],
+        "signal 0 (sends nothing) to a front's pidfd: whether the peer the spawner's lineage check judged still runs",
+    );
     p.allow(
         &[libc::SYS_listen],
         "the two sockets bound before lockdown start listening once the audit log is open; no socket can be made after lockdown",
