@@ -526,7 +526,8 @@ fn the_broker_socket_is_out_of_reach(via: Via, host: Host) {
         // audit log.
         let log = b.log();
         assert_eq!(
-            log.matches("killed: it runs under gatehouse's spawner").count(),
+            log.matches("killed: it runs under gatehouse's spawner")
+                .count(),
             2,
             "{log}"
         );
