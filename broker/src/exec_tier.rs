@@ -6,6 +6,13 @@ use crate::Ctx;
 use ipc_schema::tier::ConfinementTier;
 use ipc_schema::Role;
 
+/// The tier the exec helper reported (for a command's card and audit line), if it has.
+pub fn in_force(ctx: &Ctx) -> Option<ConfinementTier> {
+    let slot = ctx.helpers.slot(Role::Exec)?;
+    let report = slot.report();
+    report.lockdown.as_ref().and_then(|l| l.exec_tier)
+}
+
 /// Why no command may start now, or `None` when the tier in force is allowed. Waits (as a call
 /// would) for an exec helper that is still starting, so that its tier is known.
 pub async fn refusal(ctx: &Ctx) -> Option<String> {

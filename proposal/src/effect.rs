@@ -5,21 +5,24 @@
 use crate::args::redact_url;
 use ipc_schema::fs::{ChangePreview, ResolvedTarget, Seal};
 use ipc_schema::net::CheckedTarget;
+use ipc_schema::tier::ConfinementTier;
 use ipc_schema::tool::{HttpMethod, RunCommand, ToolCall};
 use policy::eval::shown;
 
 /// The line for `call`: `paths` is the fs-helper's resolution of what it names (for
 /// `run_command`, its working directory), `checked` the net-helper's check of a web call's URL,
-/// `preview` the dry run of a write or an edit.
+/// `preview` the dry run of a write or an edit, `tier` the exec sandbox's confinement tier in
+/// force (a command's line names it; `None` while the exec helper has not reported one).
 pub fn line(
     call: &ToolCall,
     paths: &[ResolvedTarget],
     checked: Option<&CheckedTarget>,
     preview: Option<&ChangePreview>,
+    tier: Option<ConfinementTier>,
 ) -> String {
     match (call, checked) {
         (_, Some(c)) => network(call, c),
-        (ToolCall::RunCommand(a), None) => command(a, paths),
+        (ToolCall::RunCommand(a), None) => command(a, paths, tier),
         _ => files(call, paths, preview),
     }
 }
@@ -98,8 +101,8 @@ pub fn files(call: &ToolCall, paths: &[ResolvedTarget], preview: Option<&ChangeP
     }
 }
 
-/// A `run_command`: argv, working directory (`paths[0]`), network, time.
-pub fn command(a: &RunCommand, paths: &[ResolvedTarget]) -> String {
+/// A `run_command`: argv, working directory (`paths[0]`), the sandbox's tier, network, time.
+pub fn command(a: &RunCommand, paths: &[ResolvedTarget], tier: Option<ConfinementTier>) -> String {
     let cwd = paths
         .first()
         .map(|t| shown(&t.absolute))
@@ -108,8 +111,15 @@ pub fn command(a: &RunCommand, paths: &[ResolvedTarget]) -> String {
         Ok(ms) => format!("at most {} s", ms / 1000),
         Err(e) => e,
     };
+    let tier = match tier {
+        Some(ConfinementTier::Namespaces) => "namespace tier",
+        Some(ConfinementTier::Landlock) => {
+            "Landlock tier (no namespaces: docs/SECURITY.md lists what it does not hold)"
+        }
+        None => "tier not reported yet",
+    };
     format!(
-        "run {:?} in {cwd}, in the exec sandbox with no network, {time}",
+        "run {:?} in {cwd}, in the exec sandbox ({tier}) with no network, {time}",
         a.argv
     )
 }

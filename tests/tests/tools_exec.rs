@@ -10,7 +10,7 @@
 
 mod broker_core_support;
 
-use broker_core_support::{abs, policy_with, Gateway, Instance, Ui};
+use broker_core_support::{abs, audit_rows, policy_with, Gateway, Instance, Ui};
 use gatehouse_tests::Host;
 use ipc_schema::tool::{CommandRun, RunCommand, ToolCall, ToolReply, ToolResult};
 use ipc_schema::ui::Choice;
@@ -39,7 +39,13 @@ fn run(inst: &Instance, argv: &[&str]) -> ToolCall {
 }
 
 /// Sends `call`, checks the card, approves it once, returns the final reply.
-fn approved(gw: &mut Gateway, ui: &mut Ui, inst: &Instance, call: ToolCall) -> ToolReply {
+fn approved(
+    host: Host,
+    gw: &mut Gateway,
+    ui: &mut Ui,
+    inst: &Instance,
+    call: ToolCall,
+) -> ToolReply {
     let id = gw.send(call);
     match gw.next_for(id).unwrap() {
         ToolReply::AwaitingApproval(_) => {}
@@ -55,13 +61,33 @@ fn approved(gw: &mut Gateway, ui: &mut Ui, inst: &Instance, call: ToolCall) -> T
     );
     assert!(
         p.effect.contains(&format!(
-            " in {project}, in the exec sandbox with no network, at most 300 s"
+            " in {project}, in the exec sandbox ({}) with no network, at most 300 s",
+            if host.landlock() {
+                "Landlock tier (no namespaces: docs/SECURITY.md lists what it does not hold)"
+            } else {
+                "namespace tier"
+            }
         )),
         "{}",
         p.effect
     );
     assert!(matches!(ui.decide(&p, Choice::AllowOnce), Body::UiReply(_)));
-    gw.final_for(id).unwrap()
+    let reply = gw.final_for(id).unwrap();
+    // The card's line, tier and all, is in the proposal's audit row (written by the audit
+    // writer on its own thread: waited for, up to a minute).
+    let has = |rows: &[serde_json::Value]| {
+        rows.iter().any(|r| {
+            r["kind"] == "proposal" && r["detail"].as_str().is_some_and(|d| d.contains(&p.effect))
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut rows = audit_rows(inst);
+    while !has(&rows) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        rows = audit_rows(inst);
+    }
+    assert!(has(&rows), "{rows:#?}");
+    reply
 }
 
 fn ran(r: ToolReply) -> CommandRun {
@@ -88,7 +114,7 @@ fn a_command_runs_once_in_its_sandbox_with_its_status_and_output(host: Host) {
 
     let script = "cat input.txt; echo to-stderr >&2; exit 3";
     let call = run(&inst, &["/bin/sh", "-c", script]);
-    let c = ran(approved(&mut gw, &mut ui, &inst, call.clone()));
+    let c = ran(approved(host, &mut gw, &mut ui, &inst, call.clone()));
     assert_eq!(c.exit_code, Some(3), "{c:?}; log:\n{}", b.log());
     assert_eq!(c.outcome, "exited with status 3");
     assert_eq!(c.stdout, b"from the project\n");
@@ -126,6 +152,7 @@ fn the_sandbox_has_no_network_and_hides_the_rest_of_the_host(host: Host) {
     let mut ui = b.ui();
     // Positive control: the same shell reads a file of the system and of the project.
     let c = ran(approved(
+        host,
         &mut gw,
         &mut ui,
         &inst,
@@ -142,6 +169,7 @@ fn the_sandbox_has_no_network_and_hides_the_rest_of_the_host(host: Host) {
     // No inet sockets at all (EAFNOSUPPORT, 97), while a Unix socket still works.
     let py = "import socket\ntry:\n    socket.socket(socket.AF_INET, socket.SOCK_STREAM)\n    print('inet ok')\nexcept OSError as e:\n    print('inet', e.errno)\nsocket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\nprint('unix ok')\n";
     let c = ran(approved(
+        host,
         &mut gw,
         &mut ui,
         &inst,
@@ -156,6 +184,7 @@ fn the_sandbox_has_no_network_and_hides_the_rest_of_the_host(host: Host) {
     // tier: it is there, and Landlock refuses listing it).
     let data = inst.root().join("data").display().to_string();
     let c = ran(approved(
+        host,
         &mut gw,
         &mut ui,
         &inst,
@@ -182,6 +211,7 @@ fn a_program_that_does_not_exist_is_a_failure_not_a_result(host: Host) {
     let mut gw = b.gateway();
     let mut ui = b.ui();
     match approved(
+        host,
         &mut gw,
         &mut ui,
         &inst,

@@ -539,7 +539,13 @@ async fn run(
                 &target_key,
                 &call,
                 None,
-                effect::line(&call, &resolved.paths, checked.as_ref(), None),
+                effect::line(
+                    &call,
+                    &resolved.paths,
+                    checked.as_ref(),
+                    None,
+                    crate::exec_tier::in_force(ctx),
+                ),
                 &verdict,
                 revision,
             );
@@ -627,7 +633,13 @@ async fn run(
             &target_key,
             &call,
             diff,
-            effect::line(&call, &resolved.paths, checked.as_ref(), preview.as_ref()),
+            effect::line(
+                &call,
+                &resolved.paths,
+                checked.as_ref(),
+                preview.as_ref(),
+                crate::exec_tier::in_force(ctx),
+            ),
             &verdict,
             revision,
         );
