@@ -114,12 +114,15 @@ pub struct Started {
 /// What a `Start` gets back: the pid, the channel, the exit to come.
 type StartReply = oneshot::Sender<Result<(u32, OwnedFd, oneshot::Receiver<String>), String>>;
 
+/// Where the answer to a `Status` or `Lineage` goes.
+type Answer<T> = oneshot::Sender<Result<T, String>>;
+
 #[derive(Default)]
 struct State {
     next_id: u64,
     starts: HashMap<u64, StartReply>,
-    statuses: HashMap<u64, oneshot::Sender<Result<ProcStatus, String>>>,
-    lineages: HashMap<u64, oneshot::Sender<Result<bool, String>>>,
+    statuses: HashMap<u64, Answer<ProcStatus>>,
+    lineages: HashMap<u64, Answer<bool>>,
     ended: HashMap<u32, oneshot::Sender<String>>,
     /// Set once the spawner is gone: why.
     closed: Option<String>,
@@ -178,22 +181,25 @@ impl Link {
 
     /// The kernel's view of `pid` (a helper, the router, the spawner).
     pub async fn status(&self, pid: u32) -> Result<ProcStatus, String> {
-        let (tx, rx) = oneshot::channel();
-        let id = {
-            let mut st = self.lock();
-            if let Some(why) = &st.closed {
-                return Err(why.clone());
-            }
-            let id = st.id();
-            st.statuses.insert(id, tx);
-            id
-        };
-        self.send(SpawnRequest::Status { id, pid })?;
-        rx.await.map_err(|_| "the spawner is gone".to_string())?
+        self.ask(|st| &mut st.statuses, |id| SpawnRequest::Status { id, pid })
+            .await
     }
 
     /// Whether `pid` runs under the spawner (a helper, or a process a helper started).
     pub async fn lineage(&self, pid: u32) -> Result<bool, String> {
+        self.ask(
+            |st| &mut st.lineages,
+            |id| SpawnRequest::Lineage { id, pid },
+        )
+        .await
+    }
+
+    /// Sends the request `req(id)` and waits for its answer, registered in `waiting`'s map.
+    async fn ask<T>(
+        &self,
+        waiting: impl FnOnce(&mut State) -> &mut HashMap<u64, Answer<T>>,
+        req: impl FnOnce(u64) -> SpawnRequest,
+    ) -> Result<T, String> {
         let (tx, rx) = oneshot::channel();
         let id = {
             let mut st = self.lock();
@@ -201,10 +207,10 @@ impl Link {
                 return Err(why.clone());
             }
             let id = st.id();
-            st.lineages.insert(id, tx);
+            waiting(&mut st).insert(id, tx);
             id
         };
-        self.send(SpawnRequest::Lineage { id, pid })?;
+        self.send(req(id))?;
         rx.await.map_err(|_| "the spawner is gone".to_string())?
     }
 

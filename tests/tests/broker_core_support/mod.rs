@@ -349,7 +349,17 @@ pub fn read_call(p: &Path) -> ToolCall {
 
 /// Audit rows as JSON lines (`gatehouse audit tail --json`).
 pub fn audit_rows(inst: &Instance) -> Vec<serde_json::Value> {
-    let out = inst.cli(&["--json", "audit", "tail", "-n", "100000"]);
+    audit_rows_in(inst.root())
+}
+
+/// The audit rows of the instance at `data` (its `--data-dir`).
+pub fn audit_rows_in(data: &Path) -> Vec<serde_json::Value> {
+    let out = Command::new(bin("gatehouse"))
+        .arg("--data-dir")
+        .arg(data)
+        .args(["--json", "audit", "tail", "-n", "100000"])
+        .output()
+        .expect("run gatehouse");
     assert!(
         out.status.success(),
         "{}",

@@ -330,21 +330,7 @@ impl Ctx {
 
     /// The audit rows of this path's broker (`gatehouse audit tail --json`).
     pub fn audit_rows(&self) -> Vec<serde_json::Value> {
-        let out = Command::new(bin("gatehouse"))
-            .arg("--data-dir")
-            .arg(&self.data)
-            .args(["--json", "audit", "tail", "-n", "100000"])
-            .output()
-            .expect("run gatehouse audit tail");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("json line"))
-            .collect()
+        crate::broker_core_support::audit_rows_in(&self.data)
     }
 
     /// The broker of the run_command and `gatehouse run` paths.
