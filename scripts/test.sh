@@ -52,8 +52,14 @@ for l in sys.stdin:
   mkdir -p "$STAGE/src"
   git ls-files -z | xargs -0 -I{} cp --parents {} "$STAGE/src/" 2>/dev/null || true
   # Audit keys of earlier runs' test instances (the user and persistent keyrings outlive
-  # processes, and an unprivileged user may hold only 200 keys). This user exists for tests.
+  # processes, and an unprivileged user may hold only 20,000 bytes of keys: about 110 audit
+  # keys). This user exists for tests.
   runuser -u "$TEST_USER" -- keyctl purge -p user gatehouse: >/dev/null 2>&1 || true
+  # Audit keys the user holds now. A test binary that leaves any behind fails: a harness that
+  # owns a data dir forgets its key (gatehouse_tests::forget_audit_key), or the quota fills
+  # and every later broker refuses to start ("the audit log cannot be sealed").
+  # (Each key is linked from the user keyring and the persistent one: counted once, by id.)
+  audit_keys() { runuser -u "$TEST_USER" -- keyctl show @u 2>/dev/null | awk '/gatehouse:audit-key-/ { print $1 }' | sort -u | wc -l; }
   chown -R "$TEST_USER" "$STAGE"
   chmod 0755 "$STAGE"
   fail=0
@@ -62,6 +68,15 @@ for l in sys.stdin:
     echo "-- $(basename "$e")"
     if ! (cd /tmp && runuser -u "$TEST_USER" -- env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$(getent passwd "$TEST_USER" | cut -d: -f6)" \
         LANG=C.UTF-8 GATEHOUSE_SOURCE_DIR="$STAGE/src" "$exe" -q 2>&1); then
+      fail=1
+    fi
+    # (Invalidated keys leave the keyring when the kernel's key collector runs: at once, but
+    # asynchronously, so a count taken the instant the binary exits gets one more look.)
+    left=$(audit_keys)
+    ((left == 0)) || { sleep 1; left=$(audit_keys); }
+    if ((left > 0)); then
+      echo "$(basename "$e") left $left audit keys in $TEST_USER's keyring" >&2
+      runuser -u "$TEST_USER" -- keyctl purge -p user gatehouse: >/dev/null 2>&1 || true
       fail=1
     fi
   done

@@ -434,7 +434,10 @@ pub fn output_text(o: &std::process::Output) -> String {
 
 /// Removes the audit key a test instance under `root` (a `--data-dir`) left in the kernel
 /// keyring. Keys outlive processes (the user and persistent keyrings), and an unprivileged
-/// user may hold only 200 of them: a suite that leaked one per broker would fail the next run.
+/// user may hold only 20,000 bytes of them (`/proc/sys/kernel/keys/maxbytes`): about 110 audit
+/// keys, so a suite that leaked one per broker would fail within the same run. Every harness
+/// that owns a `--data-dir` calls this when it goes; `scripts/test.sh` fails a test binary
+/// that leaves a key behind.
 /// The secrets-helper keeps the key under `gatehouse:audit-key-INSTANCE` and offers no request
 /// to drop it (nothing through gatehouse may destroy a log's key); the test, as the same user,
 /// invalidates it with keyctl directly.

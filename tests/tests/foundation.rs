@@ -349,7 +349,7 @@ fn helpers_die_with_a_killed_broker() {
 
 #[test]
 fn cli_starts_a_broker_when_none_runs_and_stop_ends_it() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = gatehouse_tests::DataDir::new();
     let run = |args: &[&str]| {
         Command::new(bin("gatehouse"))
             .arg("--data-dir")

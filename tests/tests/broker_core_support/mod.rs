@@ -89,24 +89,11 @@ pub fn policy_with(tools: &str, extra: &str) -> String {
 
 /// Invalidates the key this instance's audit log put in the kernel keyring, so that test runs do
 /// not fill the user's key quota (200 keys by default for an unprivileged user).
-const FORGET_KEY: &str = r#"
-import ctypes, sqlite3, sys
-inst = sqlite3.connect(sys.argv[1]).execute("SELECT value FROM meta WHERE key = 'instance'").fetchone()
-if inst:
-    libc = ctypes.CDLL(None, use_errno=True)
-    k = libc.syscall(250, ctypes.c_long(10), ctypes.c_long(-4), b"user", ("gatehouse:audit-key-" + inst[0]).encode(), ctypes.c_long(0))
-    if k > 0:
-        libc.syscall(250, ctypes.c_long(21), ctypes.c_long(k))
-"#;
-
+/// The instance's audit key is forgotten with it: keys outlive processes, and an unprivileged
+/// user's keyring quota (20,000 bytes: about 110 audit keys) would be full after a few runs.
 impl Drop for Instance {
     fn drop(&mut self) {
-        if self.db().exists() {
-            let _ = Command::new("python3")
-                .args(["-c", FORGET_KEY])
-                .arg(self.db())
-                .status();
-        }
+        gatehouse_tests::forget_audit_key(self.root());
     }
 }
 

@@ -216,6 +216,15 @@ pub struct Ctx {
     _sandbox_dirs: Option<(tempfile::TempDir, tempfile::TempDir)>,
 }
 
+/// The case's broker stops, then the audit key of its data dir is forgotten (the `sandbox`
+/// path's data dir has no [`Instance`] to do it).
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        drop(self.broker.take());
+        gatehouse_tests::forget_audit_key(&self.data);
+    }
+}
+
 impl Ctx {
     pub fn new(via: Via, host: Host) -> Ctx {
         Ctx::with(via, host, Setup::default())

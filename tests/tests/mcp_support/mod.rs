@@ -26,6 +26,14 @@ pub struct Instance {
     pub host: gatehouse_tests::Host,
 }
 
+/// The instance's audit key goes with it (see [`gatehouse_tests::forget_audit_key`]); its
+/// brokers, declared after it, have stopped by then.
+impl Drop for Instance {
+    fn drop(&mut self) {
+        gatehouse_tests::forget_audit_key(&self.data);
+    }
+}
+
 impl Instance {
     /// With `policy` (TOML; `{ROOT}` becomes the project dir) as the policy file, or the
     /// built-in default profile granting the project when `None`.
