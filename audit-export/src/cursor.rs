@@ -89,7 +89,7 @@ impl CursorFile {
             f.write_all(serde_json::to_string(c).expect("serializes").as_bytes())?;
             f.sync_all()?;
             std::fs::rename(&tmp, &self.path)?;
-            std::fs::File::open(&dir)?.sync_all()
+            ipc_schema::os_path::sync_dir(&dir)
         };
         write().map_err(|e| err(&self.path, e))
     }

@@ -5,37 +5,62 @@
 
 #![forbid(unsafe_code)]
 
+#[cfg(target_os = "linux")]
 mod cmd_approve;
+#[cfg(target_os = "linux")]
 mod cmd_audit;
+#[cfg(target_os = "linux")]
 mod cmd_demo;
+#[cfg(target_os = "linux")]
 mod cmd_export;
+#[cfg(target_os = "linux")]
 mod cmd_fetch;
+#[cfg(target_os = "linux")]
 mod cmd_mcp_server;
+#[cfg(target_os = "linux")]
 mod cmd_policy;
+#[cfg(target_os = "linux")]
 mod cmd_policy_replay;
+#[cfg(target_os = "linux")]
 mod cmd_run;
+#[cfg(target_os = "linux")]
 mod cmd_sandbox;
+#[cfg(target_os = "linux")]
 mod cmd_secret;
+#[cfg(target_os = "linux")]
 mod cmd_session;
+#[cfg(target_os = "linux")]
 mod cmd_setup;
+#[cfg(target_os = "linux")]
 mod cmd_ui;
+#[cfg(target_os = "linux")]
 mod cmd_up;
+#[cfg(target_os = "linux")]
 mod doctor;
 
+#[cfg(target_os = "linux")]
 use clap::{Parser, Subcommand};
+#[cfg(target_os = "linux")]
 use gatehouse_client::Dirs;
+#[cfg(target_os = "linux")]
 use ipc_schema::{Body, Role};
+#[cfg(target_os = "linux")]
 use std::ffi::OsString;
+#[cfg(target_os = "linux")]
 use std::path::PathBuf;
+#[cfg(target_os = "linux")]
 use std::process::ExitCode;
+#[cfg(target_os = "linux")]
 use std::time::{Duration, Instant};
 
+#[cfg(target_os = "linux")]
 #[derive(Parser)]
 #[command(
     name = "gatehouse",
     version,
     about = "A privilege-separated supervisor for AI agents"
 )]
+#[cfg(target_os = "linux")]
 struct Cli {
     /// A private instance: config, data and sockets all under DIR (tests, demos).
     #[arg(long, global = true, value_name = "DIR")]
@@ -47,6 +72,7 @@ struct Cli {
     cmd: Cmd,
 }
 
+#[cfg(target_os = "linux")]
 #[derive(Subcommand)]
 enum Cmd {
     /// Run the broker and its helpers in the foreground (other commands start it when needed):
@@ -124,6 +150,7 @@ enum Cmd {
     },
 }
 
+#[cfg(target_os = "linux")]
 /// The arguments of a command another binary carries out, passed on unchanged.
 #[derive(clap::Args)]
 struct PassOn {
@@ -135,9 +162,12 @@ struct PassOn {
     args: Vec<OsString>,
 }
 
+#[cfg(target_os = "linux")]
 const EXIT_FAILURE: u8 = 1;
+#[cfg(target_os = "linux")]
 const EXIT_USAGE: u8 = 2;
 
+#[cfg(target_os = "linux")]
 /// What every subcommand gets from the global options.
 pub struct Global {
     pub dirs: Dirs,
@@ -146,6 +176,7 @@ pub struct Global {
     pub json: bool,
 }
 
+#[cfg(target_os = "linux")]
 impl Global {
     /// A connection on the console's socket, starting the broker if none runs.
     pub fn ui_client(&self) -> Result<gatehouse_client::Client, gatehouse_client::ClientError> {
@@ -158,6 +189,7 @@ impl Global {
     }
 }
 
+#[cfg(target_os = "linux")]
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let (data_dir, dirs) = match Dirs::for_data_dir(cli.data_dir.as_deref()) {
@@ -193,6 +225,7 @@ fn main() -> ExitCode {
     }
 }
 
+#[cfg(target_os = "linux")]
 fn doctor_cmd(g: &Global) -> ExitCode {
     let mut c = match g.ui_client() {
         Ok(c) => c,
@@ -220,6 +253,7 @@ fn doctor_cmd(g: &Global) -> ExitCode {
     }
 }
 
+#[cfg(target_os = "linux")]
 fn ping_cmd(g: &Global, helper: Option<String>, count: u32) -> ExitCode {
     let target = match helper.as_deref().map(Role::from_short) {
         None => None,
@@ -254,6 +288,7 @@ fn ping_cmd(g: &Global, helper: Option<String>, count: u32) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+#[cfg(target_os = "linux")]
 /// An error, on one line of stderr. Messages carry paths, arguments and replies that agents,
 /// tools and servers chose, so they are made inert ([`ipc_schema::inert::escaped`]): no line
 /// break, no terminal escape, no bidi override reaches the terminal.
@@ -262,6 +297,7 @@ fn fail(msg: &str) -> ExitCode {
     ExitCode::from(EXIT_FAILURE)
 }
 
+#[cfg(target_os = "linux")]
 fn stop(dirs: &Dirs) -> ExitCode {
     let Some(pid) = gatehouse_client::running_broker_pid(&dirs.lock_file()) else {
         println!("no broker is running for {}", dirs.runtime.display());
@@ -284,6 +320,7 @@ fn stop(dirs: &Dirs) -> ExitCode {
     fail(&format!("broker {pid} did not stop within 10 s"))
 }
 
+#[cfg(target_os = "linux")]
 /// Replaces this process with `name` from beside this binary, given `--data-dir` (if any) and
 /// `args`: the pid stays the same, which the lock file and whoever started us rely on. Returns
 /// only if the exec failed.
@@ -308,4 +345,19 @@ fn exec_sibling(g: &Global, name: &str, args: Vec<OsString>) -> ExitCode {
     }
     let e = cmd.args(args).exec();
     fail(&format!("cannot run {}: {e}", exe.display()))
+}
+
+/// The broker starts and confines its helpers with Linux mechanisms only; this build has no
+/// counterpart for them here, so it refuses rather than run unconfined.
+#[cfg(not(target_os = "linux"))]
+fn main() -> std::process::ExitCode {
+    use ipc_schema::platform::{refuse, Missing};
+    refuse(
+        "gatehouse",
+        &[
+            Missing::HelperProcesses,
+            Missing::CommandSandbox,
+            Missing::KernelKeyring,
+        ],
+    )
 }

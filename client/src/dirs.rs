@@ -1,7 +1,9 @@
 //! Where gatehouse keeps its config, data and sockets.
 
+#[cfg(unix)]
 use std::fs;
 use std::io;
+#[cfg(unix)]
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -57,10 +59,10 @@ impl Dirs {
                     .ok_or_else(|| format!("neither {var} nor HOME is set")),
             }
         };
-        let uid = nix::unistd::geteuid().as_raw();
+        let uid = current_uid();
         let runtime = match std::env::var_os("XDG_RUNTIME_DIR") {
             Some(v) if Path::new(&v).is_absolute() => PathBuf::from(v).join("gatehouse"),
-            _ => PathBuf::from(format!("/tmp/gatehouse-{uid}")),
+            _ => std::env::temp_dir().join(format!("gatehouse-{uid}")),
         };
         // Root's agents run as another uid, which cannot pass root's 0700 home: their homes
         // live where that uid can reach its own (0711 above, 0700 each, owned by the agent).
@@ -98,7 +100,22 @@ impl Dirs {
         owner: (u32, u32),
         instance: bool,
     ) -> Result<PathBuf, String> {
-        use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+        #[cfg(not(unix))]
+        {
+            let _ = (name, owner, instance);
+            Err(not_private().to_string())
+        }
+        #[cfg(unix)]
+        self.ensure_agent_home_unix(name, owner, instance)
+    }
+
+    #[cfg(unix)]
+    fn ensure_agent_home_unix(
+        &self,
+        name: &str,
+        owner: (u32, u32),
+        instance: bool,
+    ) -> Result<PathBuf, String> {
         let root = self.agents();
         let dir = root.join(name);
         let uid = nix::unistd::geteuid().as_raw();
@@ -207,6 +224,31 @@ impl Dirs {
     }
 }
 
+/// This process's effective uid (0 where the OS has no uids: it names nothing there but the
+/// fallback runtime directory).
+fn current_uid() -> u32 {
+    #[cfg(unix)]
+    return nix::unistd::geteuid().as_raw();
+    #[cfg(not(unix))]
+    0
+}
+
+/// Owner-only directories are checked with Unix modes and owners; elsewhere (owner-only ACLs)
+/// they are not built, so nothing is created that would be open to others.
+#[cfg(not(unix))]
+fn not_private() -> ipc_schema::platform::Unsupported {
+    ipc_schema::platform::Unsupported {
+        program: "gatehouse",
+        missing: &[ipc_schema::platform::Missing::PrivateDirectories],
+    }
+}
+
+#[cfg(not(unix))]
+fn ensure_private_dir(_d: &Path) -> io::Result<()> {
+    Err(io::Error::other(not_private().to_string()))
+}
+
+#[cfg(unix)]
 fn ensure_private_dir(d: &Path) -> io::Result<()> {
     match fs::DirBuilder::new().recursive(true).mode(0o700).create(d) {
         Ok(()) => {}

@@ -6,9 +6,12 @@
 
 #![forbid(unsafe_code)]
 
+// Unix sockets to the broker (named pipes on Windows are not built: platform::Missing::LocalSockets).
+#[cfg(unix)]
 pub mod client;
 pub mod dirs;
 
+#[cfg(unix)]
 pub use client::{Client, ClientError, SideWriter};
 pub use dirs::Dirs;
 
@@ -53,6 +56,14 @@ pub fn running_broker_pid(lock: &Path) -> Option<u32> {
 }
 
 /// Whether a shared lock on `f` can be had now (kept only as long as this check).
+#[cfg(not(unix))]
+fn probe_shared(_f: &File) -> bool {
+    // No broker runs where it cannot lock its file (the broker refuses to start there).
+    true
+}
+
+/// Whether a shared lock on `f` can be had now (kept only as long as this check).
+#[cfg(unix)]
 fn probe_shared(f: &File) -> bool {
     nix::fcntl::Flock::lock(
         f.try_clone().expect("dup lock fd"),

@@ -7,16 +7,25 @@
 
 #![forbid(unsafe_code)]
 
+#[cfg(target_os = "linux")]
 mod config;
+#[cfg(target_os = "linux")]
 mod serve;
+#[cfg(target_os = "linux")]
 mod start;
 
+#[cfg(target_os = "linux")]
 use ipc_schema::helper::{fatal, HelperChannel};
+#[cfg(target_os = "linux")]
 use ipc_schema::tier::ConfinementTier;
+#[cfg(target_os = "linux")]
 use ipc_schema::Role;
+#[cfg(target_os = "linux")]
 use sandbox::helper_args::{lock_down, HelperArgs};
+#[cfg(target_os = "linux")]
 use std::process::ExitCode;
 
+#[cfg(target_os = "linux")]
 fn main() -> ExitCode {
     let args = HelperArgs::from_env_with(config::OPTIONS);
     let channel = sandbox::process::take_inherited_channel()
@@ -38,4 +47,14 @@ fn main() -> ExitCode {
     // Serve what the broker may ask (ipc_schema::route::BROKER_TO_EXEC).
     serve::serve(chan, config);
     ExitCode::SUCCESS
+}
+
+/// Each command's sandbox (namespaces or the Landlock tier, seccomp) is built for Linux only.
+#[cfg(not(target_os = "linux"))]
+fn main() -> std::process::ExitCode {
+    use ipc_schema::platform::{refuse, Missing};
+    refuse(
+        "exec-helper",
+        &[Missing::HelperProcesses, Missing::CommandSandbox],
+    )
 }

@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! The exec-helper as the broker sees it: started with one socket and an empty environment,
 //! locked down, answering `ExecRequest`s. Build first: `cargo build --workspace --all-features`.
 

@@ -4,22 +4,37 @@
 
 #![forbid(unsafe_code)]
 
+#[cfg(target_os = "linux")]
 mod checkpoint;
+#[cfg(target_os = "linux")]
 mod config;
+#[cfg(target_os = "linux")]
 mod grant;
+#[cfg(target_os = "linux")]
 mod kernel;
+#[cfg(target_os = "linux")]
 mod ops;
+#[cfg(target_os = "linux")]
 mod probe;
+#[cfg(target_os = "linux")]
 mod protect;
+#[cfg(target_os = "linux")]
 mod resolve;
 
+#[cfg(target_os = "linux")]
 use ipc_schema::helper::{fatal, Answer, HelperChannel, Request};
+#[cfg(target_os = "linux")]
 use ipc_schema::route::BROKER_TO_FS;
+#[cfg(target_os = "linux")]
 use ipc_schema::{Body, Role};
+#[cfg(target_os = "linux")]
 use sandbox::helper_args::HelperArgs;
+#[cfg(target_os = "linux")]
 use sandbox::Profile;
+#[cfg(target_os = "linux")]
 use std::process::ExitCode;
 
+#[cfg(target_os = "linux")]
 fn main() -> ExitCode {
     // 1. What the broker grants, opened before lockdown (afterwards only these roots exist).
     let args = HelperArgs::from_env_with(config::OPTIONS);
@@ -57,4 +72,14 @@ fn main() -> ExitCode {
         _ => req.unserved(Role::Fs),
     });
     ExitCode::SUCCESS
+}
+
+/// Every path is resolved beneath its grant root with openat2: Linux only so far.
+#[cfg(not(target_os = "linux"))]
+fn main() -> std::process::ExitCode {
+    use ipc_schema::platform::{refuse, Missing};
+    refuse(
+        "fs-helper",
+        &[Missing::HelperProcesses, Missing::BeneathResolution],
+    )
 }

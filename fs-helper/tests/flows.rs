@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! The ordinary flows on ordinary files, through the real locked-down helper: read, list, stat,
 //! search, grep, write, edit, delete, move, undo, previews and "changed since" conflicts.
 

@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! The hostile suite: each case is a request an attacker-controlled agent (or a tree it prepared)
 //! could send to the real, locked-down fs-helper, and the exact refusal it must get.
 

@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! Check-vs-use races: another thread swaps a path between an inside file (or directory) and a
 //! link out of the grant, in a tight loop, while the helper reads and writes through it. Every
 //! answer must be the inside content or a refusal; never the outside file, never a write to it.

@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! What the kernel sandbox refuses on its own (test probes bypass the helper's checks), each
 //! beside a positive control: the same probe in a helper started without lockdown. And the
 //! grants the helper refuses to start with.

@@ -13,20 +13,26 @@
 #![forbid(unsafe_code)]
 
 pub mod args;
+#[cfg(unix)]
 pub mod broker;
 pub mod catalog;
 pub mod era;
 pub mod jsonrpc;
 pub mod lines;
-#[cfg(feature = "test-hooks")]
+#[cfg(all(unix, feature = "test-hooks"))]
 pub mod probe;
 pub mod render;
+#[cfg(unix)]
 pub mod server;
 
+#[cfg(unix)]
 use broker::{BrokerLink, SessionError};
 use ipc_schema::tool::{ProfileName, ResumeToken};
+#[cfg(unix)]
 use sandbox::{LockdownError, LockdownOptions, LockdownReport, Profile};
+#[cfg(unix)]
 use std::os::fd::{AsFd, RawFd};
+#[cfg(unix)]
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
@@ -53,6 +59,7 @@ pub struct Options {
     pub skip_lockdown: bool,
 }
 
+#[cfg(unix)]
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
     #[error("cannot lock the gateway down: {0}")]
@@ -63,6 +70,7 @@ pub enum GatewayError {
     Serve(#[from] server::ServeError),
 }
 
+#[cfg(unix)]
 /// Locks the calling process down with the gateway profile, keeping stdio and `keep`.
 pub fn lock_down(keep: &[RawFd], allow_degraded: bool) -> Result<LockdownReport, LockdownError> {
     sandbox::lockdown(
@@ -75,6 +83,7 @@ pub fn lock_down(keep: &[RawFd], allow_degraded: bool) -> Result<LockdownReport,
     )
 }
 
+#[cfg(unix)]
 /// Locks down, opens the session on `broker` (already connected) and serves MCP on stdin and
 /// stdout until the client closes stdin. Must be called while the process has one thread.
 pub fn run(broker: UnixStream, opts: Options) -> Result<(), GatewayError> {

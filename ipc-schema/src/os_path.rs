@@ -29,6 +29,20 @@ pub fn to_path(b: &[u8]) -> Cow<'_, Path> {
     }
 }
 
+/// Makes a rename in the directory `dir` durable, every writer's last step after the rename of
+/// its temporary file. On Unix that is an fsync of the directory. Windows has no directory
+/// handle to flush (opening one needs backup semantics, and NTFS journals the rename itself),
+/// so there is nothing to do there.
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    return std::fs::File::open(dir)?.sync_all();
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

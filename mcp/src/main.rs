@@ -7,15 +7,24 @@
 
 #![forbid(unsafe_code)]
 
+#[cfg(unix)]
 use clap::Parser;
+#[cfg(unix)]
 use gatehouse_client::{Client, Dirs, SOCKET_ENV, TOKEN_ENV};
+#[cfg(unix)]
 use ipc_schema::inert::escaped;
+#[cfg(unix)]
 use std::os::unix::ffi::OsStrExt;
+#[cfg(unix)]
 use std::os::unix::net::UnixStream;
+#[cfg(unix)]
 use std::path::{Path, PathBuf};
+#[cfg(unix)]
 use std::process::ExitCode;
+#[cfg(unix)]
 use std::time::Duration;
 
+#[cfg(unix)]
 /// The arguments of `gatehouse mcp`, which passes its own (and `--data-dir`) on unchanged.
 #[derive(Parser)]
 #[command(
@@ -24,6 +33,7 @@ use std::time::Duration;
     about = "The MCP server for one agent session, over stdio (what an agent's MCP config launches)",
     args_override_self = true
 )]
+#[cfg(unix)]
 struct McpArgs {
     /// A private instance: config, data and sockets all under DIR (tests, demos).
     #[arg(long, value_name = "DIR")]
@@ -57,11 +67,13 @@ struct McpArgs {
     test_skip_lockdown: bool,
 }
 
+#[cfg(unix)]
 fn fail(code: u8, msg: &str) -> ExitCode {
     eprintln!("gatehouse mcp: {}", escaped(msg));
     ExitCode::from(code)
 }
 
+#[cfg(unix)]
 /// A refusal before any session exists: said on stderr and, since most clients hide the
 /// server's stderr, as the JSON-RPC error of every request the client sends (in the gateway's
 /// lockdown: this process reads the agent's input).
@@ -75,6 +87,7 @@ fn refuse(msg: &str, allow_degraded: bool) -> ExitCode {
     ExitCode::from(1)
 }
 
+#[cfg(unix)]
 /// What `gatehouse`'s global options give every command: the instance's directories and, for a
 /// broker started in the background, `--data-dir` made absolute.
 struct Global {
@@ -82,6 +95,7 @@ struct Global {
     data_dir: Option<PathBuf>,
 }
 
+#[cfg(unix)]
 fn main() -> ExitCode {
     let args = McpArgs::parse();
     let data_dir = match args.data_dir.as_ref().map(std::path::absolute) {
@@ -99,6 +113,7 @@ fn main() -> ExitCode {
     run(&Global { dirs, data_dir }, args)
 }
 
+#[cfg(unix)]
 fn run(g: &Global, args: McpArgs) -> ExitCode {
     // The name is checked here; whether the policy has that profile, the broker says when the
     // session opens (before the first MCP message is read).
@@ -138,6 +153,7 @@ fn run(g: &Global, args: McpArgs) -> ExitCode {
     }
 }
 
+#[cfg(unix)]
 /// How this `gatehouse mcp` opens its session: with a token (from `gatehouse run`, or one to carry
 /// a session on) and, inside `gatehouse run`, the run's socket. Found from `--gateway-socket` and
 /// `--token-file` (what the MCP configs `gatehouse run` writes pass, as clients such as Codex and
@@ -148,6 +164,7 @@ struct RunLink {
     token: ipc_schema::tool::ResumeToken,
 }
 
+#[cfg(unix)]
 impl RunLink {
     fn find(socket: Option<&Path>, token_file: Option<&Path>) -> Result<Option<RunLink>, String> {
         // Not left in the environment of anything this process might start.
@@ -190,6 +207,7 @@ impl RunLink {
     }
 }
 
+#[cfg(unix)]
 /// A connection on the gateway socket, starting the broker if none answers; or, under
 /// `gatehouse run`, on the run's socket (which leads to the broker through `gatehouse run`),
 /// with no fallback: a broker started inside the sandbox would be the agent's own.
@@ -212,4 +230,12 @@ fn connect(g: &Global, run: Option<&RunLink>) -> Result<UnixStream, String> {
         .map_err(|e| e.to_string())?;
     UnixStream::connect(&path)
         .map_err(|e| format!("cannot reach the broker at {}: {e}", path.display()))
+}
+
+/// `gatehouse mcp` reaches the broker over a Unix socket checked by the kernel; named pipes and
+/// the client's token on Windows are not built.
+#[cfg(not(unix))]
+fn main() -> std::process::ExitCode {
+    use ipc_schema::platform::{refuse, Missing};
+    refuse("gatehouse-mcp", &[Missing::LocalSockets])
 }

@@ -7,6 +7,8 @@
 pub mod addr;
 pub mod allowlist;
 pub mod body;
+// Adopting the broker's channel and sockets passed over it: Linux (SO_DOMAIN, SO_ACCEPTCONN).
+#[cfg(target_os = "linux")]
 pub mod client;
 pub mod config;
 pub mod connect;
@@ -14,9 +16,12 @@ pub mod error;
 pub mod fetch;
 pub mod http;
 pub mod mcp;
+#[cfg(unix)]
 pub mod proxy;
+#[cfg(unix)]
 pub mod relay;
 pub mod resolve;
+#[cfg(target_os = "linux")]
 pub mod service;
 pub mod sni;
 pub mod target;

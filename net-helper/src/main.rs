@@ -2,15 +2,24 @@
 
 #![forbid(unsafe_code)]
 
+#[cfg(target_os = "linux")]
 use ipc_schema::helper::{fatal, HelperChannel};
+#[cfg(target_os = "linux")]
 use ipc_schema::route::BROKER_TO_NET;
+#[cfg(target_os = "linux")]
 use ipc_schema::Role;
+#[cfg(target_os = "linux")]
 use net_helper::config::{Config, OPTIONS};
+#[cfg(target_os = "linux")]
 use net_helper::service::NetService;
+#[cfg(target_os = "linux")]
 use net_helper::{resolve::NetResolver, tls, NetContext};
+#[cfg(target_os = "linux")]
 use std::process::ExitCode;
+#[cfg(target_os = "linux")]
 use std::sync::Arc;
 
+#[cfg(target_os = "linux")]
 fn main() -> ExitCode {
     let args = sandbox::helper_args::HelperArgs::from_env_with(OPTIONS);
     // Everything read from the system is read now: after lockdown there is no filesystem.
@@ -48,4 +57,12 @@ fn main() -> ExitCode {
         writing.abort();
     });
     ExitCode::SUCCESS
+}
+
+/// Started by the spawner with its one inherited channel and confined by Landlock and seccomp: Linux
+/// only so far.
+#[cfg(not(target_os = "linux"))]
+fn main() -> std::process::ExitCode {
+    use ipc_schema::platform::{refuse, Missing};
+    refuse("net-helper", &[Missing::HelperProcesses])
 }

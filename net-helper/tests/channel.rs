@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! The broker channel fails closed: a descriptor without its frame, a `ProxyConnection` without
 //! its descriptor, or a message the net-helper may not receive ends the helper. And the switches
 //! test builds have do not exist in the release binary.

@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! The refusal corpus: every URL in data/refusal-corpus.tsv must be refused, before any lookup,
 //! with exactly the reason written beside it. Checked twice: through the library's own check
 //! (the pure logic) and through the locked-down helper binary.

@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! The safe fetch through the locked-down helper: names and DNS answers, pinning, redirects,
 //! content types, size and time limits, and the outside-text wrapper. All servers are on
 //! loopback; 127.0.0.2 is the one address test builds treat as public.

@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! The egress proxy through the locked-down helper. Client connections reach the helper the way
 //! the broker hands them over: a connected socket passed with SCM_RIGHTS beside a
 //! `ProxyConnection` frame. Each case checks the status the client sees and the audit row.

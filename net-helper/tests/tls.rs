@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! TLS fetches against servers on loopback whose certificates a test CA (rcgen) signed: the
 //! certificate is verified for the URL's host name, never for the pinned address.
 

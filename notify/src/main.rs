@@ -14,28 +14,45 @@
 
 #![forbid(unsafe_code)]
 
+#[cfg(unix)]
 mod config;
+#[cfg(unix)]
 mod desktop;
+#[cfg(unix)]
 mod run;
+#[cfg(unix)]
 mod summary;
 
+#[cfg(unix)]
 use clap::Parser;
+#[cfg(unix)]
 use config::NotifyConfig;
+#[cfg(unix)]
 use desktop::Desktop;
+#[cfg(unix)]
 use gatehouse_client::{Client, Dirs};
+#[cfg(unix)]
 use ipc_schema::notify::{NotifyEvent, NotifyReply, NotifyRequest, Settled};
+#[cfg(unix)]
 use ipc_schema::Body;
+#[cfg(unix)]
 use std::collections::HashMap;
+#[cfg(unix)]
 use std::io::Write;
+#[cfg(unix)]
 use std::path::PathBuf;
+#[cfg(unix)]
 use std::process::ExitCode;
+#[cfg(unix)]
 use std::sync::{Arc, Mutex};
 
+#[cfg(unix)]
 #[derive(Parser)]
 #[command(
     name = "gatehouse notify",
     about = "Desktop notifications (and a hook) for approval cards that wait while no console is attached"
 )]
+#[cfg(unix)]
 struct Args {
     /// A private instance: config, data and sockets all under DIR.
     #[arg(long, value_name = "DIR")]
@@ -46,12 +63,14 @@ struct Args {
     json: bool,
 }
 
+#[cfg(unix)]
 /// Says what the notifier did: JSON lines on stdout, or a line on stderr.
 #[derive(Clone)]
 struct Report {
     json: bool,
 }
 
+#[cfg(unix)]
 impl Report {
     fn say(&self, v: serde_json::Value, text: impl FnOnce() -> String) {
         if self.json {
@@ -64,11 +83,13 @@ impl Report {
     }
 }
 
+#[cfg(unix)]
 fn fail(msg: &str) -> ExitCode {
     eprintln!("gatehouse notify: {}", ipc_schema::inert::escaped(msg));
     ExitCode::from(1)
 }
 
+#[cfg(unix)]
 /// Which desktop notification shows which card.
 #[derive(Default)]
 struct Shown {
@@ -76,6 +97,7 @@ struct Shown {
     by_notification: HashMap<u32, u64>,
 }
 
+#[cfg(unix)]
 fn main() -> ExitCode {
     let args = Args::parse();
     let (data_dir, dirs) = match Dirs::for_data_dir(args.data_dir.as_deref()) {
@@ -238,4 +260,12 @@ fn main() -> ExitCode {
             other => return fail(&format!("unexpected reply {:?}", other.kind())),
         }
     }
+}
+
+/// The notifier's channel is a Unix socket to the broker, with its peer checked by the kernel;
+/// named pipes and the client's token on Windows are not built.
+#[cfg(not(unix))]
+fn main() -> std::process::ExitCode {
+    use ipc_schema::platform::{refuse, Missing};
+    refuse("gatehouse-notify", &[Missing::LocalSockets])
 }

@@ -238,7 +238,7 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     f.sync_all()?;
     drop(f);
     std::fs::rename(&tmp, path)?;
-    std::fs::File::open(dir)?.sync_all()
+    ipc_schema::os_path::sync_dir(dir)
 }
 
 #[cfg(test)]

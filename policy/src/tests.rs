@@ -18,7 +18,7 @@ read_file = "allow"
 write_file = "ask"
 delete_path = "deny"
 [[grant]]
-root = "{}"
+root = '{}'
 capabilities = ["read", "write", "edit"]
 exclude = ["secret/**", "**/*.key"]
 {extra}
@@ -308,11 +308,11 @@ fn invalid_documents_are_refused_with_the_reason() {
             "needs confirm_broad_root = true",
         ),
         (
-            &format!("[[grant]]\nroot = \"{root}\"\ncapabilities = []"),
+            &format!("[[grant]]\nroot = '{root}'\ncapabilities = []"),
             "no capabilities",
         ),
         (
-            &format!("[[grant]]\nroot = \"{root}\"\ncapabilities = [\"read\"]\nexclude = [\"a[\"]"),
+            &format!("[[grant]]\nroot = '{root}'\ncapabilities = [\"read\"]\nexclude = [\"a[\"]"),
             "bad glob",
         ),
         (
@@ -373,7 +373,7 @@ fn an_invalid_file_refuses_and_apply_is_revisioned() {
     assert_eq!(st2.revision, 0, "an unparsable file has no revision");
     std::fs::remove_file(&file).unwrap();
 
-    let doc = format!("# mine\nrevision = 0\n[tools]\nread_file = \"deny\"\n[[grant]]\nroot = \"{}\"\ncapabilities = [\"read\"]\n", root.display());
+    let doc = format!("# mine\nrevision = 0\n[tools]\nread_file = \"deny\"\n[[grant]]\nroot = '{}'\ncapabilities = [\"read\"]\n", root.display());
     assert_eq!(st.apply(&doc), Ok(1));
     let text = std::fs::read_to_string(&file).unwrap();
     assert!(
@@ -579,7 +579,7 @@ fn the_fs_helper_gets_the_union_of_every_profiles_grants_merged_per_root() {
     // Without named profiles, the fs-helper's grants are the default profile's, unchanged.
     let one = compile(
         &PolicyDoc::parse(&format!(
-            "[[grant]]\nroot = \"{}\"\ncapabilities = [\"read\"]\nexclude = [\"s/**\"]\ninclude = [\"**/*.rs\"]\n",
+            "[[grant]]\nroot = '{}'\ncapabilities = [\"read\"]\nexclude = [\"s/**\"]\ninclude = [\"**/*.rs\"]\n",
             a.display()
         ))
         .unwrap(),
@@ -643,7 +643,7 @@ fn profile_names_and_contents_are_validated_naming_the_profile() {
             "[profile.l] [limits]",
         ),
         (
-            format!("[[profile.c.grant]]\nroot = \"{root}\"\ncapabilities = []\n"),
+            format!("[[profile.c.grant]]\nroot = '{root}'\ncapabilities = []\n"),
             "[profile.c] grant 1",
         ),
         ("network = [\"*.\"]\n".into(), "network: bad host \"*.\""),

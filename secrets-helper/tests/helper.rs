@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! The secrets-helper binary, started as the broker starts it (fd 3, empty environment, real
 //! lockdown), against both stores: the kernel keyutils user keyring and a real Secret Service
 //! (gnome-keyring-daemon on a private session bus).

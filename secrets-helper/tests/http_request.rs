@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! The credential path of `http_request`, with the real helpers: the test plays the broker
 //! (net-helper Check, secrets-helper Attach, net-helper Http) against TLS servers on loopback
 //! whose names a test DNS server answers (the net-helper's test address policy makes

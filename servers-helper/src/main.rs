@@ -7,15 +7,23 @@
 
 #![forbid(unsafe_code)]
 
+#[cfg(target_os = "linux")]
 mod conn;
+#[cfg(target_os = "linux")]
 mod mcp;
+#[cfg(target_os = "linux")]
 mod serve;
 
+#[cfg(target_os = "linux")]
 use ipc_schema::helper::{fatal, HelperChannel};
+#[cfg(target_os = "linux")]
 use ipc_schema::Role;
+#[cfg(target_os = "linux")]
 use sandbox::helper_args::{lock_down, HelperArgs};
+#[cfg(target_os = "linux")]
 use std::process::ExitCode;
 
+#[cfg(target_os = "linux")]
 fn main() -> ExitCode {
     let args = HelperArgs::from_env();
     let channel = sandbox::process::take_inherited_channel()
@@ -31,4 +39,12 @@ fn main() -> ExitCode {
     // Serve what the broker may ask (ipc_schema::route::BROKER_TO_SERVERS).
     serve::serve(chan);
     ExitCode::SUCCESS
+}
+
+/// Started by the spawner with its one inherited channel and confined by Landlock and seccomp: Linux
+/// only so far.
+#[cfg(not(target_os = "linux"))]
+fn main() -> std::process::ExitCode {
+    use ipc_schema::platform::{refuse, Missing};
+    refuse("servers-helper", &[Missing::HelperProcesses])
 }

@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! The spawner binary, driven through the router's link: it starts only helpers, from its own
 //! directory; kills and reports only what it started; and takes its helpers with it.
 #![forbid(unsafe_code)]

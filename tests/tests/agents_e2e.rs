@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! The real agent CLIs inside `gatehouse run`: Claude Code (`@anthropic-ai/claude-code`) and
 //! Codex (`@openai/codex`), installed from npm by `scripts/test-deps.sh` into
 //! `/opt/gatehouse-test-npm`, each running its real tool loop against a scripted model endpoint

@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! A real agent CLI inside `gatehouse run` calling a third-party MCP server's tools through
 //! gatehouse: Claude Code (Anthropic Messages) and Codex (OpenAI Responses), each driven by the
 //! scripted model endpoint (`tests/agents/model_server.py`), reach the remote test server

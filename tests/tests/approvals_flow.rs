@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! Approvals: decisions only from the ui channel, bound to the digest, counted once, expiring
 //! into a deny; "always" decisions survive a restart, "session" ones stay in their session.
 

@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! `gatehouse audit export` and `verify-export` against a real broker's audit log: JSON lines
 //! checked with jq, OTLP/HTTP decoded by a loopback receiver built on the official protobuf
 //! definitions (tests/otlp/receiver.py, `opentelemetry-proto`), a collector that answers 503

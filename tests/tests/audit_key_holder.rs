@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! The audit key lives only in the secrets-helper: the broker opens its log through it, keeps
 //! sealing across a secrets-helper crash, refuses the removed file fallback and a log whose key
 //! is gone; `gatehouse secret set|delete` changes are audited (name, hosts, how sent, never the

@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! The audit log against someone with write access to its file: with the `sqlite3` command-line
 //! tool, modify, delete, insert, rewrite (triggers dropped, hashes recomputed) and truncate;
 //! `verify-audit` (no broker running) names the entry every time.

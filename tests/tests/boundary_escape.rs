@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! The boundary's edges (issue 14): nothing a command writes may make the user's own tools run
 //! it later, outside every sandbox. Each case plants what a hostile agent would (submodule
 //! hooks, a repository rebuilt under a renamed parent, a `core.hooksPath` in the working tree, a

@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! The boundary's edges on the agent's own tools (issue 14), end to end through the broker's
 //! gateway channel: the fs-helper's writes keep off files that make the user's tools run code
 //! and cannot assemble a git directory; files that may hold secrets ask before a read and stay

@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! The tool path end to end: gateway socket -> ToolCall -> policy -> proposal -> ledger ->
 //! fs-helper -> ToolReply, with the audit log recording each step and no file content.
 

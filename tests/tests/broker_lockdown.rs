@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! The broker proper runs confined (issue 15): after its lockdown it cannot open a file outside
 //! its own directories, make a socket or start a program, and the kernel shows its filter, its
 //! no_new_privs and no capabilities, started as root too. Each denial beside the same attempt

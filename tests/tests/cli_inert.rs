@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! What a person reads from the `gatehouse` CLI is inert, as in the console: an agent's
 //! `run_command` (and a file path) carrying a newline and a made-up audit row, a screen clear
 //! (ESC [2J), an OSC 52 clipboard write and a right-to-left override must not add a line to

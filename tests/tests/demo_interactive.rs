@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! `gatehouse demo --interactive` in a real terminal (tmux): the console opens for the agent's
 //! edit, the person's key decides it, and the narration goes on with what they chose and what
 //! then happened to the file.

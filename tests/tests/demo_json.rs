@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! `gatehouse demo --json`: the README's main-job command runs with no setup, and its report is
 //! checked outcome by outcome against what gatehouse must do (and the demo's own checks of the
 //! files on disk). It must touch nothing outside its scratch directory: it runs here with a

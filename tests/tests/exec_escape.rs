@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! The exec sandbox's escape suite: each attempt runs inside the sandbox and asserts the exact
 //! failure (errno, signal, or message), beside a positive control that shows the same attempt
 //! working outside the sandbox. The attempts are made by `gatehouse-exec-probe` (built with the

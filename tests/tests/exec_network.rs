@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! The exec sandbox's network: none at all, or only through the egress proxy over the bridge.
 //!
 //! `gatehouse sandbox` asks the broker to run the command; with `--allow-domain` the broker

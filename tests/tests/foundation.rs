@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! Foundation: the broker supervises locked-down helpers, routes only to verified ones, kills
 //! peers that break the protocol, restarts crashed helpers, and leaves no orphans.
 

@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! The kill matrix: the broker is SIGKILLed at each dangerous step of an effectful call (a
 //! test-only crash point, `--test-crash-at`), restarted on the same database, and the call made
 //! again in the same (resumed) session. No effect happens twice; the ledger state is as

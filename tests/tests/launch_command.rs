@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! `LaunchRequest::Command` on the ui channel (the path `gatehouse sandbox` is to take): the
 //! broker checks the request, its exec-helper runs the command in a sandbox of its own, the
 //! output comes back in pieces, the end last, and the audit log has a row at the start, at the

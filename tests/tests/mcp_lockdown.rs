@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! What the kernel enforces on a running `gatehouse mcp`: no filesystem, no new sockets, no
 //! exec. Each denial is the exact errno or the exact kill, beside a positive control: the same
 //! probe in a test build started with `--test-skip-lockdown` succeeds.

@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! Session modes through `gatehouse mcp`, with the official Python MCP client as the agent
 //! (tests/python/mcp_modes.py) and the CLI as the human: each mode, a switch while a card
 //! waits, the audit rows each writes (every row of the session names its mode), the chain

@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! Named session profiles end to end: `gatehouse mcp --profile NAME` against the real broker,
 //! helpers and gateway. Each profile is judged by its own grants, tools, limits and network
 //! allowlist; an unknown profile is refused before serving; a session keeps its profile across

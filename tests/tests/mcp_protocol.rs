@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! `gatehouse mcp` over stdio, byte for byte: both MCP eras, and the strict JSON-RPC layer
 //! (every malformed message gets the error the JSON-RPC specification names, and the session
 //! goes on).

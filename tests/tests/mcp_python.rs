@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! The official Python MCP client (both the 1.x and the 2.x line of the `mcp` package) as a real
 //! agent against `gatehouse mcp`, with `gatehouse approve` as the human on the ui channel. The
 //! scenarios live in tests/python/mcp_agent.py; they check what the agent sees, and these tests

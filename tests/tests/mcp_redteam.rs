@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! Red-team cases against the agent's front, deterministic: forged tool names, bad session
 //! tokens, a gateway that tries to decide its own proposal, a flood of effectful calls with
 //! nobody approving, and arguments built to slip past the schema.

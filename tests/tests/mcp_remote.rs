@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! A remote MCP server behind gatehouse: reached over Streamable HTTP only through the
 //! net-helper (the same address table, pinned connection and TLS as every fetch), its stored
 //! credential attached by the secrets-helper for its own host and no other, its tools pinned and

@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! Third-party MCP servers behind gatehouse: a server named in the policy runs in its own exec
 //! sandbox, its tools reach the agent as `NAME__TOOL` only once the human approved their
 //! definitions, every call passes the policy (Allow / Ask / Deny), the ledger and the audit

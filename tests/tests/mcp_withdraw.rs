@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! Approvals that outlive no one: a call the client cancels while it waits for the human, or
 //! whose session closes, is withdrawn: the card closes as withdrawn, an audit row says so, and
 //! approving it afterwards carries nothing out. Driven through the real `gatehouse mcp`.

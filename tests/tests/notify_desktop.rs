@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! Approvals that find you: `gatehouse notify` on a private session bus (`dbus-run-session`)
 //! with a notification server stub that records every call, and the `[notify] command` hook
 //! receiving the card's summary on stdin. The notifier's channel cannot decide.

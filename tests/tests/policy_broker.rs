@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! Policy through the running broker: an invalid file refuses everything with the reason;
 //! revisioned apply; rate limits named in the refusal.
 

@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! A policy tried on history: `policy apply --dry-run` on calls made through the running broker
 //! (a no-op, a tightening, a loosening), and an apply that loosens asking for a yes on the
 //! terminal, refusing without one.

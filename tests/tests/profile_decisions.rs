@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! "Always" decisions and session profiles: an "always allow" given to a session of one profile
 //! turns that profile's later asks on the same target into allows, and no other profile's; an
 //! "always deny" applies in every profile (the most restrictive answer wins).

@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! Provenance end to end: a session fetches a page (from a loopback server the net-helper is
 //! told to judge public), then proposes a write and a command built from it. The pending
 //! proposals, read over the ui channel, name the arguments and lines that came from the page

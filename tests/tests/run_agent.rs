@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! `gatehouse run`: an agent inside the exec sandbox, reaching the broker's gateway channel
 //! (and nothing else of gatehouse) through the socket bridge, under a one-use launch token.
 //!

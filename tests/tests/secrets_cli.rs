@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! `gatehouse secret set|delete|list|status`, and the fronts that must never carry a secret:
 //! a ui or gateway peer that asks the broker for anything of the secrets helper is killed.
 

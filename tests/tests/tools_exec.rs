@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! `run_command` end to end: gateway socket -> broker (fs-helper resolves the working directory,
 //! policy asks, the ledger records) -> exec-helper (a sandbox per command) -> exit status and
 //! capped output.

@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! `fetch_url` end to end: `gatehouse fetch` -> gateway socket -> broker (net-helper Check,
 //! policy, approval) -> net-helper Fetch -> the wrapped text, or a one-line refusal.
 //!

@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! The console's live audit tail on the ui socket (`UiRequest::AuditTail`): entries after a
 //! given seq, oldest first, the newest `limit` of them.
 

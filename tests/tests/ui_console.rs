@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! The real console (`gatehouse ui`, `gatehouse up`) in a real terminal: tmux runs it, the test
 //! reads the screen (capture-pane) and presses keys (send-keys). An agent (the official Python
 //! MCP client driving `gatehouse mcp`) makes an Ask call; the card shows the right target; one

@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! Session modes from the real console (`gatehouse ui` in tmux): the card names the session's
 //! mode; `M`, a mode key and `y` switch the selected card's session, and the card that waited is
 //! answered as the new mode would (full-access: the agent's call runs; unattended: it is

@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! The console's held-tools pane, in a real terminal (tmux) against a real broker whose policy
 //! has a remote MCP server (the official Python SDK's FastMCP over TLS, reached through the
 //! net-helper: it runs under a root broker too, so this runs as root and as the test user).

@@ -1,3 +1,5 @@
+// Drives the Linux binaries (ipc_schema::platform::Missing elsewhere).
+#![cfg(target_os = "linux")]
 //! Where user namespaces are refused, the exec helper runs in the Landlock tier and gatehouse
 //! says exactly why and what to do: `gatehouse doctor --json` (its typed `namespaces` field,
 //! `exec_tier`, `not_held`) and `gatehouse sandbox` name the same diagnosis. Commands are

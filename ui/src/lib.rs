@@ -13,12 +13,17 @@
 #![forbid(unsafe_code)]
 
 pub mod card;
+// The terminal and the broker connection: Unix descriptors and sockets (named pipes and Windows
+// consoles are not built: ipc_schema::platform::Missing::LocalSockets).
+#[cfg(unix)]
 pub mod console;
+#[cfg(unix)]
 pub mod fds;
 pub mod inert;
+#[cfg(unix)]
 pub mod link;
 pub mod modes;
-#[cfg(feature = "test-hooks")]
+#[cfg(all(unix, feature = "test-hooks"))]
 pub mod probe;
 pub mod servers;
 pub mod state;
@@ -26,4 +31,5 @@ pub mod theme;
 pub mod view;
 pub mod wrap;
 
+#[cfg(unix)]
 pub use console::{run, RunOptions, UiError};

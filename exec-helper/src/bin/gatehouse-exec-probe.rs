@@ -5,11 +5,16 @@
 
 #![forbid(unsafe_code)]
 
+#[cfg(target_os = "linux")]
 use sandbox::linux::command::probe;
+#[cfg(target_os = "linux")]
 use std::io::{self, Read, Write};
+#[cfg(target_os = "linux")]
 use std::os::fd::AsRawFd;
+#[cfg(target_os = "linux")]
 use std::process::ExitCode;
 
+#[cfg(target_os = "linux")]
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let a = |i: usize| args.get(i).cloned().unwrap_or_default();
@@ -173,10 +178,12 @@ fn main() -> ExitCode {
     }
 }
 
+#[cfg(target_os = "linux")]
 fn pid(s: &str) -> nix::unistd::Pid {
     nix::unistd::Pid::from_raw(s.parse().unwrap_or(0))
 }
 
+#[cfg(target_os = "linux")]
 fn socket(domain: i32, ty: i32, proto: i32) -> io::Result<String> {
     probe::syscall(
         libc::SYS_socket,
@@ -185,6 +192,7 @@ fn socket(domain: i32, ty: i32, proto: i32) -> io::Result<String> {
     .map(|fd| format!("fd {fd}"))
 }
 
+#[cfg(target_os = "linux")]
 /// TIOCSTI-like ioctl `cmd` on `target`: a descriptor number, or `pty` for a fresh pseudo
 /// terminal's replica side.
 fn tiocsti(target: &str, cmd: u64) -> io::Result<String> {
@@ -222,6 +230,7 @@ fn tiocsti(target: &str, cmd: u64) -> io::Result<String> {
     probe::ioctl_with_byte(fd, cmd, b'x').map(|_| "injected".into())
 }
 
+#[cfg(target_os = "linux")]
 fn spew(mut w: impl Write, n: usize) -> io::Result<String> {
     let chunk = [b'a'; 8192];
     let mut left = n;
@@ -232,4 +241,11 @@ fn spew(mut w: impl Write, n: usize) -> io::Result<String> {
     }
     w.flush()?;
     Ok(String::new())
+}
+
+/// The probes test the Linux exec sandbox.
+#[cfg(not(target_os = "linux"))]
+fn main() -> std::process::ExitCode {
+    use ipc_schema::platform::{refuse, Missing};
+    refuse("gatehouse-exec-probe", &[Missing::CommandSandbox])
 }

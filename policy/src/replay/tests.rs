@@ -15,7 +15,7 @@ command = ["/bin/true"]
 
 fn doc(root: &Path, tools: &str, extra: &str) -> Policies {
     let text = format!(
-        "revision = 4\n[tools]\nread_file = \"allow\"\n{tools}\n[[grant]]\nroot = \"{}\"\ncapabilities = [\"read\", \"write\", \"edit\"]\n{extra}",
+        "revision = 4\n[tools]\nread_file = \"allow\"\n{tools}\n[[grant]]\nroot = '{}'\ncapabilities = [\"read\", \"write\", \"edit\"]\n{extra}",
         root.display()
     );
     compile(
@@ -236,7 +236,7 @@ fn a_profile_the_new_policy_drops_is_refused() {
         &r,
         "",
         &format!(
-            "[profile.build]\n[profile.build.tools]\nread_file = \"allow\"\n[[profile.build.grant]]\nroot = \"{}\"\ncapabilities = [\"read\"]\n",
+            "[profile.build]\n[profile.build.tools]\nread_file = \"allow\"\n[[profile.build.grant]]\nroot = '{}'\ncapabilities = [\"read\"]\n",
             r.display()
         ),
     );
