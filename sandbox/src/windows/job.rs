@@ -113,14 +113,14 @@ impl Job {
 }
 
 /// What this process can see of the job it runs in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobFacts {
     pub in_job: bool,
     /// `JOB_OBJECT_LIMIT_*` flags of the job this process is directly in.
     pub limit_flags: u32,
     pub active_process_limit: u32,
-    /// `JOB_OBJECT_UILIMIT_*` flags.
-    pub ui_restrictions: u32,
+    /// `JOB_OBJECT_UILIMIT_*` flags, or why they could not be read.
+    pub ui_restrictions: Result<u32, String>,
 }
 
 /// Reads the job this process runs in (for a nested job, the innermost: the one the spawner
@@ -136,7 +136,7 @@ pub fn own_job_facts() -> Result<JobFacts, WinError> {
             in_job: false,
             limit_flags: 0,
             active_process_limit: 0,
-            ui_restrictions: 0,
+            ui_restrictions: Ok(0),
         });
     }
     let mut info = zeroed_limits();
@@ -167,14 +167,18 @@ pub fn own_job_facts() -> Result<JobFacts, WinError> {
             std::ptr::null_mut(),
         )
     };
-    if ok == 0 {
-        return Err(last(MECH, "QueryInformationJobObject(UI restrictions)"));
-    }
+    // Kept apart from the limits: a system that cannot report UI restrictions (Wine) still
+    // shows whether the process is in a kill-on-close job.
+    let ui_restrictions = if ok == 0 {
+        Err(last(MECH, "QueryInformationJobObject(UI restrictions)").to_string())
+    } else {
+        Ok(ui.UIRestrictionsClass)
+    };
     Ok(JobFacts {
         in_job: true,
         limit_flags: info.BasicLimitInformation.LimitFlags,
         active_process_limit: info.BasicLimitInformation.ActiveProcessLimit,
-        ui_restrictions: ui.UIRestrictionsClass,
+        ui_restrictions,
     })
 }
 
@@ -205,14 +209,15 @@ pub fn missing_from_job(facts: &JobFacts, limits: &JobLimits) -> Vec<String> {
             ));
         }
     }
-    if let Ok(want) = limits.ui_bits() {
-        if facts.ui_restrictions & want != want {
-            missing.push(format!(
-                "job object: UI restrictions {:#x} lack {:#x}",
-                facts.ui_restrictions,
-                want & !facts.ui_restrictions
-            ));
-        }
+    match (limits.ui_bits(), &facts.ui_restrictions) {
+        (Ok(0), _) => {}
+        (Ok(want), Ok(have)) if have & want != want => missing.push(format!(
+            "job object: UI restrictions {have:#x} lack {:#x}",
+            want & !have
+        )),
+        (Ok(_), Ok(_)) => {}
+        (Ok(_), Err(e)) => missing.push(format!("job object: UI restrictions cannot be read: {e}")),
+        (Err(n), _) => missing.push(format!("job object: unknown UI limit {n}")),
     }
     missing
 }

@@ -36,7 +36,9 @@ pub use acl::{apply_aces, dacl_sddl, remove_aces, AppliedAce};
 pub use ffi::{running_under_wine, OwnedSid, WinError};
 pub use job::{missing_from_job, own_job_facts, Job, JobFacts};
 pub use mitigation::in_force as mitigation_in_force;
-pub use spawn::{env_from_allowlist, spawn, ConfinedChild, SpawnOptions, SpawnSpec};
+pub use spawn::{
+    env_from_allowlist, spawn, take_inherited_handle, ConfinedChild, SpawnOptions, SpawnSpec,
+};
 pub use token::{missing_from_token, own_token_facts, TokenFacts};
 
 use crate::wincfg::{self, JobLimits, WindowsPolicy};
@@ -92,7 +94,7 @@ fn describe(
     }
     if let Some(j) = job {
         out.push(format!(
-            "windows job: in job {}, limit flags {:#x}, active process limit {}, UI restrictions {:#x}",
+            "windows job: in job {}, limit flags {:#x}, active process limit {}, UI restrictions {:?}",
             j.in_job, j.limit_flags, j.active_process_limit, j.ui_restrictions
         ));
     }

@@ -452,6 +452,31 @@ pub fn spawn(
     })
 }
 
+static CHANNEL_TAKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Adopts the channel handle a confined process was spawned with, whose value the spawner
+/// passed on its command line (a handle in the handle list keeps its value in the child). Fails
+/// if it was taken already or the value names no open handle (a helper started by hand).
+pub fn take_inherited_handle(value: &str) -> Result<OwnedHandle, WinError> {
+    use windows_sys::Win32::Foundation::GetHandleInformation;
+    let v: usize = value
+        .parse()
+        .map_err(|_| invalid(MECH, format!("{value:?} is not a handle value")))?;
+    if CHANNEL_TAKEN.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        return Err(invalid(MECH, "the inherited channel was already taken"));
+    }
+    let h = v as HANDLE;
+    let mut flags = 0;
+    // SAFETY: GetHandleInformation only reads the handle table; an invalid value fails with
+    // ERROR_INVALID_HANDLE and touches nothing.
+    if unsafe { GetHandleInformation(h, &mut flags) } == 0 {
+        return Err(last(MECH, "GetHandleInformation(inherited channel)"));
+    }
+    // SAFETY: the value names an open handle (checked above) that this process inherited and
+    // nothing else in it owns; the flag above hands it out once.
+    Ok(unsafe { std::os::windows::io::FromRawHandle::from_raw_handle(h) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

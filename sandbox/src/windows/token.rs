@@ -28,6 +28,9 @@ const DENY_ONLY: u32 = 0x10;
 /// The one privilege `DISABLE_MAX_PRIVILEGE` keeps (traversal checks).
 const CHANGE_NOTIFY: &str = "SeChangeNotifyPrivilege";
 const SYSTEM: &str = "S-1-5-18";
+/// Standard access rights (winnt.h), to open this process's token for its DACL.
+const READ_CONTROL: u32 = 0x0002_0000;
+const WRITE_DAC: u32 = 0x0004_0000;
 const ADMINISTRATORS: &str = "S-1-5-32-544";
 
 fn open_own_token(access: u32) -> Result<OwnedHandle, WinError> {
@@ -59,8 +62,15 @@ pub(crate) fn create(
             "a token that keeps its privileges is not built",
         ));
     }
+    // The new token's handle has the access of this one: WRITE_DAC to set the token object's
+    // DACL below, ADJUST_DEFAULT for its default DACL.
     let base = open_own_token(
-        TOKEN_DUPLICATE | TOKEN_QUERY | TOKEN_ASSIGN_PRIMARY | TOKEN_ADJUST_DEFAULT,
+        TOKEN_DUPLICATE
+            | TOKEN_QUERY
+            | TOKEN_ASSIGN_PRIMARY
+            | TOKEN_ADJUST_DEFAULT
+            | READ_CONTROL
+            | WRITE_DAC,
     )?;
     let disable: Vec<OwnedSid> = spec
         .deny_only
@@ -200,15 +210,21 @@ pub fn own_token_facts() -> Result<TokenFacts, WinError> {
     let t = token.as_handle();
     // SAFETY: a valid token handle with TOKEN_QUERY.
     let restricted = unsafe { IsTokenRestricted(raw(t)) } != 0;
-    let rs = token_info(
-        t,
-        TokenRestrictedSids,
-        "GetTokenInformation(TokenRestrictedSids)",
-    )?;
-    let restricting_sids = token_groups(&rs)
-        .iter()
-        .map(|g| sid_string(g.Sid))
-        .collect::<Result<_, _>>()?;
+    // An unrestricted token has no restricting SIDs by definition; asking anyway would make a
+    // system that cannot list them (Wine) look like a read failure instead of "not restricted".
+    let restricting_sids = if restricted {
+        let rs = token_info(
+            t,
+            TokenRestrictedSids,
+            "GetTokenInformation(TokenRestrictedSids)",
+        )?;
+        token_groups(&rs)
+            .iter()
+            .map(|g| sid_string(g.Sid))
+            .collect::<Result<_, _>>()?
+    } else {
+        Vec::new()
+    };
     let groups = token_info(t, TokenGroups, "GetTokenInformation(TokenGroups)")?;
     let mut administrators_usable = false;
     for g in token_groups(&groups) {
