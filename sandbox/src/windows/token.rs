@@ -13,11 +13,11 @@ use windows_sys::Win32::Security::Authorization::{
     SetEntriesInAclW, SetSecurityInfo, EXPLICIT_ACCESS_W, GRANT_ACCESS, SE_KERNEL_OBJECT,
 };
 use windows_sys::Win32::Security::{
-    CreateRestrictedToken, IsTokenRestricted, LookupPrivilegeNameW, SetTokenInformation,
-    TokenDefaultDacl, TokenGroups, TokenPrivileges, TokenRestrictedSids, TokenUser, ACL,
-    DACL_SECURITY_INFORMATION, DISABLE_MAX_PRIVILEGE, LUID_AND_ATTRIBUTES, SID_AND_ATTRIBUTES,
-    TOKEN_ADJUST_DEFAULT, TOKEN_ASSIGN_PRIMARY, TOKEN_DEFAULT_DACL, TOKEN_DUPLICATE,
-    TOKEN_PRIVILEGES, TOKEN_QUERY, TOKEN_USER, WRITE_RESTRICTED,
+    CreateRestrictedToken, IsTokenRestricted, SetTokenInformation, TokenDefaultDacl, TokenGroups,
+    TokenPrivileges, TokenRestrictedSids, TokenUser, ACL, DACL_SECURITY_INFORMATION,
+    DISABLE_MAX_PRIVILEGE, LUID_AND_ATTRIBUTES, SID_AND_ATTRIBUTES, TOKEN_ADJUST_DEFAULT,
+    TOKEN_ASSIGN_PRIMARY, TOKEN_DEFAULT_DACL, TOKEN_DUPLICATE, TOKEN_PRIVILEGES, TOKEN_QUERY,
+    TOKEN_USER, WRITE_RESTRICTED,
 };
 use windows_sys::Win32::System::Threading::{GetCurrentProcess, OpenProcessToken};
 
@@ -242,10 +242,7 @@ pub fn own_token_facts() -> Result<TokenFacts, WinError> {
             (*tp).PrivilegeCount as usize,
         )
     };
-    let privileges = list
-        .iter()
-        .map(|p| privilege_name(&p.Luid))
-        .collect::<Result<_, _>>()?;
+    let privileges = list.iter().map(|p| privilege_name(&p.Luid)).collect();
     Ok(TokenFacts {
         restricted,
         restricting_sids,
@@ -254,14 +251,59 @@ pub fn own_token_facts() -> Result<TokenFacts, WinError> {
     })
 }
 
-fn privilege_name(luid: &LUID) -> Result<String, WinError> {
-    let mut buf = [0u16; 128];
-    let mut len = buf.len() as u32;
-    // SAFETY: `buf` holds `len` u16s; the call writes at most that and the new length.
-    if unsafe { LookupPrivilegeNameW(std::ptr::null(), luid, buf.as_mut_ptr(), &mut len) } == 0 {
-        return Err(last(MECH, "LookupPrivilegeNameW"));
+/// The well-known privileges by LUID (winnt.h, `SE_*_PRIVILEGE`, fixed values on every Windows).
+/// Named from this table rather than with `LookupPrivilegeNameW`, which asks the LSA over RPC:
+/// a fully restricted token may not reach it, and the check must not fail for that reason.
+const PRIVILEGES: &[&str] = &[
+    "SeCreateTokenPrivilege",
+    "SeAssignPrimaryTokenPrivilege",
+    "SeLockMemoryPrivilege",
+    "SeIncreaseQuotaPrivilege",
+    "SeMachineAccountPrivilege",
+    "SeTcbPrivilege",
+    "SeSecurityPrivilege",
+    "SeTakeOwnershipPrivilege",
+    "SeLoadDriverPrivilege",
+    "SeSystemProfilePrivilege",
+    "SeSystemtimePrivilege",
+    "SeProfileSingleProcessPrivilege",
+    "SeIncreaseBasePriorityPrivilege",
+    "SeCreatePagefilePrivilege",
+    "SeCreatePermanentPrivilege",
+    "SeBackupPrivilege",
+    "SeRestorePrivilege",
+    "SeShutdownPrivilege",
+    "SeDebugPrivilege",
+    "SeAuditPrivilege",
+    "SeSystemEnvironmentPrivilege",
+    "SeChangeNotifyPrivilege",
+    "SeRemoteShutdownPrivilege",
+    "SeUndockPrivilege",
+    "SeSyncAgentPrivilege",
+    "SeEnableDelegationPrivilege",
+    "SeManageVolumePrivilege",
+    "SeImpersonatePrivilege",
+    "SeCreateGlobalPrivilege",
+    "SeTrustedCredManAccessPrivilege",
+    "SeRelabelPrivilege",
+    "SeIncreaseWorkingSetPrivilege",
+    "SeTimeZonePrivilege",
+    "SeCreateSymbolicLinkPrivilege",
+    "SeDelegateSessionUserImpersonatePrivilege",
+];
+
+/// The name of a privilege LUID; an unknown one by its value (still counted as held).
+fn privilege_name(luid: &LUID) -> String {
+    // The table starts at SE_CREATE_TOKEN_PRIVILEGE, LUID 2.
+    match (
+        luid.HighPart,
+        usize::try_from(luid.LowPart)
+            .ok()
+            .and_then(|l| l.checked_sub(2)),
+    ) {
+        (0, Some(i)) if i < PRIVILEGES.len() => PRIVILEGES[i].to_string(),
+        _ => format!("privilege LUID {}:{}", luid.HighPart, luid.LowPart),
     }
-    Ok(String::from_utf16_lossy(&buf[..len as usize]))
 }
 
 /// What is missing from `facts` for a process that should run under `spec` with `capability`,
@@ -311,4 +353,25 @@ pub fn missing_from_token(
         missing.push("restricted token: Administrators is not deny-only".to_string());
     }
     missing
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn privilege_luids_name_the_well_known_privileges() {
+        let name = |low| {
+            privilege_name(&LUID {
+                LowPart: low,
+                HighPart: 0,
+            })
+        };
+        assert_eq!(name(2), "SeCreateTokenPrivilege");
+        // SE_CHANGE_NOTIFY_PRIVILEGE, the one DISABLE_MAX_PRIVILEGE keeps.
+        assert_eq!(name(23), CHANGE_NOTIFY);
+        assert_eq!(name(36), "SeDelegateSessionUserImpersonatePrivilege");
+        assert_eq!(name(37), "privilege LUID 0:37");
+        assert_eq!(name(1), "privilege LUID 0:1");
+    }
 }
