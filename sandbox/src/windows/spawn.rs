@@ -317,8 +317,27 @@ pub fn spawn(
         ));
     }
     let capability = OwnedSid::parse(&policy.sid.0)?;
+    let mut degraded_token = None;
     let token = super::token::create(&policy.token, &capability)?;
+    // The token is read back before it is used: a system that hands back something other than
+    // what was asked (Wine returns an unrestricted token) is caught here, not trusted.
+    let built = super::token::token_facts(token.as_handle())?;
+    let short = super::token::missing_from_token(&built, &policy.token, &policy.sid.0);
+    if !short.is_empty() {
+        let e = invalid(
+            "restricted token",
+            format!(
+                "CreateRestrictedToken returned a token that is not what the policy asks: {}",
+                short.join("; ")
+            ),
+        );
+        if !opts.allow_degraded {
+            return Err(e);
+        }
+        degraded_token = Some(format!("{e}"));
+    }
     let (job, mut degraded) = Job::create(&policy.job, opts.allow_degraded)?;
+    degraded.extend(degraded_token);
 
     let mut handles: Vec<BorrowedHandle<'_>> = spec.inherit.clone();
     for h in [spec.stdin, spec.stdout, spec.stderr].into_iter().flatten() {

@@ -207,7 +207,11 @@ pub struct TokenFacts {
 /// Reads this process's token.
 pub fn own_token_facts() -> Result<TokenFacts, WinError> {
     let token = open_own_token(TOKEN_QUERY)?;
-    let t = token.as_handle();
+    token_facts(token.as_handle())
+}
+
+/// Reads a token (opened with TOKEN_QUERY).
+pub(crate) fn token_facts(t: BorrowedHandle<'_>) -> Result<TokenFacts, WinError> {
     // SAFETY: a valid token handle with TOKEN_QUERY.
     let restricted = unsafe { IsTokenRestricted(raw(t)) } != 0;
     // An unrestricted token has no restricting SIDs by definition; asking anyway would make a
