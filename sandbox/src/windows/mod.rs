@@ -312,3 +312,111 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod verdict_tests {
+    use super::*;
+
+    fn fs_policy() -> WindowsPolicy {
+        wincfg::helper_policy(&Profile::Fs(crate::FsProfile::default())).unwrap()
+    }
+
+    fn good_token(p: &WindowsPolicy) -> TokenFacts {
+        TokenFacts {
+            restricted: true,
+            restricting_sids: vec![p.sid.0.clone(), wincfg::RESTRICTED.into()],
+            privileges: vec!["SeChangeNotifyPrivilege".into()],
+            administrators_usable: false,
+        }
+    }
+
+    fn good_job() -> JobFacts {
+        JobFacts {
+            in_job: true,
+            limit_flags: 0x2000 | 0x400 | 0x8,
+            active_process_limit: 1,
+            ui_restrictions: Ok(0xFF),
+        }
+    }
+
+    #[test]
+    fn a_token_and_job_as_the_policy_asks_miss_nothing_and_each_gap_is_named() {
+        let p = fs_policy();
+        assert_eq!(
+            missing_from_token(&good_token(&p), &p.token, &p.sid.0),
+            Vec::<String>::new()
+        );
+        assert_eq!(missing_from_job(&good_job(), &p.job), Vec::<String>::new());
+
+        let mut t = good_token(&p);
+        t.restricting_sids.retain(|s| s != &p.sid.0);
+        let m = missing_from_token(&t, &p.token, &p.sid.0);
+        assert_eq!(m.len(), 1);
+        assert!(
+            m[0].contains("the profile's capability SID") && m[0].contains(&p.sid.0),
+            "{m:?}"
+        );
+
+        let mut t = good_token(&p);
+        t.privileges.push("SeDebugPrivilege".into());
+        t.administrators_usable = true;
+        let m = missing_from_token(&t, &p.token, &p.sid.0).join("; ");
+        assert!(
+            m.contains("privileges not stripped: SeDebugPrivilege"),
+            "{m}"
+        );
+        assert!(m.contains("Administrators is not deny-only"), "{m}");
+
+        for (flags, limit, ui, want) in [
+            (0x400 | 0x8, 1, Ok(0xFF), "kill-on-close is not set"),
+            (
+                0x2000 | 0x8,
+                1,
+                Ok(0xFF),
+                "die-on-unhandled-exception is not set",
+            ),
+            (0x2000 | 0x400, 0, Ok(0xFF), "active process limit is not 1"),
+            (
+                0x2000 | 0x400 | 0x8,
+                2,
+                Ok(0xFF),
+                "active process limit is not 1",
+            ),
+            (
+                0x2000 | 0x400 | 0x8,
+                1,
+                Ok(0x7F),
+                "UI restrictions 0x7f lack 0x80",
+            ),
+            (
+                0x2000 | 0x400 | 0x8,
+                1,
+                Err("no".into()),
+                "UI restrictions cannot be read: no",
+            ),
+        ] {
+            let j = JobFacts {
+                in_job: true,
+                limit_flags: flags,
+                active_process_limit: limit,
+                ui_restrictions: ui,
+            };
+            let m = missing_from_job(&j, &p.job);
+            assert_eq!(m.len(), 1, "{m:?}");
+            assert!(m[0].contains(want), "{m:?} lacks {want}");
+        }
+        let outside = JobFacts {
+            in_job: false,
+            ..good_job()
+        };
+        assert!(missing_from_job(&outside, &p.job)[0].contains("in no job"));
+        // Exec has no process limit: any is fine.
+        let exec = wincfg::helper_policy(&Profile::Exec).unwrap();
+        let j = JobFacts {
+            limit_flags: 0x2000 | 0x400,
+            active_process_limit: 0,
+            ..good_job()
+        };
+        assert_eq!(missing_from_job(&j, &exec.job), Vec::<String>::new());
+    }
+}
