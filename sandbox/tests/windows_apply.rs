@@ -57,6 +57,10 @@ mod win {
         ("aces_are_applied_and_removed", aces_are_applied_and_removed),
         ("harden_broker_in_a_child", harden_broker_in_a_child),
         (
+            "an_exec_child_and_its_grandchild_die_with_the_job",
+            an_exec_child_and_its_grandchild_die_with_the_job,
+        ),
+        (
             "spawn_refuses_a_relative_program",
             spawn_refuses_a_relative_program,
         ),
@@ -99,6 +103,11 @@ mod win {
                     Err(e) => println!("lockdown err {e}"),
                 }
                 ExitCode::SUCCESS
+            }
+            Some("tree") => tree_child(&args[1..]),
+            Some("sleep") => {
+                std::thread::sleep(std::time::Duration::from_secs(60));
+                ExitCode::from(4)
             }
             Some("harden") => {
                 match sandbox::harden_broker() {
@@ -160,6 +169,35 @@ mod win {
         }
         say("ready".into());
         // Wait to be killed by the parent closing the job; exit on our own only long after.
+        std::thread::sleep(std::time::Duration::from_secs(60));
+        ExitCode::from(4)
+    }
+
+    /// `tree HANDLE`: start a grandchild (std's spawn, so it runs under this process's token and
+    /// job) whose stdout is a copy of the channel, say its pid, then wait to be killed. The
+    /// parent sees EOF on the channel only once both are gone.
+    fn tree_child(args: &[String]) -> ExitCode {
+        let Ok(handle) = w::take_inherited_handle(&args[0]) else {
+            return ExitCode::from(3);
+        };
+        let mut out = std::fs::File::from(handle);
+        let copy = out.try_clone().unwrap();
+        let exe = std::env::current_exe().unwrap();
+        match std::process::Command::new(exe)
+            .args([CHILD, "sleep"])
+            .stdin(std::process::Stdio::null())
+            .stdout(copy)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+        {
+            Ok(g) => {
+                let _ = writeln!(out, "grandchild {}", g.id());
+            }
+            Err(e) => {
+                let _ = writeln!(out, "grandchild err {e}");
+            }
+        }
+        let _ = writeln!(out, "ready");
         std::thread::sleep(std::time::Duration::from_secs(60));
         ExitCode::from(4)
     }
@@ -427,6 +465,92 @@ mod win {
             assert_ne!(ended, Some(4), "the child exited on its own instead");
         }
 
+        w::remove_aces(&applied).unwrap();
+    }
+
+    /// Exec's policy: write-restricted, no process limit, children allowed. Closing the job
+    /// must end the child and the grandchild it started (the whole tree, as killing a namespace
+    /// does on Linux).
+    fn an_exec_child_and_its_grandchild_die_with_the_job() {
+        let wine = w::running_under_wine();
+        let policy = wincfg::helper_policy(&Profile::Exec).unwrap();
+        let applied = w::apply_aces(&child_aces(&policy)).unwrap();
+        let (reader, writer) = std::io::pipe().unwrap();
+        let exe = std::env::current_exe().unwrap();
+        let writer_handle: OwnedHandle = writer.into();
+        let spec = SpawnSpec {
+            program: &exe,
+            args: vec![
+                CHILD.into(),
+                "tree".into(),
+                writer_handle
+                    .as_handle()
+                    .as_raw_handle_usize()
+                    .to_string()
+                    .into(),
+            ],
+            cwd: None,
+            env: w::env_from_allowlist(&["SystemRoot", "WINEPREFIX", "WINEDEBUG"]),
+            inherit: vec![writer_handle.as_handle()],
+            stdin: None,
+            stdout: None,
+            stderr: None,
+        };
+        // Strict on Windows; under Wine the token is refused (see the first test), so degraded.
+        let mut child = w::spawn(
+            &policy,
+            &spec,
+            SpawnOptions {
+                allow_degraded: wine,
+            },
+        )
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+        if !wine {
+            assert!(child.degraded().is_empty(), "{:?}", child.degraded());
+        }
+        drop(writer_handle);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = Vec::new();
+            for line in BufReader::new(reader).lines() {
+                match line {
+                    Ok(l) => {
+                        let ready = l == "ready";
+                        lines.push(l);
+                        if ready {
+                            let _ = tx.send(Some(lines.clone()));
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+            // EOF: every holder of the write end (child and grandchild) is gone.
+            let _ = tx.send(None);
+        });
+        let timeout = std::time::Duration::from_secs(20);
+        let lines = rx.recv_timeout(timeout).unwrap().expect("EOF before ready");
+        println!("    tree child said: {lines:?}");
+        let grandchild = field(&lines, "grandchild ");
+        assert!(
+            grandchild.parse::<u32>().is_ok(),
+            "the exec child could not start a child: {grandchild}"
+        );
+        // Positive control: while the job handle is held, the pipe stays open.
+        assert_eq!(child.wait_timeout(300).unwrap(), None);
+        assert!(
+            rx.try_recv().is_err(),
+            "the pipe closed while the job was held"
+        );
+        child.close_job();
+        assert!(
+            child.wait_timeout(10_000).unwrap().is_some(),
+            "the child outlived its job"
+        );
+        match rx.recv_timeout(timeout) {
+            Ok(None) => {}
+            Ok(Some(_)) => unreachable!("ready is sent once"),
+            Err(_) => panic!("the grandchild {grandchild} outlived the job (the pipe stayed open)"),
+        }
         w::remove_aces(&applied).unwrap();
     }
 
