@@ -61,6 +61,10 @@ mod win {
             an_exec_child_and_its_grandchild_die_with_the_job,
         ),
         (
+            "adopting_a_handle_that_was_not_inherited_is_refused",
+            adopting_a_handle_that_was_not_inherited_is_refused,
+        ),
+        (
             "spawn_refuses_a_relative_program",
             spawn_refuses_a_relative_program,
         ),
@@ -105,6 +109,20 @@ mod win {
                 ExitCode::SUCCESS
             }
             Some("tree") => tree_child(&args[1..]),
+            Some("adopt") => {
+                use std::os::windows::io::AsRawHandle;
+                // A handle this process opened itself (std opens it non-inheritable), a value
+                // naming nothing, then a second adoption after the first failed ones.
+                let own = std::fs::File::open(std::env::current_exe().unwrap()).unwrap();
+                let value = (own.as_raw_handle() as usize).to_string();
+                for v in [value.as_str(), "999999", "x"] {
+                    match w::take_inherited_handle(v) {
+                        Ok(_) => println!("adopt {v} ok"),
+                        Err(e) => println!("adopt err {e}"),
+                    }
+                }
+                ExitCode::SUCCESS
+            }
             Some("sleep") => {
                 std::thread::sleep(std::time::Duration::from_secs(60));
                 ExitCode::from(4)
@@ -683,6 +701,29 @@ mod win {
         } else {
             panic!("harden_broker failed on Windows: {text}");
         }
+    }
+
+    fn adopting_a_handle_that_was_not_inherited_is_refused() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([CHILD, "adopt"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(
+            lines[0].starts_with("adopt err confined spawn: handle ")
+                && lines[0].ends_with(
+                    "was not inherited: helpers are started by the gatehouse spawner, not by hand"
+                ),
+            "{text}"
+        );
+        // ERROR_INVALID_HANDLE
+        assert!(
+            lines[1].contains("GetHandleInformation(inherited channel) failed with Win32 error 6"),
+            "{text}"
+        );
+        assert!(lines[2].contains("\"x\" is not a handle value"), "{text}");
     }
 
     fn spawn_refuses_a_relative_program() {

@@ -481,15 +481,31 @@ pub fn take_inherited_handle(value: &str) -> Result<OwnedHandle, WinError> {
     let v: usize = value
         .parse()
         .map_err(|_| invalid(MECH, format!("{value:?} is not a handle value")))?;
-    if CHANNEL_TAKEN.swap(true, std::sync::atomic::Ordering::SeqCst) {
-        return Err(invalid(MECH, "the inherited channel was already taken"));
-    }
     let h = v as HANDLE;
     let mut flags = 0;
     // SAFETY: GetHandleInformation only reads the handle table; an invalid value fails with
     // ERROR_INVALID_HANDLE and touches nothing.
     if unsafe { GetHandleInformation(h, &mut flags) } == 0 {
         return Err(last(MECH, "GetHandleInformation(inherited channel)"));
+    }
+    // An inherited handle keeps its inherit flag in the child; a value naming one of this
+    // process's own handles (a helper started by hand with a guessed number) most likely lacks
+    // it, and is refused rather than adopted twice.
+    if flags & HANDLE_FLAG_INHERIT == 0 {
+        return Err(invalid(
+            MECH,
+            format!("handle {value} was not inherited: helpers are started by the gatehouse spawner, not by hand"),
+        ));
+    }
+    // Checked after the refusals above, so a wrong value does not use up the one adoption.
+    if CHANNEL_TAKEN.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        return Err(invalid(MECH, "the inherited channel was already taken"));
+    }
+    // Not passed on: whatever this process starts later (the exec helper's commands) must not
+    // inherit the broker channel.
+    // SAFETY: as above, on the same open handle; only its inherit flag changes.
+    if unsafe { SetHandleInformation(h, HANDLE_FLAG_INHERIT, 0) } == 0 {
+        return Err(last(MECH, "SetHandleInformation(channel not inheritable)"));
     }
     // SAFETY: the value names an open handle (checked above) that this process inherited and
     // nothing else in it owns; the flag above hands it out once.
