@@ -254,6 +254,19 @@ mod win {
         aces
     }
 
+    /// ACEs added for a test, removed when it ends, also when it fails (they sit on the directory
+    /// of the test binaries).
+    struct Granted(Vec<w::AppliedAce>);
+
+    impl Drop for Granted {
+        fn drop(&mut self) {
+            if let Err(e) = w::remove_aces(&self.0) {
+                // Not a panic inside a drop that may run during one; say it loudly instead.
+                eprintln!("removing the test's ACEs failed: {e}");
+            }
+        }
+    }
+
     fn lines_until_ready(reader: std::io::PipeReader) -> Vec<String> {
         let mut lines = Vec::new();
         for line in BufReader::new(reader).lines() {
@@ -286,12 +299,12 @@ mod win {
         // Positive control: the same open, by this unconfined process, succeeds.
         assert_eq!(open_result(&outside), "ok");
 
-        let applied = match w::apply_aces(&child_aces(&policy)) {
-            Ok(a) => a,
+        let _granted = match w::apply_aces(&child_aces(&policy)) {
+            Ok(a) => Granted(a),
             Err(e) if wine => {
                 println!("    wine refused the grant ACEs ({e})");
                 note_not_verified("file ACEs (the grant is not applied)");
-                Vec::new()
+                Granted(Vec::new())
             }
             Err(e) => panic!("applying the grant ACEs: {e}"),
         };
@@ -482,8 +495,6 @@ mod win {
             );
             assert_ne!(ended, Some(4), "the child exited on its own instead");
         }
-
-        w::remove_aces(&applied).unwrap();
     }
 
     /// Exec's policy: write-restricted, no process limit, children allowed. Closing the job
@@ -492,7 +503,7 @@ mod win {
     fn an_exec_child_and_its_grandchild_die_with_the_job() {
         let wine = w::running_under_wine();
         let policy = wincfg::helper_policy(&Profile::Exec).unwrap();
-        let applied = w::apply_aces(&child_aces(&policy)).unwrap();
+        let _granted = Granted(w::apply_aces(&child_aces(&policy)).unwrap());
         let (reader, writer) = std::io::pipe().unwrap();
         let exe = std::env::current_exe().unwrap();
         let writer_handle: OwnedHandle = writer.into();
@@ -569,7 +580,6 @@ mod win {
             Ok(Some(_)) => unreachable!("ready is sent once"),
             Err(_) => panic!("the grandchild {grandchild} outlived the job (the pipe stayed open)"),
         }
-        w::remove_aces(&applied).unwrap();
     }
 
     fn plain_child(grant: &Path, degraded: &str) -> String {

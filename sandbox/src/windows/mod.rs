@@ -231,7 +231,8 @@ pub fn harden_broker() -> Result<LockdownReport, LockdownError> {
     };
     let (job, _) = Job::create(&limits, false).map_err(win)?;
     job.assign_self().map_err(win)?;
-    // The job must outlive the process: its handle closes at exit, when nothing is left to kill.
+    // Kept open for the process's life: closing the last handle of a kill-on-close job would
+    // kill this process. It closes at exit, when there is nothing left to kill.
     std::mem::forget(job);
     let facts = own_job_facts().map_err(win)?;
     let mut missing = missing_from_job(&facts, &limits);
