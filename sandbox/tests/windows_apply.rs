@@ -65,6 +65,10 @@ mod win {
             adopting_a_handle_that_was_not_inherited_is_refused,
         ),
         (
+            "a_command_gets_its_stdio_allowlisted_env_and_cwd",
+            a_command_gets_its_stdio_allowlisted_env_and_cwd,
+        ),
+        (
             "spawn_refuses_a_relative_program",
             spawn_refuses_a_relative_program,
         ),
@@ -109,6 +113,16 @@ mod win {
                 ExitCode::SUCCESS
             }
             Some("tree") => tree_child(&args[1..]),
+            Some("command") => {
+                // What a command sees: its environment (names) and working directory, on stdout.
+                let mut names: Vec<String> = std::env::vars_os()
+                    .map(|(k, _)| k.to_string_lossy().into_owned())
+                    .collect();
+                names.sort();
+                println!("env {}", names.join(","));
+                println!("cwd {}", std::env::current_dir().unwrap().display());
+                ExitCode::from(7)
+            }
             Some("adopt") => {
                 use std::os::windows::io::AsRawHandle;
                 // A handle this process opened itself (std opens it non-inheritable), a value
@@ -734,6 +748,88 @@ mod win {
             "{text}"
         );
         assert!(lines[2].contains("\"x\" is not a handle value"), "{text}");
+    }
+
+    /// A command (exec's per-command policy): stdout is a pipe the parent reads, the
+    /// environment is exactly the allowlist, the working directory is the one given, the exit
+    /// code comes back.
+    fn a_command_gets_its_stdio_allowlisted_env_and_cwd() {
+        let wine = w::running_under_wine();
+        let s = Scratch::new();
+        let work = s.dir("work");
+        let spec_policy = sandbox::seatbelt::CommandSpec {
+            grants: vec![(work.clone(), ipc_schema::exec::GrantAccess::ReadWrite)],
+            no_access: vec![],
+            no_write: vec![],
+            network: sandbox::seatbelt::CommandNetwork::None,
+        };
+        let policy = wincfg::command_policy(&spec_policy).unwrap();
+        let _granted = Granted(w::apply_aces(&child_aces(&policy)).unwrap());
+        // Set in this process: one allowed, one not (as a secret-looking name would be).
+        std::env::set_var("GH_WIN_VISIBLE", "1");
+        std::env::set_var("GH_WIN_SECRET_TOKEN", "x");
+        let (reader, writer) = std::io::pipe().unwrap();
+        let writer: OwnedHandle = writer.into();
+        let exe = std::env::current_exe().unwrap();
+        let spec = SpawnSpec {
+            program: &exe,
+            args: vec![CHILD.into(), "command".into()],
+            cwd: Some(&work),
+            env: w::env_from_allowlist(&[
+                "SystemRoot",
+                "GH_WIN_VISIBLE",
+                "WINEPREFIX",
+                "WINEDEBUG",
+            ]),
+            inherit: vec![],
+            stdin: None,
+            stdout: Some(writer.as_handle()),
+            stderr: None,
+        };
+        let child = w::spawn(
+            &policy,
+            &spec,
+            SpawnOptions {
+                allow_degraded: wine,
+            },
+        )
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+        if !wine {
+            assert!(child.degraded().is_empty(), "{:?}", child.degraded());
+        }
+        drop(writer);
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut { reader }, &mut text).unwrap();
+        assert_eq!(child.wait_timeout(10_000).unwrap(), Some(7), "{text}");
+        let lines: Vec<&str> = text.lines().collect();
+        let env = lines
+            .iter()
+            .find_map(|l| l.strip_prefix("env "))
+            .unwrap_or_else(|| panic!("{text}"));
+        let names: Vec<&str> = env.split(',').collect();
+        assert!(names.contains(&"GH_WIN_VISIBLE"), "{env}");
+        assert!(!names.iter().any(|n| n.contains("SECRET")), "{env}");
+        assert!(
+            names.iter().all(|n| [
+                "SystemRoot",
+                "SYSTEMROOT",
+                "GH_WIN_VISIBLE",
+                "WINEPREFIX",
+                "WINEDEBUG"
+            ]
+            .contains(n)
+                || (wine && (n.starts_with("WINE") || *n == "SystemDrive"))
+                || n.starts_with('=')),
+            "a variable outside the allowlist: {env}"
+        );
+        let cwd = lines
+            .iter()
+            .find_map(|l| l.strip_prefix("cwd "))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert_eq!(
+            std::fs::canonicalize(cwd).unwrap(),
+            std::fs::canonicalize(&work).unwrap()
+        );
     }
 
     fn spawn_refuses_a_relative_program() {
