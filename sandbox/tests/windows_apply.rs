@@ -170,11 +170,12 @@ mod win {
         say(format!("pid {}", std::process::id()));
         match w::own_token_facts() {
             Ok(t) => say(format!(
-                "token restricted={} sids={} privileges={} admins_usable={}",
+                "token restricted={} sids={} privileges={} admins_usable={} write_restricted={:?}",
                 t.restricted,
                 t.restricting_sids.join(","),
                 t.privileges.join(","),
-                t.administrators_usable
+                t.administrators_usable,
+                t.write_restricted
             )),
             Err(e) => say(format!("token error {e}")),
         }
@@ -438,6 +439,8 @@ mod win {
             );
             assert!(token.contains(wincfg::RESTRICTED), "{token}");
             assert!(token.contains("admins_usable=false"), "{token}");
+            // The fs profile asks for a fully restricted token.
+            assert!(token.ends_with("write_restricted=Ok(false)"), "{token}");
         } else {
             // Wine starts the process with the parent's token, ignoring the one passed.
             assert!(token.starts_with("restricted=false sids= "), "{token}");

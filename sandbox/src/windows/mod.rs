@@ -328,6 +328,7 @@ mod verdict_tests {
             restricting_sids: vec![p.sid.0.clone(), wincfg::RESTRICTED.into()],
             privileges: vec!["SeChangeNotifyPrivilege".into()],
             administrators_usable: false,
+            write_restricted: Ok(false),
         }
     }
 
@@ -361,12 +362,30 @@ mod verdict_tests {
         let mut t = good_token(&p);
         t.privileges.push("SeDebugPrivilege".into());
         t.administrators_usable = true;
+        t.write_restricted = Ok(true);
         let m = missing_from_token(&t, &p.token, &p.sid.0).join("; ");
         assert!(
             m.contains("privileges not stripped: SeDebugPrivilege"),
             "{m}"
         );
         assert!(m.contains("Administrators is not deny-only"), "{m}");
+        assert!(
+            m.contains("it is write-restricted, but the profile asks for a fully restricted one"),
+            "{m}"
+        );
+        // Exec asks for write-restricted: a write-restricted token is what it wants, and a
+        // token whose kind cannot be read is not held against it.
+        let exec = wincfg::helper_policy(&Profile::Exec).unwrap();
+        let mut t = good_token(&exec);
+        t.write_restricted = Err("no".into());
+        assert_eq!(
+            missing_from_token(&t, &exec.token, &exec.sid.0),
+            Vec::<String>::new()
+        );
+        let mut t = good_token(&p);
+        t.write_restricted = Err("no".into());
+        assert!(missing_from_token(&t, &p.token, &p.sid.0)[0]
+            .contains("cannot tell whether it is write-restricted: no"));
 
         for (flags, limit, ui, want) in [
             (0x400 | 0x8, 1, Ok(0xFF), "kill-on-close is not set"),

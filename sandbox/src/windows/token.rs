@@ -13,11 +13,11 @@ use windows_sys::Win32::Security::Authorization::{
     SetEntriesInAclW, SetSecurityInfo, EXPLICIT_ACCESS_W, GRANT_ACCESS, SE_KERNEL_OBJECT,
 };
 use windows_sys::Win32::Security::{
-    CreateRestrictedToken, IsTokenRestricted, SetTokenInformation, TokenDefaultDacl, TokenGroups,
-    TokenPrivileges, TokenRestrictedSids, TokenUser, ACL, DACL_SECURITY_INFORMATION,
-    DISABLE_MAX_PRIVILEGE, LUID_AND_ATTRIBUTES, SID_AND_ATTRIBUTES, TOKEN_ADJUST_DEFAULT,
-    TOKEN_ASSIGN_PRIMARY, TOKEN_DEFAULT_DACL, TOKEN_DUPLICATE, TOKEN_PRIVILEGES, TOKEN_QUERY,
-    TOKEN_USER, WRITE_RESTRICTED,
+    CreateRestrictedToken, IsTokenRestricted, SetTokenInformation, TokenAccessInformation,
+    TokenDefaultDacl, TokenGroups, TokenPrivileges, TokenRestrictedSids, TokenUser, ACL,
+    DACL_SECURITY_INFORMATION, DISABLE_MAX_PRIVILEGE, LUID_AND_ATTRIBUTES, SID_AND_ATTRIBUTES,
+    TOKEN_ACCESS_INFORMATION, TOKEN_ADJUST_DEFAULT, TOKEN_ASSIGN_PRIMARY, TOKEN_DEFAULT_DACL,
+    TOKEN_DUPLICATE, TOKEN_PRIVILEGES, TOKEN_QUERY, TOKEN_USER, WRITE_RESTRICTED,
 };
 use windows_sys::Win32::System::Threading::{GetCurrentProcess, OpenProcessToken};
 
@@ -28,6 +28,8 @@ const DENY_ONLY: u32 = 0x10;
 /// The one privilege `DISABLE_MAX_PRIVILEGE` keeps (traversal checks).
 const CHANGE_NOTIFY: &str = "SeChangeNotifyPrivilege";
 const SYSTEM: &str = "S-1-5-18";
+/// `TOKEN_WRITE_RESTRICTED` in TOKEN_ACCESS_INFORMATION.Flags (winnt.h; no windows-sys constant).
+const TOKEN_WRITE_RESTRICTED: u32 = 0x0008;
 /// Standard access rights (winnt.h), to open this process's token for its DACL.
 const READ_CONTROL: u32 = 0x0002_0000;
 const WRITE_DAC: u32 = 0x0004_0000;
@@ -202,6 +204,9 @@ pub struct TokenFacts {
     pub privileges: Vec<String>,
     /// The Administrators group is in the token and not deny-only.
     pub administrators_usable: bool,
+    /// The restricting SIDs are checked for writes only (`WRITE_RESTRICTED`), or why that could
+    /// not be read. `Ok(false)` for an unrestricted token.
+    pub write_restricted: Result<bool, String>,
 }
 
 /// Reads this process's token.
@@ -229,6 +234,25 @@ pub(crate) fn token_facts(t: BorrowedHandle<'_>) -> Result<TokenFacts, WinError>
     } else {
         Vec::new()
     };
+    // Whether the restricting SIDs are checked for writes only: TOKEN_WRITE_RESTRICTED in
+    // TokenAccessInformation's flags (Windows 8 and later). Read only for a restricted token;
+    // a failure is kept as the reason, so the verdict can name it.
+    let write_restricted = if restricted {
+        token_info(
+            t,
+            TokenAccessInformation,
+            "GetTokenInformation(TokenAccessInformation)",
+        )
+        .map(|buf| {
+            // SAFETY: token_info filled the buffer with a TOKEN_ACCESS_INFORMATION (its
+            // pointers point into the same buffer; only the Flags integer is read).
+            let flags = unsafe { (*(buf.as_ptr() as *const TOKEN_ACCESS_INFORMATION)).Flags };
+            flags & TOKEN_WRITE_RESTRICTED != 0
+        })
+        .map_err(|e| e.to_string())
+    } else {
+        Ok(false)
+    };
     let groups = token_info(t, TokenGroups, "GetTokenInformation(TokenGroups)")?;
     let mut administrators_usable = false;
     for g in token_groups(&groups) {
@@ -252,6 +276,7 @@ pub(crate) fn token_facts(t: BorrowedHandle<'_>) -> Result<TokenFacts, WinError>
         restricting_sids,
         privileges,
         administrators_usable,
+        write_restricted,
     })
 }
 
@@ -352,6 +377,15 @@ pub fn missing_from_token(
                 .collect::<Vec<_>>()
                 .join(", ")
         ));
+    }
+    // Only the weaker kind is a gap: a write-restricted token where the profile asks for a
+    // fully restricted one (every read also checked against the restricting SIDs).
+    if facts.restricted && !spec.write_restricted {
+        match &facts.write_restricted {
+            Ok(false) => {}
+            Ok(true) => missing.push("restricted token: it is write-restricted, but the profile asks for a fully restricted one (reads unconfined)".to_string()),
+            Err(e) => missing.push(format!("restricted token: cannot tell whether it is write-restricted: {e}")),
+        }
     }
     if facts.administrators_usable {
         missing.push("restricted token: Administrators is not deny-only".to_string());
