@@ -240,6 +240,13 @@ pub fn helper_policy(profile: &Profile) -> Result<WindowsPolicy, crate::seatbelt
         Profile::Net => p.filters.clear(),
         Profile::Exec => {
             p.token = token(true, &p.sid);
+            // The exec helper makes each command's token from its own, and a restricted token
+            // made from a restricted one keeps only the restricting SIDs both lists name
+            // (CreateRestrictedToken takes the intersection): without the command SID here, a
+            // command's token would lose it and the spawner's read-back would refuse it.
+            p.token
+                .restricting
+                .insert(1, capability_sid("gatehouse.cmd"));
             p.job.active_processes = None;
             p.mitigations = mitigations(true, false);
         }
@@ -528,6 +535,36 @@ mod tests {
                 assert_eq!(ace.sid, w.sid.0);
                 assert!(ace.inherit);
             }
+        }
+    }
+
+    #[test]
+    fn the_exec_token_keeps_the_command_sid_so_commands_made_from_it_do_too() {
+        let exec = helper_policy(&Profile::Exec).unwrap();
+        let cmd = command_policy(&CommandSpec {
+            grants: vec![],
+            no_access: vec![],
+            no_write: vec![],
+            network: CommandNetwork::None,
+        })
+        .unwrap();
+        // Every restricting SID of a command is among the exec helper's (the intersection
+        // CreateRestrictedToken keeps is then the command's whole list).
+        for sid in &cmd.token.restricting {
+            assert!(exec.token.restricting.contains(sid), "{}", sid.0);
+        }
+        // And no other helper carries it.
+        for p in [
+            Profile::Net,
+            Profile::Ui,
+            Profile::Gateway,
+            Profile::Servers,
+        ] {
+            assert!(!helper_policy(&p)
+                .unwrap()
+                .token
+                .restricting
+                .contains(&cmd.sid));
         }
     }
 
