@@ -325,7 +325,7 @@ mod verdict_tests {
     fn good_token(p: &WindowsPolicy) -> TokenFacts {
         TokenFacts {
             restricted: true,
-            restricting_sids: vec![p.sid.0.clone(), wincfg::RESTRICTED.into()],
+            restricting_sids: p.token.restricting.iter().map(|s| s.0.clone()).collect(),
             privileges: vec!["SeChangeNotifyPrivilege".into()],
             administrators_usable: false,
             write_restricted: Ok(false),
