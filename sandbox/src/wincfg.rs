@@ -265,7 +265,14 @@ pub fn command_policy(spec: &CommandSpec) -> Result<WindowsPolicy, crate::seatbe
     p.token = token(true, &p.sid);
     p.job.active_processes = Some(256);
     p.inherited_handles = "stdin, stdout and stderr pipes only";
-    p.mitigations = mitigations(true, true);
+    // A command is an arbitrary program, as on Linux (DESIGN rule 7: the exec sandbox is a
+    // denylist): no dynamic-code ban (node, java, dotnet and PowerShell JIT), no strict handle
+    // checks (they crash programs that close a stale handle), no remote-image ban (a grant may
+    // sit on a network share). Only legacy extension points (AppInit DLLs and the like, which
+    // no program needs) are off. Confinement is the token, ACEs, job and filters.
+    p.mitigations = Mitigations(vec![
+        "PROCESS_CREATION_MITIGATION_POLICY_EXTENSION_POINT_DISABLE_ALWAYS_ON",
+    ]);
     for (path, access) in &spec.grants {
         p.aces
             .push(grant_ace(path, *access == GrantAccess::ReadWrite, &p.sid)?);
@@ -526,9 +533,12 @@ mod tests {
         }
         for w in &all {
             let bits = w.mitigations.creation_bits().unwrap();
-            // Dynamic code and strict handle checks are in every profile.
-            assert_ne!(bits & (1 << 36), 0, "{}", w.profile);
-            assert_ne!(bits & (1 << 24), 0, "{}", w.profile);
+            // Dynamic code and strict handle checks are in every helper profile, and in no
+            // command (JIT runtimes must run there).
+            let helper = w.profile != "command";
+            assert_eq!(bits & (1 << 36) != 0, helper, "{}", w.profile);
+            assert_eq!(bits & (1 << 24) != 0, helper, "{}", w.profile);
+            assert_ne!(bits & (1 << 32), 0, "{}", w.profile);
             assert_eq!(w.job.ui_bits().unwrap(), 0xFF, "{}", w.profile);
             for a in &w.aces {
                 let ace = parse_ace(&a.sddl).unwrap();
