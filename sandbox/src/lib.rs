@@ -133,6 +133,18 @@ pub enum LockdownError {
     ThreadCount(std::io::Error),
     #[error("clearing the environment failed: {0}")]
     Environment(String),
+    /// Windows: the process was not started confined (or the system would not apply a piece),
+    /// and each missing piece is named; `--allow-degraded` runs with them listed instead.
+    #[error("the {profile} profile is not confined on this system, refusing to run: {missing}")]
+    NotConfined {
+        profile: &'static str,
+        missing: String,
+    },
+    #[error("Windows {mechanism} failed: {reason}")]
+    Windows {
+        mechanism: &'static str,
+        reason: String,
+    },
     #[error("Seatbelt profile for the {profile} profile failed: {reason}")]
     Seatbelt {
         profile: &'static str,

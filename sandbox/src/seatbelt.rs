@@ -111,7 +111,13 @@ pub fn helper_profile(profile: &Profile, home: Option<&Path>) -> Result<String, 
         ),
         Profile::Secrets(_) => {
             let home = home.ok_or(SbplError::NoHome)?;
-            let keychains = sbpl_string(&home.join("Library/Keychains"))?;
+            // Joined as text with '/': SBPL names macOS paths whatever OS generates the profile
+            // (the golden tests run this generator on Windows too, where `Path::join` adds '\\').
+            let home = home.to_str().ok_or_else(|| SbplError::NotUtf8(home.to_path_buf()))?;
+            let keychains = sbpl_string(Path::new(&format!(
+                "{}/Library/Keychains",
+                home.trim_end_matches('/')
+            )))?;
             writeln!(
                 s,
                 "; the login keychain, through the Security framework's daemons

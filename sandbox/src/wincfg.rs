@@ -4,9 +4,12 @@
 //! mitigation policies the broker would apply at spawn time, as a typed [`WindowsPolicy`] with a
 //! stable text rendering ([`WindowsPolicy::render`], checked as golden files).
 //!
-//! Nothing here is applied: `windows.rs` still refuses with [`crate::LockdownError::Unsupported`].
-//! The derivations follow what Windows and the sandboxes that run agents on it (Codex's Windows
-//! sandbox) do, and have not been checked on a Windows machine.
+//! `windows/` applies it (spawn with the token, job and attributes; ACEs on grant roots; the
+//! helper's own check in `lockdown`); the WFP filters stay data (a `gatehouse setup` step, not
+//! built). The numeric values the applier needs (mitigation bits, UI-limit bits, ACE rights) are
+//! here too, beside the names they render as, so that the listing and what is applied cannot
+//! drift apart. The derivations follow what Windows and the sandboxes that run agents on it
+//! (Codex's Windows sandbox) do, and have not been checked on a Windows machine.
 //!
 //! # The profile's SID
 //!
@@ -237,6 +240,13 @@ pub fn helper_policy(profile: &Profile) -> Result<WindowsPolicy, crate::seatbelt
         Profile::Net => p.filters.clear(),
         Profile::Exec => {
             p.token = token(true, &p.sid);
+            // The exec helper makes each command's token from its own, and a restricted token
+            // made from a restricted one keeps only the restricting SIDs both lists name
+            // (CreateRestrictedToken takes the intersection): without the command SID here, a
+            // command's token would lose it and the spawner's read-back would refuse it.
+            p.token
+                .restricting
+                .insert(1, capability_sid("gatehouse.cmd"));
             p.job.active_processes = None;
             p.mitigations = mitigations(true, false);
         }
@@ -255,7 +265,14 @@ pub fn command_policy(spec: &CommandSpec) -> Result<WindowsPolicy, crate::seatbe
     p.token = token(true, &p.sid);
     p.job.active_processes = Some(256);
     p.inherited_handles = "stdin, stdout and stderr pipes only";
-    p.mitigations = mitigations(true, true);
+    // A command is an arbitrary program, as on Linux (DESIGN rule 7: the exec sandbox is a
+    // denylist): no dynamic-code ban (node, java, dotnet and PowerShell JIT), no strict handle
+    // checks (they crash programs that close a stale handle), no remote-image ban (a grant may
+    // sit on a network share). Only legacy extension points (AppInit DLLs and the like, which
+    // no program needs) are off. Confinement is the token, ACEs, job and filters.
+    p.mitigations = Mitigations(vec![
+        "PROCESS_CREATION_MITIGATION_POLICY_EXTENSION_POINT_DISABLE_ALWAYS_ON",
+    ]);
     for (path, access) in &spec.grants {
         p.aces
             .push(grant_ace(path, *access == GrantAccess::ReadWrite, &p.sid)?);
@@ -359,9 +376,233 @@ impl WindowsPolicy {
     }
 }
 
+/// The value of a `PROCESS_CREATION_MITIGATION_POLICY_*` flag (winnt.h; they are macros, so
+/// `windows-sys` has no constants for them). `None`: a name the applier does not know, which it
+/// refuses rather than skips.
+pub fn mitigation_creation_bits(name: &str) -> Option<u64> {
+    Some(match name {
+        "PROCESS_CREATION_MITIGATION_POLICY_STRICT_HANDLE_CHECKS_ALWAYS_ON" => 1 << 24,
+        "PROCESS_CREATION_MITIGATION_POLICY_WIN32K_SYSTEM_CALL_DISABLE_ALWAYS_ON" => 1 << 28,
+        "PROCESS_CREATION_MITIGATION_POLICY_EXTENSION_POINT_DISABLE_ALWAYS_ON" => 1 << 32,
+        "PROCESS_CREATION_MITIGATION_POLICY_PROHIBIT_DYNAMIC_CODE_ALWAYS_ON" => 1 << 36,
+        "PROCESS_CREATION_MITIGATION_POLICY_IMAGE_LOAD_NO_REMOTE_ALWAYS_ON" => 1 << 52,
+        _ => return None,
+    })
+}
+
+/// The child-process restriction is its own attribute
+/// (`PROC_THREAD_ATTRIBUTE_CHILD_PROCESS_POLICY`), not a mitigation bit.
+pub const CHILD_PROCESS_RESTRICTED: &str = "PROCESS_CREATION_CHILD_PROCESS_RESTRICTED";
+
+impl Mitigations {
+    /// The `PROC_THREAD_ATTRIBUTE_MITIGATION_POLICY` value; `Err` names an unknown flag.
+    pub fn creation_bits(&self) -> Result<u64, String> {
+        let mut bits = 0;
+        for m in self.0.iter().filter(|m| **m != CHILD_PROCESS_RESTRICTED) {
+            bits |= mitigation_creation_bits(m).ok_or_else(|| m.to_string())?;
+        }
+        Ok(bits)
+    }
+
+    /// Whether the process may not create child processes.
+    pub fn child_process_restricted(&self) -> bool {
+        self.0.contains(&CHILD_PROCESS_RESTRICTED)
+    }
+}
+
+/// The value of a `JOB_OBJECT_UILIMIT_*` flag (winnt.h).
+pub fn ui_limit_bits(name: &str) -> Option<u32> {
+    Some(match name {
+        "JOB_OBJECT_UILIMIT_HANDLES" => 0x1,
+        "JOB_OBJECT_UILIMIT_READCLIPBOARD" => 0x2,
+        "JOB_OBJECT_UILIMIT_WRITECLIPBOARD" => 0x4,
+        "JOB_OBJECT_UILIMIT_SYSTEMPARAMETERS" => 0x8,
+        "JOB_OBJECT_UILIMIT_DISPLAYSETTINGS" => 0x10,
+        "JOB_OBJECT_UILIMIT_GLOBALATOMS" => 0x20,
+        "JOB_OBJECT_UILIMIT_DESKTOP" => 0x40,
+        "JOB_OBJECT_UILIMIT_EXITWINDOWS" => 0x80,
+        _ => return None,
+    })
+}
+
+impl JobLimits {
+    /// The `JOBOBJECT_BASIC_UI_RESTRICTIONS` value; `Err` names an unknown flag.
+    pub fn ui_bits(&self) -> Result<u32, String> {
+        let mut bits = 0;
+        for u in &self.ui_restrictions {
+            bits |= ui_limit_bits(u).ok_or_else(|| u.to_string())?;
+        }
+        Ok(bits)
+    }
+}
+
+/// One of the ACEs [`PathAce::sddl`] renders, as the applier passes it to `SetEntriesInAclW`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AceSpec {
+    /// `D` (access denied) rather than `A` (access allowed).
+    pub deny: bool,
+    /// The access mask (`FILE_GENERIC_READ`, ...).
+    pub mask: u32,
+    /// `OICI`: inherited by files and subdirectories.
+    pub inherit: bool,
+    /// The trustee, `S-1-...`.
+    pub sid: String,
+}
+
+/// Parses the one ACE form this module renders: `(A|D;OICI|;RIGHTS;;;SID)` with RIGHTS a run of
+/// `FA` `FR` `FW` `FX` `SD`. Anything else is refused (`Err` says what), never guessed.
+pub fn parse_ace(sddl: &str) -> Result<AceSpec, String> {
+    let inner = sddl
+        .strip_prefix('(')
+        .and_then(|s| s.strip_suffix(')'))
+        .ok_or_else(|| format!("not a parenthesised ACE: {sddl}"))?;
+    let f: Vec<&str> = inner.split(';').collect();
+    let [kind, flags, rights, "", "", sid] = f[..] else {
+        return Err(format!(
+            "not an ACE of the form (A;OICI;RIGHTS;;;SID): {sddl}"
+        ));
+    };
+    let deny = match kind {
+        "A" => false,
+        "D" => true,
+        k => return Err(format!("ACE type {k} is not A or D: {sddl}")),
+    };
+    let inherit = match flags {
+        "OICI" => true,
+        "" => false,
+        f => return Err(format!("ACE flags {f} are not OICI: {sddl}")),
+    };
+    if rights.is_empty() || rights.len() % 2 != 0 {
+        return Err(format!(
+            "ACE rights {rights} are not two-letter codes: {sddl}"
+        ));
+    }
+    let mut mask = 0;
+    for code in rights.as_bytes().chunks(2) {
+        mask |= match code {
+            b"FA" => 0x001F_01FF, // FILE_ALL_ACCESS
+            b"FR" => 0x0012_0089, // FILE_GENERIC_READ
+            b"FW" => 0x0012_0116, // FILE_GENERIC_WRITE
+            b"FX" => 0x0012_00A0, // FILE_GENERIC_EXECUTE
+            b"SD" => 0x0001_0000, // DELETE
+            other => {
+                return Err(format!(
+                    "ACE right {} is not one of FA FR FW FX SD: {sddl}",
+                    String::from_utf8_lossy(other)
+                ))
+            }
+        };
+    }
+    if !sid.starts_with("S-1-") {
+        return Err(format!("ACE trustee {sid} is not a SID: {sddl}"));
+    }
+    Ok(AceSpec {
+        deny,
+        mask,
+        inherit,
+        sid: sid.to_string(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_generated_setting_has_a_value_the_applier_knows() {
+        let spec = CommandSpec {
+            grants: vec![("C:\\w".into(), GrantAccess::ReadWrite)],
+            no_access: vec!["C:\\w\\.ssh".into()],
+            no_write: vec!["C:\\w\\.git\\hooks".into()],
+            network: CommandNetwork::LoopbackProxy { port: 1 },
+        };
+        let mut all = vec![command_policy(&spec).unwrap()];
+        for p in [
+            Profile::Fs(FsProfile {
+                read_only: vec!["C:\\r".into()],
+                read_write: vec!["C:\\w".into()],
+            }),
+            Profile::Net,
+            Profile::Exec,
+            Profile::Secrets(ipc_schema::secrets::StoreKind::CredentialManager),
+            Profile::Ui,
+            Profile::Gateway,
+            Profile::Servers,
+        ] {
+            all.push(helper_policy(&p).unwrap());
+        }
+        for w in &all {
+            let bits = w.mitigations.creation_bits().unwrap();
+            // Dynamic code and strict handle checks are in every helper profile, and in no
+            // command (JIT runtimes must run there).
+            let helper = w.profile != "command";
+            assert_eq!(bits & (1 << 36) != 0, helper, "{}", w.profile);
+            assert_eq!(bits & (1 << 24) != 0, helper, "{}", w.profile);
+            assert_ne!(bits & (1 << 32), 0, "{}", w.profile);
+            assert_eq!(w.job.ui_bits().unwrap(), 0xFF, "{}", w.profile);
+            for a in &w.aces {
+                let ace = parse_ace(&a.sddl).unwrap();
+                assert_eq!(ace.sid, w.sid.0);
+                assert!(ace.inherit);
+            }
+        }
+    }
+
+    #[test]
+    fn the_exec_token_keeps_the_command_sid_so_commands_made_from_it_do_too() {
+        let exec = helper_policy(&Profile::Exec).unwrap();
+        let cmd = command_policy(&CommandSpec {
+            grants: vec![],
+            no_access: vec![],
+            no_write: vec![],
+            network: CommandNetwork::None,
+        })
+        .unwrap();
+        // Every restricting SID of a command is among the exec helper's (the intersection
+        // CreateRestrictedToken keeps is then the command's whole list).
+        for sid in &cmd.token.restricting {
+            assert!(exec.token.restricting.contains(sid), "{}", sid.0);
+        }
+        // And no other helper carries it.
+        for p in [
+            Profile::Net,
+            Profile::Ui,
+            Profile::Gateway,
+            Profile::Servers,
+        ] {
+            assert!(!helper_policy(&p)
+                .unwrap()
+                .token
+                .restricting
+                .contains(&cmd.sid));
+        }
+    }
+
+    #[test]
+    fn aces_parse_to_the_rights_they_name_and_nothing_else_parses() {
+        let sid = capability_sid("gatehouse.fs").0;
+        let ro = parse_ace(&format!("(A;OICI;FRFX;;;{sid})")).unwrap();
+        assert_eq!((ro.deny, ro.mask), (false, 0x0012_00A9));
+        // Read-write adds writing and deleting, and never WRITE_DAC (0x40000) or WRITE_OWNER.
+        let rw = parse_ace(&format!("(A;OICI;FRFWFXSD;;;{sid})")).unwrap();
+        assert_eq!(rw.mask, 0x0013_01BF);
+        assert_eq!(rw.mask & 0x000C_0000, 0);
+        assert_eq!(
+            parse_ace(&format!("(D;OICI;FA;;;{sid})")).unwrap().mask,
+            0x001F_01FF
+        );
+        for bad in [
+            "A;OICI;FR;;;S-1-1-0",
+            "(A;OICI;GA;;;S-1-1-0)",
+            "(OA;OICI;FR;;;S-1-1-0)",
+            "(A;OI;FR;;;S-1-1-0)",
+            "(A;OICI;FR;;;WD)",
+            "(A;OICI;F;;;S-1-1-0)",
+            "(A;OICI;FR;x;;S-1-1-0)",
+        ] {
+            assert!(parse_ace(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn capability_sids_are_per_name_and_stable() {

@@ -1,0 +1,220 @@
+//! Explicit ACEs on grant roots for a profile's capability SID, and their removal. The broker
+//! calls [`apply_aces`] when a grant is made (or before spawning a command) and
+//! [`remove_aces`] when it goes; the ACEs are exactly those `wincfg` renders (parsed back from
+//! their SDDL, so the listing is what is applied).
+
+use super::ffi::{invalid, returned, wide, wide_to_string, Local, OwnedSid, WinError};
+use crate::wincfg::{parse_ace, PathAce};
+use std::path::{Path, PathBuf};
+use windows_sys::Win32::Foundation::ERROR_SUCCESS;
+use windows_sys::Win32::Security::Authorization::{
+    ConvertSecurityDescriptorToStringSecurityDescriptorW, GetNamedSecurityInfoW, SetEntriesInAclW,
+    SetNamedSecurityInfoW, ACCESS_MODE, DENY_ACCESS, EXPLICIT_ACCESS_W, GRANT_ACCESS,
+    NO_MULTIPLE_TRUSTEE, REVOKE_ACCESS, SDDL_REVISION_1, SE_FILE_OBJECT, TRUSTEE_IS_SID,
+    TRUSTEE_IS_UNKNOWN, TRUSTEE_W,
+};
+use windows_sys::Win32::Security::{
+    ACL, DACL_SECURITY_INFORMATION, PSECURITY_DESCRIPTOR, PSID, SUB_CONTAINERS_AND_OBJECTS_INHERIT,
+};
+
+const MECH: &str = "file ACE";
+
+pub(crate) fn explicit_access(
+    sid: PSID,
+    mask: u32,
+    mode: ACCESS_MODE,
+    inherit: u32,
+) -> EXPLICIT_ACCESS_W {
+    EXPLICIT_ACCESS_W {
+        grfAccessPermissions: mask,
+        grfAccessMode: mode,
+        grfInheritance: inherit,
+        Trustee: TRUSTEE_W {
+            pMultipleTrustee: std::ptr::null_mut(),
+            MultipleTrusteeOperation: NO_MULTIPLE_TRUSTEE,
+            TrusteeForm: TRUSTEE_IS_SID,
+            TrusteeType: TRUSTEE_IS_UNKNOWN,
+            // With TRUSTEE_IS_SID the name field carries the SID pointer.
+            ptstrName: sid.cast(),
+        },
+    }
+}
+
+/// An ACE this process added, to be removed with [`remove_aces`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppliedAce {
+    pub path: PathBuf,
+    pub sid: String,
+}
+
+/// The path's DACL, owned with its security descriptor.
+struct Dacl {
+    acl: *mut ACL,
+    _sd: Local,
+}
+
+fn read_dacl(path: &Path) -> Result<(Vec<u16>, Dacl), WinError> {
+    let w = wide(MECH, path.as_os_str())?;
+    let mut acl: *mut ACL = std::ptr::null_mut();
+    let mut sd: PSECURITY_DESCRIPTOR = std::ptr::null_mut();
+    // SAFETY: `w` is NUL-terminated; the call returns a LocalAlloc'ed security descriptor in
+    // `sd` (freed by `Local`) and `acl` points inside it.
+    let r = unsafe {
+        GetNamedSecurityInfoW(
+            w.as_ptr(),
+            SE_FILE_OBJECT,
+            DACL_SECURITY_INFORMATION,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            &mut acl,
+            std::ptr::null_mut(),
+            &mut sd,
+        )
+    };
+    if r != ERROR_SUCCESS {
+        return Err(returned(MECH, "GetNamedSecurityInfoW", r));
+    }
+    Ok((
+        w,
+        Dacl {
+            acl,
+            _sd: Local(sd),
+        },
+    ))
+}
+
+/// Merges `entry` into the path's DACL (`SetEntriesInAclW` keeps the canonical order: explicit
+/// denies before explicit allows) and writes it back; inheritable entries propagate to what is
+/// below.
+fn merge(path: &Path, entry: &EXPLICIT_ACCESS_W) -> Result<(), WinError> {
+    let (w, old) = read_dacl(path)?;
+    let mut new: *mut ACL = std::ptr::null_mut();
+    // SAFETY: `entry` (and the SID it points to, owned by the caller) and `old.acl` outlive the
+    // call; `new` receives a LocalAlloc'ed ACL that `Local` frees.
+    let r = unsafe { SetEntriesInAclW(1, entry, old.acl, &mut new) };
+    if r != ERROR_SUCCESS {
+        return Err(returned(MECH, "SetEntriesInAclW", r));
+    }
+    let _new = Local(new.cast());
+    // SAFETY: `w` is NUL-terminated, `new` a valid ACL alive in `_new`; only the DACL is set.
+    let r = unsafe {
+        SetNamedSecurityInfoW(
+            w.as_ptr(),
+            SE_FILE_OBJECT,
+            DACL_SECURITY_INFORMATION,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            new,
+            std::ptr::null(),
+        )
+    };
+    if r != ERROR_SUCCESS {
+        return Err(returned(MECH, "SetNamedSecurityInfoW", r));
+    }
+    Ok(())
+}
+
+/// Adds each ACE. On a failure, the ACEs added so far are removed again, so a grant is applied
+/// whole or not at all, and the error names the path.
+pub fn apply_aces(aces: &[PathAce]) -> Result<Vec<AppliedAce>, WinError> {
+    let mut applied = Vec::new();
+    for a in aces {
+        let r = (|| {
+            let spec = parse_ace(&a.sddl).map_err(|e| invalid(MECH, e))?;
+            let sid = OwnedSid::parse(&spec.sid)?;
+            let mode = if spec.deny { DENY_ACCESS } else { GRANT_ACCESS };
+            let inherit = if spec.inherit {
+                SUB_CONTAINERS_AND_OBJECTS_INHERIT
+            } else {
+                0
+            };
+            merge(
+                &a.path,
+                &explicit_access(sid.as_psid(), spec.mask, mode, inherit),
+            )?;
+            Ok(AppliedAce {
+                path: a.path.clone(),
+                sid: spec.sid,
+            })
+        })();
+        match r {
+            Ok(done) => applied.push(done),
+            Err(e) => {
+                let _ = remove_aces(&applied);
+                return Err(match e {
+                    WinError::Call { call, code, .. } => WinError::Invalid {
+                        mechanism: MECH,
+                        reason: format!(
+                            "{}: {call} failed with Win32 error {code}",
+                            a.path.display()
+                        ),
+                    },
+                    other => other,
+                });
+            }
+        }
+    }
+    Ok(applied)
+}
+
+/// Removes every ACE naming the SID from each path (`REVOKE_ACCESS`: allows and denies alike;
+/// the SID is gatehouse's own, so nothing else names it). Tries every path and returns the
+/// first error.
+pub fn remove_aces(applied: &[AppliedAce]) -> Result<(), WinError> {
+    let mut first = None;
+    for a in applied {
+        let r = OwnedSid::parse(&a.sid).and_then(|sid| {
+            merge(
+                &a.path,
+                &explicit_access(sid.as_psid(), 0, REVOKE_ACCESS, 0),
+            )
+        });
+        if let Err(e) = r {
+            first.get_or_insert(e);
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
+/// The path's DACL in SDDL (`D:...`), as Windows renders it: what `doctor` and the tests read
+/// back to see what is really there.
+pub fn dacl_sddl(path: &Path) -> Result<String, WinError> {
+    let w = wide(MECH, path.as_os_str())?;
+    let mut sd: PSECURITY_DESCRIPTOR = std::ptr::null_mut();
+    // SAFETY: as in read_dacl; only the descriptor is kept (freed by `_sd`).
+    let r = unsafe {
+        GetNamedSecurityInfoW(
+            w.as_ptr(),
+            SE_FILE_OBJECT,
+            DACL_SECURITY_INFORMATION,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            &mut sd,
+        )
+    };
+    if r != ERROR_SUCCESS {
+        return Err(returned(MECH, "GetNamedSecurityInfoW", r));
+    }
+    let _sd = Local(sd);
+    let mut text: *mut u16 = std::ptr::null_mut();
+    // SAFETY: a valid descriptor; `text` receives a LocalAlloc'ed string freed by `owner`.
+    let ok = unsafe {
+        ConvertSecurityDescriptorToStringSecurityDescriptorW(
+            sd,
+            SDDL_REVISION_1,
+            DACL_SECURITY_INFORMATION,
+            &mut text,
+            std::ptr::null_mut(),
+        )
+    };
+    if ok == 0 {
+        return Err(super::ffi::last(
+            MECH,
+            "ConvertSecurityDescriptorToStringSecurityDescriptorW",
+        ));
+    }
+    let owner = Local(text.cast());
+    Ok(wide_to_string(text, &owner))
+}

@@ -1,0 +1,223 @@
+//! The job object a confined process runs in: created and owned by the spawner (closing its
+//! handle kills the tree), checked by the helper from inside.
+
+use super::ffi::{invalid, last, owned, raw, WinError};
+use crate::wincfg::JobLimits;
+use std::os::windows::io::{AsHandle, BorrowedHandle, OwnedHandle};
+use windows_sys::Win32::System::JobObjects::{
+    AssignProcessToJobObject, CreateJobObjectW, IsProcessInJob, JobObjectBasicUIRestrictions,
+    JobObjectExtendedLimitInformation, QueryInformationJobObject, SetInformationJobObject,
+    TerminateJobObject, JOBOBJECT_BASIC_UI_RESTRICTIONS, JOBOBJECT_EXTENDED_LIMIT_INFORMATION,
+    JOB_OBJECT_LIMIT_ACTIVE_PROCESS, JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION,
+    JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
+};
+use windows_sys::Win32::System::Threading::GetCurrentProcess;
+
+const MECH: &str = "job object";
+
+/// A job object. Dropping it closes the last handle, and with `kill_on_close` every process in
+/// it dies: the counterpart of PR_SET_PDEATHSIG and of killing a namespace's init.
+#[derive(Debug)]
+pub struct Job(OwnedHandle);
+
+fn zeroed_limits() -> JOBOBJECT_EXTENDED_LIMIT_INFORMATION {
+    // SAFETY: a plain C struct of integers; all-zero is its documented "no limit" value.
+    unsafe { std::mem::zeroed() }
+}
+
+impl Job {
+    /// A job with `limits`. The UI restrictions are the one piece that may be missing with
+    /// `allow_degraded` (returned as a degraded note); kill-on-close and the process limit
+    /// never are.
+    pub fn create(
+        limits: &JobLimits,
+        allow_degraded: bool,
+    ) -> Result<(Job, Vec<String>), WinError> {
+        if !limits.kill_on_close {
+            return Err(invalid(MECH, "a job without kill-on-close is not built"));
+        }
+        // SAFETY: no security attributes and no name: an anonymous job whose handle `owned` takes.
+        let h = unsafe { CreateJobObjectW(std::ptr::null(), std::ptr::null()) };
+        let job = Job(owned(h, MECH, "CreateJobObjectW")?);
+        let mut info = zeroed_limits();
+        info.BasicLimitInformation.LimitFlags = JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE;
+        if limits.die_on_unhandled_exception {
+            info.BasicLimitInformation.LimitFlags |= JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION;
+        }
+        if let Some(n) = limits.active_processes {
+            info.BasicLimitInformation.LimitFlags |= JOB_OBJECT_LIMIT_ACTIVE_PROCESS;
+            info.BasicLimitInformation.ActiveProcessLimit = n;
+        }
+        // SAFETY: a valid job handle and a struct of the size the class expects.
+        let ok = unsafe {
+            SetInformationJobObject(
+                raw(job.0.as_handle()),
+                JobObjectExtendedLimitInformation,
+                (&info as *const JOBOBJECT_EXTENDED_LIMIT_INFORMATION).cast(),
+                std::mem::size_of::<JOBOBJECT_EXTENDED_LIMIT_INFORMATION>() as u32,
+            )
+        };
+        if ok == 0 {
+            return Err(last(MECH, "SetInformationJobObject(extended limits)"));
+        }
+        let mut degraded = Vec::new();
+        let ui = JOBOBJECT_BASIC_UI_RESTRICTIONS {
+            UIRestrictionsClass: limits
+                .ui_bits()
+                .map_err(|n| invalid(MECH, format!("unknown UI limit {n}")))?,
+        };
+        // SAFETY: as above, with the UI restrictions struct.
+        let ok = unsafe {
+            SetInformationJobObject(
+                raw(job.0.as_handle()),
+                JobObjectBasicUIRestrictions,
+                (&ui as *const JOBOBJECT_BASIC_UI_RESTRICTIONS).cast(),
+                std::mem::size_of::<JOBOBJECT_BASIC_UI_RESTRICTIONS>() as u32,
+            )
+        };
+        if ok == 0 {
+            let e = last(MECH, "SetInformationJobObject(UI restrictions)");
+            if !allow_degraded {
+                return Err(e);
+            }
+            degraded.push(format!("job UI restrictions not set: {e}"));
+        }
+        Ok((job, degraded))
+    }
+
+    pub fn assign(&self, process: BorrowedHandle<'_>) -> Result<(), WinError> {
+        // SAFETY: valid job and process handles.
+        if unsafe { AssignProcessToJobObject(raw(self.0.as_handle()), raw(process)) } == 0 {
+            return Err(last(MECH, "AssignProcessToJobObject"));
+        }
+        Ok(())
+    }
+
+    /// Ends every process in the job now.
+    pub fn terminate(&self, exit_code: u32) -> Result<(), WinError> {
+        // SAFETY: a valid job handle.
+        if unsafe { TerminateJobObject(raw(self.0.as_handle()), exit_code) } == 0 {
+            return Err(last(MECH, "TerminateJobObject"));
+        }
+        Ok(())
+    }
+
+    /// Puts this process into a new job (the broker hardening itself).
+    pub(crate) fn assign_self(&self) -> Result<(), WinError> {
+        // SAFETY: GetCurrentProcess is a pseudo-handle valid for the call.
+        if unsafe { AssignProcessToJobObject(raw(self.0.as_handle()), GetCurrentProcess()) } == 0 {
+            return Err(last(MECH, "AssignProcessToJobObject(self)"));
+        }
+        Ok(())
+    }
+}
+
+/// What this process can see of the job it runs in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobFacts {
+    pub in_job: bool,
+    /// `JOB_OBJECT_LIMIT_*` flags of the job this process is directly in.
+    pub limit_flags: u32,
+    pub active_process_limit: u32,
+    /// `JOB_OBJECT_UILIMIT_*` flags, or why they could not be read.
+    pub ui_restrictions: Result<u32, String>,
+}
+
+/// Reads the job this process runs in (for a nested job, the innermost: the one the spawner
+/// made).
+pub fn own_job_facts() -> Result<JobFacts, WinError> {
+    let mut in_job = 0;
+    // SAFETY: the current-process pseudo-handle; a null job means "any job".
+    if unsafe { IsProcessInJob(GetCurrentProcess(), std::ptr::null_mut(), &mut in_job) } == 0 {
+        return Err(last(MECH, "IsProcessInJob"));
+    }
+    if in_job == 0 {
+        return Ok(JobFacts {
+            in_job: false,
+            limit_flags: 0,
+            active_process_limit: 0,
+            ui_restrictions: Ok(0),
+        });
+    }
+    let mut info = zeroed_limits();
+    // SAFETY: a null job handle names the calling process's job; the buffer is the struct the
+    // class fills, with its size.
+    let ok = unsafe {
+        QueryInformationJobObject(
+            std::ptr::null_mut(),
+            JobObjectExtendedLimitInformation,
+            (&mut info as *mut JOBOBJECT_EXTENDED_LIMIT_INFORMATION).cast(),
+            std::mem::size_of::<JOBOBJECT_EXTENDED_LIMIT_INFORMATION>() as u32,
+            std::ptr::null_mut(),
+        )
+    };
+    if ok == 0 {
+        return Err(last(MECH, "QueryInformationJobObject(extended limits)"));
+    }
+    let mut ui = JOBOBJECT_BASIC_UI_RESTRICTIONS {
+        UIRestrictionsClass: 0,
+    };
+    // SAFETY: as above, with the UI restrictions struct.
+    let ok = unsafe {
+        QueryInformationJobObject(
+            std::ptr::null_mut(),
+            JobObjectBasicUIRestrictions,
+            (&mut ui as *mut JOBOBJECT_BASIC_UI_RESTRICTIONS).cast(),
+            std::mem::size_of::<JOBOBJECT_BASIC_UI_RESTRICTIONS>() as u32,
+            std::ptr::null_mut(),
+        )
+    };
+    // Kept apart from the limits: a system that cannot report UI restrictions (Wine) still
+    // shows whether the process is in a kill-on-close job.
+    let ui_restrictions = if ok == 0 {
+        Err(last(MECH, "QueryInformationJobObject(UI restrictions)").to_string())
+    } else {
+        Ok(ui.UIRestrictionsClass)
+    };
+    Ok(JobFacts {
+        in_job: true,
+        limit_flags: info.BasicLimitInformation.LimitFlags,
+        active_process_limit: info.BasicLimitInformation.ActiveProcessLimit,
+        ui_restrictions,
+    })
+}
+
+/// What is missing from `facts` for a process that should run under `limits`.
+pub fn missing_from_job(facts: &JobFacts, limits: &JobLimits) -> Vec<String> {
+    if !facts.in_job {
+        return vec![
+            "job object: the process is in no job (it was not started through the confined spawn)"
+                .into(),
+        ];
+    }
+    let mut missing = Vec::new();
+    if limits.kill_on_close && facts.limit_flags & JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE == 0 {
+        missing.push("job object: kill-on-close is not set".into());
+    }
+    if limits.die_on_unhandled_exception
+        && facts.limit_flags & JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION == 0
+    {
+        missing.push("job object: die-on-unhandled-exception is not set".into());
+    }
+    if let Some(n) = limits.active_processes {
+        if facts.limit_flags & JOB_OBJECT_LIMIT_ACTIVE_PROCESS == 0
+            || facts.active_process_limit > n
+        {
+            missing.push(format!(
+                "job object: active process limit is not {n} (flags {:#x}, limit {})",
+                facts.limit_flags, facts.active_process_limit
+            ));
+        }
+    }
+    match (limits.ui_bits(), &facts.ui_restrictions) {
+        (Ok(0), _) => {}
+        (Ok(want), Ok(have)) if have & want != want => missing.push(format!(
+            "job object: UI restrictions {have:#x} lack {:#x}",
+            want & !have
+        )),
+        (Ok(_), Ok(_)) => {}
+        (Ok(_), Err(e)) => missing.push(format!("job object: UI restrictions cannot be read: {e}")),
+        (Err(n), _) => missing.push(format!("job object: unknown UI limit {n}")),
+    }
+    missing
+}

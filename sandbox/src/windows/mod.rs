@@ -1,0 +1,442 @@
+//! Windows confinement, applied: what [`crate::wincfg`] generates as data, put in force with
+//! `windows-sys`, following what Codex's Windows sandbox and sandbox-runtime converged on.
+//!
+//! A process cannot restrict its own token or move itself into a job its parent controls, so
+//! the confinement happens at spawn time, in the spawner, and a helper's [`lockdown`] checks
+//! what it can observe of itself and adds what a process may add to itself:
+//!
+//! - [`spawn`] (the spawner): `CreateRestrictedToken` from the spawner's own token
+//!   (`DISABLE_MAX_PRIVILEGE`, Administrators deny-only, restricting SIDs = the profile's
+//!   capability SID + RESTRICTED, `WRITE_RESTRICTED` for exec and commands), a default DACL that
+//!   lets the process open its own objects, a job object (kill on close, die on unhandled
+//!   exception, active process limit, UI restrictions), `CreateProcessAsUserW` suspended with
+//!   `PROC_THREAD_ATTRIBUTE_HANDLE_LIST` (only the named handles), `..._MITIGATION_POLICY` and
+//!   `..._CHILD_PROCESS_POLICY`, an environment from an allowlist; assigned to the job, then
+//!   resumed. The returned [`ConfinedChild`] owns the job: dropping it kills the tree.
+//! - [`apply_aces`] / [`remove_aces`] (the broker, when a grant is made and when it goes):
+//!   explicit ACEs for the profile's SID on grant roots, exactly as `wincfg` renders them.
+//! - [`lockdown`] (each helper, before its first request): its token is restricted, holds the
+//!   profile's capability SID among its restricting SIDs, has no privilege but
+//!   SeChangeNotifyPrivilege and Administrators only deny-only; it is in a job with the
+//!   profile's limits; the profile's mitigations hold (set at spawn, or set now and read back).
+//!   Anything missing refuses, naming it, unless `allow_degraded`.
+//! - [`harden_broker`]: what the broker (router) can apply to itself.
+//!
+//! Not built: the WFP filters (need administrator rights; a `gatehouse setup` step) stay data.
+//! Nothing here has run on a real Windows machine; see docs/windows.md for what ran under Wine.
+
+mod acl;
+mod ffi;
+mod job;
+mod mitigation;
+mod spawn;
+mod token;
+
+pub use acl::{apply_aces, dacl_sddl, remove_aces, AppliedAce};
+pub use ffi::{running_under_wine, OwnedSid, WinError};
+pub use job::{missing_from_job, own_job_facts, Job, JobFacts};
+pub use mitigation::in_force as mitigation_in_force;
+pub use spawn::{
+    env_from_allowlist, spawn, take_inherited_handle, ConfinedChild, SpawnOptions, SpawnSpec,
+};
+pub use token::{missing_from_token, own_token_facts, TokenFacts};
+
+use crate::wincfg::{self, JobLimits, WindowsPolicy};
+use crate::{LockdownError, LockdownOptions, LockdownReport, Profile};
+
+/// No Landlock on Windows.
+pub fn landlock_abi() -> u32 {
+    0
+}
+
+/// Variables a Windows process keeps through [`lockdown`] whatever it names: Windows' own DLLs
+/// find the system directory through `SystemRoot`.
+const ALWAYS_KEPT_ENV: &[&str] = &["SystemRoot"];
+
+/// Empties the environment but for `keep` (compared case-insensitively, as Windows does).
+/// Names that start with `=` (the per-drive current directories the shell keeps) are not
+/// variables a program reads and std cannot remove them; they are left.
+fn clear_env(keep: &[String]) -> Result<(), LockdownError> {
+    for (k, _) in std::env::vars_os() {
+        let Some(name) = k.to_str() else {
+            return Err(LockdownError::Environment(format!(
+                "{k:?} is not Unicode and cannot be removed by name"
+            )));
+        };
+        if name.starts_with('=') {
+            continue;
+        }
+        let kept = keep.iter().any(|n| n.eq_ignore_ascii_case(name))
+            || ALWAYS_KEPT_ENV.iter().any(|n| n.eq_ignore_ascii_case(name));
+        if !kept {
+            std::env::remove_var(&k);
+        }
+    }
+    Ok(())
+}
+
+/// One line describing the token, job and mitigations, for the report: `LockdownReport` has no
+/// Windows fields (ipc-schema is not this crate's to change), so they go in `namespaces`, each
+/// prefixed `windows `.
+fn describe(
+    token: &Option<TokenFacts>,
+    job: &Option<JobFacts>,
+    mitigations: &[&str],
+) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(t) = token {
+        out.push(format!(
+            "windows token: restricted {}, restricting SIDs [{}], privileges [{}]",
+            t.restricted,
+            t.restricting_sids.join(", "),
+            t.privileges.join(", ")
+        ));
+    }
+    if let Some(j) = job {
+        out.push(format!(
+            "windows job: in job {}, limit flags {:#x}, active process limit {}, UI restrictions {:?}",
+            j.in_job, j.limit_flags, j.active_process_limit, j.ui_restrictions
+        ));
+    }
+    out.push(format!(
+        "windows mitigations in force: [{}]",
+        mitigations.join(", ")
+    ));
+    out.push(
+        "windows handles: the inherited set is fixed by the spawner's PROC_THREAD_ATTRIBUTE_HANDLE_LIST; not observable from inside".into(),
+    );
+    out
+}
+
+/// Locks a helper down on Windows: checks its own token and job against the profile's
+/// [`WindowsPolicy`], makes the profile's mitigation policies hold, empties the environment.
+/// A process that was not started through [`spawn`] has neither the token nor the job, and is
+/// refused with a message naming both (unless `allow_degraded`, which names them instead).
+pub fn lockdown(
+    profile: &Profile,
+    opts: &LockdownOptions,
+) -> Result<LockdownReport, LockdownError> {
+    let policy = wincfg::helper_policy(profile).map_err(|e| LockdownError::Windows {
+        mechanism: "policy",
+        reason: e.to_string(),
+    })?;
+    lockdown_with(profile.name(), &policy, opts)
+}
+
+/// [`lockdown`] against an explicit policy (a command's, or a test's).
+pub fn lockdown_with(
+    name: &'static str,
+    policy: &WindowsPolicy,
+    opts: &LockdownOptions,
+) -> Result<LockdownReport, LockdownError> {
+    let mut missing = Vec::new();
+    let token = match own_token_facts() {
+        Ok(t) => {
+            missing.extend(missing_from_token(&t, &policy.token, &policy.sid.0));
+            Some(t)
+        }
+        Err(e) => {
+            missing.push(format!(
+                "restricted token: cannot read the process's own token: {e}"
+            ));
+            None
+        }
+    };
+    let job = match own_job_facts() {
+        Ok(j) => {
+            missing.extend(missing_from_job(&j, &policy.job));
+            Some(j)
+        }
+        Err(e) => {
+            missing.push(format!("job object: cannot read the process's job: {e}"));
+            None
+        }
+    };
+    // Not spawned confined: refuse before changing anything about this process.
+    if !missing.is_empty() && !opts.allow_degraded {
+        return Err(LockdownError::NotConfined {
+            profile: name,
+            missing: missing.join("; "),
+        });
+    }
+    let wanted: Vec<&'static str> = policy.mitigations.0.clone();
+    let not_held = mitigation::ensure(&wanted);
+    let held: Vec<&str> = wanted
+        .iter()
+        .copied()
+        .filter(|m| !not_held.iter().any(|n| n.contains(short(m))))
+        .map(short)
+        .collect();
+    missing.extend(not_held);
+    clear_env(&opts.keep_env)?;
+    if !missing.is_empty() && !opts.allow_degraded {
+        return Err(LockdownError::NotConfined {
+            profile: name,
+            missing: missing.join("; "),
+        });
+    }
+    let privileges_stripped = token.as_ref().is_some_and(|t| {
+        t.restricted
+            && !t.administrators_usable
+            && t.privileges.iter().all(|p| p == "SeChangeNotifyPrivilege")
+    });
+    let no_dumps = job
+        .as_ref()
+        .is_some_and(|j| j.in_job && j.limit_flags & 0x400 != 0); // DIE_ON_UNHANDLED_EXCEPTION
+    Ok(LockdownReport {
+        // The helper cannot enumerate its handles; the spawner's handle list is the guarantee.
+        stray_fds_closed: false,
+        env_cleared: true,
+        // Die on unhandled exception: no Windows Error Reporting dump of the process.
+        core_dumps_off: no_dumps,
+        capabilities_dropped: privileges_stripped,
+        namespaces: describe(&token, &job, &held),
+        degraded: missing,
+        ..LockdownReport::nothing_yet(name)
+    })
+}
+
+fn short(m: &str) -> &str {
+    m.trim_start_matches("PROCESS_CREATION_MITIGATION_POLICY_")
+        .trim_start_matches("PROCESS_CREATION_")
+}
+
+/// What the broker (router) applies to itself on Windows; each failure refuses the start.
+///
+/// - A job of its own with an active process limit of 1 (the counterpart of the Linux router's
+///   no-exec seccomp rule: the spawner, a separate process, starts helpers), die on unhandled
+///   exception (no WER dump of a process holding the audit key's use) and UI restrictions.
+/// - Mitigations it can set on itself: no dynamic code, strict handle checks, extension points
+///   disabled, no remote images; each read back.
+///
+/// Not applied, because a process cannot do it to itself: a restricted token (the broker keeps
+/// the user's access to its data directory) and handle inheritance (nothing is inherited by a
+/// process it cannot start).
+pub fn harden_broker() -> Result<LockdownReport, LockdownError> {
+    let limits = JobLimits {
+        kill_on_close: true,
+        active_processes: Some(1),
+        die_on_unhandled_exception: true,
+        ui_restrictions: wincfg::helper_policy(&Profile::Gateway)
+            .map_err(|e| LockdownError::Windows {
+                mechanism: "policy",
+                reason: e.to_string(),
+            })?
+            .job
+            .ui_restrictions,
+    };
+    let win = |e: WinError| LockdownError::Windows {
+        mechanism: e.mechanism(),
+        reason: e.to_string(),
+    };
+    let (job, _) = Job::create(&limits, false).map_err(win)?;
+    job.assign_self().map_err(win)?;
+    // Kept open for the process's life: closing the last handle of a kill-on-close job would
+    // kill this process. It closes at exit, when there is nothing left to kill.
+    std::mem::forget(job);
+    let facts = own_job_facts().map_err(win)?;
+    let mut missing = missing_from_job(&facts, &limits);
+    let wanted = [
+        "PROCESS_CREATION_MITIGATION_POLICY_PROHIBIT_DYNAMIC_CODE_ALWAYS_ON",
+        "PROCESS_CREATION_MITIGATION_POLICY_STRICT_HANDLE_CHECKS_ALWAYS_ON",
+        "PROCESS_CREATION_MITIGATION_POLICY_EXTENSION_POINT_DISABLE_ALWAYS_ON",
+        "PROCESS_CREATION_MITIGATION_POLICY_IMAGE_LOAD_NO_REMOTE_ALWAYS_ON",
+    ];
+    missing.extend(mitigation::ensure(&wanted));
+    if !missing.is_empty() {
+        return Err(LockdownError::NotConfined {
+            profile: "broker",
+            missing: missing.join("; "),
+        });
+    }
+    Ok(LockdownReport {
+        core_dumps_off: true,
+        namespaces: describe(&None, &Some(facts), &wanted.map(short)),
+        ..LockdownReport::nothing_yet("broker")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The numeric tables in wincfg match the SDK's constants where windows-sys has them.
+    #[test]
+    fn wincfg_values_match_windows_sys() {
+        use windows_sys::Win32::System::JobObjects as J;
+        for (name, v) in [
+            ("JOB_OBJECT_UILIMIT_HANDLES", J::JOB_OBJECT_UILIMIT_HANDLES),
+            (
+                "JOB_OBJECT_UILIMIT_READCLIPBOARD",
+                J::JOB_OBJECT_UILIMIT_READCLIPBOARD,
+            ),
+            (
+                "JOB_OBJECT_UILIMIT_WRITECLIPBOARD",
+                J::JOB_OBJECT_UILIMIT_WRITECLIPBOARD,
+            ),
+            (
+                "JOB_OBJECT_UILIMIT_SYSTEMPARAMETERS",
+                J::JOB_OBJECT_UILIMIT_SYSTEMPARAMETERS,
+            ),
+            (
+                "JOB_OBJECT_UILIMIT_DISPLAYSETTINGS",
+                J::JOB_OBJECT_UILIMIT_DISPLAYSETTINGS,
+            ),
+            (
+                "JOB_OBJECT_UILIMIT_GLOBALATOMS",
+                J::JOB_OBJECT_UILIMIT_GLOBALATOMS,
+            ),
+            ("JOB_OBJECT_UILIMIT_DESKTOP", J::JOB_OBJECT_UILIMIT_DESKTOP),
+            (
+                "JOB_OBJECT_UILIMIT_EXITWINDOWS",
+                J::JOB_OBJECT_UILIMIT_EXITWINDOWS,
+            ),
+        ] {
+            assert_eq!(wincfg::ui_limit_bits(name), Some(v), "{name}");
+        }
+        assert_eq!(
+            J::JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION,
+            0x400,
+            "lockdown reads this bit by value"
+        );
+    }
+
+    #[test]
+    fn every_profile_mitigation_has_a_runtime_class() {
+        for p in [Profile::Net, Profile::Exec, Profile::Ui, Profile::Gateway] {
+            for m in wincfg::helper_policy(&p).unwrap().mitigations.0 {
+                assert!(
+                    !matches!(mitigation::in_force(m), Err(WinError::Invalid { .. })),
+                    "{m} has no class"
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod verdict_tests {
+    use super::*;
+
+    fn fs_policy() -> WindowsPolicy {
+        wincfg::helper_policy(&Profile::Fs(crate::FsProfile::default())).unwrap()
+    }
+
+    fn good_token(p: &WindowsPolicy) -> TokenFacts {
+        TokenFacts {
+            restricted: true,
+            restricting_sids: p.token.restricting.iter().map(|s| s.0.clone()).collect(),
+            privileges: vec!["SeChangeNotifyPrivilege".into()],
+            administrators_usable: false,
+            write_restricted: Ok(false),
+        }
+    }
+
+    fn good_job() -> JobFacts {
+        JobFacts {
+            in_job: true,
+            limit_flags: 0x2000 | 0x400 | 0x8,
+            active_process_limit: 1,
+            ui_restrictions: Ok(0xFF),
+        }
+    }
+
+    #[test]
+    fn a_token_and_job_as_the_policy_asks_miss_nothing_and_each_gap_is_named() {
+        let p = fs_policy();
+        assert_eq!(
+            missing_from_token(&good_token(&p), &p.token, &p.sid.0),
+            Vec::<String>::new()
+        );
+        assert_eq!(missing_from_job(&good_job(), &p.job), Vec::<String>::new());
+
+        let mut t = good_token(&p);
+        t.restricting_sids.retain(|s| s != &p.sid.0);
+        let m = missing_from_token(&t, &p.token, &p.sid.0);
+        assert_eq!(m.len(), 1);
+        assert!(
+            m[0].contains("the profile's capability SID") && m[0].contains(&p.sid.0),
+            "{m:?}"
+        );
+
+        let mut t = good_token(&p);
+        t.privileges.push("SeDebugPrivilege".into());
+        t.administrators_usable = true;
+        t.write_restricted = Ok(true);
+        let m = missing_from_token(&t, &p.token, &p.sid.0).join("; ");
+        assert!(
+            m.contains("privileges not stripped: SeDebugPrivilege"),
+            "{m}"
+        );
+        assert!(m.contains("Administrators is not deny-only"), "{m}");
+        assert!(
+            m.contains("it is write-restricted, but the profile asks for a fully restricted one"),
+            "{m}"
+        );
+        // Exec asks for write-restricted: a write-restricted token is what it wants, and a
+        // token whose kind cannot be read is not held against it.
+        let exec = wincfg::helper_policy(&Profile::Exec).unwrap();
+        let mut t = good_token(&exec);
+        t.write_restricted = Err("no".into());
+        assert_eq!(
+            missing_from_token(&t, &exec.token, &exec.sid.0),
+            Vec::<String>::new()
+        );
+        let mut t = good_token(&p);
+        t.write_restricted = Err("no".into());
+        assert!(missing_from_token(&t, &p.token, &p.sid.0)[0]
+            .contains("cannot tell whether it is write-restricted: no"));
+
+        for (flags, limit, ui, want) in [
+            (0x400 | 0x8, 1, Ok(0xFF), "kill-on-close is not set"),
+            (
+                0x2000 | 0x8,
+                1,
+                Ok(0xFF),
+                "die-on-unhandled-exception is not set",
+            ),
+            (0x2000 | 0x400, 0, Ok(0xFF), "active process limit is not 1"),
+            (
+                0x2000 | 0x400 | 0x8,
+                2,
+                Ok(0xFF),
+                "active process limit is not 1",
+            ),
+            (
+                0x2000 | 0x400 | 0x8,
+                1,
+                Ok(0x7F),
+                "UI restrictions 0x7f lack 0x80",
+            ),
+            (
+                0x2000 | 0x400 | 0x8,
+                1,
+                Err("no".into()),
+                "UI restrictions cannot be read: no",
+            ),
+        ] {
+            let j = JobFacts {
+                in_job: true,
+                limit_flags: flags,
+                active_process_limit: limit,
+                ui_restrictions: ui,
+            };
+            let m = missing_from_job(&j, &p.job);
+            assert_eq!(m.len(), 1, "{m:?}");
+            assert!(m[0].contains(want), "{m:?} lacks {want}");
+        }
+        let outside = JobFacts {
+            in_job: false,
+            ..good_job()
+        };
+        assert!(missing_from_job(&outside, &p.job)[0].contains("in no job"));
+        // Exec has no process limit: any is fine.
+        let exec = wincfg::helper_policy(&Profile::Exec).unwrap();
+        let j = JobFacts {
+            limit_flags: 0x2000 | 0x400,
+            active_process_limit: 0,
+            ..good_job()
+        };
+        assert_eq!(missing_from_job(&j, &exec.job), Vec::<String>::new());
+    }
+}

@@ -1,0 +1,547 @@
+//! Starting a helper or a command confined by its [`WindowsPolicy`]: a restricted token, a job
+//! object, only the named handles inherited, mitigation and child-process attributes, an
+//! environment built from an allowlist. The process is created suspended and runs only once it
+//! is in the job, so it never executes a single instruction unconfined.
+
+use super::ffi::{invalid, last, owned, raw, wide, OwnedSid, WinError};
+use super::job::Job;
+use crate::wincfg::WindowsPolicy;
+use std::ffi::{c_void, OsStr, OsString};
+use std::os::windows::ffi::OsStrExt;
+use std::os::windows::io::{AsHandle, BorrowedHandle, OwnedHandle};
+use std::path::Path;
+use windows_sys::Win32::Foundation::{
+    SetHandleInformation, HANDLE, HANDLE_FLAG_INHERIT, WAIT_OBJECT_0, WAIT_TIMEOUT,
+};
+use windows_sys::Win32::System::Threading::{
+    CreateProcessAsUserW, DeleteProcThreadAttributeList, GetExitCodeProcess,
+    InitializeProcThreadAttributeList, ResumeThread, TerminateProcess, UpdateProcThreadAttribute,
+    WaitForSingleObject, CREATE_NO_WINDOW, CREATE_SUSPENDED, CREATE_UNICODE_ENVIRONMENT,
+    EXTENDED_STARTUPINFO_PRESENT, PROCESS_INFORMATION, PROC_THREAD_ATTRIBUTE_CHILD_PROCESS_POLICY,
+    PROC_THREAD_ATTRIBUTE_HANDLE_LIST, PROC_THREAD_ATTRIBUTE_MITIGATION_POLICY,
+    STARTF_USESTDHANDLES, STARTUPINFOEXW,
+};
+
+const MECH: &str = "confined spawn";
+
+/// What to start. The policy says how it is confined; this says what runs and what it gets.
+#[derive(Debug)]
+pub struct SpawnSpec<'a> {
+    /// The executable, by absolute path (no search path: what runs is what was named).
+    pub program: &'a Path,
+    /// Arguments after the program name.
+    pub args: Vec<OsString>,
+    pub cwd: Option<&'a Path>,
+    /// The whole environment of the child (nothing is inherited); see [`env_from_allowlist`].
+    pub env: Vec<(OsString, OsString)>,
+    /// Handles the child inherits besides its stdio: the broker channel, nothing else.
+    pub inherit: Vec<BorrowedHandle<'a>>,
+    /// The child's stdin, stdout and stderr; `None` gives it none.
+    pub stdin: Option<BorrowedHandle<'a>>,
+    pub stdout: Option<BorrowedHandle<'a>>,
+    pub stderr: Option<BorrowedHandle<'a>>,
+}
+
+/// How strict to be about attributes this system refuses.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SpawnOptions {
+    /// Start even if the system refuses the mitigation or child-process attribute or the job's
+    /// UI restrictions, naming each in [`ConfinedChild::degraded`]. The restricted token, the
+    /// job with kill-on-close and the handle list are never optional. The helper's own
+    /// `lockdown` checks again what it can see and refuses on its own.
+    pub allow_degraded: bool,
+}
+
+/// A running confined process. Dropping it closes the job handle, which kills the process and
+/// everything it started.
+#[derive(Debug)]
+pub struct ConfinedChild {
+    process: OwnedHandle,
+    pid: u32,
+    job: Option<Job>,
+    degraded: Vec<String>,
+}
+
+impl ConfinedChild {
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    pub fn process(&self) -> BorrowedHandle<'_> {
+        self.process.as_handle()
+    }
+
+    /// What was not applied (only with [`SpawnOptions::allow_degraded`]).
+    pub fn degraded(&self) -> &[String] {
+        &self.degraded
+    }
+
+    /// Closes the job handle: with kill-on-close, the process tree ends. The process handle
+    /// stays, to observe the end.
+    pub fn close_job(&mut self) {
+        self.job = None;
+    }
+
+    /// Ends the process tree now (the job, if still held; else the process).
+    pub fn kill(&self) -> Result<(), WinError> {
+        match &self.job {
+            Some(job) => job.terminate(1),
+            None => {
+                // SAFETY: a valid process handle with PROCESS_TERMINATE (we created it).
+                if unsafe { TerminateProcess(raw(self.process.as_handle()), 1) } == 0 {
+                    return Err(last(MECH, "TerminateProcess"));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Waits up to `ms` milliseconds; `Some(exit code)` once the process has ended.
+    pub fn wait_timeout(&self, ms: u32) -> Result<Option<u32>, WinError> {
+        // SAFETY: a valid process handle with SYNCHRONIZE.
+        match unsafe { WaitForSingleObject(raw(self.process.as_handle()), ms) } {
+            WAIT_OBJECT_0 => {
+                let mut code = 0;
+                // SAFETY: as above; `code` receives the exit code.
+                if unsafe { GetExitCodeProcess(raw(self.process.as_handle()), &mut code) } == 0 {
+                    return Err(last(MECH, "GetExitCodeProcess"));
+                }
+                Ok(Some(code))
+            }
+            WAIT_TIMEOUT => Ok(None),
+            _ => Err(last(MECH, "WaitForSingleObject")),
+        }
+    }
+}
+
+/// The variables named in `names` (compared case-insensitively, as Windows does) from this
+/// process's environment, and nothing else. `SystemRoot` should be among them: Windows'
+/// own DLLs (winsock among them) find the system directory through it.
+pub fn env_from_allowlist(names: &[&str]) -> Vec<(OsString, OsString)> {
+    std::env::vars_os()
+        .filter(|(k, _)| {
+            k.to_str()
+                .is_some_and(|k| names.iter().any(|n| n.eq_ignore_ascii_case(k)))
+        })
+        .collect()
+}
+
+/// The `CREATE_UNICODE_ENVIRONMENT` block: `NAME=VALUE\0` sorted by upper-cased name (as
+/// CreateProcess expects), then a final `\0`.
+fn env_block(env: &[(OsString, OsString)]) -> Result<Vec<u16>, WinError> {
+    let mut sorted: Vec<&(OsString, OsString)> = env.iter().collect();
+    sorted.sort_by_key(|(k, _)| k.to_string_lossy().to_uppercase());
+    let mut block = Vec::new();
+    for (k, v) in sorted {
+        let kw: Vec<u16> = k.encode_wide().collect();
+        if kw.is_empty() || kw.contains(&('=' as u16)) || kw.contains(&0) {
+            return Err(invalid(
+                MECH,
+                format!("environment name {k:?} is not valid"),
+            ));
+        }
+        block.extend(kw);
+        block.push('=' as u16);
+        let vw: Vec<u16> = v.encode_wide().collect();
+        if vw.contains(&0) {
+            return Err(invalid(
+                MECH,
+                format!("environment value of {k:?} contains a NUL"),
+            ));
+        }
+        block.extend(vw);
+        block.push(0);
+    }
+    // An empty block still needs its two terminators.
+    if block.is_empty() {
+        block.push(0);
+    }
+    block.push(0);
+    Ok(block)
+}
+
+/// Appends `arg` quoted the way `CommandLineToArgvW` and the C runtime split it back.
+fn push_arg(out: &mut Vec<u16>, arg: &OsStr) {
+    let w: Vec<u16> = arg.encode_wide().collect();
+    let plain = !w.is_empty()
+        && !w
+            .iter()
+            .any(|&c| c == ' ' as u16 || c == '\t' as u16 || c == '\n' as u16 || c == '"' as u16);
+    if !out.is_empty() {
+        out.push(' ' as u16);
+    }
+    if plain {
+        out.extend(w);
+        return;
+    }
+    out.push('"' as u16);
+    let mut backslashes = 0;
+    for c in w {
+        if c == '\\' as u16 {
+            backslashes += 1;
+            continue;
+        }
+        if c == '"' as u16 {
+            // Backslashes before a quote are doubled, and the quote escaped.
+            out.extend(std::iter::repeat_n('\\' as u16, backslashes * 2 + 1));
+        } else {
+            out.extend(std::iter::repeat_n('\\' as u16, backslashes));
+        }
+        backslashes = 0;
+        out.push(c);
+    }
+    // Backslashes before the closing quote are doubled.
+    out.extend(std::iter::repeat_n('\\' as u16, backslashes * 2));
+    out.push('"' as u16);
+}
+
+/// A `PROC_THREAD_ATTRIBUTE_LIST` that owns the values it points to, so they outlive every use;
+/// deleted before they are freed.
+struct AttrList {
+    buf: Vec<u64>,
+    handles: Box<[HANDLE]>,
+    mitigation: Box<u64>,
+    child_policy: Box<u32>,
+}
+
+impl AttrList {
+    fn new(
+        count: u32,
+        handles: Vec<HANDLE>,
+        mitigation: u64,
+        child_policy: u32,
+    ) -> Result<AttrList, WinError> {
+        let mut size = 0usize;
+        // SAFETY: a size query (null list); writes only `size`.
+        unsafe { InitializeProcThreadAttributeList(std::ptr::null_mut(), count, 0, &mut size) };
+        if size == 0 {
+            return Err(last(MECH, "InitializeProcThreadAttributeList(size)"));
+        }
+        let mut list = AttrList {
+            buf: vec![0u64; size.div_ceil(8)],
+            handles: handles.into_boxed_slice(),
+            mitigation: Box::new(mitigation),
+            child_policy: Box::new(child_policy),
+        };
+        // SAFETY: `buf` holds `size` bytes, 8-aligned, as the size query asked.
+        if unsafe { InitializeProcThreadAttributeList(list.ptr(), count, 0, &mut size) } == 0 {
+            // Not initialised: make Drop skip the delete.
+            list.buf.clear();
+            return Err(last(MECH, "InitializeProcThreadAttributeList"));
+        }
+        Ok(list)
+    }
+
+    fn ptr(&mut self) -> *mut c_void {
+        self.buf.as_mut_ptr().cast()
+    }
+
+    fn update(
+        &mut self,
+        attribute: u32,
+        value: *const c_void,
+        size: usize,
+        call: &'static str,
+    ) -> Result<(), WinError> {
+        let list = self.ptr();
+        // SAFETY: `list` is initialised; `value` points into a Box owned by `self`, which lives
+        // (unmoved on the heap) until after the list is deleted in Drop.
+        if unsafe {
+            UpdateProcThreadAttribute(
+                list,
+                0,
+                attribute as usize,
+                value,
+                size,
+                std::ptr::null_mut(),
+                std::ptr::null(),
+            )
+        } == 0
+        {
+            return Err(last(MECH, call));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for AttrList {
+    fn drop(&mut self) {
+        if !self.buf.is_empty() {
+            let list = self.ptr();
+            // SAFETY: initialised in `new` and deleted once, before the values it names are
+            // freed (fields drop after this body).
+            unsafe { DeleteProcThreadAttributeList(list) };
+        }
+    }
+}
+
+/// Marks the handles inheritable for the one CreateProcess call and clears the flag again on
+/// drop, so no later spawn elsewhere (which may inherit every inheritable handle) leaks them.
+struct InheritFor<'a>(Vec<BorrowedHandle<'a>>);
+
+impl<'a> InheritFor<'a> {
+    fn set(handles: &[BorrowedHandle<'a>]) -> Result<InheritFor<'a>, WinError> {
+        let mut done = InheritFor(Vec::new());
+        for h in handles {
+            // SAFETY: a valid handle borrowed for the guard's lifetime.
+            if unsafe { SetHandleInformation(raw(*h), HANDLE_FLAG_INHERIT, HANDLE_FLAG_INHERIT) }
+                == 0
+            {
+                return Err(last(MECH, "SetHandleInformation(inherit)"));
+            }
+            done.0.push(*h);
+        }
+        Ok(done)
+    }
+}
+
+impl Drop for InheritFor<'_> {
+    fn drop(&mut self) {
+        for h in &self.0 {
+            // SAFETY: as in `set`; the borrow keeps the handle open.
+            unsafe { SetHandleInformation(raw(*h), HANDLE_FLAG_INHERIT, 0) };
+        }
+    }
+}
+
+/// Starts `spec` confined by `policy`. See the module docs for the order.
+pub fn spawn(
+    policy: &WindowsPolicy,
+    spec: &SpawnSpec<'_>,
+    opts: SpawnOptions,
+) -> Result<ConfinedChild, WinError> {
+    if !spec.program.is_absolute() {
+        return Err(invalid(
+            MECH,
+            format!("{} is not an absolute path", spec.program.display()),
+        ));
+    }
+    let capability = OwnedSid::parse(&policy.sid.0)?;
+    let mut degraded_token = None;
+    let token = super::token::create(&policy.token, &capability)?;
+    // The token is read back before it is used: a system that hands back something other than
+    // what was asked (Wine returns an unrestricted token) is caught here, not trusted.
+    let built = super::token::token_facts(token.as_handle())?;
+    let short = super::token::missing_from_token(&built, &policy.token, &policy.sid.0);
+    if !short.is_empty() {
+        let e = invalid(
+            "restricted token",
+            format!(
+                "CreateRestrictedToken returned a token that is not what the policy asks: {}",
+                short.join("; ")
+            ),
+        );
+        if !opts.allow_degraded {
+            return Err(e);
+        }
+        degraded_token = Some(format!("{e}"));
+    }
+    let (job, mut degraded) = Job::create(&policy.job, opts.allow_degraded)?;
+    degraded.extend(degraded_token);
+
+    let mut handles: Vec<BorrowedHandle<'_>> = spec.inherit.clone();
+    for h in [spec.stdin, spec.stdout, spec.stderr].into_iter().flatten() {
+        if !handles.iter().any(|x| raw(*x) == raw(h)) {
+            handles.push(h);
+        }
+    }
+    let mitigation = policy
+        .mitigations
+        .creation_bits()
+        .map_err(|m| invalid("process mitigations", format!("unknown mitigation {m}")))?;
+    // PROCESS_CREATION_CHILD_PROCESS_RESTRICTED
+    let child_policy = if policy.mitigations.child_process_restricted() {
+        1u32
+    } else {
+        0
+    };
+    let count = 1 + u32::from(!handles.is_empty()) + u32::from(child_policy != 0);
+    let mut attrs = AttrList::new(
+        count,
+        handles.iter().map(|h| raw(*h)).collect(),
+        mitigation,
+        child_policy,
+    )?;
+    if !handles.is_empty() {
+        let (p, n) = (
+            attrs.handles.as_ptr().cast(),
+            std::mem::size_of_val(&*attrs.handles),
+        );
+        attrs.update(
+            PROC_THREAD_ATTRIBUTE_HANDLE_LIST,
+            p,
+            n,
+            "UpdateProcThreadAttribute(HANDLE_LIST)",
+        )?;
+    }
+    for (attr, value, size, call) in [
+        (
+            PROC_THREAD_ATTRIBUTE_MITIGATION_POLICY,
+            (&*attrs.mitigation as *const u64).cast::<c_void>(),
+            std::mem::size_of::<u64>(),
+            "UpdateProcThreadAttribute(MITIGATION_POLICY)",
+        ),
+        (
+            PROC_THREAD_ATTRIBUTE_CHILD_PROCESS_POLICY,
+            (&*attrs.child_policy as *const u32).cast::<c_void>(),
+            std::mem::size_of::<u32>(),
+            "UpdateProcThreadAttribute(CHILD_PROCESS_POLICY)",
+        ),
+    ] {
+        if attr == PROC_THREAD_ATTRIBUTE_CHILD_PROCESS_POLICY && child_policy == 0 {
+            continue;
+        }
+        if let Err(e) = attrs.update(attr, value, size, call) {
+            if !opts.allow_degraded {
+                return Err(e);
+            }
+            degraded.push(format!("not applied at spawn: {e}"));
+        }
+    }
+
+    let app = wide(MECH, spec.program.as_os_str())?;
+    let mut cmdline = Vec::new();
+    push_arg(&mut cmdline, spec.program.as_os_str());
+    for a in &spec.args {
+        push_arg(&mut cmdline, a);
+    }
+    if cmdline.contains(&0) {
+        return Err(invalid(MECH, "an argument contains a NUL"));
+    }
+    cmdline.push(0);
+    let env = env_block(&spec.env)?;
+    let cwd = spec.cwd.map(|c| wide(MECH, c.as_os_str())).transpose()?;
+
+    let mut si = STARTUPINFOEXW::default();
+    si.StartupInfo.cb = std::mem::size_of::<STARTUPINFOEXW>() as u32;
+    // Always set: a child without a handle here gets none, rather than the console's.
+    si.StartupInfo.dwFlags = STARTF_USESTDHANDLES;
+    si.StartupInfo.hStdInput = spec.stdin.map_or(std::ptr::null_mut(), raw);
+    si.StartupInfo.hStdOutput = spec.stdout.map_or(std::ptr::null_mut(), raw);
+    si.StartupInfo.hStdError = spec.stderr.map_or(std::ptr::null_mut(), raw);
+    si.lpAttributeList = attrs.ptr();
+    let mut pi = PROCESS_INFORMATION::default();
+    let inheritable = InheritFor::set(&handles)?;
+    // SAFETY: every pointer is to a live, NUL-terminated buffer owned by this frame (`app`,
+    // `cmdline` which CreateProcess may modify in place, `env`, `cwd`), `si` and its attribute
+    // list outlive the call, and `pi` receives two new handles that `owned` takes below.
+    let ok = unsafe {
+        CreateProcessAsUserW(
+            raw(token.as_handle()),
+            app.as_ptr(),
+            cmdline.as_mut_ptr(),
+            std::ptr::null(),
+            std::ptr::null(),
+            i32::from(!handles.is_empty()),
+            CREATE_SUSPENDED
+                | CREATE_UNICODE_ENVIRONMENT
+                | EXTENDED_STARTUPINFO_PRESENT
+                | CREATE_NO_WINDOW,
+            env.as_ptr().cast(),
+            cwd.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+            &si.StartupInfo,
+            &mut pi,
+        )
+    };
+    let created = if ok == 0 {
+        Err(last(MECH, "CreateProcessAsUserW"))
+    } else {
+        Ok(())
+    };
+    drop(inheritable);
+    drop(attrs);
+    created?;
+    let process = owned(pi.hProcess, MECH, "CreateProcessAsUserW(process)")?;
+    let thread = owned(pi.hThread, MECH, "CreateProcessAsUserW(thread)")?;
+    let abort = |e: WinError| {
+        // SAFETY: the suspended process we just created; it has run nothing.
+        unsafe { TerminateProcess(raw(process.as_handle()), 1) };
+        e
+    };
+    job.assign(process.as_handle()).map_err(abort)?;
+    // SAFETY: the suspended main thread of the process we created.
+    if unsafe { ResumeThread(raw(thread.as_handle())) } == u32::MAX {
+        return Err(abort(last(MECH, "ResumeThread")));
+    }
+    Ok(ConfinedChild {
+        process,
+        pid: pi.dwProcessId,
+        job: Some(job),
+        degraded,
+    })
+}
+
+static CHANNEL_TAKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Adopts the channel handle a confined process was spawned with, whose value the spawner
+/// passed on its command line (a handle in the handle list keeps its value in the child). Fails
+/// if it was taken already or the value names no open handle (a helper started by hand).
+pub fn take_inherited_handle(value: &str) -> Result<OwnedHandle, WinError> {
+    use windows_sys::Win32::Foundation::GetHandleInformation;
+    let v: usize = value
+        .parse()
+        .map_err(|_| invalid(MECH, format!("{value:?} is not a handle value")))?;
+    let h = v as HANDLE;
+    let mut flags = 0;
+    // SAFETY: GetHandleInformation only reads the handle table; an invalid value fails with
+    // ERROR_INVALID_HANDLE and touches nothing.
+    if unsafe { GetHandleInformation(h, &mut flags) } == 0 {
+        return Err(last(MECH, "GetHandleInformation(inherited channel)"));
+    }
+    // An inherited handle keeps its inherit flag in the child; a value naming one of this
+    // process's own handles (a helper started by hand with a guessed number) most likely lacks
+    // it, and is refused rather than adopted twice.
+    if flags & HANDLE_FLAG_INHERIT == 0 {
+        return Err(invalid(
+            MECH,
+            format!("handle {value} was not inherited: helpers are started by the gatehouse spawner, not by hand"),
+        ));
+    }
+    // Checked after the refusals above, so a wrong value does not use up the one adoption.
+    if CHANNEL_TAKEN.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        return Err(invalid(MECH, "the inherited channel was already taken"));
+    }
+    // Not passed on: whatever this process starts later (the exec helper's commands) must not
+    // inherit the broker channel.
+    // SAFETY: as above, on the same open handle; only its inherit flag changes.
+    if unsafe { SetHandleInformation(h, HANDLE_FLAG_INHERIT, 0) } == 0 {
+        return Err(last(MECH, "SetHandleInformation(channel not inheritable)"));
+    }
+    // SAFETY: the value names an open handle (checked above) that this process inherited and
+    // nothing else in it owns; the flag above hands it out once.
+    Ok(unsafe { std::os::windows::io::FromRawHandle::from_raw_handle(h) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quoted(args: &[&str]) -> String {
+        let mut out = Vec::new();
+        for a in args {
+            push_arg(&mut out, OsStr::new(a));
+        }
+        String::from_utf16(&out).unwrap()
+    }
+
+    #[test]
+    fn arguments_are_quoted_as_the_c_runtime_splits_them() {
+        assert_eq!(
+            quoted(&["C:\\a b\\x.exe", "plain"]),
+            "\"C:\\a b\\x.exe\" plain"
+        );
+        assert_eq!(quoted(&["", "a\"b"]), "\"\" \"a\\\"b\"");
+        assert_eq!(quoted(&["tail\\ x\\"]), "\"tail\\ x\\\\\"");
+        assert_eq!(quoted(&["a\\\\\"b"]), "\"a\\\\\\\\\\\"b\"");
+    }
+
+    #[test]
+    fn the_environment_block_is_sorted_terminated_and_refuses_bad_names() {
+        let e = |k: &str, v: &str| (OsString::from(k), OsString::from(v));
+        let b = env_block(&[e("b", "2"), e("A", "1")]).unwrap();
+        assert_eq!(String::from_utf16(&b).unwrap(), "A=1\0b=2\0\0");
+        assert_eq!(env_block(&[]).unwrap(), vec![0, 0]);
+        assert!(env_block(&[e("A=B", "1")]).is_err());
+        assert!(env_block(&[e("", "1")]).is_err());
+    }
+}

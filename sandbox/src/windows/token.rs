@@ -1,0 +1,415 @@
+//! The restricted token: made by the spawner from its own token, checked by the helper on its
+//! own.
+
+use super::acl::explicit_access;
+use super::ffi::{
+    invalid, last, owned, raw, returned, sid_string, token_groups, token_info, Local, OwnedSid,
+    WinError,
+};
+use crate::wincfg::RestrictedToken;
+use std::os::windows::io::{AsHandle, BorrowedHandle, OwnedHandle};
+use windows_sys::Win32::Foundation::{ERROR_SUCCESS, GENERIC_ALL, LUID};
+use windows_sys::Win32::Security::Authorization::{
+    SetEntriesInAclW, SetSecurityInfo, EXPLICIT_ACCESS_W, GRANT_ACCESS, SE_KERNEL_OBJECT,
+};
+use windows_sys::Win32::Security::{
+    CreateRestrictedToken, IsTokenRestricted, SetTokenInformation, TokenAccessInformation,
+    TokenDefaultDacl, TokenGroups, TokenPrivileges, TokenRestrictedSids, TokenUser, ACL,
+    DACL_SECURITY_INFORMATION, DISABLE_MAX_PRIVILEGE, LUID_AND_ATTRIBUTES, SID_AND_ATTRIBUTES,
+    TOKEN_ACCESS_INFORMATION, TOKEN_ADJUST_DEFAULT, TOKEN_ASSIGN_PRIMARY, TOKEN_DEFAULT_DACL,
+    TOKEN_DUPLICATE, TOKEN_PRIVILEGES, TOKEN_QUERY, TOKEN_USER, WRITE_RESTRICTED,
+};
+use windows_sys::Win32::System::Threading::{GetCurrentProcess, OpenProcessToken};
+
+const MECH: &str = "restricted token";
+
+/// `SE_GROUP_USE_FOR_DENY_ONLY` (winnt.h): the group only ever denies.
+const DENY_ONLY: u32 = 0x10;
+/// The one privilege `DISABLE_MAX_PRIVILEGE` keeps (traversal checks).
+const CHANGE_NOTIFY: &str = "SeChangeNotifyPrivilege";
+const SYSTEM: &str = "S-1-5-18";
+/// `TOKEN_WRITE_RESTRICTED` in TOKEN_ACCESS_INFORMATION.Flags (winnt.h; no windows-sys constant).
+const TOKEN_WRITE_RESTRICTED: u32 = 0x0008;
+/// Standard access rights (winnt.h), to open this process's token for its DACL.
+const READ_CONTROL: u32 = 0x0002_0000;
+const WRITE_DAC: u32 = 0x0004_0000;
+const ADMINISTRATORS: &str = "S-1-5-32-544";
+
+fn open_own_token(access: u32) -> Result<OwnedHandle, WinError> {
+    let mut h = std::ptr::null_mut();
+    // SAFETY: GetCurrentProcess is a pseudo-handle needing no close; `h` receives a new token
+    // handle that `owned` takes.
+    if unsafe { OpenProcessToken(GetCurrentProcess(), access, &mut h) } == 0 {
+        return Err(last(MECH, "OpenProcessToken"));
+    }
+    owned(h, MECH, "OpenProcessToken")
+}
+
+/// The SID text in a `deny only` entry (`S-1-5-32-544 (Administrators)`).
+fn sid_of(entry: &str) -> &str {
+    entry.split_whitespace().next().unwrap_or(entry)
+}
+
+/// `CreateRestrictedToken` from this process's token, as `spec` says, with a default DACL that
+/// lets the restricted process open its own process, thread and token (objects it creates get
+/// that DACL; without the restricting SIDs in it, the second access check refuses the process
+/// its own objects).
+pub(crate) fn create(
+    spec: &RestrictedToken,
+    capability: &OwnedSid,
+) -> Result<OwnedHandle, WinError> {
+    if !spec.disable_max_privilege {
+        return Err(invalid(
+            MECH,
+            "a token that keeps its privileges is not built",
+        ));
+    }
+    // The new token's handle has the access of this one: WRITE_DAC to set the token object's
+    // DACL below, ADJUST_DEFAULT for its default DACL.
+    let base = open_own_token(
+        TOKEN_DUPLICATE
+            | TOKEN_QUERY
+            | TOKEN_ASSIGN_PRIMARY
+            | TOKEN_ADJUST_DEFAULT
+            | READ_CONTROL
+            | WRITE_DAC,
+    )?;
+    let disable: Vec<OwnedSid> = spec
+        .deny_only
+        .iter()
+        .map(|d| OwnedSid::parse(sid_of(d)))
+        .collect::<Result<_, _>>()?;
+    let restricting: Vec<OwnedSid> = spec
+        .restricting
+        .iter()
+        .map(|s| OwnedSid::parse(&s.0))
+        .collect::<Result<_, _>>()?;
+    if !spec
+        .restricting
+        .iter()
+        .any(|s| OwnedSid::parse(&s.0).is_ok())
+    {
+        return Err(invalid(MECH, "no restricting SID"));
+    }
+    let as_attrs = |sids: &[OwnedSid]| -> Vec<SID_AND_ATTRIBUTES> {
+        sids.iter()
+            .map(|s| SID_AND_ATTRIBUTES {
+                Sid: s.as_psid(),
+                Attributes: 0,
+            })
+            .collect()
+    };
+    let disable_attrs = as_attrs(&disable);
+    let restrict_attrs = as_attrs(&restricting);
+    let mut flags = DISABLE_MAX_PRIVILEGE;
+    if spec.write_restricted {
+        flags |= WRITE_RESTRICTED;
+    }
+    let mut new = std::ptr::null_mut();
+    // SAFETY: the SID arrays point into OwnedSids alive for the call; their counts are their
+    // lengths; `new` receives a new token handle that `owned` takes.
+    let ok = unsafe {
+        CreateRestrictedToken(
+            raw(base.as_handle()),
+            flags,
+            disable_attrs.len() as u32,
+            disable_attrs.as_ptr(),
+            0,
+            std::ptr::null(),
+            restrict_attrs.len() as u32,
+            restrict_attrs.as_ptr(),
+            &mut new,
+        )
+    };
+    if ok == 0 {
+        return Err(last(MECH, "CreateRestrictedToken"));
+    }
+    let token = owned(new, MECH, "CreateRestrictedToken")?;
+    set_dacls(token.as_handle(), capability)?;
+    Ok(token)
+}
+
+/// GENERIC_ALL for the user, SYSTEM, RESTRICTED and the capability SID: as the token's default
+/// DACL (what the child's own process and thread objects get) and on the token object itself
+/// (so the helper can query its own token to verify it).
+fn set_dacls(token: BorrowedHandle<'_>, capability: &OwnedSid) -> Result<(), WinError> {
+    let user_buf = token_info(token, TokenUser, "GetTokenInformation(TokenUser)")?;
+    // SAFETY: token_info filled the buffer with a TOKEN_USER; its SID lives in the same buffer.
+    let user_sid = unsafe { (*(user_buf.as_ptr() as *const TOKEN_USER)).User.Sid };
+    let system = OwnedSid::parse(SYSTEM)?;
+    let restricted = OwnedSid::parse(crate::wincfg::RESTRICTED)?;
+    let entries: Vec<EXPLICIT_ACCESS_W> = [
+        user_sid,
+        system.as_psid(),
+        restricted.as_psid(),
+        capability.as_psid(),
+    ]
+    .into_iter()
+    .map(|sid| explicit_access(sid, GENERIC_ALL, GRANT_ACCESS, 0))
+    .collect();
+    let mut acl: *mut ACL = std::ptr::null_mut();
+    // SAFETY: `entries` and the SIDs they point to outlive the call; no old ACL; `acl`
+    // receives a LocalAlloc'ed ACL that `Local` frees.
+    let r = unsafe {
+        SetEntriesInAclW(
+            entries.len() as u32,
+            entries.as_ptr(),
+            std::ptr::null(),
+            &mut acl,
+        )
+    };
+    if r != ERROR_SUCCESS {
+        return Err(returned(MECH, "SetEntriesInAclW(default DACL)", r));
+    }
+    let _acl = Local(acl.cast());
+    let dd = TOKEN_DEFAULT_DACL { DefaultDacl: acl };
+    // SAFETY: `dd` points to the ACL alive in `_acl`; the size is the struct's.
+    let ok = unsafe {
+        SetTokenInformation(
+            raw(token),
+            TokenDefaultDacl,
+            (&dd as *const TOKEN_DEFAULT_DACL).cast(),
+            std::mem::size_of::<TOKEN_DEFAULT_DACL>() as u32,
+        )
+    };
+    if ok == 0 {
+        return Err(last(MECH, "SetTokenInformation(TokenDefaultDacl)"));
+    }
+    // SAFETY: a valid token handle and ACL; owner, group and SACL are not set (null).
+    let r = unsafe {
+        SetSecurityInfo(
+            raw(token),
+            SE_KERNEL_OBJECT,
+            DACL_SECURITY_INFORMATION,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            acl,
+            std::ptr::null(),
+        )
+    };
+    if r != ERROR_SUCCESS {
+        return Err(returned(MECH, "SetSecurityInfo(token DACL)", r));
+    }
+    Ok(())
+}
+
+/// What this process's own token says, read by the process itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenFacts {
+    /// `IsTokenRestricted`: the token has restricting SIDs.
+    pub restricted: bool,
+    /// `TokenRestrictedSids`, as strings.
+    pub restricting_sids: Vec<String>,
+    /// Privileges still in the token (whether enabled or not), by name.
+    pub privileges: Vec<String>,
+    /// The Administrators group is in the token and not deny-only.
+    pub administrators_usable: bool,
+    /// The restricting SIDs are checked for writes only (`WRITE_RESTRICTED`), or why that could
+    /// not be read. `Ok(false)` for an unrestricted token.
+    pub write_restricted: Result<bool, String>,
+}
+
+/// Reads this process's token.
+pub fn own_token_facts() -> Result<TokenFacts, WinError> {
+    let token = open_own_token(TOKEN_QUERY)?;
+    token_facts(token.as_handle())
+}
+
+/// Reads a token (opened with TOKEN_QUERY).
+pub(crate) fn token_facts(t: BorrowedHandle<'_>) -> Result<TokenFacts, WinError> {
+    // SAFETY: a valid token handle with TOKEN_QUERY.
+    let restricted = unsafe { IsTokenRestricted(raw(t)) } != 0;
+    // An unrestricted token has no restricting SIDs by definition; asking anyway would make a
+    // system that cannot list them (Wine) look like a read failure instead of "not restricted".
+    let restricting_sids = if restricted {
+        let rs = token_info(
+            t,
+            TokenRestrictedSids,
+            "GetTokenInformation(TokenRestrictedSids)",
+        )?;
+        token_groups(&rs)
+            .iter()
+            .map(|g| sid_string(g.Sid))
+            .collect::<Result<_, _>>()?
+    } else {
+        Vec::new()
+    };
+    // Whether the restricting SIDs are checked for writes only: TOKEN_WRITE_RESTRICTED in
+    // TokenAccessInformation's flags (Windows 8 and later). Read only for a restricted token;
+    // a failure is kept as the reason, so the verdict can name it.
+    let write_restricted = if restricted {
+        token_info(
+            t,
+            TokenAccessInformation,
+            "GetTokenInformation(TokenAccessInformation)",
+        )
+        .map(|buf| {
+            // SAFETY: token_info filled the buffer with a TOKEN_ACCESS_INFORMATION (its
+            // pointers point into the same buffer; only the Flags integer is read).
+            let flags = unsafe { (*(buf.as_ptr() as *const TOKEN_ACCESS_INFORMATION)).Flags };
+            flags & TOKEN_WRITE_RESTRICTED != 0
+        })
+        .map_err(|e| e.to_string())
+    } else {
+        Ok(false)
+    };
+    let groups = token_info(t, TokenGroups, "GetTokenInformation(TokenGroups)")?;
+    let mut administrators_usable = false;
+    for g in token_groups(&groups) {
+        if sid_string(g.Sid)? == ADMINISTRATORS && g.Attributes & DENY_ONLY == 0 {
+            administrators_usable = true;
+        }
+    }
+    let privs = token_info(t, TokenPrivileges, "GetTokenInformation(TokenPrivileges)")?;
+    let tp = privs.as_ptr() as *const TOKEN_PRIVILEGES;
+    // SAFETY: token_info filled the buffer with a TOKEN_PRIVILEGES followed by its
+    // PrivilegeCount entries, all inside `privs`, which outlives the slice.
+    let list: &[LUID_AND_ATTRIBUTES] = unsafe {
+        std::slice::from_raw_parts(
+            std::ptr::addr_of!((*tp).Privileges).cast::<LUID_AND_ATTRIBUTES>(),
+            (*tp).PrivilegeCount as usize,
+        )
+    };
+    let privileges = list.iter().map(|p| privilege_name(&p.Luid)).collect();
+    Ok(TokenFacts {
+        restricted,
+        restricting_sids,
+        privileges,
+        administrators_usable,
+        write_restricted,
+    })
+}
+
+/// The well-known privileges by LUID (winnt.h, `SE_*_PRIVILEGE`, fixed values on every Windows).
+/// Named from this table rather than with `LookupPrivilegeNameW`, which asks the LSA over RPC:
+/// a fully restricted token may not reach it, and the check must not fail for that reason.
+const PRIVILEGES: &[&str] = &[
+    "SeCreateTokenPrivilege",
+    "SeAssignPrimaryTokenPrivilege",
+    "SeLockMemoryPrivilege",
+    "SeIncreaseQuotaPrivilege",
+    "SeMachineAccountPrivilege",
+    "SeTcbPrivilege",
+    "SeSecurityPrivilege",
+    "SeTakeOwnershipPrivilege",
+    "SeLoadDriverPrivilege",
+    "SeSystemProfilePrivilege",
+    "SeSystemtimePrivilege",
+    "SeProfileSingleProcessPrivilege",
+    "SeIncreaseBasePriorityPrivilege",
+    "SeCreatePagefilePrivilege",
+    "SeCreatePermanentPrivilege",
+    "SeBackupPrivilege",
+    "SeRestorePrivilege",
+    "SeShutdownPrivilege",
+    "SeDebugPrivilege",
+    "SeAuditPrivilege",
+    "SeSystemEnvironmentPrivilege",
+    "SeChangeNotifyPrivilege",
+    "SeRemoteShutdownPrivilege",
+    "SeUndockPrivilege",
+    "SeSyncAgentPrivilege",
+    "SeEnableDelegationPrivilege",
+    "SeManageVolumePrivilege",
+    "SeImpersonatePrivilege",
+    "SeCreateGlobalPrivilege",
+    "SeTrustedCredManAccessPrivilege",
+    "SeRelabelPrivilege",
+    "SeIncreaseWorkingSetPrivilege",
+    "SeTimeZonePrivilege",
+    "SeCreateSymbolicLinkPrivilege",
+    "SeDelegateSessionUserImpersonatePrivilege",
+];
+
+/// The name of a privilege LUID; an unknown one by its value (still counted as held).
+fn privilege_name(luid: &LUID) -> String {
+    // The table starts at SE_CREATE_TOKEN_PRIVILEGE, LUID 2.
+    match (
+        luid.HighPart,
+        usize::try_from(luid.LowPart)
+            .ok()
+            .and_then(|l| l.checked_sub(2)),
+    ) {
+        (0, Some(i)) if i < PRIVILEGES.len() => PRIVILEGES[i].to_string(),
+        _ => format!("privilege LUID {}:{}", luid.HighPart, luid.LowPart),
+    }
+}
+
+/// What is missing from `facts` for a process that should run under `spec` with `capability`,
+/// one entry per missing piece (empty: the token is what the profile asks).
+pub fn missing_from_token(
+    facts: &TokenFacts,
+    spec: &RestrictedToken,
+    capability: &str,
+) -> Vec<String> {
+    let mut missing = Vec::new();
+    if !facts.restricted {
+        missing.push("restricted token: the process token has no restricting SIDs (it was not started through the restricted-token spawn)".to_string());
+    }
+    for want in &spec.restricting {
+        if !facts
+            .restricting_sids
+            .iter()
+            .any(|s| s.eq_ignore_ascii_case(&want.0))
+        {
+            let what = if want.0 == capability {
+                "the profile's capability SID"
+            } else {
+                "restricting SID"
+            };
+            missing.push(format!(
+                "restricted token: {what} {} is not among its restricting SIDs",
+                want.0
+            ));
+        }
+    }
+    let extra: Vec<&String> = facts
+        .privileges
+        .iter()
+        .filter(|p| *p != CHANGE_NOTIFY)
+        .collect();
+    if spec.disable_max_privilege && !extra.is_empty() {
+        missing.push(format!(
+            "restricted token: privileges not stripped: {}",
+            extra
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    // Only the weaker kind is a gap: a write-restricted token where the profile asks for a
+    // fully restricted one (every read also checked against the restricting SIDs).
+    if facts.restricted && !spec.write_restricted {
+        match &facts.write_restricted {
+            Ok(false) => {}
+            Ok(true) => missing.push("restricted token: it is write-restricted, but the profile asks for a fully restricted one (reads unconfined)".to_string()),
+            Err(e) => missing.push(format!("restricted token: cannot tell whether it is write-restricted: {e}")),
+        }
+    }
+    if facts.administrators_usable {
+        missing.push("restricted token: Administrators is not deny-only".to_string());
+    }
+    missing
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn privilege_luids_name_the_well_known_privileges() {
+        let name = |low| {
+            privilege_name(&LUID {
+                LowPart: low,
+                HighPart: 0,
+            })
+        };
+        assert_eq!(name(2), "SeCreateTokenPrivilege");
+        // SE_CHANGE_NOTIFY_PRIVILEGE, the one DISABLE_MAX_PRIVILEGE keeps.
+        assert_eq!(name(23), CHANGE_NOTIFY);
+        assert_eq!(name(36), "SeDelegateSessionUserImpersonatePrivilege");
+        assert_eq!(name(37), "privilege LUID 0:37");
+        assert_eq!(name(1), "privilege LUID 0:1");
+    }
+}
