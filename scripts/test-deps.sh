@@ -23,6 +23,11 @@ declare -A NEED=(
   [strace]=strace
   [keyctl]=keyutils
   [jq]=jq
+  # The other operating systems (scripts/cross-check.sh): the C parts of the Windows build,
+  # and Wine to run the Windows test binaries.
+  [x86_64-w64-mingw32-gcc]=gcc-mingw-w64-x86-64
+  [wine]=wine
+  [wine64]=wine64
 )
 missing=()
 for cmd in "${!NEED[@]}"; do
@@ -75,6 +80,23 @@ if [[ ! -x $OTLP_VENV/bin/python ]] || ! "$OTLP_VENV/bin/python" -c "import impo
   "$OTLP_VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
   "$OTLP_VENV/bin/python" -m pip install -q "opentelemetry-proto==$OTLP_PROTO_VERSION" >/dev/null
   chmod -R a+rX "$OTLP_VENV"
+fi
+
+# zig, the C compiler of the Apple targets' C parts (ring, SQLite) in scripts/cross-check.sh.
+ZIG_VENV=/opt/gatehouse-test-venv-zig
+ZIG_VERSION=0.17.1
+if [[ ! -x $ZIG_VENV/bin/python ]] || ! "$ZIG_VENV/bin/python" -c "import importlib.metadata as m; assert m.version('ziglang') == '$ZIG_VERSION'" >/dev/null 2>&1; then
+  echo "test-deps: creating $ZIG_VENV with ziglang $ZIG_VERSION"
+  /usr/bin/python3 -m venv "$ZIG_VENV"
+  "$ZIG_VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
+  "$ZIG_VENV/bin/python" -m pip install -q "ziglang==$ZIG_VERSION" >/dev/null
+fi
+
+# The Rust standard library for the other operating systems' targets.
+if command -v rustup >/dev/null 2>&1; then
+  for t in x86_64-pc-windows-gnu x86_64-apple-darwin aarch64-apple-darwin; do
+    rustup target list --installed | grep -qx "$t" || rustup target add "$t" >/dev/null
+  done
 fi
 
 # The unprivileged user the integration tests also run as.

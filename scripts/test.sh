@@ -14,6 +14,9 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features -q -- -D warnings
 scripts/size-check.sh
 
+echo "== the other operating systems: clippy for Windows and macOS, the portable tests under Wine"
+scripts/cross-check.sh
+
 echo "== build"
 # Test builds carry the test-only switches (feature test-hooks); release builds must not, and
 # a test checks that they do not.

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The other operating systems, as far as this Linux machine can prove them (issue 19):
+#   1. clippy (-D warnings) of the whole workspace, every target, for x86_64-pc-windows-gnu,
+#      x86_64-apple-darwin and aarch64-apple-darwin, with the C parts (ring, SQLite) built by
+#      Debian's mingw-w64 for Windows and zig (PyPI's ziglang) for the Apple targets;
+#   2. the platform-independent tests built for Windows and run under Wine: the wire types,
+#      the proposal and audit crates, the gateway's MCP layer, the console's model, the
+#      net-helper's address and URL checks, and the sandbox crate (profile generation, golden
+#      files, and the Windows applier's own test, which says what Wine does not enforce).
+# Nothing here links or runs a macOS binary: there is no macOS SDK or machine here.
+# scripts/test-deps.sh installs the toolchains; CI runs this from scripts/test.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+
+# zig cc for the Apple targets. cc-rs passes clang's spelling of the target, which zig's own
+# parser refuses, so the wrapper drops it and names the target zig's way.
+ZIG_PY=${GATEHOUSE_ZIG_PYTHON:-/opt/gatehouse-test-venv-zig/bin/python}
+ZIGCC=$TARGET_DIR/zigcc
+mkdir -p "$ZIGCC"
+for t in x86_64 aarch64; do
+  cat >"$ZIGCC/cc-$t-apple-darwin" <<SH
+#!/bin/sh
+for a in "\$@"; do
+  shift
+  case "\$a" in
+    --target=*|-mmacosx-version-min=*) ;;
+    *) set -- "\$@" "\$a" ;;
+  esac
+done
+exec $ZIG_PY -m ziglang cc -target $t-macos "\$@"
+SH
+  chmod +x "$ZIGCC/cc-$t-apple-darwin"
+done
+export CC_x86_64_apple_darwin=$ZIGCC/cc-x86_64-apple-darwin
+export CC_aarch64_apple_darwin=$ZIGCC/cc-aarch64-apple-darwin
+export AR_x86_64_apple_darwin="$ZIG_PY -m ziglang ar" AR_aarch64_apple_darwin="$ZIG_PY -m ziglang ar"
+
+for t in x86_64-pc-windows-gnu x86_64-apple-darwin aarch64-apple-darwin; do
+  echo "== clippy for $t"
+  cargo clippy --workspace --all-targets --all-features --target "$t" -q -- -D warnings
+done
+
+echo "== platform-independent tests for Windows, under Wine"
+export WINEDEBUG=-all WINEPREFIX=${WINEPREFIX:-$TARGET_DIR/wineprefix}
+export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=wine
+CARGO_TARGET_DIR=$TARGET_DIR sandbox/tests/wine/setup.sh >/dev/null
+# Not gatehouse-policy: its paths are Unix paths ('/'-separated, absolute when they start
+# with '/'), and under Wine its grant and replay tests fail on that; it stays out until the
+# policy's paths are ported (docs/windows.md, "Not built").
+WINE_CRATES=(-p ipc-schema -p gatehouse-proposal -p audit-store -p audit-export -p gateway -p ui -p net-helper -p sandbox)
+LOG=$TARGET_DIR/wine-tests.log
+if ! cargo test --target x86_64-pc-windows-gnu "${WINE_CRATES[@]}" --lib --tests >"$LOG" 2>&1; then
+  grep -E -A20 '^---- |^error' "$LOG" >&2 || tail -50 "$LOG" >&2
+  echo "the Windows tests under Wine FAILED" >&2
+  exit 1
+fi
+grep -cE '^test .* ok$' "$LOG" | sed 's/^/tests passed under Wine: /'
+grep -E 'wine does not enforce' "$LOG" | sort -u || true
