@@ -111,9 +111,10 @@ fn run(args: &HelperArgs, cfg: Config) -> ExitCode {
     ))
 }
 
-/// The secrets profile through the sandbox crate: Seatbelt on macOS; on Windows, where
-/// lockdown is not implemented and always refuses, only `--allow-degraded` runs without it,
-/// and the report says so (DESIGN.md rule 8).
+/// The secrets profile through the sandbox crate: Seatbelt on macOS; on Windows the check of
+/// the restricted token and job the spawner would have made (it refuses a helper started any
+/// other way, naming what is missing), so only `--allow-degraded` runs without it, and the
+/// report says so (DESIGN.md rule 8).
 #[cfg(not(target_os = "linux"))]
 fn lock_down(
     args: &HelperArgs,
