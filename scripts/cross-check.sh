@@ -3,10 +3,11 @@
 #   1. clippy (-D warnings) of the whole workspace, every target, for x86_64-pc-windows-gnu,
 #      x86_64-apple-darwin and aarch64-apple-darwin, with the C parts (ring, SQLite) built by
 #      Debian's mingw-w64 for Windows and zig (PyPI's ziglang) for the Apple targets;
-#   2. the platform-independent tests built for Windows and run under Wine: the wire types,
-#      the proposal and audit crates, the gateway's MCP layer, the console's model, the
-#      net-helper's address and URL checks, and the sandbox crate (profile generation, golden
-#      files, and the Windows applier's own test, which says what Wine does not enforce).
+#   2. the platform-independent tests built for Windows and run under Wine: the wire types and
+#      protected paths, the policy engine, the proposal and audit crates, the gateway's MCP
+#      layer, the console's model, the net-helper's address and URL checks, the secrets
+#      helper's options, and the sandbox crate (profile generation, golden files, and the
+#      Windows applier's own test, which says what Wine does not enforce).
 # Nothing here links or runs a macOS binary: there is no macOS SDK or machine here.
 # scripts/test-deps.sh installs the toolchains; CI runs this from scripts/test.sh.
 set -euo pipefail
@@ -46,10 +47,8 @@ echo "== platform-independent tests for Windows, under Wine"
 export WINEDEBUG=-all WINEPREFIX=${WINEPREFIX:-$TARGET_DIR/wineprefix}
 export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=wine
 CARGO_TARGET_DIR=$TARGET_DIR sandbox/tests/wine/setup.sh >/dev/null
-# Not gatehouse-policy: its paths are Unix paths ('/'-separated, absolute when they start
-# with '/'), and under Wine its grant and replay tests fail on that; it stays out until the
-# policy's paths are ported (docs/windows.md, "Not built").
-WINE_CRATES=(-p ipc-schema -p gatehouse-proposal -p audit-store -p audit-export -p gateway -p ui -p net-helper -p sandbox)
+WINE_CRATES=(-p ipc-schema -p gatehouse-policy -p gatehouse-proposal -p audit-store -p audit-export
+  -p gateway -p ui -p net-helper -p secrets-helper -p gatehouse-client -p sandbox)
 LOG=$TARGET_DIR/wine-tests.log
 if ! cargo test --target x86_64-pc-windows-gnu "${WINE_CRATES[@]}" --lib --tests >"$LOG" 2>&1; then
   grep -E -A20 '^---- |^error' "$LOG" >&2 || tail -50 "$LOG" >&2

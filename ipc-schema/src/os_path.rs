@@ -8,6 +8,12 @@
 use std::borrow::Cow;
 use std::path::Path;
 
+/// Whether `b` separates a path's components on this OS: `/`, and on Windows `\` as well
+/// (`std::path::is_separator` for one byte of a path's bytes).
+pub fn is_separator(b: u8) -> bool {
+    b == b'/' || (cfg!(windows) && b == b'\\')
+}
+
 /// The bytes of `p`.
 pub fn of(p: &Path) -> &[u8] {
     p.as_os_str().as_encoded_bytes()

@@ -185,12 +185,43 @@ pub const RULES: &[Rule] = &[
     no(&["library", "safari"], "Safari profile"),
     no(&["library", "mail"], "Apple Mail"),
     no(&["library", "keychains"], "macOS keychains"),
+    no(
+        &["appdata", "local", "google", "chrome", "user data"],
+        "Chrome profile",
+    ),
+    no(
+        &["appdata", "local", "microsoft", "edge", "user data"],
+        "Edge profile",
+    ),
+    no(&["appdata", "roaming", "mozilla"], "Firefox profile"),
+    no(
+        &["appdata", "roaming", "thunderbird"],
+        "Thunderbird profile",
+    ),
+    // Windows' own credential stores: Credential Manager blobs, the vault, DPAPI master keys.
+    no(
+        &["appdata", "roaming", "microsoft", "credentials"],
+        "Windows credentials",
+    ),
+    no(
+        &["appdata", "local", "microsoft", "credentials"],
+        "Windows credentials",
+    ),
+    no(&["appdata", "local", "microsoft", "vault"], "Windows vault"),
+    no(
+        &["appdata", "roaming", "microsoft", "protect"],
+        "DPAPI master keys",
+    ),
     // Places that run code at login.
     no(&[".config", "autostart"], "autostart entries"),
     no(&[".config", "systemd"], "systemd user units"),
     no(&[".local", "share", "systemd"], "systemd user units"),
     no(&[".config", "environment.d"], "login environment"),
     no(&["library", "launchagents"], "launch agents"),
+    no(
+        &["microsoft", "windows", "start menu", "programs", "startup"],
+        "Windows startup folder",
+    ),
     no(&[".pam_environment"], "login environment"),
     no(&[".xprofile"], "X session start-up"),
     no(&[".xinitrc"], "X session start-up"),
@@ -213,6 +244,8 @@ pub const RULES: &[Rule] = &[
     no(&[".kshrc"], "shell start-up file"),
     no(&[".inputrc"], "readline start-up file"),
     no(&[".config", "fish"], "shell start-up file"),
+    no(&["windowspowershell", "*profile.ps1"], "PowerShell profile"),
+    no(&["powershell", "*profile.ps1"], "PowerShell profile"),
     // Files that make the user's own tools run code when the project is opened or used: read,
     // never written.
     ro(&[".gitconfig"], "git config names programs git runs"),
@@ -327,9 +360,10 @@ pub fn fold(c: &[u8]) -> Vec<u8> {
     }
 }
 
-/// The non-empty components of an absolute path (`.` skipped), folded.
+/// The non-empty components of an absolute path (`.` skipped), folded. Split at this OS's
+/// separators (`/`; on Windows `\` too), so a Windows path's places match the same rules.
 pub fn folded_components(abs: &[u8]) -> Vec<Vec<u8>> {
-    abs.split(|&b| b == b'/')
+    abs.split(|&b| crate::os_path::is_separator(b))
         .filter(|c| !c.is_empty() && *c != b".")
         .map(fold)
         .collect()
@@ -452,7 +486,9 @@ impl Protector {
 
 /// Why the file at `abs` usually holds a secret, if its name says so.
 pub fn sensitive(abs: &[u8]) -> Option<&'static str> {
-    let last = abs.rsplit(|&b| b == b'/').find(|c| !c.is_empty())?;
+    let last = abs
+        .rsplit(|&b| crate::os_path::is_separator(b))
+        .find(|c| !c.is_empty())?;
     let name = fold(last);
     SENSITIVE
         .iter()
@@ -487,6 +523,48 @@ mod tests {
 
     fn p() -> Protector {
         Protector::new(vec![b"/home/u/.local/share/gatehouse".to_vec()])
+    }
+
+    #[test]
+    fn windows_places_are_refused_by_their_rules() {
+        // The Windows rules, with forward slashes: the same on every OS.
+        for path in [
+            "/c/Users/u/AppData/Roaming/Microsoft/Windows/Start Menu/Programs/Startup/x.lnk",
+            "/c/Users/u/AppData/Local/Google/Chrome/User Data/Default/Cookies",
+            "/c/Users/u/AppData/Roaming/Microsoft/Protect/S-1-5-21/key",
+            "/c/Users/u/AppData/Local/Microsoft/Credentials/ABCDEF",
+            "/c/Users/u/Documents/WindowsPowerShell/Microsoft.PowerShell_profile.ps1",
+            "/c/Users/u/Documents/PowerShell/profile.ps1",
+        ] {
+            let got = p().refuses(path.as_bytes(), false);
+            assert!(got.is_some(), "{path}");
+        }
+        // Positive control: a project file beside them.
+        assert_eq!(p().check(b"/c/Users/u/Documents/proj/src/main.rs"), None);
+        assert_eq!(
+            p().check(b"/c/Users/u/Documents/PowerShell/notes.ps1"),
+            None
+        );
+    }
+
+    /// Windows separates components with `\` too: `C:\Users\u\.ssh\id_rsa` is the `.ssh`
+    /// rule's, whatever the case; elsewhere `\` is an ordinary byte of a name.
+    #[test]
+    fn backslashes_separate_components_on_windows_only() {
+        let ssh = br"C:\Users\u\.SSH\id_rsa";
+        let startup =
+            br"C:\Users\u\AppData\Roaming\Microsoft\Windows\Start Menu\Programs\Startup\a.lnk";
+        if cfg!(windows) {
+            assert_eq!(p().check(ssh).map(|g| g.guard), Some(Guard::NoAccess));
+            assert_eq!(p().check(startup).map(|g| g.guard), Some(Guard::NoAccess));
+            assert_eq!(sensitive(br"C:\p\deploy\id_rsa"), Some("SSH private key"));
+            assert_eq!(p().check(br"C:\Users\u\proj\src\main.rs"), None);
+        } else {
+            // One component named `C:\Users\u\.SSH\id_rsa`: no rule's.
+            assert_eq!(p().check(ssh), None);
+            assert_eq!(p().check(startup), None);
+            assert_eq!(folded_components(br"/w/a\b").len(), 2);
+        }
     }
 
     #[test]

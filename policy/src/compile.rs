@@ -179,12 +179,14 @@ fn globset(patterns: &[String], what: &str) -> Result<GlobSet, String> {
     ipc_schema::grant_glob::set(patterns, what)
 }
 
-/// Is `root` `/`, the user's home directory, or a directory containing it?
+/// Is `root` a filesystem root (`/`; a drive's root on Windows), the user's home directory, or
+/// a directory containing it?
 pub(crate) fn is_broad(root: &Path) -> bool {
-    if root == Path::new("/") {
+    if root.parent().is_none() {
         return true;
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let home_var = if cfg!(windows) { "USERPROFILE" } else { "HOME" };
+    let home = std::env::var_os(home_var).map(PathBuf::from);
     let home = home.and_then(|h| std::fs::canonicalize(&h).ok().or(Some(h)));
     home.is_some_and(|h| h.starts_with(root))
 }

@@ -219,6 +219,8 @@ mod tests {
         }
     }
 
+    // Unix paths ("/w", "/home/me"): commands are launched on Linux only (the exec sandbox).
+    #[cfg(unix)]
     #[test]
     fn paths_must_be_absolute_and_resolved_and_roots_and_homes_named() {
         let home = Some(Path::new("/home/me"));

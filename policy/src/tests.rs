@@ -9,6 +9,18 @@ use super::*;
 use ipc_schema::fs::Access;
 use ipc_schema::tool::{Action, ProfileName, ToolName};
 
+/// A filesystem root of this OS, as a TOML literal string.
+const FS_ROOT: &str = if cfg!(windows) { r"'C:\'" } else { "'/'" };
+
+/// `rel` ('/'-separated) beneath `root`, as the bytes of a path of this OS: joined component by
+/// component, since in a Windows verbatim path (`\\?\C:\...`, what canonicalize gives) a `/`
+/// is part of a name.
+fn under(root: &std::path::Path, rel: &str) -> Vec<u8> {
+    rel.split('/')
+        .fold(root.to_path_buf(), |p, c| p.join(c))
+        .into_os_string()
+        .into_encoded_bytes()
+}
 fn policy(root: &Path, extra: &str) -> compile::Policy {
     let text = format!(
         r#"
@@ -35,7 +47,7 @@ exclude = ["secret/**", "**/*.key"]
 
 fn path(root: &Path, rel: &str, access: Access) -> Target {
     Target::Paths(vec![PathTarget {
-        abs: format!("{}/{rel}", root.display()).into_bytes(),
+        abs: under(root, rel),
         access,
         is_dir: false,
     }])
@@ -190,12 +202,12 @@ action = "ask"
     // A move is judged on both ends: the destination is protected.
     let mv = Target::Paths(vec![
         PathTarget {
-            abs: format!("{}/a", root.display()).into_bytes(),
+            abs: under(&root, "a"),
             access: Delete,
             is_dir: false,
         },
         PathTarget {
-            abs: format!("{}/.ssh/a", root.display()).into_bytes(),
+            abs: under(&root, ".ssh/a"),
             access: Write,
             is_dir: false,
         },
@@ -290,6 +302,7 @@ action = "allow"
 fn invalid_documents_are_refused_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().display().to_string();
+    let missing = dir.path().join("nonexistent").display().to_string();
     let prot = Protected::new(&[]);
     let cases: &[(&str, &str)] = &[
         ("[tools]\nread_fil = \"allow\"", "unknown tool \"read_fil\""),
@@ -300,11 +313,11 @@ fn invalid_documents_are_refused_with_the_reason() {
             "must be an absolute path",
         ),
         (
-            "[[grant]]\nroot = \"/nonexistent/x\"\ncapabilities = [\"read\"]",
+            &format!("[[grant]]\nroot = '{missing}'\ncapabilities = [\"read\"]"),
             "the root cannot be used",
         ),
         (
-            "[[grant]]\nroot = \"/\"\ncapabilities = [\"read\"]",
+            &format!("[[grant]]\nroot = {FS_ROOT}\ncapabilities = [\"read\"]"),
             "needs confirm_broad_root = true",
         ),
         (
@@ -342,8 +355,10 @@ fn invalid_documents_are_refused_with_the_reason() {
         assert!(e.contains(want), "{text:?}: {e:?} lacks {want:?}");
     }
     // A home-directory root is accepted once confirmed.
-    let ok = "[[grant]]\nroot = \"/\"\ncapabilities = [\"read\"]\nconfirm_broad_root = true";
-    assert!(compile(&PolicyDoc::parse(ok).unwrap(), &prot).is_ok());
+    let ok = format!(
+        "[[grant]]\nroot = {FS_ROOT}\ncapabilities = [\"read\"]\nconfirm_broad_root = true"
+    );
+    assert!(compile(&PolicyDoc::parse(&ok).unwrap(), &prot).is_ok());
 }
 
 #[test]
@@ -412,7 +427,7 @@ revision = 5
 [tools]
 read_file = "allow"
 [[grant]]
-root = "{a}"
+root = '{a}'
 capabilities = ["read"]
 
 [profile.research]
@@ -425,12 +440,12 @@ fetch_url = "ask"
 requests_per_minute = 5
 concurrent_requests = 2
 [[profile.research.grant]]
-root = "{b}"
+root = '{b}'
 capabilities = ["read"]
 
 [profile.build-2]
 [[profile.build-2.grant]]
-root = "{a}"
+root = '{a}'
 capabilities = ["read", "write"]
 exclude = ["target/**"]
 "#,
@@ -474,8 +489,8 @@ fn each_profile_is_judged_by_its_own_grants_tools_limits_and_network() {
     assert_eq!(
         v.rule,
         format!(
-            "{}/x.txt is outside the grants of profile default",
-            b.display()
+            "{} is outside the grants of profile default",
+            b.join("x.txt").display()
         )
     );
     let v = evaluate(research, &prot, ToolName::ReadFile, &read_of(&a));
@@ -484,8 +499,8 @@ fn each_profile_is_judged_by_its_own_grants_tools_limits_and_network() {
         (
             Action::Deny,
             format!(
-                "{}/x.txt is outside the grants of profile research",
-                a.display()
+                "{} is outside the grants of profile research",
+                a.join("x.txt").display()
             )
         )
     );

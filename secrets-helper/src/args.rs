@@ -85,22 +85,32 @@ mod tests {
 
     #[test]
     fn options() {
+        let os = std::env::consts::OS;
         let c = parse(&[]).unwrap();
         assert_eq!(
-            (c.store, c.namespace.as_str()),
-            (StoreKind::Keyutils, "default")
+            (Some(c.store), c.namespace.as_str()),
+            (StoreKind::default_for(os), "default")
         );
-        let c = parse(&[
-            "--store",
-            "secret-service",
-            "--dbus-address",
-            "unix:path=/b",
-        ])
-        .unwrap();
-        assert_eq!(c.dbus_address.as_deref(), Some("unix:path=/b"));
-        assert!(parse(&["--store", "secret-service"])
-            .unwrap_err()
-            .contains("--dbus-address"));
+        if cfg!(target_os = "linux") {
+            let c = parse(&[
+                "--store",
+                "secret-service",
+                "--dbus-address",
+                "unix:path=/b",
+            ])
+            .unwrap();
+            assert_eq!(c.dbus_address.as_deref(), Some("unix:path=/b"));
+            assert!(parse(&["--store", "secret-service"])
+                .unwrap_err()
+                .contains("--dbus-address"));
+        } else {
+            // The session bus's store is Linux's: refused here, never swapped for another.
+            let e = parse(&["--store", "secret-service", "--dbus-address", "x"]).unwrap_err();
+            assert!(
+                e.contains(&format!("exists only on linux, not on {os}")),
+                "{e}"
+            );
+        }
         assert!(parse(&["--store", "kwallet"])
             .unwrap_err()
             .contains("keyutils, secret-service (Linux), keychain (macOS) and credential-manager"));

@@ -13,6 +13,15 @@ name = "mail"
 command = ["/bin/true"]
 "#;
 
+/// `rel` ('/'-separated) beneath `root`, as the bytes of a path of this OS: joined component by
+/// component, since in a Windows verbatim path (`\\?\C:\...`, what canonicalize gives) a `/`
+/// is part of a name.
+fn under(root: &std::path::Path, rel: &str) -> Vec<u8> {
+    rel.split('/')
+        .fold(root.to_path_buf(), |p, c| p.join(c))
+        .into_os_string()
+        .into_encoded_bytes()
+}
 fn doc(root: &Path, tools: &str, extra: &str) -> Policies {
     let text = format!(
         "revision = 4\n[tools]\nread_file = \"allow\"\n{tools}\n[[grant]]\nroot = '{}'\ncapabilities = [\"read\", \"write\", \"edit\"]\n{extra}",
@@ -27,7 +36,7 @@ fn doc(root: &Path, tools: &str, extra: &str) -> Policies {
 
 fn at(root: &Path, rel: &str, access: Access) -> Target {
     Target::Paths(vec![PathTarget {
-        abs: format!("{}/{rel}", root.display()).into_bytes(),
+        abs: under(root, rel),
         access,
         is_dir: false,
     }])
@@ -90,7 +99,7 @@ fn a_loosening_is_grouped_by_tool_and_target_with_counts_and_the_newest_examples
     let g = &out.groups[0];
     assert_eq!(g.change, Change::NowRuns);
     assert_eq!((g.tool.as_str(), g.count), ("write_file", 5));
-    assert_eq!(g.target, format!("{}/a.txt", r.display()));
+    assert_eq!(g.target.as_bytes(), &under(&r, "a.txt")[..]);
     assert_eq!((g.before, g.after), (Action::Ask, Action::Allow));
     assert_eq!(
         g.rule_before,
@@ -170,7 +179,7 @@ fn remembered_decisions_stand_for_both_policies() {
     let (_d, r) = root();
     let before = doc(&r, "write_file = \"ask\"", "");
     let after = doc(&r, "write_file = \"allow\"", "");
-    let key = |rel: &str| format!("{}/{rel}", r.display());
+    let key = |rel: &str| String::from_utf8(under(&r, rel)).unwrap();
     let remembered = |id: u64, rel: &str, action| Remembered {
         id,
         tool: ToolName::WriteFile.into(),
