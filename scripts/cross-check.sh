@@ -47,6 +47,13 @@ echo "== platform-independent tests for Windows, under Wine"
 export WINEDEBUG=-all WINEPREFIX=${WINEPREFIX:-$TARGET_DIR/wineprefix}
 export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=wine
 CARGO_TARGET_DIR=$TARGET_DIR sandbox/tests/wine/setup.sh >/dev/null
+# One persistent wineserver for the whole run: otherwise each test binary's exit may start the
+# server's shutdown while the next binary connects ("wine client error: recvmsg: Connection
+# reset by peer").
+wineboot -i >/dev/null 2>&1
+wineserver -w
+wineserver -p
+trap 'wineserver -k 2>/dev/null || true' EXIT
 WINE_CRATES=(-p ipc-schema -p gatehouse-policy -p gatehouse-proposal -p audit-store -p audit-export
   -p gateway -p ui -p net-helper -p secrets-helper -p gatehouse-client -p sandbox)
 LOG=$TARGET_DIR/wine-tests.log
