@@ -191,6 +191,7 @@ fn placeholder_hello() -> Hello {
             exec_tier: None,
             exec_tier_why: None,
             degraded: vec![],
+            windows: None,
         },
     }
 }

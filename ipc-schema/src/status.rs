@@ -64,6 +64,38 @@ pub struct LockdownReport {
     pub exec_tier_why: Option<crate::tier::TierReason>,
     /// What is weaker than the profile asks, and why. Empty unless `--allow-degraded`.
     pub degraded: Vec<String>,
+    /// On Windows: what the process observed of its own token, job and mitigations (the
+    /// counterpart of /proc's view on Linux). `None` on every other OS.
+    pub windows: Option<Box<WindowsConfinement>>,
+}
+
+/// What a process on Windows reads of its own confinement, for its hello: the token the
+/// spawner made for it, the job it runs in, the mitigation policies in force. The broker checks
+/// it against the profile's policy (`sandbox::wincfg::verify_report`) before it routes
+/// anything to the helper, as it checks /proc on Linux.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct WindowsConfinement {
+    /// `IsTokenRestricted`: the token has restricting SIDs.
+    pub restricted_token: bool,
+    /// The restricting SIDs are checked for writes only (`WRITE_RESTRICTED`); `None`: it could
+    /// not be read.
+    pub write_restricted: Option<bool>,
+    /// The token's restricting SIDs, as strings (`S-1-15-3-1024-...`, `S-1-5-12`).
+    pub restricting_sids: Vec<String>,
+    /// Privileges left in the token, by name.
+    pub privileges: Vec<String>,
+    /// The Administrators group is in the token and not deny-only.
+    pub administrators_usable: bool,
+    /// The process runs in a job object.
+    pub in_job: bool,
+    /// `JOB_OBJECT_LIMIT_*` flags of that job.
+    pub job_limit_flags: u32,
+    /// Its active process limit (0: none).
+    pub job_active_processes: u32,
+    /// `JOB_OBJECT_UILIMIT_*` flags, when they could be read.
+    pub job_ui_restrictions: Option<u32>,
+    /// Mitigation policies read back in force, by their short names (`PROHIBIT_DYNAMIC_CODE_ALWAYS_ON`).
+    pub mitigations: Vec<String>,
 }
 
 impl LockdownReport {
@@ -111,6 +143,7 @@ impl LockdownReport {
             exec_tier: None,
             exec_tier_why: None,
             degraded: Vec::new(),
+            windows: None,
         }
     }
 

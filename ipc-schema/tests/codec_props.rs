@@ -103,6 +103,18 @@ fn report() -> impl Strategy<Value = LockdownReport> {
                     None
                 },
                 exec_tier_why: None,
+                windows: b[6].then(|| {
+                    Box::new(ipc_schema::status::WindowsConfinement {
+                        restricted_token: b[0],
+                        write_restricted: b[1].then_some(b[5]),
+                        restricting_sids: vec!["S-1-5-12".into()],
+                        privileges: degraded.clone(),
+                        in_job: b[2],
+                        job_active_processes: n,
+                        job_ui_restrictions: b[3].then_some(abi),
+                        ..Default::default()
+                    })
+                }),
                 degraded,
             },
         )

@@ -126,6 +126,7 @@ pub fn lockdown(
         exec_tier: None,
         exec_tier_why: None,
         degraded: Vec::new(),
+        windows: None,
     })
 }
 
@@ -151,6 +152,7 @@ pub fn harden_broker() -> Result<LockdownReport, LockdownError> {
         exec_tier: None,
         exec_tier_why: None,
         degraded: Vec::new(),
+        windows: None,
     })
 }
 

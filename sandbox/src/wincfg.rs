@@ -22,6 +22,7 @@
 use crate::seatbelt::{CommandNetwork, CommandSpec};
 use crate::{FsProfile, Profile};
 use ipc_schema::exec::GrantAccess;
+use ipc_schema::status::{LockdownReport, WindowsConfinement};
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -504,6 +505,240 @@ pub fn parse_ace(sddl: &str) -> Result<AceSpec, String> {
     })
 }
 
+// ---- What a confined process reads of itself, and the one check of it ----
+//
+// The helper checks itself with these before its first request (`windows::lockdown`), the
+// spawner checks the token it made, and the broker checks the helper's hello
+// ([`verify_report`]): one implementation, compiled on every OS so that it is unit-tested
+// everywhere.
+
+/// `JOB_OBJECT_LIMIT_ACTIVE_PROCESS` (winnt.h).
+pub const JOB_OBJECT_LIMIT_ACTIVE_PROCESS: u32 = 0x0000_0008;
+/// `JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION` (winnt.h).
+pub const JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION: u32 = 0x0000_0400;
+/// `JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE` (winnt.h).
+pub const JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE: u32 = 0x0000_2000;
+/// The one privilege `DISABLE_MAX_PRIVILEGE` keeps.
+pub const CHANGE_NOTIFY: &str = "SeChangeNotifyPrivilege";
+
+/// What this process's own token says, read by the process itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenFacts {
+    /// `IsTokenRestricted`: the token has restricting SIDs.
+    pub restricted: bool,
+    /// `TokenRestrictedSids`, as strings.
+    pub restricting_sids: Vec<String>,
+    /// Privileges still in the token (whether enabled or not), by name.
+    pub privileges: Vec<String>,
+    /// The Administrators group is in the token and not deny-only.
+    pub administrators_usable: bool,
+    /// The restricting SIDs are checked for writes only (`WRITE_RESTRICTED`), or why that could
+    /// not be read. `Ok(false)` for an unrestricted token.
+    pub write_restricted: Result<bool, String>,
+}
+
+/// What is missing from `facts` for a process that should run under `spec` with `capability`,
+/// one entry per missing piece (empty: the token is what the profile asks).
+pub fn missing_from_token(
+    facts: &TokenFacts,
+    spec: &RestrictedToken,
+    capability: &str,
+) -> Vec<String> {
+    let mut missing = Vec::new();
+    if !facts.restricted {
+        missing.push("restricted token: the process token has no restricting SIDs (it was not started through the restricted-token spawn)".to_string());
+    }
+    for want in &spec.restricting {
+        if !facts
+            .restricting_sids
+            .iter()
+            .any(|s| s.eq_ignore_ascii_case(&want.0))
+        {
+            let what = if want.0 == capability {
+                "the profile's capability SID"
+            } else {
+                "restricting SID"
+            };
+            missing.push(format!(
+                "restricted token: {what} {} is not among its restricting SIDs",
+                want.0
+            ));
+        }
+    }
+    let extra: Vec<&String> = facts
+        .privileges
+        .iter()
+        .filter(|p| *p != CHANGE_NOTIFY)
+        .collect();
+    if spec.disable_max_privilege && !extra.is_empty() {
+        missing.push(format!(
+            "restricted token: privileges not stripped: {}",
+            extra
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    // Only the weaker kind is a gap: a write-restricted token where the profile asks for a
+    // fully restricted one (every read also checked against the restricting SIDs).
+    if facts.restricted && !spec.write_restricted {
+        match &facts.write_restricted {
+            Ok(false) => {}
+            Ok(true) => missing.push("restricted token: it is write-restricted, but the profile asks for a fully restricted one (reads unconfined)".to_string()),
+            Err(e) => missing.push(format!("restricted token: cannot tell whether it is write-restricted: {e}")),
+        }
+    }
+    if facts.administrators_usable {
+        missing.push("restricted token: Administrators is not deny-only".to_string());
+    }
+    missing
+}
+
+/// What this process can see of the job it runs in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobFacts {
+    pub in_job: bool,
+    /// `JOB_OBJECT_LIMIT_*` flags of the job this process is directly in.
+    pub limit_flags: u32,
+    pub active_process_limit: u32,
+    /// `JOB_OBJECT_UILIMIT_*` flags, or why they could not be read.
+    pub ui_restrictions: Result<u32, String>,
+}
+
+/// What is missing from `facts` for a process that should run under `limits`.
+pub fn missing_from_job(facts: &JobFacts, limits: &JobLimits) -> Vec<String> {
+    if !facts.in_job {
+        return vec![
+            "job object: the process is in no job (it was not started through the confined spawn)"
+                .into(),
+        ];
+    }
+    let mut missing = Vec::new();
+    if limits.kill_on_close && facts.limit_flags & JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE == 0 {
+        missing.push("job object: kill-on-close is not set".into());
+    }
+    if limits.die_on_unhandled_exception
+        && facts.limit_flags & JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION == 0
+    {
+        missing.push("job object: die-on-unhandled-exception is not set".into());
+    }
+    if let Some(n) = limits.active_processes {
+        if facts.limit_flags & JOB_OBJECT_LIMIT_ACTIVE_PROCESS == 0
+            || facts.active_process_limit > n
+        {
+            missing.push(format!(
+                "job object: active process limit is not {n} (flags {:#x}, limit {})",
+                facts.limit_flags, facts.active_process_limit
+            ));
+        }
+    }
+    match (limits.ui_bits(), &facts.ui_restrictions) {
+        (Ok(0), _) => {}
+        (Ok(want), Ok(have)) if have & want != want => missing.push(format!(
+            "job object: UI restrictions {have:#x} lack {:#x}",
+            want & !have
+        )),
+        (Ok(_), Ok(_)) => {}
+        (Ok(_), Err(e)) => missing.push(format!("job object: UI restrictions cannot be read: {e}")),
+        (Err(n), _) => missing.push(format!("job object: unknown UI limit {n}")),
+    }
+    missing
+}
+
+/// The short name of a mitigation (`PROHIBIT_DYNAMIC_CODE_ALWAYS_ON`), as reports carry it.
+pub fn mitigation_short(m: &str) -> &str {
+    m.trim_start_matches("PROCESS_CREATION_MITIGATION_POLICY_")
+        .trim_start_matches("PROCESS_CREATION_")
+}
+
+/// The report a helper sends in its hello: what it read of its token and job, and the
+/// mitigations it read back in force.
+pub fn confinement(
+    token: Option<&TokenFacts>,
+    job: Option<&JobFacts>,
+    mitigations: Vec<String>,
+) -> WindowsConfinement {
+    let mut c = WindowsConfinement {
+        mitigations,
+        ..WindowsConfinement::default()
+    };
+    if let Some(t) = token {
+        c.restricted_token = t.restricted;
+        c.write_restricted = t.write_restricted.clone().ok();
+        c.restricting_sids = t.restricting_sids.clone();
+        c.privileges = t.privileges.clone();
+        c.administrators_usable = t.administrators_usable;
+    }
+    if let Some(j) = job {
+        c.in_job = j.in_job;
+        c.job_limit_flags = j.limit_flags;
+        c.job_active_processes = j.active_process_limit;
+        c.job_ui_restrictions = j.ui_restrictions.clone().ok();
+    }
+    c
+}
+
+/// What is missing from a helper's report for its profile's `policy`: its token, its job and
+/// the mitigations the policy asks for (one entry per missing piece; empty: confined as asked).
+pub fn missing(policy: &WindowsPolicy, c: &WindowsConfinement) -> Vec<String> {
+    let token = TokenFacts {
+        restricted: c.restricted_token,
+        restricting_sids: c.restricting_sids.clone(),
+        privileges: c.privileges.clone(),
+        administrators_usable: c.administrators_usable,
+        write_restricted: c
+            .write_restricted
+            .ok_or_else(|| "the helper could not read it".to_string()),
+    };
+    let job = JobFacts {
+        in_job: c.in_job,
+        limit_flags: c.job_limit_flags,
+        active_process_limit: c.job_active_processes,
+        ui_restrictions: c
+            .job_ui_restrictions
+            .ok_or_else(|| "the helper could not read them".to_string()),
+    };
+    let mut out = missing_from_token(&token, &policy.token, &policy.sid.0);
+    out.extend(missing_from_job(&job, &policy.job));
+    for m in &policy.mitigations.0 {
+        let short = mitigation_short(m);
+        if !c.mitigations.iter().any(|h| h == short) {
+            out.push(format!("mitigation {short} is not in force"));
+        }
+    }
+    out
+}
+
+/// The broker's check of a helper's hello on Windows (the counterpart of
+/// `LockdownReport::verify` with /proc on Linux): a report without its Windows part, or one
+/// that falls short of `policy`, is refused, naming what is missing. With `allow_degraded` a
+/// short report passes only if the helper named the same gaps itself (`degraded`).
+pub fn verify_report(
+    policy: &WindowsPolicy,
+    report: &LockdownReport,
+    allow_degraded: bool,
+) -> Result<(), String> {
+    let Some(c) = report.windows.as_deref() else {
+        return Err(format!(
+            "the {} helper's report says nothing of its token, job or mitigations",
+            policy.profile
+        ));
+    };
+    let gaps = missing(policy, c);
+    if gaps.is_empty() {
+        return Ok(());
+    }
+    if allow_degraded && gaps.iter().all(|g| report.degraded.iter().any(|d| d == g)) {
+        return Ok(());
+    }
+    Err(format!(
+        "the {} helper is not confined as its profile asks: {}",
+        policy.profile,
+        gaps.join("; ")
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -654,5 +889,201 @@ mod tests {
         assert!(w.filters.iter().any(|f| f.action == "FWP_ACTION_PERMIT"
             && f.conditions
                 .contains(&"FWPM_CONDITION_IP_REMOTE_PORT == 4000".to_string())));
+    }
+}
+
+#[cfg(test)]
+mod verdict_tests {
+    use super::*;
+    use crate::Profile;
+
+    fn fs_policy() -> WindowsPolicy {
+        helper_policy(&Profile::Fs(crate::FsProfile::default())).unwrap()
+    }
+
+    fn good_token(p: &WindowsPolicy) -> TokenFacts {
+        TokenFacts {
+            restricted: true,
+            restricting_sids: p.token.restricting.iter().map(|s| s.0.clone()).collect(),
+            privileges: vec!["SeChangeNotifyPrivilege".into()],
+            administrators_usable: false,
+            write_restricted: Ok(false),
+        }
+    }
+
+    fn good_job() -> JobFacts {
+        JobFacts {
+            in_job: true,
+            limit_flags: 0x2000 | 0x400 | 0x8,
+            active_process_limit: 1,
+            ui_restrictions: Ok(0xFF),
+        }
+    }
+
+    #[test]
+    fn a_token_and_job_as_the_policy_asks_miss_nothing_and_each_gap_is_named() {
+        let p = fs_policy();
+        assert_eq!(
+            missing_from_token(&good_token(&p), &p.token, &p.sid.0),
+            Vec::<String>::new()
+        );
+        assert_eq!(missing_from_job(&good_job(), &p.job), Vec::<String>::new());
+
+        let mut t = good_token(&p);
+        t.restricting_sids.retain(|s| s != &p.sid.0);
+        let m = missing_from_token(&t, &p.token, &p.sid.0);
+        assert_eq!(m.len(), 1);
+        assert!(
+            m[0].contains("the profile's capability SID") && m[0].contains(&p.sid.0),
+            "{m:?}"
+        );
+
+        let mut t = good_token(&p);
+        t.privileges.push("SeDebugPrivilege".into());
+        t.administrators_usable = true;
+        t.write_restricted = Ok(true);
+        let m = missing_from_token(&t, &p.token, &p.sid.0).join("; ");
+        assert!(
+            m.contains("privileges not stripped: SeDebugPrivilege"),
+            "{m}"
+        );
+        assert!(m.contains("Administrators is not deny-only"), "{m}");
+        assert!(
+            m.contains("it is write-restricted, but the profile asks for a fully restricted one"),
+            "{m}"
+        );
+        // Exec asks for write-restricted: a write-restricted token is what it wants, and a
+        // token whose kind cannot be read is not held against it.
+        let exec = helper_policy(&Profile::Exec).unwrap();
+        let mut t = good_token(&exec);
+        t.write_restricted = Err("no".into());
+        assert_eq!(
+            missing_from_token(&t, &exec.token, &exec.sid.0),
+            Vec::<String>::new()
+        );
+        let mut t = good_token(&p);
+        t.write_restricted = Err("no".into());
+        assert!(missing_from_token(&t, &p.token, &p.sid.0)[0]
+            .contains("cannot tell whether it is write-restricted: no"));
+
+        for (flags, limit, ui, want) in [
+            (0x400 | 0x8, 1, Ok(0xFF), "kill-on-close is not set"),
+            (
+                0x2000 | 0x8,
+                1,
+                Ok(0xFF),
+                "die-on-unhandled-exception is not set",
+            ),
+            (0x2000 | 0x400, 0, Ok(0xFF), "active process limit is not 1"),
+            (
+                0x2000 | 0x400 | 0x8,
+                2,
+                Ok(0xFF),
+                "active process limit is not 1",
+            ),
+            (
+                0x2000 | 0x400 | 0x8,
+                1,
+                Ok(0x7F),
+                "UI restrictions 0x7f lack 0x80",
+            ),
+            (
+                0x2000 | 0x400 | 0x8,
+                1,
+                Err("no".into()),
+                "UI restrictions cannot be read: no",
+            ),
+        ] {
+            let j = JobFacts {
+                in_job: true,
+                limit_flags: flags,
+                active_process_limit: limit,
+                ui_restrictions: ui,
+            };
+            let m = missing_from_job(&j, &p.job);
+            assert_eq!(m.len(), 1, "{m:?}");
+            assert!(m[0].contains(want), "{m:?} lacks {want}");
+        }
+        let outside = JobFacts {
+            in_job: false,
+            ..good_job()
+        };
+        assert!(missing_from_job(&outside, &p.job)[0].contains("in no job"));
+        // Exec has no process limit: any is fine.
+        let exec = helper_policy(&Profile::Exec).unwrap();
+        let j = JobFacts {
+            limit_flags: 0x2000 | 0x400,
+            active_process_limit: 0,
+            ..good_job()
+        };
+        assert_eq!(missing_from_job(&j, &exec.job), Vec::<String>::new());
+    }
+
+    #[test]
+    fn the_broker_refuses_a_report_short_of_the_policy_naming_each_gap() {
+        let p = fs_policy();
+        let held: Vec<String> = p
+            .mitigations
+            .0
+            .iter()
+            .map(|m| mitigation_short(m).to_string())
+            .collect();
+        let good = confinement(Some(&good_token(&p)), Some(&good_job()), held.clone());
+        let report = |c: Option<WindowsConfinement>, degraded: Vec<String>| LockdownReport {
+            windows: c.map(Box::new),
+            degraded,
+            ..LockdownReport::nothing_yet("fs")
+        };
+        // Positive control: the report of a helper confined as asked passes.
+        assert_eq!(
+            verify_report(&p, &report(Some(good.clone()), vec![]), false),
+            Ok(())
+        );
+        // No Windows part at all.
+        let e = verify_report(&p, &report(None, vec![]), true).unwrap_err();
+        assert!(e.contains("says nothing of its token"), "{e}");
+        // A process started without the confined spawn (Wine's view): every gap named.
+        let bare = confinement(
+            Some(&TokenFacts {
+                restricted: false,
+                restricting_sids: vec![],
+                privileges: vec![CHANGE_NOTIFY.into(), "SeDebugPrivilege".into()],
+                administrators_usable: false,
+                write_restricted: Ok(false),
+            }),
+            Some(&JobFacts {
+                in_job: false,
+                limit_flags: 0,
+                active_process_limit: 0,
+                ui_restrictions: Ok(0),
+            }),
+            vec![],
+        );
+        let e = verify_report(&p, &report(Some(bare.clone()), vec![]), false).unwrap_err();
+        for want in [
+            "has no restricting SIDs",
+            "the profile's capability SID",
+            "privileges not stripped: SeDebugPrivilege",
+            "in no job",
+            "is not in force",
+        ] {
+            assert!(e.contains(want), "{e} lacks {want}");
+        }
+        // Degraded passes only when the helper named the same gaps itself.
+        let gaps = missing(&p, &bare);
+        assert_eq!(
+            verify_report(&p, &report(Some(bare.clone()), gaps.clone()), true),
+            Ok(())
+        );
+        assert!(verify_report(&p, &report(Some(bare.clone()), gaps[1..].to_vec()), true).is_err());
+        assert!(verify_report(&p, &report(Some(bare), gaps), false).is_err());
+        // One mitigation missing from an otherwise good report.
+        let mut one_short = good;
+        one_short.mitigations.pop();
+        let e = verify_report(&p, &report(Some(one_short), vec![]), false).unwrap_err();
+        assert!(
+            e.contains(&format!("{} is not in force", held[held.len() - 1])),
+            "{e}"
+        );
     }
 }

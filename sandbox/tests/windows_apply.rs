@@ -106,8 +106,19 @@ mod win {
                     allow_degraded: args[2] == "degraded",
                     ..Default::default()
                 };
-                match sandbox::lockdown(&fs_profile(&grant), &opts) {
-                    Ok(r) => println!("lockdown ok degraded={:?}", r.degraded),
+                let profile = fs_profile(&grant);
+                match sandbox::lockdown(&profile, &opts) {
+                    Ok(r) => {
+                        println!("lockdown ok degraded={:?}", r.degraded);
+                        // What the broker would make of this hello, strict and degraded.
+                        let policy = wincfg::helper_policy(&profile).unwrap();
+                        for allow in [false, true] {
+                            println!(
+                                "broker verify allow_degraded={allow}: {:?}",
+                                wincfg::verify_report(&policy, &r, allow)
+                            );
+                        }
+                    }
                     Err(e) => println!("lockdown err {e}"),
                 }
                 ExitCode::SUCCESS
@@ -143,7 +154,7 @@ mod win {
             }
             Some("harden") => {
                 match sandbox::harden_broker() {
-                    Ok(r) => println!("harden ok {:?}", r.namespaces),
+                    Ok(r) => println!("harden ok {:?}", r.windows),
                     Err(e) => println!("harden err {e}"),
                 }
                 let exe = std::env::current_exe().unwrap();
@@ -197,7 +208,7 @@ mod win {
             say(format!("mitigation {m} {state}"));
         }
         match sandbox::lockdown(&fs_profile(&grant), &LockdownOptions::default()) {
-            Ok(r) => say(format!("lockdown ok {:?}", r.namespaces)),
+            Ok(r) => say(format!("lockdown ok {:?}", r.windows)),
             Err(e) => say(format!("lockdown err {e}")),
         }
         say("ready".into());
@@ -642,6 +653,16 @@ mod win {
         assert!(degraded.starts_with("lockdown ok degraded="), "{degraded}");
         assert!(
             degraded.contains("restricted token: the process token has no restricting SIDs"),
+            "{degraded}"
+        );
+        // The broker's check of that hello: refused unless the broker allows degraded helpers,
+        // and then only because the helper named the same gaps itself.
+        assert!(
+            degraded.contains("broker verify allow_degraded=false: Err(\"the fs helper is not confined as its profile asks: restricted token: the process token has no restricting SIDs"),
+            "{degraded}"
+        );
+        assert!(
+            degraded.contains("broker verify allow_degraded=true: Ok(())"),
             "{degraded}"
         );
     }

@@ -99,6 +99,7 @@ pub fn lockdown(
         exec_tier_why,
         namespaces,
         degraded,
+        windows: None,
     })
 }
 
@@ -163,6 +164,7 @@ pub fn lockdown_router(
         exec_tier: None,
         exec_tier_why: None,
         degraded: ruleset.degraded,
+        windows: None,
     })
 }
 
@@ -196,5 +198,6 @@ pub fn lockdown_spawner(keep_fd: i32) -> Result<LockdownReport, LockdownError> {
         exec_tier: None,
         exec_tier_why: None,
         degraded: Vec::new(),
+        windows: None,
     })
 }

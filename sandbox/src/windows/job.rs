@@ -2,7 +2,7 @@
 //! handle kills the tree), checked by the helper from inside.
 
 use super::ffi::{invalid, last, owned, raw, WinError};
-use crate::wincfg::JobLimits;
+use crate::wincfg::{JobFacts, JobLimits};
 use std::os::windows::io::{AsHandle, BorrowedHandle, OwnedHandle};
 use windows_sys::Win32::System::JobObjects::{
     AssignProcessToJobObject, CreateJobObjectW, IsProcessInJob, JobObjectBasicUIRestrictions,
@@ -112,17 +112,6 @@ impl Job {
     }
 }
 
-/// What this process can see of the job it runs in.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobFacts {
-    pub in_job: bool,
-    /// `JOB_OBJECT_LIMIT_*` flags of the job this process is directly in.
-    pub limit_flags: u32,
-    pub active_process_limit: u32,
-    /// `JOB_OBJECT_UILIMIT_*` flags, or why they could not be read.
-    pub ui_restrictions: Result<u32, String>,
-}
-
 /// Reads the job this process runs in (for a nested job, the innermost: the one the spawner
 /// made).
 pub fn own_job_facts() -> Result<JobFacts, WinError> {
@@ -180,44 +169,4 @@ pub fn own_job_facts() -> Result<JobFacts, WinError> {
         active_process_limit: info.BasicLimitInformation.ActiveProcessLimit,
         ui_restrictions,
     })
-}
-
-/// What is missing from `facts` for a process that should run under `limits`.
-pub fn missing_from_job(facts: &JobFacts, limits: &JobLimits) -> Vec<String> {
-    if !facts.in_job {
-        return vec![
-            "job object: the process is in no job (it was not started through the confined spawn)"
-                .into(),
-        ];
-    }
-    let mut missing = Vec::new();
-    if limits.kill_on_close && facts.limit_flags & JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE == 0 {
-        missing.push("job object: kill-on-close is not set".into());
-    }
-    if limits.die_on_unhandled_exception
-        && facts.limit_flags & JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION == 0
-    {
-        missing.push("job object: die-on-unhandled-exception is not set".into());
-    }
-    if let Some(n) = limits.active_processes {
-        if facts.limit_flags & JOB_OBJECT_LIMIT_ACTIVE_PROCESS == 0
-            || facts.active_process_limit > n
-        {
-            missing.push(format!(
-                "job object: active process limit is not {n} (flags {:#x}, limit {})",
-                facts.limit_flags, facts.active_process_limit
-            ));
-        }
-    }
-    match (limits.ui_bits(), &facts.ui_restrictions) {
-        (Ok(0), _) => {}
-        (Ok(want), Ok(have)) if have & want != want => missing.push(format!(
-            "job object: UI restrictions {have:#x} lack {:#x}",
-            want & !have
-        )),
-        (Ok(_), Ok(_)) => {}
-        (Ok(_), Err(e)) => missing.push(format!("job object: UI restrictions cannot be read: {e}")),
-        (Err(n), _) => missing.push(format!("job object: unknown UI limit {n}")),
-    }
-    missing
 }

@@ -32,14 +32,15 @@ mod mitigation;
 mod spawn;
 mod token;
 
+pub use crate::wincfg::{missing_from_job, missing_from_token, JobFacts, TokenFacts};
 pub use acl::{apply_aces, dacl_sddl, remove_aces, AppliedAce};
 pub use ffi::{running_under_wine, OwnedSid, WinError};
-pub use job::{missing_from_job, own_job_facts, Job, JobFacts};
+pub use job::{own_job_facts, Job};
 pub use mitigation::in_force as mitigation_in_force;
 pub use spawn::{
     env_from_allowlist, spawn, take_inherited_handle, ConfinedChild, SpawnOptions, SpawnSpec,
 };
-pub use token::{missing_from_token, own_token_facts, TokenFacts};
+pub use token::own_token_facts;
 
 use crate::wincfg::{self, JobLimits, WindowsPolicy};
 use crate::{LockdownError, LockdownOptions, LockdownReport, Profile};
@@ -73,39 +74,6 @@ fn clear_env(keep: &[String]) -> Result<(), LockdownError> {
         }
     }
     Ok(())
-}
-
-/// One line describing the token, job and mitigations, for the report: `LockdownReport` has no
-/// Windows fields (ipc-schema is not this crate's to change), so they go in `namespaces`, each
-/// prefixed `windows `.
-fn describe(
-    token: &Option<TokenFacts>,
-    job: &Option<JobFacts>,
-    mitigations: &[&str],
-) -> Vec<String> {
-    let mut out = Vec::new();
-    if let Some(t) = token {
-        out.push(format!(
-            "windows token: restricted {}, restricting SIDs [{}], privileges [{}]",
-            t.restricted,
-            t.restricting_sids.join(", "),
-            t.privileges.join(", ")
-        ));
-    }
-    if let Some(j) = job {
-        out.push(format!(
-            "windows job: in job {}, limit flags {:#x}, active process limit {}, UI restrictions {:?}",
-            j.in_job, j.limit_flags, j.active_process_limit, j.ui_restrictions
-        ));
-    }
-    out.push(format!(
-        "windows mitigations in force: [{}]",
-        mitigations.join(", ")
-    ));
-    out.push(
-        "windows handles: the inherited set is fixed by the spawner's PROC_THREAD_ATTRIBUTE_HANDLE_LIST; not observable from inside".into(),
-    );
-    out
 }
 
 /// Locks a helper down on Windows: checks its own token and job against the profile's
@@ -160,21 +128,30 @@ pub fn lockdown_with(
         });
     }
     let wanted: Vec<&'static str> = policy.mitigations.0.clone();
+    // Each failure with its reason (for the refusal); what holds is read back.
     let not_held = mitigation::ensure(&wanted);
-    let held: Vec<&str> = wanted
+    let held: Vec<String> = wanted
         .iter()
         .copied()
         .filter(|m| !not_held.iter().any(|n| n.contains(short(m))))
-        .map(short)
+        .map(|m| short(m).to_string())
         .collect();
-    missing.extend(not_held);
     clear_env(&opts.keep_env)?;
-    if !missing.is_empty() && !opts.allow_degraded {
+    let confinement = wincfg::confinement(token.as_ref(), job.as_ref(), held);
+    if !not_held.is_empty() && !opts.allow_degraded {
+        missing.extend(not_held);
         return Err(LockdownError::NotConfined {
             profile: name,
             missing: missing.join("; "),
         });
     }
+    // Degraded: the gaps exactly as the broker's check words them (wincfg::missing, the one
+    // check), after what could not even be read.
+    let mut degraded: Vec<String> = missing
+        .into_iter()
+        .filter(|m| m.contains("cannot read"))
+        .collect();
+    degraded.extend(wincfg::missing(policy, &confinement));
     let privileges_stripped = token.as_ref().is_some_and(|t| {
         t.restricted
             && !t.administrators_usable
@@ -190,15 +167,14 @@ pub fn lockdown_with(
         // Die on unhandled exception: no Windows Error Reporting dump of the process.
         core_dumps_off: no_dumps,
         capabilities_dropped: privileges_stripped,
-        namespaces: describe(&token, &job, &held),
-        degraded: missing,
+        windows: Some(Box::new(confinement)),
+        degraded,
         ..LockdownReport::nothing_yet(name)
     })
 }
 
 fn short(m: &str) -> &str {
-    m.trim_start_matches("PROCESS_CREATION_MITIGATION_POLICY_")
-        .trim_start_matches("PROCESS_CREATION_")
+    wincfg::mitigation_short(m)
 }
 
 /// What the broker (router) applies to itself on Windows; each failure refuses the start.
@@ -251,7 +227,11 @@ pub fn harden_broker() -> Result<LockdownReport, LockdownError> {
     }
     Ok(LockdownReport {
         core_dumps_off: true,
-        namespaces: describe(&None, &Some(facts), &wanted.map(short)),
+        windows: Some(Box::new(wincfg::confinement(
+            None,
+            Some(&facts),
+            wanted.iter().map(|m| short(m).to_string()).collect(),
+        ))),
         ..LockdownReport::nothing_yet("broker")
     })
 }
@@ -311,132 +291,5 @@ mod tests {
                 );
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod verdict_tests {
-    use super::*;
-
-    fn fs_policy() -> WindowsPolicy {
-        wincfg::helper_policy(&Profile::Fs(crate::FsProfile::default())).unwrap()
-    }
-
-    fn good_token(p: &WindowsPolicy) -> TokenFacts {
-        TokenFacts {
-            restricted: true,
-            restricting_sids: p.token.restricting.iter().map(|s| s.0.clone()).collect(),
-            privileges: vec!["SeChangeNotifyPrivilege".into()],
-            administrators_usable: false,
-            write_restricted: Ok(false),
-        }
-    }
-
-    fn good_job() -> JobFacts {
-        JobFacts {
-            in_job: true,
-            limit_flags: 0x2000 | 0x400 | 0x8,
-            active_process_limit: 1,
-            ui_restrictions: Ok(0xFF),
-        }
-    }
-
-    #[test]
-    fn a_token_and_job_as_the_policy_asks_miss_nothing_and_each_gap_is_named() {
-        let p = fs_policy();
-        assert_eq!(
-            missing_from_token(&good_token(&p), &p.token, &p.sid.0),
-            Vec::<String>::new()
-        );
-        assert_eq!(missing_from_job(&good_job(), &p.job), Vec::<String>::new());
-
-        let mut t = good_token(&p);
-        t.restricting_sids.retain(|s| s != &p.sid.0);
-        let m = missing_from_token(&t, &p.token, &p.sid.0);
-        assert_eq!(m.len(), 1);
-        assert!(
-            m[0].contains("the profile's capability SID") && m[0].contains(&p.sid.0),
-            "{m:?}"
-        );
-
-        let mut t = good_token(&p);
-        t.privileges.push("SeDebugPrivilege".into());
-        t.administrators_usable = true;
-        t.write_restricted = Ok(true);
-        let m = missing_from_token(&t, &p.token, &p.sid.0).join("; ");
-        assert!(
-            m.contains("privileges not stripped: SeDebugPrivilege"),
-            "{m}"
-        );
-        assert!(m.contains("Administrators is not deny-only"), "{m}");
-        assert!(
-            m.contains("it is write-restricted, but the profile asks for a fully restricted one"),
-            "{m}"
-        );
-        // Exec asks for write-restricted: a write-restricted token is what it wants, and a
-        // token whose kind cannot be read is not held against it.
-        let exec = wincfg::helper_policy(&Profile::Exec).unwrap();
-        let mut t = good_token(&exec);
-        t.write_restricted = Err("no".into());
-        assert_eq!(
-            missing_from_token(&t, &exec.token, &exec.sid.0),
-            Vec::<String>::new()
-        );
-        let mut t = good_token(&p);
-        t.write_restricted = Err("no".into());
-        assert!(missing_from_token(&t, &p.token, &p.sid.0)[0]
-            .contains("cannot tell whether it is write-restricted: no"));
-
-        for (flags, limit, ui, want) in [
-            (0x400 | 0x8, 1, Ok(0xFF), "kill-on-close is not set"),
-            (
-                0x2000 | 0x8,
-                1,
-                Ok(0xFF),
-                "die-on-unhandled-exception is not set",
-            ),
-            (0x2000 | 0x400, 0, Ok(0xFF), "active process limit is not 1"),
-            (
-                0x2000 | 0x400 | 0x8,
-                2,
-                Ok(0xFF),
-                "active process limit is not 1",
-            ),
-            (
-                0x2000 | 0x400 | 0x8,
-                1,
-                Ok(0x7F),
-                "UI restrictions 0x7f lack 0x80",
-            ),
-            (
-                0x2000 | 0x400 | 0x8,
-                1,
-                Err("no".into()),
-                "UI restrictions cannot be read: no",
-            ),
-        ] {
-            let j = JobFacts {
-                in_job: true,
-                limit_flags: flags,
-                active_process_limit: limit,
-                ui_restrictions: ui,
-            };
-            let m = missing_from_job(&j, &p.job);
-            assert_eq!(m.len(), 1, "{m:?}");
-            assert!(m[0].contains(want), "{m:?} lacks {want}");
-        }
-        let outside = JobFacts {
-            in_job: false,
-            ..good_job()
-        };
-        assert!(missing_from_job(&outside, &p.job)[0].contains("in no job"));
-        // Exec has no process limit: any is fine.
-        let exec = wincfg::helper_policy(&Profile::Exec).unwrap();
-        let j = JobFacts {
-            limit_flags: 0x2000 | 0x400,
-            active_process_limit: 0,
-            ..good_job()
-        };
-        assert_eq!(missing_from_job(&j, &exec.job), Vec::<String>::new());
     }
 }

@@ -322,7 +322,7 @@ pub fn spawn(
     // The token is read back before it is used: a system that hands back something other than
     // what was asked (Wine returns an unrestricted token) is caught here, not trusted.
     let built = super::token::token_facts(token.as_handle())?;
-    let short = super::token::missing_from_token(&built, &policy.token, &policy.sid.0);
+    let short = crate::wincfg::missing_from_token(&built, &policy.token, &policy.sid.0);
     if !short.is_empty() {
         let e = invalid(
             "restricted token",

@@ -6,7 +6,7 @@ use super::ffi::{
     invalid, last, owned, raw, returned, sid_string, token_groups, token_info, Local, OwnedSid,
     WinError,
 };
-use crate::wincfg::RestrictedToken;
+use crate::wincfg::{RestrictedToken, TokenFacts};
 use std::os::windows::io::{AsHandle, BorrowedHandle, OwnedHandle};
 use windows_sys::Win32::Foundation::{ERROR_SUCCESS, GENERIC_ALL, LUID};
 use windows_sys::Win32::Security::Authorization::{
@@ -26,7 +26,6 @@ const MECH: &str = "restricted token";
 /// `SE_GROUP_USE_FOR_DENY_ONLY` (winnt.h): the group only ever denies.
 const DENY_ONLY: u32 = 0x10;
 /// The one privilege `DISABLE_MAX_PRIVILEGE` keeps (traversal checks).
-const CHANGE_NOTIFY: &str = "SeChangeNotifyPrivilege";
 const SYSTEM: &str = "S-1-5-18";
 /// `TOKEN_WRITE_RESTRICTED` in TOKEN_ACCESS_INFORMATION.Flags (winnt.h; no windows-sys constant).
 const TOKEN_WRITE_RESTRICTED: u32 = 0x0008;
@@ -193,22 +192,6 @@ fn set_dacls(token: BorrowedHandle<'_>, capability: &OwnedSid) -> Result<(), Win
     Ok(())
 }
 
-/// What this process's own token says, read by the process itself.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TokenFacts {
-    /// `IsTokenRestricted`: the token has restricting SIDs.
-    pub restricted: bool,
-    /// `TokenRestrictedSids`, as strings.
-    pub restricting_sids: Vec<String>,
-    /// Privileges still in the token (whether enabled or not), by name.
-    pub privileges: Vec<String>,
-    /// The Administrators group is in the token and not deny-only.
-    pub administrators_usable: bool,
-    /// The restricting SIDs are checked for writes only (`WRITE_RESTRICTED`), or why that could
-    /// not be read. `Ok(false)` for an unrestricted token.
-    pub write_restricted: Result<bool, String>,
-}
-
 /// Reads this process's token.
 pub fn own_token_facts() -> Result<TokenFacts, WinError> {
     let token = open_own_token(TOKEN_QUERY)?;
@@ -335,64 +318,6 @@ fn privilege_name(luid: &LUID) -> String {
     }
 }
 
-/// What is missing from `facts` for a process that should run under `spec` with `capability`,
-/// one entry per missing piece (empty: the token is what the profile asks).
-pub fn missing_from_token(
-    facts: &TokenFacts,
-    spec: &RestrictedToken,
-    capability: &str,
-) -> Vec<String> {
-    let mut missing = Vec::new();
-    if !facts.restricted {
-        missing.push("restricted token: the process token has no restricting SIDs (it was not started through the restricted-token spawn)".to_string());
-    }
-    for want in &spec.restricting {
-        if !facts
-            .restricting_sids
-            .iter()
-            .any(|s| s.eq_ignore_ascii_case(&want.0))
-        {
-            let what = if want.0 == capability {
-                "the profile's capability SID"
-            } else {
-                "restricting SID"
-            };
-            missing.push(format!(
-                "restricted token: {what} {} is not among its restricting SIDs",
-                want.0
-            ));
-        }
-    }
-    let extra: Vec<&String> = facts
-        .privileges
-        .iter()
-        .filter(|p| *p != CHANGE_NOTIFY)
-        .collect();
-    if spec.disable_max_privilege && !extra.is_empty() {
-        missing.push(format!(
-            "restricted token: privileges not stripped: {}",
-            extra
-                .iter()
-                .map(|s| s.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-    }
-    // Only the weaker kind is a gap: a write-restricted token where the profile asks for a
-    // fully restricted one (every read also checked against the restricting SIDs).
-    if facts.restricted && !spec.write_restricted {
-        match &facts.write_restricted {
-            Ok(false) => {}
-            Ok(true) => missing.push("restricted token: it is write-restricted, but the profile asks for a fully restricted one (reads unconfined)".to_string()),
-            Err(e) => missing.push(format!("restricted token: cannot tell whether it is write-restricted: {e}")),
-        }
-    }
-    if facts.administrators_usable {
-        missing.push("restricted token: Administrators is not deny-only".to_string());
-    }
-    missing
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -407,7 +332,7 @@ mod tests {
         };
         assert_eq!(name(2), "SeCreateTokenPrivilege");
         // SE_CHANGE_NOTIFY_PRIVILEGE, the one DISABLE_MAX_PRIVILEGE keeps.
-        assert_eq!(name(23), CHANGE_NOTIFY);
+        assert_eq!(name(23), crate::wincfg::CHANGE_NOTIFY);
         assert_eq!(name(36), "SeDelegateSessionUserImpersonatePrivilege");
         assert_eq!(name(37), "privilege LUID 0:37");
         assert_eq!(name(1), "privilege LUID 0:1");
