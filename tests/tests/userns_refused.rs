@@ -36,6 +36,45 @@ fn gatehouse(wrap: Option<&str>, dir: &DataDir, cwd: &std::path::Path, args: &[&
         .unwrap()
 }
 
+/// The `gatehouse sandbox` rows of the audit log (`audit tail --json`), once its ended row is
+/// there (the audit writer commits on its own thread: waited for, up to a minute).
+fn sandbox_rows(wrap: Option<&str>, dir: &DataDir, cwd: &std::path::Path) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let o = gatehouse(wrap, dir, cwd, &["--json", "audit", "tail", "-n", "1000"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        let rows: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|r| r["tool"] == "gatehouse sandbox")
+            .collect();
+        if rows.iter().any(|r| r["outcome"] == "ended") || Instant::now() > deadline {
+            return rows;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The started and ended rows of a `gatehouse sandbox` command name the exec sandbox's tier
+/// (their `tier` column, under the chain's hash), and the started row's line words it.
+fn assert_rows_name_the_tier(rows: &[Value], name: &str, words: &str) {
+    for outcome in ["started", "ended"] {
+        let row = rows
+            .iter()
+            .find(|r| r["outcome"] == outcome)
+            .unwrap_or_else(|| panic!("no {outcome} row: {rows:#?}"));
+        assert_eq!(row["tier"], name, "{row}");
+    }
+    let started = rows.iter().find(|r| r["outcome"] == "started").unwrap();
+    assert!(
+        started["detail"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("in the exec sandbox ({words}) with no network")),
+        "{started}"
+    );
+}
+
 fn text(o: &Output) -> String {
     format!(
         "{}{}",
@@ -86,6 +125,8 @@ fn without_a_wrapper_namespaces_are_available_and_commands_run() {
     assert_eq!(exec_state(&v), Value::String("Ready".into()), "{v}");
     let o = gatehouse(None, &dir, work.path(), &["sandbox", "--", "/bin/true"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let rows = sandbox_rows(None, &dir, work.path());
+    assert_rows_name_the_tier(&rows, "namespaces", "namespace tier");
     let o = gatehouse(None, &dir, work.path(), &["doctor"]);
     assert!(
         text(&o).contains(
@@ -199,6 +240,12 @@ fn with_require_namespaces_false_commands_run_in_the_landlock_tier() {
         out.contains(&format!("home errno {}", libc::EACCES)),
         "{}",
         text(&o)
+    );
+    let rows = sandbox_rows(Some("container"), &dir, work.path());
+    assert_rows_name_the_tier(
+        &rows,
+        "landlock",
+        "Landlock tier (no namespaces: docs/SECURITY.md lists what it does not hold)",
     );
 }
 

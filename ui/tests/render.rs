@@ -316,6 +316,7 @@ fn hostile_audit_rows_and_session_ids_render_inert() {
                     outcome: "allow\x07".into(),
                     detail: "d\r\n".into(),
                     mode: None,
+                    tier: None,
                 },
                 ipc_schema::ui::AuditEntry {
                     seq: 42,
@@ -328,6 +329,7 @@ fn hostile_audit_rows_and_session_ids_render_inert() {
                     outcome: "allowed by mode".into(),
                     detail: "ran without a card".into(),
                     mode: Some(ipc_schema::mode::SessionMode::FullAccess),
+                    tier: None,
                 },
             ])),
         ),
