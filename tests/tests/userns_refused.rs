@@ -249,6 +249,79 @@ fn with_require_namespaces_false_commands_run_in_the_landlock_tier() {
     );
 }
 
+/// In the Landlock tier a command with the proxy reaches it through its bridge, whose port
+/// lies in the exec helper's bridge block (the helper has no empty network namespace there: its
+/// own Landlock rules allow TCP to that block only, so a bridge outside it would be refused):
+/// curl's CONNECT for a name outside the allowlist gets the proxy's 403, and that egress row
+/// names the tier.
+#[test]
+fn in_the_landlock_tier_a_command_reaches_the_proxy_through_its_bridge() {
+    let dir = DataDir::new();
+    let work = sandbox_owned_dir("gh-userns-px-");
+    let config = dir.path().join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(
+        config.join("policy.toml"),
+        format!(
+            "require_namespaces = false\n[[grant]]\nroot = {:?}\ncapabilities = [\"read\", \"write\"]\n",
+            work.path().to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let (_, v) = doctor_settled(Some("container"), &dir, work.path());
+    assert_eq!(v["exec_tier"], "landlock", "{v}");
+    let o = gatehouse(
+        Some("container"),
+        &dir,
+        work.path(),
+        &[
+            "sandbox",
+            "--allow-domain",
+            "allowed.test",
+            "--",
+            "/bin/sh",
+            "-c",
+            "printenv HTTPS_PROXY; exec curl -sS -p https://denied.test/",
+        ],
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    let port: u16 = out
+        .trim()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("{}", text(&o)));
+    // Bridge blocks are chosen in 32768-60999 (sandbox::linux::bridge_ports).
+    assert!((32768..=60999).contains(&port), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(56), "curl: tunnel failed; {}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("CONNECT tunnel failed, response 403"),
+        "{}",
+        text(&o)
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let egress = loop {
+        let o = gatehouse(
+            Some("container"),
+            &dir,
+            work.path(),
+            &["--json", "audit", "tail", "-n", "1000"],
+        );
+        let rows: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|r| r["kind"] == "egress")
+            .collect();
+        if !rows.is_empty() || Instant::now() > deadline {
+            break rows;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(egress.len(), 1, "{egress:#?}");
+    assert_eq!(egress[0]["outcome"], "refused (403)", "{egress:#?}");
+    assert_eq!(egress[0]["tier"], "landlock", "{egress:#?}");
+}
+
 /// `gatehouse sandbox`'s exit status when the exec sandbox cannot be set up.
 const SANDBOX_REFUSED: i32 = 125;
 
