@@ -421,10 +421,20 @@ async fn run(
             return r;
         }
     }
+    // Commands and stdio servers' tools run in the exec sandbox: their cards and every row of
+    // the call (decision, ledger, result) name its tier.
+    let in_sandbox = match &call {
+        ToolCall::RunCommand(_) => true,
+        ToolCall::Server(c) => servers::runs_in_exec_sandbox(&policy, c),
+        _ => false,
+    };
+    let tier = in_sandbox
+        .then(|| crate::exec_tier::in_force(ctx))
+        .flatten();
     let key = ledger::call_key(tool, &args::canonical(&call));
     if effectful {
         match ledger::lookup(&gate.store, &sid, key).await {
-            Ok(Some(e)) => return answer_from_ledger(&sid.0, tool, e),
+            Ok(Some(e)) => return answer_from_ledger(&sid.0, tool, e, tier),
             Ok(None) => {}
             Err(e) => return internal(e),
         }
@@ -486,16 +496,6 @@ async fn run(
     // the audit work on the hottest path. Everything else records the decision now.
     // What was judged, kept with the call's first row for `policy apply --dry-run`.
     let judged = ReplayCall::json_of(&profile, tool, &resolved.target);
-    // Commands and stdio servers' tools run in the exec sandbox: their cards and every row of
-    // the call (decision, ledger, result) name its tier.
-    let in_sandbox = match &call {
-        ToolCall::RunCommand(_) => true,
-        ToolCall::Server(c) => servers::runs_in_exec_sandbox(&policy, c),
-        _ => false,
-    };
-    let tier = in_sandbox
-        .then(|| crate::exec_tier::in_force(ctx))
-        .flatten();
     let decision_row = effectful || verdict.action != Action::Allow;
     if decision_row {
         crate::audit::record(
@@ -615,7 +615,7 @@ async fn run(
     };
     let row = match ledger::claim(&gate.store, &info, first, verdict.rule.clone()).await {
         Ok(Claim::New(row)) => row,
-        Ok(Claim::Existing(e)) => return answer_from_ledger(&sid.0, tool, e),
+        Ok(Claim::Existing(e)) => return answer_from_ledger(&sid.0, tool, e, tier),
         Err(e) => return internal(e),
     };
 
@@ -878,13 +878,16 @@ fn stayed_on_network(
 }
 
 /// The answer for a call the ledger already has in this session.
-fn answer_from_ledger(sid: &str, tool: &ToolId, e: Entry) -> ToolReply {
+fn answer_from_ledger(
+    sid: &str,
+    tool: &ToolId,
+    e: Entry,
+    tier: Option<ConfinementTier>,
+) -> ToolReply {
     crate::audit::record(
-        event(AuditKind::ToolCall, sid, tool, "from_ledger").detail(format!(
-            "ledger {} is {}",
-            e.id,
-            e.state.as_str()
-        )),
+        event(AuditKind::ToolCall, sid, tool, "from_ledger")
+            .detail(format!("ledger {} is {}", e.id, e.state.as_str()))
+            .tier(tier),
     );
     let ledger_verdict = || {
         Verdict {
