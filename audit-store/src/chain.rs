@@ -227,11 +227,7 @@ pub fn encode_fields(f: &RowFields<'_>, out: &mut Vec<u8>) {
     put_str(out, Some(f.outcome));
     put_str(out, Some(f.detail));
     out.push(f.degraded as u8);
-    put_later_fields(
-        out,
-        f.mode.map(str::as_bytes),
-        f.tier.map(str::as_bytes),
-    );
+    put_later_fields(out, f.mode.map(str::as_bytes), f.tier.map(str::as_bytes));
 }
 
 /// The fields added after the first version, as [`encode_fields`] and the verifier (which

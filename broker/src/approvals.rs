@@ -167,13 +167,9 @@ impl Approvals {
         &self,
         id: ProposalId,
     ) -> Option<(SessionId, ToolId, Option<ipc_schema::tier::ConfinementTier>)> {
-        self.open.get(&id).map(|o| {
-            (
-                o.proposal.session.clone(),
-                o.proposal.tool.clone(),
-                o.tier,
-            )
-        })
+        self.open
+            .get(&id)
+            .map(|o| (o.proposal.session.clone(), o.proposal.tool.clone(), o.tier))
     }
 
     pub fn decide(

@@ -675,8 +675,9 @@ fn the_runs_egress_lands_in_the_audit_log() {
         assert_eq!(x.tier, Some(ConfinementTier::Namespaces), "{x:?}");
         if x.outcome == "started" {
             assert!(
-                x.detail
-                    .contains("in the exec sandbox (namespace tier) with egress only to allowed.test"),
+                x.detail.contains(
+                    "in the exec sandbox (namespace tier) with egress only to allowed.test"
+                ),
                 "{x:?}"
             );
         }

@@ -91,12 +91,13 @@ fn approved(
     // sandbox's tier in its `tier` column, under the chain's hash; rows about nothing run in
     // it (the session's own) name none.
     let tier = host.tier().name();
-    let of_call: Vec<&serde_json::Value> = rows
-        .iter()
-        .filter(|r| r["tool"] == "run_command")
-        .collect();
+    let of_call: Vec<&serde_json::Value> =
+        rows.iter().filter(|r| r["tool"] == "run_command").collect();
     for kind in ["tool_call", "proposal", "execution"] {
-        assert!(of_call.iter().any(|r| r["kind"] == kind), "{kind}: {rows:#?}");
+        assert!(
+            of_call.iter().any(|r| r["kind"] == kind),
+            "{kind}: {rows:#?}"
+        );
     }
     for r in &of_call {
         assert_eq!(r["tier"], tier, "{r}");

@@ -293,7 +293,12 @@ fn in_the_landlock_tier_a_command_reaches_the_proxy_through_its_bridge() {
         .unwrap_or_else(|| panic!("{}", text(&o)));
     // Bridge blocks are chosen in 32768-60999 (sandbox::linux::bridge_ports).
     assert!((32768..=60999).contains(&port), "{}", text(&o));
-    assert_eq!(o.status.code(), Some(56), "curl: tunnel failed; {}", text(&o));
+    assert_eq!(
+        o.status.code(),
+        Some(56),
+        "curl: tunnel failed; {}",
+        text(&o)
+    );
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("CONNECT tunnel failed, response 403"),
         "{}",
