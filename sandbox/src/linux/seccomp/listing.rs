@@ -236,10 +236,27 @@ fn host_network_guard() -> (Vec<(&'static str, String)>, Vec<Row>) {
     let policy = super::host_network_guard();
     let (_, rows) = allowlist(&policy);
     let header = vec![
-        ("kind", "errno filter (the exec helper has no empty network namespace in this tier)".to_string()),
-        ("default", "allow: any syscall no rule below refuses (the exec profile's allowlist still applies)".into()),
-        ("architecture", format!("{}; a call from any other (i386 through int 0x80, ...) kills the process", arch())),
-        ("arguments", "compared on their low 32 bits; each rule refuses when all its conditions hold".into()),
+        (
+            "kind",
+            "errno filter (the exec helper has no empty network namespace in this tier)"
+                .to_string(),
+        ),
+        (
+            "default",
+            "allow: any syscall no rule below refuses (the exec profile's allowlist still applies)"
+                .into(),
+        ),
+        (
+            "architecture",
+            format!(
+                "{}; a call from any other (i386 through int 0x80, ...) kills the process",
+                arch()
+            ),
+        ),
+        (
+            "arguments",
+            "compared on their low 32 bits; each rule refuses when all its conditions hold".into(),
+        ),
         ("rules", policy.rules.len().to_string()),
     ];
     (header, rows)
