@@ -125,6 +125,11 @@ fn without_a_wrapper_namespaces_are_available_and_commands_run() {
     assert_eq!(exec_state(&v), Value::String("Ready".into()), "{v}");
     let o = gatehouse(None, &dir, work.path(), &["sandbox", "--", "/bin/true"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        !text(&o).contains("tier"),
+        "said only in the Landlock tier: {}",
+        text(&o)
+    );
     let rows = sandbox_rows(None, &dir, work.path());
     assert_rows_name_the_tier(&rows, "namespaces", "namespace tier");
     let o = gatehouse(None, &dir, work.path(), &["doctor"]);
@@ -241,6 +246,22 @@ fn with_require_namespaces_false_commands_run_in_the_landlock_tier() {
         "{}",
         text(&o)
     );
+    // The person who launched it is told the tier; `--json` names it.
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains(
+            "gatehouse sandbox: in the exec sandbox's Landlock tier (no namespaces: docs/SECURITY.md lists what it does not hold)\n"
+        ),
+        "{}",
+        text(&o)
+    );
+    let j = gatehouse(
+        Some("container"),
+        &dir,
+        work.path(),
+        &["--json", "sandbox", "--", "/bin/true"],
+    );
+    let v: Value = serde_json::from_slice(&j.stdout).unwrap_or_else(|_| panic!("{}", text(&j)));
+    assert_eq!(v["sandbox"]["tier"], "landlock", "{v}");
     let rows = sandbox_rows(Some("container"), &dir, work.path());
     assert_rows_name_the_tier(
         &rows,
