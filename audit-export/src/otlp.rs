@@ -298,6 +298,7 @@ mod tests {
             hash: [2; 32],
             mac: [3; 32],
             mode: Some("unattended".into()),
+            tier: Some("landlock".into()),
         };
         let lr = log_record(&ExportRecord::Row(Box::new(r)), 9);
         let get = |k: &str| {
@@ -318,6 +319,7 @@ mod tests {
             get("gatehouse.mode"),
             Some(StringValue("unattended".into()))
         );
+        assert_eq!(get("gatehouse.tier"), Some(StringValue("landlock".into())));
         assert_eq!(get("gatehouse.target"), None, "no value, no attribute");
         assert_eq!(
             get("gen_ai.tool.name"),

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 /// The audit rows after `seq` ?1, newest first, at most ?2 of them; each read by
 /// [`audit_entry`].
 const AUDIT_AFTER_NEWEST_FIRST: &str =
-    "SELECT seq, ts_ms, kind, session, actor, tool, target, outcome, detail, mode FROM audit \
+    "SELECT seq, ts_ms, kind, session, actor, tool, target, outcome, detail, mode, tier FROM audit \
      WHERE seq > ?1 ORDER BY seq DESC LIMIT ?2";
 
 /// One row of [`AUDIT_AFTER_NEWEST_FIRST`].
@@ -28,6 +28,7 @@ fn audit_entry(r: &rusqlite::Row) -> rusqlite::Result<AuditEntry> {
         outcome: r.get(7)?,
         detail: r.get(8)?,
         mode: mode_column(r, 9)?,
+        tier: tier_column(r, 10)?,
     })
 }
 
@@ -95,15 +96,31 @@ pub fn latest_credential_row(conn: &Connection, name: &str) -> Sql<i64> {
 }
 
 /// The rows after `seq` ?1, oldest first, at most ?2 of them, with every canonical field and the
-/// chain columns; each read by [`stored_row`].
-const STORED_ROWS_AFTER: &str =
-    "SELECT seq, ts_ms, kind, session, actor, tool, target, outcome, detail, degraded, \
-     prev_hash, hash, mac, mode FROM audit WHERE seq > ?1 ORDER BY seq LIMIT ?2";
-/// The same, on a log no gatehouse with session modes has opened yet (no `mode` column: every
-/// row was written without one).
-const STORED_ROWS_AFTER_BEFORE_MODES: &str =
-    "SELECT seq, ts_ms, kind, session, actor, tool, target, outcome, detail, degraded, \
-     prev_hash, hash, mac, NULL FROM audit WHERE seq > ?1 ORDER BY seq LIMIT ?2";
+/// chain columns; each read by [`stored_row`]. `mode` and `tier` are the columns, or `NULL` on
+/// a log no gatehouse with session modes (or tiers) has opened yet: every row of it was
+/// written without one ([`later_columns`]).
+fn stored_rows_after_query(mode: &str, tier: &str) -> String {
+    format!(
+        "SELECT seq, ts_ms, kind, session, actor, tool, target, outcome, detail, degraded, \
+         prev_hash, hash, mac, {mode}, {tier} FROM audit WHERE seq > ?1 ORDER BY seq LIMIT ?2"
+    )
+}
+
+/// The `mode` and `tier` columns to read, each `NULL` where the log does not have it yet.
+pub(crate) fn later_columns(conn: &Connection) -> Sql<(&'static str, &'static str)> {
+    Ok((
+        if crate::has_column(conn, "audit", "mode")? {
+            "mode"
+        } else {
+            "NULL"
+        },
+        if crate::has_column(conn, "audit", "tier")? {
+            "tier"
+        } else {
+            "NULL"
+        },
+    ))
+}
 
 fn hash_column(r: &rusqlite::Row, col: usize) -> rusqlite::Result<[u8; 32]> {
     let b: Vec<u8> = r.get(col)?;
@@ -124,7 +141,20 @@ fn mode_column(
     }
 }
 
-/// One row of [`STORED_ROWS_AFTER`].
+/// A row's `tier` column: none, or a confinement tier by its name (anything else is refused).
+fn tier_column(
+    r: &rusqlite::Row,
+    col: usize,
+) -> rusqlite::Result<Option<ipc_schema::tier::ConfinementTier>> {
+    match r.get::<_, Option<String>>(col)? {
+        None => Ok(None),
+        Some(t) => ipc_schema::tier::ConfinementTier::from_name(&t)
+            .map(Some)
+            .ok_or_else(|| bad_column(col, "a confinement tier", &t)),
+    }
+}
+
+/// One row of [`stored_rows_after_query`].
 fn stored_row(r: &rusqlite::Row) -> rusqlite::Result<StoredRow> {
     Ok(StoredRow {
         seq: r.get(0)?,
@@ -141,17 +171,14 @@ fn stored_row(r: &rusqlite::Row) -> rusqlite::Result<StoredRow> {
         hash: hash_column(r, 11)?,
         mac: hash_column(r, 12)?,
         mode: mode_column(r, 13)?.map(|m| m.as_str().to_string()),
+        tier: tier_column(r, 14)?.map(|t| t.name().to_string()),
     })
 }
 
 /// The stored rows after `after`, oldest first, at most `limit` (what the export sends).
 pub fn stored_rows_after(conn: &Connection, after: i64, limit: u32) -> Sql<Vec<StoredRow>> {
-    let query = if crate::has_column(conn, "audit", "mode")? {
-        STORED_ROWS_AFTER
-    } else {
-        STORED_ROWS_AFTER_BEFORE_MODES
-    };
-    let mut stmt = conn.prepare_cached(query)?;
+    let (mode, tier) = later_columns(conn)?;
+    let mut stmt = conn.prepare_cached(&stored_rows_after_query(mode, tier))?;
     let rows = stmt.query_map(params![after, limit], stored_row)?;
     rows.collect()
 }

@@ -12,6 +12,7 @@ use super::seal::{Mac, Seal, SealError};
 use hmac::{Hmac, Mac as _};
 use ipc_schema::mode::SessionMode;
 use ipc_schema::secrets::{AuditHead, AuditRow};
+use ipc_schema::tier::ConfinementTier;
 use sha2::{Digest, Sha256};
 
 pub type HmacSha256 = Hmac<Sha256>;
@@ -43,6 +44,9 @@ pub struct AuditEvent {
     /// mode the session's own rows last named ([`crate::Chain::append`]); a row that names one
     /// (the session's opening, resuming and mode-change rows) sets it.
     pub mode: Option<SessionMode>,
+    /// The exec sandbox's confinement tier, set on a row about something run in it (a command,
+    /// a `gatehouse run`/`sandbox` launch, a stdio server, their egress); `None` elsewhere.
+    pub tier: Option<ConfinementTier>,
     /// What the call this row judged acted on, kept beside the row in `call_targets` so that a
     /// policy change can be tried on history (the policy crate's `ReplayCall`, as JSON: paths,
     /// hosts, program and working directory; never content, command arguments or a server
@@ -61,11 +65,17 @@ impl AuditEvent {
             outcome: outcome.into(),
             detail: String::new(),
             mode: None,
+            tier: None,
             call: None,
         }
     }
     pub fn mode(mut self, m: SessionMode) -> Self {
         self.mode = Some(m);
+        self
+    }
+    /// The exec sandbox's tier (a row about something run in it); `None` leaves it unset.
+    pub fn tier(mut self, t: Option<ConfinementTier>) -> Self {
+        self.tier = t;
         self
     }
     pub fn session(mut self, s: impl Into<String>) -> Self {
@@ -106,6 +116,8 @@ pub struct RowFields<'a> {
     pub degraded: bool,
     /// The session's mode (`None`: no session, or a row from before modes).
     pub mode: Option<&'a str>,
+    /// The exec sandbox's tier (`None`: a row about nothing run in it, or from before tiers).
+    pub tier: Option<&'a str>,
 }
 
 /// One stored row, owned, with its place in the chain: every canonical field plus `prev_hash`,
@@ -136,6 +148,10 @@ pub struct StoredRow {
     /// The session's mode (`null`: no session, or a row from before modes); hashed when set.
     #[serde(default)]
     pub mode: Option<String>,
+    /// The exec sandbox's tier (`null`: a row about nothing run in it, or from before tiers);
+    /// hashed when set.
+    #[serde(default)]
+    pub tier: Option<String>,
 }
 
 impl StoredRow {
@@ -152,6 +168,7 @@ impl StoredRow {
             detail: &self.detail,
             degraded: self.degraded,
             mode: self.mode.as_deref(),
+            tier: self.tier.as_deref(),
         }
     }
 
@@ -196,10 +213,9 @@ pub fn put_field(out: &mut Vec<u8>, b: Option<&[u8]>) {
 /// Appends the canonical encoding of a row's fields (everything the hash covers after the
 /// previous hash) to `out`.
 ///
-/// The mode came later than the other fields: it is encoded after them, and only when the row
-/// has one, so a row written before modes (or without a session) hashes exactly as it did
-/// then. The encoding stays unambiguous: every earlier field is length-prefixed or fixed, so
-/// the bytes after `degraded` are the mode field or nothing.
+/// The mode and the tier came later than the other fields: they are encoded after them, and
+/// only when the row has them ([`put_later_fields`]), so a row written before them (or without
+/// a session, or about nothing run in the exec sandbox) hashes exactly as it did then.
 pub fn encode_fields(f: &RowFields<'_>, out: &mut Vec<u8>) {
     out.extend_from_slice(&f.seq.to_le_bytes());
     out.extend_from_slice(&f.ts_ms.to_le_bytes());
@@ -211,8 +227,25 @@ pub fn encode_fields(f: &RowFields<'_>, out: &mut Vec<u8>) {
     put_str(out, Some(f.outcome));
     put_str(out, Some(f.detail));
     out.push(f.degraded as u8);
-    if let Some(m) = f.mode {
-        put_str(out, Some(m));
+    put_later_fields(out, f.mode.map(str::as_bytes), f.tier.map(str::as_bytes));
+}
+
+/// The fields added after the first version, as [`encode_fields`] and the verifier (which
+/// reads bytes) encode them: nothing when neither is set; the mode alone when only it is set
+/// (as rows were hashed before tiers); the mode (or its NULL marker) and then the tier when
+/// the tier is set. Unambiguous: every earlier field is length-prefixed or fixed, so what
+/// follows `degraded` is zero, one or two length-prefixed fields, and two means mode and tier.
+pub fn put_later_fields(out: &mut Vec<u8>, mode: Option<&[u8]>, tier: Option<&[u8]>) {
+    match tier {
+        None => {
+            if let Some(m) = mode {
+                put_field(out, Some(m));
+            }
+        }
+        Some(t) => {
+            put_field(out, mode);
+            put_field(out, Some(t));
+        }
     }
 }
 
@@ -301,6 +334,7 @@ mod tests {
             detail,
             degraded: false,
             mode: None,
+            tier: None,
         }
     }
 
@@ -334,6 +368,51 @@ mod tests {
         full.mode = Some("full-access");
         assert_ne!(row_hash(&GENESIS, &ask), row_hash(&GENESIS, &f));
         assert_ne!(row_hash(&GENESIS, &ask), row_hash(&GENESIS, &full));
+    }
+
+    /// A row without a tier hashes as before tiers (with or without a mode); a tier changes
+    /// the hash, and a tier without a mode cannot pass for a mode (nor the other way round).
+    #[test]
+    fn a_tier_is_hashed_only_when_set_and_cannot_pass_for_a_mode() {
+        let plain = fields("x");
+        let mut moded = fields("x");
+        moded.mode = Some("ask");
+        let (mut enc_plain, mut enc_moded) = (Vec::new(), Vec::new());
+        encode_fields(&plain, &mut enc_plain);
+        encode_fields(&moded, &mut enc_moded);
+        // Before tiers: the mode field after `degraded`, or nothing.
+        let mut want = enc_plain.clone();
+        put_field(&mut want, Some(b"ask"));
+        assert_eq!(enc_moded, want);
+
+        let mut tiered = fields("x");
+        tiered.tier = Some("landlock");
+        let mut both = moded;
+        both.tier = Some("landlock");
+        let mut other = fields("x");
+        other.tier = Some("namespaces");
+        let mut as_mode = fields("x");
+        as_mode.mode = Some("landlock");
+        let hashes = [
+            row_hash(&GENESIS, &plain),
+            row_hash(&GENESIS, &moded),
+            row_hash(&GENESIS, &tiered),
+            row_hash(&GENESIS, &both),
+            row_hash(&GENESIS, &other),
+            row_hash(&GENESIS, &as_mode),
+        ];
+        for (i, a) in hashes.iter().enumerate() {
+            for b in &hashes[i + 1..] {
+                assert_ne!(a, b, "{i}");
+            }
+        }
+        // The tier alone: the mode's NULL marker, then the tier.
+        let mut enc = Vec::new();
+        encode_fields(&tiered, &mut enc);
+        let mut want = enc_plain;
+        want.extend_from_slice(&u32::MAX.to_le_bytes());
+        put_field(&mut want, Some(b"landlock"));
+        assert_eq!(enc, want);
     }
 
     #[test]

@@ -87,7 +87,8 @@ CREATE TABLE IF NOT EXISTS audit (
     prev_hash BLOB NOT NULL,
     hash BLOB NOT NULL,
     mac BLOB NOT NULL,
-    mode TEXT
+    mode TEXT,
+    tier TEXT
 );
 CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
     BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: UPDATE refused'); END;
@@ -174,6 +175,10 @@ pub(crate) fn has_column(conn: &Connection, table: &str, column: &str) -> rusqli
 fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     if !has_column(conn, "audit", "mode")? {
         conn.execute_batch("ALTER TABLE audit ADD COLUMN mode TEXT")?;
+    }
+    // Likewise the exec sandbox's tier: older rows keep NULL, hashed as they were.
+    if !has_column(conn, "audit", "tier")? {
+        conn.execute_batch("ALTER TABLE audit ADD COLUMN tier TEXT")?;
     }
     conn.execute(
         "INSERT OR IGNORE INTO meta (key, value) \
@@ -395,6 +400,7 @@ impl<S: Seal> Chain<S> {
             detail: &ev.detail,
             degraded: self.degraded,
             mode: ev.mode.map(|m| m.as_str()),
+            tier: ev.tier.map(|t| t.name()),
         };
         let hash = chain::row_hash(&self.head, &f);
         self.staged.push(StagedRow {
@@ -455,7 +461,7 @@ impl<S: Seal> Chain<S> {
         {
             let mut stmt = tx.prepare_cached(
                 "INSERT INTO audit (seq, ts_ms, kind, session, actor, tool, target, outcome, detail, \
-                 degraded, prev_hash, hash, mac, mode) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14)",
+                 degraded, prev_hash, hash, mac, mode, tier) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)",
             )?;
             for (r, mac) in self.staged.iter().zip(&macs) {
                 let ev = &r.event;
@@ -474,6 +480,7 @@ impl<S: Seal> Chain<S> {
                     &r.hash[..],
                     &mac[..],
                     ev.mode.map(|m| m.as_str()),
+                    ev.tier.map(|t| t.name()),
                 ])?;
                 // In the same transaction as its row, or not at all.
                 if let Some(c) = &ev.call {
@@ -521,7 +528,7 @@ mod migrate_tests {
         let key = Sealer::new(b"k");
         {
             let old = Connection::open(&path).unwrap();
-            old.execute_batch(&SCHEMA.replace(",\n    mode TEXT\n", "\n"))
+            old.execute_batch(&SCHEMA.replace(",\n    mode TEXT,\n    tier TEXT\n", "\n"))
                 .unwrap();
             assert!(!has_column(&old, "audit", "mode").unwrap());
             let instance = instance_id(&old).unwrap();
@@ -539,6 +546,7 @@ mod migrate_tests {
                     detail: "before modes",
                     degraded: false,
                     mode: None,
+                    tier: None,
                 };
                 let hash = chain::row_hash(&prev, &f);
                 old.execute(
@@ -632,6 +640,109 @@ mod migrate_tests {
         conn.execute("UPDATE audit SET mode = 'full-access' WHERE seq = 4", [])
             .unwrap();
         check("5 entries, chain intact");
+        drop(conn);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A log written before tiers (a `mode` column, no `tier` column; a row with a mode) still
+    /// verifies, before and after the column is added; rows written after it carry the exec
+    /// sandbox's tier under the hash (with a mode or without), and changing, clearing or
+    /// setting it is found.
+    #[test]
+    fn a_log_from_before_tiers_verifies_and_new_rows_hash_their_tier() {
+        use ipc_schema::mode::SessionMode;
+        use ipc_schema::tier::ConfinementTier;
+        let (dir, path) = temp_db("tiers");
+        let key = Sealer::new(b"k");
+        {
+            let old = Connection::open(&path).unwrap();
+            old.execute_batch(&SCHEMA.replace(",\n    tier TEXT\n", "\n"))
+                .unwrap();
+            assert!(has_column(&old, "audit", "mode").unwrap());
+            assert!(!has_column(&old, "audit", "tier").unwrap());
+            let instance = instance_id(&old).unwrap();
+            let f = RowFields {
+                seq: 1,
+                ts_ms: 11,
+                kind: "session",
+                session: Some("s"),
+                actor: "gateway",
+                tool: None,
+                target: None,
+                outcome: "opened",
+                detail: "before tiers",
+                degraded: false,
+                mode: Some("ask"),
+                tier: None,
+            };
+            let hash = chain::row_hash(&GENESIS, &f);
+            old.execute(
+                "INSERT INTO audit (seq, ts_ms, kind, session, actor, tool, target, outcome, \
+                 detail, degraded, prev_hash, hash, mac, mode) VALUES (1,11,'session','s','gateway',\
+                 NULL,NULL,'opened','before tiers',0,?1,?2,?3,'ask')",
+                params![&GENESIS[..], &hash[..], &key.row_mac(1, &hash)[..]],
+            )
+            .unwrap();
+            old.execute(
+                "INSERT INTO audit_head (id, count, head, mac) VALUES (1, 1, ?1, ?2)",
+                params![&hash[..], &key.head_mac(&instance, 1, &hash)[..]],
+            )
+            .unwrap();
+        }
+        let check = |want: &str| {
+            let ro = open_ro(&path).unwrap();
+            assert_eq!(verify::verify(&ro, Some(&key), None).unwrap().line(), want);
+        };
+        check("1 entries, chain intact");
+
+        let conn = open_rw(&path).unwrap();
+        assert!(has_column(&conn, "audit", "tier").unwrap());
+        check("1 entries, chain intact");
+        let instance = instance_id(&conn).unwrap();
+        let mut chain = Chain::load(&conn, key.clone(), instance, false).unwrap();
+        let tx = conn.unchecked_transaction().unwrap();
+        // A session's row (its mode stamped on it) about a command, and a launch's row (no
+        // session, so no mode), each with its tier; and a row about nothing run.
+        let ll = Some(ConfinementTier::Landlock);
+        for ev in [
+            AuditEvent::new(chain::AuditKind::Execution, "broker", "done")
+                .session("s")
+                .mode(SessionMode::Ask)
+                .tier(ll),
+            AuditEvent::new(chain::AuditKind::Execution, "ui", "started").tier(ll),
+            AuditEvent::new(chain::AuditKind::Broker, "broker", "x"),
+        ] {
+            chain.append(&tx, &ev, 20).unwrap();
+        }
+        chain.seal(&tx).unwrap();
+        tx.commit().unwrap();
+        check("4 entries, chain intact");
+        let tail = audit::rows_after(&conn, 0, 10).unwrap();
+        let tiers: Vec<_> = tail.iter().map(|e| e.tier).collect();
+        assert_eq!(tiers, [None, ll, ll, None]);
+        let stored = audit::stored_rows_after(&conn, 0, 10).unwrap();
+        assert_eq!(stored[2].tier.as_deref(), Some("landlock"));
+        assert!(stored.iter().all(|r| r.recomputed_hash() == r.hash));
+
+        conn.execute_batch("DROP TRIGGER audit_no_update").unwrap();
+        let broken = |seq: i64| {
+            format!("the audit log is broken at entry {seq}: its contents do not match its hash (modified)")
+        };
+        for (seq, sql) in [
+            (2, "UPDATE audit SET tier = 'namespaces' WHERE seq = 2"),
+            (2, "UPDATE audit SET tier = NULL WHERE seq = 2"),
+            (3, "UPDATE audit SET tier = NULL WHERE seq = 3"),
+            (4, "UPDATE audit SET tier = 'landlock' WHERE seq = 4"),
+            (1, "UPDATE audit SET tier = 'landlock' WHERE seq = 1"),
+        ] {
+            conn.execute(sql, []).unwrap();
+            check(&broken(seq));
+            conn.execute_batch(
+                "UPDATE audit SET tier = CASE WHEN seq IN (2, 3) THEN 'landlock' ELSE NULL END",
+            )
+            .unwrap();
+            check("4 entries, chain intact");
+        }
         drop(conn);
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -1,7 +1,7 @@
 //! `verify-audit`: walks the whole chain straight from the database file (no broker needed) and
 //! checks every link, hash and MAC, then the sealed head.
 
-use super::chain::{hash_encoded, put_field, StoredRow, GENESIS};
+use super::chain::{hash_encoded, put_field, put_later_fields, StoredRow, GENESIS};
 use super::seal::{mac_eq, macs_all, Seal, SealError};
 use super::StoreError;
 use ipc_schema::secrets::{AuditHead, AuditRow};
@@ -145,15 +145,11 @@ fn verify_in_snapshot<S: Seal + ?Sized>(
     no_key_reason: Option<String>,
 ) -> Result<VerifyReport, StoreError> {
     let instance = super::read_instance_id(conn)?.unwrap_or_default();
-    // A database from before session modes has no `mode` column: its rows have none.
-    let mode_col = if super::has_column(conn, "audit", "mode")? {
-        "mode"
-    } else {
-        "NULL"
-    };
+    // A database from before session modes (or tiers) has no such column: its rows have none.
+    let (mode_col, tier_col) = super::audit::later_columns(conn)?;
     let mut stmt = conn.prepare(&format!(
         "SELECT seq, ts_ms, kind, session, actor, tool, target, outcome, detail, degraded, \
-         prev_hash, hash, mac, {mode_col} FROM audit ORDER BY seq"
+         prev_hash, hash, mac, {mode_col}, {tier_col} FROM audit ORDER BY seq"
     ))?;
     let mut rows = stmt.query([])?;
     let broken = |entry: u64, reason: String, entries: u64| VerifyReport {
@@ -254,10 +250,11 @@ fn verify_in_snapshot<S: Seal + ?Sized>(
                             .as_i64()
                             .map_err(|e| e.to_string())?;
                         batch.enc.push((degraded != 0) as u8);
-                        // Only a row with a mode has the field (`chain::encode_fields`).
-                        if let Some(m) = text_bytes(row.get_ref(13).map_err(e)?)? {
-                            put_field(&mut batch.enc, Some(m));
-                        }
+                        // Only a row with a mode or a tier has those fields
+                        // (`chain::encode_fields`).
+                        let mode = text_bytes(row.get_ref(13).map_err(e)?)?;
+                        let tier = text_bytes(row.get_ref(14).map_err(e)?)?;
+                        put_later_fields(&mut batch.enc, mode, tier);
                         Ok(())
                     })();
                     if let Err(e) = encoded {
@@ -588,6 +585,8 @@ mod walk_tests {
                     mac: [9; 32],
                     // Rows with a session mode and rows from before modes, mixed.
                     mode: (seq % 2 == 0).then(|| "full-access".to_string()),
+                    // Rows about the exec sandbox, with and without a mode, and others.
+                    tier: (seq % 3 == 0).then(|| "landlock".to_string()),
                 };
                 r.hash = row_hash(&prev, &r.fields());
                 prev = r.hash;

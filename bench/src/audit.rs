@@ -168,6 +168,7 @@ fn chain_hash_us(n: u64) -> f64 {
             detail: &ev.detail,
             degraded: false,
             mode: Some("ask"),
+            tier: None,
         };
         head = store::chain::row_hash(&head, &f);
     }

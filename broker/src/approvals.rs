@@ -50,6 +50,8 @@ struct Open {
     proposal: Proposal,
     /// What the decision's audit row says about outside text (no content).
     outside_note: String,
+    /// [`Draft::tier`].
+    tier: Option<ipc_schema::tier::ConfinementTier>,
     done: watch::Sender<Option<Outcome>>,
 }
 
@@ -87,6 +89,8 @@ pub struct Draft {
     /// Which arguments hold outside text the session read.
     pub outside_text: ipc_schema::ui::OutsideText,
     pub mode: ipc_schema::mode::SessionMode,
+    /// The exec sandbox's tier, for a call that runs in it: the decision's audit row names it.
+    pub tier: Option<ipc_schema::tier::ConfinementTier>,
 }
 
 impl Approvals {
@@ -120,6 +124,7 @@ impl Approvals {
         self.open.insert(
             p.id,
             Open {
+                tier: d.tier,
                 outside_note: crate::provenance::audit_note(&p.outside_text),
                 proposal: p.clone(),
                 done: tx,
@@ -156,11 +161,15 @@ impl Approvals {
 
     /// Applies a decision from the ui channel. Gives the choice, and what the decision's audit
     /// row should add about outside text in the arguments (empty if none; never content).
-    /// The session and tool of an open proposal (the decision's audit row names both).
-    pub fn whose(&self, id: ProposalId) -> Option<(SessionId, ToolId)> {
+    /// The session and tool of an open proposal, and the exec sandbox's tier for a call that
+    /// runs in it (the decision's audit row names them).
+    pub fn whose(
+        &self,
+        id: ProposalId,
+    ) -> Option<(SessionId, ToolId, Option<ipc_schema::tier::ConfinementTier>)> {
         self.open
             .get(&id)
-            .map(|o| (o.proposal.session.clone(), o.proposal.tool.clone()))
+            .map(|o| (o.proposal.session.clone(), o.proposal.tool.clone(), o.tier))
     }
 
     pub fn decide(
@@ -344,6 +353,7 @@ mod tests {
             policy_revision: 0,
             outside_text: Default::default(),
             mode: ipc_schema::mode::SessionMode::Ask,
+            tier: None,
         }
     }
 

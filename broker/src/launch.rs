@@ -158,6 +158,7 @@ pub fn command(
             &spec,
             &passed,
             proxy.as_ref().map(|p| (&p.domains[..], p.session.as_str())),
+            crate::exec_tier::in_force(&ctx),
         );
         let start = Body::Exec(ExecRequest::Start(Box::new(spec)));
         let (started, ours) = match connector {
@@ -194,12 +195,14 @@ pub fn command(
                 None,
             ))
         });
+        let tier = Some(sandbox.tier);
         let row = |outcome: &'static str, detail: String| {
             crate::audit::record(
                 AuditEvent::new(AuditKind::Execution, ACTOR, outcome)
                     .tool(tool)
                     .target(format!("{argv:?}"))
-                    .detail(detail),
+                    .detail(detail)
+                    .tier(tier),
             )
         };
         row("started", format!("{run}: {line}; as uid {}", sandbox.uid));
@@ -346,6 +349,8 @@ pub(crate) async fn relay(
             return;
         }
     };
+    // Every connection's row names the tier the sandbox runs in.
+    let tier = crate::exec_tier::in_force(&ctx);
     let mut handed = tokio::task::JoinSet::new();
     let mut fds = VecDeque::new();
     loop {
@@ -385,7 +390,7 @@ pub(crate) async fn relay(
                     });
                     match net.call_with_fd(req, fd).await {
                         Ok(Body::NetReply(NetReply::ProxyDone(record))) => {
-                            egress_row(under, &record);
+                            egress_row(under, &record, tier);
                             if let Some((reply, id)) = peer {
                                 reply.send(id, launch_reply(LaunchReply::Egress(record)));
                             }
@@ -517,11 +522,16 @@ async fn open_session(
 
 /// One connection through an egress proxy ended: its audit row (under the agent's first
 /// session, when it opened one; the line names the proxy session either way).
-fn egress_row(session: Option<SessionId>, record: &ipc_schema::net::EgressRecord) {
+fn egress_row(
+    session: Option<SessionId>,
+    record: &ipc_schema::net::EgressRecord,
+    tier: Option<ipc_schema::tier::ConfinementTier>,
+) {
     let outcome = policy::launch::egress_outcome(record);
     let mut row = AuditEvent::new(AuditKind::Egress, ACTOR, outcome)
         .target(record.target.clone())
-        .detail(record.audit_line());
+        .detail(record.audit_line())
+        .tier(tier);
     if let Some(session) = session {
         row = row.session(session.0);
     }

@@ -43,6 +43,9 @@ pub struct CallInfo {
     pub target: String,
     /// Redacted canonical arguments.
     pub summary: String,
+    /// The exec sandbox's tier, for a call that runs in it (a command, a stdio server's tool):
+    /// every ledger row of the call carries it in its `tier` column.
+    pub tier: Option<ipc_schema::tier::ConfinementTier>,
 }
 
 impl CallInfo {
@@ -52,6 +55,7 @@ impl CallInfo {
             .tool(self.tool.name())
             .target(self.target.clone())
             .detail(detail)
+            .tier(self.tier)
     }
 }
 
@@ -210,6 +214,7 @@ mod tests {
             tool: ToolName::WriteFile.into(),
             target: "/a".into(),
             summary: "{}".into(),
+            tier: None,
         }
     }
 

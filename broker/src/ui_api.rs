@@ -45,8 +45,8 @@ pub fn handle(
                 ),
             };
             let mut row = AuditEvent::new(AuditKind::Decision, "ui", outcome).detail(detail);
-            if let Some((session, tool)) = whose {
-                row = row.session(session.0).tool(tool.name());
+            if let Some((session, tool, tier)) = whose {
+                row = row.session(session.0).tool(tool.name()).tier(tier);
             }
             crate::audit::record(row);
             reply.send(

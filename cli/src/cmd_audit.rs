@@ -82,7 +82,8 @@ fn print_row(r: &AuditEntry, json: bool) {
         println!(
             "{}",
             serde_json::json!({"seq": r.seq, "ts_ms": r.ts_unix_ms, "kind": r.kind.as_str(), "session": r.session, "actor": r.actor,
-                "tool": r.tool, "target": r.target, "outcome": r.outcome, "detail": r.detail})
+                "tool": r.tool, "target": r.target, "outcome": r.outcome, "detail": r.detail,
+                "mode": r.mode.map(|m| m.as_str()), "tier": r.tier.map(|t| t.name())})
         );
         return;
     }
@@ -107,6 +108,12 @@ fn row_line(r: &AuditEntry) -> String {
         Some(m) => format!("{session} [{m}]"),
         None => session,
     };
+    // A row about something run in the exec sandbox names its tier beside its tool.
+    let tool = r.tool.as_deref().unwrap_or("-");
+    let tool = match r.tier {
+        Some(t) => format!("{tool} [tier {t}]"),
+        None => tool.to_string(),
+    };
     format!(
         "{:>6} {h:02}:{m:02}:{s:02}Z {:<14} {:<10} {:<9} {:<8} {} {} {}\n",
         r.seq,
@@ -114,7 +121,7 @@ fn row_line(r: &AuditEntry) -> String {
         escaped(&r.actor),
         escaped(&r.outcome),
         escaped(&session),
-        escaped(r.tool.as_deref().unwrap_or("-")),
+        escaped(&tool),
         escaped(r.target.as_deref().unwrap_or("-")),
         escaped(&r.detail),
     )
@@ -182,6 +189,7 @@ mod tests {
             outcome: "refused".into(),
             detail: format!("because\r\n{hostile}"),
             mode: None,
+            tier: None,
         };
         let line = row_line(&r);
         assert!(line.ends_with('\n'));

@@ -374,6 +374,14 @@ pub(crate) fn launch_in_broker(
                 for d in &report.degraded {
                     eprintln!("{who}: degraded: {d}");
                 }
+                // The person who launched it hears when it runs without namespaces (the start
+                // row in the audit log names the tier either way; `--json` has it too).
+                if report.tier == ipc_schema::tier::ConfinementTier::Landlock && !how.json {
+                    eprintln!(
+                        "{who}: in the exec sandbox's {}",
+                        ipc_schema::tier::shown(Some(report.tier))
+                    );
+                }
                 if !how.json {
                     say_env(who, &report.env_dropped, passed, how.say_passed);
                 }
@@ -547,6 +555,7 @@ pub(crate) fn report(who: &str, o: Outcome, limits: &Limits, json: bool) -> Exit
             "stderr_dropped": o.end.stderr_dropped,
             "sandbox": {
                 "program": o.sandbox.program,
+                "tier": o.sandbox.tier.name(),
                 "namespaces": o.sandbox.namespaces,
                 "uid": o.sandbox.uid,
                 "gid": o.sandbox.gid,

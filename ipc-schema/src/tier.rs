@@ -31,6 +31,25 @@ impl ConfinementTier {
             ConfinementTier::Landlock => "landlock",
         }
     }
+
+    /// The tier [`ConfinementTier::name`] names (an audit row's `tier` column).
+    pub fn from_name(name: &str) -> Option<ConfinementTier> {
+        [ConfinementTier::Namespaces, ConfinementTier::Landlock]
+            .into_iter()
+            .find(|t| t.name() == name)
+    }
+}
+
+/// The tier as a card, a start row or a result's sandbox line words it (`None`: the exec
+/// helper has not reported one yet).
+pub fn shown(tier: Option<ConfinementTier>) -> &'static str {
+    match tier {
+        Some(ConfinementTier::Namespaces) => "namespace tier",
+        Some(ConfinementTier::Landlock) => {
+            "Landlock tier (no namespaces: docs/SECURITY.md lists what it does not hold)"
+        }
+        None => "tier not reported yet",
+    }
 }
 
 impl std::fmt::Display for ConfinementTier {

@@ -385,6 +385,9 @@ pub struct AuditEntry {
     /// The mode of the row's session when it was written (`None`: no session, or a row from
     /// before session modes).
     pub mode: Option<SessionMode>,
+    /// The exec sandbox's confinement tier, on a row about something run in it (a command, a
+    /// `gatehouse run`/`sandbox` launch, a stdio server); `None` on every other row.
+    pub tier: Option<crate::tier::ConfinementTier>,
 }
 
 /// Console to broker.

@@ -99,6 +99,7 @@ pub fn start_line(
     spec: &CommandSpec,
     passed: &[String],
     proxy: Option<(&[String], &str)>,
+    tier: Option<ipc_schema::tier::ConfinementTier>,
 ) -> String {
     let grants = grants_shown(&spec.grants);
     let network = match proxy {
@@ -109,9 +110,10 @@ pub fn start_line(
         ),
     };
     let mut line = format!(
-        "run {:?} in {}, in the exec sandbox with {network}, at most {} s; grants: {}",
+        "run {:?} in {}, in the exec sandbox ({}) with {network}, at most {} s; grants: {}",
         spec.argv,
         spec.cwd.display(),
+        ipc_schema::tier::shown(tier),
         spec.limits.timeout_ms / 1000,
         grants.join(", ")
     );

@@ -495,7 +495,12 @@ pub fn confinement(s: &McpServer, root: bool) -> String {
 }
 
 /// The one line of a server's start row.
-pub fn start_line(s: &McpServer, profile: &str) -> String {
+/// `tier`: the exec sandbox's, which a stdio server runs in (unused for a remote server).
+pub fn start_line(
+    s: &McpServer,
+    profile: &str,
+    tier: Option<ipc_schema::tier::ConfinementTier>,
+) -> String {
     let shown = |v: Vec<String>| {
         if v.is_empty() {
             "none".to_string()
@@ -505,9 +510,10 @@ pub fn start_line(s: &McpServer, profile: &str) -> String {
     };
     match &s.reach {
         Reach::Stdio(x) => format!(
-            "server {} of profile {profile}: {:?} in the exec sandbox; grants: {}; network: {}; secrets: {}",
+            "server {} of profile {profile}: {:?} in the exec sandbox ({}); grants: {}; network: {}; secrets: {}",
             s.name,
             x.argv,
+            ipc_schema::tier::shown(tier),
             shown(crate::launch::grants_shown(&x.grants)),
             shown(x.network.iter().map(|h| h.to_string()).collect()),
             shown(x.secrets.iter().map(|(v, c)| format!("{v} from {c}")).collect()),
@@ -551,7 +557,7 @@ mod tests {
         assert_eq!(r.credential.as_ref().unwrap().to_string(), "gh-pat");
         assert!(s.stdio().is_none());
         assert_eq!(
-            start_line(&s, "default"),
+            start_line(&s, "default", None),
             "server gh of profile default: https://mcp.example.com./mcp through the net-helper; credential: gh-pat"
         );
         for (url, want) in [

@@ -12,7 +12,8 @@ use policy::eval::shown;
 /// The line for `call`: `paths` is the fs-helper's resolution of what it names (for
 /// `run_command`, its working directory), `checked` the net-helper's check of a web call's URL,
 /// `preview` the dry run of a write or an edit, `tier` the exec sandbox's confinement tier in
-/// force (a command's line names it; `None` while the exec helper has not reported one).
+/// force (a command's line names it; `None` while the exec helper has not reported one; for a
+/// server's tool, given only when the server is a stdio server, which runs in that sandbox).
 pub fn line(
     call: &ToolCall,
     paths: &[ResolvedTarget],
@@ -23,6 +24,14 @@ pub fn line(
     match (call, checked) {
         (_, Some(c)) => network(call, c),
         (ToolCall::RunCommand(a), None) => command(a, paths, tier),
+        // A stdio server's tool runs in the exec sandbox (the broker passes a tier for those
+        // only); a remote server's line stays as `files` words it.
+        (ToolCall::Server(c), None) if tier.is_some() => format!(
+            "call {} on the server {}, which runs in the exec sandbox ({})",
+            c.tool,
+            c.server,
+            ipc_schema::tier::shown(tier)
+        ),
         _ => files(call, paths, preview),
     }
 }
@@ -111,13 +120,7 @@ pub fn command(a: &RunCommand, paths: &[ResolvedTarget], tier: Option<Confinemen
         Ok(ms) => format!("at most {} s", ms / 1000),
         Err(e) => e,
     };
-    let tier = match tier {
-        Some(ConfinementTier::Namespaces) => "namespace tier",
-        Some(ConfinementTier::Landlock) => {
-            "Landlock tier (no namespaces: docs/SECURITY.md lists what it does not hold)"
-        }
-        None => "tier not reported yet",
-    };
+    let tier = ipc_schema::tier::shown(tier);
     format!(
         "run {:?} in {cwd}, in the exec sandbox ({tier}) with no network, {time}",
         a.argv

@@ -254,6 +254,34 @@ fn tools_are_held_until_approved_then_offered_under_the_policy(host: Host) {
     assert!(rows
         .iter()
         .any(|r| r.tool.as_deref() == Some("shifty__echo") && r.outcome == "pinned"));
+    // A stdio server runs in the exec sandbox: its tool's card (the proposal row holds its
+    // line) and its start row name the tier in words, and every row of its calls and of its
+    // sandbox carries the tier; a row about nothing run there (a pin) carries none.
+    let words = ipc_schema::tier::shown(Some(host.tier()));
+    assert!(
+        sends.iter().any(|r| r.outcome == "asked"
+            && r.detail.contains(&format!(
+                "call send on the server shifty, which runs in the exec sandbox ({words})"
+            ))),
+        "{sends:#?}"
+    );
+    for r in sends.iter().filter(|r| r.outcome != "pinned") {
+        assert_eq!(r.tier, Some(host.tier()), "{r:?}");
+    }
+    let started = rows
+        .iter()
+        .find(|r| r.tool.as_deref() == Some("mcp_server shifty") && r.outcome == "started")
+        .unwrap_or_else(|| panic!("{rows:#?}"));
+    assert!(
+        started
+            .detail
+            .contains(&format!("in the exec sandbox ({words}); grants: ")),
+        "{started:?}"
+    );
+    assert_eq!(started.tier, Some(host.tier()), "{started:?}");
+    for r in rows.iter().filter(|r| r.outcome == "pinned") {
+        assert_eq!(r.tier, None, "{r:?}");
+    }
     // doctor names the server, its confinement and its pins.
     let out = b.cli(&["--json", "doctor"]);
     let doctor = String::from_utf8_lossy(&out.stdout);

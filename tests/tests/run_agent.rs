@@ -14,6 +14,7 @@
 mod mcp_support;
 
 use gatehouse_tests::{bin, Conn};
+use ipc_schema::tier::ConfinementTier;
 use ipc_schema::tool::{ResumeToken, ToolCall, ToolName};
 use ipc_schema::ui::{AuditEntry, Choice, Decision, UiReply, UiRequest};
 use ipc_schema::{Body, ErrorCode};
@@ -665,6 +666,23 @@ fn the_runs_egress_lands_in_the_audit_log() {
                 && x.detail.contains(&format!("(session {proxy})"))),
             "{r:?}: {all:#?}"
         );
+        // The exec sandbox's tier is on every egress row, and on the run's start and end
+        // rows, whose start line words it (this machine allows namespaces: the full tier).
+        assert_eq!(r.tier, Some(ConfinementTier::Namespaces), "{r:?}");
+    }
+    for x in all
+        .iter()
+        .filter(|x| x.tool.as_deref() == Some("gatehouse run") && x.kind.as_str() == "execution")
+    {
+        assert_eq!(x.tier, Some(ConfinementTier::Namespaces), "{x:?}");
+        if x.outcome == "started" {
+            assert!(
+                x.detail.contains(
+                    "in the exec sandbox (namespace tier) with egress only to allowed.test"
+                ),
+                "{x:?}"
+            );
+        }
     }
 }
 

@@ -89,6 +89,26 @@ fn approved(
         rows = audit_rows(inst);
     }
     assert!(has(&rows), "{rows:#?}");
+    // Every row of a command call (decision, proposal, ledger steps, result) names the exec
+    // sandbox's tier in its `tier` column, under the chain's hash; rows about nothing run in
+    // it (the session's own) name none.
+    let tier = host.tier().name();
+    let of_call: Vec<&serde_json::Value> =
+        rows.iter().filter(|r| r["tool"] == "run_command").collect();
+    for kind in ["tool_call", "proposal", "execution"] {
+        assert!(
+            of_call.iter().any(|r| r["kind"] == kind),
+            "{kind}: {rows:#?}"
+        );
+    }
+    for r in &of_call {
+        assert_eq!(r["tier"], tier, "{r}");
+    }
+    let session_rows: Vec<_> = rows.iter().filter(|r| r["kind"] == "session").collect();
+    assert!(!session_rows.is_empty(), "{rows:#?}");
+    for r in session_rows {
+        assert_eq!(r["tier"], serde_json::Value::Null, "{r}");
+    }
     reply
 }
 

@@ -38,6 +38,45 @@ fn gatehouse(wrap: Option<&str>, dir: &DataDir, cwd: &std::path::Path, args: &[&
         .unwrap()
 }
 
+/// The `gatehouse sandbox` rows of the audit log (`audit tail --json`), once its ended row is
+/// there (the audit writer commits on its own thread: waited for, up to a minute).
+fn sandbox_rows(wrap: Option<&str>, dir: &DataDir, cwd: &std::path::Path) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let o = gatehouse(wrap, dir, cwd, &["--json", "audit", "tail", "-n", "1000"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        let rows: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|r| r["tool"] == "gatehouse sandbox")
+            .collect();
+        if rows.iter().any(|r| r["outcome"] == "ended") || Instant::now() > deadline {
+            return rows;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The started and ended rows of a `gatehouse sandbox` command name the exec sandbox's tier
+/// (their `tier` column, under the chain's hash), and the started row's line words it.
+fn assert_rows_name_the_tier(rows: &[Value], name: &str, words: &str) {
+    for outcome in ["started", "ended"] {
+        let row = rows
+            .iter()
+            .find(|r| r["outcome"] == outcome)
+            .unwrap_or_else(|| panic!("no {outcome} row: {rows:#?}"));
+        assert_eq!(row["tier"], name, "{row}");
+    }
+    let started = rows.iter().find(|r| r["outcome"] == "started").unwrap();
+    assert!(
+        started["detail"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("in the exec sandbox ({words}) with no network")),
+        "{started}"
+    );
+}
+
 fn text(o: &Output) -> String {
     format!(
         "{}{}",
@@ -88,6 +127,13 @@ fn without_a_wrapper_namespaces_are_available_and_commands_run() {
     assert_eq!(exec_state(&v), Value::String("Ready".into()), "{v}");
     let o = gatehouse(None, &dir, work.path(), &["sandbox", "--", "/bin/true"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        !text(&o).contains("tier"),
+        "said only in the Landlock tier: {}",
+        text(&o)
+    );
+    let rows = sandbox_rows(None, &dir, work.path());
+    assert_rows_name_the_tier(&rows, "namespaces", "namespace tier");
     let o = gatehouse(None, &dir, work.path(), &["doctor"]);
     assert!(
         text(&o).contains(
@@ -202,6 +248,106 @@ fn with_require_namespaces_false_commands_run_in_the_landlock_tier() {
         "{}",
         text(&o)
     );
+    // The person who launched it is told the tier; `--json` names it.
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains(
+            "gatehouse sandbox: in the exec sandbox's Landlock tier (no namespaces: docs/SECURITY.md lists what it does not hold)\n"
+        ),
+        "{}",
+        text(&o)
+    );
+    let j = gatehouse(
+        Some("container"),
+        &dir,
+        work.path(),
+        &["--json", "sandbox", "--", "/bin/true"],
+    );
+    let v: Value = serde_json::from_slice(&j.stdout).unwrap_or_else(|_| panic!("{}", text(&j)));
+    assert_eq!(v["sandbox"]["tier"], "landlock", "{v}");
+    let rows = sandbox_rows(Some("container"), &dir, work.path());
+    assert_rows_name_the_tier(
+        &rows,
+        "landlock",
+        "Landlock tier (no namespaces: docs/SECURITY.md lists what it does not hold)",
+    );
+}
+
+/// In the Landlock tier a command with the proxy reaches it through its bridge, whose port
+/// lies in the exec helper's bridge block (the helper has no empty network namespace there: its
+/// own Landlock rules allow TCP to that block only, so a bridge outside it would be refused):
+/// curl's CONNECT for a name outside the allowlist gets the proxy's 403, and that egress row
+/// names the tier.
+#[test]
+fn in_the_landlock_tier_a_command_reaches_the_proxy_through_its_bridge() {
+    let dir = DataDir::new();
+    let work = sandbox_owned_dir("gh-userns-px-");
+    let config = dir.path().join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(
+        config.join("policy.toml"),
+        format!(
+            "require_namespaces = false\n[[grant]]\nroot = {:?}\ncapabilities = [\"read\", \"write\"]\n",
+            work.path().to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let (_, v) = doctor_settled(Some("container"), &dir, work.path());
+    assert_eq!(v["exec_tier"], "landlock", "{v}");
+    let o = gatehouse(
+        Some("container"),
+        &dir,
+        work.path(),
+        &[
+            "sandbox",
+            "--allow-domain",
+            "allowed.test",
+            "--",
+            "/bin/sh",
+            "-c",
+            "printenv HTTPS_PROXY; exec curl -sS -p https://denied.test/",
+        ],
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    let port: u16 = out
+        .trim()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("{}", text(&o)));
+    // Bridge blocks are chosen in 32768-60999 (sandbox::linux::bridge_ports).
+    assert!((32768..=60999).contains(&port), "{}", text(&o));
+    assert_eq!(
+        o.status.code(),
+        Some(56),
+        "curl: tunnel failed; {}",
+        text(&o)
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("CONNECT tunnel failed, response 403"),
+        "{}",
+        text(&o)
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let egress = loop {
+        let o = gatehouse(
+            Some("container"),
+            &dir,
+            work.path(),
+            &["--json", "audit", "tail", "-n", "1000"],
+        );
+        let rows: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|r| r["kind"] == "egress")
+            .collect();
+        if !rows.is_empty() || Instant::now() > deadline {
+            break rows;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(egress.len(), 1, "{egress:#?}");
+    assert_eq!(egress[0]["outcome"], "refused (403)", "{egress:#?}");
+    assert_eq!(egress[0]["tier"], "landlock", "{egress:#?}");
 }
 
 /// `gatehouse sandbox`'s exit status when the exec sandbox cannot be set up.

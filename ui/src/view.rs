@@ -522,6 +522,10 @@ fn audit_line(e: &AuditEntry, width: usize) -> Line<'static> {
     if let Some(m) = e.mode {
         head.push_str(&format!("[{m}] "));
     }
+    // A row about something run in the exec sandbox: its tier, as the row has it.
+    if let Some(t) = e.tier {
+        head.push_str(&format!("[tier {t}] "));
+    }
     let outcome = format!("{:<9} ", escaped(&e.outcome));
     let room = width.saturating_sub(head.width() + outcome.width());
     Line::from(vec![

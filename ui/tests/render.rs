@@ -311,11 +311,12 @@ fn hostile_audit_rows_and_session_ids_render_inert() {
                     kind: ipc_schema::ui::AuditKind::ToolCall,
                     session: Some("s".into()),
                     actor: "gateway".into(),
-                    tool: Some("read_file".into()),
+                    tool: Some("run_command".into()),
                     target: Some("/p/\x1b[2Jx\u{202E}y".into()),
                     outcome: "allow\x07".into(),
                     detail: "d\r\n".into(),
                     mode: None,
+                    tier: Some(ipc_schema::tier::ConfinementTier::Landlock),
                 },
                 ipc_schema::ui::AuditEntry {
                     seq: 42,
@@ -328,6 +329,7 @@ fn hostile_audit_rows_and_session_ids_render_inert() {
                     outcome: "allowed by mode".into(),
                     detail: "ran without a card".into(),
                     mode: Some(ipc_schema::mode::SessionMode::FullAccess),
+                    tier: None,
                 },
             ])),
         ),
@@ -373,6 +375,9 @@ fn hostile_audit_rows_and_session_ids_render_inert() {
             "a row without a mode: {screen}"
         );
     }
+    // A row about something run in the exec sandbox shows its tier; others none.
+    assert!(line("   41 ").contains("[tier landlock] "), "{screen}");
+    assert!(!line("   42 ").contains("[tier"), "{screen}");
     assert!(screen.contains("\\x1b[31m"), "{screen}");
     // The sessions pane names the agent (inert) and the profile.
     assert!(

@@ -23,6 +23,7 @@ use crate::Ctx;
 use audit_store::chain::{AuditEvent, AuditKind};
 use audit_store::now_ms;
 use ipc_schema::mode::{OnAsk, SessionMode};
+use ipc_schema::tier::ConfinementTier;
 use ipc_schema::tool::{
     Action, AgentInfo, Done, Failure, ProfileName, ProposalId, Refusal, RefusalKind, ResumeToken,
     SessionInfo, ToolCall, ToolId, ToolName, ToolReply, ToolResult, Verdict, Waiting,
@@ -420,10 +421,20 @@ async fn run(
             return r;
         }
     }
+    // Commands and stdio servers' tools run in the exec sandbox: their cards and every row of
+    // the call (decision, ledger, result) name its tier.
+    let in_sandbox = match &call {
+        ToolCall::RunCommand(_) => true,
+        ToolCall::Server(c) => servers::runs_in_exec_sandbox(&policy, c),
+        _ => false,
+    };
+    let tier = in_sandbox
+        .then(|| crate::exec_tier::in_force(ctx))
+        .flatten();
     let key = ledger::call_key(tool, &args::canonical(&call));
     if effectful {
         match ledger::lookup(&gate.store, &sid, key).await {
-            Ok(Some(e)) => return answer_from_ledger(&sid.0, tool, e),
+            Ok(Some(e)) => return answer_from_ledger(&sid.0, tool, e, tier),
             Ok(None) => {}
             Err(e) => return internal(e),
         }
@@ -491,6 +502,7 @@ async fn run(
             event(AuditKind::ToolCall, &sid.0, tool, verdict.action.as_str())
                 .target(target_key.clone())
                 .detail(format!("{}; {summary}", verdict.rule))
+                .tier(tier)
                 .call(judged.clone()),
         );
     }
@@ -539,17 +551,11 @@ async fn run(
                 &target_key,
                 &call,
                 None,
-                effect::line(
-                    &call,
-                    &resolved.paths,
-                    checked.as_ref(),
-                    None,
-                    crate::exec_tier::in_force(ctx),
-                ),
+                effect::line(&call, &resolved.paths, checked.as_ref(), None, tier),
                 &verdict,
                 revision,
             );
-            match ask(ctx, &session, draft, ttl, &verdict, reply, id).await {
+            match ask(ctx, &session, draft, ttl, &verdict, reply, id, tier).await {
                 Ok(p) => proposal = p,
                 Err(r) => return r,
             }
@@ -600,6 +606,7 @@ async fn run(
         tool: tool.clone(),
         target: target_key.clone(),
         summary: summary.clone(),
+        tier,
     };
     let first = if verdict.action == Action::Ask {
         CallState::Proposed
@@ -608,7 +615,7 @@ async fn run(
     };
     let row = match ledger::claim(&gate.store, &info, first, verdict.rule.clone()).await {
         Ok(Claim::New(row)) => row,
-        Ok(Claim::Existing(e)) => return answer_from_ledger(&sid.0, tool, e),
+        Ok(Claim::Existing(e)) => return answer_from_ledger(&sid.0, tool, e, tier),
         Err(e) => return internal(e),
     };
 
@@ -638,12 +645,12 @@ async fn run(
                 &resolved.paths,
                 checked.as_ref(),
                 preview.as_ref(),
-                crate::exec_tier::in_force(ctx),
+                tier,
             ),
             &verdict,
             revision,
         );
-        match ask(ctx, &session, draft, ttl, &verdict, reply, id).await {
+        match ask(ctx, &session, draft, ttl, &verdict, reply, id, tier).await {
             Ok(p) => {
                 proposal = p;
                 let why = match p {
@@ -871,13 +878,16 @@ fn stayed_on_network(
 }
 
 /// The answer for a call the ledger already has in this session.
-fn answer_from_ledger(sid: &str, tool: &ToolId, e: Entry) -> ToolReply {
+fn answer_from_ledger(
+    sid: &str,
+    tool: &ToolId,
+    e: Entry,
+    tier: Option<ConfinementTier>,
+) -> ToolReply {
     crate::audit::record(
-        event(AuditKind::ToolCall, sid, tool, "from_ledger").detail(format!(
-            "ledger {} is {}",
-            e.id,
-            e.state.as_str()
-        )),
+        event(AuditKind::ToolCall, sid, tool, "from_ledger")
+            .detail(format!("ledger {} is {}", e.id, e.state.as_str()))
+            .tier(tier),
     );
     let ledger_verdict = || {
         Verdict {
@@ -933,6 +943,7 @@ fn draft(
         rule: v.rule.clone(),
         policy_revision: revision,
         mode: session.mode,
+        tier: None,
     }
 }
 
@@ -945,6 +956,7 @@ fn by_mode(
     target: &str,
     v: &Verdict,
     card: Option<ProposalId>,
+    tier: Option<ConfinementTier>,
 ) -> Option<Result<Option<ProposalId>, ToolReply>> {
     let on = match card {
         None => ipc_schema::mode::on_ask(mode),
@@ -964,6 +976,7 @@ fn by_mode(
             crate::audit::record(
                 event(AuditKind::Decision, sid, tool, "allowed by mode")
                     .target(target)
+                    .tier(tier)
                     .detail(format!(
                         "{card_note}{}; {}",
                         ipc_schema::mode::full_access_note(sid),
@@ -979,6 +992,7 @@ fn by_mode(
             crate::audit::record(
                 event(AuditKind::Refusal, sid, tool, "refused")
                     .target(target)
+                    .tier(tier)
                     .detail(format!("{card_note}{msg}; {}", v.rule)),
             );
             Some(Err(refused(
@@ -993,21 +1007,25 @@ fn by_mode(
 
 /// Makes a proposal, tells the gateway, and waits for the decision or the expiry; in a
 /// session whose mode answers an Ask without a card ([`ipc_schema::mode::on_ask`]), answers
-/// at once (`Ok(None)`: run without a card).
+/// at once (`Ok(None)`: run without a card). `tier`: the exec sandbox's, for a call that runs
+/// in it (its rows carry it).
+#[allow(clippy::too_many_arguments)]
 async fn ask(
     ctx: &Rc<Ctx>,
     session: &SessionRef,
-    d: Draft,
+    mut d: Draft,
     ttl: std::time::Duration,
     v: &Verdict,
     reply: &Replier,
     id: u64,
+    tier: Option<ConfinementTier>,
 ) -> Result<Option<ProposalId>, ToolReply> {
     let (tool, target, sid) = (d.tool.clone(), d.target.clone(), d.session.0.clone());
     let tool = &tool;
-    if let Some(r) = by_mode(d.mode, &sid, tool, &target, v, None) {
+    if let Some(r) = by_mode(d.mode, &sid, tool, &target, v, None, tier) {
         return r;
     }
+    d.tier = tier;
     let (p, mut rx) =
         ctx.gate
             .approvals
@@ -1016,6 +1034,7 @@ async fn ask(
     crate::audit::record(
         event(AuditKind::Proposal, &sid, tool, "asked")
             .target(target.clone())
+            .tier(tier)
             .detail(format!(
                 "proposal {}; {}; {}{}",
                 p.id,
@@ -1070,12 +1089,13 @@ async fn ask(
                 ))
             }
         }
-        Outcome::ByMode(mode) => by_mode(mode, &sid, tool, &target, v, Some(p.id))
+        Outcome::ByMode(mode) => by_mode(mode, &sid, tool, &target, v, Some(p.id), tier)
             .unwrap_or_else(|| unreachable!("a card answered by a mode either runs or is refused")),
         Outcome::Withdrawn => {
             crate::audit::record(
                 event(AuditKind::Decision, &sid, tool, "withdrawn")
                     .target(target)
+                    .tier(tier)
                     .detail(format!(
                         "proposal {}: the agent gave the call up before a decision; nothing was carried out",
                         p.id
@@ -1095,6 +1115,7 @@ async fn ask(
             crate::audit::record(
                 event(AuditKind::Decision, &sid, tool, "expired")
                     .target(target)
+                    .tier(tier)
                     .detail(format!(
                         "proposal {}: no answer within {} s means deny",
                         p.id,

@@ -66,7 +66,7 @@ pub fn open(
     tokio::task::spawn_local(async move {
         relay(ctx, ours, name.clone(), r, total_ms, l, gone.clone()).await;
         let why = gone.borrow().clone().unwrap_or_else(|| "detached".into());
-        super::servers::row(&sid, &name, "ended", why);
+        super::servers::row(&sid, &name, "ended", why, None);
     });
     Ok((theirs.into(), link))
 }

@@ -243,7 +243,8 @@ async fn start(
     ctx.servers.next_conn.set(conn.0);
     let gone = Rc::new(RefCell::new(None::<String>));
     let stale = Rc::new(Cell::new(false));
-    let line = policy::servers::start_line(s, profile.as_str());
+    let tier = crate::exec_tier::in_force(ctx);
+    let line = policy::servers::start_line(s, profile.as_str(), tier);
     let mut scrub = Rc::new(Vec::new());
     let (stdio, backing, link) = match &s.reach {
         Reach::Stdio(x) => {
@@ -254,7 +255,7 @@ async fn start(
         Reach::Remote(r) => {
             let (fd, link) =
                 super::remote::open(ctx, sid, &s.name, r, s.call_timeout, gone.clone())?;
-            row(sid, &s.name, "started", line.clone());
+            row(sid, &s.name, "started", line.clone(), None);
             (fd, Backing::Remote, Some(link))
         }
     };
@@ -363,14 +364,15 @@ async fn start_sandbox(
         Some(crate::launch::Proxy::open(ctx, "mcp", hosts).await?)
     };
     let mut spec = policy::servers::spec(x, &state, proxy.as_ref().map(|p| p.token.clone()));
-    let line = policy::servers::start_line(s, profile.as_str());
+    let tier = crate::exec_tier::in_force(ctx);
+    let line = policy::servers::start_line(s, profile.as_str(), tier);
     let secrets = match server_secrets(ctx, x).await {
         Ok(v) => v,
         Err(why) => {
             if let Some(p) = &proxy {
                 p.close().await;
             }
-            row(sid, &s.name, "refused", format!("{line}: {why}"));
+            row(sid, &s.name, "refused", format!("{line}: {why}"), tier);
             return Err(format!("the server {} is not started: {why}", s.name));
         }
     };
@@ -405,11 +407,11 @@ async fn start_sandbox(
                 Ok(o) => format!("the exec-helper answered a start with {:?}", o.kind()),
                 Err(e) => e.to_string(),
             };
-            row(sid, &s.name, "refused", format!("{line}: {why}"));
+            row(sid, &s.name, "refused", format!("{line}: {why}"), tier);
             return Err(format!("the server {} did not start: {why}", s.name));
         }
     };
-    row(sid, &s.name, "started", format!("{run}: {line}"));
+    row(sid, &s.name, "started", format!("{run}: {line}"), tier);
     let (stdio_tx, stdio_rx) = tokio::sync::oneshot::channel();
     let relay = tokio::task::spawn_local(crate::launch::relay(
         ctx.clone(),
@@ -455,7 +457,7 @@ async fn start_sandbox(
         if let Some(p) = proxy {
             p.close().await;
         }
-        row(&sid, &name, "ended", format!("{run}: {why}"));
+        row(&sid, &name, "ended", format!("{run}: {why}"), tier);
     });
     Ok((stdio, run, scrub))
 }
@@ -485,12 +487,20 @@ async fn server_secrets(
     Ok(out)
 }
 
-pub(super) fn row(sid: &SessionId, server: &ServerName, outcome: &str, detail: String) {
+/// A server's row; `tier` is the exec sandbox's, for a stdio server (which runs in it).
+pub(super) fn row(
+    sid: &SessionId,
+    server: &ServerName,
+    outcome: &str,
+    detail: String,
+    tier: Option<ipc_schema::tier::ConfinementTier>,
+) {
     crate::audit::record(
         AuditEvent::new(AuditKind::Execution, "broker", outcome)
             .session(sid.0.clone())
             .tool(format!("mcp_server {server}"))
-            .detail(detail),
+            .detail(detail)
+            .tier(tier),
     );
 }
 
@@ -605,6 +615,14 @@ pub fn marked_read_only(policy: &Policy, c: &ServerCall) -> bool {
         .servers
         .iter()
         .any(|s| s.name == c.server && s.read_only.contains(&c.tool))
+}
+
+/// Whether the call's server is a stdio server (it runs in the exec sandbox).
+pub fn runs_in_exec_sandbox(policy: &Policy, c: &ServerCall) -> bool {
+    policy
+        .servers
+        .iter()
+        .any(|s| s.name == c.server && matches!(s.reach, Reach::Stdio(_)))
 }
 
 enum Outcome {

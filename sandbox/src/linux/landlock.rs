@@ -4,7 +4,7 @@
 //! |---|---|---|---|---|
 //! | fs | read on read-only grants, read-write on read-write grants, nothing else | none | yes | 3 |
 //! | net | nothing | unrestricted | yes | 1 |
-//! | exec | not restricted at this level (see below) | unrestricted (its network namespace is empty) | yes | 6 |
+//! | exec | not restricted at this level (see below) | namespace tier: unrestricted (its network namespace is empty); Landlock tier: bind and connect only to its proxy bridge block | yes | 6 |
 //! | secrets, ui, gateway | nothing | none | yes | 1 |
 //! | broker (the router) | read-write on its config, data and runtime dirs (no exec, no sockets, fifos, links or devices made) | none | abstract sockets only (it kills a misbehaving front) | 3 |
 //!
@@ -40,8 +40,8 @@
 
 use crate::{FsProfile, LandlockStatus, LockdownError, Profile};
 use ::landlock::{
-    Access, AccessFs, AccessNet, BitFlags, PathBeneath, PathFd, RulesetAttr, RulesetCreatedAttr,
-    RulesetError, RulesetStatus, Scope, ABI,
+    Access, AccessFs, AccessNet, BitFlags, NetPort, PathBeneath, PathFd, RulesetAttr,
+    RulesetCreatedAttr, RulesetError, RulesetStatus, Scope, ABI,
 };
 use std::path::Path;
 
@@ -200,6 +200,18 @@ pub struct Outcome {
 /// Applies the profile's Landlock ruleset to the calling thread (and its future children).
 /// Part of [`crate::lockdown`]; calling it alone applies only this layer.
 pub fn restrict_self(profile: &Profile, allow_degraded: bool) -> Result<Outcome, LockdownError> {
+    restrict_self_with_ports(profile, allow_degraded, None)
+}
+
+/// [`restrict_self`], and for the exec profile in the Landlock tier, `exec_ports`: its ruleset
+/// then handles TCP bind and connect and allows both to these ports only (its proxy bridge
+/// block, see [`super::bridge_ports`]), instead of leaving TCP to a network namespace it does
+/// not have.
+pub fn restrict_self_with_ports(
+    profile: &Profile,
+    allow_degraded: bool,
+    exec_ports: Option<std::ops::Range<u16>>,
+) -> Result<Outcome, LockdownError> {
     let kernel = kernel_abi();
     let degraded = check_abi(profile, kernel, allow_degraded)?;
     if kernel == 0 {
@@ -221,7 +233,8 @@ pub fn restrict_self(profile: &Profile, allow_degraded: bool) -> Result<Outcome,
             .handle_access(AccessFs::from_all(abi))
             .map_err(fail)?;
     }
-    if w.deny_inet {
+    let ports = exec_ports.filter(|_| *profile == Profile::Exec);
+    if w.deny_inet || ports.is_some() {
         ruleset = ruleset
             .handle_access(AccessNet::from_all(abi))
             .map_err(fail)?;
@@ -235,6 +248,14 @@ pub fn restrict_self(profile: &Profile, allow_degraded: bool) -> Result<Outcome,
         ruleset = ruleset.scope(scopes).map_err(fail)?;
     }
     let mut created = ruleset.create().map_err(fail)?;
+    for port in ports.into_iter().flatten() {
+        created = created
+            .add_rule(NetPort::new(
+                port,
+                AccessNet::BindTcp | AccessNet::ConnectTcp,
+            ))
+            .map_err(fail)?;
+    }
     if let FsRules::Grants(grants) = w.fs {
         for root in &grants.read_only {
             created = created

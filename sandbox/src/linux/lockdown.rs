@@ -17,7 +17,9 @@ pub fn landlock_abi() -> u32 {
 /// its seccomp filter, which every command inherits, has to allow inet sockets (see
 /// `namespaces.rs`), so the helper is cut off from the network that way instead. Where user
 /// namespaces are refused it cannot be, and the report names the Landlock tier and why
-/// (`exec_tier`, `exec_tier_why`; docs/SECURITY.md lists what that tier does not hold).
+/// (`exec_tier`, `exec_tier_why`; docs/SECURITY.md lists what that tier does not hold); there
+/// Landlock allows it TCP to its proxy bridge ports only and a second seccomp filter inet
+/// stream sockets only (`bridge_ports`).
 ///
 /// Must be called while the process has a single thread (before a tokio runtime or any other
 /// thread is started): capabilities, no_new_privs and Landlock bind only the calling thread, so
@@ -76,10 +78,30 @@ pub fn lockdown(
     limits::not_dumpable()?;
     limits::no_new_privs()?;
     let dropped = caps::drop_all()?;
-    let ruleset = landlock::restrict_self(profile, opts.allow_degraded)?;
+    // In the Landlock tier the helper has no empty network namespace: its ruleset allows TCP
+    // to its proxy bridge block only, and a second filter inet stream sockets only (UDP, ICMP,
+    // SCTP and MPTCP are outside Landlock's TCP rules).
+    let flat = exec_tier == Some(ConfinementTier::Landlock);
+    let bridge_ports = match flat {
+        true => Some(
+            super::bridge_ports::choose().map_err(|e| LockdownError::Landlock {
+                profile: profile.name(),
+                reason: format!("choosing the proxy bridge ports: {e}"),
+            })?,
+        ),
+        false => None,
+    };
+    if flat && kernel_abi < 4 {
+        // Only reachable with allow_degraded (exec needs ABI 6).
+        degraded.push(format!("Landlock: TCP bind/connect control (ABI 4) is missing: the kernel offers ABI {kernel_abi}, and the exec helper in the Landlock tier is not kept off the host's TCP network"));
+    }
+    let ruleset = landlock::restrict_self_with_ports(profile, opts.allow_degraded, bridge_ports)?;
     // So that a namespace refusal later (an exec sandbox) tells inherited filters from ours.
     super::userns::note_inherited_filters();
     let seccomp_allowed_syscalls = seccomp::install(profile)?;
+    if flat {
+        seccomp::install_host_network_guard()?;
+    }
     degraded.extend(ruleset.degraded);
 
     Ok(LockdownReport {

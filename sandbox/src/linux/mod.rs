@@ -7,6 +7,7 @@
 //! `doctor` can show what each profile enforces and so that tests can apply one layer alone; a
 //! process that wants to be locked down calls [`lockdown`], never a single layer.
 
+pub mod bridge_ports;
 mod caps;
 pub mod command;
 mod env;

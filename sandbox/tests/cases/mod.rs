@@ -366,6 +366,7 @@ tests![
     landlock_scopes_abstract_unix_sockets,
     landlock_scopes_signals,
     exec_helper_is_cut_off_from_the_network,
+    exec_helper_in_the_landlock_tier_reaches_only_its_bridge_ports,
     exec_profile_runs_ordinary_programs,
     exec_children_hold_no_capabilities,
     exec_commands_can_build_their_sandbox,
@@ -925,6 +926,64 @@ fn exec_helper_is_cut_off_from_the_network() {
     // The listener got nothing from the probe; release it.
     drop(std::net::TcpStream::connect(("127.0.0.1", port)).unwrap());
     h.join().unwrap();
+}
+
+/// A listener on 127.0.0.1 below 32768, outside any bridge block (those are chosen in
+/// 32768-60999), so that the Landlock tier's refusal of it cannot be chance.
+fn listener_outside_bridge_blocks() -> (u16, std::net::TcpListener) {
+    for port in (20000..32000).step_by(97) {
+        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            return (port, l);
+        }
+    }
+    panic!("no free port in 20000-32000");
+}
+
+fn exec_helper_in_the_landlock_tier_reaches_only_its_bridge_ports() {
+    // Positive control, and the same probe in the namespace tier: connecting, binding and a
+    // UDP socket all work for a process that did not lock down.
+    let (port, l) = listener_outside_bridge_blocks();
+    control("tcp-connect").arg(port.to_string()).run().ok();
+    // Where user namespaces are refused the helper has no empty network namespace: Landlock
+    // refuses TCP to any port outside its bridge block (EACCES, before any packet is sent).
+    probe("full-flat", "exec", "tcp-connect")
+        .arg(port.to_string())
+        .run()
+        .errno(EACCES);
+    drop(l);
+    let (port, l) = listener_outside_bridge_blocks();
+    drop(l);
+    control("tcp-bind").arg(port.to_string()).run().ok();
+    probe("full-flat", "exec", "tcp-bind")
+        .arg(port.to_string())
+        .run()
+        .errno(EACCES);
+    // UDP (and ICMP, raw, SCTP: not TCP, so beyond Landlock's rules) is refused by seccomp.
+    control("udp-socket").run().ok();
+    control("udp6-socket").run().ok();
+    probe("full", "exec", "udp-socket").run().ok();
+    probe("full-flat", "exec", "udp-socket").run().errno(EACCES);
+    probe("full-flat", "exec", "udp6-socket")
+        .run()
+        .errno(EACCES);
+    // What the helper needs still works under the same layers: the bridge listens on a port
+    // of its block, and a connection to it goes through.
+    let got = probe("full-flat", "exec", "bridge-roundtrip").run().ok();
+    let parts: Vec<&str> = got.split(' ').collect();
+    assert_eq!(parts.len(), 3, "{got}");
+    assert_eq!(parts[0], "Some(Landlock)", "{got}");
+    let port: u16 = parts[1].parse().unwrap();
+    let (first, last) = parts[2].split_once('-').unwrap();
+    let (first, last): (u16, u16) = (first.parse().unwrap(), last.parse().unwrap());
+    assert_eq!(
+        last - first + 1,
+        sandbox::linux::bridge_ports::POOL_SIZE,
+        "{got}"
+    );
+    assert!((first..=last).contains(&port), "{got}");
+    // The namespace tier chooses no block (its network namespace is empty).
+    let ns = probe("full", "exec", "bridge-roundtrip").run();
+    assert!(ns.result().starts_with("errno "), "{}", ns.context());
 }
 
 fn exec_keeps_the_parent_death_signal() {

@@ -130,6 +130,18 @@ fn apply_layer(
             };
             Some(sandbox::lockdown(&spec.profile, &opts).map_err(|e| e.to_string())?)
         }
+        // The full lockdown on a machine that refuses user namespaces the way a container's
+        // seccomp profile does (unshare and clone with CLONE_NEWUSER: EPERM; clone3: ENOSYS):
+        // the exec profile then locks down in the Landlock tier.
+        "full-flat" => {
+            refuse_user_namespaces();
+            let opts = LockdownOptions {
+                allow_degraded: false,
+                keep_fds,
+                keep_env,
+            };
+            Some(sandbox::lockdown(&spec.profile, &opts).map_err(|e| e.to_string())?)
+        }
         "broker" => match &spec.profile {
             Profile::Broker(dirs) => {
                 Some(sandbox::lockdown_router(dirs, false).map_err(|e| e.to_string())?)
@@ -156,6 +168,47 @@ fn apply_layer(
     };
     say("locked");
     Ok(report)
+}
+
+/// What gatehouse-refuse-userns's `container` mode does (tests/src/bin), for this process.
+fn refuse_user_namespaces() {
+    use seccompiler::{
+        SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
+    };
+    let arch = std::env::consts::ARCH
+        .try_into()
+        .expect("a seccompiler arch");
+    let newuser = libc::CLONE_NEWUSER as u64;
+    let cond = SeccompCondition::new(
+        0,
+        SeccompCmpArgLen::Qword,
+        SeccompCmpOp::MaskedEq(newuser),
+        newuser,
+    );
+    let rules = [
+        (libc::SYS_unshare, vec![]),
+        (
+            libc::SYS_clone,
+            vec![SeccompRule::new(vec![cond.unwrap()]).unwrap()],
+        ),
+    ];
+    for (rules, errno) in [
+        (rules.into_iter().collect(), libc::EPERM),
+        (
+            [(libc::SYS_clone3, vec![])].into_iter().collect(),
+            libc::ENOSYS,
+        ),
+    ] {
+        let f = SeccompFilter::new(
+            rules,
+            SeccompAction::Allow,
+            SeccompAction::Errno(errno as u32),
+            arch,
+        )
+        .unwrap();
+        let p: seccompiler::BpfProgram = f.try_into().unwrap();
+        seccompiler::apply_filter(&p).unwrap();
+    }
 }
 
 /// `ok` or `errno N` from a raw libc return value.
@@ -274,6 +327,37 @@ fn act(
                 0
             }
         }),
+        "tcp-bind" => match std::net::TcpListener::bind(("127.0.0.1", port(arg))) {
+            Ok(_) => "ok".into(),
+            Err(e) => format!("errno {}", e.raw_os_error().unwrap_or(0)),
+        },
+        "udp-socket" => res(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0) }.into()),
+        "udp6-socket" => {
+            res(
+                unsafe { libc::socket(libc::AF_INET6, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) }
+                    .into(),
+            )
+        }
+        // The exec sandbox's proxy bridge listener, and a connection to it through the same
+        // layers: `ok TIER PORT FIRST-LAST` (the block, or `none`).
+        "bridge-roundtrip" => {
+            let tier = report.and_then(|r| r.exec_tier);
+            let pool = sandbox::linux::bridge_ports::pool();
+            match sandbox::linux::bridge_ports::listen() {
+                Err(e) => format!("errno {}", e.raw_os_error().unwrap_or(0)),
+                Ok(l) => {
+                    let port = l.local_addr().unwrap().port();
+                    match std::net::TcpStream::connect(("127.0.0.1", port)) {
+                        Ok(_) => format!(
+                            "ok {tier:?} {port} {}",
+                            pool.map(|p| format!("{}-{}", p.start, p.end - 1))
+                                .unwrap_or("none".into())
+                        ),
+                        Err(e) => format!("errno {}", e.raw_os_error().unwrap_or(0)),
+                    }
+                }
+            }
+        }
         "tcp-connect" => match std::net::TcpStream::connect(("127.0.0.1", port(arg))) {
             Ok(_) => "ok".into(),
             Err(e) => format!("errno {}", e.raw_os_error().unwrap_or(0)),

@@ -929,13 +929,12 @@ fn flat_prepare(spec: SandboxSpec, c: Checked) -> Result<Prepared, SandboxError>
         )));
     }
     let private = flat::PrivateDir::create(&stage)?;
-    // The proxy bridge listens on the host's loopback, on a port of the kernel's choosing.
+    // The proxy bridge listens on the host's loopback, on a port of the helper's bridge block
+    // (the kernel's choice where it has none).
     let listener = match &connector {
-        Some(_) => Some(
-            std::net::TcpListener::bind(("127.0.0.1", 0)).map_err(io_err(
-                "listening on the host's loopback for the proxy bridge",
-            ))?,
-        ),
+        Some(_) => Some(crate::linux::bridge_ports::listen().map_err(io_err(
+            "listening on the host's loopback for the proxy bridge",
+        ))?),
         None => None,
     };
     let port = match &listener {

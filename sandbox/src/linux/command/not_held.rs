@@ -34,7 +34,7 @@ pub const WITHOUT_NAMESPACES: &[NotHeld] = &[
     },
     NotHeld {
         name: "proxy_port_on_other_addresses",
-        what: "TCP to the proxy bridge's port number on any address, not only 127.0.0.1 (another host's service on that port, or the host's own on another address): Landlock's network rules are per port, not per address; the port is the kernel's choice for each command",
+        what: "TCP to the proxy bridge's port number on any address, not only 127.0.0.1 (another host's service on that port, or the host's own on another address): Landlock's network rules are per port, not per address; the port is one of the exec helper's bridge block (64 ports chosen at random when it starts), one per command",
     },
     NotHeld {
         name: "metadata_outside_grants",
@@ -58,7 +58,7 @@ pub const WITHOUT_NAMESPACES: &[NotHeld] = &[
     },
     NotHeld {
         name: "exec_helper_not_in_an_empty_network",
-        what: "the exec helper itself stays in the host's network namespace and its seccomp filter allows inet sockets (its commands' own denylist and Landlock rules refuse them; the helper's cannot, because each command's proxy bridge port is known only when the command starts)",
+        what: "the exec helper itself stays in the host's network namespace: its own Landlock rules allow TCP bind and connect only to its proxy bridge block (64 ports chosen at random when it starts) and a second seccomp filter only inet sockets of the stream type and TCP (no UDP, ICMP, raw, SCTP or MPTCP: EACCES), but within that it (and every command, which inherits both) can still reach those 64 port numbers on any address, IPv4 or IPv6: Landlock's network rules are per port, not per address, and the block must hold every command's bridge port because a command inherits the helper's rules",
     },
 ];
 

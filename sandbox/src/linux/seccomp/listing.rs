@@ -17,6 +17,8 @@ pub enum Filter {
     Allowlist(Profile),
     /// The denylist every sandboxed command gets; `inet`: it has the egress proxy.
     CommandDenylist { inet: bool },
+    /// The exec helper's second filter in the Landlock tier (`super::host_network_guard`).
+    HostNetworkGuard,
 }
 
 /// One listed filter.
@@ -89,6 +91,11 @@ pub fn all() -> Vec<Listed> {
             "every command in the exec sandbox with the egress proxy, on top of the exec profile",
             CommandDenylist { inet: true },
         ),
+        listed(
+            "exec-landlock-tier",
+            "exec-helper in the Landlock tier, after its allowlist (and, inherited, every command it starts)",
+            Filter::HostNetworkGuard,
+        ),
     ]
 }
 
@@ -98,7 +105,7 @@ pub fn allowlist_profiles() -> Vec<Profile> {
         .into_iter()
         .filter_map(|l| match l.filter {
             Filter::Allowlist(p) => Some(p),
-            Filter::CommandDenylist { .. } => None,
+            Filter::CommandDenylist { .. } | Filter::HostNetworkGuard => None,
         })
         .collect()
 }
@@ -117,6 +124,7 @@ pub fn render(l: &Listed) -> String {
     let (header, mut rows) = match &l.filter {
         Filter::Allowlist(p) => allowlist(&Policy::for_profile(p)),
         Filter::CommandDenylist { inet } => command_denylist(*inet),
+        Filter::HostNetworkGuard => host_network_guard(),
     };
     // Sorted by syscall, several rules for one syscall in the order the profile adds them.
     rows.sort_by(|a, b| a.syscall.cmp(&b.syscall));
@@ -221,6 +229,36 @@ fn allowlist(policy: &Policy) -> (Vec<(&'static str, String)>, Vec<Row>) {
             why: r.why,
         })
         .collect();
+    (header, rows)
+}
+
+fn host_network_guard() -> (Vec<(&'static str, String)>, Vec<Row>) {
+    let policy = super::host_network_guard();
+    let (_, rows) = allowlist(&policy);
+    let header = vec![
+        (
+            "kind",
+            "errno filter (the exec helper has no empty network namespace in this tier)"
+                .to_string(),
+        ),
+        (
+            "default",
+            "allow: any syscall no rule below refuses (the exec profile's allowlist still applies)"
+                .into(),
+        ),
+        (
+            "architecture",
+            format!(
+                "{}; a call from any other (i386 through int 0x80, ...) kills the process",
+                arch()
+            ),
+        ),
+        (
+            "arguments",
+            "compared on their low 32 bits; each rule refuses when all its conditions hold".into(),
+        ),
+        ("rules", policy.rules.len().to_string()),
+    ];
     (header, rows)
 }
 

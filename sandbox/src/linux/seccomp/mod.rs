@@ -240,6 +240,52 @@ pub fn install(profile: &Profile) -> Result<u32, LockdownError> {
     Ok(policy.allowed_syscalls().len() as u32)
 }
 
+/// The exec helper's second filter in the Landlock tier, where it has no network namespace of
+/// its own: inet sockets (v4 and v6) of the stream type and the default or TCP protocol only,
+/// anything else EACCES. Landlock's network rules cover TCP alone, so UDP (DNS included),
+/// ICMP, SCTP and MPTCP would otherwise reach the host's network from the helper and from
+/// every command (which inherits this filter; its own denylist says the same). Unix sockets
+/// are untouched. Each rule refuses when all its conditions hold.
+pub fn host_network_guard() -> Policy {
+    let mut p = Policy::new("exec (Landlock tier)");
+    for family in [libc::AF_INET, libc::AF_INET6] {
+        let family = family as u32;
+        // Types 2..=10: datagram, raw, RDM, seqpacket, DCCP, the rest the kernel knows; the
+        // low four bits (SOCK_NONBLOCK and SOCK_CLOEXEC are flags above them).
+        for ty in 2..=10u32 {
+            p.refuse_if(
+                libc::SYS_socket,
+                &[Arg::Eq(0, family), Arg::Masked(1, 0xf, ty)],
+                libc::EACCES,
+                "inet sockets of the stream type only: Landlock's TCP rules are all that bounds the helper's network",
+            );
+        }
+        p.refuse_if(
+            libc::SYS_socket,
+            &[
+                Arg::Eq(0, family),
+                Arg::Ne(2, 0),
+                Arg::Ne(2, libc::IPPROTO_TCP as u32),
+            ],
+            libc::EACCES,
+            "inet streams of TCP only (SCTP and MPTCP streams are not what Landlock's TCP rules cover)",
+        );
+    }
+    p
+}
+
+/// Installs [`host_network_guard`] on every thread (a filter that allows everything else).
+pub fn install_host_network_guard() -> Result<(), LockdownError> {
+    let p = host_network_guard();
+    let fail = |reason: String| LockdownError::Seccomp {
+        profile: p.profile,
+        reason,
+    };
+    let arch = target_arch().map_err(fail)?;
+    let program = p.errno_filter(libc::EACCES, arch).map_err(fail)?;
+    seccompiler::apply_filter_all_threads(&program).map_err(|e| fail(e.to_string()))
+}
+
 /// Installs a filter that kills the process on any x32 syscall (x86_64 numbers with bit 30
 /// set), which would otherwise reach the same kernel entry points under numbers no allowlist
 /// names. A no-op on other architectures. Part of [`install`].
