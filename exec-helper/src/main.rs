@@ -15,18 +15,13 @@ mod serve;
 mod start;
 
 #[cfg(target_os = "linux")]
-use ipc_schema::helper::{fatal, HelperChannel};
-#[cfg(target_os = "linux")]
-use ipc_schema::tier::ConfinementTier;
-#[cfg(target_os = "linux")]
-use ipc_schema::Role;
-#[cfg(target_os = "linux")]
-use sandbox::helper_args::{lock_down, HelperArgs};
-#[cfg(target_os = "linux")]
-use std::process::ExitCode;
+fn main() -> std::process::ExitCode {
+    use ipc_schema::helper::{fatal, HelperChannel};
+    use ipc_schema::tier::ConfinementTier;
+    use ipc_schema::Role;
+    use sandbox::helper_args::{lock_down, HelperArgs};
+    use std::process::ExitCode;
 
-#[cfg(target_os = "linux")]
-fn main() -> ExitCode {
     let args = HelperArgs::from_env_with(config::OPTIONS);
     let channel = sandbox::process::take_inherited_channel()
         .unwrap_or_else(|e| fatal(Role::Exec, format!("no broker channel: {e}")));

@@ -181,6 +181,14 @@ impl Hops {
         self.redirects.push(from.url.to_string());
         Ok(())
     }
+
+    /// A hop's result: once a redirect led there, a failure names it.
+    pub fn outcome<T>(&self, hop: Result<T, FetchError>, to: &Target) -> Result<T, FetchError> {
+        if self.redirects.is_empty() {
+            return hop;
+        }
+        hop.map_err(|e| e.context(&format!("redirect to {}", to.url)))
+    }
 }
 
 pub(crate) fn is_redirect(status: u16) -> bool {
@@ -198,17 +206,10 @@ async fn follow(
     check_allowed(allow, &target)?;
     let mut hops = Hops::new(&target);
     loop {
-        let hop = one_hop(ctx, &target, limits).await;
-        let (resp, address) = if hops.redirects.is_empty() {
-            hop?
-        } else {
-            hop.map_err(|e| e.context(&format!("redirect to {}", target.url)))?
-        };
+        let (resp, address) = hops.outcome(one_hop(ctx, &target, limits).await, &target)?;
         let status = resp.status().as_u16();
         if is_redirect(status) {
-            let next = next_hop(&target, &resp, status)?;
-            check_allowed(allow, &next)
-                .map_err(|e| e.context(&format!("redirect to {}", next.url)))?;
+            let next = next_hop(&target, &resp, status, allow)?;
             hops.follow(&target, &next, limits.max_redirects)?;
             target = next;
             continue;
@@ -217,11 +218,13 @@ async fn follow(
     }
 }
 
-/// The checked target of a redirect, or why it is refused (also used by `http`).
+/// The checked target of a redirect (its URL, and the allowlist when there is one), or why it
+/// is refused (also used by `http`).
 pub(crate) fn next_hop(
     from: &Target,
     resp: &http::Response<Incoming>,
     status: u16,
+    allow: Option<&Allowlist>,
 ) -> Result<Target, FetchError> {
     let refuse = |r: String| FetchError::refused(RefusalKind::Redirect, r);
     let loc = resp.headers().get(http::header::LOCATION).ok_or_else(|| {
@@ -249,6 +252,7 @@ pub(crate) fn next_hop(
             from.url, target.url
         )));
     }
+    check_allowed(allow, &target).map_err(|e| e.context(&format!("redirect to {}", target.url)))?;
     Ok(target)
 }
 

@@ -182,16 +182,10 @@ async fn follow(
             Ok(r) => send_pinned(ctx, &target, &req.limits, r).await,
             Err(e) => Err(e),
         };
-        let (resp, address) = if hops.redirects.is_empty() {
-            hop?
-        } else {
-            hop.map_err(|e| e.context(&format!("redirect to {}", target.url)))?
-        };
+        let (resp, address) = hops.outcome(hop, &target)?;
         let status = resp.status().as_u16();
         if follows && is_redirect(status) {
-            let next = next_hop(&target, &resp, status)?;
-            check_allowed(allow, &next)
-                .map_err(|e| e.context(&format!("redirect to {}", next.url)))?;
+            let next = next_hop(&target, &resp, status, allow)?;
             if let Some(c) = &req.credential {
                 // A server that puts the credential into a redirect would have us carry it
                 // to wherever it points, in the request line.

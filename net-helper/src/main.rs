@@ -3,24 +3,16 @@
 #![forbid(unsafe_code)]
 
 #[cfg(target_os = "linux")]
-use ipc_schema::helper::{fatal, HelperChannel};
-#[cfg(target_os = "linux")]
-use ipc_schema::route::BROKER_TO_NET;
-#[cfg(target_os = "linux")]
-use ipc_schema::Role;
-#[cfg(target_os = "linux")]
-use net_helper::config::{Config, OPTIONS};
-#[cfg(target_os = "linux")]
-use net_helper::service::NetService;
-#[cfg(target_os = "linux")]
-use net_helper::{resolve::NetResolver, tls, NetContext};
-#[cfg(target_os = "linux")]
-use std::process::ExitCode;
-#[cfg(target_os = "linux")]
-use std::sync::Arc;
+fn main() -> std::process::ExitCode {
+    use ipc_schema::helper::{fatal, HelperChannel};
+    use ipc_schema::route::BROKER_TO_NET;
+    use ipc_schema::Role;
+    use net_helper::config::{Config, OPTIONS};
+    use net_helper::service::NetService;
+    use net_helper::{resolve::NetResolver, tls, NetContext};
+    use std::process::ExitCode;
+    use std::sync::Arc;
 
-#[cfg(target_os = "linux")]
-fn main() -> ExitCode {
     let args = sandbox::helper_args::HelperArgs::from_env_with(OPTIONS);
     // Everything read from the system is read now: after lockdown there is no filesystem.
     let cfg = Config::from_args(&args).unwrap_or_else(|e| fatal(Role::Net, e));
