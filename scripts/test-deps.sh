@@ -26,8 +26,8 @@ declare -A NEED=(
   # The other operating systems (scripts/cross-check.sh): the C parts of the Windows build,
   # and Wine to run the Windows test binaries.
   [x86_64-w64-mingw32-gcc]=gcc-mingw-w64-x86-64
+  # (wine: Debian's launcher; it brings wine64 as its first alternative.)
   [wine]=wine
-  [wine64]=wine64
 )
 missing=()
 for cmd in "${!NEED[@]}"; do
