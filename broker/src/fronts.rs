@@ -23,7 +23,7 @@ use ipc_schema::codec::{encode, MAX_FRAME};
 use ipc_schema::route::{Channel, RouteError, RouteState};
 use ipc_schema::{Body, Envelope, ErrorCode, ErrorReply, Role};
 use sandbox::process::{pidfd_open, pidfd_send_signal};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::rc::Rc;
@@ -124,25 +124,24 @@ async fn serve_front(
     role: Role,
     run: Option<Rc<crate::launch::Run>>,
 ) {
-    let cred = match stream.peer_cred() {
+    // Who the kernel says connected (SO_PEERCRED, through the one peer check every endpoint
+    // uses); a peer of another uid is dropped unread.
+    let cred = match sandbox::peer::of_unix_socket(stream.as_fd()) {
         Ok(c) => c,
         Err(e) => {
             tracing::warn!("{role} peer without credentials: {e}");
             return;
         }
     };
-    let me = nix::unistd::geteuid().as_raw();
-    if cred.uid() != me && run.is_none() {
-        tracing::warn!(
-            "refused a {role} connection from uid {} (the broker serves uid {me} only)",
-            cred.uid()
-        );
-        return;
+    if run.is_none() {
+        let admitted = sandbox::peer::current_user()
+            .and_then(|me| sandbox::peer::admit(&me, &cred).map_err(std::io::Error::other));
+        if let Err(why) = admitted {
+            tracing::warn!("refused a {role} connection: {why}");
+            return;
+        }
     }
-    let pid = cred
-        .pid()
-        .and_then(|p| u32::try_from(p).ok())
-        .filter(|p| *p != 0);
+    let pid = cred.pid;
     let peer = Peer {
         role,
         pid,

@@ -13,6 +13,7 @@ pub use ipc_schema::status::{LandlockStatus, LockdownReport, ProcStatus};
 pub mod helper_args;
 #[cfg(target_os = "linux")]
 pub mod linux;
+pub mod peer;
 pub mod seatbelt;
 pub mod wincfg;
 #[cfg(target_os = "linux")]

@@ -29,6 +29,7 @@ mod acl;
 mod ffi;
 mod job;
 mod mitigation;
+pub(crate) mod pipe_peer;
 mod spawn;
 mod token;
 
