@@ -72,6 +72,10 @@ mod win {
             "spawn_refuses_a_relative_program",
             spawn_refuses_a_relative_program,
         ),
+        (
+            "a_helpers_hello_crosses_its_inherited_channel_and_the_broker_checks_it",
+            a_helpers_hello_crosses_its_inherited_channel_and_the_broker_checks_it,
+        ),
     ];
 
     fn note_not_verified(what: &str) {
@@ -124,6 +128,7 @@ mod win {
                 ExitCode::SUCCESS
             }
             Some("tree") => tree_child(&args[1..]),
+            Some("hello") => hello_child(&args[1..]),
             Some("command") => {
                 // What a command sees: its environment (names) and working directory, on stdout.
                 let mut names: Vec<String> = std::env::vars_os()
@@ -855,6 +860,94 @@ mod win {
             std::fs::canonicalize(cwd).unwrap(),
             std::fs::canonicalize(&work).unwrap()
         );
+    }
+
+    /// A helper as it starts: adopts its inherited channel, locks down (degraded only where
+    /// the parent says the spawn was), and says hello on the channel as one codec frame.
+    fn hello_child(args: &[String]) -> ExitCode {
+        let Ok(handle) = w::take_inherited_handle(&args[0]) else {
+            return ExitCode::from(3);
+        };
+        let mut chan = std::fs::File::from(handle);
+        let opts = LockdownOptions {
+            allow_degraded: args[2] == "degraded",
+            ..Default::default()
+        };
+        let report = match sandbox::lockdown(&fs_profile(Path::new(&args[1])), &opts) {
+            Ok(r) => r,
+            Err(e) => ipc_schema::status::LockdownReport::refused("fs", e.to_string()),
+        };
+        let hello = ipc_schema::Body::Hello(ipc_schema::status::Hello {
+            role: ipc_schema::Role::Fs,
+            pid: std::process::id(),
+            lockdown: report,
+        });
+        match ipc_schema::codec::write_frame(&mut chan, &ipc_schema::Envelope::new(0, hello)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(_) => ExitCode::from(4),
+        }
+    }
+
+    /// The Windows hello path end to end: the spawner's spawn with the channel as the one
+    /// inherited handle, the helper's lockdown and report, the frame on the channel, and the
+    /// broker's check of the report (`wincfg::verify_report`). On Windows the strict spawn and
+    /// the strict check pass; under Wine (no restricted token) the spawn is degraded, and the
+    /// broker refuses the hello strict and takes it only degraded.
+    fn a_helpers_hello_crosses_its_inherited_channel_and_the_broker_checks_it() {
+        let wine = w::running_under_wine();
+        let s = Scratch::new();
+        let grant = s.dir("grant");
+        let policy = wincfg::helper_policy(&fs_profile(&grant)).unwrap();
+        let (mut reader, writer) = std::io::pipe().unwrap();
+        let exe = std::env::current_exe().unwrap();
+        let writer_handle: OwnedHandle = writer.into();
+        let spec = SpawnSpec {
+            program: &exe,
+            args: vec![
+                CHILD.into(),
+                "hello".into(),
+                format!("{}", writer_handle.as_handle().as_raw_handle_usize()).into(),
+                grant.clone().into_os_string(),
+                if wine { "degraded" } else { "strict" }.into(),
+            ],
+            cwd: None,
+            env: w::env_from_allowlist(&["SystemRoot", "WINEPREFIX", "WINEDEBUG"]),
+            inherit: vec![writer_handle.as_handle()],
+            stdin: None,
+            stdout: None,
+            stderr: None,
+        };
+        let child = w::spawn(
+            &policy,
+            &spec,
+            SpawnOptions {
+                allow_degraded: wine,
+            },
+        )
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+        drop(writer_handle);
+        let env = ipc_schema::codec::read_frame(&mut reader, ipc_schema::MAX_FRAME)
+            .expect("a well-formed frame")
+            .expect("a hello before the channel closed");
+        assert_eq!(env.id, 0);
+        let ipc_schema::Body::Hello(hello) = env.body else {
+            panic!("not a hello: {:?}", env.body);
+        };
+        assert_eq!(hello.role, ipc_schema::Role::Fs);
+        assert_eq!(hello.pid, child.pid());
+        let report = hello.lockdown;
+        assert!(report.windows.is_some(), "{report:?}");
+        if wine {
+            note_not_verified("a confined helper's hello passing the broker's strict check");
+            let e = wincfg::verify_report(&policy, &report, false).unwrap_err();
+            assert!(
+                e.contains("restricted token: the process token has no restricting SIDs"),
+                "{e}"
+            );
+            assert_eq!(wincfg::verify_report(&policy, &report, true), Ok(()));
+        } else {
+            assert_eq!(wincfg::verify_report(&policy, &report, false), Ok(()));
+        }
     }
 
     fn spawn_refuses_a_relative_program() {
