@@ -4,61 +4,38 @@
 //! `audit-store`.
 
 #![forbid(unsafe_code)]
-
 // The daemon starts its helpers through the spawner (pidfds, /proc, PR_SET_PDEATHSIG) and locks
 // itself down with Landlock and seccomp: Linux only (ipc_schema::platform::Missing). Elsewhere
-// this crate holds only what the command line shares with it and needs no helper.
+// the crate is empty; gatehouse-broker and the CLI refuse to start there.
+#![cfg(target_os = "linux")]
 
-#[cfg(target_os = "linux")]
 mod approvals;
-#[cfg(target_os = "linux")]
 mod audit;
-#[cfg(target_os = "linux")]
 mod broker;
-#[cfg(target_os = "linux")]
 pub mod doctor;
-#[cfg(target_os = "linux")]
 mod exec_tier;
-#[cfg(target_os = "linux")]
 mod fronts;
-#[cfg(target_os = "linux")]
 mod gate;
-#[cfg(target_os = "linux")]
 pub mod head_key;
-#[cfg(target_os = "linux")]
 pub mod helpers;
-#[cfg(target_os = "linux")]
 mod launch;
-#[cfg(target_os = "linux")]
 mod ledger;
 use proposal::provenance;
-#[cfg(target_os = "linux")]
 pub mod secrets_link;
-#[cfg(target_os = "linux")]
 mod sessions;
-#[cfg(target_os = "linux")]
 mod test_hooks;
-#[cfg(target_os = "linux")]
 mod tools;
-#[cfg(target_os = "linux")]
 mod ui_api;
 
 pub use provenance::part_text;
 
-#[cfg(target_os = "linux")]
 use gatehouse_client::Dirs;
-#[cfg(target_os = "linux")]
 use ipc_schema::status::LockdownReport;
-#[cfg(target_os = "linux")]
 use ipc_schema::{ErrorCode, ErrorReply, Role};
-#[cfg(target_os = "linux")]
 use std::path::PathBuf;
-#[cfg(target_os = "linux")]
 use std::sync::atomic::{AtomicBool, Ordering};
-#[cfg(target_os = "linux")]
 use std::sync::Arc;
 
-#[cfg(target_os = "linux")]
 /// The arguments of `gatehouse-broker` (and of `gatehouse broker`, which passes them on).
 #[derive(clap::Args, Clone, Default)]
 pub struct BrokerArgs {
@@ -99,7 +76,6 @@ pub struct BrokerArgs {
     gate: gate::GateArgs,
 }
 
-#[cfg(target_os = "linux")]
 /// Settings the broker runs with.
 pub struct BrokerOptions {
     pub allow_degraded: bool,
@@ -121,14 +97,12 @@ pub struct BrokerOptions {
     shutting_down: AtomicBool,
 }
 
-#[cfg(target_os = "linux")]
 impl BrokerOptions {
     pub fn shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::SeqCst)
     }
 }
 
-#[cfg(target_os = "linux")]
 /// What every task of the broker shares.
 pub struct Ctx {
     pub opts: Arc<BrokerOptions>,
@@ -147,14 +121,12 @@ pub struct Ctx {
     pub servers: tools::servers::Servers,
 }
 
-#[cfg(target_os = "linux")]
 /// What `doctor` says of the kernel, read once at start.
 pub struct KernelFacts {
     pub release: String,
     pub landlock_abi: u32,
 }
 
-#[cfg(target_os = "linux")]
 impl KernelFacts {
     fn read() -> KernelFacts {
         KernelFacts {
@@ -166,7 +138,6 @@ impl KernelFacts {
     }
 }
 
-#[cfg(target_os = "linux")]
 /// A helper call's failure, as a reply.
 pub fn call_error_reply(e: &helpers::CallError) -> ErrorReply {
     let code = match e {
@@ -176,11 +147,9 @@ pub fn call_error_reply(e: &helpers::CallError) -> ErrorReply {
     ErrorReply::new(code, e.to_string())
 }
 
-#[cfg(target_os = "linux")]
 /// The helper binaries the broker starts, each expected beside it.
 const HELPER_ROLES: [Role; 5] = Role::HELPERS;
 
-#[cfg(target_os = "linux")]
 /// Names every helper binary missing from `dir`, and how to build them.
 fn missing_helpers(dir: &std::path::Path) -> Option<String> {
     let missing: Vec<&str> = HELPER_ROLES
@@ -199,7 +168,6 @@ fn missing_helpers(dir: &std::path::Path) -> Option<String> {
     ))
 }
 
-#[cfg(target_os = "linux")]
 /// Runs the broker for `dirs` until SIGINT or SIGTERM; `Err`: why it refused or stopped.
 pub fn run_broker(dirs: Dirs, args: BrokerArgs) -> Result<(), String> {
     #[cfg(feature = "test-hooks")]
