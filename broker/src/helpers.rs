@@ -27,6 +27,8 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) const READY_WAIT: Duration = Duration::from_secs(10);
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// How long a helper whose channel refused a write has to exit before it is killed.
+const WRITE_FAILED_GRACE: Duration = Duration::from_secs(1);
 /// A helper that ran this long without dying resets its backoff.
 const HEALTHY_AFTER: Duration = Duration::from_secs(30);
 
@@ -148,6 +150,12 @@ impl HelperSlot {
         let Some(live) = &st.live else {
             return Err(Box::new((msg, waiter)));
         };
+        if live.tx.is_closed() {
+            // Its relay's writer stopped (the helper is going): nothing is sent, so the call
+            // waits for the restart like any call to a helper that is not ready.
+            self.ready.send_replace(false);
+            return Err(Box::new((msg, waiter)));
+        }
         let Message { body, fd } = msg;
         let tx = live.tx.clone();
         let id = st.next_id;
@@ -209,6 +217,12 @@ impl HelperSlot {
                     })
                 }
                 Err(back) => msg = back.0,
+            }
+            if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(CallError::Unavailable {
+                    role: self.role,
+                    reason: "gatehouse is stopping".into(),
+                });
             }
             let left = deadline.saturating_duration_since(Instant::now());
             let refused = matches!(self.lock().state, ProcessState::Refused { .. });
@@ -625,7 +639,16 @@ where
     loop {
         let frame = tokio::select! {
             f = rd.next() => f,
-            _ = &mut writer => std::future::pending().await,
+            _ = &mut writer => {
+                // A write failed: the helper died or stopped reading. Nothing more can reach
+                // it, so no call waits on it: new calls wait for the restart, and the calls in
+                // flight fail once it has exited (at once if it died; killed if it lingers).
+                slot.ready.send_replace(false);
+                return match tokio::time::timeout(WRITE_FAILED_GRACE, &mut exit).await {
+                    Ok(()) => None,
+                    Err(_) => Some("it stopped taking requests (a write to its channel failed)".into()),
+                };
+            }
             _ = &mut exit => return None,
         };
         let env = match frame {

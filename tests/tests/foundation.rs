@@ -189,6 +189,58 @@ fn a_killed_helper_is_restarted_and_its_in_flight_call_fails_clearly() {
     assert!(!alive(pid));
 }
 
+/// Calls sent into the moment a helper dies (its socket already closed, its exit not yet seen)
+/// each get an answer, and the helper comes back: a write that fails on the dead channel must
+/// not leave the relay waiting forever, nor calls failing at once without waiting for the
+/// restart.
+#[test]
+fn calls_streamed_into_a_helpers_death_are_answered_and_it_comes_back() {
+    let b = BrokerUnderTest::start(&[]);
+    let mut ui = b.ui();
+    ui.set_timeout(Some(Duration::from_secs(60)));
+    for round in 0..4 {
+        assert_eq!(ping(&mut ui, Role::Fs), Body::Pong, "round {round}");
+        let (_, report) = doctor(&b);
+        let pid = helper_pid(&report, Role::Fs);
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        let ids: Vec<u64> = (0..200)
+            .map(|_| {
+                ui.send(Body::Ping {
+                    target: Some(Role::Fs),
+                })
+            })
+            .collect();
+        let mut answered = std::collections::HashSet::new();
+        while answered.len() < ids.len() {
+            let env = ui.recv().unwrap_or_else(|| {
+                panic!("round {round}: a call got no answer; log:\n{}", b.log())
+            });
+            match env.body {
+                Body::Pong => {}
+                Body::Error(e) => assert!(
+                    matches!(e.code, ErrorCode::HelperCrashed),
+                    "round {round}: {e:?}"
+                ),
+                other => panic!("round {round}: {other:?}"),
+            }
+            assert!(answered.insert(env.id), "answered twice: {}", env.id);
+        }
+        // The restarted helper answers; the calls sent after the crash waited for it.
+        assert_eq!(
+            ping(&mut ui, Role::Fs),
+            Body::Pong,
+            "round {round}; log:\n{}",
+            b.log()
+        );
+        let (_, after) = doctor(&b);
+        assert_ne!(helper_pid(&after, Role::Fs), pid);
+    }
+}
+
 #[test]
 fn the_broker_refuses_to_route_to_a_helper_that_did_not_lock_down() {
     let b = BrokerUnderTest::start(&["--test-unlocked-helper", "fs"]);

@@ -342,6 +342,23 @@ impl Ctx {
         crate::broker_core_support::audit_rows_in(&self.data)
     }
 
+    /// The audit rows once `ready` holds for them (or after 20 s, for the caller's assertion to
+    /// show what is there): audit-only rows such as a killed peer's are group-committed by the
+    /// broker's writer after the event they record, and after its log line.
+    pub fn audit_rows_when(
+        &self,
+        ready: impl Fn(&[serde_json::Value]) -> bool,
+    ) -> Vec<serde_json::Value> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let rows = self.audit_rows();
+            if ready(&rows) || std::time::Instant::now() > deadline {
+                return rows;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
     /// The broker of the run_command and `gatehouse run` paths.
     pub fn broker(&self) -> Option<&Broker> {
         self.broker.as_ref()
