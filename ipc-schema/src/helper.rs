@@ -9,14 +9,18 @@
 //! that does: the broker is the only peer, so any of these means it is confused, and it
 //! restarts the helper.
 //!
+//! The channel is the helper's one inherited endpoint ([`Stream`]): a Unix socket on Unix; on
+//! Windows the client end of a duplex named pipe, which carries frames but no descriptors, so a
+//! table row that needs one ([`Flags::NEEDS_FD`]) ends the helper there.
+//!
 //! Three ways to serve, one per kind of helper:
 //! - [`HelperChannel::serve`]: blocking, one request at a time, replies in order, written in
 //!   batches (flushed whenever no further request is already buffered) — fs-helper,
 //!   secrets-helper;
-//! - [`HelperChannel::into_polled`]: non-blocking, for a helper with a `poll(2)` loop of its
-//!   own that answers requests out of order (exec-helper);
-//! - `HelperChannel::into_async` (feature `tokio`): for a helper that answers each request from
-//!   its own task (net-helper).
+//! - `HelperChannel::into_polled` (Unix): non-blocking, for a helper with a `poll(2)` loop of
+//!   its own that answers requests out of order (exec-helper);
+//! - `HelperChannel::into_async` (Unix, feature `tokio`): for a helper that answers each request
+//!   from its own task (net-helper).
 //!
 //! `Ping` is answered by the channel in every mode. [`HelperChannel::wiping`] keeps every byte
 //! read or written in buffers that are zeroed after use and never reallocated behind their own
@@ -29,9 +33,23 @@ use crate::{Body, Envelope, ErrorCode, ErrorReply, Role};
 use std::collections::VecDeque;
 use std::fmt::Display;
 use std::io::{self, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::net::UnixStream;
+#[cfg(unix)]
+use std::os::fd::{AsFd, BorrowedFd};
 use zeroize::{Zeroize, Zeroizing};
+
+/// The helper's end of its broker channel.
+#[cfg(unix)]
+pub type Stream = std::os::unix::net::UnixStream;
+/// The helper's end of its broker channel: the inherited client end of a duplex pipe.
+#[cfg(windows)]
+pub type Stream = std::fs::File;
+
+/// A descriptor a frame brought with it (`SCM_RIGHTS`).
+#[cfg(unix)]
+pub type Passed = std::os::fd::OwnedFd;
+/// Nothing crosses a Windows channel beside the bytes: no request ever has one.
+#[cfg(windows)]
+pub type Passed = std::convert::Infallible;
 
 pub use crate::exit::{fatal, FATAL_EXIT};
 
@@ -46,7 +64,7 @@ pub struct Request {
     /// Its row's flags.
     pub flags: Flags,
     /// The descriptor it brought (only for rows with [`Flags::FD`]).
-    pub fd: Option<OwnedFd>,
+    pub fd: Option<Passed>,
 }
 
 impl Request {
@@ -93,7 +111,7 @@ impl From<Body> for Answer {
 /// A helper's channel to the broker.
 pub struct HelperChannel {
     role: Role,
-    sock: UnixStream,
+    sock: Stream,
     wipe: bool,
 }
 
@@ -104,7 +122,7 @@ impl HelperChannel {
     /// (the exec-helper where user namespaces are refused): tells the broker `why` (it marks
     /// the helper refused with these words, and kills it), waits for that (at most a minute) so
     /// that the refusal, not the exit, is what the broker sees first, then ends the helper.
-    pub fn refuse(role: Role, sock: UnixStream, why: impl Display) -> ! {
+    pub fn refuse(role: Role, sock: Stream, why: impl Display) -> ! {
         let why = why.to_string();
         let peer = sock.try_clone();
         let _ = HelperChannel::hello(
@@ -113,13 +131,15 @@ impl HelperChannel {
             LockdownReport::refused(role.name(), why.as_str()),
         );
         if let Ok(p) = peer {
+            // (A pipe handle has no read timeout: there the broker's kill ends the wait.)
+            #[cfg(unix)]
             let _ = p.set_read_timeout(Some(std::time::Duration::from_secs(60)));
             let _ = std::io::Read::read(&mut &p, &mut [0u8; 1]);
         }
         fatal(role, format!("lockdown failed: {why}"))
     }
 
-    pub fn hello(role: Role, sock: UnixStream, lockdown: LockdownReport) -> HelperChannel {
+    pub fn hello(role: Role, sock: Stream, lockdown: LockdownReport) -> HelperChannel {
         let hello = Body::Hello(Hello {
             role,
             pid: std::process::id(),
@@ -168,7 +188,7 @@ impl HelperChannel {
                 }
             }
             out.write_all(role, &self.sock);
-            match inbox.fill(self.sock.as_fd()) {
+            match inbox.fill(&self.sock) {
                 Ok(0) => return inbox.end(),
                 Ok(_) => {}
                 Err(e) => fatal(role, format!("reading the broker channel: {e}")),
@@ -177,6 +197,7 @@ impl HelperChannel {
     }
 
     /// The channel for a helper's own `poll(2)` loop (the socket becomes non-blocking).
+    #[cfg(unix)]
     pub fn into_polled(self, table: &'static Table) -> PolledChannel {
         if let Err(e) = self.sock.set_nonblocking(true) {
             fatal(self.role, format!("broker channel: {e}"));
@@ -194,13 +215,15 @@ impl HelperChannel {
 /// when [`PolledChannel::wants_write`]), calls [`PolledChannel::read_ready`] when it is
 /// readable, takes requests with [`PolledChannel::next_request`], queues replies with
 /// [`PolledChannel::reply`] and writes them with [`PolledChannel::flush`].
+#[cfg(unix)]
 pub struct PolledChannel {
     role: Role,
-    sock: UnixStream,
+    sock: Stream,
     inbox: Inbox,
     out: Vec<u8>,
 }
 
+#[cfg(unix)]
 impl PolledChannel {
     pub fn as_fd(&self) -> BorrowedFd<'_> {
         self.sock.as_fd()
@@ -214,7 +237,7 @@ impl PolledChannel {
     /// Reads everything the socket has. `false`: the broker closed the channel.
     pub fn read_ready(&mut self) -> bool {
         loop {
-            match self.inbox.fill(self.sock.as_fd()) {
+            match self.inbox.fill(&self.sock) {
                 Ok(0) => {
                     self.inbox.end();
                     return false;
@@ -309,7 +332,7 @@ impl Outbox {
         self.pending.push_back(frame);
     }
 
-    fn write_all(&mut self, role: Role, mut sock: &UnixStream) {
+    fn write_all(&mut self, role: Role, mut sock: &Stream) {
         let r = if self.wipe {
             self.pending
                 .drain(..)
@@ -332,7 +355,7 @@ struct Inbox {
     table: &'static Table,
     state: RouteState,
     buf: Buffer,
-    fds: VecDeque<OwnedFd>,
+    fds: VecDeque<Passed>,
 }
 
 impl Inbox {
@@ -347,10 +370,38 @@ impl Inbox {
     }
 
     /// One `recvmsg` (the descriptors that come are queued). `Ok(0)`: the end of the stream.
-    fn fill(&mut self, sock: BorrowedFd<'_>) -> io::Result<usize> {
+    #[cfg(unix)]
+    fn fill(&mut self, sock: &Stream) -> io::Result<usize> {
+        self.fill_fd(sock.as_fd())
+    }
+
+    /// [`Inbox::fill`] from any socket (the async channel's).
+    #[cfg(unix)]
+    fn fill_fd(&mut self, sock: BorrowedFd<'_>) -> io::Result<usize> {
+        let want = self.want();
+        let n = crate::fdpass::recv_with_fds(sock, self.buf.spare(want), &mut self.fds)?;
+        self.buf.advance(n);
+        Ok(n)
+    }
+
+    /// One `ReadFile`. `Ok(0)`: the end of the stream (the broker closing its end of a pipe
+    /// reads as a broken pipe, not as zero bytes).
+    #[cfg(windows)]
+    fn fill(&mut self, sock: &Stream) -> io::Result<usize> {
+        let want = self.want();
+        let n = match io::Read::read(&mut &*sock, self.buf.spare(want)) {
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => 0,
+            other => other?,
+        };
+        self.buf.advance(n);
+        Ok(n)
+    }
+
+    /// How much the next read asks for: room for the whole frame that is coming, if its
+    /// header is here.
+    fn want(&self) -> usize {
         let have = self.buf.filled().len();
-        // Room for the whole frame that is coming, if its header is here.
-        let want = match self.buf.filled().get(..HEADER_LEN) {
+        match self.buf.filled().get(..HEADER_LEN) {
             Some(h) => {
                 let len = u32::from_le_bytes(h.try_into().expect("4 bytes")) as usize;
                 (HEADER_LEN + len.min(MAX_FRAME))
@@ -358,10 +409,7 @@ impl Inbox {
                     .max(READ_CHUNK)
             }
             None => READ_CHUNK,
-        };
-        let n = crate::fdpass::recv_with_fds(sock, self.buf.spare(want), &mut self.fds)?;
-        self.buf.advance(n);
-        Ok(n)
+        }
     }
 
     fn has_whole_frame(&self) -> bool {
@@ -520,10 +568,10 @@ impl Drop for Buffer {
     }
 }
 
-#[cfg(feature = "tokio")]
+#[cfg(all(unix, feature = "tokio"))]
 mod tokio_channel;
-#[cfg(feature = "tokio")]
+#[cfg(all(unix, feature = "tokio"))]
 pub use tokio_channel::{AsyncReader, AsyncWriter, Replies};
 
-#[cfg(test)]
+#[cfg(all(test, unix))]
 mod tests;

@@ -21,7 +21,6 @@ pub mod fdpass;
 pub mod framed;
 pub mod fs;
 pub mod grant_glob;
-#[cfg(unix)]
 pub mod helper;
 pub mod host;
 pub mod inert;

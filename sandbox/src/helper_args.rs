@@ -20,6 +20,8 @@ pub struct HelperArgs {
     pub allow_degraded: bool,
     /// `--test-skip-lockdown`: exists only in builds with the `test-hooks` feature.
     pub skip_lockdown: bool,
+    /// `--channel-handle N` (Windows): the value of the broker channel's inherited handle.
+    pub channel_handle: Option<String>,
     /// The helper's own `--name value` pairs, in order.
     pub values: Vec<(String, OsString)>,
 }
@@ -54,6 +56,14 @@ impl HelperArgs {
                 "--allow-degraded" => out.allow_degraded = true,
                 #[cfg(feature = "test-hooks")]
                 "--test-skip-lockdown" => out.skip_lockdown = true,
+                #[cfg(windows)]
+                CHANNEL_HANDLE => {
+                    let v = it.next().ok_or(format!("{CHANNEL_HANDLE} needs a value"))?;
+                    let v = v.to_str().ok_or("a handle value is not UTF-8")?.to_string();
+                    if out.channel_handle.replace(v).is_some() {
+                        return Err(format!("{CHANNEL_HANDLE} given more than once"));
+                    }
+                }
                 name if valued.contains(&name) => {
                     let v = it.next().ok_or(format!("{name} needs a value"))?;
                     out.values.push((name.to_string(), v));
@@ -71,6 +81,31 @@ impl HelperArgs {
             .iter()
             .filter(move |(n, _)| *n == name)
             .map(|(_, v)| v)
+    }
+}
+
+/// On Windows, the option by which the spawner names the channel's handle (a handle in the
+/// spawn's handle list keeps its value in the child, but that value is not fixed as fd 3 is).
+#[cfg(windows)]
+pub const CHANNEL_HANDLE: &str = "--channel-handle";
+
+/// Adopts the broker channel the helper was spawned with: fd 3 on Linux; on Windows the
+/// inherited handle `--channel-handle` names. Fails for a helper started by hand.
+#[cfg(any(target_os = "linux", windows))]
+pub fn take_channel(args: &HelperArgs) -> Result<ipc_schema::helper::Stream, String> {
+    #[cfg(target_os = "linux")]
+    {
+        let _ = args;
+        crate::process::take_inherited_channel().map_err(|e| e.to_string())
+    }
+    #[cfg(windows)]
+    {
+        let value = args.channel_handle.as_deref().ok_or(
+            "no --channel-handle: helpers are started by the gatehouse spawner, not by hand",
+        )?;
+        crate::windows::take_inherited_handle(value)
+            .map(std::fs::File::from)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -137,6 +172,22 @@ mod tests {
         assert!(a.allow_degraded);
         assert_eq!(a.all("--grant").count(), 1);
         assert!(HelperArgs::parse(["--grant".into()], &["--grant"]).is_err());
+    }
+
+    #[test]
+    fn the_channel_handle_is_an_option_on_windows_only() {
+        let a = HelperArgs::parse(["--channel-handle".into(), "728".into()], &[]);
+        #[cfg(windows)]
+        {
+            assert_eq!(a.unwrap().channel_handle.as_deref(), Some("728"));
+            let twice = ["--channel-handle", "1", "--channel-handle", "2"].map(OsString::from);
+            assert_eq!(
+                HelperArgs::parse(twice, &[]).unwrap_err(),
+                "--channel-handle given more than once"
+            );
+        }
+        #[cfg(not(windows))]
+        assert_eq!(a.unwrap_err(), "unknown argument \"--channel-handle\"");
     }
 
     #[cfg(not(feature = "test-hooks"))]

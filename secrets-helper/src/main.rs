@@ -1,8 +1,9 @@
 //! secrets-helper: open the configured store, lock down, say hello, serve.
 //!
-//! On macOS and Windows the stores are built and lockdown goes through the sandbox crate's
-//! API for that OS, but the helper cannot serve yet: handing it the broker channel
-//! (`sandbox::process`) exists on Linux only. There it locks down, then refuses to go on.
+//! On Linux and Windows it serves on the channel it was spawned with (fd 3; on Windows the
+//! pipe handle `--channel-handle` names). On macOS the store is built and lockdown goes
+//! through Seatbelt, but no spawner hands the helper a channel yet: there it locks down, then
+//! refuses to go on.
 
 #![forbid(unsafe_code)]
 
@@ -20,14 +21,14 @@ fn main() -> ExitCode {
     run(&args, cfg)
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 fn run(args: &HelperArgs, cfg: Config) -> ExitCode {
     use ipc_schema::helper::{Answer, HelperChannel, Request};
     use ipc_schema::Body;
     use secrets_helper::service::Service;
 
     let table = served_table(args).unwrap_or_else(|e| fatal(Role::Secrets, e));
-    let channel = sandbox::process::take_inherited_channel()
+    let channel = sandbox::helper_args::take_channel(args)
         .unwrap_or_else(|e| fatal(Role::Secrets, format!("no broker channel: {e}")));
     // Before lockdown: the Secret Service's bus socket cannot be created after it.
     let opened = secrets_helper::open::open(&cfg);
@@ -62,7 +63,7 @@ fn run(args: &HelperArgs, cfg: Config) -> ExitCode {
 /// helper, which never sets, deletes or lists: `ipc_schema::route::BROKER_TO_SECRETS`) or
 /// `private` (a helper a CLI command started for itself: `SECRETS_PRIVATE`). Required: a
 /// helper that does not know whose channel it serves serves nothing.
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 fn served_table(args: &HelperArgs) -> Result<&'static ipc_schema::route::Table, String> {
     use ipc_schema::route::{BROKER_TO_SECRETS, SECRETS_PRIVATE};
     let mut given = args.all("--channel");
@@ -98,27 +99,31 @@ fn lock_down(
     sandbox::helper_args::lock_down_keeping(args, &Profile::Secrets(store), store_fds)
 }
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(any(target_os = "linux", windows)))]
 fn run(args: &HelperArgs, cfg: Config) -> ExitCode {
     // Opened before lockdown, as on Linux (these stores touch nothing until a request).
-    let _opened = secrets_helper::open::open(&cfg);
-    if let Err(e) = lock_down(args, cfg.store) {
+    let opened = secrets_helper::open::open(&cfg);
+    if let Err(e) = lock_down(args, cfg.store, &opened.keep_fds) {
         fatal(Role::Secrets, format!("lockdown failed: {e}"));
     }
-    fatal(Role::Secrets, format!(
-        "cannot serve on {}: the broker channel is handed over by sandbox::process, which exists on Linux only so far",
-        std::env::consts::OS
-    ))
+    fatal(
+        Role::Secrets,
+        format!(
+            "cannot serve on {}: no spawner hands a helper its broker channel on this OS yet",
+            std::env::consts::OS
+        ),
+    )
 }
 
 /// The secrets profile through the sandbox crate: Seatbelt on macOS; on Windows the check of
-/// the restricted token and job the spawner would have made (it refuses a helper started any
-/// other way, naming what is missing), so only `--allow-degraded` runs without it, and the
-/// report says so (DESIGN.md rule 8).
+/// the restricted token and job the spawner made (it refuses a helper started any other way,
+/// naming what is missing), so only `--allow-degraded` runs without it, and the report says so
+/// (DESIGN.md rule 8). The stores there keep no descriptor open.
 #[cfg(not(target_os = "linux"))]
 fn lock_down(
     args: &HelperArgs,
     store: ipc_schema::secrets::StoreKind,
+    _store_fds: &[i32],
 ) -> Result<LockdownReport, LockdownError> {
     degrade_unsupported(
         sandbox::helper_args::lock_down(args, &Profile::Secrets(store)),

@@ -6,6 +6,7 @@ use crate::codec::{encode, read_frame};
 use crate::exec::{CommandSpec, ExecRequest, Limits, NetworkMode};
 use crate::fs::FsRequest;
 use crate::route::{BROKER_TO_EXEC, BROKER_TO_FS};
+use std::os::unix::net::UnixStream;
 
 fn status(id: u64) -> Vec<u8> {
     encode(&Envelope::new(id, Body::Fs(FsRequest::Status))).unwrap()
@@ -78,7 +79,7 @@ fn a_frame_larger_than_the_buffer_is_read_whole() {
         if let Some(r) = inbox.next() {
             break r;
         }
-        assert!(inbox.fill(b.as_fd()).unwrap() > 0);
+        assert!(inbox.fill_fd(b.as_fd()).unwrap() > 0);
     };
     writer.join().unwrap();
     assert_eq!((req.id, req.body), (7, big));
@@ -109,7 +110,7 @@ fn a_proxied_start_takes_the_descriptor_that_came_with_it() {
     crate::fdpass::send_frame_with_fd(&a, &frame, connector.as_fd()).unwrap();
     let mut inbox = Inbox::new(Role::Exec, &BROKER_TO_EXEC, false);
     assert!(inbox.next().is_none());
-    while inbox.fill(b.as_fd()).unwrap() > 0 && inbox.buf.filled().len() < frame.len() {}
+    while inbox.fill_fd(b.as_fd()).unwrap() > 0 && inbox.buf.filled().len() < frame.len() {}
     let req = inbox.next().unwrap();
     assert!(req.flags.contains(Flags::FD));
     assert!(req.fd.is_some());

@@ -84,7 +84,7 @@ impl AsyncReader {
                 }
                 let sock: &UnixStream = self.half.as_ref();
                 let inbox = &mut self.inbox;
-                match sock.try_io(Interest::READABLE, || inbox.fill(sock_fd(sock))) {
+                match sock.try_io(Interest::READABLE, || inbox.fill_fd(sock_fd(sock))) {
                     Ok(n) => break n,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                     Err(e) => fatal(self.role, format!("reading the broker channel: {e}")),

@@ -1,0 +1,83 @@
+//! The broker channel on Windows: one duplex byte pipe per helper, made by the spawner just
+//! before the spawn. The spawner keeps the server end; the client end is the one handle in the
+//! helper's handle list (`take_inherited_handle` adopts it there).
+//!
+//! No other process can take either end: the pipe is created as the first and only instance
+//! (`FILE_FLAG_FIRST_PIPE_INSTANCE`, at most one instance, so a process that squatted the name
+//! first makes the creation fail rather than stand in the middle), it refuses remote clients, and
+//! its one client is connected before the name could be used by anyone else. Its name only has
+//! to be unique.
+//!
+//! Both ends are synchronous handles: Windows serialises synchronous reads and writes on one
+//! handle, which suits a helper's channel (it reads a request, then writes the reply). A peer
+//! that reads and writes at once from two threads needs an overlapped server end.
+
+use super::ffi::{last, owned, wide, WinError};
+use std::hash::{BuildHasher, Hasher};
+use std::os::windows::io::{AsRawHandle, OwnedHandle};
+use windows_sys::Win32::Foundation::{ERROR_PIPE_CONNECTED, GENERIC_READ, GENERIC_WRITE};
+use windows_sys::Win32::Storage::FileSystem::{
+    CreateFileW, FILE_FLAG_FIRST_PIPE_INSTANCE, OPEN_EXISTING, PIPE_ACCESS_DUPLEX,
+};
+use windows_sys::Win32::System::Pipes::{
+    ConnectNamedPipe, CreateNamedPipeW, PIPE_READMODE_BYTE, PIPE_REJECT_REMOTE_CLIENTS,
+    PIPE_TYPE_BYTE, PIPE_WAIT,
+};
+
+const MECH: &str = "broker channel";
+/// Each direction's buffer: a frame larger than this simply takes more than one write.
+const BUFFER: u32 = 64 * 1024;
+
+/// A connected duplex pipe: `(the spawner's end, the helper's end)`. Neither is inheritable;
+/// the spawn's handle list makes the helper's end inherited by that one child.
+pub fn channel_pair() -> Result<(OwnedHandle, OwnedHandle), WinError> {
+    // Unique per process and call; std's per-process random hash keys make it unguessable too
+    // (not needed for safety: see the module comment).
+    static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(serial);
+    let name = format!(
+        r"\\.\pipe\gatehouse-channel-{}-{serial}-{:016x}",
+        std::process::id(),
+        h.finish()
+    );
+    let wname = wide(MECH, name.as_ref())?;
+    // SAFETY: `wname` is a NUL-terminated UTF-16 string that outlives the call; no security
+    // attributes (the creator's default DACL, not inheritable).
+    let server = unsafe {
+        CreateNamedPipeW(
+            wname.as_ptr(),
+            PIPE_ACCESS_DUPLEX | FILE_FLAG_FIRST_PIPE_INSTANCE,
+            PIPE_TYPE_BYTE | PIPE_READMODE_BYTE | PIPE_WAIT | PIPE_REJECT_REMOTE_CLIENTS,
+            1,
+            BUFFER,
+            BUFFER,
+            0,
+            std::ptr::null(),
+        )
+    };
+    let server = owned(server, MECH, "CreateNamedPipeW")?;
+    // SAFETY: as above; synchronous, not inheritable, no template.
+    let client = unsafe {
+        CreateFileW(
+            wname.as_ptr(),
+            GENERIC_READ | GENERIC_WRITE,
+            0,
+            std::ptr::null(),
+            OPEN_EXISTING,
+            0,
+            std::ptr::null_mut(),
+        )
+    };
+    let client = owned(client, MECH, "CreateFileW(pipe client)")?;
+    // The client is connected already; this only confirms it (ERROR_PIPE_CONNECTED).
+    // SAFETY: `server` is the open pipe created above; no OVERLAPPED (synchronous handle).
+    if unsafe { ConnectNamedPipe(server.as_raw_handle(), std::ptr::null_mut()) } == 0 {
+        let e = last(MECH, "ConnectNamedPipe");
+        if e.code() != Some(ERROR_PIPE_CONNECTED) {
+            return Err(e);
+        }
+    }
+    Ok((server, client))
+}
