@@ -7,7 +7,9 @@
 #      protected paths, the policy engine, the proposal and audit crates, the gateway's MCP
 #      layer, the console's model, the net-helper's address and URL checks, the secrets
 #      helper's options, and the sandbox crate (profile generation, golden files, and the
-#      Windows applier's own test, which says what Wine does not enforce).
+#      Windows applier's own test, which says what Wine does not enforce); and one helper
+#      binary as the Windows spawner starts it: the secrets-helper, confined by the applier,
+#      serving over its pipe against the Credential Manager.
 # Nothing here links or runs a macOS binary: there is no macOS SDK or machine here.
 # scripts/test-deps.sh installs the toolchains; CI runs this from scripts/test.sh.
 set -euo pipefail
