@@ -1,6 +1,6 @@
 // The Windows helper path: spawned confined, over a duplex pipe (issue 19).
 #![cfg(windows)]
-//! The secrets-helper binary as the Windows spawner starts it: `sandbox::windows::spawn` with
+//! The secrets-helper binary as the Windows spawner starts it (`sandbox::windows::spawn_helper`):
 //! the secrets profile's restricted token and job, the client end of a duplex pipe
 //! (`channel_pair`) as its one inherited handle, named by `--channel-handle`. It locks down,
 //! says hello with its typed Windows report, and serves the private channel's requests against
@@ -22,7 +22,7 @@ use sandbox::{wincfg, Profile};
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::Read;
-use std::os::windows::io::{AsHandle, AsRawHandle, OwnedHandle};
+use std::os::windows::io::{AsHandle, OwnedHandle};
 
 fn wine() -> bool {
     w::running_under_wine()
@@ -53,13 +53,10 @@ impl Helper {
     fn spawn(ns: &str, channel: &str) -> Helper {
         let policy = wincfg::helper_policy(&Profile::Secrets(StoreKind::CredentialManager))
             .expect("the secrets profile's Windows policy");
-        let (server, client) = w::channel_pair().expect("a duplex channel");
         let (stderr, stderr_w) = std::io::pipe().unwrap();
         let stderr_w: OwnedHandle = stderr_w.into();
         let exe = helper_exe();
         let mut args: Vec<OsString> = vec![
-            "--channel-handle".into(),
-            (client.as_raw_handle() as usize).to_string().into(),
             "--channel".into(),
             channel.into(),
             "--store".into(),
@@ -70,37 +67,19 @@ impl Helper {
         if wine() {
             args.push("--allow-degraded".into());
         }
-        let spec = w::SpawnSpec {
-            program: &exe,
-            args,
-            cwd: None,
-            // What the Credential Manager and the C runtime need: the system's folders.
-            env: w::env_from_allowlist(&[
-                "SystemRoot",
-                "windir",
-                "WINEPREFIX",
-                "WINEDEBUG",
-                "USERPROFILE",
-                "APPDATA",
-                "LOCALAPPDATA",
-            ]),
-            inherit: vec![client.as_handle()],
-            stdin: None,
-            stdout: None,
-            stderr: Some(stderr_w.as_handle()),
-        };
-        let child = w::spawn(
+        let w::SpawnedHelper { child, channel } = w::spawn_helper(
             &policy,
-            &spec,
+            &exe,
+            &args,
+            stderr_w.as_handle(),
             w::SpawnOptions {
                 allow_degraded: wine(),
             },
         )
         .unwrap_or_else(|e| panic!("spawn: {e}"));
-        // The helper holds its ends now; ours would keep the pipes open after it exits.
-        drop(client);
+        // Ours would keep the pipe open after the helper exits.
         drop(stderr_w);
-        let mut chan = File::from(server);
+        let mut chan = channel;
         let mut stderr = stderr;
         let hello = match read_frame(&mut chan, MAX_FRAME) {
             Ok(Some(env)) => env,

@@ -81,3 +81,59 @@ pub fn channel_pair() -> Result<(OwnedHandle, OwnedHandle), WinError> {
     }
     Ok((server, client))
 }
+
+/// A helper the spawner started confined, and the spawner's end of its channel.
+pub struct SpawnedHelper {
+    /// Owns the job: dropping it kills the helper and anything it started.
+    pub child: super::ConfinedChild,
+    pub channel: std::fs::File,
+}
+
+/// The environment a helper gets: only what the C runtime and the user's stores need to be
+/// found (the Windows directory, the user's profile folders); Wine's own variables under Wine.
+pub const HELPER_ENV: &[&str] = &[
+    "SystemRoot",
+    "windir",
+    "USERPROFILE",
+    "APPDATA",
+    "LOCALAPPDATA",
+    "WINEPREFIX",
+    "WINEDEBUG",
+];
+
+/// The Windows counterpart of Linux's `process::spawn_helper`: starts `program` confined by
+/// `policy` with a fresh [`channel_pair`]'s client end as its one inherited handle (named by
+/// `--channel-handle`, before `args`), no stdin or stdout, `stderr` as its stderr (the
+/// spawner's log), and the environment [`HELPER_ENV`] allows.
+pub fn spawn_helper(
+    policy: &crate::wincfg::WindowsPolicy,
+    program: &std::path::Path,
+    args: &[std::ffi::OsString],
+    stderr: std::os::windows::io::BorrowedHandle<'_>,
+    opts: super::SpawnOptions,
+) -> Result<SpawnedHelper, WinError> {
+    use std::os::windows::io::AsHandle;
+    let (server, client) = channel_pair()?;
+    let mut all: Vec<std::ffi::OsString> = vec![
+        crate::helper_args::CHANNEL_HANDLE.into(),
+        (client.as_raw_handle() as usize).to_string().into(),
+    ];
+    all.extend(args.iter().cloned());
+    let spec = super::SpawnSpec {
+        program,
+        args: all,
+        cwd: None,
+        env: super::env_from_allowlist(HELPER_ENV),
+        inherit: vec![client.as_handle()],
+        stdin: None,
+        stdout: None,
+        stderr: Some(stderr),
+    };
+    let child = super::spawn(policy, &spec, opts)?;
+    // The helper holds its end now; this process must not keep it open (EOF would never come).
+    drop(client);
+    Ok(SpawnedHelper {
+        child,
+        channel: std::fs::File::from(server),
+    })
+}
