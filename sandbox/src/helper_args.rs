@@ -7,11 +7,12 @@
 use crate::{LockdownError, LockdownOptions, LockdownReport, Profile};
 use std::ffi::OsString;
 
-#[cfg(target_os = "linux")]
-use crate::process::CHANNEL_FD;
-/// The broker channel's descriptor, as on Linux (`process::CHANNEL_FD`).
-#[cfg(not(target_os = "linux"))]
-const CHANNEL_FD: i32 = 3;
+/// The channel's descriptor, kept open by lockdown. None on Windows: the channel is a handle
+/// named by `--channel-handle`, and lockdown closes no handles.
+#[cfg(unix)]
+const CHANNEL_FD: Option<i32> = Some(crate::unix_channel::CHANNEL_FD);
+#[cfg(windows)]
+const CHANNEL_FD: Option<i32> = None;
 
 /// Arguments common to every helper, plus the helper's own `--name value` pairs.
 #[derive(Debug, Clone, Default)]
@@ -89,14 +90,13 @@ impl HelperArgs {
 #[cfg(windows)]
 pub const CHANNEL_HANDLE: &str = "--channel-handle";
 
-/// Adopts the broker channel the helper was spawned with: fd 3 on Linux; on Windows the
+/// Adopts the broker channel the helper was spawned with: fd 3 on Unix; on Windows the
 /// inherited handle `--channel-handle` names. Fails for a helper started by hand.
-#[cfg(any(target_os = "linux", windows))]
 pub fn take_channel(args: &HelperArgs) -> Result<ipc_schema::helper::Stream, String> {
-    #[cfg(target_os = "linux")]
+    #[cfg(unix)]
     {
         let _ = args;
-        crate::process::take_inherited_channel().map_err(|e| e.to_string())
+        crate::unix_channel::take_inherited_channel().map_err(|e| e.to_string())
     }
     #[cfg(windows)]
     {
@@ -148,7 +148,8 @@ pub fn lock_down_keeping(
     }
     let opts = LockdownOptions {
         allow_degraded: args.allow_degraded,
-        keep_fds: std::iter::once(CHANNEL_FD)
+        keep_fds: CHANNEL_FD
+            .into_iter()
             .chain(extra_fds.iter().copied())
             .collect(),
         keep_env: vec![],

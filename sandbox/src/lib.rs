@@ -15,6 +15,8 @@ pub mod helper_args;
 pub mod linux;
 pub mod peer;
 pub mod seatbelt;
+#[cfg(unix)]
+pub mod unix_channel;
 pub mod wincfg;
 #[cfg(target_os = "linux")]
 pub use linux::{landlock_abi, lockdown, lockdown_router, lockdown_spawner, process};

@@ -1,9 +1,8 @@
 //! secrets-helper: open the configured store, lock down, say hello, serve.
 //!
-//! On Linux and Windows it serves on the channel it was spawned with (fd 3; on Windows the
-//! pipe handle `--channel-handle` names). On macOS the store is built and lockdown goes
-//! through Seatbelt, but no spawner hands the helper a channel yet: there it locks down, then
-//! refuses to go on.
+//! It serves on the channel it was spawned with: fd 3 on Unix, on Windows the pipe handle
+//! `--channel-handle` names (`sandbox::helper_args::take_channel`). Lockdown is the sandbox
+//! crate's for the OS (on macOS Seatbelt, where no spawner starts it yet).
 
 #![forbid(unsafe_code)]
 
@@ -21,7 +20,6 @@ fn main() -> ExitCode {
     run(&args, cfg)
 }
 
-#[cfg(any(target_os = "linux", windows))]
 fn run(args: &HelperArgs, cfg: Config) -> ExitCode {
     use ipc_schema::helper::{Answer, HelperChannel, Request};
     use ipc_schema::Body;
@@ -63,7 +61,6 @@ fn run(args: &HelperArgs, cfg: Config) -> ExitCode {
 /// helper, which never sets, deletes or lists: `ipc_schema::route::BROKER_TO_SECRETS`) or
 /// `private` (a helper a CLI command started for itself: `SECRETS_PRIVATE`). Required: a
 /// helper that does not know whose channel it serves serves nothing.
-#[cfg(any(target_os = "linux", windows))]
 fn served_table(args: &HelperArgs) -> Result<&'static ipc_schema::route::Table, String> {
     use ipc_schema::route::{BROKER_TO_SECRETS, SECRETS_PRIVATE};
     let mut given = args.all("--channel");
@@ -97,22 +94,6 @@ fn lock_down(
     store_fds: &[i32],
 ) -> Result<LockdownReport, LockdownError> {
     sandbox::helper_args::lock_down_keeping(args, &Profile::Secrets(store), store_fds)
-}
-
-#[cfg(not(any(target_os = "linux", windows)))]
-fn run(args: &HelperArgs, cfg: Config) -> ExitCode {
-    // Opened before lockdown, as on Linux (these stores touch nothing until a request).
-    let opened = secrets_helper::open::open(&cfg);
-    if let Err(e) = lock_down(args, cfg.store, &opened.keep_fds) {
-        fatal(Role::Secrets, format!("lockdown failed: {e}"));
-    }
-    fatal(
-        Role::Secrets,
-        format!(
-            "cannot serve on {}: no spawner hands a helper its broker channel on this OS yet",
-            std::env::consts::OS
-        ),
-    )
 }
 
 /// The secrets profile through the sandbox crate: Seatbelt on macOS; on Windows the check of
