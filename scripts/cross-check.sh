@@ -8,8 +8,9 @@
 #      layer, the console's model, the net-helper's address and URL checks, the secrets
 #      helper's options, and the sandbox crate (profile generation, golden files, and the
 #      Windows applier's own test, which says what Wine does not enforce); and one helper
-#      binary as the Windows spawner starts it: the secrets-helper, confined by the applier,
-#      serving over its pipe against the Credential Manager.
+#      binaries as the Windows spawner starts them, confined by the applier: the secrets-helper
+#      serving over its pipe against the Credential Manager, the net-helper fetching over its
+#      overlapped pipe from loopback servers.
 # Nothing here links or runs a macOS binary: there is no macOS SDK or machine here.
 # scripts/test-deps.sh installs the toolchains; CI runs this from scripts/test.sh.
 set -euo pipefail
@@ -59,7 +60,8 @@ trap 'wineserver -k 2>/dev/null || true' EXIT
 WINE_CRATES=(-p ipc-schema -p gatehouse-policy -p gatehouse-proposal -p audit-store -p audit-export
   -p gateway -p ui -p net-helper -p secrets-helper -p gatehouse-client -p sandbox)
 LOG=$TARGET_DIR/wine-tests.log
-if ! cargo test --target x86_64-pc-windows-gnu "${WINE_CRATES[@]}" --lib --tests >"$LOG" 2>&1; then
+# (--all-features: the helpers' test hooks, as on Linux; the net-helper's Wine test needs one.)
+if ! cargo test --target x86_64-pc-windows-gnu "${WINE_CRATES[@]}" --all-features --lib --tests >"$LOG" 2>&1; then
   grep -E -A20 '^---- |^error' "$LOG" >&2 || tail -50 "$LOG" >&2
   echo "the Windows tests under Wine FAILED" >&2
   exit 1

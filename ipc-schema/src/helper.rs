@@ -19,8 +19,8 @@
 //!   secrets-helper;
 //! - `HelperChannel::into_polled` (Unix): non-blocking, for a helper with a `poll(2)` loop of
 //!   its own that answers requests out of order (exec-helper);
-//! - `HelperChannel::into_async` (Unix, feature `tokio`): for a helper that answers each request
-//!   from its own task (net-helper).
+//! - `HelperChannel::into_async` (feature `tokio`): for a helper that answers each request from
+//!   its own task (net-helper).
 //!
 //! `Ping` is answered by the channel in every mode. [`HelperChannel::wiping`] keeps every byte
 //! read or written in buffers that are zeroed after use and never reallocated behind their own
@@ -568,9 +568,9 @@ impl Drop for Buffer {
     }
 }
 
-#[cfg(all(unix, feature = "tokio"))]
+#[cfg(feature = "tokio")]
 mod tokio_channel;
-#[cfg(all(unix, feature = "tokio"))]
+#[cfg(feature = "tokio")]
 pub use tokio_channel::{AsyncReader, AsyncWriter, Replies};
 
 #[cfg(all(test, unix))]

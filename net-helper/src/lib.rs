@@ -21,7 +21,7 @@ pub mod proxy;
 #[cfg(unix)]
 pub mod relay;
 pub mod resolve;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 pub mod service;
 pub mod sni;
 pub mod target;

@@ -1,17 +1,16 @@
 //! What the net-helper does with each request: the dispatcher between the channel and the fetch
-//! and proxy modules.
+//! and proxy modules. No proxy on Windows (its client connections are Unix sockets passed with
+//! their descriptors): there `ProxyOpen` is refused and `ProxyClose` finds no session.
 
 use crate::fetch;
-use crate::proxy::Proxy;
 use crate::wrap::wrap;
 use crate::NetContext;
-use ipc_schema::helper::{AsyncReader, Replies};
+use ipc_schema::helper::{AsyncReader, Passed, Replies};
 use ipc_schema::net::{
     FetchLimits, FetchRequest, FetchedPage, NetReply, NetRequest, FETCH_PART_MAX,
 };
 use ipc_schema::{Body, Role};
 use std::collections::VecDeque;
-use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -20,15 +19,19 @@ const HELD_PAGES: usize = 8;
 
 pub struct NetService {
     ctx: Arc<NetContext>,
-    proxy: Proxy,
+    #[cfg(unix)]
+    proxy: crate::proxy::Proxy,
     next_fetch: AtomicU64,
     held: Mutex<VecDeque<(u64, Vec<String>)>>,
 }
 
 impl NetService {
     pub fn new(ctx: Arc<NetContext>, max_tunnels: u32) -> Arc<NetService> {
+        #[cfg(windows)]
+        let _ = max_tunnels;
         Arc::new(NetService {
-            proxy: Proxy::new(ctx.clone(), max_tunnels),
+            #[cfg(unix)]
+            proxy: crate::proxy::Proxy::new(ctx.clone(), max_tunnels),
             ctx,
             next_fetch: AtomicU64::new(1),
             held: Mutex::new(VecDeque::new()),
@@ -51,7 +54,7 @@ impl NetService {
         }
     }
 
-    pub async fn handle(&self, req: NetRequest, fd: Option<OwnedFd>) -> NetReply {
+    pub async fn handle(&self, req: NetRequest, fd: Option<Passed>) -> NetReply {
         match req {
             NetRequest::Check { url } => {
                 match fetch::check(&self.ctx, &url, &FetchLimits::default()).await {
@@ -68,17 +71,22 @@ impl NetService {
                 Err(e) => e.into_reply(),
             },
             NetRequest::FetchPart { fetch, index } => self.part(fetch, index),
+            #[cfg(windows)]
+            NetRequest::ProxyOpen(_) | NetRequest::ProxyClose { .. } => {
+                invalid("the egress proxy is not built on Windows".into())
+            }
+            #[cfg(unix)]
             NetRequest::ProxyOpen(cfg) => {
                 let session = cfg.session.clone();
-                match self.proxy.open(cfg) {
-                    Ok(()) => NetReply::ProxyOpened { session },
-                    Err(e) => invalid(e),
-                }
+                self.proxy
+                    .open(cfg)
+                    .map_or_else(invalid, |()| NetReply::ProxyOpened { session })
             }
+            #[cfg(unix)]
             NetRequest::ProxyClose { session } => match self.proxy.close(&session) {
-                Some(n) => NetReply::ProxyClosed {
+                Some(tunnels_closed) => NetReply::ProxyClosed {
                     session,
-                    tunnels_closed: n,
+                    tunnels_closed,
                 },
                 None => invalid(format!("no proxy session {session}")),
             },
@@ -86,6 +94,13 @@ impl NetService {
             NetRequest::Http(req) => crate::http::serve(&self.ctx, req, |b| self.page(b)).await,
             // issue 16: a message to a remote MCP server (src/mcp.rs).
             NetRequest::Mcp(req) => crate::mcp::serve(&self.ctx, req).await,
+            // (No descriptor crosses a Windows channel: the channel ends the helper first.)
+            #[cfg(windows)]
+            NetRequest::ProxyConnection { .. } => match fd {
+                Some(never) => match never {},
+                None => invalid("the egress proxy is not built on Windows".into()),
+            },
+            #[cfg(unix)]
             NetRequest::ProxyConnection { session } => {
                 // The channel ends the helper on a ProxyConnection without its descriptor
                 // (its row says NEEDS_FD).
@@ -130,10 +145,8 @@ impl NetService {
             ));
         };
         let parts = &mut held[pos].1;
-        let Some(text) = (index as usize)
-            .checked_sub(1)
-            .and_then(|i| parts.get_mut(i))
-        else {
+        // (Parts are numbered from 1; part 0 wraps to an index no page has.)
+        let Some(text) = parts.get_mut((index as usize).wrapping_sub(1)) else {
             return invalid(format!("fetch {fetch} has no part {index}"));
         };
         let text = std::mem::take(text);

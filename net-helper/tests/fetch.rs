@@ -416,6 +416,20 @@ fn the_body_limit_counts_decoded_bytes_whatever_the_framing() {
     let p = fetched(h.fetch(&u("/exact")));
     assert_eq!(p.body_bytes as usize, MIB);
     assert!(p.parts >= 3, "{} parts", p.parts);
+    // Part 0 is the first text (never held) and parts past the last do not exist: refused by
+    // number, and the held parts stay.
+    for bad in [0, p.parts] {
+        match h.net(NetRequest::FetchPart {
+            fetch: p.fetch,
+            index: bad,
+        }) {
+            NetReply::Refused(r) => {
+                assert_eq!(r.kind, RefusalKind::Invalid);
+                assert_eq!(r.reason, format!("fetch {} has no part {bad}", p.fetch));
+            }
+            other => panic!("part {bad}: {other:?}"),
+        }
+    }
     let mut whole = p.text.clone();
     for i in 1..p.parts {
         match h.net(NetRequest::FetchPart {

@@ -71,6 +71,7 @@ impl Helper {
             &policy,
             &exe,
             &args,
+            w::ChannelIo::Blocking,
             stderr_w.as_handle(),
             w::SpawnOptions {
                 allow_degraded: wine(),

@@ -1,22 +1,33 @@
-//! Test plumbing: the locked-down net-helper started as the broker starts it (fd 3, empty env),
-//! a DNS server and HTTP(S) servers on loopback. Nothing here resolves through the system
-//! resolver or leaves the loopback range.
+//! Test plumbing: the locked-down net-helper started as the broker starts it (fd 3, empty env;
+//! on Windows through the applier, over an overlapped pipe), a DNS server and HTTP(S) servers on
+//! loopback. Nothing here resolves through the system resolver or leaves the loopback range.
 #![allow(dead_code)]
 
 use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::{A, AAAA, CNAME};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
-use ipc_schema::codec::{encode, read_frame, write_frame, MAX_FRAME};
+#[cfg(unix)]
+use ipc_schema::codec::encode;
+use ipc_schema::codec::{read_frame, write_frame, MAX_FRAME};
 use ipc_schema::net::{FetchLimits, FetchRequest, NetReply, NetRequest};
 use ipc_schema::status::Hello;
-use ipc_schema::{Body, Envelope, Role};
+use ipc_schema::{Body, Envelope};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+#[cfg(unix)]
 use std::os::fd::AsFd;
-use std::os::unix::net::UnixStream;
-use std::process::Child;
+
+/// The test's end of the helper's channel, and the helper process.
+#[cfg(unix)]
+type Chan = std::os::unix::net::UnixStream;
+#[cfg(unix)]
+type HelperChild = std::process::Child;
+#[cfg(windows)]
+type Chan = std::fs::File;
+#[cfg(windows)]
+type HelperChild = sandbox::windows::ConfinedChild;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,9 +38,9 @@ pub const PUBLIC: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 // The helper
 
 pub struct NetHelper {
-    pub child: Child,
-    sock: UnixStream,
-    reader: BufReader<UnixStream>,
+    pub child: HelperChild,
+    sock: Chan,
+    reader: BufReader<Chan>,
     next_id: u64,
     stash: HashMap<u64, Body>,
     pub hello: Hello,
@@ -37,17 +48,54 @@ pub struct NetHelper {
 
 impl NetHelper {
     /// Starts the test build of net-helper (real lockdown) with `args`.
+    #[cfg(unix)]
     pub fn spawn(args: &[String]) -> NetHelper {
-        Self::spawn_binary(&gatehouse_tests::bin(Role::Net.name()), args)
+        Self::spawn_binary(&gatehouse_tests::bin(ipc_schema::Role::Net.name()), args)
     }
 
+    #[cfg(unix)]
     pub fn spawn_binary(program: &std::path::Path, args: &[String]) -> NetHelper {
-        let (ours, theirs) = UnixStream::pair().expect("socketpair");
+        let (ours, theirs) = Chan::pair().expect("socketpair");
         let args: Vec<OsString> = args.iter().map(OsString::from).collect();
         let spawned = sandbox::process::spawn_helper(program, &args, theirs.into(), &[])
             .expect("spawn net-helper");
         ours.set_read_timeout(Some(Duration::from_secs(60)))
             .unwrap();
+        Self::after_spawn(spawned.child, ours)
+    }
+
+    /// Starts the helper beside this test's directory as the Windows spawner does: the net
+    /// profile's policy, an overlapped channel; degraded under Wine (which restricts no token),
+    /// where `--allow-degraded` is passed too.
+    #[cfg(windows)]
+    pub fn spawn(args: &[String]) -> NetHelper {
+        let me = std::env::current_exe().expect("this test's path");
+        let program = me
+            .parent()
+            .and_then(|deps| deps.parent())
+            .expect("target/<profile>/deps")
+            .join("net-helper.exe");
+        let wine = sandbox::windows::running_under_wine();
+        let mut args: Vec<OsString> = args.iter().map(OsString::from).collect();
+        if wine {
+            args.push("--allow-degraded".into());
+        }
+        let policy = sandbox::wincfg::helper_policy(&sandbox::Profile::Net).unwrap();
+        let spawned = sandbox::windows::spawn_helper(
+            &policy,
+            &program,
+            &args,
+            sandbox::windows::ChannelIo::Overlapped,
+            std::os::windows::io::AsHandle::as_handle(&std::io::stderr()),
+            sandbox::windows::SpawnOptions {
+                allow_degraded: wine,
+            },
+        )
+        .expect("spawn net-helper");
+        Self::after_spawn(spawned.child, spawned.channel)
+    }
+
+    fn after_spawn(child: HelperChild, ours: Chan) -> NetHelper {
         let mut reader = BufReader::new(ours.try_clone().unwrap());
         let env = read_frame(&mut reader, MAX_FRAME)
             .expect("read hello")
@@ -56,7 +104,7 @@ impl NetHelper {
             panic!("first frame was {:?}", env.body.kind());
         };
         NetHelper {
-            child: spawned.child,
+            child,
             sock: ours,
             reader,
             next_id: 1,
@@ -73,6 +121,7 @@ impl NetHelper {
     }
 
     /// Sends a frame with one descriptor attached, as the broker must.
+    #[cfg(unix)]
     pub fn send_with_fd(&mut self, body: Body, fd: impl AsFd) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
@@ -144,15 +193,32 @@ impl NetHelper {
     }
 
     /// Waits for the helper to exit and returns its status.
+    #[cfg(unix)]
     pub fn wait_exit(mut self) -> std::process::ExitStatus {
         self.child.wait().unwrap()
     }
 
-    pub fn raw_socket(&self) -> &UnixStream {
+    /// Closes the test's end of the channel and returns the helper's exit code.
+    #[cfg(windows)]
+    pub fn close(self) -> Option<u32> {
+        let NetHelper {
+            child,
+            sock,
+            reader,
+            ..
+        } = self;
+        drop(sock);
+        drop(reader);
+        child.wait_timeout(30_000).expect("wait for net-helper")
+    }
+
+    pub fn raw_socket(&self) -> &Chan {
         &self.sock
     }
 }
 
+/// (On Windows the `ConfinedChild` kills the helper when dropped: it owns the job.)
+#[cfg(unix)]
 impl Drop for NetHelper {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -8,16 +8,19 @@
 //! its one client is connected before the name could be used by anyone else. Its name only has
 //! to be unique.
 //!
-//! Both ends are synchronous handles: Windows serialises synchronous reads and writes on one
-//! handle, which suits a helper's channel (it reads a request, then writes the reply). A peer
-//! that reads and writes at once from two threads needs an overlapped server end.
+//! The spawner's end is synchronous. The helper's end is synchronous for a helper that reads a
+//! request, then writes its reply ([`ChannelIo::Blocking`]: Windows serialises synchronous reads
+//! and writes on one handle, so a pending read would hold up a reply written from another
+//! thread), and overlapped for a helper that answers out of order from tasks
+//! ([`ChannelIo::Overlapped`], adopted by [`async_pipe`] into tokio).
 
 use super::ffi::{last, owned, wide, WinError};
 use std::hash::{BuildHasher, Hasher};
 use std::os::windows::io::{AsRawHandle, OwnedHandle};
 use windows_sys::Win32::Foundation::{ERROR_PIPE_CONNECTED, GENERIC_READ, GENERIC_WRITE};
 use windows_sys::Win32::Storage::FileSystem::{
-    CreateFileW, FILE_FLAG_FIRST_PIPE_INSTANCE, OPEN_EXISTING, PIPE_ACCESS_DUPLEX,
+    CreateFileW, FILE_FLAG_FIRST_PIPE_INSTANCE, FILE_FLAG_OVERLAPPED, OPEN_EXISTING,
+    PIPE_ACCESS_DUPLEX,
 };
 use windows_sys::Win32::System::Pipes::{
     ConnectNamedPipe, CreateNamedPipeW, PIPE_READMODE_BYTE, PIPE_REJECT_REMOTE_CLIENTS,
@@ -28,9 +31,18 @@ const MECH: &str = "broker channel";
 /// Each direction's buffer: a frame larger than this simply takes more than one write.
 const BUFFER: u32 = 64 * 1024;
 
+/// How the helper does I/O on its end of the channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChannelIo {
+    /// Blocking reads and writes from one thread (`ipc_schema::helper::HelperChannel::serve`).
+    Blocking,
+    /// Overlapped: the helper adopts it with [`async_pipe`].
+    Overlapped,
+}
+
 /// A connected duplex pipe: `(the spawner's end, the helper's end)`. Neither is inheritable;
 /// the spawn's handle list makes the helper's end inherited by that one child.
-pub fn channel_pair() -> Result<(OwnedHandle, OwnedHandle), WinError> {
+pub fn channel_pair(io: ChannelIo) -> Result<(OwnedHandle, OwnedHandle), WinError> {
     // Unique per process and call; std's per-process random hash keys make it unguessable too
     // (not needed for safety: see the module comment).
     static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -58,7 +70,11 @@ pub fn channel_pair() -> Result<(OwnedHandle, OwnedHandle), WinError> {
         )
     };
     let server = owned(server, MECH, "CreateNamedPipeW")?;
-    // SAFETY: as above; synchronous, not inheritable, no template.
+    let flags = match io {
+        ChannelIo::Blocking => 0,
+        ChannelIo::Overlapped => FILE_FLAG_OVERLAPPED,
+    };
+    // SAFETY: as above; not inheritable, no template.
     let client = unsafe {
         CreateFileW(
             wname.as_ptr(),
@@ -66,7 +82,7 @@ pub fn channel_pair() -> Result<(OwnedHandle, OwnedHandle), WinError> {
             0,
             std::ptr::null(),
             OPEN_EXISTING,
-            0,
+            flags,
             std::ptr::null_mut(),
         )
     };
@@ -109,11 +125,12 @@ pub fn spawn_helper(
     policy: &crate::wincfg::WindowsPolicy,
     program: &std::path::Path,
     args: &[std::ffi::OsString],
+    io: ChannelIo,
     stderr: std::os::windows::io::BorrowedHandle<'_>,
     opts: super::SpawnOptions,
 ) -> Result<SpawnedHelper, WinError> {
     use std::os::windows::io::AsHandle;
-    let (server, client) = channel_pair()?;
+    let (server, client) = channel_pair(io)?;
     let mut all: Vec<std::ffi::OsString> = vec![
         crate::helper_args::CHANNEL_HANDLE.into(),
         (client.as_raw_handle() as usize).to_string().into(),
@@ -136,4 +153,19 @@ pub fn spawn_helper(
         child,
         channel: std::fs::File::from(server),
     })
+}
+
+/// Adopts the helper's end of an overlapped channel ([`ChannelIo::Overlapped`], taken with
+/// `helper_args::take_channel`) into the current tokio runtime.
+pub fn async_pipe(
+    channel: std::fs::File,
+) -> std::io::Result<tokio::net::windows::named_pipe::NamedPipeClient> {
+    use std::os::windows::io::IntoRawHandle;
+    let handle = channel.into_raw_handle();
+    // SAFETY: `handle` is the open client end of a named pipe that this process owns alone (the
+    // File it came from is consumed); tokio takes ownership and closes it. tokio requires it to
+    // be opened overlapped: the spawner opens it so for every helper that calls this (the
+    // helper's kind decides, `ChannelIo`), and a helper given a blocking end would only block
+    // its runtime, not touch memory it does not own.
+    unsafe { tokio::net::windows::named_pipe::NamedPipeClient::from_raw_handle(handle) }
 }
