@@ -62,12 +62,15 @@ fn launch_reply(r: LaunchReply) -> Body {
     Body::UiReply(UiReply::Launch(r))
 }
 
-fn refusal_row(tool: &str, argv: &[String], why: &str) {
+/// A launch refused before its command started. It carries the tier the exec helper reported
+/// (the one the command would have run in), like every other row about the exec sandbox.
+fn refusal_row(ctx: &Ctx, tool: &str, argv: &[String], why: &str) {
     crate::audit::record(
         AuditEvent::new(AuditKind::Refusal, ACTOR, "refused")
             .tool(tool)
             .target(format!("{argv:?}"))
-            .detail(why.to_string()),
+            .detail(why.to_string())
+            .tier(crate::exec_tier::in_force(ctx)),
     );
 }
 
@@ -103,7 +106,7 @@ pub fn command(
     let (agent, spec, slot) = match checked {
         Ok(c) => c,
         Err(why) => {
-            refusal_row(tool, &launch.argv, &why);
+            refusal_row(ctx, tool, &launch.argv, &why);
             return refuse(why, NotStarted::Refused);
         }
     };
@@ -117,7 +120,7 @@ pub fn command(
         let argv = spec.argv.clone();
         let refused_as = |reason: String, why: NotStarted| {
             set_running(&conn, None);
-            refusal_row(tool, &argv, &reason);
+            refusal_row(&ctx, tool, &argv, &reason);
             reply.send(id, launch_reply(LaunchReply::Refused { reason, why }));
         };
         let refused = |reason: String| refused_as(reason, NotStarted::Refused);

@@ -337,11 +337,16 @@ fn a_program_that_is_not_there_is_refused_as_not_found() {
     );
     let rows = launch_rows_when(&b, |rows| {
         has_row(rows, "refused", &["/no/such/program", "x"])
+            && has_row(rows, "started", &["/bin/true"])
     });
     let row = row_for(&rows, "refused", &["no-such-program-here", "x"])
         .unwrap_or_else(|| panic!("{rows:#?}"));
     assert_eq!(row["kind"], "refusal");
     assert!(!has_row(&rows, "started", &["no-such-program-here", "x"]));
+    // The refusal names the tier the command would have run in: the one /bin/true ran in.
+    let ran = row_for(&rows, "started", &["/bin/true"]).unwrap_or_else(|| panic!("{rows:#?}"));
+    assert!(ran["tier"].is_string(), "{ran}");
+    assert_eq!(row["tier"], ran["tier"], "{row}");
 }
 
 #[test]
