@@ -9,25 +9,25 @@ TEST_USER="${GATEHOUSE_TEST_USER:-gatehouse-test}"
 
 scripts/test-deps.sh
 
-echo "== fmt and clippy"
+echo "== fmt and clippy (at ${SECONDS}s)"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features -q -- -D warnings
 scripts/size-check.sh
 
-echo "== the other operating systems: clippy for Windows and macOS, the portable tests under Wine"
+echo "== the other operating systems: clippy for Windows and macOS, the portable tests under Wine (at ${SECONDS}s)"
 scripts/cross-check.sh
 
-echo "== build"
+echo "== build (at ${SECONDS}s)"
 # Test builds carry the test-only switches (feature test-hooks); release builds must not, and
 # a test checks that they do not.
 cargo build --workspace --all-features -q
 cargo build --workspace --release -q
 
-echo "== tests as $(id -un)"
+echo "== tests as $(id -un) (at ${SECONDS}s)"
 cargo test --workspace --all-features -q 2>&1 | tee target/test-root.log
 
 if [[ $(id -u) -eq 0 ]]; then
-  echo "== tests as $TEST_USER"
+  echo "== tests as $TEST_USER (at ${SECONDS}s)"
   STAGE=$(mktemp -d /tmp/gatehouse-usertests.XXXXXX)
   trap 'rm -rf "$STAGE"' EXIT
   mkdir -p "$STAGE/target/debug/deps" "$STAGE/target/release"
@@ -88,7 +88,7 @@ for l in sys.stdin:
     exit 1
   fi
 fi
-echo "== the README's first command, on a fresh clone"
+echo "== the README's first command, on a fresh clone (at ${SECONDS}s)"
 # Exactly as a new user runs it: a clone of what is committed, nothing built before.
 FRESH=$(mktemp -d /tmp/gatehouse-fresh.XXXXXX)
 git clone -q "$ROOT" "$FRESH/gatehouse"
@@ -101,4 +101,4 @@ grep -q "all 10 outcomes as expected" "$FRESH/demo.log" || { cat "$FRESH/demo.lo
 tail -n 2 "$FRESH/demo.log"
 rm -rf "$FRESH"
 
-echo "== all tests passed"
+echo "== all tests passed (in ${SECONDS}s)"
