@@ -22,6 +22,7 @@ use crate::Ctx;
 use ipc_schema::codec::{encode, MAX_FRAME};
 use ipc_schema::route::{Channel, RouteError, RouteState};
 use ipc_schema::{Body, Envelope, ErrorCode, ErrorReply, Role};
+use sandbox::endpoint::Listener;
 use sandbox::process::{pidfd_open, pidfd_send_signal};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
@@ -29,7 +30,7 @@ use std::path::Path;
 use std::rc::Rc;
 use std::time::Duration;
 use tokio::io::{AsyncWriteExt, BufWriter};
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 
 /// Makes the socket at `path` (0600) and binds it, without listening yet: the router makes no
@@ -53,18 +54,19 @@ pub fn prepare(path: &Path) -> std::io::Result<OwnedFd> {
     Ok(fd)
 }
 
-/// Starts listening on a socket from [`prepare`].
-pub fn listen(fd: OwnedFd) -> std::io::Result<UnixListener> {
+/// Starts listening on a socket from [`prepare`]: the endpoint layer every OS shares
+/// (`sandbox::endpoint`), which names each connection's peer.
+pub fn listen(fd: OwnedFd) -> std::io::Result<Listener> {
     nix::sys::socket::listen(&fd, nix::sys::socket::Backlog::MAXCONN)?;
-    UnixListener::from_std(std::os::unix::net::UnixListener::from(fd))
+    Listener::from_std(std::os::unix::net::UnixListener::from(fd))
 }
 
 /// Accepts front connections for `role` forever.
-pub async fn accept_loop(ctx: Rc<Ctx>, listener: UnixListener, role: Role) {
+pub async fn accept_loop(ctx: Rc<Ctx>, mut listener: Listener, role: Role) {
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => {
-                tokio::task::spawn_local(serve_front(ctx.clone(), stream, role, None));
+            Ok((stream, peer)) => {
+                tokio::task::spawn_local(serve_front(ctx.clone(), stream, Ok(peer), role, None));
             }
             Err(e) => {
                 tracing::error!("accept on the {role} socket failed: {e}");
@@ -115,18 +117,20 @@ pub fn serve_launched(
             return;
         }
     };
-    tokio::task::spawn_local(serve_front(ctx, stream, Role::Gateway, Some(run)));
+    let cred = sandbox::peer::of_unix_socket(stream.as_fd());
+    tokio::task::spawn_local(serve_front(ctx, stream, cred, Role::Gateway, Some(run)));
 }
 
 async fn serve_front(
     ctx: Rc<Ctx>,
     stream: UnixStream,
+    cred: std::io::Result<sandbox::peer::Peer>,
     role: Role,
     run: Option<Rc<crate::launch::Run>>,
 ) {
     // Who the kernel says connected (SO_PEERCRED, through the one peer check every endpoint
     // uses); a peer of another uid is dropped unread.
-    let cred = match sandbox::peer::of_unix_socket(stream.as_fd()) {
+    let cred = match cred {
         Ok(c) => c,
         Err(e) => {
             tracing::warn!("{role} peer without credentials: {e}");

@@ -169,3 +169,51 @@ pub fn async_pipe(
     // its runtime, not touch memory it does not own.
     unsafe { tokio::net::windows::named_pipe::NamedPipeClient::from_raw_handle(handle) }
 }
+
+/// A named pipe server instance for a front endpoint (`crate::endpoint`): the first instance
+/// of `name` when `first`, remote clients refused, and a protected DACL granting this process's
+/// user alone (the default DACL of a pipe grants everyone read access).
+pub(crate) fn user_only_pipe(
+    name: &str,
+    first: bool,
+) -> std::io::Result<tokio::net::windows::named_pipe::NamedPipeServer> {
+    use super::ffi::Local;
+    use windows_sys::Win32::Security::Authorization::{
+        ConvertStringSecurityDescriptorToSecurityDescriptorW, SDDL_REVISION_1,
+    };
+    use windows_sys::Win32::Security::SECURITY_ATTRIBUTES;
+    const MECH: &str = "front endpoint";
+    let me = super::pipe_peer::current_user().map_err(std::io::Error::other)?;
+    let sddl = wide(MECH, format!("D:P(A;;GA;;;{me})").as_ref()).map_err(std::io::Error::other)?;
+    let mut sd = std::ptr::null_mut();
+    // SAFETY: `sddl` is a NUL-terminated UTF-16 string that outlives the call; `sd` receives a
+    // LocalAlloc'ed descriptor, freed by `Local` below.
+    if unsafe {
+        ConvertStringSecurityDescriptorToSecurityDescriptorW(
+            sddl.as_ptr(),
+            SDDL_REVISION_1,
+            &mut sd,
+            std::ptr::null_mut(),
+        )
+    } == 0
+    {
+        return Err(std::io::Error::other(last(
+            MECH,
+            "ConvertStringSecurityDescriptorToSecurityDescriptorW",
+        )));
+    }
+    let sd = Local(sd);
+    let mut sa = SECURITY_ATTRIBUTES {
+        nLength: std::mem::size_of::<SECURITY_ATTRIBUTES>() as u32,
+        lpSecurityDescriptor: sd.0,
+        bInheritHandle: 0,
+    };
+    // SAFETY: `sa` and the descriptor it points to (owned by `sd`) live until the call returns;
+    // the pipe copies the descriptor, so freeing it afterwards is sound.
+    unsafe {
+        tokio::net::windows::named_pipe::ServerOptions::new()
+            .first_pipe_instance(first)
+            .reject_remote_clients(true)
+            .create_with_security_attributes_raw(name, (&mut sa as *mut SECURITY_ATTRIBUTES).cast())
+    }
+}
