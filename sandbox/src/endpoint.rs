@@ -63,10 +63,12 @@ impl Listener {
     /// The next connection and its peer (the pipe's client process and its token's user).
     pub async fn accept(&mut self) -> io::Result<(Conn, Peer)> {
         use std::os::windows::io::AsHandle;
-        self.next.connect().await?;
-        // The next client gets a new instance; this one is the connection.
+        let connected = self.next.connect().await;
+        // The next client gets a new instance; this one is the connection (or, if connecting
+        // failed, e.g. a client that came and went, it is dropped rather than reused).
         let fresh = crate::windows::user_only_pipe(&self.name, false)?;
         let conn = std::mem::replace(&mut self.next, fresh);
+        connected?;
         let peer = crate::peer::of_pipe(conn.as_handle())?;
         Ok((conn, peer))
     }
