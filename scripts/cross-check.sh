@@ -66,8 +66,10 @@ trap 'wineserver -k 2>/dev/null || true' EXIT
 WINE_CRATES=(-p ipc-schema -p gatehouse-policy -p gatehouse-proposal -p audit-store -p audit-export
   -p gateway -p ui -p net-helper -p secrets-helper -p gatehouse-client -p sandbox)
 LOG=$TARGET_DIR/wine-tests.log
-# (--all-features: the helpers' test hooks, as on Linux; the net-helper's Wine test needs one.)
-if ! cargo test --target x86_64-pc-windows-gnu "${WINE_CRATES[@]}" --all-features --lib --tests >"$LOG" 2>&1; then
+# (--all-features: the helpers' test hooks, as on Linux; the net-helper's Wine test needs one.
+# --show-output: a passing test's "wine does not enforce" line is printed after the results.)
+if ! cargo test --target x86_64-pc-windows-gnu "${WINE_CRATES[@]}" --all-features --lib --tests \
+    -- --show-output >"$LOG" 2>&1; then
   grep -E -A20 '^---- |^error' "$LOG" >&2 || tail -50 "$LOG" >&2
   echo "the Windows tests under Wine FAILED" >&2
   exit 1
