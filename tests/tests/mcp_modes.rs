@@ -299,12 +299,18 @@ fn a_resumed_session_keeps_its_mode_and_the_gateway_cannot_set_one() {
         Some(libc::SIGKILL),
         "{st:?}"
     );
-    assert!(
-        b.audit()
-            .iter()
-            .any(|r| r.kind == AuditKind::PeerKilled && r.actor == "gateway"),
-        "no peer-killed row"
-    );
+    // (Audit-only rows are group-committed after the event they record: wait for it, bounded.)
+    let killed = |rows: &[ipc_schema::ui::AuditEntry]| {
+        rows.iter()
+            .any(|r| r.kind == AuditKind::PeerKilled && r.actor == "gateway")
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut rows = b.audit();
+    while !killed(&rows) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        rows = b.audit();
+    }
+    assert!(killed(&rows), "no peer-killed row: {rows:#?}");
     let out = b.cli(&["--json", "session", "list"]);
     let list: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
