@@ -54,10 +54,15 @@ for l in sys.stdin:
   # A copy of the sources for tests that read fixtures or scripts at run time.
   mkdir -p "$STAGE/src"
   git ls-files -z | xargs -0 -I{} cp --parents {} "$STAGE/src/" 2>/dev/null || true
-  # Audit keys of earlier runs' test instances (the user and persistent keyrings outlive
-  # processes, and an unprivileged user may hold only 20,000 bytes of keys: about 110 audit
-  # keys). This user exists for tests.
-  runuser -u "$TEST_USER" -- keyctl purge -p user gatehouse: >/dev/null 2>&1 || true
+  # Start the test user's kernel keyrings empty. The user and persistent keyrings outlive
+  # processes (until reboot), and an unprivileged user may hold 20,000 bytes of keys. Each new
+  # link into a keyring reserves 4 of those bytes, and the kernel gives them back only when the
+  # keyring is cleared, not when the key is removed: a purge is not enough, and after some
+  # thousands of audit keys over the machine's uptime every broker of this user refused to
+  # start ("adding a key: the kernel's key quota ... is used up"). This user exists for tests.
+  runuser -u "$TEST_USER" -- sh -c 'keyctl clear @u && keyctl clear "$(keyctl get_persistent @s)"' ||
+    { echo "could not clear $TEST_USER's keyrings" >&2; exit 1; }
+  grep -E "^ *$(id -u "$TEST_USER"):" /proc/key-users || true
   # Audit keys the user holds now. A test binary that leaves any behind fails: a harness that
   # owns a data dir forgets its key (gatehouse_tests::forget_audit_key), or the quota fills
   # and every later broker refuses to start ("the audit log cannot be sealed").

@@ -36,10 +36,19 @@ pub struct Keyutils {
 }
 
 fn failed(what: &str, e: KeyError) -> StoreError {
-    StoreError::Failed {
-        kind: KIND,
-        reason: format!("{what}: {e:?}"),
-    }
+    let reason = match e {
+        // EDQUOT: the uid's key quota (kernel.keys.maxbytes, 20,000 bytes for a user) is full.
+        // Each link into a keyring keeps 4 bytes of it until that keyring is cleared or the
+        // machine reboots, even after the key is gone, so a long uptime alone can fill it.
+        KeyError::QuotaExceeded => format!(
+            "{what}: the kernel's key quota of uid {} is used up (see /proc/key-users); \
+             raise the sysctl kernel.keys.maxbytes (as root), or reboot, or choose \
+             store = \"secret-service\" in [secrets]",
+            nix::unistd::getuid()
+        ),
+        e => format!("{what}: {e:?}"),
+    };
+    StoreError::Failed { kind: KIND, reason }
 }
 
 impl Keyutils {
@@ -180,5 +189,29 @@ impl Store for Keyutils {
         names.sort();
         names.dedup();
         Ok(names)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_key_quota_names_the_quota_and_the_remedies() {
+        let e = failed("adding a key", KeyError::QuotaExceeded).to_string();
+        let uid = nix::unistd::getuid();
+        assert_eq!(
+            e,
+            format!(
+                "the keyutils store failed: adding a key: the kernel's key quota of uid {uid} is \
+                 used up (see /proc/key-users); raise the sysctl kernel.keys.maxbytes (as root), \
+                 or reboot, or choose store = \"secret-service\" in [secrets]"
+            )
+        );
+        // Any other error keeps the kernel's name for it.
+        assert_eq!(
+            failed("reading a key", KeyError::AccessDenied).to_string(),
+            "the keyutils store failed: reading a key: AccessDenied"
+        );
     }
 }
