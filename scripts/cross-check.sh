@@ -8,10 +8,11 @@
 #      protected paths, the policy engine, the proposal and audit crates, the gateway's MCP
 #      layer, the console's model, the net-helper's address and URL checks, the secrets
 #      helper's options, and the sandbox crate (profile generation, golden files, and the
-#      Windows applier's own test, which says what Wine does not enforce); and one helper
+#      Windows applier's own test, which says what Wine does not enforce); and three helper
 #      binaries as the Windows spawner starts them, confined by the applier: the secrets-helper
 #      serving over its pipe against the Credential Manager, the net-helper fetching over its
-#      overlapped pipe from loopback servers.
+#      overlapped pipe from loopback servers, the exec-helper running commands in the
+#      restricted-token tier.
 # Nothing here links or runs a macOS binary: there is no macOS SDK or machine here.
 # scripts/test-deps.sh installs the toolchains; CI runs this from scripts/test.sh.
 set -euo pipefail
@@ -68,8 +69,11 @@ WINE_CRATES=(-p ipc-schema -p gatehouse-policy -p gatehouse-proposal -p audit-st
 LOG=$TARGET_DIR/wine-tests.log
 # (--all-features: the helpers' test hooks, as on Linux; the net-helper's Wine test needs one.
 # --show-output: a passing test's "wine does not enforce" line is printed after the results.)
-if ! cargo test --target x86_64-pc-windows-gnu "${WINE_CRATES[@]}" --all-features --lib --tests \
-    -- --show-output >"$LOG" 2>&1; then
+# (The exec-helper has no library: its binary's unit tests come with --tests.)
+if ! { cargo test --target x86_64-pc-windows-gnu "${WINE_CRATES[@]}" --all-features --lib --tests \
+    -- --show-output &&
+  cargo test --target x86_64-pc-windows-gnu -p exec-helper --all-features --tests \
+    -- --show-output; } >"$LOG" 2>&1; then
   grep -E -A20 '^---- |^error' "$LOG" >&2 || tail -50 "$LOG" >&2
   echo "the Windows tests under Wine FAILED" >&2
   exit 1

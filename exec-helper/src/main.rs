@@ -3,7 +3,8 @@
 //! Each command runs in a sandbox of its own (`sandbox::linux::command`): new user, mount, pid,
 //! network, IPC and UTS namespaces, a filesystem view of its grants, Landlock and a seccomp
 //! denylist. This process only starts sandboxes (one small `clone` each), watches them, and
-//! reports their output and end to the broker. See docs/exec-helper.md.
+//! reports their output and end to the broker. See docs/exec-helper.md. On Windows the same
+//! three steps live in `windows.rs` (the restricted-token tier, docs/windows.md).
 
 #![forbid(unsafe_code)]
 
@@ -44,8 +45,17 @@ fn main() -> std::process::ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Each command's sandbox (namespaces or the Landlock tier, seccomp) is built for Linux only.
-#[cfg(not(target_os = "linux"))]
+/// Windows: the same three steps, each command in the restricted-token tier (`windows.rs`).
+#[cfg(windows)]
+mod windows;
+
+#[cfg(windows)]
+fn main() -> std::process::ExitCode {
+    windows::main()
+}
+
+/// macOS: each command's sandbox (Seatbelt through `sandbox-exec`) is not built yet.
+#[cfg(not(any(target_os = "linux", windows)))]
 fn main() -> std::process::ExitCode {
     use ipc_schema::platform::{refuse, Missing};
     refuse(

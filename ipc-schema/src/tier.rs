@@ -1,4 +1,4 @@
-//! Which confinement the exec sandbox runs commands under on Linux (issue 18).
+//! Which confinement the exec sandbox runs commands under (issue 18 on Linux, 19 on Windows).
 //!
 //! The full tier needs unprivileged user namespaces. Where the machine refuses them (Ubuntu's
 //! AppArmor restriction, a container runtime's default seccomp profile, a sysctl), the exec
@@ -21,6 +21,13 @@ pub enum ConfinementTier {
     /// write and connect to, a wider seccomp denylist stands in for what the network
     /// namespace gave, and the command's process tree is killed without a pid namespace.
     Landlock,
+    /// Windows (issue 19): a write-restricted token carrying the command SID, a job object
+    /// (kill on close, a process limit, UI restrictions), explicit ACEs on the grants that the
+    /// exec helper reads back before it starts anything. Reads are the user's own (the token
+    /// restricts writes only) and network is refused only by WFP filters, which are not built:
+    /// docs/SECURITY.md lists what it does not hold.
+    #[serde(rename = "restricted-token")]
+    RestrictedToken,
 }
 
 impl ConfinementTier {
@@ -29,14 +36,19 @@ impl ConfinementTier {
         match self {
             ConfinementTier::Namespaces => "namespaces",
             ConfinementTier::Landlock => "landlock",
+            ConfinementTier::RestrictedToken => "restricted-token",
         }
     }
 
     /// The tier [`ConfinementTier::name`] names (an audit row's `tier` column).
     pub fn from_name(name: &str) -> Option<ConfinementTier> {
-        [ConfinementTier::Namespaces, ConfinementTier::Landlock]
-            .into_iter()
-            .find(|t| t.name() == name)
+        [
+            ConfinementTier::Namespaces,
+            ConfinementTier::Landlock,
+            ConfinementTier::RestrictedToken,
+        ]
+        .into_iter()
+        .find(|t| t.name() == name)
     }
 }
 
@@ -47,6 +59,9 @@ pub fn shown(tier: Option<ConfinementTier>) -> &'static str {
         Some(ConfinementTier::Namespaces) => "namespace tier",
         Some(ConfinementTier::Landlock) => {
             "Landlock tier (no namespaces: docs/SECURITY.md lists what it does not hold)"
+        }
+        Some(ConfinementTier::RestrictedToken) => {
+            "restricted-token tier (Windows: reads are the user's; docs/SECURITY.md lists what it does not hold)"
         }
         None => "tier not reported yet",
     }
@@ -85,6 +100,7 @@ mod tests {
         for (t, n) in [
             (ConfinementTier::Namespaces, "namespaces"),
             (ConfinementTier::Landlock, "landlock"),
+            (ConfinementTier::RestrictedToken, "restricted-token"),
         ] {
             assert_eq!(t.name(), n);
             assert_eq!(t.to_string(), n);

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 pub use ipc_schema::status::{LandlockStatus, LockdownReport, ProcStatus};
 
+pub mod command_env;
 pub mod endpoint;
 pub mod helper_args;
 #[cfg(target_os = "linux")]

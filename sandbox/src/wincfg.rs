@@ -505,6 +505,43 @@ pub fn parse_ace(sddl: &str) -> Result<AceSpec, String> {
     })
 }
 
+/// Whether a DACL read back from a path (SDDL, as `ConvertSecurityDescriptorToString...`
+/// renders it: `D:P(A;OICI;FR;;;S-1-...)(...)`) holds `want`: an ACE of the same type for the
+/// same SID, inherited by files and subdirectories (an inherited copy, `ID`, counts: it came
+/// from a parent that holds it), whose mask has every right `want` asks for. Windows renders
+/// a mask as the two-letter codes when it is exactly one of them, as `0x...` otherwise; any
+/// other form does not count. The exec helper checks each grant's ACE with this before it
+/// starts a command (the broker applies them).
+pub fn dacl_holds(dacl: &str, want: &AceSpec) -> bool {
+    let Some(body) = dacl.find("D:").map(|i| &dacl[i + 2..]) else {
+        return false;
+    };
+    // The DACL ends where a SACL (`S:`) would begin; ACE bodies hold no parentheses.
+    let body = body.split("S:(").next().unwrap_or(body);
+    body.split('(')
+        .filter_map(|a| a.split(')').next())
+        .any(|ace| {
+            let f: Vec<&str> = ace.split(';').collect();
+            let [kind, flags, rights, _, _, sid, ..] = f[..] else {
+                return false;
+            };
+            let mask = match rights
+                .strip_prefix("0x")
+                .or_else(|| rights.strip_prefix("0X"))
+            {
+                Some(hex) => u32::from_str_radix(hex, 16).ok(),
+                None => parse_ace(&format!("(A;;{rights};;;S-1-0)"))
+                    .ok()
+                    .map(|a| a.mask),
+            };
+            let inherits = flags.contains("OI") && flags.contains("CI");
+            kind == if want.deny { "D" } else { "A" }
+                && sid.eq_ignore_ascii_case(&want.sid)
+                && inherits == want.inherit
+                && mask.is_some_and(|m| m & want.mask == want.mask)
+        })
+}
+
 // ---- What a confined process reads of itself, and the one check of it ----
 //
 // The helper checks itself with these before its first request (`windows::lockdown`), the
@@ -742,6 +779,38 @@ pub fn verify_report(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dacl_read_back_holds_an_ace_only_as_rendered_or_wider() {
+        let sid = "S-1-15-3-1024-1-2-3-4-5-6-7-8";
+        let rw = parse_ace(&format!("(A;OICI;FRFWFXSD;;;{sid})")).unwrap();
+        let ro = parse_ace(&format!("(A;OICI;FRFX;;;{sid})")).unwrap();
+        let deny = parse_ace(&format!("(D;OICI;FA;;;{sid})")).unwrap();
+        let owner = "(A;OICI;FA;;;S-1-5-21-1-2-3-1001)";
+        // As Windows renders what `apply_aces` wrote: the read-write mask in hex.
+        let read_back = format!("D:AI{owner}(A;OICI;0x1301bf;;;{sid})");
+        assert!(dacl_holds(&read_back, &rw));
+        assert!(
+            dacl_holds(&read_back, &ro),
+            "a wider grant holds the narrower"
+        );
+        assert!(!dacl_holds(&read_back, &deny), "an allow is not a deny");
+        // The read-only ACE, rendered as letters, does not hold the read-write one.
+        let ro_back = format!("D:(A;OICI;FR;;;S-1-1-0)(A;OICI;0x1200a9;;;{sid})");
+        assert!(dacl_holds(&ro_back, &ro));
+        assert!(!dacl_holds(&ro_back, &rw));
+        // Inherited from a parent (ID): it still names the SID with OICI.
+        assert!(dacl_holds(&format!("D:(D;OICIID;FA;;;{sid})"), &deny));
+        // Not inherited by children, another SID, a SACL's ACE, no DACL: none holds.
+        assert!(!dacl_holds(&format!("D:(A;;0x1301bf;;;{sid})"), &rw));
+        assert!(!dacl_holds(&format!("D:(A;OICI;0x1301bf;;;{sid}9)"), &rw));
+        assert!(!dacl_holds(
+            &format!("D:{owner}S:(A;OICI;0x1301bf;;;{sid})"),
+            &rw
+        ));
+        assert!(!dacl_holds("O:BAG:SY", &rw));
+        assert!(!dacl_holds(&format!("D:(A;OICI;GA;;;{sid})"), &rw));
+    }
 
     #[test]
     fn every_generated_setting_has_a_value_the_applier_knows() {

@@ -149,6 +149,7 @@ fn a_command_runs_once_in_its_sandbox_with_its_status_and_output(host: Host) {
             "; tier namespaces; namespaces user mount pid net ipc uts; "
         }
         ipc_schema::tier::ConfinementTier::Landlock => "; tier landlock; namespaces none; ",
+        t => panic!("a Linux host reported the {t} tier"),
     };
     assert!(c.sandbox.contains(tier), "{}", c.sandbox);
     assert!(c.sandbox.contains("no network"), "{}", c.sandbox);

@@ -243,8 +243,39 @@ fn spew(mut w: impl Write, n: usize) -> io::Result<String> {
     Ok(String::new())
 }
 
+/// Windows: what the restricted-token tier's tests need of a program (exec-helper's
+/// `tests/windows_exec.rs`). `spin`: run until killed. `leave-child`: start `spin` holding this
+/// process's stdout (std makes the handle inheritable), print `left`, exit 0.
+#[cfg(windows)]
+fn main() -> std::process::ExitCode {
+    use std::process::ExitCode;
+    match std::env::args().nth(1).as_deref() {
+        Some("spin") => loop {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        },
+        Some("leave-child") => {
+            let started = std::env::current_exe()
+                .and_then(|me| std::process::Command::new(me).arg("spin").spawn());
+            match started {
+                Ok(_) => {
+                    println!("left");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    println!("spawn {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        _ => {
+            eprintln!("usage: gatehouse-exec-probe spin|leave-child");
+            ExitCode::from(2)
+        }
+    }
+}
+
 /// The probes test the Linux exec sandbox.
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(any(target_os = "linux", windows)))]
 fn main() -> std::process::ExitCode {
     use ipc_schema::platform::{refuse, Missing};
     refuse("gatehouse-exec-probe", &[Missing::CommandSandbox])

@@ -15,7 +15,8 @@
 
 mod child;
 pub(crate) mod denylist;
-pub mod env;
+/// The environment rules are portable (the Windows exec-helper applies the same ones).
+pub use crate::command_env as env;
 pub mod fdpass;
 mod flat;
 mod gitconfig;
