@@ -74,6 +74,27 @@ impl Listener {
     }
 }
 
+/// A front's connection to the endpoint `name` (`\\.\pipe\...`), refused unless the process
+/// serving it is this user's: a pipe another user created first under the broker's name (a
+/// squatter waiting for a front's requests) is not talked to. The server may identify this
+/// client but never act as it (`SECURITY_IDENTIFICATION`). A blocking handle: Windows
+/// serialises a read pending on it with a write from another thread.
+#[cfg(windows)]
+pub fn connect(name: &str) -> io::Result<(std::fs::File, Peer)> {
+    use std::os::windows::fs::OpenOptionsExt;
+    use std::os::windows::io::AsHandle;
+    let pipe = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .security_qos_flags(windows_sys::Win32::Storage::FileSystem::SECURITY_IDENTIFICATION)
+        .open(name)?;
+    let peer = crate::peer::of_pipe_server(pipe.as_handle())?;
+    let me = crate::peer::current_user()?;
+    crate::peer::admit_server(name, &me, &peer)
+        .map_err(|why| io::Error::new(io::ErrorKind::PermissionDenied, why))?;
+    Ok((pipe, peer))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,6 +161,23 @@ mod tests {
                 conn.read_exact(&mut got).await.unwrap();
                 assert_eq!(got, [round]);
             }
+            // The front's side: `connect` names the server (this process, this user) and the
+            // bytes cross both ways.
+            let (mut front, server) = connect(&name).unwrap();
+            assert_eq!(server.pid, Some(std::process::id()));
+            assert_eq!(server.user, current_user().unwrap());
+            let (mut conn, peer) = l.accept().await.unwrap();
+            assert_eq!(peer.pid, Some(std::process::id()));
+            std::io::Write::write_all(&mut front, b"ping").unwrap();
+            let mut got = [0u8; 4];
+            conn.read_exact(&mut got).await.unwrap();
+            assert_eq!(&got, b"ping");
+            conn.write_all(b"pong").await.unwrap();
+            std::io::Read::read_exact(&mut front, &mut got).unwrap();
+            assert_eq!(&got, b"pong");
+            // No endpoint under a name: NotFound (ERROR_FILE_NOT_FOUND), nothing else tried.
+            let e = connect(&format!("{name}-absent")).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
         });
     }
 }

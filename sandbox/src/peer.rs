@@ -45,6 +45,19 @@ pub fn admit(me: &UserId, peer: &Peer) -> Result<(), String> {
     ))
 }
 
+/// Whether a front may talk to `server`, the process serving the endpoint `name` it connected
+/// to: only one of this user (`me`). Another user's process there took the name first.
+pub fn admit_server(name: &str, me: &UserId, server: &Peer) -> Result<(), String> {
+    if &server.user == me {
+        return Ok(());
+    }
+    let pid = server.pid.map_or("unknown".to_string(), |p| p.to_string());
+    Err(format!(
+        "{name} is served by a process of {} (pid {pid}), not of this user ({me}): not connecting",
+        server.user
+    ))
+}
+
 /// This process's effective user.
 #[cfg(unix)]
 pub fn current_user() -> std::io::Result<UserId> {
@@ -100,6 +113,17 @@ pub fn of_unix_socket(sock: std::os::fd::BorrowedFd<'_>) -> std::io::Result<Peer
     })
 }
 
+/// The server of the named pipe `pipe` (a connected client end).
+#[cfg(windows)]
+pub fn of_pipe_server(pipe: std::os::windows::io::BorrowedHandle<'_>) -> std::io::Result<Peer> {
+    crate::windows::pipe_peer::server(pipe)
+        .map(|(pid, sid)| Peer {
+            pid: Some(pid).filter(|p| *p != 0),
+            user: UserId::Sid(sid),
+        })
+        .map_err(std::io::Error::other)
+}
+
 /// The client of the named pipe instance `pipe` (a server end with a connected client).
 #[cfg(windows)]
 pub fn of_pipe(pipe: std::os::windows::io::BorrowedHandle<'_>) -> std::io::Result<Peer> {
@@ -114,6 +138,26 @@ pub fn of_pipe(pipe: std::os::windows::io::BorrowedHandle<'_>) -> std::io::Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_front_talks_only_to_a_server_of_its_own_user() {
+        let me = UserId::Sid("S-1-5-21-1-2-3-1001".into());
+        let server = |sid: &str, pid| Peer {
+            pid,
+            user: UserId::Sid(sid.into()),
+        };
+        assert_eq!(
+            admit_server(r"\\.\pipe\g", &me, &server("S-1-5-21-1-2-3-1001", Some(9))),
+            Ok(())
+        );
+        assert_eq!(
+            admit_server(r"\\.\pipe\g", &me, &server("S-1-5-21-1-2-3-1002", Some(9))),
+            Err(r"\\.\pipe\g is served by a process of SID S-1-5-21-1-2-3-1002 (pid 9), not of this user (SID S-1-5-21-1-2-3-1001): not connecting".into())
+        );
+        assert!(admit_server("g", &me, &server("S-1-5-18", None))
+            .unwrap_err()
+            .contains("(pid unknown)"));
+    }
 
     #[test]
     fn only_the_same_user_is_admitted() {

@@ -4,7 +4,7 @@
 use super::ffi::{last, owned, raw, sid_string, token_info, WinError};
 use std::os::windows::io::{AsHandle, BorrowedHandle};
 use windows_sys::Win32::Security::{TokenUser, TOKEN_QUERY, TOKEN_USER};
-use windows_sys::Win32::System::Pipes::GetNamedPipeClientProcessId;
+use windows_sys::Win32::System::Pipes::{GetNamedPipeClientProcessId, GetNamedPipeServerProcessId};
 use windows_sys::Win32::System::Threading::{
     GetCurrentProcess, OpenProcess, OpenProcessToken, PROCESS_QUERY_LIMITED_INFORMATION,
 };
@@ -45,7 +45,21 @@ pub fn client(pipe: BorrowedHandle<'_>) -> Result<(u32, String), WinError> {
     if unsafe { GetNamedPipeClientProcessId(raw(pipe), &mut pid) } == 0 {
         return Err(last(MECH, "GetNamedPipeClientProcessId"));
     }
-    // SAFETY: opens the client process with query rights only; `owned` takes the handle (or
+    process_user(pid)
+}
+
+/// The server process id and user SID of the client end `pipe`.
+pub fn server(pipe: BorrowedHandle<'_>) -> Result<(u32, String), WinError> {
+    let mut pid = 0u32;
+    // SAFETY: a pipe handle we borrow; the call writes only `pid`.
+    if unsafe { GetNamedPipeServerProcessId(raw(pipe), &mut pid) } == 0 {
+        return Err(last(MECH, "GetNamedPipeServerProcessId"));
+    }
+    process_user(pid)
+}
+
+fn process_user(pid: u32) -> Result<(u32, String), WinError> {
+    // SAFETY: opens the peer process with query rights only; `owned` takes the handle (or
     // turns a null into the error).
     let process = owned(
         unsafe { OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, 0, pid) },
