@@ -4,15 +4,16 @@
 //! A command is started by `sandbox::windows::spawn` with the command policy `wincfg` generates
 //! (`command_policy`): a write-restricted token whose restricting SIDs are the command SID and
 //! RESTRICTED, a job object of its own (kill on close, the run's process limit, every UI
-//! restriction), only its stdout and stderr pipes inherited, no stdin, an environment built by
+//! restriction, each process's committed memory at the run's memory limit), only its stdout and
+//! stderr pipes inherited, no stdin, an environment built by
 //! the same rules as on Linux (`sandbox::command_env`). Before anything starts, the helper reads
 //! back the DACL of every grant root and protected path and checks the ACE the policy names is
 //! there (`wincfg::dacl_holds`): the broker applies them, the helper does not trust that it did.
 //!
 //! What the tier cannot give is refused, or with `--allow-degraded` run and named in the
 //! report's `degraded`, never silently dropped: outbound network is refused on Windows only by
-//! WFP filters, which are not built; the memory, file-size and open-file limits have no job
-//! limit here; exclude globs and secret-looking files inside a grant are not masked. The egress proxy, an agent's session and a third-party server (they pass descriptors)
+//! WFP filters, which are not built; the file-size and open-file limits have no job limit; exclude
+//! globs and secret-looking files inside a grant are not masked. The egress proxy, an agent's session and a third-party server (they pass descriptors)
 //! are refused outright. Reads are the user's own: a write-restricted token restricts writes only
 //! (docs/SECURITY.md). When the command's main process ends its job is closed, which ends
 //! everything it left running, as the pid namespace does on Linux.
@@ -331,7 +332,7 @@ fn launch(spec: CommandSpec, cfg: &Config) -> Result<(Arc<Run>, SandboxReport), 
     let mut gaps = vec![
         "outbound network is not refused: the WFP filters that refuse it on Windows are not built"
             .to_string(),
-        "the memory, file-size and open-file limits are not applied (no job limit for them is built; the process limit is)".to_string(),
+        "the file-size and open-file limits are not applied (a job has no limit for them; the process and memory limits are set)".to_string(),
     ];
     if !spec.hide.exclude.is_empty() {
         gaps.push(format!(
@@ -356,6 +357,7 @@ fn launch(spec: CommandSpec, cfg: &Config) -> Result<(Arc<Run>, SandboxReport), 
     })
     .map_err(|e| invalid(e.to_string()))?;
     policy.job.active_processes = Some(u32::try_from(spec.limits.processes).unwrap_or(u32::MAX));
+    policy.job.process_memory = Some(spec.limits.memory);
     gaps.extend(missing_aces(&policy));
     if !gaps.is_empty() && !cfg.allow_degraded {
         return Err(refused(format!(

@@ -74,6 +74,10 @@ pub struct JobLimits {
     pub active_processes: Option<u32>,
     /// `JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION`: no WER dialog, no dump.
     pub die_on_unhandled_exception: bool,
+    /// `JOB_OBJECT_LIMIT_PROCESS_MEMORY` in bytes, when set: the committed memory of each
+    /// process (a command's `Limits::memory`, the counterpart of RLIMIT_AS; set per run by the
+    /// exec helper, so no generated profile names one).
+    pub process_memory: Option<u64>,
     /// `JOBOBJECT_BASIC_UI_RESTRICTIONS` flags.
     pub ui_restrictions: Vec<&'static str>,
 }
@@ -221,6 +225,7 @@ fn base(profile: &'static str, capability_name: String) -> WindowsPolicy {
             kill_on_close: true,
             active_processes: Some(1),
             die_on_unhandled_exception: true,
+            process_memory: None,
             ui_restrictions: UI.to_vec(),
         },
         inherited_handles: "the broker channel only",
@@ -346,6 +351,9 @@ impl WindowsPolicy {
             "die on unhandled exception: {}",
             j.die_on_unhandled_exception
         );
+        if let Some(m) = j.process_memory {
+            let _ = writeln!(w, "process memory limit: {m}");
+        }
         for u in &j.ui_restrictions {
             let _ = writeln!(w, "ui: {u}");
         }

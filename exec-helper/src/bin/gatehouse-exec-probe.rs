@@ -245,11 +245,31 @@ fn spew(mut w: impl Write, n: usize) -> io::Result<String> {
 
 /// Windows: what the restricted-token tier's tests need of a program (exec-helper's
 /// `tests/windows_exec.rs`). `spin`: run until killed. `leave-child`: start `spin` holding this
-/// process's stdout (std makes the handle inheritable), print `left`, exit 0.
+/// process's stdout (std makes the handle inheritable), print `left`, exit 0. `alloc MIB`:
+/// commit and touch MIB mebibytes, print `ok MIB` (exit 0) or `refused` (exit 1).
 #[cfg(windows)]
 fn main() -> std::process::ExitCode {
     use std::process::ExitCode;
-    match std::env::args().nth(1).as_deref() {
+    let args: Vec<String> = std::env::args().collect();
+    match args.get(1).map(String::as_str) {
+        Some("alloc") => {
+            let Some(mib) = args.get(2).and_then(|a| a.parse::<usize>().ok()) else {
+                eprintln!("usage: gatehouse-exec-probe alloc MIB");
+                return ExitCode::from(2);
+            };
+            let mut v: Vec<u8> = Vec::new();
+            match v.try_reserve_exact(mib << 20) {
+                Ok(()) => {
+                    v.resize(mib << 20, 1);
+                    println!("ok {mib}");
+                    ExitCode::SUCCESS
+                }
+                Err(_) => {
+                    println!("refused");
+                    ExitCode::from(1)
+                }
+            }
+        }
         Some("spin") => loop {
             std::thread::sleep(std::time::Duration::from_secs(1));
         },
@@ -268,7 +288,7 @@ fn main() -> std::process::ExitCode {
             }
         }
         _ => {
-            eprintln!("usage: gatehouse-exec-probe spin|leave-child");
+            eprintln!("usage: gatehouse-exec-probe spin|leave-child|alloc MIB");
             ExitCode::from(2)
         }
     }

@@ -9,7 +9,7 @@ use windows_sys::Win32::System::JobObjects::{
     JobObjectExtendedLimitInformation, QueryInformationJobObject, SetInformationJobObject,
     TerminateJobObject, JOBOBJECT_BASIC_UI_RESTRICTIONS, JOBOBJECT_EXTENDED_LIMIT_INFORMATION,
     JOB_OBJECT_LIMIT_ACTIVE_PROCESS, JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION,
-    JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
+    JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE, JOB_OBJECT_LIMIT_PROCESS_MEMORY,
 };
 use windows_sys::Win32::System::Threading::GetCurrentProcess;
 
@@ -27,8 +27,8 @@ fn zeroed_limits() -> JOBOBJECT_EXTENDED_LIMIT_INFORMATION {
 
 impl Job {
     /// A job with `limits`. The UI restrictions are the one piece that may be missing with
-    /// `allow_degraded` (returned as a degraded note); kill-on-close and the process limit
-    /// never are.
+    /// `allow_degraded` (returned as a degraded note); kill-on-close, the process limit and the
+    /// memory limit never are.
     pub fn create(
         limits: &JobLimits,
         allow_degraded: bool,
@@ -47,6 +47,10 @@ impl Job {
         if let Some(n) = limits.active_processes {
             info.BasicLimitInformation.LimitFlags |= JOB_OBJECT_LIMIT_ACTIVE_PROCESS;
             info.BasicLimitInformation.ActiveProcessLimit = n;
+        }
+        if let Some(bytes) = limits.process_memory {
+            info.BasicLimitInformation.LimitFlags |= JOB_OBJECT_LIMIT_PROCESS_MEMORY;
+            info.ProcessMemoryLimit = usize::try_from(bytes).unwrap_or(usize::MAX);
         }
         // SAFETY: a valid job handle and a struct of the size the class expects.
         let ok = unsafe {

@@ -197,6 +197,7 @@ pub fn harden_broker() -> Result<LockdownReport, LockdownError> {
         kill_on_close: true,
         active_processes: Some(1),
         die_on_unhandled_exception: true,
+        process_memory: None,
         ui_restrictions: wincfg::helper_policy(&Profile::Gateway)
             .map_err(|e| LockdownError::Windows {
                 mechanism: "policy",
