@@ -42,10 +42,12 @@ pub async fn refusal(ctx: &Ctx) -> Option<String> {
                 "commands run only in the exec sandbox's namespace tier (policy require_namespaces, true unless set), and this machine refuses user namespaces: {why}. Or set require_namespaces = false in the policy to run commands in the Landlock tier, which does not hold what docs/SECURITY.md lists (gatehouse doctor --json names it)"
             ))
         }
-        Some(ConfinementTier::RestrictedToken) if !require => None,
-        Some(ConfinementTier::RestrictedToken) => Some(
-            "commands run only in the exec sandbox's namespace tier (policy require_namespaces, true unless set), and this exec helper runs them in Windows' restricted-token tier. Set require_namespaces = false in the policy to run them there; it does not hold what docs/SECURITY.md lists".into(),
-        ),
+        Some(t @ (ConfinementTier::RestrictedToken | ConfinementTier::Seatbelt)) if require => {
+            Some(format!(
+                "commands run only in the exec sandbox's namespace tier (policy require_namespaces, true unless set), and this exec helper runs them in the {t} tier of another OS. Set require_namespaces = false in the policy to run them there; it does not hold what docs/SECURITY.md lists"
+            ))
+        }
+        Some(ConfinementTier::RestrictedToken | ConfinementTier::Seatbelt) => None,
         None if !slot.is_settled() => Some(
             "the exec helper is still starting (its confinement tier is not known yet); try again"
                 .into(),

@@ -45,7 +45,12 @@ fn main() -> std::process::ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Windows: the same three steps, each command in the restricted-token tier (`windows.rs`).
+#[cfg(target_os = "macos")]
+mod macos;
+/// Off Linux: the same three steps, served with threads (`threads.rs`), each command started
+/// by its OS's launcher: the restricted-token tier on Windows, Seatbelt on macOS.
+#[cfg(any(windows, target_os = "macos"))]
+mod threads;
 #[cfg(windows)]
 mod windows;
 
@@ -54,8 +59,13 @@ fn main() -> std::process::ExitCode {
     windows::main()
 }
 
-/// macOS: each command's sandbox (Seatbelt through `sandbox-exec`) is not built yet.
-#[cfg(not(any(target_os = "linux", windows)))]
+#[cfg(target_os = "macos")]
+fn main() -> std::process::ExitCode {
+    macos::main()
+}
+
+/// Other systems: no command sandbox is built.
+#[cfg(not(any(target_os = "linux", windows, target_os = "macos")))]
 fn main() -> std::process::ExitCode {
     use ipc_schema::platform::{refuse, Missing};
     refuse(

@@ -28,6 +28,10 @@ pub enum ConfinementTier {
     /// docs/SECURITY.md lists what it does not hold.
     #[serde(rename = "restricted-token")]
     RestrictedToken,
+    /// macOS (issue 19): a Seatbelt profile per command from its grants (`sandbox-exec -p`),
+    /// reads and writes confined to the system and the grants, no network, a process group
+    /// killed at the end. Compiled, never run (no Mac here).
+    Seatbelt,
 }
 
 impl ConfinementTier {
@@ -37,6 +41,7 @@ impl ConfinementTier {
             ConfinementTier::Namespaces => "namespaces",
             ConfinementTier::Landlock => "landlock",
             ConfinementTier::RestrictedToken => "restricted-token",
+            ConfinementTier::Seatbelt => "seatbelt",
         }
     }
 
@@ -46,6 +51,7 @@ impl ConfinementTier {
             ConfinementTier::Namespaces,
             ConfinementTier::Landlock,
             ConfinementTier::RestrictedToken,
+            ConfinementTier::Seatbelt,
         ]
         .into_iter()
         .find(|t| t.name() == name)
@@ -62,6 +68,9 @@ pub fn shown(tier: Option<ConfinementTier>) -> &'static str {
         }
         Some(ConfinementTier::RestrictedToken) => {
             "restricted-token tier (Windows: reads are the user's; docs/SECURITY.md lists what it does not hold)"
+        }
+        Some(ConfinementTier::Seatbelt) => {
+            "Seatbelt tier (macOS: compiled, never run; docs/SECURITY.md lists what it does not hold)"
         }
         None => "tier not reported yet",
     }
@@ -101,6 +110,7 @@ mod tests {
             (ConfinementTier::Namespaces, "namespaces"),
             (ConfinementTier::Landlock, "landlock"),
             (ConfinementTier::RestrictedToken, "restricted-token"),
+            (ConfinementTier::Seatbelt, "seatbelt"),
         ] {
             assert_eq!(t.name(), n);
             assert_eq!(t.to_string(), n);

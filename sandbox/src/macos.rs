@@ -101,13 +101,19 @@ pub fn lockdown(
     opts: &LockdownOptions,
 ) -> Result<LockdownReport, LockdownError> {
     // Built first: it reads HOME and resolves grant roots, which must happen before the
-    // environment is cleared and the sandbox applies.
-    let sbpl = profile_sbpl(profile)?;
+    // environment is cleared and the sandbox applies. The exec helper takes none (macOS refuses
+    // a sandbox inside a sandbox, and each of its commands gets its own: seatbelt::NotNestable).
+    let sbpl = match profile {
+        Profile::Exec => None,
+        p => Some(profile_sbpl(p)?),
+    };
     close_stray_fds(&opts.keep_fds)?;
     clear_env(&opts.keep_env);
     no_core_dumps()?;
     deny_attach()?;
-    apply(profile.name(), &sbpl)?;
+    if let Some(sbpl) = &sbpl {
+        apply(profile.name(), sbpl)?;
+    }
     Ok(LockdownReport {
         profile: profile.name().to_string(),
         stray_fds_closed: true,

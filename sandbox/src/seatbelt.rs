@@ -28,6 +28,10 @@ pub enum SbplError {
     NotAbsolute(PathBuf),
     #[error("the secrets profile needs the home directory (for ~/Library/Keychains)")]
     NoHome,
+    /// The exec helper takes no profile: macOS refuses `sandbox_apply` in a sandboxed process
+    /// (forbidden-sandbox-reinit), and each command the helper starts needs its own.
+    #[error("the exec helper runs without a Seatbelt profile of its own: macOS refuses a sandbox inside a sandbox (forbidden-sandbox-reinit), and each command it starts gets its own through sandbox-exec")]
+    NotNestable,
 }
 
 /// Where a command's network goes.
@@ -94,21 +98,7 @@ pub fn helper_profile(profile: &Profile, home: Option<&Path>) -> Result<String, 
 (allow network-bind (local ip))
 ",
         ),
-        Profile::Exec => s.push_str(
-            "; runs commands, each under its own narrower profile (sandbox-exec -p)
-(allow process-fork)
-(allow process-exec)
-(allow process-info* (target same-sandbox))
-(allow signal (target same-sandbox))
-(allow file-read*)
-(allow file-write* (subpath \"/private/tmp\") (subpath \"/private/var/folders\") (literal \"/dev/null\"))
-(allow file-ioctl (literal \"/dev/null\"))
-(allow mach-lookup
-  (global-name \"com.apple.system.notification_center\")
-  (global-name \"com.apple.system.opendirectoryd.libinfo\")
-  (global-name \"com.apple.system.logger\"))
-",
-        ),
+        Profile::Exec => return Err(SbplError::NotNestable),
         Profile::Secrets(_) => {
             let home = home.ok_or(SbplError::NoHome)?;
             // Joined as text with '/': SBPL names macOS paths whatever OS generates the profile
