@@ -636,20 +636,39 @@ where
     tokio::pin!(writer);
     let exit = exited();
     tokio::pin!(exit);
+    // Once the helper has exited, the replies it wrote before dying are still in the socket:
+    // they are read to the end (its end is closed, so the end comes at once) and answer their
+    // calls, instead of those calls failing as "whether it took effect is unknown". Anything
+    // else read then (a torn frame, a kind it may not send) ends the reading: it is dead.
+    let mut dead = false;
     loop {
-        let frame = tokio::select! {
-            f = rd.next() => f,
-            _ = &mut writer => {
-                // A write failed: the helper died or stopped reading. Nothing more can reach
-                // it, so no call waits on it: new calls wait for the restart, and the calls in
-                // flight fail once it has exited (at once if it died; killed if it lingers).
-                slot.ready.send_replace(false);
-                return match tokio::time::timeout(WRITE_FAILED_GRACE, &mut exit).await {
-                    Ok(()) => None,
-                    Err(_) => Some("it stopped taking requests (a write to its channel failed)".into()),
-                };
+        let frame = if dead {
+            match tokio::time::timeout(WRITE_FAILED_GRACE, rd.next()).await {
+                Ok(Ok(Some(env))) => Ok(Some(env)),
+                _ => return None,
             }
-            _ = &mut exit => return None,
+        } else {
+            tokio::select! {
+                f = rd.next() => f,
+                _ = &mut writer => {
+                    // A write failed: the helper died or stopped reading. Nothing more can
+                    // reach it, so no call waits on it: new calls wait for the restart, and the
+                    // calls in flight fail once it has exited (at once if it died; killed if it
+                    // lingers), after the replies it wrote before are read.
+                    slot.ready.send_replace(false);
+                    match tokio::time::timeout(WRITE_FAILED_GRACE, &mut exit).await {
+                        Ok(()) => {
+                            dead = true;
+                            continue;
+                        }
+                        Err(_) => return Some("it stopped taking requests (a write to its channel failed)".into()),
+                    }
+                }
+                _ = &mut exit => {
+                    dead = true;
+                    continue;
+                }
+            }
         };
         let env = match frame {
             Ok(Some(env)) => env,
@@ -660,6 +679,9 @@ where
             Err(e) => return Some(format!("sent a bad frame: {e}")),
         };
         if let Err(e) = table.check(&mut route, &env.body) {
+            if dead {
+                return None;
+            }
             return Some(refusal(role, e));
         }
         let waiter = slot.lock().pending.remove(&env.id);
@@ -668,6 +690,7 @@ where
                 waiter.complete(Ok(env.body));
                 slot.kill_if_idle();
             }
+            None if dead => return None,
             None => {
                 return Some(format!(
                     "answered request {} that it was never sent",
