@@ -36,20 +36,10 @@ struct Helper {
     tier: Option<ConfinementTier>,
 }
 
-/// A binary of this package, beside this test's `deps/` directory.
-fn exe_beside(name: &str) -> PathBuf {
-    std::env::current_exe()
-        .unwrap()
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps")
-        .join(name)
-}
-
 impl Helper {
     fn spawn(protect: &Path) -> Helper {
         let policy = wincfg::helper_policy(&Profile::Exec).unwrap();
-        let exe = exe_beside("exec-helper.exe");
+        let exe = gatehouse_tests::bin("exec-helper");
         let mut args: Vec<OsString> = vec!["--protect".into(), protect.into()];
         if wine() {
             args.push("--allow-degraded".into());
@@ -295,7 +285,7 @@ fn the_time_limit_stop_and_the_main_process_ending_each_end_the_whole_tree() {
     // The main process exits at once and leaves a spinning child holding its stdout: the end
     // comes only because the job ends that child (its pipe would stay open otherwise, and this
     // test fails at its 120th poll; checked by removing the kill).
-    let probe = exe_beside("gatehouse-exec-probe.exe");
+    let probe = gatehouse_tests::bin("gatehouse-exec-probe");
     let (run, _) = h
         .start(spec(&work, &[probe.to_str().unwrap(), "leave-child"]))
         .unwrap();
@@ -387,7 +377,7 @@ fn what_the_tier_cannot_hold_is_refused_with_its_reason_and_the_helper_serves_on
 fn the_memory_limit_holds_each_process() {
     let (_t, work, protect) = scratch();
     let mut h = Helper::spawn(&protect);
-    let probe = exe_beside("gatehouse-exec-probe.exe");
+    let probe = gatehouse_tests::bin("gatehouse-exec-probe");
     let alloc = |h: &mut Helper, mib: &str| {
         let mut s = spec(&work, &[probe.to_str().unwrap(), "alloc", mib]);
         s.limits.memory = 64 << 20;

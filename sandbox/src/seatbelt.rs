@@ -327,7 +327,7 @@ mod tests {
     }
 
     #[test]
-    fn only_net_has_network_and_only_exec_runs_programs() {
+    fn only_net_has_network_no_helper_runs_programs_and_exec_has_no_profile() {
         let fs = Profile::Fs(FsProfile {
             read_only: vec!["/Users/a".into()],
             read_write: vec![],
@@ -335,7 +335,6 @@ mod tests {
         for p in [
             fs,
             Profile::Net,
-            Profile::Exec,
             Profile::Secrets(ipc_schema::secrets::StoreKind::Keychain),
             Profile::Ui,
             Profile::Gateway,
@@ -343,9 +342,15 @@ mod tests {
         ] {
             let s = helper_profile(&p, Some(Path::new("/Users/a"))).unwrap();
             assert!(s.contains("\n(version 1)\n(deny default)\n"), "{s}");
-            assert_eq!(s.contains("(allow process-exec"), p == Profile::Exec, "{s}");
+            assert!(!s.contains("(allow process-exec"), "{s}");
             assert_eq!(s.contains("network-outbound"), p == Profile::Net, "{s}");
         }
+        // macOS refuses a sandbox inside a sandbox: the exec helper, whose commands each get
+        // one, takes none.
+        assert_eq!(
+            helper_profile(&Profile::Exec, Some(Path::new("/Users/a"))),
+            Err(SbplError::NotNestable)
+        );
         assert_eq!(
             helper_profile(
                 &Profile::Secrets(ipc_schema::secrets::StoreKind::Keychain),

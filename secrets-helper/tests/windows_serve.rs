@@ -55,7 +55,7 @@ impl Helper {
             .expect("the secrets profile's Windows policy");
         let (stderr, stderr_w) = std::io::pipe().unwrap();
         let stderr_w: OwnedHandle = stderr_w.into();
-        let exe = helper_exe();
+        let exe = gatehouse_tests::bin("secrets-helper");
         let mut args: Vec<OsString> = vec![
             "--channel".into(),
             channel.into(),
@@ -175,19 +175,6 @@ impl Helper {
         let _ = stderr.read_to_string(&mut text);
         (code, text)
     }
-}
-
-/// The helper beside this test's directory (`target/.../debug/deps/..` holds the binaries;
-/// `CARGO_BIN_EXE_*` is the build host's path, which Wine's Windows paths do not take).
-fn helper_exe() -> std::path::PathBuf {
-    let me = std::env::current_exe().expect("this test's path");
-    let exe = me
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps")
-        .join("secrets-helper.exe");
-    assert!(exe.is_file(), "{} is missing", exe.display());
-    exe
 }
 
 fn name(s: &str) -> CredentialName {

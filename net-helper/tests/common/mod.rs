@@ -69,12 +69,7 @@ impl NetHelper {
     /// where `--allow-degraded` is passed too.
     #[cfg(windows)]
     pub fn spawn(args: &[String]) -> NetHelper {
-        let me = std::env::current_exe().expect("this test's path");
-        let program = me
-            .parent()
-            .and_then(|deps| deps.parent())
-            .expect("target/<profile>/deps")
-            .join("net-helper.exe");
+        let program = gatehouse_tests::bin("net-helper");
         let wine = sandbox::windows::running_under_wine();
         let mut args: Vec<OsString> = args.iter().map(OsString::from).collect();
         if wine {
