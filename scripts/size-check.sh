@@ -32,7 +32,7 @@ TARGET = 2000
 RATCHET = {
     "fs-helper": 3450,
     "net-helper": 2600,
-    "exec-helper": 450,
+    "exec-helper": 445,
     "secrets-helper": 2200,
     "servers-helper": 900,
 }

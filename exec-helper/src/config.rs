@@ -41,17 +41,9 @@ impl Config {
                 ));
             }
         }
-        let mut protect = Vec::new();
-        for p in args.all("--protect") {
-            let p = PathBuf::from(p);
-            if !p.is_absolute() {
-                return Err(format!("--protect {} is not an absolute path", p.display()));
-            }
-            protect.push(p);
-        }
         Ok(Config {
             home: identity::home_of(nix::unistd::geteuid().as_raw()),
-            protect,
+            protect: args.absolute_paths("--protect")?,
             allow_degraded: args.allow_degraded,
             tier: ConfinementTier::Namespaces,
         })

@@ -52,16 +52,8 @@ pub struct Config {
 
 impl Config {
     fn from_args(args: &sandbox::helper_args::HelperArgs) -> Result<Config, String> {
-        let mut protect = Vec::new();
-        for p in args.all("--protect") {
-            let p = PathBuf::from(p);
-            if !p.is_absolute() {
-                return Err(format!("--protect {} is not an absolute path", p.display()));
-            }
-            protect.push(p);
-        }
         Ok(Config {
-            protect,
+            protect: args.absolute_paths("--protect")?,
             allow_degraded: args.allow_degraded,
         })
     }

@@ -83,6 +83,19 @@ impl HelperArgs {
             .filter(move |(n, _)| *n == name)
             .map(|(_, v)| v)
     }
+
+    /// All values given for `--name`, each an absolute path (a relative one is refused).
+    pub fn absolute_paths(&self, name: &str) -> Result<Vec<std::path::PathBuf>, String> {
+        self.all(name)
+            .map(|v| {
+                let p = std::path::PathBuf::from(v);
+                match p.is_absolute() {
+                    true => Ok(p),
+                    false => Err(format!("{name} {} is not an absolute path", p.display())),
+                }
+            })
+            .collect()
+    }
 }
 
 /// On Windows, the option by which the spawner names the channel's handle (a handle in the
@@ -173,6 +186,22 @@ mod tests {
         assert!(a.allow_degraded);
         assert_eq!(a.all("--grant").count(), 1);
         assert!(HelperArgs::parse(["--grant".into()], &["--grant"]).is_err());
+    }
+
+    #[test]
+    fn path_options_are_absolute_or_refused() {
+        let abs = std::env::temp_dir();
+        let a = HelperArgs::parse(
+            ["--protect".into(), abs.clone().into_os_string()],
+            &["--protect"],
+        )
+        .unwrap();
+        assert_eq!(a.absolute_paths("--protect"), Ok(vec![abs]));
+        let a = HelperArgs::parse(["--protect".into(), "rel/dir".into()], &["--protect"]).unwrap();
+        assert_eq!(
+            a.absolute_paths("--protect"),
+            Err("--protect rel/dir is not an absolute path".into())
+        );
     }
 
     #[test]
