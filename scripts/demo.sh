@@ -22,6 +22,6 @@ fi
 
 echo "demo: building gatehouse and its helpers (release; the first build takes a few minutes)" >&2
 cargo build --release --locked -q \
-  --bin gatehouse --bin gatehouse-broker --bin gatehouse-mcp --bin gatehouse-spawner \
+  --bin gatehouse --bin gatehouse-broker --bin gatehouse-mcp --bin gatehouse-notify --bin gatehouse-spawner \
   --bin fs-helper --bin net-helper --bin exec-helper --bin secrets-helper --bin servers-helper
 exec "${CARGO_TARGET_DIR:-target}/release/gatehouse" demo "$@"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: installs what is missing, checks formatting and lints,
-# builds the test and release binaries, runs every test as the invoking user and then (when
-# run as root) again as an unprivileged user, because root passes checks a real user fails.
+# builds the test binaries, runs the README's demo on a fresh clone (whose release build the
+# tests then check), runs every test as the invoking user and then (when run as root) again as
+# an unprivileged user, because root passes checks a real user fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -18,10 +19,25 @@ echo "== the other operating systems: clippy for Windows and macOS, the portable
 scripts/cross-check.sh
 
 echo "== build (at ${SECONDS}s)"
-# Test builds carry the test-only switches (feature test-hooks); release builds must not, and
-# a test checks that they do not.
 cargo build --workspace --all-features -q
-cargo build --workspace --release -q
+
+echo "== the README's first command, on a fresh clone (at ${SECONDS}s)"
+# Exactly as a new user runs it: a clone of what is committed, nothing built before. Its release
+# build is also the one the tests check for test-only switches (a test build carries them,
+# feature test-hooks; a release build must not): what a user gets, built once.
+FRESH=$(mktemp -d /tmp/gatehouse-fresh.XXXXXX)
+CLEANUP=("$FRESH")
+trap 'rm -rf "${CLEANUP[@]}"' EXIT
+git clone -q "$ROOT" "$FRESH/gatehouse"
+if ! (cd "$FRESH/gatehouse" && env -u CARGO_TARGET_DIR ./scripts/demo.sh) >"$FRESH/demo.log" 2>&1; then
+  cat "$FRESH/demo.log" >&2
+  echo "the README's first command FAILED on a fresh clone" >&2
+  exit 1
+fi
+grep -q "all 10 outcomes as expected" "$FRESH/demo.log" || { cat "$FRESH/demo.log" >&2; exit 1; }
+tail -n 2 "$FRESH/demo.log"
+export GATEHOUSE_RELEASE_DIR=$FRESH/gatehouse/target/release
+
 
 echo "== tests as $(id -un) (at ${SECONDS}s)"
 cargo test --workspace --all-features -q 2>&1 | tee target/test-root.log
@@ -29,14 +45,14 @@ cargo test --workspace --all-features -q 2>&1 | tee target/test-root.log
 if [[ $(id -u) -eq 0 ]]; then
   echo "== tests as $TEST_USER (at ${SECONDS}s)"
   STAGE=$(mktemp -d /tmp/gatehouse-usertests.XXXXXX)
-  trap 'rm -rf "$STAGE"' EXIT
+  CLEANUP+=("$STAGE")
   mkdir -p "$STAGE/target/debug/deps" "$STAGE/target/release"
   # The binaries, laid out as in target/ so the tests find them the same way.
   for b in gatehouse gatehouse-broker gatehouse-mcp gatehouse-notify gatehouse-spawner fs-helper net-helper exec-helper secrets-helper servers-helper; do
     # gatehouse-spawner comes with the spawner crate; a tree without it has nothing to copy.
     [[ -e target/debug/$b ]] || [[ $b != gatehouse-spawner ]] || continue
     cp target/debug/$b "$STAGE/target/debug/"
-    cp target/release/$b "$STAGE/target/release/"
+    cp "$GATEHOUSE_RELEASE_DIR/$b" "$STAGE/target/release/"
   done
   # Test-only binaries (the exec probe is built with the test-hooks feature; the userns
   # refusal wrapper belongs to the tests crate: the Landlock-tier runs of the escape, exec and
@@ -93,17 +109,4 @@ for l in sys.stdin:
     exit 1
   fi
 fi
-echo "== the README's first command, on a fresh clone (at ${SECONDS}s)"
-# Exactly as a new user runs it: a clone of what is committed, nothing built before.
-FRESH=$(mktemp -d /tmp/gatehouse-fresh.XXXXXX)
-git clone -q "$ROOT" "$FRESH/gatehouse"
-if ! (cd "$FRESH/gatehouse" && env -u CARGO_TARGET_DIR ./scripts/demo.sh) >"$FRESH/demo.log" 2>&1; then
-  cat "$FRESH/demo.log" >&2
-  echo "the README's first command FAILED on a fresh clone" >&2
-  exit 1
-fi
-grep -q "all 10 outcomes as expected" "$FRESH/demo.log" || { cat "$FRESH/demo.log" >&2; exit 1; }
-tail -n 2 "$FRESH/demo.log"
-rm -rf "$FRESH"
-
 echo "== all tests passed (in ${SECONDS}s)"

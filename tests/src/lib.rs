@@ -20,6 +20,23 @@ pub fn bin_dir() -> PathBuf {
     dir
 }
 
+/// The directory holding the release binaries: `GATEHOUSE_RELEASE_DIR` if set (the test command
+/// points it at the README's demo build on a fresh clone, what a user gets), else
+/// `target/release` beside [`bin_dir`]. Fails the test clearly if `gatehouse` is not there.
+pub fn release_dir() -> PathBuf {
+    let dir = std::env::var_os("GATEHOUSE_RELEASE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| bin_dir().parent().expect("target dir").join("release"));
+    let gatehouse = dir.join(format!("gatehouse{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        gatehouse.exists(),
+        "{} is missing: build it (scripts/demo.sh, or cargo build --release), or name the \
+         directory in GATEHOUSE_RELEASE_DIR",
+        gatehouse.display()
+    );
+    dir
+}
+
 /// The path of a workspace binary (`.exe` added on Windows), failing the test clearly if it was
 /// not built.
 pub fn bin(name: &str) -> PathBuf {

@@ -274,13 +274,8 @@ fn the_broker_refuses_to_route_to_a_helper_that_did_not_lock_down() {
 
 #[test]
 fn release_binaries_do_not_have_the_test_switches() {
-    let release = bin_dir().parent().expect("target dir").join("release");
+    let release = gatehouse_tests::release_dir();
     let gatehouse = release.join("gatehouse");
-    assert!(
-        gatehouse.exists(),
-        "{} is missing: the test command builds it (cargo build --release)",
-        gatehouse.display()
-    );
     let out = Command::new(&gatehouse)
         .args(["broker", "--test-unlocked-helper", "fs"])
         .output()

@@ -230,13 +230,8 @@ fn the_human_saying_no_is_a_refusal_and_nothing_is_fetched() {
 
 #[test]
 fn the_release_broker_has_no_test_net_arg() {
-    let release = bin_dir().parent().expect("target dir").join("release");
+    let release = gatehouse_tests::release_dir();
     let gatehouse = release.join("gatehouse");
-    assert!(
-        gatehouse.exists(),
-        "{} is missing: the test command builds it (cargo build --release)",
-        gatehouse.display()
-    );
     let out = std::process::Command::new(&gatehouse)
         .args(["broker", "--test-net-arg=--test-public-addr"])
         .output()
