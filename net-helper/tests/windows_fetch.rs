@@ -20,25 +20,14 @@ fn start() -> (DnsServer, NetHelper) {
 }
 
 #[test]
-fn the_hello_carries_the_windows_report_and_the_broker_checks_it() {
+fn the_hello_carries_the_windows_report_which_says_what_the_spawner_sees_and_the_broker_checks_it()
+{
     let (_dns, h) = start();
     let report = &h.hello.lockdown;
     assert!(report.windows.is_some(), "{report:?}");
     let policy = sandbox::wincfg::helper_policy(&sandbox::Profile::Net).unwrap();
-    if sandbox::windows::running_under_wine() {
-        println!("wine does not enforce: the net-helper's restricted token and job passing the broker's strict check (not verified here)");
-        let e = sandbox::wincfg::verify_report(&policy, report, false).unwrap_err();
-        assert!(e.contains("restricted token"), "{e}");
-        assert_eq!(
-            sandbox::wincfg::verify_report(&policy, report, true),
-            Ok(())
-        );
-    } else {
-        assert_eq!(
-            sandbox::wincfg::verify_report(&policy, report, false),
-            Ok(())
-        );
-    }
+    // The spawner's view of the process against its report, then the broker's check.
+    gatehouse_tests::windows::check_hello(&policy, &h.child, report);
     assert_eq!(
         h.close(),
         Some(0),

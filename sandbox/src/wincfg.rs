@@ -784,6 +784,94 @@ pub fn verify_report(
     ))
 }
 
+/// Where a helper's report of its confinement differs from what the spawner reads of the
+/// process from outside ([`crate::windows::ConfinedChild::observe`]), one entry per field. A
+/// field one side could not read (`None`) is not a difference; the policy check names it.
+/// Lists are compared as sets (SIDs case-insensitively).
+pub fn differences(report: &WindowsConfinement, observed: &WindowsConfinement) -> Vec<String> {
+    fn set(v: &[String]) -> std::collections::BTreeSet<String> {
+        v.iter().map(|s| s.to_ascii_uppercase()).collect()
+    }
+    let mut out = Vec::new();
+    let mut field = |name: &str, said: String, seen: String| {
+        if said != seen {
+            out.push(format!("{name}: it says {said}, the spawner sees {seen}"));
+        }
+    };
+    field(
+        "restricted token",
+        report.restricted_token.to_string(),
+        observed.restricted_token.to_string(),
+    );
+    if let (Some(a), Some(b)) = (report.write_restricted, observed.write_restricted) {
+        field("write-restricted", a.to_string(), b.to_string());
+    }
+    let lists = [
+        (
+            "restricting SIDs",
+            &report.restricting_sids,
+            &observed.restricting_sids,
+        ),
+        ("privileges", &report.privileges, &observed.privileges),
+        ("mitigations", &report.mitigations, &observed.mitigations),
+    ];
+    for (name, a, b) in lists {
+        let (a, b) = (set(a), set(b));
+        if a != b {
+            field(name, format!("{a:?}"), format!("{b:?}"));
+        }
+    }
+    field(
+        "Administrators usable",
+        report.administrators_usable.to_string(),
+        observed.administrators_usable.to_string(),
+    );
+    field(
+        "in the spawner's job",
+        report.in_job.to_string(),
+        observed.in_job.to_string(),
+    );
+    field(
+        "job limit flags",
+        format!("{:#x}", report.job_limit_flags),
+        format!("{:#x}", observed.job_limit_flags),
+    );
+    field(
+        "job process limit",
+        report.job_active_processes.to_string(),
+        observed.job_active_processes.to_string(),
+    );
+    if let (Some(a), Some(b)) = (report.job_ui_restrictions, observed.job_ui_restrictions) {
+        field("job UI restrictions", format!("{a:#x}"), format!("{b:#x}"));
+    }
+    out
+}
+
+/// The whole check of a Windows helper's hello, as the broker makes it before routing anything
+/// to it (the counterpart of `LockdownReport::verify` with the spawner's /proc read): the
+/// report must say what the spawner sees of the process from outside (`observed`), so a helper
+/// cannot talk its way past the check, and then be confined as `policy` asks
+/// ([`verify_report`], with its rule for `allow_degraded`). A difference is refused even
+/// degraded: it means the report is false, or the process changed under the spawner.
+pub fn verify_observed(
+    policy: &WindowsPolicy,
+    report: &LockdownReport,
+    observed: &WindowsConfinement,
+    allow_degraded: bool,
+) -> Result<(), String> {
+    if let Some(c) = report.windows.as_deref() {
+        let diff = differences(c, observed);
+        if !diff.is_empty() {
+            return Err(format!(
+                "the {} helper's report does not match what the spawner reads of its process: {}",
+                policy.profile,
+                diff.join("; ")
+            ));
+        }
+    }
+    verify_report(policy, report, allow_degraded)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1162,5 +1250,68 @@ mod verdict_tests {
             e.contains(&format!("{} is not in force", held[held.len() - 1])),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_report_that_differs_from_the_spawners_view_is_refused_even_degraded() {
+        let p = fs_policy();
+        let held: Vec<String> = p
+            .mitigations
+            .0
+            .iter()
+            .map(|m| mitigation_short(m).to_string())
+            .collect();
+        let good = confinement(Some(&good_token(&p)), Some(&good_job()), held);
+        let report = |c: &WindowsConfinement| LockdownReport {
+            windows: Some(Box::new(c.clone())),
+            ..LockdownReport::nothing_yet("fs")
+        };
+        // Positive control: the same facts from inside and outside; SIDs in another case and
+        // lists in another order are the same.
+        let mut seen = good.clone();
+        seen.restricting_sids.reverse();
+        seen.restricting_sids[0] = seen.restricting_sids[0].to_ascii_lowercase();
+        seen.mitigations.reverse();
+        assert_eq!(differences(&good, &seen), Vec::<String>::new());
+        assert_eq!(verify_observed(&p, &report(&good), &seen, false), Ok(()));
+        // What one side could not read is not a difference.
+        let mut unread = good.clone();
+        unread.write_restricted = None;
+        unread.job_ui_restrictions = None;
+        assert_eq!(differences(&unread, &good), Vec::<String>::new());
+
+        // A helper that is not confined and says it is: each false field named, refused even
+        // with --allow-degraded (its own gaps listed would not help: the report is false).
+        let bare = WindowsConfinement {
+            privileges: vec![CHANGE_NOTIFY.into(), "SeDebugPrivilege".into()],
+            ..WindowsConfinement::default()
+        };
+        let e = verify_observed(&p, &report(&good), &bare, true).unwrap_err();
+        assert!(
+            e.starts_with("the fs helper's report does not match what the spawner reads of its process: restricted token: it says true, the spawner sees false; "),
+            "{e}"
+        );
+        for want in [
+            "restricting SIDs: it says {",
+            "privileges: it says {\"SECHANGENOTIFYPRIVILEGE\"}, the spawner sees {\"SECHANGENOTIFYPRIVILEGE\", \"SEDEBUGPRIVILEGE\"}",
+            "mitigations: it says {",
+            "in the spawner's job: it says true, the spawner sees false",
+            "job limit flags: it says 0x2408, the spawner sees 0x0",
+            "job process limit: it says 1, the spawner sees 0",
+        ] {
+            assert!(e.contains(want), "{e} lacks {want}");
+        }
+        // One field is enough: a process in another job (its own, nested) than the one the
+        // spawner made for it.
+        let mut elsewhere = good.clone();
+        elsewhere.in_job = false;
+        let e = verify_observed(&p, &report(&good), &elsewhere, false).unwrap_err();
+        assert!(
+            e.ends_with(": in the spawner's job: it says true, the spawner sees false"),
+            "{e}"
+        );
+        // The outside view matching a report that falls short is still refused by the policy.
+        let e = verify_observed(&p, &report(&bare), &bare, false).unwrap_err();
+        assert!(e.contains("is not confined as its profile asks"), "{e}");
     }
 }

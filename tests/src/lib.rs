@@ -54,3 +54,7 @@ pub fn bin(name: &str) -> PathBuf {
 pub mod linux;
 #[cfg(target_os = "linux")]
 pub use linux::*;
+
+// The Windows helpers' hello, checked as the spawner and broker check it.
+#[cfg(windows)]
+pub mod windows;

@@ -4,6 +4,7 @@
 use super::ffi::{invalid, last, owned, raw, WinError};
 use crate::wincfg::{JobFacts, JobLimits};
 use std::os::windows::io::{AsHandle, BorrowedHandle, OwnedHandle};
+use windows_sys::Win32::Foundation::HANDLE;
 use windows_sys::Win32::System::JobObjects::{
     AssignProcessToJobObject, CreateJobObjectW, IsProcessInJob, JobObjectBasicUIRestrictions,
     JobObjectExtendedLimitInformation, QueryInformationJobObject, SetInformationJobObject,
@@ -119,9 +120,25 @@ impl Job {
 /// Reads the job this process runs in (for a nested job, the innermost: the one the spawner
 /// made).
 pub fn own_job_facts() -> Result<JobFacts, WinError> {
+    // The current-process pseudo-handle and a null job: "any job", then the caller's own.
+    // SAFETY: GetCurrentProcess returns a pseudo-handle that needs no close.
+    job_facts(unsafe { GetCurrentProcess() }, std::ptr::null_mut())
+}
+
+impl Job {
+    /// What the spawner reads of a process it put in this job, from outside (the counterpart
+    /// of /proc's view on Linux): whether `process` is in this very job, and this job's limits.
+    pub fn facts_of(&self, process: BorrowedHandle<'_>) -> Result<JobFacts, WinError> {
+        job_facts(raw(process), raw(self.0.as_handle()))
+    }
+}
+
+/// `process` in `job` (null: in any job, and the caller's own job's limits).
+fn job_facts(process: HANDLE, job: HANDLE) -> Result<JobFacts, WinError> {
     let mut in_job = 0;
-    // SAFETY: the current-process pseudo-handle; a null job means "any job".
-    if unsafe { IsProcessInJob(GetCurrentProcess(), std::ptr::null_mut(), &mut in_job) } == 0 {
+    // SAFETY: a process handle with PROCESS_QUERY_(LIMITED_)INFORMATION (or the pseudo-handle)
+    // and a job handle with JOB_OBJECT_QUERY, or null for "any job".
+    if unsafe { IsProcessInJob(process, job, &mut in_job) } == 0 {
         return Err(last(MECH, "IsProcessInJob"));
     }
     if in_job == 0 {
@@ -133,11 +150,11 @@ pub fn own_job_facts() -> Result<JobFacts, WinError> {
         });
     }
     let mut info = zeroed_limits();
-    // SAFETY: a null job handle names the calling process's job; the buffer is the struct the
+    // SAFETY: a job handle (null names the calling process's job); the buffer is the struct the
     // class fills, with its size.
     let ok = unsafe {
         QueryInformationJobObject(
-            std::ptr::null_mut(),
+            job,
             JobObjectExtendedLimitInformation,
             (&mut info as *mut JOBOBJECT_EXTENDED_LIMIT_INFORMATION).cast(),
             std::mem::size_of::<JOBOBJECT_EXTENDED_LIMIT_INFORMATION>() as u32,
@@ -153,7 +170,7 @@ pub fn own_job_facts() -> Result<JobFacts, WinError> {
     // SAFETY: as above, with the UI restrictions struct.
     let ok = unsafe {
         QueryInformationJobObject(
-            std::ptr::null_mut(),
+            job,
             JobObjectBasicUIRestrictions,
             (&mut ui as *mut JOBOBJECT_BASIC_UI_RESTRICTIONS).cast(),
             std::mem::size_of::<JOBOBJECT_BASIC_UI_RESTRICTIONS>() as u32,

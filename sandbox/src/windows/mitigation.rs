@@ -1,8 +1,10 @@
-//! Process mitigation policies a process reads and sets on itself
-//! (`GetProcessMitigationPolicy` / `SetProcessMitigationPolicy`), by the names `wincfg` lists.
+//! Process mitigation policies a process reads and sets on itself, and the spawner reads of a
+//! helper (`GetProcessMitigationPolicy` / `SetProcessMitigationPolicy`), by the names `wincfg`
+//! lists.
 
 use super::ffi::{invalid, last, WinError};
 use crate::wincfg::CHILD_PROCESS_RESTRICTED;
+use windows_sys::Win32::Foundation::HANDLE;
 use windows_sys::Win32::System::Threading::{
     GetCurrentProcess, GetProcessMitigationPolicy, ProcessChildProcessPolicy,
     ProcessDynamicCodePolicy, ProcessExtensionPointDisablePolicy, ProcessImageLoadPolicy,
@@ -45,18 +47,19 @@ fn class_of(name: &str) -> Option<(PROCESS_MITIGATION_POLICY, u32, u32)> {
 /// Whether the named policy is in force for this process. A system that answers without
 /// filling the buffer (Wine's stub) reads as "not in force": the word starts at 0.
 pub fn in_force(name: &str) -> Result<bool, WinError> {
+    // SAFETY: GetCurrentProcess returns a pseudo-handle that needs no close.
+    in_force_in(unsafe { GetCurrentProcess() }, name)
+}
+
+/// Whether the named policy is in force for `process` (a handle with
+/// PROCESS_QUERY_INFORMATION, or the current-process pseudo-handle).
+pub(crate) fn in_force_in(process: HANDLE, name: &str) -> Result<bool, WinError> {
     let (class, _, bit) =
         class_of(name).ok_or_else(|| invalid(MECH, format!("unknown mitigation {name}")))?;
     let mut flags = 0u32;
-    // SAFETY: the current-process pseudo-handle; `flags` is the 4-byte struct the class fills.
-    let ok = unsafe {
-        GetProcessMitigationPolicy(
-            GetCurrentProcess(),
-            class,
-            (&mut flags as *mut u32).cast(),
-            4,
-        )
-    };
+    // SAFETY: a process handle as above; `flags` is the 4-byte struct the class fills.
+    let ok =
+        unsafe { GetProcessMitigationPolicy(process, class, (&mut flags as *mut u32).cast(), 4) };
     if ok == 0 {
         return Err(last(MECH, "GetProcessMitigationPolicy"));
     }

@@ -76,6 +76,35 @@ impl ConfinedChild {
         &self.degraded
     }
 
+    /// What this process reads of the child from outside, for `policy`'s mitigations: its
+    /// token, whether it is in the job made for it and that job's limits, and the mitigations
+    /// in force (the counterpart of the spawner's /proc read on Linux). A helper's hello is
+    /// checked against it (`wincfg::verify_observed`), so the helper's own report is never the
+    /// only evidence.
+    pub fn observe(
+        &self,
+        policy: &WindowsPolicy,
+    ) -> Result<ipc_schema::status::WindowsConfinement, WinError> {
+        let token = super::token::process_token_facts(self.process.as_handle())?;
+        let job = match &self.job {
+            Some(job) => job.facts_of(self.process.as_handle())?,
+            // Closed (its tree was ended) or never made: it is in no job of ours.
+            None => crate::wincfg::JobFacts {
+                in_job: false,
+                limit_flags: 0,
+                active_process_limit: 0,
+                ui_restrictions: Ok(0),
+            },
+        };
+        let mut held = Vec::new();
+        for &m in &policy.mitigations.0 {
+            if super::mitigation::in_force_in(raw(self.process.as_handle()), m)? {
+                held.push(crate::wincfg::mitigation_short(m).to_string());
+            }
+        }
+        Ok(crate::wincfg::confinement(Some(&token), Some(&job), held))
+    }
+
     /// Closes the job handle: with kill-on-close, the process tree ends. The process handle
     /// stays, to observe the end.
     pub fn close_job(&mut self) {

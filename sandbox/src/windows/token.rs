@@ -198,6 +198,18 @@ pub fn own_token_facts() -> Result<TokenFacts, WinError> {
     token_facts(token.as_handle())
 }
 
+/// What the token of another process says: the spawner's view of a helper it started (a
+/// process handle with PROCESS_QUERY_(LIMITED_)INFORMATION).
+pub(crate) fn process_token_facts(process: BorrowedHandle<'_>) -> Result<TokenFacts, WinError> {
+    let mut h = std::ptr::null_mut();
+    // SAFETY: a valid process handle; `h` receives a new token handle that `owned` takes.
+    if unsafe { OpenProcessToken(raw(process), TOKEN_QUERY, &mut h) } == 0 {
+        return Err(last(MECH, "OpenProcessToken(of the helper)"));
+    }
+    let token = owned(h, MECH, "OpenProcessToken")?;
+    token_facts(token.as_handle())
+}
+
 /// Reads a token (opened with TOKEN_QUERY).
 pub(crate) fn token_facts(t: BorrowedHandle<'_>) -> Result<TokenFacts, WinError> {
     // SAFETY: a valid token handle with TOKEN_QUERY.
