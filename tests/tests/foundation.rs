@@ -6,7 +6,7 @@
 #![forbid(unsafe_code)]
 
 use gatehouse_tests::misbehaving_peer;
-use gatehouse_tests::{alive, bin, bin_dir, forget_audit_key, BrokerUnderTest, Conn};
+use gatehouse_tests::{alive, bin, forget_audit_key, BrokerUnderTest, Conn};
 use ipc_schema::codec::encode;
 use ipc_schema::status::{DoctorReport, LandlockStatus, ProcessState};
 use ipc_schema::{Body, Envelope, ErrorCode, Role};

@@ -11,7 +11,7 @@
 
 #![forbid(unsafe_code)]
 
-use gatehouse_tests::{bin_dir, http_response, BrokerUnderTest, TestWebServer};
+use gatehouse_tests::{http_response, BrokerUnderTest, TestWebServer};
 use ipc_schema::ui::{Choice, Decision, UiReply, UiRequest};
 use ipc_schema::Body;
 use std::io::Write;
