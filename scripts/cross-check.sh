@@ -12,7 +12,8 @@
 #      binaries as the Windows spawner starts them, confined by the applier: the secrets-helper
 #      serving over its pipe against the Credential Manager, the net-helper fetching over its
 #      overlapped pipe from loopback servers, the exec-helper running commands in the
-#      restricted-token tier.
+#      restricted-token tier; and the Windows spawner, started as the router starts it, starting,
+#      observing, tracing and killing the secrets-helper for this test as its router.
 # Nothing here links or runs a macOS binary: there is no macOS SDK or machine here.
 # scripts/test-deps.sh installs the toolchains; CI runs this from scripts/test.sh.
 set -euo pipefail
@@ -65,7 +66,7 @@ wineserver -w
 wineserver -p
 trap 'wineserver -k 2>/dev/null || true' EXIT
 WINE_CRATES=(-p ipc-schema -p gatehouse-policy -p gatehouse-proposal -p audit-store -p audit-export
-  -p gateway -p ui -p net-helper -p secrets-helper -p gatehouse-client -p sandbox)
+  -p gateway -p ui -p net-helper -p secrets-helper -p gatehouse-client -p sandbox -p spawner)
 LOG=$TARGET_DIR/wine-tests.log
 # (--all-features: the helpers' test hooks, as on Linux; the net-helper's Wine test needs one.
 # --show-output: a passing test's "wine does not enforce" line is printed after the results.)

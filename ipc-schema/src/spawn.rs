@@ -18,8 +18,17 @@
 //! postcard value, and the descriptor a `Started` carries is attached to that record. A record
 //! that does not decode, or one larger than [`MAX_SPAWN_MESSAGE`], ends the channel; the spawner
 //! then kills every helper it started and exits.
+//!
+//! On Windows the channel is a duplex byte pipe, which carries neither records nor handles: each
+//! record is preceded by its length ([`frame_record`], [`RecordReader`]); the spawner
+//! duplicates the router's end of a helper's channel into the router's process (through a
+//! handle to the router that the router gave it at start) and answers
+//! [`SpawnReply::StartedDuplicated`] with the handle's value there; and `Status` is answered
+//! with [`SpawnReply::Observed`], what the spawner reads of the helper from outside (its token,
+//! its job, its mitigations), where Linux answers with `/proc`. Each spawner refuses the other
+//! system's variants as a broken protocol.
 
-use crate::status::{LockdownReport, ProcStatus};
+use crate::status::{LockdownReport, ProcStatus, WindowsConfinement};
 use crate::{DecodeError, Role, PROTOCOL_VERSION};
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
@@ -72,6 +81,77 @@ pub enum SpawnReply {
     /// The spawner's first record, sent once: its pid and what its hardening did (for
     /// `gatehouse doctor`; the router checks the kernel's view with `Status`).
     Ready { pid: u32, lockdown: LockdownReport },
+    /// Windows: the helper runs as `pid`; the router's end of its channel was duplicated into
+    /// the router's process, where its value is `handle` (a pipe carries no handles).
+    StartedDuplicated { id: u64, pid: u32, handle: u64 },
+    /// Windows: the answer to [`SpawnRequest::Status`] for a helper, what the spawner reads of
+    /// it from outside (`sandbox::windows::ConfinedChild::observe`), which its hello must match.
+    Observed {
+        id: u64,
+        observed: Result<Box<WindowsConfinement>, String>,
+    },
+}
+
+/// A record as it crosses a byte stream (the Windows pipe): its length as a 4-byte
+/// little-endian number, then the record.
+pub fn frame_record(record: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + record.len());
+    out.extend_from_slice(&(record.len() as u32).to_le_bytes());
+    out.extend_from_slice(record);
+    out
+}
+
+/// The length a record's 4-byte prefix ([`frame_record`]) gives, refused when zero or over
+/// [`MAX_SPAWN_MESSAGE`]: the one check of it, for a blocking or an async reader.
+pub fn record_len(prefix: [u8; 4]) -> std::io::Result<usize> {
+    let len = u32::from_le_bytes(prefix) as usize;
+    if len == 0 || len > MAX_SPAWN_MESSAGE {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("a record of {len} bytes (1 to {MAX_SPAWN_MESSAGE} allowed)"),
+        ));
+    }
+    Ok(len)
+}
+
+/// Reads length-prefixed records ([`frame_record`]) from a byte stream.
+pub struct RecordReader<R> {
+    inner: R,
+}
+
+impl<R: std::io::Read> RecordReader<R> {
+    pub fn new(inner: R) -> Self {
+        RecordReader { inner }
+    }
+
+    /// The next record; `Ok(None)` at a clean end (between records). A length over
+    /// [`MAX_SPAWN_MESSAGE`] or zero, or an end inside a record, is an error, and nothing past
+    /// it is read.
+    pub fn next_record(&mut self) -> std::io::Result<Option<Vec<u8>>> {
+        let mut len = [0u8; 4];
+        let mut got = 0;
+        while got < 4 {
+            match self.inner.read(&mut len[got..]) {
+                Ok(0) if got == 0 => return Ok(None),
+                Ok(0) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the stream ended inside a record's length",
+                    ))
+                }
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                // A pipe whose other end closed says so with an error on Windows.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe && got == 0 => {
+                    return Ok(None)
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let mut rec = vec![0u8; record_len(len)?];
+        self.inner.read_exact(&mut rec)?;
+        Ok(Some(rec))
+    }
 }
 
 /// One record: the protocol version, then the value.
@@ -164,6 +244,21 @@ mod tests {
         ] {
             assert_eq!(decode::<SpawnReply>(&encode(&rep).unwrap()).unwrap(), rep);
         }
+        let observed = SpawnReply::Observed {
+            id: 5,
+            observed: Ok(Box::new(WindowsConfinement {
+                in_job: true,
+                ..WindowsConfinement::default()
+            })),
+        };
+        let dup = SpawnReply::StartedDuplicated {
+            id: 6,
+            pid: 7,
+            handle: 0x1f4,
+        };
+        for rep in [observed, dup] {
+            assert_eq!(decode::<SpawnReply>(&encode(&rep).unwrap()).unwrap(), rep);
+        }
         let huge = SpawnRequest::Start {
             id: 1,
             kind: Role::Fs,
@@ -173,5 +268,30 @@ mod tests {
             encode(&huge),
             Err(crate::EncodeError::Oversized { .. })
         ));
+    }
+
+    #[test]
+    fn records_on_a_byte_stream_are_length_prefixed_and_bounded() {
+        let a = encode(&SpawnRequest::Kill { pid: 9 }).unwrap();
+        let b = encode(&SpawnRequest::Status { id: 1, pid: 2 }).unwrap();
+        let mut stream = frame_record(&a);
+        stream.extend(frame_record(&b));
+        let mut r = RecordReader::new(&stream[..]);
+        assert_eq!(r.next_record().unwrap(), Some(a.clone()));
+        assert_eq!(r.next_record().unwrap(), Some(b));
+        assert_eq!(r.next_record().unwrap(), None);
+        // An end inside a record, in its length or its body, is an error, not an end.
+        let whole = frame_record(&a);
+        for cut in [2, whole.len() - 1] {
+            let e = RecordReader::new(&whole[..cut]).next_record().unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof, "cut at {cut}");
+        }
+        // An empty record and one over the limit are refused before anything is read.
+        for len in [0u32, MAX_SPAWN_MESSAGE as u32 + 1] {
+            let mut bad = len.to_le_bytes().to_vec();
+            bad.extend([0u8; 8]);
+            let e = RecordReader::new(&bad[..]).next_record().unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{e}");
+        }
     }
 }

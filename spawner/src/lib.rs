@@ -15,6 +15,25 @@
 pub mod link;
 #[cfg(target_os = "linux")]
 mod serve;
+// Helpers in jobs, their channels duplicated into the router, their status read from outside.
+#[cfg(windows)]
+pub mod windows;
 
 #[cfg(target_os = "linux")]
-pub use serve::{serve, ServeError};
+pub use serve::serve;
+
+/// Why the spawner stopped serving.
+#[derive(Debug)]
+pub enum ServeError {
+    Protocol(String),
+    Io(String, std::io::Error),
+}
+
+impl std::fmt::Display for ServeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServeError::Protocol(m) => write!(f, "the router broke the protocol: {m}"),
+            ServeError::Io(what, e) => write!(f, "{what}: {e}"),
+        }
+    }
+}

@@ -306,6 +306,9 @@ fn dispatch(
             Ok(())
         }
         SpawnReply::Ready { .. } => Err("a second Ready".to_string()),
+        SpawnReply::StartedDuplicated { .. } | SpawnReply::Observed { .. } => {
+            Err("a Windows spawner's record".to_string())
+        }
     };
     if carries && fd.is_some() {
         return Err("a descriptor on a record that carries none".into());

@@ -1,12 +1,15 @@
 //! `gatehouse-spawner --helper-dir DIR`: started by the broker with its channel as fd 3; starts
 //! the helpers the broker asks for, from DIR. Lock down, say ready, serve.
+//!
+//! On Windows: `gatehouse-spawner --channel-handle N --router-handle M --helper-dir DIR`, the
+//! two inherited handles `sandbox::windows::start_spawner` passes (`spawner::windows`).
 #![forbid(unsafe_code)]
 
 #[cfg(target_os = "linux")]
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(any(target_os = "linux", windows)))]
 fn main() -> ExitCode {
     use ipc_schema::platform::{refuse, Missing};
     refuse("gatehouse-spawner", &[Missing::HelperProcesses])
@@ -57,6 +60,74 @@ fn parse_args() -> Result<(PathBuf, bool), String> {
 }
 
 #[cfg(target_os = "linux")]
+fn fail(msg: &str) -> ExitCode {
+    eprintln!("gatehouse-spawner: {msg}");
+    ExitCode::from(2)
+}
+
+#[cfg(windows)]
+fn main() -> ExitCode {
+    use sandbox::windows as w;
+    let usage = "usage: gatehouse-spawner --channel-handle N --router-handle M --helper-dir DIR [--allow-degraded] (started by the gatehouse broker)";
+    let args: Vec<String> = match std::env::args_os()
+        .skip(1)
+        .map(|a| a.into_string())
+        .collect()
+    {
+        Ok(a) => a,
+        Err(_) => return fail(usage),
+    };
+    let (channel, router, dir, degraded) = match args.as_slice() {
+        [c, cv, r, rv, d, dv, rest @ ..]
+            if c == sandbox::helper_args::CHANNEL_HANDLE
+                && r == w::ROUTER_HANDLE
+                && d == "--helper-dir"
+                && (rest.is_empty() || rest == ["--allow-degraded"]) =>
+        {
+            (cv, rv, std::path::PathBuf::from(dv), !rest.is_empty())
+        }
+        _ => return fail(usage),
+    };
+    if !dir.is_absolute() {
+        return fail(&format!("--helper-dir {}: not absolute", dir.display()));
+    }
+    // 1. Lock down (what a process that must create processes can do to itself).
+    let lockdown = match w::harden_spawner(degraded) {
+        Ok(r) => r,
+        Err(e) => return fail(&format!("lockdown failed: {e}")),
+    };
+    // 2. The two handles the router passed, adopted once each.
+    let chan = match w::take_inherited_handle(channel) {
+        Ok(h) => std::fs::File::from(h),
+        Err(e) => return fail(&format!("no router channel: {e}")),
+    };
+    let router = match w::take_inherited_router(router) {
+        Ok(h) => h,
+        Err(e) => return fail(&format!("no router handle: {e}")),
+    };
+    // 3. Say ready and serve.
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(&format!("cannot start its runtime: {e}")),
+    };
+    let served = rt.block_on(async move {
+        let pipe = w::async_pipe(chan)
+            .map_err(|e| spawner::ServeError::Io("adopting the router's channel".into(), e))?;
+        spawner::windows::serve(pipe, router, dir, degraded, lockdown).await
+    });
+    // Not waiting for the threads that wait on helpers: exiting closes every job handle this
+    // process holds, and each job's kill-on-close ends its helper's tree.
+    rt.shutdown_background();
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&e.to_string()),
+    }
+}
+
+#[cfg(windows)]
 fn fail(msg: &str) -> ExitCode {
     eprintln!("gatehouse-spawner: {msg}");
     ExitCode::from(2)

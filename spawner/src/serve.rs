@@ -6,6 +6,7 @@
 //! helper it started is killed and reaped before it exits; helpers also die with it
 //! (`PR_SET_PDEATHSIG`).
 
+use crate::ServeError;
 use ipc_schema::spawn::{self, SpawnReply, SpawnRequest, MAX_SPAWN_MESSAGE};
 use ipc_schema::status::LockdownReport;
 use ipc_schema::Role;
@@ -23,22 +24,6 @@ use std::process::Child;
 
 /// The helpers' switch for running with less than their profile needs.
 const DEGRADED: &str = "--allow-degraded";
-
-/// Why the spawner stopped serving.
-#[derive(Debug)]
-pub enum ServeError {
-    Protocol(String),
-    Io(String, io::Error),
-}
-
-impl std::fmt::Display for ServeError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ServeError::Protocol(m) => write!(f, "the router broke the protocol: {m}"),
-            ServeError::Io(what, e) => write!(f, "{what}: {e}"),
-        }
-    }
-}
 
 struct Helper {
     child: Child,

@@ -32,6 +32,7 @@ mod job;
 mod mitigation;
 pub(crate) mod pipe_peer;
 mod spawn;
+mod spawner;
 mod token;
 
 pub use crate::wincfg::{missing_from_job, missing_from_token, JobFacts, TokenFacts};
@@ -42,7 +43,11 @@ pub use ffi::{running_under_wine, OwnedSid, WinError};
 pub use job::{own_job_facts, Job};
 pub use mitigation::in_force as mitigation_in_force;
 pub use spawn::{
-    env_from_allowlist, spawn, take_inherited_handle, ConfinedChild, SpawnOptions, SpawnSpec,
+    env_from_allowlist, spawn, spawn_unconfined, take_inherited_handle, take_inherited_router,
+    ConfinedChild, SpawnOptions, SpawnSpec,
+};
+pub use spawner::{
+    adopt_duplicated_pipe, duplicate_into, start_spawner, StartedSpawner, ROUTER_HANDLE,
 };
 pub use token::own_token_facts;
 
@@ -238,6 +243,38 @@ pub fn harden_broker() -> Result<LockdownReport, LockdownError> {
             wanted.iter().map(|m| short(m).to_string()).collect(),
         ))),
         ..LockdownReport::nothing_yet("broker")
+    })
+}
+
+/// What the spawner applies to itself on Windows; each failure refuses the start. It keeps the
+/// user's token and may create processes (it makes each helper's restricted token and job), so
+/// what is left are the mitigations a process can set on itself, each read back: no dynamic
+/// code, strict handle checks, extension points disabled, no remote images. With
+/// `allow_degraded` (the broker's own switch, passed at start) what does not hold is listed in
+/// the report's `degraded` instead.
+pub fn harden_spawner(allow_degraded: bool) -> Result<LockdownReport, LockdownError> {
+    let wanted = [
+        "PROCESS_CREATION_MITIGATION_POLICY_PROHIBIT_DYNAMIC_CODE_ALWAYS_ON",
+        "PROCESS_CREATION_MITIGATION_POLICY_STRICT_HANDLE_CHECKS_ALWAYS_ON",
+        "PROCESS_CREATION_MITIGATION_POLICY_EXTENSION_POINT_DISABLE_ALWAYS_ON",
+        "PROCESS_CREATION_MITIGATION_POLICY_IMAGE_LOAD_NO_REMOTE_ALWAYS_ON",
+    ];
+    let missing = mitigation::ensure(&wanted);
+    if !missing.is_empty() && !allow_degraded {
+        return Err(LockdownError::NotConfined {
+            profile: "spawner",
+            missing: missing.join("; "),
+        });
+    }
+    let held = wanted
+        .iter()
+        .filter(|m| !missing.iter().any(|n| n.contains(short(m))))
+        .map(|m| short(m).to_string())
+        .collect();
+    Ok(LockdownReport {
+        windows: Some(Box::new(wincfg::confinement(None, None, held))),
+        degraded: missing,
+        ..LockdownReport::nothing_yet("spawner")
     })
 }
 

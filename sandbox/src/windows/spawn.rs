@@ -14,10 +14,11 @@ use windows_sys::Win32::Foundation::{
     SetHandleInformation, HANDLE, HANDLE_FLAG_INHERIT, WAIT_OBJECT_0, WAIT_TIMEOUT,
 };
 use windows_sys::Win32::System::Threading::{
-    CreateProcessAsUserW, DeleteProcThreadAttributeList, GetExitCodeProcess,
-    InitializeProcThreadAttributeList, ResumeThread, TerminateProcess, UpdateProcThreadAttribute,
-    WaitForSingleObject, CREATE_NO_WINDOW, CREATE_SUSPENDED, CREATE_UNICODE_ENVIRONMENT,
-    EXTENDED_STARTUPINFO_PRESENT, PROCESS_INFORMATION, PROC_THREAD_ATTRIBUTE_CHILD_PROCESS_POLICY,
+    CreateProcessAsUserW, CreateProcessW, DeleteProcThreadAttributeList, GetExitCodeProcess,
+    InitializeProcThreadAttributeList, OpenProcess, ResumeThread, TerminateProcess,
+    UpdateProcThreadAttribute, WaitForSingleObject, CREATE_NO_WINDOW, CREATE_SUSPENDED,
+    CREATE_UNICODE_ENVIRONMENT, EXTENDED_STARTUPINFO_PRESENT, PROCESS_INFORMATION,
+    PROCESS_QUERY_INFORMATION, PROC_THREAD_ATTRIBUTE_CHILD_PROCESS_POLICY,
     PROC_THREAD_ATTRIBUTE_HANDLE_LIST, PROC_THREAD_ATTRIBUTE_MITIGATION_POLICY,
     STARTF_USESTDHANDLES, STARTUPINFOEXW,
 };
@@ -103,6 +104,20 @@ impl ConfinedChild {
             }
         }
         Ok(crate::wincfg::confinement(Some(&token), Some(&job), held))
+    }
+
+    /// Whether process `pid` is in this child's job: the child itself or anything it started
+    /// (a job holds the whole tree, and a process cannot leave it). `Ok(false)` once the job
+    /// was closed or for a child started without one.
+    pub fn job_holds(&self, pid: u32) -> Result<bool, WinError> {
+        let Some(job) = &self.job else {
+            return Ok(false);
+        };
+        // Windows takes PROCESS_QUERY_LIMITED_INFORMATION for IsProcessInJob; Wine wants the
+        // full right. A process that withholds it (elevated, protected) reads as an error,
+        // which the router counts as under the spawner: refused, not admitted.
+        let process = open_process(pid, PROCESS_QUERY_INFORMATION)?;
+        Ok(job.facts_of(process.as_handle())?.in_job)
     }
 
     /// Closes the job handle: with kill-on-close, the process tree ends. The process handle
@@ -333,6 +348,98 @@ impl Drop for InheritFor<'_> {
     }
 }
 
+/// `OpenProcess(access, pid)`.
+pub(crate) fn open_process(pid: u32, access: u32) -> Result<OwnedHandle, WinError> {
+    // SAFETY: no handle is passed in; the returned one (or null) is taken by `owned`.
+    let h = unsafe { OpenProcess(access, 0, pid) };
+    owned(h, MECH, "OpenProcess")
+}
+
+/// Starts `spec` with this process's own token and no job: the one process gatehouse starts
+/// unconfined, the spawner, which needs the user's rights to make each helper's restricted
+/// token and job (a restricted token only yields tokens restricted further). Only `spec`'s
+/// handles are inherited. Returned with no job: it ends when its channel closes.
+pub fn spawn_unconfined(spec: &SpawnSpec<'_>) -> Result<ConfinedChild, WinError> {
+    if !spec.program.is_absolute() {
+        return Err(invalid(
+            MECH,
+            format!("{} is not an absolute path", spec.program.display()),
+        ));
+    }
+    let mut handles: Vec<BorrowedHandle<'_>> = spec.inherit.clone();
+    for h in [spec.stdin, spec.stdout, spec.stderr].into_iter().flatten() {
+        if !handles.iter().any(|x| raw(*x) == raw(h)) {
+            handles.push(h);
+        }
+    }
+    if handles.is_empty() {
+        return Err(invalid(MECH, "a spawner with no channel is not started"));
+    }
+    let mut attrs = AttrList::new(1, handles.iter().map(|h| raw(*h)).collect(), 0, 0)?;
+    let (p, n) = (
+        attrs.handles.as_ptr().cast(),
+        std::mem::size_of_val(&*attrs.handles),
+    );
+    attrs.update(
+        PROC_THREAD_ATTRIBUTE_HANDLE_LIST,
+        p,
+        n,
+        "UpdateProcThreadAttribute(HANDLE_LIST)",
+    )?;
+    let app = wide(MECH, spec.program.as_os_str())?;
+    let mut cmdline = Vec::new();
+    push_arg(&mut cmdline, spec.program.as_os_str());
+    for a in &spec.args {
+        push_arg(&mut cmdline, a);
+    }
+    if cmdline.contains(&0) {
+        return Err(invalid(MECH, "an argument contains a NUL"));
+    }
+    cmdline.push(0);
+    let env = env_block(&spec.env)?;
+    let mut si = STARTUPINFOEXW::default();
+    si.StartupInfo.cb = std::mem::size_of::<STARTUPINFOEXW>() as u32;
+    si.StartupInfo.dwFlags = STARTF_USESTDHANDLES;
+    si.StartupInfo.hStdInput = spec.stdin.map_or(std::ptr::null_mut(), raw);
+    si.StartupInfo.hStdOutput = spec.stdout.map_or(std::ptr::null_mut(), raw);
+    si.StartupInfo.hStdError = spec.stderr.map_or(std::ptr::null_mut(), raw);
+    si.lpAttributeList = attrs.ptr();
+    let mut pi = PROCESS_INFORMATION::default();
+    let inheritable = InheritFor::set(&handles)?;
+    // SAFETY: as in `spawn`: every pointer is to a live, NUL-terminated buffer of this frame,
+    // `si` and its attribute list outlive the call, `pi` receives two handles `owned` takes.
+    let ok = unsafe {
+        CreateProcessW(
+            app.as_ptr(),
+            cmdline.as_mut_ptr(),
+            std::ptr::null(),
+            std::ptr::null(),
+            1,
+            CREATE_UNICODE_ENVIRONMENT | EXTENDED_STARTUPINFO_PRESENT | CREATE_NO_WINDOW,
+            env.as_ptr().cast(),
+            std::ptr::null(),
+            &si.StartupInfo,
+            &mut pi,
+        )
+    };
+    let created = if ok == 0 {
+        Err(last(MECH, "CreateProcessW"))
+    } else {
+        Ok(())
+    };
+    drop(inheritable);
+    drop(attrs);
+    created?;
+    let process = owned(pi.hProcess, MECH, "CreateProcessW(process)")?;
+    drop(owned(pi.hThread, MECH, "CreateProcessW(thread)")?);
+    Ok(ConfinedChild {
+        process,
+        pid: pi.dwProcessId,
+        job: None,
+        degraded: Vec::new(),
+    })
+}
+
 /// Starts `spec` confined by `policy`. See the module docs for the order.
 pub fn spawn(
     policy: &WindowsPolicy,
@@ -501,11 +608,26 @@ pub fn spawn(
 }
 
 static CHANNEL_TAKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static ROUTER_TAKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Adopts the channel handle a confined process was spawned with, whose value the spawner
 /// passed on its command line (a handle in the handle list keeps its value in the child). Fails
 /// if it was taken already or the value names no open handle (a helper started by hand).
 pub fn take_inherited_handle(value: &str) -> Result<OwnedHandle, WinError> {
+    adopt_inherited(value, &CHANNEL_TAKEN, "the inherited channel")
+}
+
+/// The spawner's handle to the router's process (`PROCESS_DUP_HANDLE` only), inherited as
+/// [`spawn_unconfined`] passes it; adopted once, like the channel.
+pub fn take_inherited_router(value: &str) -> Result<OwnedHandle, WinError> {
+    adopt_inherited(value, &ROUTER_TAKEN, "the inherited router handle")
+}
+
+fn adopt_inherited(
+    value: &str,
+    taken: &std::sync::atomic::AtomicBool,
+    what: &str,
+) -> Result<OwnedHandle, WinError> {
     use windows_sys::Win32::Foundation::GetHandleInformation;
     let v: usize = value
         .parse()
@@ -527,8 +649,8 @@ pub fn take_inherited_handle(value: &str) -> Result<OwnedHandle, WinError> {
         ));
     }
     // Checked after the refusals above, so a wrong value does not use up the one adoption.
-    if CHANNEL_TAKEN.swap(true, std::sync::atomic::Ordering::SeqCst) {
-        return Err(invalid(MECH, "the inherited channel was already taken"));
+    if taken.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        return Err(invalid(MECH, format!("{what} was already taken")));
     }
     // Not passed on: whatever this process starts later (the exec helper's commands) must not
     // inherit the broker channel.
