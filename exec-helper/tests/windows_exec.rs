@@ -49,6 +49,7 @@ impl Helper {
             &exe,
             &args,
             w::ChannelIo::Overlapped,
+            w::ChannelIo::Blocking,
             std::os::windows::io::AsHandle::as_handle(&std::io::stderr()),
             w::SpawnOptions {
                 allow_degraded: wine(),

@@ -154,6 +154,35 @@ impl<R: std::io::Read> RecordReader<R> {
     }
 }
 
+/// The next length-prefixed record ([`frame_record`]) from an async byte stream; `None` at a
+/// clean end between records (the other side closed; a pipe may say so as a broken pipe). Not
+/// cancel-safe: run it where it is not raced (a task of its own feeding a channel).
+#[cfg(feature = "tokio")]
+pub async fn read_record_async<R: tokio::io::AsyncRead + Unpin>(
+    rd: &mut R,
+) -> std::io::Result<Option<Vec<u8>>> {
+    use tokio::io::AsyncReadExt;
+    let mut prefix = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        match rd.read(&mut prefix[got..]).await {
+            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the stream ended inside a record's length",
+                ))
+            }
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe && got == 0 => return Ok(None),
+            Err(e) => return Err(e),
+        }
+    }
+    let mut rec = vec![0u8; record_len(prefix)?];
+    rd.read_exact(&mut rec).await?;
+    Ok(Some(rec))
+}
+
 /// One record: the protocol version, then the value.
 pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, crate::EncodeError> {
     let out = postcard::to_stdvec(&(PROTOCOL_VERSION, msg))
@@ -268,6 +297,29 @@ mod tests {
             encode(&huge),
             Err(crate::EncodeError::Oversized { .. })
         ));
+    }
+
+    #[cfg(feature = "tokio")]
+    #[test]
+    fn the_async_record_reader_reads_what_the_blocking_one_does() {
+        let a = encode(&SpawnRequest::Kill { pid: 9 }).unwrap();
+        let mut stream = frame_record(&a);
+        stream.extend(frame_record(&a));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut r = &stream[..];
+            assert_eq!(read_record_async(&mut r).await.unwrap(), Some(a.clone()));
+            assert_eq!(read_record_async(&mut r).await.unwrap(), Some(a.clone()));
+            assert_eq!(read_record_async(&mut r).await.unwrap(), None);
+            let mut torn = &stream[..2];
+            let e = read_record_async(&mut torn).await.unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
+            let huge = (MAX_SPAWN_MESSAGE as u32 + 1).to_le_bytes();
+            let e = read_record_async(&mut &huge[..]).await.unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        });
     }
 
     #[test]

@@ -67,6 +67,7 @@ impl Helper {
             &exe,
             &args,
             w::ChannelIo::Blocking,
+            w::ChannelIo::Blocking,
             stderr_w.as_handle(),
             w::SpawnOptions {
                 allow_degraded: wine(),

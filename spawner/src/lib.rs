@@ -7,15 +7,17 @@
 //! (the table is in `ipc_schema::spawn`): start a helper of a named kind from its fixed
 //! directory, kill one it started, and read the kernel's view of one (`/proc/PID/status`).
 //!
-//! [`serve`] is the spawner's side; [`link`] the router's (with the feature `link`).
+//! `serve` is the spawner's side on Linux, [`windows`] on Windows (helpers in jobs, their
+//! channels duplicated into the router, their status read from outside); `link` is the
+//! router's on both (with the feature `link`). There is none on macOS yet
+//! (`ipc_schema::platform::Missing::HelperProcesses`).
 #![forbid(unsafe_code)]
 
-// pidfds, /proc and PR_SET_PDEATHSIG: Linux only (ipc_schema::platform::Missing::HelperProcesses).
-#[cfg(all(feature = "link", target_os = "linux"))]
+#[cfg(all(feature = "link", any(target_os = "linux", windows)))]
 pub mod link;
+// pidfds, /proc and PR_SET_PDEATHSIG.
 #[cfg(target_os = "linux")]
 mod serve;
-// Helpers in jobs, their channels duplicated into the router, their status read from outside.
 #[cfg(windows)]
 pub mod windows;
 

@@ -1,118 +1,55 @@
 //! The router's end of the spawner channel.
 //!
-//! [`Spawner::start`] runs before the router locks itself down (it forks and execs); the rest
-//! runs on the router's tokio runtime, where [`Link::drive`] reads the spawner's records and
-//! writes the router's requests.
+//! `Spawner::start` starts the spawner and waits for its `Ready`: on Linux before the router
+//! locks itself down (it forks and execs; blocking), on Windows on the router's runtime (the
+//! channel is an overlapped pipe). The rest runs on the router's tokio runtime, where the
+//! future `Spawner::serve` returns reads the spawner's records and writes the router's
+//! requests. How records and helpers' channels cross is each system's ([`linux`]: a
+//! `SOCK_SEQPACKET` pair, descriptors attached; [`windows`]: a pipe, length-prefixed records,
+//! channels duplicated into this process); what they mean is here.
 
-use ipc_schema::spawn::{self, SpawnReply, SpawnRequest, MAX_SPAWN_MESSAGE};
-use ipc_schema::status::{LockdownReport, ProcStatus};
+use ipc_schema::spawn::{SpawnReply, SpawnRequest};
 use ipc_schema::Role;
-use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
-use sandbox::linux::command::fdpass::recv_with_fds;
-use sandbox::process::spawn_helper;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::ffi::OsString;
-use std::io;
-use std::os::fd::{AsFd, OwnedFd};
-use std::path::Path;
 use std::sync::{Arc, Mutex};
-use tokio::io::Interest;
-use tokio::net::UnixDatagram;
 use tokio::sync::{mpsc, oneshot};
 
-/// The spawner, started but not yet served (before the router's runtime exists).
-pub struct Spawner {
-    chan: OwnedFd,
-    pid: u32,
-    lockdown: LockdownReport,
-    // Kept so the spawner is not reaped by accident; the router never waits for it (it cannot:
-    // wait4 is not in its filter), it dies with the router (PR_SET_PDEATHSIG).
-    _child: std::process::Child,
-}
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(windows)]
+mod windows;
+#[cfg(target_os = "linux")]
+pub use linux::Spawner;
+#[cfg(windows)]
+pub use windows::Spawner;
 
-impl Spawner {
-    /// Starts `program --helper-dir DIR [--allow-degraded]` with a `SOCK_SEQPACKET` channel as fd 3 and waits for
-    /// its first record (`Ready`). Blocking; call it before the router locks down.
-    pub fn start(program: &Path, helper_dir: &Path, allow_degraded: bool) -> io::Result<Spawner> {
-        let (ours, theirs) = socketpair(
-            AddressFamily::Unix,
-            SockType::SeqPacket,
-            None,
-            SockFlag::SOCK_CLOEXEC,
-        )
-        .map_err(io::Error::from)?;
-        let mut args: Vec<OsString> = vec!["--helper-dir".into(), helper_dir.as_os_str().into()];
-        if allow_degraded {
-            args.push("--allow-degraded".into());
-        }
-        let spawned = spawn_helper(program, &args, theirs, &[])?;
-        let mut buf = vec![0u8; MAX_SPAWN_MESSAGE + 1];
-        let mut fds = VecDeque::new();
-        let n = recv_with_fds(ours.as_fd(), &mut buf, &mut fds)?;
-        if n == 0 {
-            return Err(io::Error::other(format!(
-                "{} exited before it was ready",
-                program.display()
-            )));
-        }
-        match spawn::decode::<SpawnReply>(&buf[..n]) {
-            Ok(SpawnReply::Ready { pid, lockdown })
-                if pid == spawned.child.id() && fds.is_empty() =>
-            {
-                Ok(Spawner {
-                    chan: ours,
-                    pid,
-                    lockdown,
-                    _child: spawned.child,
-                })
-            }
-            Ok(other) => Err(io::Error::other(format!(
-                "its first record was {other:?}, not Ready"
-            ))),
-            Err(e) => Err(io::Error::other(format!("its first record: {e}"))),
-        }
-    }
+/// The router's end of a helper's channel.
+#[cfg(target_os = "linux")]
+pub type HelperChannel = std::os::fd::OwnedFd;
+/// The router's end of a helper's channel (overlapped: `sandbox::windows::async_server`).
+#[cfg(windows)]
+pub type HelperChannel = std::os::windows::io::OwnedHandle;
 
-    pub fn pid(&self) -> u32 {
-        self.pid
-    }
-
-    /// What the spawner's hardening did, by its own account.
-    pub fn lockdown(&self) -> &LockdownReport {
-        &self.lockdown
-    }
-
-    /// The handle the router uses, and the future that serves the channel (spawn it on the
-    /// runtime; it ends, with the reason, when the spawner is gone).
-    pub fn serve(self) -> io::Result<(Link, impl std::future::Future<Output = String>)> {
-        // A SOCK_SEQPACKET socket behaves as a connected datagram socket for recv and send
-        // (one record each), which is all tokio's datagram type does with it; descriptors go
-        // through recvmsg inside `try_io`.
-        let std = std::os::unix::net::UnixDatagram::from(self.chan);
-        std.set_nonblocking(true)?;
-        let fd = UnixDatagram::from_std(std)?;
-        let (tx, rx) = mpsc::unbounded_channel();
-        let state = Arc::new(Mutex::new(State::default()));
-        let link = Link {
-            tx,
-            state: state.clone(),
-            pid: self.pid,
-        };
-        Ok((link, drive(fd, rx, state)))
-    }
-}
+/// What the spawner reads of a helper for `Status`: `/proc/PID/status` on Linux.
+#[cfg(target_os = "linux")]
+pub type KernelView = ipc_schema::status::ProcStatus;
+/// What the spawner reads of a helper for `Status`: its token, job and mitigations, from
+/// outside (which the helper's hello must match: `sandbox::wincfg::verify_observed`).
+#[cfg(windows)]
+pub type KernelView = Box<ipc_schema::status::WindowsConfinement>;
 
 /// A helper the spawner started.
 pub struct Started {
     pub pid: u32,
     /// The router's end of the helper's channel.
-    pub channel: OwnedFd,
+    pub channel: HelperChannel,
     /// Resolves with how the helper ended (or why nobody can tell any more).
     pub ended: oneshot::Receiver<String>,
 }
 
 /// What a `Start` gets back: the pid, the channel, the exit to come.
-type StartReply = oneshot::Sender<Result<(u32, OwnedFd, oneshot::Receiver<String>), String>>;
+type StartReply = oneshot::Sender<Result<(u32, HelperChannel, oneshot::Receiver<String>), String>>;
 
 /// Where the answer to a `Status` or `Lineage` goes.
 type Answer<T> = oneshot::Sender<Result<T, String>>;
@@ -121,7 +58,7 @@ type Answer<T> = oneshot::Sender<Result<T, String>>;
 struct State {
     next_id: u64,
     starts: HashMap<u64, StartReply>,
-    statuses: HashMap<u64, Answer<ProcStatus>>,
+    statuses: HashMap<u64, Answer<KernelView>>,
     lineages: HashMap<u64, Answer<bool>>,
     ended: HashMap<u32, oneshot::Sender<String>>,
     /// Set once the spawner is gone: why.
@@ -144,6 +81,24 @@ pub struct Link {
 }
 
 impl Link {
+    /// A link to the spawner `pid`, the requests it queues, and the state `drive` answers.
+    fn new(
+        pid: u32,
+    ) -> (
+        Link,
+        mpsc::UnboundedReceiver<SpawnRequest>,
+        Arc<Mutex<State>>,
+    ) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let state = Arc::new(Mutex::new(State::default()));
+        let link = Link {
+            tx,
+            state: state.clone(),
+            pid,
+        };
+        (link, rx, state)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -174,13 +129,15 @@ impl Link {
         })
     }
 
-    /// `SIGKILL`s a helper it started; its `ended` resolves once it is reaped.
+    /// Kills a helper it started (`SIGKILL`; on Windows its job); its `ended` resolves once it
+    /// is gone.
     pub fn kill(&self, pid: u32) {
         let _ = self.send(SpawnRequest::Kill { pid });
     }
 
-    /// The kernel's view of `pid` (a helper, the router, the spawner).
-    pub async fn status(&self, pid: u32) -> Result<ProcStatus, String> {
+    /// The spawner's view of `pid` (on Linux a helper, the router or the spawner; on Windows a
+    /// helper).
+    pub async fn status(&self, pid: u32) -> Result<KernelView, String> {
         self.ask(|st| &mut st.statuses, |id| SpawnRequest::Status { id, pid })
             .await
     }
@@ -221,27 +178,35 @@ impl Link {
     }
 }
 
+/// How records cross: each system's channel.
+trait Transport {
+    /// Writes one request.
+    async fn write(&mut self, req: &SpawnRequest) -> std::io::Result<()>;
+    /// The next reply and the helper channel that came with it; `None` at the end. Must be
+    /// cancel-safe: it is raced against the router's requests.
+    async fn read(&mut self) -> std::io::Result<Option<(SpawnReply, Option<HelperChannel>)>>;
+}
+
 /// Reads the spawner's records and writes the router's requests until the channel ends; then
 /// fails everything outstanding and returns why.
 async fn drive(
-    fd: UnixDatagram,
+    mut chan: impl Transport,
     mut rx: mpsc::UnboundedReceiver<SpawnRequest>,
     state: Arc<Mutex<State>>,
 ) -> String {
-    let mut buf = vec![0u8; MAX_SPAWN_MESSAGE + 1];
     let why = loop {
         tokio::select! {
             req = rx.recv() => {
                 let Some(req) = req else { break "the router dropped the spawner link".to_string() };
-                if let Err(e) = write_record(&fd, &req).await {
+                if let Err(e) = chan.write(&req).await {
                     break format!("writing to the spawner: {e}");
                 }
             }
-            got = read_record(&fd, &mut buf) => {
+            got = chan.read() => {
                 match got {
                     Ok(None) => break "the spawner exited".to_string(),
-                    Ok(Some((reply, fd))) => {
-                        if let Err(e) = dispatch(&state, reply, fd) {
+                    Ok(Some((reply, channel))) => {
+                        if let Err(e) = dispatch(&state, reply, channel) {
                             break format!("the spawner broke the protocol: {e}");
                         }
                     }
@@ -267,23 +232,21 @@ async fn drive(
     why
 }
 
+/// Answers whoever waits for `reply`. `channel` is the helper channel that came with it (a
+/// descriptor attached on Linux; a handle duplicated into this process on Windows, adopted by
+/// the transport from `StartedDuplicated`). The other system's records break the protocol.
 fn dispatch(
     state: &Mutex<State>,
     reply: SpawnReply,
-    mut fd: Option<OwnedFd>,
+    mut channel: Option<HelperChannel>,
 ) -> Result<(), String> {
     let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
-    let carries = fd.is_some();
+    let carries = channel.is_some();
     let result = match reply {
-        SpawnReply::Started { id, pid } => {
-            let channel = fd.take().ok_or("Started without the helper's channel")?;
-            let tx = st.starts.remove(&id).ok_or("Started for no request")?;
-            // Registered now, before any `Ended` of this pid can be read.
-            let (etx, erx) = oneshot::channel();
-            st.ended.insert(pid, etx);
-            let _ = tx.send(Ok((pid, channel, erx)));
-            Ok(())
-        }
+        #[cfg(target_os = "linux")]
+        SpawnReply::Started { id, pid } => started(&mut st, id, pid, channel.take()),
+        #[cfg(windows)]
+        SpawnReply::StartedDuplicated { id, pid, .. } => started(&mut st, id, pid, channel.take()),
         SpawnReply::NotStarted { id, reason } => {
             let tx = st.starts.remove(&id).ok_or("NotStarted for no request")?;
             let _ = tx.send(Err(reason));
@@ -295,73 +258,48 @@ fn dispatch(
             }
             Ok(())
         }
-        SpawnReply::Status { id, status } => {
-            let tx = st.statuses.remove(&id).ok_or("Status for no request")?;
-            let _ = tx.send(status);
-            Ok(())
-        }
-        SpawnReply::Lineage { id, under } => {
-            let tx = st.lineages.remove(&id).ok_or("Lineage for no request")?;
-            let _ = tx.send(under);
-            Ok(())
-        }
+        #[cfg(target_os = "linux")]
+        SpawnReply::Status { id, status } => answer(&mut st.statuses, id, status),
+        #[cfg(windows)]
+        SpawnReply::Observed { id, observed } => answer(&mut st.statuses, id, observed),
+        SpawnReply::Lineage { id, under } => answer(&mut st.lineages, id, under),
         SpawnReply::Ready { .. } => Err("a second Ready".to_string()),
+        #[cfg(target_os = "linux")]
         SpawnReply::StartedDuplicated { .. } | SpawnReply::Observed { .. } => {
             Err("a Windows spawner's record".to_string())
         }
+        #[cfg(windows)]
+        SpawnReply::Started { .. } | SpawnReply::Status { .. } => {
+            Err("a Linux spawner's record".to_string())
+        }
     };
-    if carries && fd.is_some() {
-        return Err("a descriptor on a record that carries none".into());
+    if carries && channel.is_some() {
+        return Err("a helper channel on a record that carries none".into());
     }
     result
 }
 
-async fn write_record(fd: &UnixDatagram, req: &SpawnRequest) -> io::Result<()> {
-    let rec = spawn::encode(req).map_err(io::Error::other)?;
-    loop {
-        fd.writable().await?;
-        match fd.try_send(&rec) {
-            Ok(n) if n == rec.len() => return Ok(()),
-            Ok(n) => {
-                return Err(io::Error::other(format!(
-                    "{n} of {} bytes of a record went",
-                    rec.len()
-                )))
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                ) => {}
-            Err(e) => return Err(e),
-        }
-    }
+fn started(
+    st: &mut State,
+    id: u64,
+    pid: u32,
+    channel: Option<HelperChannel>,
+) -> Result<(), String> {
+    let channel = channel.ok_or("Started without the helper's channel")?;
+    let tx = st.starts.remove(&id).ok_or("Started for no request")?;
+    // Registered now, before any `Ended` of this pid can be read.
+    let (etx, erx) = oneshot::channel();
+    st.ended.insert(pid, etx);
+    let _ = tx.send(Ok((pid, channel, erx)));
+    Ok(())
 }
 
-async fn read_record(
-    fd: &UnixDatagram,
-    buf: &mut [u8],
-) -> io::Result<Option<(SpawnReply, Option<OwnedFd>)>> {
-    loop {
-        fd.readable().await?;
-        let mut fds = VecDeque::new();
-        match fd.try_io(Interest::READABLE, || {
-            recv_with_fds(fd.as_fd(), buf, &mut fds)
-        }) {
-            Ok(0) => return Ok(None),
-            Ok(n) => {
-                if fds.len() > 1 {
-                    return Err(io::Error::other("more than one descriptor on a record"));
-                }
-                let reply = spawn::decode::<SpawnReply>(&buf[..n]).map_err(io::Error::other)?;
-                return Ok(Some((reply, fds.pop_front())));
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                ) => {}
-            Err(e) => return Err(e),
-        }
-    }
+fn answer<T>(
+    waiting: &mut HashMap<u64, Answer<T>>,
+    id: u64,
+    value: Result<T, String>,
+) -> Result<(), String> {
+    let tx = waiting.remove(&id).ok_or("an answer to no request")?;
+    let _ = tx.send(value);
+    Ok(())
 }

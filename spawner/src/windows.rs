@@ -23,7 +23,7 @@ use std::io;
 use std::os::windows::io::{AsHandle, OwnedHandle};
 use std::path::PathBuf;
 use std::sync::Arc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 /// The helpers' switch for running with less than their profile needs.
@@ -91,11 +91,30 @@ pub async fn serve(
         pid: std::process::id(),
         lockdown,
     });
-    let reader = async {
+    // Records are read by a task of their own (a read cut off half-way would lose bytes), and
+    // reach the loop through a channel, which the loop may race against the helpers' exits.
+    let (rec_tx, mut rec_rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let got = spawn::read_record_async(&mut rd).await;
+            let last = !matches!(got, Ok(Some(_)));
+            let _ = rec_tx.send(got);
+            if last {
+                break;
+            }
+        }
+    });
+    let serve_loop = async {
         loop {
             tokio::select! {
-                rec = next_record(&mut rd) => {
-                    let Some(rec) = rec? else { return Ok(()) };
+                got = rec_rx.recv() => {
+                    let rec = match got {
+                        Some(Ok(Some(rec))) => rec,
+                        Some(Ok(None)) | None => return Ok(()),
+                        Some(Err(e)) => {
+                            return Err(ServeError::Io("reading the router's channel".into(), e))
+                        }
+                    };
                     let req: SpawnRequest = spawn::decode(&rec)
                         .map_err(|e| ServeError::Protocol(format!("a bad record: {e}")))?;
                     s.handle(req)?;
@@ -106,7 +125,7 @@ pub async fn serve(
     };
     tokio::pin!(writer);
     let result = tokio::select! {
-        r = reader => r,
+        r = serve_loop => r,
         r = &mut writer => r.and(Err(ServeError::Protocol("the writer stopped".into()))),
     };
     // Every helper's tree ended now (a waiter thread holds each child too, so dropping ours
@@ -116,30 +135,6 @@ pub async fn serve(
     }
     s.live.clear();
     result
-}
-
-/// The next length-prefixed record; `None` at a clean end between records.
-async fn next_record<R: tokio::io::AsyncRead + Unpin>(
-    rd: &mut R,
-) -> Result<Option<Vec<u8>>, ServeError> {
-    let io = |e| ServeError::Io("reading the router's channel".into(), e);
-    let mut prefix = [0u8; 4];
-    match rd.read_exact(&mut prefix).await {
-        Ok(_) => {}
-        // The router closed its end (a pipe says so as a broken pipe or an end).
-        Err(e)
-            if matches!(
-                e.kind(),
-                io::ErrorKind::UnexpectedEof | io::ErrorKind::BrokenPipe
-            ) =>
-        {
-            return Ok(None)
-        }
-        Err(e) => return Err(io(e)),
-    }
-    let mut rec = vec![0u8; spawn::record_len(prefix).map_err(io)?];
-    rd.read_exact(&mut rec).await.map_err(io)?;
-    Ok(Some(rec))
 }
 
 struct Spawner {
@@ -236,6 +231,8 @@ impl Spawner {
             &program,
             &args,
             io,
+            // The router serves every channel with tokio.
+            ChannelIo::Overlapped,
             stderr.as_handle(),
             w::SpawnOptions {
                 allow_degraded: self.allow_degraded,

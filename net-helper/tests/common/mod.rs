@@ -81,6 +81,7 @@ impl NetHelper {
             &program,
             &args,
             sandbox::windows::ChannelIo::Overlapped,
+            sandbox::windows::ChannelIo::Blocking,
             std::os::windows::io::AsHandle::as_handle(&std::io::stderr()),
             sandbox::windows::SpawnOptions {
                 allow_degraded: wine,

@@ -8,7 +8,9 @@
 //! its one client is connected before the name could be used by anyone else. Its name only has
 //! to be unique.
 //!
-//! The spawner's end is synchronous. The helper's end is synchronous for a helper that reads a
+//! The router's end is synchronous for a caller that reads and writes from one thread (the
+//! tests), overlapped for the router, which serves every channel with tokio ([`async_server`]).
+//! The helper's end is synchronous for a helper that reads a
 //! request, then writes its reply ([`ChannelIo::Blocking`]: Windows serialises synchronous reads
 //! and writes on one handle, so a pending read would hold up a reply written from another
 //! thread), and overlapped for a helper that answers out of order from tasks
@@ -40,9 +42,13 @@ pub enum ChannelIo {
     Overlapped,
 }
 
-/// A connected duplex pipe: `(the spawner's end, the helper's end)`. Neither is inheritable;
-/// the spawn's handle list makes the helper's end inherited by that one child.
-pub fn channel_pair(io: ChannelIo) -> Result<(OwnedHandle, OwnedHandle), WinError> {
+/// A connected duplex pipe: `(the router's end, the helper's end)`, each opened as its side
+/// does I/O. Neither is inheritable; the spawn's handle list makes the helper's end inherited
+/// by that one child.
+pub fn channel_pair(
+    io: ChannelIo,
+    router: ChannelIo,
+) -> Result<(OwnedHandle, OwnedHandle), WinError> {
     // Unique per process and call; std's per-process random hash keys make it unguessable too
     // (not needed for safety: see the module comment).
     static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -60,7 +66,12 @@ pub fn channel_pair(io: ChannelIo) -> Result<(OwnedHandle, OwnedHandle), WinErro
     let server = unsafe {
         CreateNamedPipeW(
             wname.as_ptr(),
-            PIPE_ACCESS_DUPLEX | FILE_FLAG_FIRST_PIPE_INSTANCE,
+            PIPE_ACCESS_DUPLEX
+                | FILE_FLAG_FIRST_PIPE_INSTANCE
+                | match router {
+                    ChannelIo::Blocking => 0,
+                    ChannelIo::Overlapped => FILE_FLAG_OVERLAPPED,
+                },
             PIPE_TYPE_BYTE | PIPE_READMODE_BYTE | PIPE_WAIT | PIPE_REJECT_REMOTE_CLIENTS,
             1,
             BUFFER,
@@ -87,7 +98,12 @@ pub fn channel_pair(io: ChannelIo) -> Result<(OwnedHandle, OwnedHandle), WinErro
         )
     };
     let client = owned(client, MECH, "CreateFileW(pipe client)")?;
-    // The client is connected already; this only confirms it (ERROR_PIPE_CONNECTED).
+    // The client is connected already (CreateFileW succeeded on the one instance); this only
+    // confirms it (ERROR_PIPE_CONNECTED). An overlapped server would need an OVERLAPPED for the
+    // call, and the confirmation adds nothing, so it is skipped there.
+    if router == ChannelIo::Overlapped {
+        return Ok((server, client));
+    }
     // SAFETY: `server` is the open pipe created above; no OVERLAPPED (synchronous handle).
     if unsafe { ConnectNamedPipe(server.as_raw_handle(), std::ptr::null_mut()) } == 0 {
         let e = last(MECH, "ConnectNamedPipe");
@@ -98,7 +114,8 @@ pub fn channel_pair(io: ChannelIo) -> Result<(OwnedHandle, OwnedHandle), WinErro
     Ok((server, client))
 }
 
-/// A helper the spawner started confined, and the spawner's end of its channel.
+/// A helper the spawner started confined, and the router's end of its channel (opened as
+/// `spawn_helper`'s `router` said).
 pub struct SpawnedHelper {
     /// Owns the job: dropping it kills the helper and anything it started.
     pub child: super::ConfinedChild,
@@ -118,7 +135,8 @@ pub const HELPER_ENV: &[&str] = &[
 ];
 
 /// The Windows counterpart of Linux's `process::spawn_helper`: starts `program` confined by
-/// `policy` with a fresh [`channel_pair`]'s client end as its one inherited handle (named by
+/// `policy` with a fresh [`channel_pair`]'s helper end (`io`; the router's end as `router`
+/// says) as its one inherited handle (named by
 /// `--channel-handle`, before `args`), no stdin or stdout, `stderr` as its stderr (the
 /// spawner's log), and the environment [`HELPER_ENV`] allows.
 pub fn spawn_helper(
@@ -126,11 +144,12 @@ pub fn spawn_helper(
     program: &std::path::Path,
     args: &[std::ffi::OsString],
     io: ChannelIo,
+    router: ChannelIo,
     stderr: std::os::windows::io::BorrowedHandle<'_>,
     opts: super::SpawnOptions,
 ) -> Result<SpawnedHelper, WinError> {
     use std::os::windows::io::AsHandle;
-    let (server, client) = channel_pair(io)?;
+    let (server, client) = channel_pair(io, router)?;
     let mut all: Vec<std::ffi::OsString> = vec![
         crate::helper_args::CHANNEL_HANDLE.into(),
         (client.as_raw_handle() as usize).to_string().into(),
@@ -168,6 +187,20 @@ pub fn async_pipe(
     // helper's kind decides, `ChannelIo`), and a helper given a blocking end would only block
     // its runtime, not touch memory it does not own.
     unsafe { tokio::net::windows::named_pipe::NamedPipeClient::from_raw_handle(handle) }
+}
+
+/// Adopts the router's overlapped end of a channel ([`ChannelIo::Overlapped`] as `router`, or
+/// a handle the spawner duplicated from one) into the current tokio runtime.
+pub fn async_server(
+    channel: OwnedHandle,
+) -> std::io::Result<tokio::net::windows::named_pipe::NamedPipeServer> {
+    use std::os::windows::io::IntoRawHandle;
+    let handle = channel.into_raw_handle();
+    // SAFETY: `handle` is an open pipe handle that this process owns alone (the OwnedHandle it
+    // came from is consumed); tokio takes ownership and closes it. tokio requires it to be
+    // overlapped: every router end is made so (`channel_pair`'s `router`), and a blocking one
+    // would only block the runtime, not touch memory it does not own.
+    unsafe { tokio::net::windows::named_pipe::NamedPipeServer::from_raw_handle(handle) }
 }
 
 /// A named pipe server instance for a front endpoint (`crate::endpoint`): the first instance

@@ -38,7 +38,9 @@ mod token;
 pub use crate::wincfg::{missing_from_job, missing_from_token, JobFacts, TokenFacts};
 pub use acl::{apply_aces, dacl_sddl, remove_aces, AppliedAce};
 pub(crate) use channel::user_only_pipe;
-pub use channel::{async_pipe, channel_pair, spawn_helper, ChannelIo, SpawnedHelper, HELPER_ENV};
+pub use channel::{
+    async_pipe, async_server, channel_pair, spawn_helper, ChannelIo, SpawnedHelper, HELPER_ENV,
+};
 pub use ffi::{running_under_wine, OwnedSid, WinError};
 pub use job::{own_job_facts, Job};
 pub use mitigation::in_force as mitigation_in_force;

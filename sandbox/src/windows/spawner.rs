@@ -25,21 +25,23 @@ const MECH: &str = "spawner handles";
 /// The switch naming the inherited handle to the router's process.
 pub const ROUTER_HANDLE: &str = "--router-handle";
 
-/// A spawner the router started, and the router's end of their channel (synchronous).
+/// A spawner the router started, and the router's end of their channel (overlapped: adopt it
+/// with `async_server`).
 pub struct StartedSpawner {
     pub child: ConfinedChild,
-    pub channel: std::fs::File,
+    pub channel: OwnedHandle,
 }
 
 /// Starts the spawner binary `program` with `--channel-handle N --router-handle M` before
-/// `args`: its end of a fresh channel (overlapped: it serves with tokio) and a handle to this
+/// `args`: its end of a fresh channel (overlapped at both ends: both serve with tokio) and a
+/// handle to this
 /// process with `PROCESS_DUP_HANDLE` are the only handles it inherits, with `stderr`.
 pub fn start_spawner(
     program: &Path,
     args: &[OsString],
     stderr: BorrowedHandle<'_>,
 ) -> Result<StartedSpawner, WinError> {
-    let (ours, theirs) = channel_pair(ChannelIo::Overlapped)?;
+    let (ours, theirs) = channel_pair(ChannelIo::Overlapped, ChannelIo::Overlapped)?;
     let mut me = std::ptr::null_mut();
     // SAFETY: the current-process pseudo-handle, duplicated into this process as a real handle
     // with PROCESS_DUP_HANDLE only; `me` receives it and `owned` takes it.
@@ -81,7 +83,7 @@ pub fn start_spawner(
     drop(me);
     Ok(StartedSpawner {
         child,
-        channel: std::fs::File::from(ours),
+        channel: ours,
     })
 }
 
