@@ -7,7 +7,7 @@
 //! (the table is in `ipc_schema::spawn`): start a helper of a named kind from its fixed
 //! directory, kill one it started, and read the kernel's view of one (`/proc/PID/status`).
 //!
-//! `serve` is the spawner's side on Linux, [`windows`] on Windows (helpers in jobs, their
+//! `serve` is the spawner's side on Linux, `windows` on Windows (helpers in jobs, their
 //! channels duplicated into the router, their status read from outside); `link` is the
 //! router's on both (with the feature `link`). There is none on macOS yet
 //! (`ipc_schema::platform::Missing::HelperProcesses`).
