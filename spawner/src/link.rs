@@ -4,8 +4,8 @@
 //! locks itself down (it forks and execs; blocking), on Windows on the router's runtime (the
 //! channel is an overlapped pipe). The rest runs on the router's tokio runtime, where the
 //! future `Spawner::serve` returns reads the spawner's records and writes the router's
-//! requests. How records and helpers' channels cross is each system's ([`linux`]: a
-//! `SOCK_SEQPACKET` pair, descriptors attached; [`windows`]: a pipe, length-prefixed records,
+//! requests. How records and helpers' channels cross is each system's (`linux`: a
+//! `SOCK_SEQPACKET` pair, descriptors attached; `windows`: a pipe, length-prefixed records,
 //! channels duplicated into this process); what they mean is here.
 
 use ipc_schema::spawn::{SpawnReply, SpawnRequest};
