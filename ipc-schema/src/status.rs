@@ -96,6 +96,9 @@ pub struct WindowsConfinement {
     pub job_ui_restrictions: Option<u32>,
     /// Mitigation policies read back in force, by their short names (`PROHIBIT_DYNAMIC_CODE_ALWAYS_ON`).
     pub mitigations: Vec<String>,
+    /// The DACL of its process object, as SDDL read back (who may open the process, for what);
+    /// `None`: it could not be read.
+    pub process_dacl: Option<String>,
 }
 
 impl LockdownReport {

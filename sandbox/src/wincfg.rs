@@ -114,6 +114,9 @@ pub struct WindowsPolicy {
     pub job: JobLimits,
     /// `PROC_THREAD_ATTRIBUTE_HANDLE_LIST`: the only inherited handles.
     pub inherited_handles: &'static str,
+    /// The security descriptor the process object is created with (`lpProcessAttributes`),
+    /// in SDDL; `None`: the token's default (the user may open it with full access).
+    pub process_sddl: Option<&'static str>,
     pub aces: Vec<PathAce>,
     pub filters: Vec<WfpFilter>,
     pub mitigations: Mitigations,
@@ -124,6 +127,86 @@ pub struct WindowsPolicy {
 fn path_text(p: &Path) -> Result<&str, crate::seatbelt::SbplError> {
     p.to_str()
         .ok_or_else(|| crate::seatbelt::SbplError::NotUtf8(p.to_path_buf()))
+}
+
+/// The security descriptor of a helper's process object, the counterpart of Linux's
+/// `PR_SET_DUMPABLE 0`: protected (nothing inherited), full access for SYSTEM only, and for the
+/// owner (`OW`, OWNER RIGHTS, which also takes away the owner's implicit right to read and
+/// rewrite the DACL) and the user (`{user}`, the spawner's user SID, filled in at spawn: the
+/// same grant for systems without OWNER RIGHTS, such as Wine) only waiting on it and its basic
+/// query (`SYNCHRONIZE | PROCESS_QUERY_LIMITED_INFORMATION`). So another process of the user
+/// cannot open it to read or write its memory, inject a thread, duplicate its handles or debug
+/// it. The spawner keeps the full-access handle `CreateProcess` returns.
+pub const HELPER_PROCESS_SDDL: &str = "D:P(A;;0x101000;;;OW)(A;;0x101000;;;{user})(A;;GA;;;SY)";
+
+/// [`HELPER_PROCESS_SDDL`] (or any descriptor template) for the spawner's `user` SID.
+pub fn process_sddl_for(template: &str, user: &str) -> String {
+    template.replace("{user}", user)
+}
+
+/// What anyone but SYSTEM may do with a helper's process: wait on it, query its basics.
+const PROCESS_OPEN_TO_OTHERS: u32 = 0x0010_1000;
+
+/// The access mask of an SDDL rights field: hex (`0x1fffff`, as Windows renders a stored
+/// descriptor), or two-letter codes; `None` for a code this check does not know (counted as
+/// too much by the caller).
+fn sddl_mask(rights: &str) -> Option<u32> {
+    if let Some(hex) = rights
+        .strip_prefix("0x")
+        .or_else(|| rights.strip_prefix("0X"))
+    {
+        return u32::from_str_radix(hex, 16).ok();
+    }
+    if rights.is_empty() || !rights.len().is_multiple_of(2) {
+        return None;
+    }
+    let mut mask = 0u32;
+    for code in rights.as_bytes().chunks(2) {
+        mask |= match code {
+            b"GA" => 0x1000_0000,
+            b"GX" => 0x2000_0000,
+            b"GW" => 0x4000_0000,
+            b"GR" => 0x8000_0000,
+            b"SD" => 0x0001_0000,
+            b"RC" => 0x0002_0000,
+            b"WD" => 0x0004_0000,
+            b"WO" => 0x0008_0000,
+            _ => return None,
+        };
+    }
+    Some(mask)
+}
+
+/// What a process's DACL (`sddl`, as read back) lets anyone but SYSTEM do beyond waiting on it
+/// and its basic query, one entry per ACE too wide; empty: no other process of the user can
+/// open it for more. A DACL that is missing or inherits ACEs is a gap.
+pub fn process_dacl_gaps(sddl: &str) -> Vec<String> {
+    let Some(dacl) = sddl.find("D:").map(|i| &sddl[i + 2..]) else {
+        return vec!["it has no DACL: every process may open it".into()];
+    };
+    let dacl = dacl.split("S:(").next().unwrap_or(dacl);
+    let mut gaps = Vec::new();
+    let flags = dacl.split('(').next().unwrap_or("");
+    if !flags.contains('P') {
+        gaps.push(format!(
+            "its DACL is not protected (it inherits ACEs): {sddl}"
+        ));
+    }
+    for ace in dacl.split('(').skip(1).filter_map(|a| a.split(')').next()) {
+        let f: Vec<&str> = ace.split(';').collect();
+        let [kind, _, rights, _, _, sid, ..] = f[..] else {
+            gaps.push(format!("an ACE this check cannot read: ({ace})"));
+            continue;
+        };
+        if kind == "D" || sid == "SY" || sid == "S-1-5-18" {
+            continue;
+        }
+        match sddl_mask(rights) {
+            Some(m) if kind == "A" && m & !PROCESS_OPEN_TO_OTHERS == 0 => {}
+            _ => gaps.push(format!("it grants {sid} {rights} ({ace})")),
+        }
+    }
+    gaps
 }
 
 /// Made deny-only: administrators (an elevated user's token). The user's other groups stay: the
@@ -229,6 +312,7 @@ fn base(profile: &'static str, capability_name: String) -> WindowsPolicy {
             ui_restrictions: UI.to_vec(),
         },
         inherited_handles: "the broker channel only",
+        process_sddl: Some(HELPER_PROCESS_SDDL),
         aces: Vec::new(),
         filters: block_all_outbound(),
         mitigations: mitigations(false, false),
@@ -271,6 +355,10 @@ pub fn command_policy(spec: &CommandSpec) -> Result<WindowsPolicy, crate::seatbe
     p.token = token(true, &p.sid);
     p.job.active_processes = Some(256);
     p.inherited_handles = "stdin, stdout and stderr pipes only";
+    // A command is an arbitrary program, which may open its own process by id (runtimes read
+    // their own process information so): it keeps the default, as on Linux, where a command
+    // is not made undumpable either.
+    p.process_sddl = None;
     // A command is an arbitrary program, as on Linux (DESIGN rule 7: the exec sandbox is a
     // denylist): no dynamic-code ban (node, java, dotnet and PowerShell JIT), no strict handle
     // checks (they crash programs that close a stale handle), no remote-image ban (a grant may
@@ -358,6 +446,11 @@ impl WindowsPolicy {
             let _ = writeln!(w, "ui: {u}");
         }
         let _ = writeln!(w, "inherited handles: {}", self.inherited_handles);
+        let _ = writeln!(
+            w,
+            "process security descriptor: {}",
+            self.process_sddl.unwrap_or("the token's default")
+        );
         let _ = writeln!(w, "[aces]");
         for a in &self.aces {
             let _ = writeln!(w, "{} {} ; {}", a.path.display(), a.sddl, a.why);
@@ -746,6 +839,16 @@ pub fn missing(policy: &WindowsPolicy, c: &WindowsConfinement) -> Vec<String> {
     };
     let mut out = missing_from_token(&token, &policy.token, &policy.sid.0);
     out.extend(missing_from_job(&job, &policy.job));
+    if policy.process_sddl.is_some() {
+        match &c.process_dacl {
+            None => out.push("process DACL: it could not be read".into()),
+            Some(d) => out.extend(
+                process_dacl_gaps(d)
+                    .into_iter()
+                    .map(|g| format!("process DACL: {g}")),
+            ),
+        }
+    }
     for m in &policy.mitigations.0 {
         let short = mitigation_short(m);
         if !c.mitigations.iter().any(|h| h == short) {
@@ -843,6 +946,9 @@ pub fn differences(report: &WindowsConfinement, observed: &WindowsConfinement) -
     );
     if let (Some(a), Some(b)) = (report.job_ui_restrictions, observed.job_ui_restrictions) {
         field("job UI restrictions", format!("{a:#x}"), format!("{b:#x}"));
+    }
+    if let (Some(a), Some(b)) = (&report.process_dacl, &observed.process_dacl) {
+        field("process DACL", a.clone(), b.clone());
     }
     out
 }
@@ -1193,7 +1299,8 @@ mod verdict_tests {
             .iter()
             .map(|m| mitigation_short(m).to_string())
             .collect();
-        let good = confinement(Some(&good_token(&p)), Some(&good_job()), held.clone());
+        let mut good = confinement(Some(&good_token(&p)), Some(&good_job()), held.clone());
+        good.process_dacl = Some(process_sddl_for(HELPER_PROCESS_SDDL, "S-1-5-21-1-2-3-1001"));
         let report = |c: Option<WindowsConfinement>, degraded: Vec<String>| LockdownReport {
             windows: c.map(Box::new),
             degraded,
@@ -1261,7 +1368,8 @@ mod verdict_tests {
             .iter()
             .map(|m| mitigation_short(m).to_string())
             .collect();
-        let good = confinement(Some(&good_token(&p)), Some(&good_job()), held);
+        let mut good = confinement(Some(&good_token(&p)), Some(&good_job()), held);
+        good.process_dacl = Some(process_sddl_for(HELPER_PROCESS_SDDL, "S-1-5-21-1-2-3-1001"));
         let report = |c: &WindowsConfinement| LockdownReport {
             windows: Some(Box::new(c.clone())),
             ..LockdownReport::nothing_yet("fs")
@@ -1313,5 +1421,78 @@ mod verdict_tests {
         // The outside view matching a report that falls short is still refused by the policy.
         let e = verify_observed(&p, &report(&bare), &bare, false).unwrap_err();
         assert!(e.contains("is not confined as its profile asks"), "{e}");
+    }
+
+    #[test]
+    fn a_helpers_process_dacl_lets_no_other_process_of_the_user_in() {
+        // Positive controls: the descriptor as written, and as Windows renders it read back
+        // (generic rights mapped to the process's specific ones).
+        let ours = process_sddl_for(HELPER_PROCESS_SDDL, "S-1-5-21-1-2-3-1001");
+        assert_eq!(
+            ours,
+            "D:P(A;;0x101000;;;OW)(A;;0x101000;;;S-1-5-21-1-2-3-1001)(A;;GA;;;SY)"
+        );
+        assert_eq!(process_dacl_gaps(&ours), Vec::<String>::new());
+        let read_back = "O:S-1-5-21-1-2-3-1001D:P(A;;0x101000;;;OW)(A;;0x101000;;;S-1-5-21-1-2-3-1001)(A;;0x1fffff;;;SY)";
+        assert_eq!(process_dacl_gaps(read_back), Vec::<String>::new());
+        // A token's default DACL: the user and SYSTEM with full access, not protected.
+        let default = "D:(A;;0x1fffff;;;S-1-5-21-1-2-3-1001)(A;;0x1fffff;;;SY)";
+        let g = process_dacl_gaps(default);
+        assert_eq!(g.len(), 2, "{g:?}");
+        assert!(g[0].starts_with("its DACL is not protected"), "{g:?}");
+        assert_eq!(
+            g[1],
+            "it grants S-1-5-21-1-2-3-1001 0x1fffff (A;;0x1fffff;;;S-1-5-21-1-2-3-1001)"
+        );
+        // One right too many for the owner (PROCESS_VM_READ), a generic right, an unknown code.
+        for (ace, what) in [
+            ("(A;;0x101010;;;OW)", "it grants OW 0x101010"),
+            ("(A;;GR;;;WD)", "it grants WD GR"),
+            ("(A;;CCDC;;;AU)", "it grants AU CCDC"),
+        ] {
+            let g = process_dacl_gaps(&format!("D:P{ace}(A;;GA;;;SY)"));
+            assert_eq!(g.len(), 1, "{g:?}");
+            assert!(g[0].starts_with(what), "{g:?}");
+        }
+        // No DACL at all: everyone.
+        assert_eq!(
+            process_dacl_gaps("O:SY"),
+            vec!["it has no DACL: every process may open it".to_string()]
+        );
+        // A deny ACE narrows, never widens; an empty protected DACL lets nobody in.
+        assert_eq!(
+            process_dacl_gaps("D:P(D;;GA;;;WD)(A;;GA;;;SY)"),
+            Vec::<String>::new()
+        );
+        assert_eq!(process_dacl_gaps("D:P"), Vec::<String>::new());
+        // The broker's check names it: a report whose process any user process may open.
+        let p = helper_policy(&Profile::Net).unwrap();
+        let mut c = confinement(
+            Some(&good_token(&p)),
+            Some(&good_job()),
+            p.mitigations
+                .0
+                .iter()
+                .map(|m| mitigation_short(m).to_string())
+                .collect(),
+        );
+        c.process_dacl = Some(default.into());
+        let m = missing(&p, &c);
+        assert!(
+            m.iter()
+                .any(|g| g.starts_with("process DACL: it grants S-1-5-21-1-2-3-1001")),
+            "{m:?}"
+        );
+        c.process_dacl = None;
+        assert_eq!(missing(&p, &c), vec!["process DACL: it could not be read"]);
+        // A command keeps the default descriptor: nothing is asked of it.
+        let cmd = command_policy(&CommandSpec {
+            grants: vec![],
+            no_access: vec![],
+            no_write: vec![],
+            network: CommandNetwork::None,
+        })
+        .unwrap();
+        assert_eq!(cmd.process_sddl, None);
     }
 }

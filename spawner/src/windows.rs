@@ -196,8 +196,14 @@ impl Spawner {
             }
             SpawnRequest::Lineage { id, pid } => {
                 // Any pid may be asked about: the answer says only whether it is one of ours.
+                // A helper is known by its pid (its process descriptor lets no other process
+                // open it for the query); anything else is looked for in the helpers' jobs.
                 let mut under = Ok(false);
                 for h in self.live.values() {
+                    if h.child.pid() == pid {
+                        under = Ok(true);
+                        break;
+                    }
                     match h.child.job_holds(pid) {
                         Ok(true) => {
                             under = Ok(true);

@@ -6,7 +6,7 @@
 
 use ipc_schema::status::LockdownReport;
 use sandbox::wincfg::{self, WindowsPolicy};
-use sandbox::windows::{running_under_wine, ConfinedChild};
+use sandbox::windows::{self as w, running_under_wine, ConfinedChild};
 
 /// Asserts that `report` (a helper's hello) says what the spawner sees of `child` and that the
 /// check passes: strict on Windows; under Wine, which restricts no token, refused strict naming
@@ -39,6 +39,20 @@ pub fn check_hello(policy: &WindowsPolicy, child: &ConfinedChild, report: &Lockd
             Ok(())
         );
     }
+    // Another process of the user (this test) may wait on the helper and query its basics
+    // (the positive control), not read or write its memory (PROCESS_VM_READ | PROCESS_VM_WRITE
+    // | PROCESS_VM_OPERATION): the process descriptor the spawner gave it.
+    const WAIT_AND_QUERY: u32 = 0x0010_1000;
+    const VM: u32 = 0x0010 | 0x0020 | 0x0008;
+    w::open_process(child.pid(), WAIT_AND_QUERY)
+        .unwrap_or_else(|e| panic!("waiting on the {helper} helper: {e}"));
+    // (Wine checks process descriptors too, so this holds under Wine as on Windows.)
+    match w::open_process(child.pid(), VM) {
+        Err(e) => assert_eq!(e.code(), Some(5), "{e}"),
+        Ok(_) => panic!("another process of the user opened the {helper} helper's memory"),
+    }
+    // The helper read the same descriptor back on itself and says so.
+    assert!(report.dumpable_off, "{report:?}");
     // A report that claims a restricted token the process does not have (under Wine), or
     // denies the one it has (on Windows): refused whatever --allow-degraded says.
     let mut forged = report.clone();

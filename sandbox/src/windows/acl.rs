@@ -6,7 +6,7 @@
 use super::ffi::{invalid, returned, wide, wide_to_string, Local, OwnedSid, WinError};
 use crate::wincfg::{parse_ace, PathAce};
 use std::path::{Path, PathBuf};
-use windows_sys::Win32::Foundation::ERROR_SUCCESS;
+use windows_sys::Win32::Foundation::{ERROR_SUCCESS, HANDLE};
 use windows_sys::Win32::Security::Authorization::{
     ConvertSecurityDescriptorToStringSecurityDescriptorW, GetNamedSecurityInfoW, SetEntriesInAclW,
     SetNamedSecurityInfoW, ACCESS_MODE, DENY_ACCESS, EXPLICIT_ACCESS_W, GRANT_ACCESS,
@@ -212,6 +212,82 @@ pub fn dacl_sddl(path: &Path) -> Result<String, WinError> {
     if ok == 0 {
         return Err(super::ffi::last(
             MECH,
+            "ConvertSecurityDescriptorToStringSecurityDescriptorW",
+        ));
+    }
+    let owner = Local(text.cast());
+    Ok(wide_to_string(text, &owner))
+}
+
+/// A security descriptor made from SDDL, freed when dropped (`LocalFree`).
+pub(crate) struct OwnedSd(Local);
+
+impl OwnedSd {
+    pub(crate) fn from_sddl(sddl: &str) -> Result<OwnedSd, WinError> {
+        use windows_sys::Win32::Security::Authorization::ConvertStringSecurityDescriptorToSecurityDescriptorW;
+        let w = wide("process security", sddl.as_ref())?;
+        let mut sd: PSECURITY_DESCRIPTOR = std::ptr::null_mut();
+        // SAFETY: `w` is a NUL-terminated UTF-16 string that outlives the call; `sd` receives a
+        // LocalAlloc'ed descriptor that `Local` frees.
+        if unsafe {
+            ConvertStringSecurityDescriptorToSecurityDescriptorW(
+                w.as_ptr(),
+                SDDL_REVISION_1,
+                &mut sd,
+                std::ptr::null_mut(),
+            )
+        } == 0
+        {
+            return Err(super::ffi::last(
+                "process security",
+                "ConvertStringSecurityDescriptorToSecurityDescriptorW",
+            ));
+        }
+        Ok(OwnedSd(Local(sd)))
+    }
+
+    pub(crate) fn as_ptr(&self) -> PSECURITY_DESCRIPTOR {
+        self.0 .0
+    }
+}
+
+/// The DACL of a kernel object (a process), as SDDL, read through `handle` (which needs
+/// `READ_CONTROL`; the current-process pseudo-handle has it).
+pub(crate) fn object_dacl_sddl(handle: HANDLE) -> Result<String, WinError> {
+    use windows_sys::Win32::Security::Authorization::{GetSecurityInfo, SE_KERNEL_OBJECT};
+    const PMECH: &str = "process security";
+    let mut sd: PSECURITY_DESCRIPTOR = std::ptr::null_mut();
+    // SAFETY: a valid handle; only the descriptor is asked for, LocalAlloc'ed and freed by `_sd`.
+    let r = unsafe {
+        GetSecurityInfo(
+            handle,
+            SE_KERNEL_OBJECT,
+            DACL_SECURITY_INFORMATION,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            &mut sd,
+        )
+    };
+    if r != ERROR_SUCCESS {
+        return Err(returned(PMECH, "GetSecurityInfo", r));
+    }
+    let _sd = Local(sd);
+    let mut text: *mut u16 = std::ptr::null_mut();
+    // SAFETY: a valid descriptor; `text` receives a LocalAlloc'ed string freed by `owner`.
+    let ok = unsafe {
+        ConvertSecurityDescriptorToStringSecurityDescriptorW(
+            sd,
+            SDDL_REVISION_1,
+            DACL_SECURITY_INFORMATION,
+            &mut text,
+            std::ptr::null_mut(),
+        )
+    };
+    if ok == 0 {
+        return Err(super::ffi::last(
+            PMECH,
             "ConvertSecurityDescriptorToStringSecurityDescriptorW",
         ));
     }

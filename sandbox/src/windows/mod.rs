@@ -45,8 +45,8 @@ pub use ffi::{running_under_wine, OwnedSid, WinError};
 pub use job::{own_job_facts, Job};
 pub use mitigation::in_force as mitigation_in_force;
 pub use spawn::{
-    env_from_allowlist, spawn, spawn_unconfined, take_inherited_handle, take_inherited_router,
-    ConfinedChild, SpawnOptions, SpawnSpec,
+    env_from_allowlist, open_process, spawn, spawn_unconfined, take_inherited_handle,
+    take_inherited_router, ConfinedChild, SpawnOptions, SpawnSpec,
 };
 pub use spawner::{
     adopt_duplicated_pipe, duplicate_into, start_spawner, StartedSpawner, ROUTER_HANDLE,
@@ -148,7 +148,19 @@ pub fn lockdown_with(
         .map(|m| short(m).to_string())
         .collect();
     clear_env(&opts.keep_env)?;
-    let confinement = wincfg::confinement(token.as_ref(), job.as_ref(), held);
+    let mut confinement = wincfg::confinement(token.as_ref(), job.as_ref(), held);
+    // Who else may open this process (the counterpart of PR_SET_DUMPABLE): read, not set; the
+    // spawner gave it its descriptor at creation.
+    // SAFETY: GetCurrentProcess returns a pseudo-handle with every access, needing no close.
+    confinement.process_dacl = acl::object_dacl_sddl(unsafe {
+        windows_sys::Win32::System::Threading::GetCurrentProcess()
+    })
+    .ok();
+    let undumpable = policy.process_sddl.is_some()
+        && confinement
+            .process_dacl
+            .as_deref()
+            .is_some_and(|d| wincfg::process_dacl_gaps(d).is_empty());
     if !not_held.is_empty() && !opts.allow_degraded {
         missing.extend(not_held);
         return Err(LockdownError::NotConfined {
@@ -177,6 +189,8 @@ pub fn lockdown_with(
         env_cleared: true,
         // Die on unhandled exception: no Windows Error Reporting dump of the process.
         core_dumps_off: no_dumps,
+        // No other process of the user may open it for more than waiting and basic queries.
+        dumpable_off: undumpable,
         capabilities_dropped: privileges_stripped,
         windows: Some(Box::new(confinement)),
         degraded,

@@ -11,16 +11,18 @@ use std::os::windows::ffi::OsStrExt;
 use std::os::windows::io::{AsHandle, BorrowedHandle, OwnedHandle};
 use std::path::Path;
 use windows_sys::Win32::Foundation::{
-    SetHandleInformation, HANDLE, HANDLE_FLAG_INHERIT, WAIT_OBJECT_0, WAIT_TIMEOUT,
+    SetHandleInformation, ERROR_ACCESS_DENIED, HANDLE, HANDLE_FLAG_INHERIT, WAIT_OBJECT_0,
+    WAIT_TIMEOUT,
 };
+use windows_sys::Win32::Security::SECURITY_ATTRIBUTES;
 use windows_sys::Win32::System::Threading::{
     CreateProcessAsUserW, CreateProcessW, DeleteProcThreadAttributeList, GetExitCodeProcess,
     InitializeProcThreadAttributeList, OpenProcess, ResumeThread, TerminateProcess,
     UpdateProcThreadAttribute, WaitForSingleObject, CREATE_NO_WINDOW, CREATE_SUSPENDED,
     CREATE_UNICODE_ENVIRONMENT, EXTENDED_STARTUPINFO_PRESENT, PROCESS_INFORMATION,
-    PROCESS_QUERY_INFORMATION, PROC_THREAD_ATTRIBUTE_CHILD_PROCESS_POLICY,
-    PROC_THREAD_ATTRIBUTE_HANDLE_LIST, PROC_THREAD_ATTRIBUTE_MITIGATION_POLICY,
-    STARTF_USESTDHANDLES, STARTUPINFOEXW,
+    PROCESS_QUERY_INFORMATION, PROCESS_QUERY_LIMITED_INFORMATION,
+    PROC_THREAD_ATTRIBUTE_CHILD_PROCESS_POLICY, PROC_THREAD_ATTRIBUTE_HANDLE_LIST,
+    PROC_THREAD_ATTRIBUTE_MITIGATION_POLICY, STARTF_USESTDHANDLES, STARTUPINFOEXW,
 };
 
 const MECH: &str = "confined spawn";
@@ -103,7 +105,9 @@ impl ConfinedChild {
                 held.push(crate::wincfg::mitigation_short(m).to_string());
             }
         }
-        Ok(crate::wincfg::confinement(Some(&token), Some(&job), held))
+        let mut seen = crate::wincfg::confinement(Some(&token), Some(&job), held);
+        seen.process_dacl = super::acl::object_dacl_sddl(raw(self.process.as_handle())).ok();
+        Ok(seen)
     }
 
     /// Whether process `pid` is in this child's job: the child itself or anything it started
@@ -114,10 +118,18 @@ impl ConfinedChild {
             return Ok(false);
         };
         // Windows takes PROCESS_QUERY_LIMITED_INFORMATION for IsProcessInJob; Wine wants the
-        // full right. A process that withholds it (elevated, protected) reads as an error,
-        // which the router counts as under the spawner: refused, not admitted.
-        let process = open_process(pid, PROCESS_QUERY_INFORMATION)?;
-        Ok(job.facts_of(process.as_handle())?.in_job)
+        // full right, so that is asked for when the limited one is not enough. A process that
+        // withholds both reads as an error, which the router counts as under the spawner:
+        // refused, not admitted.
+        let limited = open_process(pid, PROCESS_QUERY_LIMITED_INFORMATION)?;
+        match job.facts_of(limited.as_handle()) {
+            Ok(f) => Ok(f.in_job),
+            Err(e) if e.code() == Some(ERROR_ACCESS_DENIED) => {
+                let full = open_process(pid, PROCESS_QUERY_INFORMATION)?;
+                Ok(job.facts_of(full.as_handle())?.in_job)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Closes the job handle: with kill-on-close, the process tree ends. The process handle
@@ -348,8 +360,9 @@ impl Drop for InheritFor<'_> {
     }
 }
 
-/// `OpenProcess(access, pid)`.
-pub(crate) fn open_process(pid: u32, access: u32) -> Result<OwnedHandle, WinError> {
+/// `OpenProcess(access, pid)`: what another process of the user gets when it asks for
+/// `access` (the tests ask it of a helper, whose process descriptor should refuse it).
+pub fn open_process(pid: u32, access: u32) -> Result<OwnedHandle, WinError> {
     // SAFETY: no handle is passed in; the returned one (or null) is taken by `owned`.
     let h = unsafe { OpenProcess(access, 0, pid) };
     owned(h, MECH, "OpenProcess")
@@ -557,16 +570,34 @@ pub fn spawn(
     si.StartupInfo.hStdError = spec.stderr.map_or(std::ptr::null_mut(), raw);
     si.lpAttributeList = attrs.ptr();
     let mut pi = PROCESS_INFORMATION::default();
+    // The process object's descriptor (who else may open it), when the policy names one.
+    let sd = match policy.process_sddl {
+        Some(template) => {
+            let user = super::pipe_peer::current_user()?;
+            Some(super::acl::OwnedSd::from_sddl(
+                &crate::wincfg::process_sddl_for(template, &user),
+            )?)
+        }
+        None => None,
+    };
+    let process_attrs = sd.as_ref().map(|sd| SECURITY_ATTRIBUTES {
+        nLength: std::mem::size_of::<SECURITY_ATTRIBUTES>() as u32,
+        lpSecurityDescriptor: sd.as_ptr(),
+        bInheritHandle: 0,
+    });
     let inheritable = InheritFor::set(&handles)?;
     // SAFETY: every pointer is to a live, NUL-terminated buffer owned by this frame (`app`,
     // `cmdline` which CreateProcess may modify in place, `env`, `cwd`), `si` and its attribute
-    // list outlive the call, and `pi` receives two new handles that `owned` takes below.
+    // list and `process_attrs` with the descriptor it points to outlive the call, and `pi`
+    // receives two new handles that `owned` takes below.
     let ok = unsafe {
         CreateProcessAsUserW(
             raw(token.as_handle()),
             app.as_ptr(),
             cmdline.as_mut_ptr(),
-            std::ptr::null(),
+            process_attrs
+                .as_ref()
+                .map_or(std::ptr::null(), |a| a as *const SECURITY_ATTRIBUTES),
             std::ptr::null(),
             i32::from(!handles.is_empty()),
             CREATE_SUSPENDED
