@@ -1269,15 +1269,7 @@ fn the_root_directory_and_homes_are_not_working_roots_by_default(_via: Via, _hos
 }
 
 fn the_release_binary_has_no_sandbox_test_switches(_via: Via, _host: Host) {
-    let release = gatehouse_tests::bin_dir()
-        .parent()
-        .expect("target dir")
-        .join("release/gatehouse");
-    assert!(
-        release.exists(),
-        "{} is missing: the test command builds it (cargo build --release)",
-        release.display()
-    );
+    let release = gatehouse_tests::release_dir().join("gatehouse");
     for switch in [
         &["--test-net-arg", "x"][..],
         &["--test-proxy-port", "1"],

@@ -21,7 +21,6 @@
 mod broker_core_support;
 
 use broker_core_support::*;
-use gatehouse_tests::bin_dir;
 use ipc_schema::tool::{RefusalKind, ToolReply};
 use ipc_schema::ui::{CallState, Decision, UiReply, UiRequest};
 use ipc_schema::Body;
@@ -309,15 +308,7 @@ fn kill_after_the_helper_answered() {
 
 #[test]
 fn the_release_binary_has_no_crash_hook() {
-    let release = bin_dir()
-        .parent()
-        .expect("target dir")
-        .join("release/gatehouse");
-    assert!(
-        release.exists(),
-        "{} is missing: the test command builds it (cargo build --release)",
-        release.display()
-    );
+    let release = gatehouse_tests::release_dir().join("gatehouse");
     let out = Command::new(&release)
         .args(["broker", "--test-crash-at", "after-pending"])
         .output()

@@ -142,15 +142,7 @@ fn running_a_program_is_killed() {
 
 #[test]
 fn release_builds_have_neither_the_switch_nor_the_probe() {
-    let release = gatehouse_tests::bin_dir()
-        .parent()
-        .unwrap()
-        .join("release/gatehouse");
-    assert!(
-        release.exists(),
-        "{} is missing: the test command builds it (cargo build --release)",
-        release.display()
-    );
+    let release = gatehouse_tests::release_dir().join("gatehouse");
     let out = Command::new(&release)
         .args(["mcp", "--test-skip-lockdown"])
         .output()

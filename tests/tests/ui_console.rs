@@ -11,7 +11,7 @@
 
 mod ui_support;
 
-use gatehouse_tests::{bin, bin_dir, children_of, BrokerUnderTest};
+use gatehouse_tests::{bin, children_of, BrokerUnderTest};
 use serde_json::Value;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -402,15 +402,7 @@ fn the_console_has_no_json_mode_and_says_where_to_look() {
 
 #[test]
 fn release_builds_lack_the_consoles_test_switches() {
-    let release = bin_dir()
-        .parent()
-        .expect("target dir")
-        .join("release/gatehouse");
-    assert!(
-        release.exists(),
-        "{} is missing: the test command builds it (cargo build --release)",
-        release.display()
-    );
+    let release = gatehouse_tests::release_dir().join("gatehouse");
     for switch in ["--test-skip-lockdown", "--test-probe=open:/x"] {
         let out = Command::new(&release)
             .args(["ui", switch])
