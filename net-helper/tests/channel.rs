@@ -53,16 +53,7 @@ fn another_helpers_message_ends_the_helper() {
 
 #[test]
 fn release_binary_lacks_the_test_switches() {
-    let release = gatehouse_tests::bin_dir()
-        .parent()
-        .expect("target dir")
-        .join("release")
-        .join(Role::Net.name());
-    assert!(
-        release.exists(),
-        "{} is missing: the test command builds it (cargo build --release)",
-        release.display()
-    );
+    let release = gatehouse_tests::release_dir().join(Role::Net.name());
     for (switch, value) in [
         ("--test-public-addr", "127.0.0.2"),
         ("--test-extra-root", "/dev/null"),
