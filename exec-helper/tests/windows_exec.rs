@@ -290,6 +290,45 @@ fn the_time_limit_stop_and_the_main_process_ending_each_end_the_whole_tree() {
 }
 
 #[test]
+fn a_command_is_under_the_spawner_by_its_helpers_job() {
+    // What keeps a command (an agent run there) from passing as a front: the spawner's
+    // `Lineage` asks whether a pid is in a helper's job, and a command's own job is nested in
+    // the exec-helper's.
+    let (_t, work, protect) = scratch();
+    let mut h = Helper::spawn(&protect);
+    let probe = gatehouse_tests::bin("gatehouse-exec-probe");
+    let (run, _) = h
+        .start(spec(&work, &[probe.to_str().unwrap(), "pid-spin"]))
+        .unwrap();
+    let mut out = Vec::new();
+    for _ in 0..60 {
+        match h.ask(ExecRequest::Poll { run, wait_ms: 500 }) {
+            Ok(ExecReply::Progress { stdout, .. }) => out.extend(stdout),
+            other => panic!("poll: {other:?}"),
+        }
+        if out.ends_with(b"\n") {
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&out);
+    let pid: u32 = text
+        .trim()
+        .strip_prefix("pid ")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no pid from the probe: {text:?}"));
+    // Positive control: this test is in none of the helper's jobs.
+    assert_eq!(h.child.job_holds(std::process::id()), Ok(false));
+    assert_eq!(h.child.job_holds(pid), Ok(true), "the command {pid}");
+    assert_eq!(
+        h.ask(ExecRequest::Stop { run }),
+        Ok(ExecReply::Stopping { run })
+    );
+    let (_, _, end) = h.finish(run);
+    assert_eq!(end.outcome, RunOutcome::Stopped);
+    assert_eq!(h.close(), Some(0));
+}
+
+#[test]
 fn output_past_the_limit_is_counted_and_dropped() {
     let (_t, work, protect) = scratch();
     let mut h = Helper::spawn(&protect);

@@ -244,7 +244,8 @@ fn spew(mut w: impl Write, n: usize) -> io::Result<String> {
 }
 
 /// Windows: what the restricted-token tier's tests need of a program (exec-helper's
-/// `tests/windows_exec.rs`). `spin`: run until killed. `leave-child`: start `spin` holding this
+/// `tests/windows_exec.rs`). `spin`: run until killed; `pid-spin`: print `pid N` first.
+/// `leave-child`: start `spin` holding this
 /// process's stdout (std makes the handle inheritable), print `left`, exit 0. `alloc MIB`:
 /// commit and touch MIB mebibytes, print `ok MIB` (exit 0) or `refused` (exit 1).
 #[cfg(windows)]
@@ -273,6 +274,12 @@ fn main() -> std::process::ExitCode {
         Some("spin") => loop {
             std::thread::sleep(std::time::Duration::from_secs(1));
         },
+        Some("pid-spin") => {
+            println!("pid {}", std::process::id());
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            }
+        }
         Some("leave-child") => {
             let started = std::env::current_exe()
                 .and_then(|me| std::process::Command::new(me).arg("spin").spawn());
@@ -288,7 +295,7 @@ fn main() -> std::process::ExitCode {
             }
         }
         _ => {
-            eprintln!("usage: gatehouse-exec-probe spin|leave-child|alloc MIB");
+            eprintln!("usage: gatehouse-exec-probe spin|pid-spin|leave-child|alloc MIB");
             ExitCode::from(2)
         }
     }
