@@ -183,6 +183,22 @@ pub async fn read_record_async<R: tokio::io::AsyncRead + Unpin>(
     Ok(Some(rec))
 }
 
+/// Reads records from `rd` into `tx` until the end or an error, which is sent last: the
+/// cancel-safe way to race records against anything else (receive from the channel).
+#[cfg(feature = "tokio")]
+pub async fn forward_records<R: tokio::io::AsyncRead + Unpin>(
+    mut rd: R,
+    tx: tokio::sync::mpsc::UnboundedSender<std::io::Result<Option<Vec<u8>>>>,
+) {
+    loop {
+        let got = read_record_async(&mut rd).await;
+        let last = !matches!(got, Ok(Some(_)));
+        if tx.send(got).is_err() || last {
+            return;
+        }
+    }
+}
+
 /// One record: the protocol version, then the value.
 pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, crate::EncodeError> {
     let out = postcard::to_stdvec(&(PROTOCOL_VERSION, msg))

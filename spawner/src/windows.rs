@@ -63,7 +63,7 @@ pub async fn serve(
     allow_degraded: bool,
     lockdown: LockdownReport,
 ) -> Result<(), ServeError> {
-    let (mut rd, mut wr) = tokio::io::split(chan);
+    let (rd, mut wr) = tokio::io::split(chan);
     // Replies go out through one writer, in order: the loop's answers and the waiters' `Ended`.
     let (out_tx, mut out_rx) = mpsc::unbounded_channel::<SpawnReply>();
     let writer = async move {
@@ -94,16 +94,7 @@ pub async fn serve(
     // Records are read by a task of their own (a read cut off half-way would lose bytes), and
     // reach the loop through a channel, which the loop may race against the helpers' exits.
     let (rec_tx, mut rec_rx) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        loop {
-            let got = spawn::read_record_async(&mut rd).await;
-            let last = !matches!(got, Ok(Some(_)));
-            let _ = rec_tx.send(got);
-            if last {
-                break;
-            }
-        }
-    });
+    tokio::spawn(spawn::forward_records(rd, rec_tx));
     let serve_loop = async {
         loop {
             tokio::select! {

@@ -198,6 +198,11 @@ pub fn dacl_sddl(path: &Path) -> Result<String, WinError> {
         return Err(returned(MECH, "GetNamedSecurityInfoW", r));
     }
     let _sd = Local(sd);
+    dacl_text(sd, MECH)
+}
+
+/// The DACL of a descriptor `sd` (valid for the call) as SDDL.
+fn dacl_text(sd: PSECURITY_DESCRIPTOR, mechanism: &'static str) -> Result<String, WinError> {
     let mut text: *mut u16 = std::ptr::null_mut();
     // SAFETY: a valid descriptor; `text` receives a LocalAlloc'ed string freed by `owner`.
     let ok = unsafe {
@@ -211,7 +216,7 @@ pub fn dacl_sddl(path: &Path) -> Result<String, WinError> {
     };
     if ok == 0 {
         return Err(super::ffi::last(
-            MECH,
+            mechanism,
             "ConvertSecurityDescriptorToStringSecurityDescriptorW",
         ));
     }
@@ -274,23 +279,5 @@ pub(crate) fn object_dacl_sddl(handle: HANDLE) -> Result<String, WinError> {
         return Err(returned(PMECH, "GetSecurityInfo", r));
     }
     let _sd = Local(sd);
-    let mut text: *mut u16 = std::ptr::null_mut();
-    // SAFETY: a valid descriptor; `text` receives a LocalAlloc'ed string freed by `owner`.
-    let ok = unsafe {
-        ConvertSecurityDescriptorToStringSecurityDescriptorW(
-            sd,
-            SDDL_REVISION_1,
-            DACL_SECURITY_INFORMATION,
-            &mut text,
-            std::ptr::null_mut(),
-        )
-    };
-    if ok == 0 {
-        return Err(super::ffi::last(
-            PMECH,
-            "ConvertSecurityDescriptorToStringSecurityDescriptorW",
-        ));
-    }
-    let owner = Local(text.cast());
-    Ok(wide_to_string(text, &owner))
+    dacl_text(sd, PMECH)
 }

@@ -45,6 +45,48 @@ pub struct SpawnSpec<'a> {
     pub stderr: Option<BorrowedHandle<'a>>,
 }
 
+impl<'a> SpawnSpec<'a> {
+    /// Every handle the child inherits: `inherit` and its stdio, each once.
+    fn inherited(&self) -> Vec<BorrowedHandle<'a>> {
+        let mut handles: Vec<BorrowedHandle<'a>> = self.inherit.clone();
+        for h in [self.stdin, self.stdout, self.stderr].into_iter().flatten() {
+            if !handles.iter().any(|x| raw(*x) == raw(h)) {
+                handles.push(h);
+            }
+        }
+        handles
+    }
+
+    /// The application name and the NUL-terminated command line, quoted as the C runtime splits
+    /// it back.
+    fn command_line(&self) -> Result<(Vec<u16>, Vec<u16>), WinError> {
+        let app = wide(MECH, self.program.as_os_str())?;
+        let mut cmdline = Vec::new();
+        push_arg(&mut cmdline, self.program.as_os_str());
+        for a in &self.args {
+            push_arg(&mut cmdline, a);
+        }
+        if cmdline.contains(&0) {
+            return Err(invalid(MECH, "an argument contains a NUL"));
+        }
+        cmdline.push(0);
+        Ok((app, cmdline))
+    }
+
+    /// The startup info naming the stdio handles and `attrs`.
+    fn startup_info(&self, attrs: &mut AttrList) -> STARTUPINFOEXW {
+        let mut si = STARTUPINFOEXW::default();
+        si.StartupInfo.cb = std::mem::size_of::<STARTUPINFOEXW>() as u32;
+        // Always set: a child without a handle here gets none, rather than the console's.
+        si.StartupInfo.dwFlags = STARTF_USESTDHANDLES;
+        si.StartupInfo.hStdInput = self.stdin.map_or(std::ptr::null_mut(), raw);
+        si.StartupInfo.hStdOutput = self.stdout.map_or(std::ptr::null_mut(), raw);
+        si.StartupInfo.hStdError = self.stderr.map_or(std::ptr::null_mut(), raw);
+        si.lpAttributeList = attrs.ptr();
+        si
+    }
+}
+
 /// How strict to be about attributes this system refuses.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SpawnOptions {
@@ -379,12 +421,7 @@ pub fn spawn_unconfined(spec: &SpawnSpec<'_>) -> Result<ConfinedChild, WinError>
             format!("{} is not an absolute path", spec.program.display()),
         ));
     }
-    let mut handles: Vec<BorrowedHandle<'_>> = spec.inherit.clone();
-    for h in [spec.stdin, spec.stdout, spec.stderr].into_iter().flatten() {
-        if !handles.iter().any(|x| raw(*x) == raw(h)) {
-            handles.push(h);
-        }
-    }
+    let handles = spec.inherited();
     if handles.is_empty() {
         return Err(invalid(MECH, "a spawner with no channel is not started"));
     }
@@ -399,24 +436,9 @@ pub fn spawn_unconfined(spec: &SpawnSpec<'_>) -> Result<ConfinedChild, WinError>
         n,
         "UpdateProcThreadAttribute(HANDLE_LIST)",
     )?;
-    let app = wide(MECH, spec.program.as_os_str())?;
-    let mut cmdline = Vec::new();
-    push_arg(&mut cmdline, spec.program.as_os_str());
-    for a in &spec.args {
-        push_arg(&mut cmdline, a);
-    }
-    if cmdline.contains(&0) {
-        return Err(invalid(MECH, "an argument contains a NUL"));
-    }
-    cmdline.push(0);
+    let (app, mut cmdline) = spec.command_line()?;
     let env = env_block(&spec.env)?;
-    let mut si = STARTUPINFOEXW::default();
-    si.StartupInfo.cb = std::mem::size_of::<STARTUPINFOEXW>() as u32;
-    si.StartupInfo.dwFlags = STARTF_USESTDHANDLES;
-    si.StartupInfo.hStdInput = spec.stdin.map_or(std::ptr::null_mut(), raw);
-    si.StartupInfo.hStdOutput = spec.stdout.map_or(std::ptr::null_mut(), raw);
-    si.StartupInfo.hStdError = spec.stderr.map_or(std::ptr::null_mut(), raw);
-    si.lpAttributeList = attrs.ptr();
+    let si = spec.startup_info(&mut attrs);
     let mut pi = PROCESS_INFORMATION::default();
     let inheritable = InheritFor::set(&handles)?;
     // SAFETY: as in `spawn`: every pointer is to a live, NUL-terminated buffer of this frame,
@@ -488,12 +510,7 @@ pub fn spawn(
     let (job, mut degraded) = Job::create(&policy.job, opts.allow_degraded)?;
     degraded.extend(degraded_token);
 
-    let mut handles: Vec<BorrowedHandle<'_>> = spec.inherit.clone();
-    for h in [spec.stdin, spec.stdout, spec.stderr].into_iter().flatten() {
-        if !handles.iter().any(|x| raw(*x) == raw(h)) {
-            handles.push(h);
-        }
-    }
+    let handles = spec.inherited();
     let mitigation = policy
         .mitigations
         .creation_bits()
@@ -548,27 +565,11 @@ pub fn spawn(
         }
     }
 
-    let app = wide(MECH, spec.program.as_os_str())?;
-    let mut cmdline = Vec::new();
-    push_arg(&mut cmdline, spec.program.as_os_str());
-    for a in &spec.args {
-        push_arg(&mut cmdline, a);
-    }
-    if cmdline.contains(&0) {
-        return Err(invalid(MECH, "an argument contains a NUL"));
-    }
-    cmdline.push(0);
+    let (app, mut cmdline) = spec.command_line()?;
     let env = env_block(&spec.env)?;
     let cwd = spec.cwd.map(|c| wide(MECH, c.as_os_str())).transpose()?;
 
-    let mut si = STARTUPINFOEXW::default();
-    si.StartupInfo.cb = std::mem::size_of::<STARTUPINFOEXW>() as u32;
-    // Always set: a child without a handle here gets none, rather than the console's.
-    si.StartupInfo.dwFlags = STARTF_USESTDHANDLES;
-    si.StartupInfo.hStdInput = spec.stdin.map_or(std::ptr::null_mut(), raw);
-    si.StartupInfo.hStdOutput = spec.stdout.map_or(std::ptr::null_mut(), raw);
-    si.StartupInfo.hStdError = spec.stderr.map_or(std::ptr::null_mut(), raw);
-    si.lpAttributeList = attrs.ptr();
+    let si = spec.startup_info(&mut attrs);
     let mut pi = PROCESS_INFORMATION::default();
     // The process object's descriptor (who else may open it), when the policy names one.
     let sd = match policy.process_sddl {

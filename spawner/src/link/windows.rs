@@ -79,17 +79,7 @@ impl Spawner {
         // Records are read apart from the loop that races them against requests (a read cut
         // off half-way would lose bytes) and reach it through a channel.
         let (rec_tx, records) = mpsc::unbounded_channel();
-        let mut rd = self.rd;
-        let reader = async move {
-            loop {
-                let got = spawn::read_record_async(&mut rd).await;
-                let last = !matches!(got, Ok(Some(_)));
-                let _ = rec_tx.send(got);
-                if last {
-                    break;
-                }
-            }
-        };
+        let reader = spawn::forward_records(self.rd, rec_tx);
         let driven = drive(
             Pipe {
                 records,
