@@ -2,7 +2,9 @@
 //! (the command line renders it: cli/src/doctor.rs).
 
 use crate::Ctx;
-use ipc_schema::status::{DoctorReport, LandlockStatus, ProcessReport, ProcessState};
+#[cfg(unix)]
+use ipc_schema::status::LandlockStatus;
+use ipc_schema::status::{DoctorReport, ProcessReport, ProcessState};
 
 /// Builds the report from the broker's own state, the spawner's, and the helpers' verified
 /// hellos. The kernel's view of the router and the spawner comes from the spawner (the router
@@ -17,7 +19,7 @@ pub async fn report(ctx: &Ctx) -> DoctorReport {
             state: ProcessState::Ready,
             restarts: 0,
             lockdown: Some(ctx.broker_lockdown.clone()),
-            kernel: ctx.spawner.status(own).await.ok(),
+            kernel: kernel_view(ctx, own).await,
         },
         ProcessReport {
             name: "spawner".into(),
@@ -25,71 +27,29 @@ pub async fn report(ctx: &Ctx) -> DoctorReport {
             state: ProcessState::Ready,
             restarts: 0,
             lockdown: Some(ctx.spawner_lockdown.clone()),
-            kernel: ctx.spawner.status(spawner).await.ok(),
+            kernel: kernel_view(ctx, spawner).await,
         },
     ];
     processes.extend(ctx.helpers.reports());
     let mut problems = Vec::new();
     let mut notes = vec![
-        "broker (the router): no capabilities, no_new_privs, not dumpable, Landlock to its own config, data and runtime directories, a seccomp allowlist without exec, fork, socket or ptrace (docs/seccomp/broker.txt)".to_string(),
-        "spawner: starts, kills and reports on helpers for the router and does nothing else; no_new_privs, no other descriptors, empty environment; no Landlock or seccomp of its own, since every helper would inherit them (docs/SECURITY.md)".to_string(),
         "ui and gateway fronts lock themselves down when they start (ui profile, gateway profile) and report it on their own: the console in its health pane, `gatehouse mcp` on stderr".to_string(),
     ];
-    let b = &ctx.broker_lockdown;
-    if !(b.no_new_privs
-        && b.dumpable_off
-        && b.core_dumps_off
-        && b.capabilities_dropped
-        && b.seccomp_filter)
-    {
-        problems.push("broker: lockdown incomplete".into());
-    }
-    match &processes[0].kernel {
-        None => problems.push("broker: the kernel's view of it could not be read".into()),
-        Some(k) => {
-            if k.seccomp != 2 {
-                problems.push(format!("broker: Seccomp {} (filter required)", k.seccomp));
-            }
-            if !k.no_new_privs {
-                problems.push("broker: NoNewPrivs 0".into());
-            }
-            if k.cap_eff != 0 || k.cap_prm != 0 {
-                problems.push(format!(
-                    "broker: capabilities held (CapEff {:x}, CapPrm {:x})",
-                    k.cap_eff, k.cap_prm
-                ));
-            }
-        }
-    }
-    if b.landlock != LandlockStatus::FullyEnforced {
-        let line = format!(
-            "broker: Landlock {:?} (kernel ABI {}, profile needs {})",
-            b.landlock, b.landlock_abi, b.landlock_min_abi
-        );
-        if ctx.opts.allow_degraded {
-            notes.push(format!("{line}, allowed by --allow-degraded"));
-        } else {
-            problems.push(line);
-        }
-    }
-    let s = &ctx.spawner_lockdown;
-    if !(s.no_new_privs && s.dumpable_off && s.stray_fds_closed && s.env_cleared) {
-        problems.push("spawner: hardening incomplete".into());
-    }
-    match &processes[1].kernel {
-        None => problems.push("spawner: the kernel's view of it could not be read".into()),
-        Some(k) if !k.no_new_privs => problems.push("spawner: NoNewPrivs 0".into()),
-        Some(_) => {}
-    }
+    router_and_spawner(ctx, &processes, &mut problems, &mut notes);
     for p in processes.iter().skip(2) {
         match &p.state {
             ProcessState::Ready => {}
             ProcessState::Starting => problems.push(format!("{}: still starting", p.name)),
+            // A helper this OS does not run is a fact of the build, said as such.
+            ProcessState::Refused { reason } if not_built_here(&p.name) => {
+                notes.push(format!("{}: {reason}", p.name))
+            }
             ProcessState::Refused { reason } => {
                 problems.push(format!("{}: refused: {reason}", p.name))
             }
         }
         if let Some(l) = &p.lockdown {
+            #[cfg(unix)]
             if l.landlock != LandlockStatus::FullyEnforced {
                 let line = format!(
                     "{}: Landlock {:?} (kernel ABI {}, profile needs {})",
@@ -197,5 +157,119 @@ pub async fn add_secrets_status(ctx: &Ctx, report: &mut DoctorReport) {
             other.kind()
         )),
         Err(e) => report.problems.push(format!("secrets-helper: status: {e}")),
+    }
+}
+
+/// The kernel's view of the broker or the spawner, read by the spawner (Linux). On Windows the
+/// spawner observes helpers only; the two processes' own reports are what `doctor` shows.
+#[cfg(unix)]
+async fn kernel_view(ctx: &Ctx, pid: u32) -> Option<ipc_schema::status::ProcStatus> {
+    ctx.spawner.status(pid).await.ok()
+}
+#[cfg(windows)]
+async fn kernel_view(_ctx: &Ctx, _pid: u32) -> Option<ipc_schema::status::ProcStatus> {
+    None
+}
+
+/// Whether `name` is a helper this OS does not run (its slot is refused for that reason).
+fn not_built_here(name: &str) -> bool {
+    ipc_schema::Role::HELPERS
+        .iter()
+        .any(|r| r.name() == name && crate::helpers::not_built_here(*r).is_some())
+}
+
+/// The router's and the spawner's own confinement, against the kernel's view of each (Linux).
+#[cfg(unix)]
+fn router_and_spawner(
+    ctx: &Ctx,
+    processes: &[ProcessReport],
+    problems: &mut Vec<String>,
+    notes: &mut Vec<String>,
+) {
+    notes.push("broker (the router): no capabilities, no_new_privs, not dumpable, Landlock to its own config, data and runtime directories, a seccomp allowlist without exec, fork, socket or ptrace (docs/seccomp/broker.txt)".to_string().to_string());
+    notes.push("spawner: starts, kills and reports on helpers for the router and does nothing else; no_new_privs, no other descriptors, empty environment; no Landlock or seccomp of its own, since every helper would inherit them (docs/SECURITY.md)".to_string().to_string());
+    let b = &ctx.broker_lockdown;
+    if !(b.no_new_privs
+        && b.dumpable_off
+        && b.core_dumps_off
+        && b.capabilities_dropped
+        && b.seccomp_filter)
+    {
+        problems.push("broker: lockdown incomplete".into());
+    }
+    match &processes[0].kernel {
+        None => problems.push("broker: the kernel's view of it could not be read".into()),
+        Some(k) => {
+            if k.seccomp != 2 {
+                problems.push(format!("broker: Seccomp {} (filter required)", k.seccomp));
+            }
+            if !k.no_new_privs {
+                problems.push("broker: NoNewPrivs 0".into());
+            }
+            if k.cap_eff != 0 || k.cap_prm != 0 {
+                problems.push(format!(
+                    "broker: capabilities held (CapEff {:x}, CapPrm {:x})",
+                    k.cap_eff, k.cap_prm
+                ));
+            }
+        }
+    }
+    if b.landlock != LandlockStatus::FullyEnforced {
+        let line = format!(
+            "broker: Landlock {:?} (kernel ABI {}, profile needs {})",
+            b.landlock, b.landlock_abi, b.landlock_min_abi
+        );
+        if ctx.opts.allow_degraded {
+            notes.push(format!("{line}, allowed by --allow-degraded"));
+        } else {
+            problems.push(line);
+        }
+    }
+    let s = &ctx.spawner_lockdown;
+    if !(s.no_new_privs && s.dumpable_off && s.stray_fds_closed && s.env_cleared) {
+        problems.push("spawner: hardening incomplete".into());
+    }
+    match &processes[1].kernel {
+        None => problems.push("spawner: the kernel's view of it could not be read".into()),
+        Some(k) if !k.no_new_privs => problems.push("spawner: NoNewPrivs 0".into()),
+        Some(_) => {}
+    }
+}
+
+/// The router's and the spawner's own hardening on Windows, by their own reports (the spawner
+/// observes helpers, not itself or the router): the router's job and both processes'
+/// mitigations; what did not hold is a problem, or a note under `--allow-degraded`.
+#[cfg(windows)]
+fn router_and_spawner(
+    ctx: &Ctx,
+    _processes: &[ProcessReport],
+    problems: &mut Vec<String>,
+    notes: &mut Vec<String>,
+) {
+    notes.push("broker (the router): a job of its own that admits no second process (it starts none: the spawner does) and dies on an unhandled exception, with UI restrictions; it keeps the user's token, so its files are the user's (docs/windows.md)".to_string());
+    notes.push("spawner: starts, ends and observes helpers for the router and does nothing else; it keeps the user's token, which it needs to make each helper's restricted token and job (docs/windows.md)".to_string());
+    for (name, report) in [
+        ("broker", &ctx.broker_lockdown),
+        ("spawner", &ctx.spawner_lockdown),
+    ] {
+        match report.windows.as_deref() {
+            None => problems.push(format!("{name}: its report says nothing of its hardening")),
+            Some(c) => notes.push(format!(
+                "{name}: mitigations in force: {}",
+                if c.mitigations.is_empty() {
+                    "none".to_string()
+                } else {
+                    c.mitigations.join(", ")
+                }
+            )),
+        }
+        for d in &report.degraded {
+            let line = format!("{name}: degraded: {d}");
+            if ctx.opts.allow_degraded {
+                notes.push(format!("{line}, allowed by --allow-degraded"));
+            } else {
+                problems.push(line);
+            }
+        }
     }
 }

@@ -23,20 +23,33 @@ use ipc_schema::codec::{encode, MAX_FRAME};
 use ipc_schema::route::{Channel, RouteError, RouteState};
 use ipc_schema::{Body, Envelope, ErrorCode, ErrorReply, Role};
 use sandbox::endpoint::Listener;
+#[cfg(unix)]
 use sandbox::process::{pidfd_open, pidfd_send_signal};
+#[cfg(unix)]
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+#[cfg(unix)]
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::rc::Rc;
 use std::time::Duration;
-use tokio::io::{AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
+#[cfg(unix)]
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
+
+/// A front endpoint made before the lockdown, not yet accepting: a bound Unix socket; on
+/// Windows the pipe's name (pipes are made when listening starts: the Windows lockdown, a job
+/// and mitigations, does not forbid making them).
+#[cfg(unix)]
+pub type Prepared = OwnedFd;
+#[cfg(windows)]
+pub type Prepared = String;
 
 /// Makes the socket at `path` (0600) and binds it, without listening yet: the router makes no
 /// socket after its lockdown, so both are made before it, and a client that connects before
 /// [`listen`] is refused, as when no broker runs.
-pub fn prepare(path: &Path) -> std::io::Result<OwnedFd> {
+#[cfg(unix)]
+pub fn prepare(path: &Path) -> std::io::Result<Prepared> {
     use nix::sys::socket::{bind, socket, AddressFamily, SockFlag, SockType, UnixAddr};
     match std::fs::remove_file(path) {
         Ok(()) => {}
@@ -54,11 +67,27 @@ pub fn prepare(path: &Path) -> std::io::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// The pipe name `path` holds (`gatehouse_client::Dirs` names each front's pipe).
+#[cfg(windows)]
+pub fn prepare(path: &Path) -> std::io::Result<Prepared> {
+    path.to_str()
+        .map(str::to_string)
+        .ok_or_else(|| std::io::Error::other("a pipe name that is not text"))
+}
+
 /// Starts listening on a socket from [`prepare`]: the endpoint layer every OS shares
 /// (`sandbox::endpoint`), which names each connection's peer.
-pub fn listen(fd: OwnedFd) -> std::io::Result<Listener> {
+#[cfg(unix)]
+pub fn listen(fd: Prepared) -> std::io::Result<Listener> {
     nix::sys::socket::listen(&fd, nix::sys::socket::Backlog::MAXCONN)?;
     Listener::from_std(std::os::unix::net::UnixListener::from(fd))
+}
+
+/// Creates the pipe, first instance of its name and for this user only (a process that took
+/// the name first makes this fail: the broker refuses to start rather than serve beside it).
+#[cfg(windows)]
+pub fn listen(name: Prepared) -> std::io::Result<Listener> {
+    Listener::bind(&name)
 }
 
 /// Accepts front connections for `role` forever.
@@ -66,7 +95,11 @@ pub async fn accept_loop(ctx: Rc<Ctx>, mut listener: Listener, role: Role) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
-                tokio::task::spawn_local(serve_front(ctx.clone(), stream, Ok(peer), role, None));
+                #[cfg(unix)]
+                let (rd, wr) = stream.into_split();
+                #[cfg(windows)]
+                let (rd, wr) = tokio::io::split(stream);
+                tokio::task::spawn_local(serve_front(ctx.clone(), rd, wr, Ok(peer), role, None));
             }
             Err(e) => {
                 tracing::error!("accept on the {role} socket failed: {e}");
@@ -79,7 +112,29 @@ pub async fn accept_loop(ctx: Rc<Ctx>, mut listener: Listener, role: Role) {
 struct Peer {
     role: Role,
     pid: Option<u32>,
-    pidfd: Option<OwnedFd>,
+    /// Opened at accept, so a kill reaches this process even if its pid is reused.
+    process: Option<PeerProcess>,
+}
+
+/// A front's process, as the broker holds it: a pidfd on Linux, a process handle on Windows.
+#[cfg(unix)]
+struct PeerProcess(OwnedFd);
+#[cfg(windows)]
+use sandbox::windows::PeerProcess;
+
+#[cfg(unix)]
+impl PeerProcess {
+    fn open(pid: u32) -> std::io::Result<PeerProcess> {
+        pidfd_open(pid).map(PeerProcess)
+    }
+
+    fn running(&self) -> bool {
+        pidfd_send_signal(&self.0, 0).is_ok()
+    }
+
+    fn kill(&self) -> std::io::Result<()> {
+        pidfd_send_signal(&self.0, libc::SIGKILL)
+    }
 }
 
 impl Peer {
@@ -89,19 +144,20 @@ impl Peer {
             .pid
             .map(|p| p.to_string())
             .unwrap_or_else(|| "?".into());
-        match &self.pidfd {
-            Some(fd) => {
-                let _ = pidfd_send_signal(fd, libc::SIGKILL);
+        match &self.process {
+            Some(p) => {
+                let _ = p.kill();
                 tracing::error!(peer = %self.role, pid, "killed: {reason}");
             }
             None => {
-                tracing::error!(peer = %self.role, pid, "disconnected (no pidfd to kill it): {reason}")
+                tracing::error!(peer = %self.role, pid, "disconnected (no handle to kill it): {reason}")
             }
         }
     }
 }
 
 /// Serves an agent's gateway connection that came through the connector of `run`'s command.
+#[cfg(unix)]
 pub fn serve_launched(
     ctx: Rc<Ctx>,
     stream: std::os::unix::net::UnixStream,
@@ -118,12 +174,14 @@ pub fn serve_launched(
         }
     };
     let cred = sandbox::peer::of_unix_socket(stream.as_fd());
-    tokio::task::spawn_local(serve_front(ctx, stream, cred, Role::Gateway, Some(run)));
+    let (rd, wr) = stream.into_split();
+    tokio::task::spawn_local(serve_front(ctx, rd, wr, cred, Role::Gateway, Some(run)));
 }
 
 async fn serve_front(
     ctx: Rc<Ctx>,
-    stream: UnixStream,
+    rd: impl AsyncRead + Unpin + 'static,
+    wr: impl AsyncWrite + Unpin + 'static,
     cred: std::io::Result<sandbox::peer::Peer>,
     role: Role,
     run: Option<Rc<crate::launch::Run>>,
@@ -149,7 +207,7 @@ async fn serve_front(
     let peer = Peer {
         role,
         pid,
-        pidfd: pid.and_then(|p| pidfd_open(p).ok()),
+        process: pid.and_then(|p| PeerProcess::open(p).ok()),
     };
     if run.is_none() {
         if let Err(why) = not_sandboxed(&ctx, &peer).await {
@@ -161,7 +219,6 @@ async fn serve_front(
         }
     }
 
-    let (rd, wr) = stream.into_split();
     let mut rd = ipc_schema::framed::FrameReader::new(rd, MAX_FRAME);
     let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
     tokio::task::spawn_local(async move {
@@ -247,11 +304,7 @@ async fn not_sandboxed(ctx: &Ctx, peer: &Peer) -> Result<(), Option<String>> {
             "its pid is not visible to the broker (another pid namespace), so whether it runs under gatehouse's spawner cannot be told".into(),
         ));
     };
-    let alive = || {
-        peer.pidfd
-            .as_ref()
-            .is_some_and(|fd| pidfd_send_signal(fd, 0).is_ok())
-    };
+    let alive = || peer.process.as_ref().is_some_and(PeerProcess::running);
     match ctx.spawner.lineage(pid).await {
         Ok(false) if alive() => Ok(()),
         // Gone before or during the check: nothing to serve, nothing to kill.

@@ -15,7 +15,7 @@ use policy::protected::Protected;
 use policy::{policy_path, PolicyState};
 use std::cell::RefCell;
 use std::ffi::OsString;
-use std::os::unix::ffi::OsStrExt;
+#[cfg(unix)]
 use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -122,9 +122,12 @@ impl Gate {
     /// the broker's start, with the reason.
     pub fn open(dirs: &Dirs, opts: &GateOptions) -> Result<Gate, String> {
         let db = store::db_path(&dirs.data);
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
+        let mut checkpoints = std::fs::DirBuilder::new();
+        checkpoints.recursive(true);
+        // On Windows the data directory's owner-only DACL is inherited.
+        #[cfg(unix)]
+        checkpoints.mode(0o700);
+        checkpoints
             .create(dirs.data.join("checkpoints"))
             .map_err(|e| format!("cannot create the checkpoint directory: {e}"))?;
         let conn = store::open_rw(&db).map_err(|e| e.to_string())?;
@@ -220,10 +223,10 @@ impl Gate {
             if g.confirmed {
                 flags.push_str(",confirmed");
             }
-            let mut spec = format!("{}:{caps}:{flags}:", g.id).into_bytes();
-            spec.extend_from_slice(g.root.as_os_str().as_bytes());
+            let mut spec = OsString::from(format!("{}:{caps}:{flags}:", g.id));
+            spec.push(g.root.as_os_str());
             args.push("--grant".into());
-            args.push(OsString::from(std::ffi::OsStr::from_bytes(&spec)));
+            args.push(spec);
             for (opt, globs) in [("--include", &g.include), ("--exclude", &g.exclude)] {
                 for glob in globs {
                     args.push(opt.into());

@@ -1,8 +1,10 @@
 //! Spawning, verifying and supervising the helpers, and calling them.
 //!
 //! A helper is routed to only after its hello arrived, its own report says it locked down, and
-//! the kernel agrees (`/proc/<pid>/status`: `Seccomp: 2`, `NoNewPrivs: 1`, no effective
-//! capabilities). A helper that breaks the protocol is killed. A helper that exits is restarted
+//! the OS agrees, as the spawner reads it from outside: on Linux `/proc/<pid>/status`
+//! (`Seccomp: 2`, `NoNewPrivs: 1`, no effective capabilities); on Windows the helper's token,
+//! job, mitigations and process descriptor (`sandbox::wincfg::verify_observed`). A helper that
+//! breaks the protocol is killed. A helper that exits is restarted
 //! with backoff, and every call in flight to it fails with [`CallError::Crashed`].
 
 use crate::BrokerOptions;
@@ -13,10 +15,12 @@ use ipc_schema::{Body, Envelope, Role};
 use spawner::link::Link as Spawner;
 use std::collections::HashMap;
 use std::ffi::OsString;
+#[cfg(unix)]
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncWriteExt, BufWriter};
+#[cfg(unix)]
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot, watch};
 use zeroize::Zeroize;
@@ -41,10 +45,57 @@ pub enum CallError {
     Crashed { role: Role, how: String },
 }
 
+/// A descriptor that travels with a frame (`SCM_RIGHTS`). Windows passes none: what needs one
+/// (an agent's or a third-party server's connector) is not built there, so no value exists.
+#[cfg(unix)]
+pub type Passed = OwnedFd;
+#[cfg(windows)]
+pub enum Passed {}
+
+/// A connected pair for a sandbox's connector or a third-party server's stdio (`socketpair`,
+/// which reaches no one): one end passes to a helper, the broker keeps the other. Refused on
+/// Windows, where no descriptor is passed.
+#[cfg(unix)]
+pub fn connector_pair() -> Result<(Passed, Passed), String> {
+    std::os::unix::net::UnixStream::pair()
+        .map(|(ours, theirs)| (ours.into(), theirs.into()))
+        .map_err(|e| format!("socketpair: {e}"))
+}
+#[cfg(windows)]
+pub fn connector_pair() -> Result<(Passed, Passed), String> {
+    Err("not built for Windows: a sandbox's connector passes descriptors, which gatehouse does not pass between Windows processes yet".into())
+}
+
+/// The broker's ends of a helper's channel: a Unix socket's halves; on Windows the halves of
+/// the pipe the spawner duplicated into this process.
+#[cfg(unix)]
+type ChannelRead = tokio::net::unix::OwnedReadHalf;
+#[cfg(unix)]
+type ChannelWrite = tokio::net::unix::OwnedWriteHalf;
+#[cfg(windows)]
+type ChannelRead = tokio::io::ReadHalf<tokio::net::windows::named_pipe::NamedPipeServer>;
+#[cfg(windows)]
+type ChannelWrite = tokio::io::WriteHalf<tokio::net::windows::named_pipe::NamedPipeServer>;
+
+/// The helpers that run on this OS. The others' slots stay refused, with the reason, so a
+/// call to one fails at once and `doctor` says why.
+#[cfg(unix)]
+pub(crate) fn not_built_here(_role: Role) -> Option<&'static str> {
+    None
+}
+#[cfg(windows)]
+pub(crate) fn not_built_here(role: Role) -> Option<&'static str> {
+    match role {
+        Role::Fs => Some("the fs-helper is not built for Windows (beneath-root path resolution: ipc_schema::platform::Missing::BeneathResolution); file tools are refused"),
+        Role::Servers => Some("third-party MCP servers are not built for Windows (their connectors pass descriptors); the servers-helper does not run"),
+        _ => None,
+    }
+}
+
 /// A request for a helper: its body, and the descriptor to pass with it.
 struct Message {
     body: Body,
-    fd: Option<OwnedFd>,
+    fd: Option<Passed>,
 }
 
 /// Who gets a helper's answer.
@@ -79,7 +130,7 @@ struct Live {
 /// bring one (`Flags::FD`); the helper refuses any other.
 struct Outgoing {
     frame: Vec<u8>,
-    fd: Option<OwnedFd>,
+    fd: Option<Passed>,
 }
 
 struct SlotState {
@@ -89,6 +140,7 @@ struct SlotState {
     state: ProcessState,
     restarts: u32,
     lockdown: Option<LockdownReport>,
+    /// The kernel's view (Linux); Windows' outside view is checked, and its report shown.
     kernel: Option<ProcStatus>,
     last_pid: u32,
     /// A planned restart (new grants): why. No new call is sent meanwhile; the helper is
@@ -197,7 +249,7 @@ impl HelperSlot {
     /// [`HelperSlot::call`] with a descriptor that travels with the frame (a request whose
     /// route carries `Flags::FD`). If the helper is restarted before the frame is sent, the
     /// descriptor goes to the new one; if the call fails, it is closed.
-    pub async fn call_with_fd(&self, body: Body, fd: OwnedFd) -> Result<Body, CallError> {
+    pub async fn call_with_fd(&self, body: Body, fd: Passed) -> Result<Body, CallError> {
         self.call_message(Message { body, fd: Some(fd) }).await
     }
 
@@ -218,14 +270,16 @@ impl HelperSlot {
                 }
                 Err(back) => msg = back.0,
             }
-            if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+            // A refused helper's reason first: a slot this OS never runs is down from the
+            // start, and its call must say why, not that gatehouse is stopping.
+            let refused = matches!(self.lock().state, ProcessState::Refused { .. });
+            if self.down.load(std::sync::atomic::Ordering::SeqCst) && !refused {
                 return Err(CallError::Unavailable {
                     role: self.role,
                     reason: "gatehouse is stopping".into(),
                 });
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            let refused = matches!(self.lock().state, ProcessState::Refused { .. });
             if left.is_zero() || refused {
                 return Err(CallError::Unavailable {
                     role: self.role,
@@ -375,6 +429,13 @@ impl Helpers {
 }
 
 async fn supervise(slot: Arc<HelperSlot>, opts: Arc<BrokerOptions>) {
+    if let Some(why) = not_built_here(slot.role) {
+        slot.lock().state = ProcessState::Refused {
+            reason: why.to_string(),
+        };
+        slot.down.store(true, std::sync::atomic::Ordering::SeqCst);
+        return;
+    }
     let mut backoff = BACKOFF_MIN;
     loop {
         let started = Instant::now();
@@ -491,8 +552,10 @@ async fn run_once(slot: &Arc<HelperSlot>, opts: &BrokerOptions) -> String {
             }
         }
     };
-    let sock = std::os::unix::net::UnixStream::from(started.channel);
-    let broke = serve(slot, opts, sock, pid, &exited).await;
+    let broke = match adopt(started.channel) {
+        Ok((rd, wr)) => serve(slot, opts, rd, wr, pid, &exited).await,
+        Err(e) => Some(format!("channel setup failed: {e}")),
+    };
     if let Some(reason) = &broke {
         slot.spawner.kill(pid);
         tracing::error!(helper = %role, pid, "killed: {reason}");
@@ -508,12 +571,60 @@ async fn run_once(slot: &Arc<HelperSlot>, opts: &BrokerOptions) -> String {
     }
 }
 
+/// The broker's end of a helper's channel, as the spawner handed it over, ready for tokio.
+#[cfg(unix)]
+fn adopt(channel: spawner::link::HelperChannel) -> std::io::Result<(ChannelRead, ChannelWrite)> {
+    let sock = std::os::unix::net::UnixStream::from(channel);
+    sock.set_nonblocking(true)?;
+    Ok(UnixStream::from_std(sock)?.into_split())
+}
+#[cfg(windows)]
+fn adopt(channel: spawner::link::HelperChannel) -> std::io::Result<(ChannelRead, ChannelWrite)> {
+    Ok(tokio::io::split(sandbox::windows::async_server(channel)?))
+}
+
+/// Whether `report` matches the OS's view of the helper, as the spawner read it (the router
+/// reads no /proc and opens no other process). The kernel's view is kept for `doctor`,
+/// whatever the verdict.
+#[cfg(unix)]
+fn verify_outside(
+    slot: &HelperSlot,
+    report: &LockdownReport,
+    kernel: ProcStatus,
+    allow_degraded: bool,
+) -> Result<(), String> {
+    slot.lock().kernel = Some(kernel.clone());
+    report.verify(slot.role, &kernel, allow_degraded)
+}
+
+/// On Windows: the token, job, mitigations and process descriptor the spawner reads through
+/// its handles must be what the hello says, and both must meet the role's policy.
+#[cfg(windows)]
+fn verify_outside(
+    slot: &HelperSlot,
+    report: &LockdownReport,
+    observed: spawner::link::KernelView,
+    allow_degraded: bool,
+) -> Result<(), String> {
+    use sandbox::{wincfg, Profile};
+    let profile = match slot.role {
+        Role::Net => Profile::Net,
+        Role::Exec => Profile::Exec,
+        // The one store gatehouse has on Windows.
+        Role::Secrets => Profile::Secrets(ipc_schema::secrets::StoreKind::CredentialManager),
+        other => return Err(format!("{other} has no Windows policy")),
+    };
+    let policy = wincfg::helper_policy(&profile).map_err(|e| e.to_string())?;
+    wincfg::verify_observed(&policy, report, &observed, allow_degraded)
+}
+
 /// Verifies the hello, then relays replies until the helper exits (`None`) or breaks the
 /// protocol (`Some(reason)`: the caller kills it).
 async fn serve<F>(
     slot: &Arc<HelperSlot>,
     opts: &BrokerOptions,
-    sock: std::os::unix::net::UnixStream,
+    rd: ChannelRead,
+    wr: ChannelWrite,
     pid: u32,
     exited: &impl Fn() -> F,
 ) -> Option<String>
@@ -521,14 +632,6 @@ where
     F: std::future::Future<Output = ()>,
 {
     let role = slot.role;
-    if let Err(e) = sock.set_nonblocking(true) {
-        return Some(format!("channel setup failed: {e}"));
-    }
-    let sock = match UnixStream::from_std(sock) {
-        Ok(s) => s,
-        Err(e) => return Some(format!("channel setup failed: {e}")),
-    };
-    let (rd, wr) = sock.into_split();
     let mut rd = if answers_with_secrets(role) {
         ipc_schema::framed::FrameReader::wiping(rd, MAX_FRAME)
     } else {
@@ -576,17 +679,12 @@ where
         };
         return Some(reason);
     }
-    // The kernel's view, read by the spawner (the router reads no /proc).
-    let kernel = match slot.spawner.status(pid).await {
+    slot.lock().lockdown = Some(report.clone());
+    let outside = match slot.spawner.status(pid).await {
         Ok(k) => k,
         Err(e) => return Some(format!("cannot read its status: {e}")),
     };
-    {
-        let mut st = slot.lock();
-        st.lockdown = Some(report.clone());
-        st.kernel = Some(kernel.clone());
-    }
-    if let Err(reason) = report.verify(role, &kernel, opts.allow_degraded) {
+    if let Err(reason) = verify_outside(slot, &report, outside, opts.allow_degraded) {
         slot.lock().state = ProcessState::Refused {
             reason: reason.clone(),
         };
@@ -618,7 +716,10 @@ where
             while let Some(Outgoing { mut frame, fd }) = next.take() {
                 let sent = match fd {
                     None => w.write_all(&frame).await,
+                    #[cfg(unix)]
                     Some(fd) => write_with_fd(&mut w, &frame, fd).await,
+                    #[cfg(windows)]
+                    Some(none) => match none {},
                 };
                 if wipe {
                     frame.zeroize();
@@ -703,8 +804,9 @@ where
 
 /// Writes `frame` with `fd` attached: what is buffered goes first, then one `sendmsg` carries
 /// the descriptor with the frame's first bytes, then the rest (`ipc_schema::fdpass`'s rule).
+#[cfg(unix)]
 async fn write_with_fd(
-    w: &mut BufWriter<tokio::net::unix::OwnedWriteHalf>,
+    w: &mut BufWriter<ChannelWrite>,
     frame: &[u8],
     fd: OwnedFd,
 ) -> std::io::Result<()> {

@@ -20,6 +20,7 @@
 //! pair is `socketpair`, which reaches no one).
 
 use crate::fronts::Replier;
+use crate::helpers::Passed;
 use crate::tools::exec::{stop_run, watch_run};
 use crate::tools::Conn;
 use crate::Ctx;
@@ -30,10 +31,10 @@ use ipc_schema::tool::{ProfileName, ResumeToken, SessionId, ToolCall};
 use ipc_schema::ui::{AgentLaunch, CommandLaunch, LaunchReply, NotStarted, UiReply};
 use ipc_schema::{Body, ErrorCode, ErrorReply, Role};
 use std::cell::{Cell, RefCell};
-use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
+#[cfg(unix)]
 use std::time::Duration;
 
 /// Who the audit rows name as the actor: the human, through the console's channel.
@@ -42,6 +43,7 @@ const ACTOR: &str = "ui";
 const TOOLS: [&str; 2] = ["gatehouse sandbox", "gatehouse run"];
 
 /// How long the end of a command waits for the records of connections still being relayed.
+#[cfg(unix)]
 const EGRESS_DRAIN: Duration = Duration::from_secs(2);
 
 thread_local! {
@@ -145,10 +147,8 @@ pub fn command(
         // The connector: the sandbox's end goes with the Start, ours is read by `relay`.
         let mut connector = None;
         if spec.needs_connector() {
-            match std::os::unix::net::UnixStream::pair() {
-                Ok((ours, theirs)) => {
-                    connector = Some((OwnedFd::from(theirs), OwnedFd::from(ours)))
-                }
+            match crate::helpers::connector_pair() {
+                Ok((ours, theirs)) => connector = Some((theirs, ours)),
                 Err(e) => {
                     if let Some(p) = &proxy {
                         p.close().await;
@@ -331,13 +331,14 @@ impl Proxy {
 /// once) goes to `stdio`. Anything else is closed. Returns once the sandbox is gone and every
 /// handed-over proxy connection has its record, or [`EGRESS_DRAIN`] after the sandbox went.
 /// `peer`: the console that launched the command, told of each connection's end.
+#[cfg(unix)]
 pub(crate) async fn relay(
     ctx: Rc<Ctx>,
-    connector: OwnedFd,
+    connector: Passed,
     proxy: Option<(Arc<crate::helpers::HelperSlot>, String)>,
     agent: Option<Rc<Run>>,
     peer: Option<(Replier, u64)>,
-    mut stdio: Option<tokio::sync::oneshot::Sender<OwnedFd>>,
+    mut stdio: Option<tokio::sync::oneshot::Sender<Passed>>,
 ) {
     use ipc_schema::exec::{CONNECTOR_GATEWAY, CONNECTOR_PROXY, CONNECTOR_STDIO};
     use std::collections::VecDeque;
@@ -426,8 +427,22 @@ pub(crate) async fn relay(
     }
 }
 
+/// No connector exists on Windows ([`crate::helpers::connector_pair`] refuses there).
+#[cfg(windows)]
+pub(crate) async fn relay(
+    _ctx: Rc<Ctx>,
+    connector: Passed,
+    _proxy: Option<(Arc<crate::helpers::HelperSlot>, String)>,
+    _agent: Option<Rc<Run>>,
+    _peer: Option<(Replier, u64)>,
+    _stdio: Option<tokio::sync::oneshot::Sender<Passed>>,
+) {
+    match connector {}
+}
+
 /// Who a sandbox's own directory belongs to: this broker's user, or, for a broker started as
 /// root, the user its exec-helper runs commands as (nobody).
+#[cfg(unix)]
 pub(crate) fn run_as_owner(_ctx: &Ctx) -> (u32, u32) {
     let uid = nix::unistd::geteuid().as_raw();
     if uid == 0 {
@@ -436,6 +451,13 @@ pub(crate) fn run_as_owner(_ctx: &Ctx) -> (u32, u32) {
         // The group is used only by a root caller's chown: none happens here.
         (uid, u32::MAX)
     }
+}
+
+/// Windows has no uids: sandboxes' own directories are not made there
+/// (`Dirs::ensure_agent_home` refuses), so this names no one.
+#[cfg(windows)]
+pub(crate) fn run_as_owner(_ctx: &Ctx) -> (u32, u32) {
+    (u32::MAX, u32::MAX)
 }
 
 /// `gatehouse run`'s side of a command: the run's token (in the agent's sandbox only) and the
@@ -525,6 +547,7 @@ async fn open_session(
 
 /// One connection through an egress proxy ended: its audit row (under the agent's first
 /// session, when it opened one; the line names the proxy session either way).
+#[cfg(unix)]
 fn egress_row(
     session: Option<SessionId>,
     record: &ipc_schema::net::EgressRecord,

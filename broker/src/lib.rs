@@ -4,10 +4,11 @@
 //! `audit-store`.
 
 #![forbid(unsafe_code)]
-// The daemon starts its helpers through the spawner (pidfds, /proc, PR_SET_PDEATHSIG) and locks
-// itself down with Landlock and seccomp: Linux only (ipc_schema::platform::Missing). Elsewhere
-// the crate is empty; gatehouse-broker and the CLI refuse to start there.
-#![cfg(target_os = "linux")]
+// The daemon runs on Linux (its helpers started through the spawner; Landlock and seccomp on
+// itself) and Windows (the spawner on a pipe; a job and mitigations on itself; no fs-helper and
+// no servers-helper there). On macOS the crate is empty and gatehouse-broker refuses to start
+// (ipc_schema::platform::Missing).
+#![cfg(any(target_os = "linux", windows))]
 
 mod approvals;
 mod audit;
@@ -128,11 +129,21 @@ pub struct KernelFacts {
 }
 
 impl KernelFacts {
+    #[cfg(unix)]
     fn read() -> KernelFacts {
         KernelFacts {
             release: nix::sys::utsname::uname()
                 .map(|u| u.release().to_string_lossy().into_owned())
                 .unwrap_or_default(),
+            landlock_abi: sandbox::landlock_abi(),
+        }
+    }
+
+    /// Windows has no Landlock (ABI 0); the release is the OS's name only.
+    #[cfg(windows)]
+    fn read() -> KernelFacts {
+        KernelFacts {
+            release: "Windows".into(),
             landlock_abi: sandbox::landlock_abi(),
         }
     }
@@ -154,9 +165,13 @@ const HELPER_ROLES: [Role; 5] = Role::HELPERS;
 fn missing_helpers(dir: &std::path::Path) -> Option<String> {
     let missing: Vec<&str> = HELPER_ROLES
         .iter()
+        .filter(|r| helpers::not_built_here(**r).is_none())
         .map(|r| r.name())
         .chain([broker::SPAWNER_BINARY])
-        .filter(|n| !dir.join(n).is_file())
+        .filter(|n| {
+            !dir.join(format!("{n}{}", std::env::consts::EXE_SUFFIX))
+                .is_file()
+        })
         .collect();
     if missing.is_empty() {
         return None;
@@ -196,16 +211,8 @@ pub fn run_broker(dirs: Dirs, args: BrokerArgs) -> Result<(), String> {
     // A broker started from `gatehouse run` or `sandbox` inherits their blocked stop signals
     // (signal masks survive fork and exec): it must still stop on SIGTERM as `gatehouse stop`
     // asks, so the mask is cleared before any thread starts.
-    let mut stop = nix::sys::signal::SigSet::empty();
-    for s in [
-        nix::sys::signal::Signal::SIGTERM,
-        nix::sys::signal::Signal::SIGINT,
-        nix::sys::signal::Signal::SIGHUP,
-    ] {
-        stop.add(s);
-    }
-    stop.thread_unblock()
-        .map_err(|e| format!("unblocking the stop signals: {e}"))?;
+    #[cfg(unix)]
+    unblock_stop_signals()?;
     let gate = args.gate.options(args.allow_degraded)?;
     let opts = Arc::new(BrokerOptions {
         allow_degraded: args.allow_degraded,
@@ -230,4 +237,26 @@ pub fn run_broker(dirs: Dirs, args: BrokerArgs) -> Result<(), String> {
     #[cfg(feature = "test-hooks")]
     helpers::set_extra_args(&opts, Role::Net, args.test_net_arg.clone());
     broker::run(dirs, opts)
+}
+
+#[cfg(unix)]
+fn unblock_stop_signals() -> Result<(), String> {
+    let mut stop = nix::sys::signal::SigSet::empty();
+    for s in [
+        nix::sys::signal::Signal::SIGTERM,
+        nix::sys::signal::Signal::SIGINT,
+        nix::sys::signal::Signal::SIGHUP,
+    ] {
+        stop.add(s);
+    }
+    stop.thread_unblock()
+        .map_err(|e| format!("unblocking the stop signals: {e}"))
+}
+
+/// Whether this broker runs as root (Unix); never on Windows, which has no uid 0.
+pub(crate) fn running_as_root() -> bool {
+    #[cfg(unix)]
+    return nix::unistd::geteuid().is_root();
+    #[cfg(windows)]
+    false
 }

@@ -4,16 +4,16 @@
 
 #![forbid(unsafe_code)]
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 use clap::Parser;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 use gatehouse_client::Dirs;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 use std::path::PathBuf;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 use std::process::ExitCode;
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 #[derive(Parser)]
 #[command(
     name = "gatehouse-broker",
@@ -21,7 +21,7 @@ use std::process::ExitCode;
     about = "The gatehouse broker and its helpers, in the foreground (other commands start it when needed)",
     args_override_self = true
 )]
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 struct Cli {
     /// A private instance: config, data and sockets all under DIR (tests, demos).
     #[arg(long, value_name = "DIR")]
@@ -33,14 +33,14 @@ struct Cli {
     args: broker::BrokerArgs,
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 /// An error, on one line of stderr, made inert ([`ipc_schema::inert::escaped`]).
 fn fail(msg: &str) -> ExitCode {
     eprintln!("gatehouse: {}", ipc_schema::inert::escaped(msg));
     ExitCode::from(1)
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let dirs = match cli.data_dir.as_ref().map(std::path::absolute) {
@@ -57,9 +57,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// The broker starts and confines its helpers with Linux mechanisms only; this build has no
-/// counterpart for them here, so it refuses rather than run unconfined.
-#[cfg(not(target_os = "linux"))]
+/// The broker starts and confines its helpers with Linux and Windows mechanisms; this build
+/// (macOS) has no counterpart for them, so it refuses rather than run unconfined.
+#[cfg(not(any(target_os = "linux", windows)))]
 fn main() -> std::process::ExitCode {
     use ipc_schema::platform::{refuse, Missing};
     refuse(

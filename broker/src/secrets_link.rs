@@ -9,17 +9,13 @@ use crate::fronts::Replier;
 use crate::Ctx;
 use audit_store::chain::{AuditEvent, AuditKind};
 use gatehouse_client::Dirs;
-use ipc_schema::codec::{self, HEADER_LEN, MAX_FRAME};
 use ipc_schema::secrets::{
-    CredentialInfo, CredentialName, CredentialSpec, SecretsReply, SecretsRequest, SendAs,
-    StoreKind, Zeroizing,
+    CredentialInfo, CredentialName, CredentialSpec, SecretsReply, SecretsRequest, SendAs, StoreKind,
 };
 use ipc_schema::ui::UiReply;
-use ipc_schema::{Body, Envelope, ErrorCode, ErrorReply, Role};
+use ipc_schema::{Body, ErrorCode, ErrorReply, Role};
 use std::ffi::OsString;
-use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::rc::Rc;
 
 /// Errors of these functions, each a sentence for the user.
@@ -114,80 +110,97 @@ pub fn helper_args(dirs: &Dirs) -> CmdResult<Vec<OsString>> {
     Ok(args)
 }
 
-/// A secrets-helper started by a command (`gatehouse secret`, `verify-audit`), on a private
-/// socket pair: no broker needs to run, and none can lie to it.
-pub struct PrivateHelper {
-    sock: UnixStream,
-    child: std::process::Child,
-    next_id: u64,
-}
+#[cfg(unix)]
+pub use private::PrivateHelper;
 
-impl PrivateHelper {
-    /// Starts the secrets-helper that lies beside this binary, with this instance's arguments,
-    /// and waits for its hello.
-    pub fn start(dirs: &Dirs) -> CmdResult<PrivateHelper> {
-        let mut args = helper_args(dirs)?;
-        // A command's own helper: Set, Delete and List, never request headers.
-        args.extend(["--channel".into(), "private".into()]);
-        let program: PathBuf = gatehouse_client::sibling(Role::Secrets.name())?;
-        let (ours, theirs) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
-        let spawned = sandbox::process::spawn_helper(&program, &args, theirs.into(), &[])
-            .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
-        ours.set_read_timeout(Some(std::time::Duration::from_secs(60)))
-            .map_err(|e| e.to_string())?;
-        let mut h = PrivateHelper {
-            sock: ours,
-            child: spawned.child,
-            next_id: 1,
-        };
-        match h.recv()? {
-            Envelope {
-                body: Body::Hello(hello),
-                ..
-            } if hello.role == Role::Secrets => Ok(h),
-            other => Err(format!(
-                "the secrets-helper did not say hello (it sent {:?})",
-                other.body.kind()
-            )),
+/// Unix only: the command line that starts one is not built for Windows.
+#[cfg(unix)]
+mod private {
+    use super::{helper_args, CmdResult};
+    use gatehouse_client::Dirs;
+    use ipc_schema::codec::{self, HEADER_LEN, MAX_FRAME};
+    use ipc_schema::secrets::{SecretsReply, SecretsRequest, Zeroizing};
+    use ipc_schema::{Body, Envelope, Role};
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+    use std::path::PathBuf;
+
+    /// A secrets-helper started by a command (`gatehouse secret`, `verify-audit`), on a private
+    /// socket pair: no broker needs to run, and none can lie to it.
+    pub struct PrivateHelper {
+        sock: UnixStream,
+        child: std::process::Child,
+        next_id: u64,
+    }
+
+    impl PrivateHelper {
+        /// Starts the secrets-helper that lies beside this binary, with this instance's arguments,
+        /// and waits for its hello.
+        pub fn start(dirs: &Dirs) -> CmdResult<PrivateHelper> {
+            let mut args = helper_args(dirs)?;
+            // A command's own helper: Set, Delete and List, never request headers.
+            args.extend(["--channel".into(), "private".into()]);
+            let program: PathBuf = gatehouse_client::sibling(Role::Secrets.name())?;
+            let (ours, theirs) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
+            let spawned = sandbox::process::spawn_helper(&program, &args, theirs.into(), &[])
+                .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
+            ours.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+                .map_err(|e| e.to_string())?;
+            let mut h = PrivateHelper {
+                sock: ours,
+                child: spawned.child,
+                next_id: 1,
+            };
+            match h.recv()? {
+                Envelope {
+                    body: Body::Hello(hello),
+                    ..
+                } if hello.role == Role::Secrets => Ok(h),
+                other => Err(format!(
+                    "the secrets-helper did not say hello (it sent {:?})",
+                    other.body.kind()
+                )),
+            }
+        }
+
+        fn recv(&mut self) -> CmdResult<Envelope> {
+            let closed =
+                || "the secrets-helper stopped (its reason is on stderr above)".to_string();
+            let mut header = [0u8; HEADER_LEN];
+            self.sock.read_exact(&mut header).map_err(|_| closed())?;
+            let len = codec::parse_header(header, MAX_FRAME).map_err(|e| e.to_string())?;
+            let mut payload = Zeroizing::new(vec![0u8; len]);
+            self.sock.read_exact(&mut payload).map_err(|_| closed())?;
+            codec::decode_payload(&payload).map_err(|e| e.to_string())
+        }
+
+        /// Sends one request and returns its reply. Frames are built and read in zeroized buffers.
+        pub fn request(&mut self, req: SecretsRequest) -> CmdResult<SecretsReply> {
+            let id = self.next_id;
+            self.next_id += 1;
+            let mut buf = Zeroizing::new(Vec::with_capacity(64 * 1024));
+            codec::encode_into(&Envelope::new(id, Body::Secrets(req)), &mut buf)
+                .map_err(|e| e.to_string())?;
+            self.sock
+                .write_all(&buf)
+                .map_err(|e| format!("writing to the secrets-helper: {e}"))?;
+            match self.recv()? {
+                Envelope {
+                    id: got,
+                    body: Body::SecretsReply(r),
+                    ..
+                } if got == id => Ok(r),
+                other => Err(format!("unexpected answer {:?}", other.body.kind())),
+            }
         }
     }
 
-    fn recv(&mut self) -> CmdResult<Envelope> {
-        let closed = || "the secrets-helper stopped (its reason is on stderr above)".to_string();
-        let mut header = [0u8; HEADER_LEN];
-        self.sock.read_exact(&mut header).map_err(|_| closed())?;
-        let len = codec::parse_header(header, MAX_FRAME).map_err(|e| e.to_string())?;
-        let mut payload = Zeroizing::new(vec![0u8; len]);
-        self.sock.read_exact(&mut payload).map_err(|_| closed())?;
-        codec::decode_payload(&payload).map_err(|e| e.to_string())
-    }
-
-    /// Sends one request and returns its reply. Frames are built and read in zeroized buffers.
-    pub fn request(&mut self, req: SecretsRequest) -> CmdResult<SecretsReply> {
-        let id = self.next_id;
-        self.next_id += 1;
-        let mut buf = Zeroizing::new(Vec::with_capacity(64 * 1024));
-        codec::encode_into(&Envelope::new(id, Body::Secrets(req)), &mut buf)
-            .map_err(|e| e.to_string())?;
-        self.sock
-            .write_all(&buf)
-            .map_err(|e| format!("writing to the secrets-helper: {e}"))?;
-        match self.recv()? {
-            Envelope {
-                id: got,
-                body: Body::SecretsReply(r),
-                ..
-            } if got == id => Ok(r),
-            other => Err(format!("unexpected answer {:?}", other.body.kind())),
+    impl Drop for PrivateHelper {
+        fn drop(&mut self) {
+            // Closing the channel ends the helper; wait so that no zombie is left.
+            let _ = self.sock.shutdown(std::net::Shutdown::Both);
+            let _ = self.child.wait();
         }
-    }
-}
-
-impl Drop for PrivateHelper {
-    fn drop(&mut self) {
-        // Closing the channel ends the helper; wait so that no zombie is left.
-        let _ = self.sock.shutdown(std::net::Shutdown::Both);
-        let _ = self.child.wait();
     }
 }
 

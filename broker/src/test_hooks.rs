@@ -52,17 +52,20 @@ pub fn crash_point(configured: Option<CrashStep>, here: CrashStep) {
         eprintln!("gatehouse: test hook: SIGKILL at {}", here.name());
         // tgkill on its own thread, the one way the router's seccomp filter lets it signal
         // itself; SIGKILL ends the whole process.
+        #[cfg(unix)]
         let _ = nix::sys::pthread::pthread_kill(
             nix::sys::pthread::pthread_self(),
             nix::sys::signal::Signal::SIGKILL,
         );
-        // SIGKILL cannot be caught; nothing runs after it.
+        // SIGKILL cannot be caught; nothing runs after it. On Windows this is the end: a fast
+        // fail, which runs no handler either.
         std::process::abort();
     }
 }
 
 /// `--test-probe-lockdown`: what the router can still do, one line each (`WHEN: WHAT: ok` or
 /// the errno's name). Test builds only; the release binary has no such flag.
+#[cfg(unix)]
 pub fn probe(dirs: &gatehouse_client::Dirs, when: &str) -> Vec<String> {
     use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType};
     fn outcome<T>(r: std::io::Result<T>) -> String {
@@ -113,6 +116,7 @@ pub fn probe(dirs: &gatehouse_client::Dirs, when: &str) -> Vec<String> {
 
 /// Prints what [`probe`] found before and now finds after the lockdown; with `spawn`, then
 /// starts a program, which the filter answers by killing the process (SIGSYS).
+#[cfg(unix)]
 pub fn after_lockdown(
     what: &str,
     dirs: &gatehouse_client::Dirs,

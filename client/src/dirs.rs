@@ -14,7 +14,8 @@ pub struct Dirs {
     pub config: PathBuf,
     /// Audit log, ledger, checkpoints (`$XDG_DATA_HOME/gatehouse`, 0700).
     pub data: PathBuf,
-    /// Sockets and the broker lock (`$XDG_RUNTIME_DIR/gatehouse`, 0700).
+    /// Sockets and the broker lock (`$XDG_RUNTIME_DIR/gatehouse`, 0700). On Windows the
+    /// endpoints are named pipes, named after this directory (see [`Dirs::ui_socket`]).
     pub runtime: PathBuf,
     /// Each agent's login and state under `gatehouse run` (see [`Dirs::agents`]).
     agents: PathBuf,
@@ -47,7 +48,27 @@ impl Dirs {
         }
     }
 
+    /// The user's instance on Windows: config in `%APPDATA%\gatehouse` (roams with the user),
+    /// data and the runtime directory (the lock) in `%LOCALAPPDATA%\gatehouse\{data,run}`
+    /// (this machine's), agents' state beside it; the front endpoints are pipes named after the
+    /// runtime directory.
+    #[cfg(windows)]
+    pub fn from_env() -> Result<Dirs, String> {
+        let var = |name: &str| match std::env::var_os(name) {
+            Some(v) if Path::new(&v).is_absolute() => Ok(PathBuf::from(v)),
+            _ => Err(format!("{name} is not set to an absolute path")),
+        };
+        let local = var("LOCALAPPDATA")?;
+        Ok(Dirs {
+            config: var("APPDATA")?.join("gatehouse"),
+            data: local.join("gatehouse").join("data"),
+            runtime: local.join("gatehouse").join("run"),
+            agents: local.join("gatehouse-agents"),
+        })
+    }
+
     /// The user's instance, from the XDG variables (with their documented fallbacks).
+    #[cfg(not(windows))]
     pub fn from_env() -> Result<Dirs, String> {
         let home = std::env::var_os("HOME").map(PathBuf::from);
         let xdg = |var: &str, fallback: &str| -> Result<PathBuf, String> {
@@ -103,7 +124,7 @@ impl Dirs {
         #[cfg(not(unix))]
         {
             let _ = (name, owner, instance);
-            Err(not_private().to_string())
+            Err(no_agent_homes().to_string())
         }
         #[cfg(unix)]
         self.ensure_agent_home_unix(name, owner, instance)
@@ -182,7 +203,9 @@ impl Dirs {
         ]
     }
 
-    /// Creates the directories (0700) and checks that each is ours and closed to others.
+    /// Creates the directories (0700) and checks that each is ours and closed to others. On
+    /// Windows: owned by this user with a protected DACL granting this user and SYSTEM only
+    /// (`sandbox::windows::ensure_private_dir`, which says what an existing one may grant).
     pub fn ensure(&self) -> io::Result<()> {
         for d in [&self.config, &self.data, &self.runtime] {
             ensure_private_dir(d)?;
@@ -190,21 +213,56 @@ impl Dirs {
         Ok(())
     }
 
+    /// The human's console endpoint: `ui.sock` in the runtime directory; on Windows the named
+    /// pipe `\\.\pipe\gatehouse-<16 hex digits>-ui`, the digits a hash of the runtime
+    /// directory's path (FNV-1a 64 over its UTF-16, ASCII letters folded to lower case: Windows
+    /// paths ignore case). The client and the broker compute it with this code, so they
+    /// agree; two instances (`--data-dir`) get different names. Pipes live in one namespace per
+    /// machine, not in a directory: the broker creates its pipe as the first instance of the
+    /// name and for its user only, and a client talks only to a pipe served by its own user.
     pub fn ui_socket(&self) -> PathBuf {
-        self.runtime.join("ui.sock")
+        self.endpoint("ui")
     }
 
+    /// The agents' gateway endpoint: `gateway.sock`; on Windows the pipe
+    /// `\\.\pipe\gatehouse-<hash>-gateway` (as [`Dirs::ui_socket`]).
     pub fn gateway_socket(&self) -> PathBuf {
-        self.runtime.join("gateway.sock")
+        self.endpoint("gateway")
     }
 
-    /// Where `gatehouse notify` watches for cards (its channel carries nothing else).
+    /// Where `gatehouse notify` watches for cards (its channel carries nothing else):
+    /// `notify.sock`; on Windows the pipe `\\.\pipe\gatehouse-<hash>-notify` (as
+    /// [`Dirs::ui_socket`]).
     pub fn notify_socket(&self) -> PathBuf {
-        self.runtime.join("notify.sock")
+        self.endpoint("notify")
     }
 
+    #[cfg(not(windows))]
+    fn endpoint(&self, kind: &str) -> PathBuf {
+        self.runtime.join(format!("{kind}.sock"))
+    }
+
+    #[cfg(windows)]
+    fn endpoint(&self, kind: &str) -> PathBuf {
+        use std::os::windows::ffi::OsStrExt;
+        let units = self.runtime.as_os_str().encode_wide().map(|u| match u {
+            0x41..=0x5a => u + 0x20,
+            u => u,
+        });
+        let hash = fnv1a64(units.flat_map(u16::to_le_bytes));
+        PathBuf::from(format!(r"\\.\pipe\gatehouse-{hash:016x}-{kind}"))
+    }
+
+    /// Held (locked) by the running broker, one per instance: `broker.lock`.
     pub fn lock_file(&self) -> PathBuf {
         self.runtime.join("broker.lock")
+    }
+
+    /// Where the broker writes its pid on Windows (`broker.pid`), after it has taken the lock:
+    /// there the lock file cannot be read by others while it is locked. Not used on Unix, where
+    /// the pid is in the lock file.
+    pub fn pid_file(&self) -> PathBuf {
+        self.runtime.join(PID_FILE)
     }
 
     /// The lock file, opened (made if missing) to be locked: one broker, or one writer of the
@@ -226,6 +284,7 @@ impl Dirs {
 
 /// This process's effective uid (0 where the OS has no uids: it names nothing there but the
 /// fallback runtime directory).
+#[cfg(not(windows))]
 fn current_uid() -> u32 {
     #[cfg(unix)]
     return nix::unistd::geteuid().as_raw();
@@ -233,19 +292,31 @@ fn current_uid() -> u32 {
     0
 }
 
-/// Owner-only directories are checked with Unix modes and owners; elsewhere (owner-only ACLs)
-/// they are not built, so nothing is created that would be open to others.
+/// See [`Dirs::pid_file`].
+pub(crate) const PID_FILE: &str = "broker.pid";
+
+/// FNV-1a, 64 bits: small, and the same in every build and process (unlike std's
+/// `DefaultHasher`, which promises neither).
+#[cfg(any(windows, test))]
+fn fnv1a64(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// Agents' and third-party servers' homes are made for a sandbox that runs as another uid:
+/// Unix only (no such sandbox is built elsewhere).
 #[cfg(not(unix))]
-fn not_private() -> ipc_schema::platform::Unsupported {
+fn no_agent_homes() -> ipc_schema::platform::Unsupported {
     ipc_schema::platform::Unsupported {
         program: "gatehouse",
-        missing: &[ipc_schema::platform::Missing::PrivateDirectories],
+        missing: &[ipc_schema::platform::Missing::CommandSandbox],
     }
 }
 
-#[cfg(not(unix))]
-fn ensure_private_dir(_d: &Path) -> io::Result<()> {
-    Err(io::Error::other(not_private().to_string()))
+#[cfg(windows)]
+fn ensure_private_dir(d: &Path) -> io::Result<()> {
+    sandbox::windows::ensure_private_dir(d)
 }
 
 #[cfg(unix)]
@@ -278,4 +349,77 @@ fn ensure_private_dir(d: &Path) -> io::Result<()> {
         fs::set_permissions(d, fs::Permissions::from_mode(0o700))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// FNV-1a 64's published values: the pipe names depend on them staying so.
+    #[test]
+    fn fnv1a64_is_the_published_function() {
+        assert_eq!(fnv1a64(*b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(*b"a"), 0xaf63_dc4c_8601_ec8c);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn unix_endpoints_are_sockets_in_the_runtime_dir() {
+        let d = Dirs::under(Path::new("/x"));
+        assert_eq!(d.ui_socket(), Path::new("/x/run/ui.sock"));
+        assert_eq!(d.gateway_socket(), Path::new("/x/run/gateway.sock"));
+        assert_eq!(d.notify_socket(), Path::new("/x/run/notify.sock"));
+        assert_eq!(d.lock_file(), Path::new("/x/run/broker.lock"));
+    }
+
+    /// The pipe names: stable (a fixed value, so a client and a broker of another build
+    /// agree), the same for two spellings of one path that differ in ASCII case, different for
+    /// another instance and for each endpoint.
+    #[cfg(windows)]
+    #[test]
+    fn windows_endpoints_are_pipes_named_after_the_runtime_dir() {
+        let d = Dirs::under(Path::new(r"C:\gh"));
+        assert_eq!(
+            d.ui_socket(),
+            Path::new(r"\\.\pipe\gatehouse-9f95ed14ac213d9a-ui")
+        );
+        assert_eq!(
+            d.gateway_socket(),
+            Path::new(r"\\.\pipe\gatehouse-9f95ed14ac213d9a-gateway")
+        );
+        assert_eq!(
+            d.notify_socket(),
+            Path::new(r"\\.\pipe\gatehouse-9f95ed14ac213d9a-notify")
+        );
+        assert_eq!(Dirs::under(Path::new(r"c:\GH")).ui_socket(), d.ui_socket());
+        let other = Dirs::under(Path::new(r"C:\gh2"));
+        assert_eq!(
+            other.ui_socket(),
+            Path::new(r"\\.\pipe\gatehouse-e81532f1b5a256f0-ui")
+        );
+        // The lock file stays a file in the runtime directory.
+        assert_eq!(d.lock_file(), Path::new(r"C:\gh\run\broker.lock"));
+        assert_eq!(d.pid_file(), Path::new(r"C:\gh\run\broker.pid"));
+    }
+
+    /// `ensure` makes the three directories private (the DACL is the sandbox crate's test);
+    /// agents' homes stay refused on Windows, naming what is missing.
+    #[cfg(windows)]
+    #[test]
+    fn windows_ensure_makes_the_dirs_and_refuses_agent_homes() {
+        let t = tempfile::tempdir().unwrap();
+        let d = Dirs::under(t.path());
+        d.ensure().unwrap();
+        for p in [&d.config, &d.data, &d.runtime] {
+            assert!(p.is_dir(), "{}", p.display());
+            let dacl = sandbox::windows::dacl_sddl(p).unwrap();
+            assert!(!dacl.contains(";WD)") && !dacl.contains(";BU)"), "{dacl}");
+        }
+        d.ensure().unwrap();
+        let e = d.ensure_agent_home("a", (1, 1), false).unwrap_err();
+        assert!(
+            e.ends_with("a sandbox for each command (namespaces, Landlock, seccomp)"),
+            "{e}"
+        );
+    }
 }

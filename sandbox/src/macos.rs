@@ -137,7 +137,8 @@ pub fn lockdown(
 }
 
 /// The broker on macOS: no core dumps, no debugger. Not sandboxed (see the Linux counterpart).
-pub fn harden_broker() -> Result<LockdownReport, LockdownError> {
+/// Both always hold, so `allow_degraded` (the Windows signature's) changes nothing.
+pub fn harden_broker(_allow_degraded: bool) -> Result<LockdownReport, LockdownError> {
     no_core_dumps()?;
     deny_attach()?;
     Ok(LockdownReport {

@@ -158,7 +158,7 @@ mod win {
                 ExitCode::from(4)
             }
             Some("harden") => {
-                match sandbox::harden_broker() {
+                match sandbox::harden_broker(false) {
                     Ok(r) => println!("harden ok {:?}", r.windows),
                     Err(e) => println!("harden err {e}"),
                 }

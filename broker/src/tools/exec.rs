@@ -15,8 +15,6 @@ use ipc_schema::exec::{
 use ipc_schema::tool::{CommandRun, Failure, RunCommand, ToolResult};
 use ipc_schema::{Body, ErrorCode, Role};
 use policy::eval::shown;
-use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
 use std::rc::Rc;
 
 /// Output kept per stream: both streams whole must fit one reply frame (MAX_FRAME, 1 MiB).
@@ -92,7 +90,7 @@ pub async fn execute_effect(
             policy::eval::grant_for(p, &cwd.absolute).map(|(g, root, _)| {
                 (
                     policy::eval::command_writes(g),
-                    root.as_os_str().as_bytes().to_vec(),
+                    ipc_schema::os_path::of(root).to_vec(),
                     ipc_schema::exec::Hide {
                         exclude: g.exclude.clone(),
                         sensitive: !g.secret_files_allowed,
@@ -113,7 +111,7 @@ pub async fn execute_effect(
             }
         }
     };
-    let path = |b: &[u8]| PathBuf::from(std::ffi::OsStr::from_bytes(b));
+    let path = |b: &[u8]| ipc_schema::os_path::to_path(b).into_owned();
     let spec = CommandSpec {
         argv: a.argv.clone(),
         cwd: path(&cwd.absolute),

@@ -11,21 +11,30 @@
 //! fails what was in flight, and the broker starts the server afresh on its next use (a new
 //! handshake, a new session). When the connection ends the session is ended with a DELETE.
 
+#[cfg(unix)]
 use super::http::attach;
+use crate::helpers::Passed;
 use crate::Ctx;
-use ipc_schema::net::{McpPost, McpSessionId, NetReply, NetRequest, FETCH_TOTAL_MS_CEILING};
-use ipc_schema::servers::{ServerName, MESSAGE_MAX};
+use ipc_schema::net::McpSessionId;
+#[cfg(unix)]
+use ipc_schema::net::{McpPost, NetReply, NetRequest, FETCH_TOTAL_MS_CEILING};
+use ipc_schema::servers::ServerName;
+#[cfg(unix)]
+use ipc_schema::servers::MESSAGE_MAX;
 use ipc_schema::tool::SessionId;
+#[cfg(unix)]
 use ipc_schema::Body;
 use policy::servers::RemoteServer;
 use std::cell::RefCell;
-use std::os::fd::OwnedFd;
 use std::rc::Rc;
 use std::time::Duration;
+#[cfg(unix)]
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+#[cfg(unix)]
 use tokio::net::UnixStream;
 
 /// Messages in flight to one server at once; the next waits.
+#[cfg(unix)]
 const IN_FLIGHT: usize = 16;
 
 /// What the relay and the tool path share.
@@ -33,11 +42,14 @@ const IN_FLIGHT: usize = 16;
 pub struct Link {
     /// `MCP-Protocol-Version`, set once the servers-helper reports the handshake.
     pub version: RefCell<Option<String>>,
+    /// Read by the relay, which Windows does not build.
+    #[cfg_attr(windows, allow(dead_code))]
     session: RefCell<Option<McpSessionId>>,
 }
 
 /// Opens the pair and starts the relay; the returned end goes to the servers-helper. `gone`
 /// gets why the connection ended, when it is the relay that ends it.
+#[cfg(unix)]
 pub fn open(
     ctx: &Rc<Ctx>,
     sid: &SessionId,
@@ -45,9 +57,10 @@ pub fn open(
     r: &RemoteServer,
     call_timeout: Duration,
     gone: Rc<RefCell<Option<String>>>,
-) -> Result<(OwnedFd, Rc<Link>), String> {
-    let (ours, theirs) = std::os::unix::net::UnixStream::pair()
-        .map_err(|e| format!("the server's connector: {e}"))?;
+) -> Result<(Passed, Rc<Link>), String> {
+    let (ours, theirs) =
+        crate::helpers::connector_pair().map_err(|e| format!("the server's connector: {e}"))?;
+    let ours = std::os::unix::net::UnixStream::from(ours);
     ours.set_nonblocking(true)
         .map_err(|e| format!("the server's connector: {e}"))?;
     let ours = UnixStream::from_std(ours).map_err(|e| format!("the server's connector: {e}"))?;
@@ -68,9 +81,25 @@ pub fn open(
         let why = gone.borrow().clone().unwrap_or_else(|| "detached".into());
         super::servers::row(&sid, &name, "ended", why, None);
     });
-    Ok((theirs.into(), link))
+    Ok((theirs, link))
 }
 
+/// Refused on Windows, where no connector exists ([`crate::helpers::connector_pair`]).
+#[cfg(windows)]
+pub fn open(
+    _ctx: &Rc<Ctx>,
+    _sid: &SessionId,
+    _name: &ServerName,
+    _r: &RemoteServer,
+    _call_timeout: Duration,
+    _gone: Rc<RefCell<Option<String>>>,
+) -> Result<(Passed, Rc<Link>), String> {
+    match crate::helpers::connector_pair()
+        .map_err(|e| format!("the server's connector: {e}"))?
+        .0 {}
+}
+
+#[cfg(unix)]
 async fn relay(
     ctx: Rc<Ctx>,
     ours: UnixStream,
@@ -146,6 +175,7 @@ async fn relay(
 
 /// One message to the server (`None`: the DELETE that ends its session), and the messages its
 /// answer carried.
+#[cfg(unix)]
 async fn exchange(
     ctx: &Rc<Ctx>,
     r: &RemoteServer,

@@ -338,13 +338,13 @@ async fn start_sandbox(
     x: &StdioServer,
     conn: ConnId,
     gone: &Rc<RefCell<Option<String>>>,
-) -> Result<(std::os::fd::OwnedFd, RunId, Rc<Vec<SecretValue>>), String> {
+) -> Result<(crate::helpers::Passed, RunId, Rc<Vec<SecretValue>>), String> {
     let exec = slot(ctx, Role::Exec)?;
     let servers = slot(ctx, Role::Servers)?;
     if let Some(why) = crate::exec_tier::refusal(ctx).await {
         return Err(format!("the server {} is not started: {why}", s.name));
     }
-    if nix::unistd::geteuid().is_root() {
+    if crate::running_as_root() {
         // Its state directory would have to belong to the user commands run as (nobody),
         // which this broker, without capabilities after its lockdown, cannot give it.
         return Err(format!(
@@ -388,13 +388,10 @@ async fn start_sandbox(
         }
     }
     let scrub = Rc::new(scrub);
-    let (ours, theirs) = std::os::unix::net::UnixStream::pair()
-        .map_err(|e| format!("the server's connector: {e}"))?;
+    let (ours, theirs) =
+        crate::helpers::connector_pair().map_err(|e| format!("the server's connector: {e}"))?;
     let started = exec
-        .call_with_fd(
-            Body::Exec(ExecRequest::Start(Box::new(spec))),
-            theirs.into(),
-        )
+        .call_with_fd(Body::Exec(ExecRequest::Start(Box::new(spec))), theirs)
         .await;
     let run = match started {
         Ok(Body::ExecReply(ExecReply::Started { run, .. })) => run,
@@ -415,7 +412,7 @@ async fn start_sandbox(
     let (stdio_tx, stdio_rx) = tokio::sync::oneshot::channel();
     let relay = tokio::task::spawn_local(crate::launch::relay(
         ctx.clone(),
-        ours.into(),
+        ours,
         proxy.as_ref().map(|p| (p.net.clone(), p.session.clone())),
         None,
         None,
@@ -894,7 +891,7 @@ pub fn doctor_lines(ctx: &Ctx) -> Vec<String> {
                         .count()
                 });
             let sessions = slots.keys().filter(|(_, n)| *n == s.name).count();
-            let confinement = policy::servers::confinement(s, nix::unistd::geteuid().is_root());
+            let confinement = policy::servers::confinement(s, crate::running_as_root());
             out.push(format!(
                 "mcp server {} (profile {profile}): {confinement}; {pinned} tool(s) pinned; {}; {sessions} session(s)",
                 s.name,

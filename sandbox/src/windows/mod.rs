@@ -31,6 +31,7 @@ mod ffi;
 mod job;
 mod mitigation;
 pub(crate) mod pipe_peer;
+mod private_dir;
 mod spawn;
 mod spawner;
 mod token;
@@ -44,9 +45,10 @@ pub use channel::{
 pub use ffi::{running_under_wine, OwnedSid, WinError};
 pub use job::{own_job_facts, Job};
 pub use mitigation::in_force as mitigation_in_force;
+pub use private_dir::ensure_private_dir;
 pub use spawn::{
     env_from_allowlist, open_process, spawn, spawn_unconfined, take_inherited_handle,
-    take_inherited_router, ConfinedChild, SpawnOptions, SpawnSpec,
+    take_inherited_router, ConfinedChild, PeerProcess, SpawnOptions, SpawnSpec,
 };
 pub use spawner::{
     adopt_duplicated_pipe, duplicate_into, start_spawner, StartedSpawner, ROUTER_HANDLE,
@@ -213,7 +215,11 @@ fn short(m: &str) -> &str {
 /// Not applied, because a process cannot do it to itself: a restricted token (the broker keeps
 /// the user's access to its data directory) and handle inheritance (nothing is inherited by a
 /// process it cannot start).
-pub fn harden_broker() -> Result<LockdownReport, LockdownError> {
+///
+/// The job's limits and each mitigation are read back. With `allow_degraded` (the broker's
+/// `--allow-degraded`) what does not hold is listed in the report's `degraded` instead of
+/// refusing the start (Wine, for one, reads back no job limit and sets no mitigation).
+pub fn harden_broker(allow_degraded: bool) -> Result<LockdownReport, LockdownError> {
     let limits = JobLimits {
         kill_on_close: true,
         active_processes: Some(1),
@@ -245,19 +251,21 @@ pub fn harden_broker() -> Result<LockdownReport, LockdownError> {
         "PROCESS_CREATION_MITIGATION_POLICY_IMAGE_LOAD_NO_REMOTE_ALWAYS_ON",
     ];
     missing.extend(mitigation::ensure(&wanted));
-    if !missing.is_empty() {
+    if !missing.is_empty() && !allow_degraded {
         return Err(LockdownError::NotConfined {
             profile: "broker",
             missing: missing.join("; "),
         });
     }
+    let held = wanted
+        .iter()
+        .filter(|m| !missing.iter().any(|n| n.contains(short(m))))
+        .map(|m| short(m).to_string())
+        .collect();
     Ok(LockdownReport {
         core_dumps_off: true,
-        windows: Some(Box::new(wincfg::confinement(
-            None,
-            Some(&facts),
-            wanted.iter().map(|m| short(m).to_string()).collect(),
-        ))),
+        windows: Some(Box::new(wincfg::confinement(None, Some(&facts), held))),
+        degraded: missing,
         ..LockdownReport::nothing_yet("broker")
     })
 }

@@ -410,6 +410,40 @@ pub fn open_process(pid: u32, access: u32) -> Result<OwnedHandle, WinError> {
     owned(h, MECH, "OpenProcess")
 }
 
+/// A process the broker may end: a front it accepted, opened at accept (as a pidfd on Linux) so
+/// a later kill cannot reach another process that took the pid.
+pub struct PeerProcess(OwnedHandle);
+
+impl PeerProcess {
+    /// Opens `pid` to wait on and end it (`SYNCHRONIZE | PROCESS_TERMINATE`).
+    pub fn open(pid: u32) -> Result<PeerProcess, WinError> {
+        use windows_sys::Win32::System::Threading::{PROCESS_SYNCHRONIZE, PROCESS_TERMINATE};
+        open_process(pid, PROCESS_SYNCHRONIZE | PROCESS_TERMINATE).map(PeerProcess)
+    }
+
+    /// Opens `pid` to wait on it only (`SYNCHRONIZE`: what a helper's descriptor grants the
+    /// user's other processes); [`PeerProcess::kill`] then fails.
+    pub fn watch(pid: u32) -> Result<PeerProcess, WinError> {
+        use windows_sys::Win32::System::Threading::PROCESS_SYNCHRONIZE;
+        open_process(pid, PROCESS_SYNCHRONIZE).map(PeerProcess)
+    }
+
+    /// Whether it still runs.
+    pub fn running(&self) -> bool {
+        // SAFETY: a valid process handle held by self; a zero timeout only polls.
+        unsafe { WaitForSingleObject(raw(self.0.as_handle()), 0) == WAIT_TIMEOUT }
+    }
+
+    /// Ends it (exit code 1).
+    pub fn kill(&self) -> Result<(), WinError> {
+        // SAFETY: a valid process handle held by self, opened with PROCESS_TERMINATE.
+        if unsafe { TerminateProcess(raw(self.0.as_handle()), 1) } == 0 {
+            return Err(last(MECH, "TerminateProcess"));
+        }
+        Ok(())
+    }
+}
+
 /// Starts `spec` with this process's own token and no job: the one process gatehouse starts
 /// unconfined, the spawner, which needs the user's rights to make each helper's restricted
 /// token and job (a restricted token only yields tokens restricted further). Only `spec`'s

@@ -1,0 +1,301 @@
+// The broker on Windows (issue 19): started as a user starts it, driven over its named pipes.
+#![cfg(windows)]
+//! `gatehouse-broker.exe` for a private `--data-dir`, started as a user starts it: it starts the
+//! spawner (its only child), hardens itself, has the spawner start the net-, exec- and
+//! secrets-helper, checks each one's hello against what the spawner reads of it from outside
+//! (`sandbox::wincfg::verify_observed`), opens the audit log with the key the secrets-helper
+//! keeps in the Credential Manager, and serves its fronts on pipes only this user may open.
+//!
+//! Under Wine the broker, spawner and helpers run with `--allow-degraded` (Wine sets no
+//! mitigation and restricts no token); on Windows they run without it.
+
+use gatehouse_client::{Client, Dirs};
+use ipc_schema::status::{DoctorReport, ProcessState};
+use ipc_schema::ui::UiRequest;
+use ipc_schema::{Body, ErrorCode, Role};
+use sandbox::windows::{running_under_wine, PeerProcess};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The child mode of this test binary: connect to the pipe in this variable as a front.
+const CHILD_PIPE: &str = "GATEHOUSE_TEST_FRONT_PIPE";
+/// What the child sends there: `ping` (a kind the gateway may send) or `console-request` (one
+/// it may not: a console's `ListPending`, which the gateway's route table has no row for).
+const CHILD_SENDS: &str = "GATEHOUSE_TEST_FRONT_SENDS";
+
+struct Broker {
+    child: Child,
+    dirs: Dirs,
+    log: PathBuf,
+    _root: tempfile::TempDir,
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Broker {
+    /// Starts the broker and waits (up to 90 s) until its console pipe answers.
+    fn start(extra: &[&str]) -> Broker {
+        let root = tempfile::tempdir().unwrap();
+        let project = root.path().join("project");
+        std::fs::create_dir(&project).unwrap();
+        let log = root.path().join("broker.log");
+        let mut cmd = Command::new(gatehouse_tests::bin("gatehouse-broker"));
+        cmd.arg("--data-dir")
+            .arg(root.path())
+            .arg("--grant-root")
+            .arg(&project)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(File::create(&log).unwrap());
+        if running_under_wine() {
+            cmd.arg("--allow-degraded");
+        }
+        let child = cmd.spawn().unwrap();
+        let mut b = Broker {
+            child,
+            dirs: Dirs::under(root.path()),
+            log,
+            _root: root,
+        };
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            if let Ok(Some(status)) = b.child.try_wait() {
+                panic!("the broker exited ({status}): {}", b.log_text());
+            }
+            if Client::connect(&b.dirs.ui_socket()).is_ok() {
+                return b;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the broker did not serve within 90 s: {}",
+                b.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// One request on a fresh console connection (the client every front uses), and its
+    /// answer.
+    fn ui(&self, body: Body) -> Body {
+        let mut client = Client::connect(&self.dirs.ui_socket()).unwrap();
+        client.request(body).unwrap()
+    }
+
+    /// The doctor's report once no helper is still starting (each helper's start is verified
+    /// before its state leaves `Starting`).
+    fn doctor(&self) -> DoctorReport {
+        match self.ui(Body::Doctor) {
+            Body::DoctorReport(r) => r,
+            other => panic!("doctor answered {other:?}"),
+        }
+    }
+}
+
+fn state_of<'a>(r: &'a DoctorReport, name: &str) -> &'a ProcessState {
+    &r.processes
+        .iter()
+        .find(|p| p.name == name)
+        .unwrap_or_else(|| panic!("no {name} in {r:#?}"))
+        .state
+}
+
+/// Runs this test binary as a front of `pipe` that sends `what`, and returns its exit code.
+fn front_child(pipe: &Path, what: &str) -> i32 {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "front_child_mode",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_PIPE, pipe)
+        .env(CHILD_SENDS, what)
+        .output()
+        .unwrap();
+    println!(
+        "    front child ({what}) said: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.status.code().expect("an exit code")
+}
+
+/// Not a test on its own: the front [`front_child`] runs (does nothing without its variable).
+/// `ping`: sends a Ping, expects the Pong, exits 0. `console-request`: sends a console's
+/// request on the gateway's pipe, then waits 120 s for the broker to end it.
+#[test]
+fn front_child_mode() {
+    let Some(pipe) = std::env::var_os(CHILD_PIPE) else {
+        return;
+    };
+    let mut client = Client::connect(Path::new(&pipe)).unwrap();
+    match std::env::var(CHILD_SENDS).unwrap().as_str() {
+        "ping" => {
+            let answer = client.request(Body::Ping { target: None }).unwrap();
+            assert_eq!(answer, Body::Pong);
+        }
+        "console-request" => {
+            client.send(Body::Ui(UiRequest::ListPending)).unwrap();
+            std::thread::sleep(Duration::from_secs(120));
+            panic!("the broker let a gateway that sent a console's request live");
+        }
+        other => panic!("no such child mode {other}"),
+    }
+}
+
+#[test]
+fn the_broker_serves_its_fronts_with_helpers_verified_from_outside() {
+    let b = Broker::start(&[]);
+    let r = b.doctor();
+    println!("doctor: {r:#?}");
+
+    // The router's and the spawner's own hardening, by their reports.
+    let own = r.processes[0].lockdown.as_ref().unwrap();
+    assert_eq!(own.profile, "broker");
+    assert!(own.windows.is_some(), "{own:?}");
+    let spawner = r.processes[1].lockdown.as_ref().unwrap();
+    assert_eq!(spawner.profile, "spawner");
+    if running_under_wine() {
+        // What Wine does not set is named, never claimed.
+        assert!(
+            own.degraded.iter().any(|d| d.contains("mitigation")),
+            "{own:?}"
+        );
+        println!("wine does not enforce: the broker's own mitigations (named in its report)");
+    } else {
+        assert_eq!(own.degraded, Vec::<String>::new());
+    }
+
+    // The three helpers Windows runs are up, each verified; the two it does not run are
+    // refused with the reason, which doctor shows as a fact of the build, not a problem.
+    for name in ["net-helper", "exec-helper", "secrets-helper"] {
+        assert_eq!(state_of(&r, name), &ProcessState::Ready, "{name}: {r:#?}");
+        let p = r.processes.iter().find(|p| p.name == name).unwrap();
+        assert!(p.lockdown.as_ref().unwrap().windows.is_some(), "{p:?}");
+    }
+    for name in ["fs-helper", "servers-helper"] {
+        match state_of(&r, name) {
+            ProcessState::Refused { reason } => {
+                assert!(reason.contains("not built for Windows"), "{reason}")
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+    assert_eq!(r.problems, Vec::<String>::new(), "{r:#?}");
+
+    // Each helper answers through the broker; the fs-helper's slot fails at once, saying why.
+    for target in [Role::Net, Role::Exec, Role::Secrets] {
+        let answer = b.ui(Body::Ping {
+            target: Some(target),
+        });
+        assert_eq!(answer, Body::Pong, "{target}");
+    }
+    match b.ui(Body::Ping {
+        target: Some(Role::Fs),
+    }) {
+        Body::Error(e) => {
+            assert_eq!(e.code, ErrorCode::HelperUnavailable, "{e:?}");
+            assert!(e.message.contains("not built for Windows"), "{e:?}");
+        }
+        other => panic!("a ping of the fs-helper answered {other:?}"),
+    }
+
+    // A front that sends what its channel may not carry is ended by the broker, through the
+    // process handle it opened at accept (exit code 1); a front that keeps to its table is
+    // answered and ends on its own (0), the control.
+    let gw = b.dirs.gateway_socket();
+    assert_eq!(front_child(&gw, "ping"), 0);
+    assert_eq!(front_child(&gw, "console-request"), 1);
+    assert!(
+        b.log_text()
+            .contains("sent a Ui message, which the gateway may not send"),
+        "{}",
+        b.log_text()
+    );
+
+    // One broker per instance: a second one for the same directory refuses, naming the first.
+    let second = Command::new(gatehouse_tests::bin("gatehouse-broker"))
+        .arg("--data-dir")
+        .arg(b.dirs.data.parent().unwrap())
+        .arg("--allow-degraded")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(1), "{said}");
+    assert!(said.contains("a broker already runs for"), "{said}");
+
+    // No helper outlives the broker: once it is gone, the spawner's channel closes, and the
+    // spawner ends every helper's job and exits.
+    let helpers: Vec<(String, PeerProcess)> = r
+        .processes
+        .iter()
+        .filter(|p| p.state == ProcessState::Ready && p.name.ends_with("-helper"))
+        .map(|p| (p.name.clone(), PeerProcess::watch(p.pid).unwrap()))
+        .collect();
+    assert_eq!(helpers.len(), 3);
+    for (name, p) in &helpers {
+        assert!(p.running(), "{name} ended before the broker");
+    }
+    let mut b = b;
+    b.child.kill().unwrap();
+    b.child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for (name, p) in &helpers {
+        while p.running() {
+            assert!(
+                Instant::now() < deadline,
+                "{name} still runs 30 s after the broker ended"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// A helper whose hello says less than its policy needs is refused, as on Linux; the broker
+/// routes nothing to it and serves on with the others.
+#[test]
+fn a_helper_whose_report_falls_short_is_refused() {
+    // --test-unlocked-helper: the net-helper's hello claims the Linux lockdown and says nothing
+    // of its token, job or mitigations.
+    let b = Broker::start(&["--test-unlocked-helper", "net"]);
+    let r = b.doctor();
+    match state_of(&r, "net-helper") {
+        ProcessState::Refused { reason } => assert!(
+            reason.contains("says nothing of its token, job or mitigations"),
+            "{reason}"
+        ),
+        other => panic!("net-helper: {other:?}"),
+    }
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.starts_with("net-helper: refused")),
+        "{r:#?}"
+    );
+    match b.ui(Body::Ping {
+        target: Some(Role::Net),
+    }) {
+        Body::Error(e) => assert_eq!(e.code, ErrorCode::HelperUnavailable, "{e:?}"),
+        other => panic!("a ping of the refused net-helper answered {other:?}"),
+    }
+    // The control: the others, started the same way without the switch, serve.
+    assert_eq!(state_of(&r, "secrets-helper"), &ProcessState::Ready);
+    assert_eq!(
+        b.ui(Body::Ping {
+            target: Some(Role::Secrets)
+        }),
+        Body::Pong
+    );
+}
