@@ -322,6 +322,7 @@ pub fn record_for_cli(
 mod tests {
     use super::*;
 
+    #[cfg(target_os = "linux")]
     #[test]
     fn config_chooses_the_store_explicitly() {
         let d = tempfile::tempdir().unwrap();
@@ -338,6 +339,32 @@ mod tests {
         let e = configured_store(d.path()).unwrap_err();
         assert!(e.contains("use \"keyutils\" or \"secret-service\""), "{e}");
         write("[secrets]\nstor = \"keyutils\"\n");
+        assert!(
+            configured_store(d.path()).is_err(),
+            "a misspelt key is an error"
+        );
+    }
+
+    /// Windows has one store: the default, and the one a config may name; another OS's store is
+    /// refused, never swapped for it.
+    #[cfg(windows)]
+    #[test]
+    fn config_chooses_the_store_explicitly() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(
+            configured_store(d.path()).unwrap(),
+            StoreKind::CredentialManager
+        );
+        let write = |t: &str| std::fs::write(d.path().join("config.toml"), t).unwrap();
+        write("[secrets]\nstore = \"credential-manager\"\n");
+        assert_eq!(
+            configured_store(d.path()).unwrap(),
+            StoreKind::CredentialManager
+        );
+        write("[secrets]\nstore = \"secret-service\"\n");
+        let e = configured_store(d.path()).unwrap_err();
+        assert!(e.contains("store = \"secret-service\""), "{e}");
+        write("[secrets]\nstor = \"credential-manager\"\n");
         assert!(
             configured_store(d.path()).is_err(),
             "a misspelt key is an error"

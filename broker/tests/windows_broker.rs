@@ -9,9 +9,14 @@
 //! Under Wine the broker, spawner and helpers run with `--allow-degraded` (Wine sets no
 //! mitigation and restricts no token); on Windows they run without it.
 
+#[path = "../../net-helper/tests/common/mod.rs"]
+mod net;
+
 use gatehouse_client::{Client, Dirs};
 use ipc_schema::status::{DoctorReport, ProcessState};
+use ipc_schema::tool::{FetchUrl, ToolCall, ToolReply, ToolResult};
 use ipc_schema::ui::UiRequest;
+use ipc_schema::ui::{Choice, Decision, UiReply};
 use ipc_schema::{Body, ErrorCode, Role};
 use sandbox::windows::{running_under_wine, PeerProcess};
 use std::fs::File;
@@ -218,12 +223,15 @@ fn the_broker_serves_its_fronts_with_helpers_verified_from_outside() {
     let gw = b.dirs.gateway_socket();
     assert_eq!(front_child(&gw, "ping"), 0);
     assert_eq!(front_child(&gw, "console-request"), 1);
-    assert!(
-        b.log_text()
-            .contains("sent a Ui message, which the gateway may not send"),
-        "{}",
-        b.log_text()
-    );
+    // The broker's log line comes after the kill: waited for, up to 10 s.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !b
+        .log_text()
+        .contains("killed: sent a Ui message, which the gateway may not send")
+    {
+        assert!(Instant::now() < deadline, "{}", b.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
 
     // One broker per instance: a second one for the same directory refuses, naming the first.
     let second = Command::new(gatehouse_tests::bin("gatehouse-broker"))
@@ -297,5 +305,104 @@ fn a_helper_whose_report_falls_short_is_refused() {
             target: Some(Role::Secrets)
         }),
         Body::Pong
+    );
+}
+
+/// The tool path on Windows, as on Linux: an agent's `fetch_url` (on the gateway's pipe) asks by
+/// default; it waits while the human's console lists the proposal and allows it once; the
+/// net-helper then fetches through the loopback DNS and web servers of the test, the agent gets
+/// the page wrapped as outside text, and the audit log has the call.
+#[test]
+fn an_agents_fetch_waits_for_the_human_then_runs_and_is_audited() {
+    let dns = net::DnsServer::start(net::standard_zone());
+    let web = net::HttpServer::start(
+        net::PUBLIC,
+        std::sync::Arc::new(|_| net::text("hello from the test server")),
+    );
+    let ns = format!("--test-net-arg={}", dns.addr);
+    let b = Broker::start(&[
+        "--test-net-arg=--nameserver",
+        &ns,
+        "--test-net-arg=--test-public-addr",
+        "--test-net-arg=127.0.0.2",
+    ]);
+    let url = format!("http://public.test:{}/page", web.addr.port());
+    let mut agent = Client::connect(&b.dirs.gateway_socket()).unwrap();
+    let call = agent
+        .send(Body::ToolCall(ToolCall::FetchUrl(FetchUrl {
+            url: url.clone(),
+        })))
+        .unwrap();
+    let waiting = match agent.next_frame().unwrap() {
+        e if e.id == call => match e.body {
+            Body::ToolReply(ToolReply::AwaitingApproval(w)) => w,
+            other => panic!("the default policy should ask: {other:?}"),
+        },
+        other => panic!("an answer to another request: {other:?}"),
+    };
+    // Nothing has been fetched while the call waits for the human.
+    assert_eq!(web.requests().len(), 0);
+
+    let pending = match b.ui(Body::Ui(ipc_schema::ui::UiRequest::ListPending)) {
+        Body::UiReply(UiReply::Pending(p)) => p,
+        other => panic!("ListPending answered {other:?}"),
+    };
+    let card = pending
+        .iter()
+        .find(|p| p.id == waiting.proposal)
+        .unwrap_or_else(|| panic!("the proposal is not listed: {pending:?}"));
+    assert!(card.target.contains("public.test"), "{card:?}");
+    let decided = b.ui(Body::Ui(ipc_schema::ui::UiRequest::Decide(Decision {
+        proposal: card.id,
+        digest: card.digest,
+        choice: Choice::AllowOnce,
+    })));
+    assert!(
+        matches!(
+            decided,
+            Body::UiReply(UiReply::Decided {
+                choice: Choice::AllowOnce,
+                ..
+            })
+        ),
+        "{decided:?}"
+    );
+
+    let done = match agent.next_frame().unwrap() {
+        e if e.id == call => match e.body {
+            Body::ToolReply(ToolReply::Done(d)) => d,
+            other => panic!("the allowed fetch ended with {other:?}: {}", b.log_text()),
+        },
+        other => panic!("an answer to another request: {other:?}"),
+    };
+    assert_eq!(done.proposal, Some(waiting.proposal));
+    let page = match done.result {
+        ToolResult::Fetched(f) => f,
+        other => panic!("not a page: {other:?}"),
+    };
+    assert_eq!(page.status, 200);
+    assert_eq!(page.address, std::net::IpAddr::from(net::PUBLIC));
+    assert!(
+        page.text.contains("hello from the test server"),
+        "{}",
+        page.text
+    );
+    assert!(page.text.contains("<external-"), "{}", page.text);
+    assert_eq!(web.requests().len(), 1);
+
+    // The audit log, as the console reads it: the call's row names the tool and the URL.
+    let rows = match b.ui(Body::Ui(ipc_schema::ui::UiRequest::AuditTail {
+        after: 0,
+        limit: 1000,
+    })) {
+        Body::UiReply(UiReply::Audit(rows)) => rows,
+        other => panic!("AuditTail answered {other:?}"),
+    };
+    assert!(
+        rows.iter().any(|r| r.tool.as_deref() == Some("fetch_url")
+            && r.target
+                .as_deref()
+                .is_some_and(|t| t.contains("public.test"))),
+        "{rows:#?}"
     );
 }

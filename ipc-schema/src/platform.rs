@@ -19,13 +19,11 @@ pub enum Missing {
     CommandSandbox,
     /// The kernel keyring, where the broker keeps its audit key.
     KernelKeyring,
-    /// Local sockets with the peer's identity checked by the OS (Unix sockets with
-    /// SO_PEERCRED / LOCAL_PEERCRED; on Windows, named pipes with the client's token, which are
-    /// not built yet).
+    /// A front's connection to the broker (Unix sockets with SO_PEERCRED / LOCAL_PEERCRED). On
+    /// Windows the broker serves named pipes and `gatehouse_client::Client` connects to them,
+    /// but the fronts' own loops (the console's terminal, the MCP front reading and writing at
+    /// once, which a synchronous pipe handle serialises) are not built there.
     LocalSockets,
-    /// Private directories checked owner-only (Unix modes and owners; on Windows, owner-only
-    /// ACLs, which are not built yet).
-    PrivateDirectories,
     /// The desktop notification bus (D-Bus).
     SessionBus,
 }
@@ -44,10 +42,7 @@ impl Missing {
             }
             Missing::KernelKeyring => "the kernel keyring for the audit key",
             Missing::LocalSockets => {
-                "local sockets with the peer checked by the OS (named pipes and the client's token on Windows)"
-            }
-            Missing::PrivateDirectories => {
-                "owner-only private directories (owner-only ACLs on Windows)"
+                "a front's connection to the broker with the peer checked by the OS (on Windows: the fronts' own loops over named pipes)"
             }
             Missing::SessionBus => "the desktop notification bus (D-Bus)",
         }

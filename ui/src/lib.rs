@@ -13,8 +13,8 @@
 #![forbid(unsafe_code)]
 
 pub mod card;
-// The terminal and the broker connection: Unix descriptors and sockets (named pipes and Windows
-// consoles are not built: ipc_schema::platform::Missing::LocalSockets).
+// The terminal and the broker connection: Unix descriptors and sockets (the console over a named
+// pipe and a Windows console is not built: ipc_schema::platform::Missing::LocalSockets).
 #[cfg(unix)]
 pub mod console;
 #[cfg(unix)]
