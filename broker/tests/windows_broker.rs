@@ -406,3 +406,128 @@ fn an_agents_fetch_waits_for_the_human_then_runs_and_is_audited() {
         "{rows:#?}"
     );
 }
+
+/// `gatehouse-mcp.exe`, what an agent's MCP configuration starts, on Windows: it finds the
+/// running broker's gateway pipe, hardens itself, opens its session and serves MCP on stdio. A
+/// client's `initialize`, `tools/list` and a `fetch_url` call, which waits for the human's
+/// console and then returns the page; closing stdin ends it cleanly.
+#[test]
+fn the_mcp_front_serves_an_agent_over_stdio() {
+    use std::io::{BufRead, BufReader, Write};
+    let dns = net::DnsServer::start(net::standard_zone());
+    let web = net::HttpServer::start(
+        net::PUBLIC,
+        std::sync::Arc::new(|_| net::text("hello from the test server")),
+    );
+    let ns = format!("--test-net-arg={}", dns.addr);
+    let b = Broker::start(&[
+        "--test-net-arg=--nameserver",
+        &ns,
+        "--test-net-arg=--test-public-addr",
+        "--test-net-arg=127.0.0.2",
+    ]);
+    let mcp_log = b.log.with_file_name("mcp.log");
+    let mut mcp = Command::new(gatehouse_tests::bin("gatehouse-mcp"));
+    mcp.arg("--data-dir")
+        .arg(b.dirs.data.parent().unwrap())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(File::create(&mcp_log).unwrap());
+    let mcp_said = || std::fs::read_to_string(&mcp_log).unwrap_or_default();
+    if running_under_wine() {
+        mcp.arg("--allow-degraded");
+    }
+    let mut mcp = mcp.spawn().unwrap();
+    let mut stdin = mcp.stdin.take().unwrap();
+    let mut stdout = BufReader::new(mcp.stdout.take().unwrap());
+    // Sends one line; with an id, reads lines until the answer with that id (notifications,
+    // such as progress, are skipped).
+    let mut rpc = |msg: serde_json::Value| -> serde_json::Value {
+        writeln!(stdin, "{msg}").unwrap();
+        stdin.flush().unwrap();
+        if msg.get("id").is_none() {
+            return serde_json::Value::Null;
+        }
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(
+                stdout.read_line(&mut line).unwrap() > 0,
+                "the MCP front closed stdout"
+            );
+            let answer: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if answer.get("id") == msg.get("id") {
+                return answer;
+            }
+        }
+    };
+    let init = rpc(
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "wine-test", "version": "1"}}}),
+    );
+    assert_eq!(init["result"]["protocolVersion"], "2025-06-18", "{init}");
+    rpc(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let tools = rpc(serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+    let names: Vec<&str> = tools["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{tools}"))
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(names.contains(&"fetch_url"), "{names:?}");
+
+    // The call waits for the human: the console allows it from another thread while the
+    // client waits for its answer.
+    let url = format!("http://public.test:{}/page", web.addr.port());
+    let approver = {
+        let ui = b.dirs.ui_socket();
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let mut c = Client::connect(&ui).unwrap();
+                let pending = match c.request(Body::Ui(ipc_schema::ui::UiRequest::ListPending)) {
+                    Ok(Body::UiReply(UiReply::Pending(p))) => p,
+                    other => panic!("ListPending answered {other:?}"),
+                };
+                if let Some(card) = pending.first() {
+                    let decided =
+                        c.request(Body::Ui(ipc_schema::ui::UiRequest::Decide(Decision {
+                            proposal: card.id,
+                            digest: card.digest,
+                            choice: Choice::AllowOnce,
+                        })));
+                    assert!(
+                        matches!(decided, Ok(Body::UiReply(UiReply::Decided { .. }))),
+                        "{decided:?}"
+                    );
+                    return card.target.clone();
+                }
+                assert!(Instant::now() < deadline, "no proposal within 60 s");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    let called = rpc(
+        serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "fetch_url", "arguments": {"url": url}}}),
+    );
+    let target = approver.join().unwrap();
+    assert!(target.contains("public.test"), "{target}");
+    assert_ne!(called["result"]["isError"], true, "{called}");
+    let text = called["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or("");
+    assert!(text.contains("hello from the test server"), "{called}");
+    assert!(text.contains("<external-"), "{called}");
+    assert_eq!(web.requests().len(), 1);
+
+    // The client closes stdin: the front ends cleanly, and says how it ran on stderr.
+    drop(rpc);
+    drop(stdin);
+    let status = mcp.wait().unwrap();
+    let err = mcp_said();
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(err.contains("gatehouse mcp: hardened"), "{err}");
+    assert!(err.contains("gatehouse mcp: session "), "{err}");
+}

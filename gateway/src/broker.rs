@@ -5,9 +5,19 @@
 use ipc_schema::codec::{decode_from_slice, write_frame, FrameError, MAX_FRAME};
 use ipc_schema::tool::{ProfileName, ResumeToken, SessionInfo, ToolCall, ToolReply};
 use ipc_schema::{Body, Envelope};
+#[cfg(unix)]
 use std::io::{Read, Write};
+#[cfg(unix)]
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+#[cfg(unix)]
 use std::os::unix::net::UnixStream;
+
+/// The connection: a Unix socket; on Windows the broker's pipe (and stdin) through
+/// [`crate::pipe::Pipe`].
+#[cfg(unix)]
+type Stream = UnixStream;
+#[cfg(windows)]
+type Stream = crate::pipe::Pipe;
 
 /// Why the session could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -23,7 +33,7 @@ pub enum SessionError {
 }
 
 pub struct BrokerLink {
-    stream: UnixStream,
+    stream: Stream,
     /// Bytes read and not yet decoded.
     inbox: Vec<u8>,
     /// Frames queued and not yet written.
@@ -32,7 +42,7 @@ pub struct BrokerLink {
 }
 
 impl BrokerLink {
-    pub fn new(stream: UnixStream) -> BrokerLink {
+    pub fn new(stream: Stream) -> BrokerLink {
         BrokerLink {
             stream,
             inbox: Vec::with_capacity(64 * 1024),
@@ -42,12 +52,20 @@ impl BrokerLink {
     }
 
     /// The descriptor lockdown must keep open.
+    #[cfg(unix)]
     pub fn fd(&self) -> RawFd {
         self.stream.as_raw_fd()
     }
 
+    #[cfg(unix)]
     pub fn as_fd(&self) -> BorrowedFd<'_> {
         self.stream.as_fd()
+    }
+
+    /// The pipe and stdin, which the serving loop waits on.
+    #[cfg(windows)]
+    pub fn pipe(&mut self) -> &mut crate::pipe::Pipe {
+        &mut self.stream
     }
 
     /// Whether `id` is one of the requests this link has sent (the broker answers nothing else).
@@ -68,7 +86,10 @@ impl BrokerLink {
         if self.outbox.is_empty() {
             return Ok(());
         }
+        #[cfg(unix)]
         let r = (&self.stream).write_all(&self.outbox);
+        #[cfg(windows)]
+        let r = self.stream.write(self.outbox.clone());
         self.outbox.clear();
         r.map_err(FrameError::Io)
     }
@@ -76,7 +97,9 @@ impl BrokerLink {
     /// Reads what the socket has (one `read`, which blocks only if nothing is there) and moves
     /// every whole frame to `out`. `Ok(false)`: the broker closed the connection.
     pub fn receive(&mut self, out: &mut Vec<Envelope>) -> Result<bool, FrameError> {
+        #[cfg(unix)]
         let mut chunk = [0u8; 64 * 1024];
+        #[cfg(unix)]
         let n = loop {
             match (&self.stream).read(&mut chunk) {
                 Ok(n) => break n,
@@ -84,7 +107,14 @@ impl BrokerLink {
                 Err(e) => return Err(FrameError::Io(e)),
             }
         };
+        #[cfg(unix)]
         self.inbox.extend_from_slice(&chunk[..n]);
+        #[cfg(windows)]
+        let n = {
+            let chunk = self.stream.read_broker().map_err(FrameError::Io)?;
+            self.inbox.extend_from_slice(&chunk);
+            chunk.len()
+        };
         let mut at = 0;
         while let Some((env, used)) = decode_from_slice(&self.inbox[at..], MAX_FRAME)? {
             out.push(env);

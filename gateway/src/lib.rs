@@ -13,23 +13,27 @@
 #![forbid(unsafe_code)]
 
 pub mod args;
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 pub mod broker;
 pub mod catalog;
 pub mod era;
 pub mod jsonrpc;
 pub mod lines;
-#[cfg(all(unix, feature = "test-hooks"))]
+#[cfg(windows)]
+pub mod pipe;
+#[cfg(feature = "test-hooks")]
 pub mod probe;
 pub mod render;
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 pub mod server;
 
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 use broker::{BrokerLink, SessionError};
 use ipc_schema::tool::{ProfileName, ResumeToken};
+#[cfg(any(unix, windows))]
+use sandbox::{LockdownError, LockdownReport};
 #[cfg(unix)]
-use sandbox::{LockdownError, LockdownOptions, LockdownReport, Profile};
+use sandbox::{LockdownOptions, Profile};
 #[cfg(unix)]
 use std::os::fd::{AsFd, RawFd};
 #[cfg(unix)]
@@ -59,7 +63,7 @@ pub struct Options {
     pub skip_lockdown: bool,
 }
 
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
     #[error("cannot lock the gateway down: {0}")]
@@ -68,7 +72,17 @@ pub enum GatewayError {
     Session(#[from] SessionError),
     #[error(transparent)]
     Serve(#[from] server::ServeError),
+    #[cfg(windows)]
+    #[error("cannot reach the broker at {0}: {1}")]
+    Connect(String, std::io::Error),
 }
+
+/// The connection to the broker, once open: a Unix socket; on Windows the name of the broker's
+/// gateway pipe, which [`run`] opens itself (overlapped, on a thread of its own).
+#[cfg(unix)]
+pub type Connection = UnixStream;
+#[cfg(windows)]
+pub type Connection = String;
 
 #[cfg(unix)]
 /// Locks the calling process down with the gateway profile, keeping stdio and `keep`.
@@ -83,11 +97,26 @@ pub fn lock_down(keep: &[RawFd], allow_degraded: bool) -> Result<LockdownReport,
     )
 }
 
-#[cfg(unix)]
+/// On Windows the gateway is not started by gatehouse's spawner (the agent's client starts it),
+/// so it has no restricted token; it hardens what a process can on itself: a job that admits
+/// no child process, the self-settable mitigations (`sandbox::windows::harden_front`). Nothing
+/// is kept open for it to close: Windows has no stray-descriptor step.
+#[cfg(windows)]
+pub fn lock_down(_keep: &[()], allow_degraded: bool) -> Result<LockdownReport, LockdownError> {
+    sandbox::windows::harden_front(allow_degraded)
+}
+
+#[cfg(any(unix, windows))]
 /// Locks down, opens the session on `broker` (already connected) and serves MCP on stdin and
 /// stdout until the client closes stdin. Must be called while the process has one thread.
-pub fn run(broker: UnixStream, opts: Options) -> Result<(), GatewayError> {
+pub fn run(broker: Connection, opts: Options) -> Result<(), GatewayError> {
+    #[cfg(unix)]
     let mut link = BrokerLink::new(broker);
+    // The pipe is opened before the lockdown, as the socket is on Unix.
+    #[cfg(windows)]
+    let mut link = BrokerLink::new(
+        pipe::Pipe::connect(&broker).map_err(|e| GatewayError::Connect(broker.clone(), e))?,
+    );
 
     #[cfg(feature = "test-hooks")]
     let skip = opts.skip_lockdown;
@@ -96,16 +125,28 @@ pub fn run(broker: UnixStream, opts: Options) -> Result<(), GatewayError> {
     if skip {
         eprintln!("gatehouse mcp: TEST BUILD: running WITHOUT lockdown (--test-skip-lockdown)");
     } else {
+        #[cfg(unix)]
         let report = lock_down(&[link.fd()], opts.allow_degraded)?;
+        #[cfg(windows)]
+        let report = lock_down(&[], opts.allow_degraded)?;
+        let degraded = if report.degraded.is_empty() {
+            String::new()
+        } else {
+            format!("; DEGRADED: {}", report.degraded.join("; "))
+        };
+        #[cfg(unix)]
         eprintln!(
-            "gatehouse mcp: locked down (seccomp allowlist of {} syscalls, Landlock ABI {}){}",
-            report.seccomp_allowed_syscalls,
-            report.landlock_abi,
-            if report.degraded.is_empty() {
-                String::new()
-            } else {
-                format!("; DEGRADED: {}", report.degraded.join("; "))
-            }
+            "gatehouse mcp: locked down (seccomp allowlist of {} syscalls, Landlock ABI {}){degraded}",
+            report.seccomp_allowed_syscalls, report.landlock_abi,
+        );
+        #[cfg(windows)]
+        eprintln!(
+            "gatehouse mcp: hardened (a job that admits no child process; mitigations: {}){degraded}",
+            report
+                .windows
+                .as_ref()
+                .map(|w| w.mitigations.join(", "))
+                .unwrap_or_default(),
         );
     }
 
@@ -137,6 +178,7 @@ pub fn run(broker: UnixStream, opts: Options) -> Result<(), GatewayError> {
     let stdout = std::io::BufWriter::with_capacity(256 * 1024, std::io::stdout().lock());
     // stdin is read with read(2) on its descriptor: std's buffered Stdin would hide bytes from
     // poll.
+    #[cfg(unix)]
     let stdin = std::io::stdin();
     let view = session
         .tools
@@ -151,9 +193,11 @@ pub fn run(broker: UnixStream, opts: Options) -> Result<(), GatewayError> {
             )
         })
         .collect();
-    server::Server::new(stdout, link, cfg)
-        .with_view(view)
-        .serve(stdin.as_fd())?;
+    let server = server::Server::new(stdout, link, cfg).with_view(view);
+    #[cfg(unix)]
+    server.serve(stdin.as_fd())?;
+    #[cfg(windows)]
+    server.serve()?;
     Ok(())
 }
 

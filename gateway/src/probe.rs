@@ -25,6 +25,7 @@ pub fn run(params: Option<&Map<String, Value>>) -> Value {
     };
     match get("op") {
         "open" => outcome(std::fs::File::open(get("path")).map(drop)),
+        #[cfg(unix)]
         "connect_unix" => outcome(std::os::unix::net::UnixStream::connect(get("path")).map(drop)),
         "connect_tcp" => outcome(std::net::TcpStream::connect(get("addr")).map(drop)),
         // stdio inherited: opening /dev/null would be refused first (no filesystem), and

@@ -16,12 +16,21 @@ use crate::render::{self, Rendered};
 use ipc_schema::route::{RouteState, BROKER_TO_GATEWAY};
 use ipc_schema::tool::{ProposalId, ToolCall, ToolName, ToolReply};
 use ipc_schema::{Body, Envelope};
+#[cfg(unix)]
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
+#[cfg(unix)]
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
+
+/// What the loop reads the client from: stdin's descriptor (polled with the broker's socket);
+/// on Windows nothing, since a thread of `crate::pipe` reads stdin.
+#[cfg(unix)]
+type StdinRef<'a> = BorrowedFd<'a>;
+#[cfg(windows)]
+type StdinRef<'a> = std::marker::PhantomData<&'a ()>;
 
 /// The most tool calls one session may have in flight in the gateway.
 pub const MAX_IN_FLIGHT: usize = 256;
@@ -162,35 +171,29 @@ impl<W: Write> Server<W> {
     }
 
     /// Serves until stdin ends (`Ok`) or stdout or stdin fails.
-    pub fn serve(mut self, stdin: BorrowedFd<'_>) -> Result<(), ServeError> {
+    #[cfg(unix)]
+    pub fn serve(self, stdin: BorrowedFd<'_>) -> Result<(), ServeError> {
+        self.serve_from(stdin)
+    }
+
+    /// Serves until stdin ends (`Ok`) or stdout or stdin fails; stdin is read by a thread of
+    /// the broker link's pipe, started now.
+    #[cfg(windows)]
+    pub fn serve(mut self) -> Result<(), ServeError> {
+        self.broker
+            .pipe()
+            .start_stdin()
+            .map_err(ServeError::Stdin)?;
+        self.serve_from(std::marker::PhantomData)
+    }
+
+    fn serve_from(mut self, stdin: StdinRef<'_>) -> Result<(), ServeError> {
         let mut lines = LineSplitter::new(MAX_LINE);
         let mut buf = vec![0u8; 256 * 1024];
         let (mut line_events, mut frames) = (Vec::new(), Vec::new());
         loop {
             self.flush()?;
-            let timeout = match self.next_timer() {
-                None => PollTimeout::NONE,
-                Some(at) => {
-                    let ms = at.saturating_duration_since(Instant::now()).as_millis();
-                    // Rounded up, so a timer never fires early and spins.
-                    PollTimeout::try_from(ms.saturating_add(1).min(i32::MAX as u128) as i32)
-                        .unwrap_or(PollTimeout::MAX)
-                }
-            };
-            let broker_open = self.broker_gone.is_none();
-            let mut fds = vec![PollFd::new(stdin, PollFlags::POLLIN)];
-            if broker_open {
-                fds.push(PollFd::new(self.broker.as_fd(), PollFlags::POLLIN));
-            }
-            match nix::poll::poll(&mut fds, timeout) {
-                Ok(_) => {}
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => return Err(ServeError::Poll(e.into())),
-            }
-            let ready = |fd: &PollFd| fd.revents().is_some_and(|r| !r.is_empty());
-            let (stdin_ready, broker_ready) = (ready(&fds[0]), fds.get(1).is_some_and(ready));
-            drop(fds);
-
+            let (broker_ready, stdin_read) = self.wait(stdin, &mut buf)?;
             if broker_ready {
                 match self.broker.receive(&mut frames) {
                     Ok(open) => {
@@ -212,20 +215,7 @@ impl<W: Write> Server<W> {
                     }
                 }
             }
-            if stdin_ready {
-                let n = loop {
-                    match nix::unistd::read(stdin, &mut buf) {
-                        Ok(n) => break Some(n),
-                        Err(nix::errno::Errno::EINTR) => continue,
-                        // A client may hand over a non-blocking stdin: nothing there after all.
-                        Err(nix::errno::Errno::EAGAIN) => break None,
-                        Err(e) => return Err(ServeError::Stdin(e.into())),
-                    }
-                };
-                let Some(n) = n else {
-                    self.fire_timers()?;
-                    continue;
-                };
+            if let Some(n) = stdin_read {
                 if n == 0 {
                     lines.finish(&mut line_events);
                 } else {
@@ -248,6 +238,80 @@ impl<W: Write> Server<W> {
                 }
             }
             self.fire_timers()?;
+        }
+    }
+
+    /// Waits for the broker's connection or stdin to have something, or the next timer:
+    /// whether the broker has bytes to receive, and how many bytes of stdin are in `buf`
+    /// (`Some(0)`: its end).
+    #[cfg(unix)]
+    fn wait(
+        &mut self,
+        stdin: BorrowedFd<'_>,
+        buf: &mut [u8],
+    ) -> Result<(bool, Option<usize>), ServeError> {
+        let timeout = match self.next_timer() {
+            None => PollTimeout::NONE,
+            Some(at) => {
+                let ms = at.saturating_duration_since(Instant::now()).as_millis();
+                // Rounded up, so a timer never fires early and spins.
+                PollTimeout::try_from(ms.saturating_add(1).min(i32::MAX as u128) as i32)
+                    .unwrap_or(PollTimeout::MAX)
+            }
+        };
+        let broker_open = self.broker_gone.is_none();
+        let mut fds = vec![PollFd::new(stdin, PollFlags::POLLIN)];
+        if broker_open {
+            fds.push(PollFd::new(self.broker.as_fd(), PollFlags::POLLIN));
+        }
+        match nix::poll::poll(&mut fds, timeout) {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => return Ok((false, None)),
+            Err(e) => return Err(ServeError::Poll(e.into())),
+        }
+        let ready = |fd: &PollFd| fd.revents().is_some_and(|r| !r.is_empty());
+        let (stdin_ready, broker_ready) = (ready(&fds[0]), fds.get(1).is_some_and(ready));
+        drop(fds);
+        if !stdin_ready {
+            return Ok((broker_ready, None));
+        }
+        loop {
+            match nix::unistd::read(stdin, buf) {
+                Ok(n) => return Ok((broker_ready, Some(n))),
+                Err(nix::errno::Errno::EINTR) => continue,
+                // A client may hand over a non-blocking stdin: nothing there after all.
+                Err(nix::errno::Errno::EAGAIN) => return Ok((broker_ready, None)),
+                Err(e) => return Err(ServeError::Stdin(e.into())),
+            }
+        }
+    }
+
+    /// The same on Windows, from the pipe's one stream of events.
+    #[cfg(windows)]
+    fn wait(
+        &mut self,
+        _stdin: StdinRef<'_>,
+        buf: &mut [u8],
+    ) -> Result<(bool, Option<usize>), ServeError> {
+        use crate::pipe::Wake;
+        // Rounded up, so a timer never fires early and spins.
+        let timeout = self
+            .next_timer()
+            .map(|at| at.saturating_duration_since(Instant::now()) + Duration::from_millis(1));
+        let broker_open = self.broker_gone.is_none();
+        match self.broker.pipe().wait(timeout) {
+            None => Ok((false, None)),
+            Some(Wake::Broker(chunk)) if broker_open => {
+                self.broker.pipe().unread_broker(chunk);
+                Ok((true, None))
+            }
+            // After the broker has gone, whatever else its reader says is not read.
+            Some(Wake::Broker(_)) => Ok((false, None)),
+            Some(Wake::Stdin(Ok(bytes))) => {
+                buf[..bytes.len()].copy_from_slice(&bytes);
+                Ok((false, Some(bytes.len())))
+            }
+            Some(Wake::Stdin(Err(e))) => Err(ServeError::Stdin(e)),
         }
     }
 

@@ -7,24 +7,24 @@
 
 #![forbid(unsafe_code)]
 
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 use clap::Parser;
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 use gatehouse_client::{Client, Dirs, SOCKET_ENV, TOKEN_ENV};
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
+use gateway::Connection;
+#[cfg(any(unix, windows))]
 use ipc_schema::inert::escaped;
 #[cfg(unix)]
-use std::os::unix::ffi::OsStrExt;
-#[cfg(unix)]
 use std::os::unix::net::UnixStream;
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 use std::path::{Path, PathBuf};
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 use std::process::ExitCode;
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 use std::time::Duration;
 
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 /// The arguments of `gatehouse mcp`, which passes its own (and `--data-dir`) on unchanged.
 #[derive(Parser)]
 #[command(
@@ -33,7 +33,7 @@ use std::time::Duration;
     about = "The MCP server for one agent session, over stdio (what an agent's MCP config launches)",
     args_override_self = true
 )]
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 struct McpArgs {
     /// A private instance: config, data and sockets all under DIR (tests, demos).
     #[arg(long, value_name = "DIR")]
@@ -67,13 +67,13 @@ struct McpArgs {
     test_skip_lockdown: bool,
 }
 
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 fn fail(code: u8, msg: &str) -> ExitCode {
     eprintln!("gatehouse mcp: {}", escaped(msg));
     ExitCode::from(code)
 }
 
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 /// A refusal before any session exists: said on stderr and, since most clients hide the
 /// server's stderr, as the JSON-RPC error of every request the client sends (in the gateway's
 /// lockdown: this process reads the agent's input).
@@ -87,7 +87,7 @@ fn refuse(msg: &str, allow_degraded: bool) -> ExitCode {
     ExitCode::from(1)
 }
 
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 /// What `gatehouse`'s global options give every command: the instance's directories and, for a
 /// broker started in the background, `--data-dir` made absolute.
 struct Global {
@@ -95,7 +95,7 @@ struct Global {
     data_dir: Option<PathBuf>,
 }
 
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 fn main() -> ExitCode {
     let args = McpArgs::parse();
     let data_dir = match args.data_dir.as_ref().map(std::path::absolute) {
@@ -113,7 +113,7 @@ fn main() -> ExitCode {
     run(&Global { dirs, data_dir }, args)
 }
 
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 fn run(g: &Global, args: McpArgs) -> ExitCode {
     // The name is checked here; whether the policy has that profile, the broker says when the
     // session opens (before the first MCP message is read).
@@ -132,7 +132,7 @@ fn run(g: &Global, args: McpArgs) -> ExitCode {
     };
     let base = std::env::current_dir()
         .ok()
-        .map(|d| d.as_os_str().as_bytes().to_vec());
+        .map(|d| ipc_schema::os_path::of(&d).to_vec());
     let stream = match connect(g, run.as_ref()) {
         Ok(s) => s,
         Err(e) => return refuse(&e, args.allow_degraded),
@@ -153,7 +153,7 @@ fn run(g: &Global, args: McpArgs) -> ExitCode {
     }
 }
 
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 /// How this `gatehouse mcp` opens its session: with a token (from `gatehouse run`, or one to carry
 /// a session on) and, inside `gatehouse run`, the run's socket. Found from `--gateway-socket` and
 /// `--token-file` (what the MCP configs `gatehouse run` writes pass, as clients such as Codex and
@@ -164,7 +164,7 @@ struct RunLink {
     token: ipc_schema::tool::ResumeToken,
 }
 
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 impl RunLink {
     fn find(socket: Option<&Path>, token_file: Option<&Path>) -> Result<Option<RunLink>, String> {
         // Not left in the environment of anything this process might start.
@@ -211,7 +211,7 @@ impl RunLink {
 /// A connection on the gateway socket, starting the broker if none answers; or, under
 /// `gatehouse run`, on the run's socket (which leads to the broker through `gatehouse run`),
 /// with no fallback: a broker started inside the sandbox would be the agent's own.
-fn connect(g: &Global, run: Option<&RunLink>) -> Result<UnixStream, String> {
+fn connect(g: &Global, run: Option<&RunLink>) -> Result<Connection, String> {
     if let Some(socket) = run.and_then(|r| r.socket.as_ref()) {
         return UnixStream::connect(socket).map_err(|e| {
             format!(
@@ -232,9 +232,30 @@ fn connect(g: &Global, run: Option<&RunLink>) -> Result<UnixStream, String> {
         .map_err(|e| format!("cannot reach the broker at {}: {e}", path.display()))
 }
 
-/// `gatehouse mcp` reaches the broker over a Unix socket checked by the kernel; named pipes and
-/// the client's token on Windows are not built.
-#[cfg(not(unix))]
+/// On Windows: the name of the broker's gateway pipe, once a broker answers there (started in
+/// the background if none does); the gateway opens it. `gatehouse run` is not built on
+/// Windows, so a run's socket is refused.
+#[cfg(windows)]
+fn connect(g: &Global, run: Option<&RunLink>) -> Result<Connection, String> {
+    if let Some(socket) = run.and_then(|r| r.socket.as_ref()) {
+        return Err(format!(
+            "a run's gateway socket ({}) is given, but `gatehouse run` is not built for Windows",
+            socket.display()
+        ));
+    }
+    let path = g.dirs.gateway_socket();
+    if Client::connect(&path).is_err() {
+        Client::connect_or_start(g.data_dir.as_deref(), &g.dirs, &path, &[])
+            .map_err(|e| e.to_string())?;
+    }
+    path.to_str()
+        .map(str::to_string)
+        .ok_or_else(|| format!("{} is not a pipe name", path.display()))
+}
+
+/// `gatehouse mcp` reaches the broker over a Unix socket checked by the kernel, or a named pipe
+/// whose server's token is checked on Windows; elsewhere there is neither.
+#[cfg(not(any(unix, windows)))]
 fn main() -> std::process::ExitCode {
     use ipc_schema::platform::{refuse, Missing};
     refuse("gatehouse-mcp", &[Missing::LocalSockets])

@@ -95,6 +95,23 @@ pub fn connect(name: &str) -> io::Result<(std::fs::File, Peer)> {
     Ok((pipe, peer))
 }
 
+/// [`connect`], overlapped: a tokio pipe client, so one task may read while another writes
+/// (a synchronous handle serialises the two). Must be called inside a tokio runtime.
+#[cfg(windows)]
+pub fn connect_async(
+    name: &str,
+) -> io::Result<(tokio::net::windows::named_pipe::NamedPipeClient, Peer)> {
+    use std::os::windows::io::AsHandle;
+    let pipe = tokio::net::windows::named_pipe::ClientOptions::new()
+        .security_qos_flags(windows_sys::Win32::Storage::FileSystem::SECURITY_IDENTIFICATION)
+        .open(name)?;
+    let peer = crate::peer::of_pipe_server(pipe.as_handle())?;
+    let me = crate::peer::current_user()?;
+    crate::peer::admit_server(name, &me, &peer)
+        .map_err(|why| io::Error::new(io::ErrorKind::PermissionDenied, why))?;
+    Ok((pipe, peer))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -220,6 +220,20 @@ fn short(m: &str) -> &str {
 /// `--allow-degraded`) what does not hold is listed in the report's `degraded` instead of
 /// refusing the start (Wine, for one, reads back no job limit and sets no mitigation).
 pub fn harden_broker(allow_degraded: bool) -> Result<LockdownReport, LockdownError> {
+    harden_self("broker", allow_degraded)
+}
+
+/// What a front that starts no process (`gatehouse mcp`'s gateway) applies to itself on
+/// Windows: the same as [`harden_broker`]. It was started by the agent's client, not by the
+/// spawner, so it has no restricted token of its own.
+pub fn harden_front(allow_degraded: bool) -> Result<LockdownReport, LockdownError> {
+    harden_self("gateway", allow_degraded)
+}
+
+fn harden_self(
+    profile: &'static str,
+    allow_degraded: bool,
+) -> Result<LockdownReport, LockdownError> {
     let limits = JobLimits {
         kill_on_close: true,
         active_processes: Some(1),
@@ -253,7 +267,7 @@ pub fn harden_broker(allow_degraded: bool) -> Result<LockdownReport, LockdownErr
     missing.extend(mitigation::ensure(&wanted));
     if !missing.is_empty() && !allow_degraded {
         return Err(LockdownError::NotConfined {
-            profile: "broker",
+            profile,
             missing: missing.join("; "),
         });
     }
@@ -266,7 +280,7 @@ pub fn harden_broker(allow_degraded: bool) -> Result<LockdownReport, LockdownErr
         core_dumps_off: true,
         windows: Some(Box::new(wincfg::confinement(None, Some(&facts), held))),
         degraded: missing,
-        ..LockdownReport::nothing_yet("broker")
+        ..LockdownReport::nothing_yet(profile)
     })
 }
 
