@@ -14,7 +14,8 @@
 #      overlapped pipe from loopback servers, the exec-helper running commands in the
 #      restricted-token tier; the Windows spawner, started as the router starts it, starting,
 #      observing, tracing and killing the secrets-helper for this test as its router; and the
-#      broker itself, started for a private --data-dir and driven over its pipes.
+#      broker itself, started for a private --data-dir and driven over its pipes, with
+#      gatehouse-mcp serving an agent's MCP client on stdio in front of it.
 # Nothing here links or runs a macOS binary: there is no macOS SDK or machine here.
 # scripts/test-deps.sh installs the toolchains; CI runs this from scripts/test.sh.
 set -euo pipefail
@@ -72,11 +73,11 @@ LOG=$TARGET_DIR/wine-tests.log
 # (--all-features: the helpers' test hooks, as on Linux; the net-helper's Wine test needs one.
 # --show-output: a passing test's "wine does not enforce" line is printed after the results.)
 # (The exec-helper has no library: its binary's unit tests come with --tests. The broker's test
-# starts the spawner, net-, secrets- and exec-helper binaries: the first run builds the first
-# three, the second the exec-helper, before its tests run.)
+# starts the spawner, net-, secrets- and exec-helper and gatehouse-mcp binaries: the first run
+# builds the first three, the second the others, before its tests run.)
 if ! { cargo test --target x86_64-pc-windows-gnu "${WINE_CRATES[@]}" --all-features --lib --tests \
     -- --show-output &&
-  cargo test --target x86_64-pc-windows-gnu -p exec-helper -p broker --all-features --tests \
+  cargo test --target x86_64-pc-windows-gnu -p exec-helper -p gatehouse-mcp -p broker --all-features --tests \
     -- --show-output; } >"$LOG" 2>&1; then
   grep -E -A20 '^---- |^error' "$LOG" >&2 || tail -50 "$LOG" >&2
   echo "the Windows tests under Wine FAILED" >&2

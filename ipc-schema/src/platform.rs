@@ -20,9 +20,8 @@ pub enum Missing {
     /// The kernel keyring, where the broker keeps its audit key.
     KernelKeyring,
     /// A front's connection to the broker (Unix sockets with SO_PEERCRED / LOCAL_PEERCRED). On
-    /// Windows the broker serves named pipes and `gatehouse_client::Client` connects to them,
-    /// but the fronts' own loops (the console's terminal, the MCP front reading and writing at
-    /// once, which a synchronous pipe handle serialises) are not built there.
+    /// Windows the broker serves named pipes, `gatehouse_client::Client` and the MCP front
+    /// connect to them, but the console's and the notifier's loops are not built there.
     LocalSockets,
     /// The desktop notification bus (D-Bus).
     SessionBus,
@@ -42,7 +41,7 @@ impl Missing {
             }
             Missing::KernelKeyring => "the kernel keyring for the audit key",
             Missing::LocalSockets => {
-                "a front's connection to the broker with the peer checked by the OS (on Windows: the fronts' own loops over named pipes)"
+                "a front's connection to the broker with the peer checked by the OS (on Windows: the console's and the notifier's loops over named pipes)"
             }
             Missing::SessionBus => "the desktop notification bus (D-Bus)",
         }
