@@ -33,7 +33,7 @@ RATCHET = {
     "fs-helper": 3450,
     "net-helper": 2600,
     "exec-helper": 445,
-    "secrets-helper": 2200,
+    "secrets-helper": 2000,
     "servers-helper": 900,
 }
 HELPERS = ["fs-helper", "net-helper", "exec-helper", "secrets-helper", "servers-helper"]

@@ -7,9 +7,12 @@
 //! layout broker/src/store/chain.rs documents. The key is kept as 64 hex characters under the
 //! name the broker used when it still held the key itself, so logs written then keep theirs.
 
+use crate::service::err;
 use crate::store::{ItemKey, Store, StoreError};
 use hmac::{Hmac, Mac};
-use ipc_schema::secrets::{AuditHead, AuditInstance, AuditRow, SecretsError, SecretsErrorKind};
+use ipc_schema::secrets::{
+    AuditHead, AuditInstance, AuditRow, SecretsError, SecretsErrorKind, MAX_AUDIT_ROWS,
+};
 use sha2::Sha256;
 use std::collections::HashMap;
 use zeroize::Zeroizing;
@@ -23,10 +26,6 @@ pub type Macs = (Vec<[u8; 32]>, Option<[u8; 32]>);
 #[derive(Default)]
 pub struct AuditKeys {
     keys: HashMap<AuditInstance, Zeroizing<[u8; 32]>>,
-}
-
-fn err(kind: SecretsErrorKind, message: String) -> SecretsError {
-    SecretsError { kind, message }
 }
 
 fn decode_key(blob: &[u8]) -> Option<Zeroizing<[u8; 32]>> {
@@ -46,10 +45,7 @@ pub fn read_key(
     };
     decode_key(&blob)
         .map(Some)
-        .ok_or_else(|| StoreError::Failed {
-            kind: "audit key",
-            reason: "the stored audit key is malformed".into(),
-        })
+        .ok_or_else(|| StoreError::Failed("audit key", "the stored audit key is malformed".into()))
 }
 
 impl AuditKeys {
@@ -64,35 +60,26 @@ impl AuditKeys {
         if self.keys.contains_key(instance) {
             return Ok(false);
         }
-        let store_err = |e: StoreError| crate::service::store_error(&e);
-        if let Some(k) = read_key(store, instance).map_err(store_err)? {
+        if let Some(k) = read_key(store, instance)? {
             self.keys.insert(instance.clone(), k);
             return Ok(false);
         }
         if !may_create {
-            return Err(err(
-                SecretsErrorKind::AuditKeyMissing,
-                format!(
-                    "the audit key of log {} is not in the {} store, and the log already has entries (the kernel keyutils store forgets keys at reboot); `gatehouse verify-audit` can still check the chain without it, or move the log aside to start a fresh one",
-                    instance.as_str(),
-                    store.kind().as_str()
-                ),
-            ));
+            let (log, kind) = (instance.as_str(), store.kind().as_str());
+            let why = format!(
+                "the audit key of log {log} is not in the {kind} store, and the log already has entries (the kernel keyutils store forgets keys at reboot); `gatehouse verify-audit` can still check the chain without it, or move the log aside to start a fresh one"
+            );
+            return Err(err(SecretsErrorKind::AuditKeyMissing, why));
         }
         let key = Zeroizing::new(rand::random::<[u8; 32]>());
         let text = Zeroizing::new(hex::encode(&key[..]));
         let item = ItemKey::AuditKey(instance.clone());
-        store.put(&item, text.as_bytes()).map_err(store_err)?;
+        store.put(&item, text.as_bytes())?;
         // Read it back: a store that accepts writes but loses them must fail now, not at the
         // next start.
-        match read_key(store, instance).map_err(store_err)? {
-            Some(k) if k[..] == key[..] => {}
-            _ => {
-                return Err(err(
-                    SecretsErrorKind::Store,
-                    "the audit key written to the store could not be read back".into(),
-                ))
-            }
+        if read_key(store, instance)?.is_none_or(|k| k[..] != key[..]) {
+            let why = "the audit key written to the store could not be read back";
+            return Err(err(SecretsErrorKind::Store, why));
         }
         self.keys.insert(instance.clone(), key);
         Ok(true)
@@ -106,15 +93,12 @@ impl AuditKeys {
         rows: &[AuditRow],
         head: Option<&AuditHead>,
     ) -> Result<Macs, SecretsError> {
-        if rows.len() > ipc_schema::secrets::MAX_AUDIT_ROWS {
-            return Err(err(
-                SecretsErrorKind::Invalid,
-                format!(
-                    "{} rows in one request; at most {}",
-                    rows.len(),
-                    ipc_schema::secrets::MAX_AUDIT_ROWS
-                ),
-            ));
+        if rows.len() > MAX_AUDIT_ROWS {
+            let why = format!(
+                "{} rows in one request; at most {MAX_AUDIT_ROWS}",
+                rows.len()
+            );
+            return Err(err(SecretsErrorKind::Invalid, why));
         }
         self.open(store, instance, false)?;
         let key = &self.keys[instance];

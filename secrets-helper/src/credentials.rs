@@ -2,8 +2,9 @@
 //! the value), delete, and attach (the header for one request to one allowed host).
 
 use crate::record;
-use crate::service::store_error;
+use crate::service::err;
 use crate::store::{ItemKey, Store};
+use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use ipc_schema::host::Host;
 use ipc_schema::secrets::{
@@ -11,13 +12,6 @@ use ipc_schema::secrets::{
     SecretsError, SecretsErrorKind, SendAs,
 };
 use zeroize::Zeroizing;
-
-fn err(kind: SecretsErrorKind, message: impl Into<String>) -> SecretsError {
-    SecretsError {
-        kind,
-        message: message.into(),
-    }
-}
 
 fn key(namespace: &str, name: &CredentialName) -> ItemKey {
     ItemKey::Credential {
@@ -32,10 +26,7 @@ fn load(
     namespace: &str,
     name: &CredentialName,
 ) -> Result<Option<(CredentialSpec, Option<SecretValue>)>, SecretsError> {
-    let Some(blob) = store
-        .get(&key(namespace, name))
-        .map_err(|e| store_error(&e))?
-    else {
+    let Some(blob) = store.get(&key(namespace, name))? else {
         return Ok(None);
     };
     record::decode(name, &blob)
@@ -57,9 +48,7 @@ pub fn describe(
 }
 
 pub fn list(store: &mut dyn Store, namespace: &str) -> Result<Vec<CredentialInfo>, SecretsError> {
-    let names = store
-        .credential_names(namespace)
-        .map_err(|e| store_error(&e))?;
+    let names = store.credential_names(namespace)?;
     let mut out = Vec::with_capacity(names.len());
     for name in names {
         // An item deleted between listing and reading is simply gone.
@@ -82,13 +71,11 @@ pub fn set(
     let spec = spec
         .normalized()
         .map_err(|e| err(SecretsErrorKind::Invalid, e.0))?;
-    if let Some(v) = &value {
-        v.check_credential().map_err(|e| {
-            err(
-                SecretsErrorKind::Invalid,
-                format!("credential {}: {e}", spec.name),
-            )
-        })?;
+    if let Some(Err(e)) = value.as_ref().map(SecretValue::check_credential) {
+        return Err(err(
+            SecretsErrorKind::Invalid,
+            format!("credential {}: {e}", spec.name),
+        ));
     }
     let existing = load(store, namespace, &spec.name)?;
     let (keep, dropped) = match (&value, existing) {
@@ -107,9 +94,7 @@ pub fn set(
         }
     };
     let blob = record::encode(&spec, keep.as_ref());
-    store
-        .put(&key(namespace, &spec.name), &blob)
-        .map_err(|e| store_error(&e))?;
+    store.put(&key(namespace, &spec.name), &blob)?;
     Ok((
         CredentialInfo {
             spec,
@@ -124,9 +109,7 @@ pub fn delete(
     namespace: &str,
     name: &CredentialName,
 ) -> Result<bool, SecretsError> {
-    store
-        .delete(&key(namespace, name))
-        .map_err(|e| store_error(&e))
+    Ok(store.delete(&key(namespace, name))?)
 }
 
 /// The value of `name` for a server's environment, when everything the server can reach lies
@@ -191,46 +174,38 @@ pub fn attach(
     let (spec, value) = stored(store, namespace, name)?;
     if !spec.allows_host(&host) {
         let hosts: Vec<String> = spec.hosts.iter().map(|h| h.to_string()).collect();
-        return Err(err(
-            SecretsErrorKind::HostNotAllowed,
-            format!(
-                "credential {name} may be sent only to {}, not to {host}",
-                hosts.join(", ")
-            ),
-        ));
+        let why = format!(
+            "credential {name} may be sent only to {}, not to {host}",
+            hosts.join(", ")
+        );
+        return Err(err(SecretsErrorKind::HostNotAllowed, why));
     }
     let value = with_value(name, value)?;
-    let (header, header_value, scrub) = match &spec.send_as {
-        SendAs::Bearer => {
-            let mut v = Zeroizing::new(b"Bearer ".to_vec());
-            v.extend_from_slice(value.expose());
-            ("authorization".to_string(), v, vec![value.clone()])
-        }
-        SendAs::Header(h) => {
-            let mut v = Zeroizing::new(Vec::with_capacity(value.len()));
-            v.extend_from_slice(value.expose());
-            (h.as_str().to_string(), v, vec![value.clone()])
-        }
+    // Every form of the value that must not reach the agent (`scrub`), and what the header
+    // carries after its scheme.
+    let mut scrub = vec![value.clone()];
+    let (header, scheme, secret) = match &spec.send_as {
+        SendAs::Bearer => ("authorization", "Bearer ", value),
+        SendAs::Header(h) => (h.as_str(), "", value),
         SendAs::Basic(user) => {
-            let mut plain =
-                Zeroizing::new(Vec::with_capacity(user.as_str().len() + 1 + value.len()));
-            plain.extend_from_slice(user.as_str().as_bytes());
+            let user = user.as_str().as_bytes();
+            let mut plain = Zeroizing::new(Vec::with_capacity(user.len() + 1 + value.len()));
+            plain.extend_from_slice(user);
             plain.push(b':');
             plain.extend_from_slice(value.expose());
-            let token = Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(&*plain));
-            let mut v = Zeroizing::new(b"Basic ".to_vec());
-            v.extend_from_slice(token.as_bytes());
-            (
-                "authorization".to_string(),
-                v,
-                vec![value.clone(), SecretValue::from_slice(token.as_bytes())],
-            )
+            // (`encode` fills a buffer of the exact size: no copy is left behind.)
+            let token = SecretValue::new(STANDARD.encode(&*plain).into_bytes());
+            scrub.push(token.clone());
+            ("authorization", "Basic ", token)
         }
     };
+    let mut header_value = Zeroizing::new(Vec::with_capacity(scheme.len() + secret.len()));
+    header_value.extend_from_slice(scheme.as_bytes());
+    header_value.extend_from_slice(secret.expose());
     Ok(CredentialHeader {
         credential: name.clone(),
         host: host.to_string(),
-        name: header,
+        name: header.to_string(),
         value: SecretValue::from_slice(&header_value),
         scrub,
     })

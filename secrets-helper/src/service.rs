@@ -16,14 +16,21 @@ pub struct Service {
 }
 
 /// A store failure as a reply.
-pub fn store_error(e: &StoreError) -> SecretsError {
-    let kind = match e {
-        StoreError::Locked(_) => SecretsErrorKind::Locked,
-        _ => SecretsErrorKind::Store,
-    };
+impl From<StoreError> for SecretsError {
+    fn from(e: StoreError) -> SecretsError {
+        let kind = match e {
+            StoreError::Locked(_) => SecretsErrorKind::Locked,
+            _ => SecretsErrorKind::Store,
+        };
+        err(kind, e.to_string())
+    }
+}
+
+/// A failed request's reply.
+pub fn err(kind: SecretsErrorKind, message: impl Into<String>) -> SecretsError {
     SecretsError {
         kind,
-        message: e.to_string(),
+        message: message.into(),
     }
 }
 

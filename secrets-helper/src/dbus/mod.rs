@@ -22,6 +22,8 @@ const MAX_MESSAGE: usize = 4 << 20;
 const METHOD_CALL: u8 = 1;
 const METHOD_RETURN: u8 = 2;
 const ERROR: u8 = 3;
+/// The bus itself: its name and interface.
+const DBUS: &str = "org.freedesktop.DBus";
 
 #[derive(Debug, thiserror::Error)]
 pub enum BusError {
@@ -133,34 +135,23 @@ pub struct Bus {
     serial: u32,
     /// The address given (shown in `doctor`).
     pub address: String,
-    /// Our unique name on the bus (`:1.42`).
-    pub unique_name: String,
-}
-
-impl std::fmt::Debug for Bus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Bus({} as {})", self.address, self.unique_name)
-    }
 }
 
 impl Bus {
     /// Connects, authenticates (EXTERNAL, by uid) and says Hello. Must run before lockdown:
     /// it creates a socket and sets the receive timeout every later call relies on.
     pub fn connect(address: &str, timeout: Duration) -> Result<Bus, BusError> {
-        let mut last = None;
-        let mut stream = None;
+        // The first entry that connects; the last error if none does.
+        let mut stream = Err(std::io::Error::other("no address"));
         for a in parse_address(address)? {
-            match connect_one(&a) {
-                Ok(s) => {
-                    stream = Some(s);
-                    break;
-                }
-                Err(e) => last = Some(e),
+            stream = connect_one(&a);
+            if stream.is_ok() {
+                break;
             }
         }
-        let stream = stream.ok_or_else(|| BusError::Connect {
+        let stream = stream.map_err(|source| BusError::Connect {
             address: address.to_string(),
-            source: last.unwrap_or_else(|| std::io::Error::other("no address")),
+            source,
         })?;
         stream.set_read_timeout(Some(timeout))?;
         stream.set_write_timeout(Some(timeout))?;
@@ -168,21 +159,13 @@ impl Bus {
             stream,
             serial: 0,
             address: address.to_string(),
-            unique_name: String::new(),
         };
         bus.authenticate(nix::unistd::getuid().as_raw())?;
-        let reply = bus.call(
-            "org.freedesktop.DBus",
-            "/org/freedesktop/DBus",
-            "org.freedesktop.DBus",
-            "Hello",
-            &[],
-        )?;
-        bus.unique_name = reply
-            .first()
-            .and_then(Value::as_str)
-            .ok_or_else(|| BusError::Protocol("Hello returned no name".into()))?
-            .to_string();
+        let reply = bus.call(DBUS, "/org/freedesktop/DBus", DBUS, "Hello", &[])?;
+        // Our unique name on the bus (`:1.42`): nothing uses it, but a bus must give one.
+        if reply.first().and_then(Value::as_str).is_none() {
+            return Err(BusError::Protocol("Hello returned no name".into()));
+        }
         Ok(bus)
     }
 
@@ -266,16 +249,11 @@ impl Bus {
         if fixed[3] != 1 {
             return Err(BusError::Protocol(format!("protocol version {}", fixed[3])));
         }
-        let num = |b: &[u8]| {
-            let a: [u8; 4] = b.try_into().expect("4 bytes");
-            if big {
-                u32::from_be_bytes(a)
-            } else {
-                u32::from_le_bytes(a)
-            }
-        };
-        let body_len = num(&fixed[4..8]) as usize;
-        let fields_len = num(&fixed[12..16]) as usize;
+        let mut r = Reader::new(&fixed, big);
+        r.pos = 4;
+        let body_len = r.u32()? as usize;
+        r.pos = 12;
+        let fields_len = r.u32()? as usize;
         let header_len = (16 + fields_len).div_ceil(8) * 8;
         if header_len + body_len > MAX_MESSAGE {
             return Err(BusError::Protocol(format!(
@@ -332,14 +310,16 @@ fn encode_call(
         body.put(a);
         sig.push_str(&a.signature());
     }
+    // Header fields (code, value): PATH, INTERFACE, MEMBER, DESTINATION, SIGNATURE.
+    let field = |code: u8, v: Value| Value::Struct(vec![Value::Byte(code), Value::variant(v)]);
     let mut fields = vec![
-        (1u8, Value::Path(path.into())),
-        (2, Value::Str(interface.into())),
-        (3, Value::Str(member.into())),
-        (6, Value::Str(destination.into())),
+        field(1, Value::Path(path.into())),
+        field(2, Value::Str(interface.into())),
+        field(3, Value::Str(member.into())),
+        field(6, Value::Str(destination.into())),
     ];
     if !sig.is_empty() {
-        fields.push((8, Value::Signature(sig)));
+        fields.push(field(8, Value::Signature(sig)));
     }
     let mut prefix = vec![b'l', METHOD_CALL, 0, 1];
     prefix.extend_from_slice(&(body.buf.len() as u32).to_le_bytes());
@@ -347,10 +327,7 @@ fn encode_call(
     let mut w = Writer::with_prefix(&prefix);
     w.put(&Value::Array {
         elem: "(yv)".into(),
-        items: fields
-            .into_iter()
-            .map(|(code, v)| Value::Struct(vec![Value::Byte(code), Value::Variant(Box::new(v))]))
-            .collect(),
+        items: fields,
     });
     w.pad(8);
     w.buf.extend_from_slice(&body.buf);
@@ -385,7 +362,7 @@ mod tests {
             "OpenSession",
             &[
                 Value::Str("plain".into()),
-                Value::Variant(Box::new(Value::Str(String::new()))),
+                Value::variant(Value::Str(String::new())),
             ],
         );
         assert_eq!(&m[..4], &[b'l', 1, 0, 1]);

@@ -60,6 +60,10 @@ impl Value {
         }
     }
 
+    pub fn variant(inner: Value) -> Value {
+        Value::Variant(Box::new(inner))
+    }
+
     pub fn signature(&self) -> String {
         match self {
             Value::Byte(_) => "y".into(),
@@ -169,13 +173,19 @@ impl Writer {
         }
     }
 
-    fn u32(&mut self, v: u32) {
-        self.pad(4);
-        self.buf.extend_from_slice(&v.to_le_bytes());
+    /// A fixed-size value, aligned to its size.
+    fn fixed(&mut self, bytes: &[u8]) {
+        self.pad(bytes.len());
+        self.buf.extend_from_slice(bytes);
     }
 
-    fn string(&mut self, s: &str) {
-        self.u32(s.len() as u32);
+    fn u32(&mut self, v: u32) {
+        self.fixed(&v.to_le_bytes());
+    }
+
+    /// A string or signature: its length (`len`, a u32 or a byte), its bytes and a NUL.
+    fn string(&mut self, len: &[u8], s: &str) {
+        self.fixed(len);
         self.buf.extend_from_slice(s.as_bytes());
         self.buf.push(0);
     }
@@ -184,37 +194,15 @@ impl Writer {
         match v {
             Value::Byte(b) => self.buf.push(*b),
             Value::Bool(b) => self.u32(*b as u32),
-            Value::I16(x) => {
-                self.pad(2);
-                self.buf.extend_from_slice(&x.to_le_bytes())
-            }
-            Value::U16(x) => {
-                self.pad(2);
-                self.buf.extend_from_slice(&x.to_le_bytes())
-            }
-            Value::I32(x) => {
-                self.pad(4);
-                self.buf.extend_from_slice(&x.to_le_bytes())
-            }
+            Value::I16(x) => self.fixed(&x.to_le_bytes()),
+            Value::U16(x) => self.fixed(&x.to_le_bytes()),
+            Value::I32(x) => self.fixed(&x.to_le_bytes()),
             Value::U32(x) | Value::UnixFd(x) => self.u32(*x),
-            Value::I64(x) => {
-                self.pad(8);
-                self.buf.extend_from_slice(&x.to_le_bytes())
-            }
-            Value::U64(x) => {
-                self.pad(8);
-                self.buf.extend_from_slice(&x.to_le_bytes())
-            }
-            Value::Double(x) => {
-                self.pad(8);
-                self.buf.extend_from_slice(&x.to_le_bytes())
-            }
-            Value::Str(s) | Value::Path(s) => self.string(s),
-            Value::Signature(s) => {
-                self.buf.push(s.len() as u8);
-                self.buf.extend_from_slice(s.as_bytes());
-                self.buf.push(0);
-            }
+            Value::I64(x) => self.fixed(&x.to_le_bytes()),
+            Value::U64(x) => self.fixed(&x.to_le_bytes()),
+            Value::Double(x) => self.fixed(&x.to_le_bytes()),
+            Value::Str(s) | Value::Path(s) => self.string(&(s.len() as u32).to_le_bytes(), s),
+            Value::Signature(s) => self.string(&[s.len() as u8], s),
             Value::Bytes(b) => {
                 self.u32(b.len() as u32);
                 self.buf.extend_from_slice(b);
@@ -277,9 +265,13 @@ impl<'a> Reader<'a> {
         Ok(())
     }
 
+    /// The end of the `n` bytes from the current position, if they are all there.
+    fn end_of(&self, n: usize) -> Option<usize> {
+        self.pos.checked_add(n).filter(|&e| e <= self.buf.len())
+    }
+
     fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
-        let Some(end) = end else {
+        let Some(end) = self.end_of(n) else {
             return bad("value runs past the end");
         };
         let s = &self.buf[self.pos..end];
@@ -296,11 +288,17 @@ impl<'a> Reader<'a> {
         Ok(b)
     }
 
-    fn u32(&mut self) -> Result<u32, WireError> {
+    pub fn u32(&mut self) -> Result<u32, WireError> {
         Ok(u32::from_le_bytes(self.fixed::<4>()?))
     }
 
-    fn string(&mut self, len: usize) -> Result<String, WireError> {
+    /// A string or signature: its length (`len_size` bytes: 4, or 1 for a signature), its
+    /// bytes and a NUL.
+    fn string(&mut self, len_size: usize) -> Result<String, WireError> {
+        let len = match len_size {
+            1 => self.take(1)?[0] as usize,
+            _ => self.u32()? as usize,
+        };
         let bytes = self.take(len)?;
         if self.take(1)? != [0] {
             return bad("string without its NUL");
@@ -335,40 +333,27 @@ impl<'a> Reader<'a> {
             b'x' => Value::I64(i64::from_le_bytes(self.fixed::<8>()?)),
             b't' => Value::U64(u64::from_le_bytes(self.fixed::<8>()?)),
             b'd' => Value::Double(f64::from_le_bytes(self.fixed::<8>()?)),
-            b's' => {
-                let n = self.u32()? as usize;
-                Value::Str(self.string(n)?)
-            }
-            b'o' => {
-                let n = self.u32()? as usize;
-                Value::Path(self.string(n)?)
-            }
-            b'g' => {
-                let n = self.take(1)?[0] as usize;
-                Value::Signature(self.string(n)?)
-            }
+            b's' => Value::Str(self.string(4)?),
+            b'o' => Value::Path(self.string(4)?),
+            b'g' => Value::Signature(self.string(1)?),
             b'v' => {
-                let n = self.take(1)?[0] as usize;
-                let inner = self.string(n)?;
+                let inner = self.string(1)?;
                 let b = inner.as_bytes();
                 if b.is_empty() || type_end(b, 0)? != b.len() {
                     return bad("variant signature is not one complete type");
                 }
-                Value::Variant(Box::new(self.read_at(b, depth + 1)?))
+                Value::variant(self.read_at(b, depth + 1)?)
             }
             b'a' => {
                 let len = self.u32()? as usize;
                 let elem_end = type_end(sig, 1)?;
                 let elem = &sig[1..elem_end];
                 self.align(alignment(elem[0]))?;
-                let end = self.pos.checked_add(len).filter(|&e| e <= self.buf.len());
-                let Some(end) = end else {
+                let Some(end) = self.end_of(len) else {
                     return bad("array runs past the end");
                 };
                 if elem == b"y" {
-                    let mut bytes = Zeroizing::new(Vec::with_capacity(len));
-                    bytes.extend_from_slice(self.take(len)?);
-                    return Ok(Value::Bytes(bytes));
+                    return Ok(Value::Bytes(Zeroizing::new(self.take(len)?.to_vec())));
                 }
                 let mut items = Vec::new();
                 while self.pos < end {
@@ -385,14 +370,7 @@ impl<'a> Reader<'a> {
             b'(' => {
                 self.align(8)?;
                 let end = type_end(sig, 0)?;
-                let mut j = 1;
-                let mut fields = Vec::new();
-                while j < end - 1 {
-                    let e = type_end(sig, j)?;
-                    fields.push(self.read_at(&sig[j..e], depth + 1)?);
-                    j = e;
-                }
-                Value::Struct(fields)
+                Value::Struct(self.read_seq(&sig[1..end - 1], depth + 1)?)
             }
             b'{' => {
                 self.align(8)?;
@@ -408,11 +386,16 @@ impl<'a> Reader<'a> {
 
     /// Reads the values of a whole signature (a message body).
     pub fn read_all(&mut self, sig: &[u8]) -> Result<Vec<Value>, WireError> {
+        self.read_seq(sig, 0)
+    }
+
+    /// Reads one value of each complete type in `sig` (a body, a struct's fields).
+    fn read_seq(&mut self, sig: &[u8], depth: usize) -> Result<Vec<Value>, WireError> {
         let mut out = Vec::new();
         let mut i = 0;
         while i < sig.len() {
             let e = type_end(sig, i)?;
-            out.push(self.read(&sig[i..e])?);
+            out.push(self.read_at(&sig[i..e], depth)?);
             i = e;
         }
         Ok(out)

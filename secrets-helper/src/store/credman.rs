@@ -27,12 +27,10 @@ pub fn entry_name(slot: &Slot) -> EntryName {
 /// The user's Credential Manager. Nothing is touched until the first request.
 #[cfg(target_os = "windows")]
 pub fn open() -> super::os_keyring::OsKeyring<super::os_keyring::KeyringEntries> {
-    use ipc_schema::secrets::StoreKind;
+    let kind = ipc_schema::secrets::StoreKind::CredentialManager;
     super::os_keyring::OsKeyring {
-        entries: super::os_keyring::KeyringEntries {
-            kind: StoreKind::CredentialManager,
-        },
-        kind: StoreKind::CredentialManager,
+        entries: super::os_keyring::KeyringEntries { kind },
+        kind,
         location: "the Credential Manager of the logged-on Windows user".into(),
         naming: entry_name,
         max_blob: MAX_BLOB,

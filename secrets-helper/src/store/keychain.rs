@@ -25,12 +25,10 @@ pub fn entry_name(slot: &Slot) -> EntryName {
 /// stores: a locked or missing keychain shows up in `doctor` and in each reply.
 #[cfg(target_os = "macos")]
 pub fn open() -> super::os_keyring::OsKeyring<super::os_keyring::KeyringEntries> {
-    use ipc_schema::secrets::StoreKind;
+    let kind = ipc_schema::secrets::StoreKind::Keychain;
     super::os_keyring::OsKeyring {
-        entries: super::os_keyring::KeyringEntries {
-            kind: StoreKind::Keychain,
-        },
-        kind: StoreKind::Keychain,
+        entries: super::os_keyring::KeyringEntries { kind },
+        kind,
         location: format!("the login keychain, service {SERVICE:?}"),
         naming: entry_name,
         max_blob: MAX_BLOB,

@@ -8,7 +8,7 @@
 //! them, and the Secret Service gives same-uid processes the same access. The agent's commands
 //! run under a seccomp filter that refuses every keyctl call.
 
-use super::{ItemKey, Store, StoreError};
+use super::{CredentialNames, ItemKey, Store, StoreError};
 use ipc_schema::secrets::{CredentialName, StoreKind};
 use linux_keyutils::{
     Key, KeyError, KeyPermissionsBuilder, KeyRing, KeyRingIdentifier, KeyType, Permission,
@@ -18,17 +18,6 @@ use zeroize::Zeroizing;
 const KIND: &str = "keyutils";
 /// The largest payload of a `user` key.
 const MAX_PAYLOAD: usize = 32767;
-
-/// The key description of an item. The audit key's is the name the broker used when it still
-/// held the key itself, so logs written then keep their key.
-pub fn description(key: &ItemKey) -> String {
-    match key {
-        ItemKey::Credential { namespace, name } => {
-            format!("gatehouse:{namespace}:credential:{name}")
-        }
-        ItemKey::AuditKey(instance) => format!("gatehouse:audit-key-{}", instance.as_str()),
-    }
-}
 
 pub struct Keyutils {
     user: KeyRing,
@@ -48,7 +37,7 @@ fn failed(what: &str, e: KeyError) -> StoreError {
         ),
         e => format!("{what}: {e:?}"),
     };
-    StoreError::Failed { kind: KIND, reason }
+    StoreError::Failed(KIND, reason)
 }
 
 impl Keyutils {
@@ -62,10 +51,7 @@ impl Keyutils {
             let _ = session.link_keyring_id(KeyRingIdentifier::User);
         }
         let user = KeyRing::from_special_id(KeyRingIdentifier::User, true).map_err(|e| {
-            StoreError::Unavailable {
-                kind: KIND,
-                reason: format!("the kernel refused the user keyring ({e:?})"),
-            }
+            StoreError::Unavailable(KIND, format!("the kernel refused the user keyring ({e:?})"))
         })?;
         Ok(Keyutils {
             user,
@@ -113,32 +99,26 @@ impl Store for Keyutils {
     }
 
     fn get(&mut self, key: &ItemKey) -> Result<Option<Zeroizing<Vec<u8>>>, StoreError> {
-        let Some(k) = self.find(&description(key))? else {
+        let Some(k) = self.find(&key.description())? else {
             return Ok(None);
         };
         let mut buf = Zeroizing::new(vec![0u8; MAX_PAYLOAD]);
         let n = k.read(&mut *buf).map_err(|e| failed("reading a key", e))?;
         if n > buf.len() {
-            return Err(StoreError::Failed {
-                kind: KIND,
-                reason: format!("a key holds {n} bytes, more than a user key can"),
-            });
+            let why = format!("a key holds {n} bytes, more than a user key can");
+            return Err(StoreError::Failed(KIND, why));
         }
-        let mut out = Zeroizing::new(Vec::with_capacity(n));
-        out.extend_from_slice(&buf[..n]);
-        Ok(Some(out))
+        Ok(Some(Zeroizing::new(buf[..n].to_vec())))
     }
 
     fn put(&mut self, key: &ItemKey, blob: &[u8]) -> Result<(), StoreError> {
         if blob.len() > MAX_PAYLOAD {
-            return Err(StoreError::Failed {
-                kind: KIND,
-                reason: format!("{} bytes do not fit a kernel key", blob.len()),
-            });
+            let why = format!("{} bytes do not fit a kernel key", blob.len());
+            return Err(StoreError::Failed(KIND, why));
         }
         let k = self
             .user
-            .add_key(&description(key), blob)
+            .add_key(&key.description(), blob)
             .map_err(|e| failed("adding a key", e))?;
         k.set_perms(Self::owner_perms())
             .map_err(|e| failed("setting a key's permissions", e))?;
@@ -154,21 +134,18 @@ impl Store for Keyutils {
         let mut existed = false;
         // Invalidation removes the key from every keyring it is linked into (user and
         // persistent) at once. Loop: an older copy may still be linked somewhere.
-        while let Some(k) = self.find(&description(key))? {
+        while let Some(k) = self.find(&key.description())? {
             k.invalidate().map_err(|e| failed("removing a key", e))?;
             existed = true;
         }
         Ok(existed)
     }
 
-    fn credential_names(&mut self, namespace: &str) -> Result<Vec<CredentialName>, StoreError> {
+    fn credential_names(&mut self, namespace: &str) -> Result<CredentialNames, StoreError> {
         let prefix = format!("gatehouse:{namespace}:credential:");
-        let mut names = Vec::new();
-        let mut rings = vec![self.user];
-        if let Ok(p) = KeyRing::get_persistent(KeyRingIdentifier::User) {
-            rings.push(p);
-        }
-        for ring in rings {
+        let mut names = CredentialNames::new();
+        let persistent = KeyRing::get_persistent(KeyRingIdentifier::User).ok();
+        for ring in std::iter::once(self.user).chain(persistent) {
             // Generously sized: the crate trusts the kernel's length beyond this capacity.
             let links = ring
                 .get_links(1 << 16)
@@ -181,13 +158,11 @@ impl Store for Keyutils {
                 }
                 if let Some(name) = meta.get_description().strip_prefix(&prefix) {
                     if let Ok(n) = CredentialName::parse(name) {
-                        names.push(n);
+                        names.insert(n);
                     }
                 }
             }
         }
-        names.sort();
-        names.dedup();
         Ok(names)
     }
 }

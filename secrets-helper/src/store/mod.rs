@@ -13,6 +13,7 @@ pub mod os_keyring;
 pub mod secret_service;
 
 use ipc_schema::secrets::{AuditInstance, CredentialName, StoreKind};
+use std::collections::BTreeSet;
 use zeroize::Zeroizing;
 
 /// One stored item.
@@ -28,23 +29,42 @@ pub enum ItemKey {
     AuditKey(AuditInstance),
 }
 
+impl ItemKey {
+    /// The item's name where a store names items (keyutils key descriptions; Keychain and
+    /// Credential Manager entries: `os_keyring`), so one item has one name on every OS. The
+    /// audit key's is the name the broker used when it still held the key itself, so logs
+    /// written then keep their key.
+    pub fn description(&self) -> String {
+        match self {
+            ItemKey::Credential { namespace, name } => {
+                format!("gatehouse:{namespace}:credential:{name}")
+            }
+            ItemKey::AuditKey(instance) => format!("gatehouse:audit-key-{}", instance.as_str()),
+        }
+    }
+}
+
+/// Each but `Locked` carries the store's kind (`keyutils`, ...) and the reason.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The store cannot be reached at all (no bus, no Secret Service, keyring refused, a store
     /// of another OS).
-    #[error("the {kind} store cannot be used: {reason}")]
-    Unavailable { kind: &'static str, reason: String },
+    #[error("the {0} store cannot be used: {1}")]
+    Unavailable(&'static str, String),
     /// The Secret Service collection is locked and unlocking it needs the user.
     #[error("{0}")]
     Locked(String),
     /// One operation failed; the store may work for the next.
-    #[error("the {kind} store failed: {reason}")]
-    Failed { kind: &'static str, reason: String },
+    #[error("the {0} store failed: {1}")]
+    Failed(&'static str, String),
     /// The connection to the store is broken: the helper stops after answering (the broker
     /// restarts it, which reconnects).
-    #[error("the connection to the {kind} store broke: {reason}")]
-    Broken { kind: &'static str, reason: String },
+    #[error("the connection to the {0} store broke: {1}")]
+    Broken(&'static str, String),
 }
+
+/// Credential names, sorted, each once.
+pub type CredentialNames = BTreeSet<CredentialName>;
 
 /// A keyring backend. Values go in and come out as opaque blobs; what they mean is the
 /// caller's business (see `record.rs` and `audit_key.rs`).
@@ -60,7 +80,7 @@ pub trait Store {
     /// Removes the item; whether it existed.
     fn delete(&mut self, key: &ItemKey) -> Result<bool, StoreError>;
     /// The names of the credentials in `namespace`.
-    fn credential_names(&mut self, namespace: &str) -> Result<Vec<CredentialName>, StoreError>;
+    fn credential_names(&mut self, namespace: &str) -> Result<CredentialNames, StoreError>;
     /// The connection to the store broke ([`StoreError::Broken`]): the helper stops after
     /// answering, and the broker restarts it.
     fn is_broken(&self) -> bool {
@@ -78,10 +98,7 @@ pub struct Unusable {
 
 impl Unusable {
     fn err(&self) -> StoreError {
-        StoreError::Unavailable {
-            kind: self.kind.as_str(),
-            reason: self.reason.clone(),
-        }
+        StoreError::Unavailable(self.kind.as_str(), self.reason.clone())
     }
 }
 
@@ -104,7 +121,7 @@ impl Store for Unusable {
     fn delete(&mut self, _: &ItemKey) -> Result<bool, StoreError> {
         Err(self.err())
     }
-    fn credential_names(&mut self, _: &str) -> Result<Vec<CredentialName>, StoreError> {
+    fn credential_names(&mut self, _: &str) -> Result<CredentialNames, StoreError> {
         Err(self.err())
     }
 }

@@ -10,7 +10,7 @@
 //! Compiled on every OS so that naming and the index are unit-tested on Linux; only
 //! [`KeyringEntries`], which calls the OS, is built for macOS and Windows.
 
-use super::{ItemKey, Store, StoreError};
+use super::{CredentialNames, ItemKey, Store, StoreError};
 use ipc_schema::secrets::{CredentialName, StoreKind};
 use zeroize::Zeroizing;
 
@@ -36,18 +36,13 @@ pub enum Slot<'a> {
     Probe,
 }
 
-/// The name of a slot, shaped as the keyutils store's key descriptions
-/// (`gatehouse:NAMESPACE:credential:NAME`, `gatehouse:audit-key-INSTANCE`), so one item has one
-/// name on every OS. No two slots share a name: namespaces, credential names and instances
-/// contain no `:`.
+/// The name of a slot: an item's is its [`ItemKey::description`]
+/// (`gatehouse:NAMESPACE:credential:NAME`, `gatehouse:audit-key-INSTANCE`), the keyutils store's
+/// name for it, so one item has one name on every OS. No two slots share a name: namespaces,
+/// credential names and instances contain no `:`.
 pub fn description(slot: &Slot) -> String {
     match slot {
-        Slot::Item(ItemKey::Credential { namespace, name }) => {
-            format!("gatehouse:{namespace}:credential:{name}")
-        }
-        Slot::Item(ItemKey::AuditKey(instance)) => {
-            format!("gatehouse:audit-key-{}", instance.as_str())
-        }
+        Slot::Item(key) => key.description(),
         Slot::Index { namespace, page } => format!("gatehouse:{namespace}:credential-index:{page}"),
         Slot::Probe => "gatehouse:probe".into(),
     }
@@ -105,14 +100,7 @@ pub fn decode_index_page(blob: &[u8]) -> Result<Vec<CredentialName>, String> {
 
 impl<E: Entries> OsKeyring<E> {
     fn failed(&self, reason: String) -> StoreError {
-        StoreError::Failed {
-            kind: self.kind.as_str(),
-            reason,
-        }
-    }
-
-    fn page_capacity(&self) -> usize {
-        self.max_blob.min(MAX_INDEX_PAGE)
+        StoreError::Failed(self.kind.as_str(), reason)
     }
 
     /// The index pages of `namespace`, up to the first that does not exist.
@@ -148,7 +136,7 @@ impl<E: Entries> OsKeyring<E> {
         if pages.iter().any(|p| p.contains(name)) {
             return Ok(());
         }
-        let cap = self.page_capacity();
+        let cap = self.max_blob.min(MAX_INDEX_PAGE);
         // The page as it is, plus the name and its line break.
         let fits = |p: &Vec<CredentialName>| encode_index_page(p).len() + name.as_str().len() < cap;
         let page = match pages.iter().position(fits) {
@@ -221,12 +209,8 @@ impl<E: Entries> Store for OsKeyring<E> {
     }
 
     /// The names in the index; a name whose item is gone is skipped by the caller's read.
-    fn credential_names(&mut self, namespace: &str) -> Result<Vec<CredentialName>, StoreError> {
-        let mut names: Vec<CredentialName> =
-            self.read_index(namespace)?.into_iter().flatten().collect();
-        names.sort();
-        names.dedup();
-        Ok(names)
+    fn credential_names(&mut self, namespace: &str) -> Result<CredentialNames, StoreError> {
+        Ok(self.read_index(namespace)?.into_iter().flatten().collect())
     }
 }
 
@@ -250,12 +234,11 @@ impl KeyringEntries {
     /// here), and `Ambiguous` is reported by count only.
     fn error(&self, e: keyring::Error) -> StoreError {
         let kind = self.kind.as_str();
-        let failed = |reason: String| StoreError::Failed { kind, reason };
+        let failed = |reason: String| StoreError::Failed(kind, reason);
         match e {
-            keyring::Error::NoStorageAccess(err) => StoreError::Unavailable {
-                kind,
-                reason: format!("the OS refused access: {err}"),
-            },
+            keyring::Error::NoStorageAccess(err) => {
+                StoreError::Unavailable(kind, format!("the OS refused access: {err}"))
+            }
             keyring::Error::BadEncoding(bytes) => {
                 drop(Zeroizing::new(bytes));
                 failed("an entry is not UTF-8 text".into())
@@ -361,13 +344,6 @@ mod tests {
             description(&Slot::Item(&audit)),
             "gatehouse:audit-key-abc-1"
         );
-        #[cfg(target_os = "linux")]
-        for key in [&github, &audit] {
-            assert_eq!(
-                description(&Slot::Item(key)),
-                crate::store::keyutils::description(key)
-            );
-        }
         let mac = keychain::entry_name(&Slot::Item(&github));
         assert_eq!(
             (mac.service, mac.user.as_str(), mac.target),
@@ -468,10 +444,7 @@ mod tests {
             }
             fn set(&mut self, n: &EntryName, blob: &[u8]) -> Result<(), StoreError> {
                 if n.user.contains(":credential:") {
-                    return Err(StoreError::Failed {
-                        kind: "test",
-                        reason: "refused".into(),
-                    });
+                    return Err(StoreError::Failed("test", "refused".into()));
                 }
                 self.0.set(n, blob)
             }

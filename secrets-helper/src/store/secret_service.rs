@@ -8,7 +8,7 @@
 //! add nothing against anyone who can read it. Nothing here ever asks for a prompt: a locked
 //! collection is reported as [`StoreError::Locked`] for the user to unlock.
 
-use super::{ItemKey, Store, StoreError};
+use super::{CredentialNames, ItemKey, Store, StoreError};
 use crate::dbus::wire::Value;
 use crate::dbus::{Bus, BusError};
 use ipc_schema::secrets::{CredentialName, StoreKind};
@@ -56,14 +56,10 @@ fn label(key: &ItemKey) -> String {
 }
 
 fn attr_dict(attrs: &[(&str, String)]) -> Value {
-    Value::dict(
-        "s",
-        "s",
-        attrs
-            .iter()
-            .map(|(k, v)| (Value::Str((*k).into()), Value::Str(v.clone())))
-            .collect(),
-    )
+    let pairs = attrs
+        .iter()
+        .map(|(k, v)| (Value::Str((*k).into()), Value::Str(v.clone())));
+    Value::dict("s", "s", pairs.collect())
 }
 
 fn paths(v: Option<&Value>) -> Vec<String> {
@@ -76,27 +72,19 @@ fn paths(v: Option<&Value>) -> Vec<String> {
 
 fn store_err(what: &str, e: BusError) -> StoreError {
     if e.is_fatal() {
-        return StoreError::Broken {
-            kind: KIND,
-            reason: format!("{what}: {e}"),
-        };
+        return StoreError::Broken(KIND, format!("{what}: {e}"));
     }
     let text = e.to_string();
     if text.contains("ServiceUnknown") || text.contains("NameHasNoOwner") {
-        return StoreError::Unavailable {
-            kind: KIND,
-            reason: format!(
-                "no Secret Service answers on the session bus (is gnome-keyring-daemon or another keyring running?): {text}"
-            ),
-        };
+        let why = format!(
+            "no Secret Service answers on the session bus (is gnome-keyring-daemon or another keyring running?): {text}"
+        );
+        return StoreError::Unavailable(KIND, why);
     }
     if text.contains("IsLocked") {
         return locked();
     }
-    StoreError::Failed {
-        kind: KIND,
-        reason: format!("{what}: {text}"),
-    }
+    StoreError::Failed(KIND, format!("{what}: {text}"))
 }
 
 fn locked() -> StoreError {
@@ -106,11 +94,17 @@ fn locked() -> StoreError {
     )
 }
 
-fn protocol(what: &str) -> StoreError {
-    StoreError::Failed {
-        kind: KIND,
-        reason: format!("unexpected answer to {what}"),
+/// The prompt path a call returned: `/` (none) or a prompt, which would wait for a human at
+/// the desktop, so it is refused rather than waited for.
+fn no_prompt(prompt: Option<&Value>) -> Result<(), StoreError> {
+    match prompt.and_then(Value::as_str) {
+        Some(NO_PROMPT) => Ok(()),
+        _ => Err(locked()),
     }
+}
+
+fn protocol(what: &str) -> StoreError {
+    StoreError::Failed(KIND, format!("unexpected answer to {what}"))
 }
 
 impl SecretService {
@@ -142,22 +136,16 @@ impl SecretService {
         if let Some(s) = &self.session {
             return Ok(s.clone());
         }
-        let out = self.call(
-            SERVICE_PATH,
-            SERVICE,
-            "OpenSession",
-            &[
-                Value::Str("plain".into()),
-                Value::Variant(Box::new(Value::Str(String::new()))),
-            ],
-        )?;
-        let path = out
-            .get(1)
-            .and_then(Value::as_str)
-            .ok_or_else(|| protocol("OpenSession"))?
-            .to_string();
-        self.session = Some(path.clone());
-        Ok(path)
+        let plain = [
+            Value::Str("plain".into()),
+            Value::variant(Value::Str(String::new())),
+        ];
+        let out = self.call(SERVICE_PATH, SERVICE, "OpenSession", &plain)?;
+        let Some(path) = out.get(1).and_then(Value::as_str) else {
+            return Err(protocol("OpenSession"));
+        };
+        self.session = Some(path.to_string());
+        Ok(path.to_string())
     }
 
     /// The items with exactly these attributes, unlocking them if that needs no prompt.
@@ -173,19 +161,12 @@ impl SecretService {
     }
 
     fn unlock(&mut self, objects: Vec<String>) -> Result<(), StoreError> {
-        let out = self.call(
-            SERVICE_PATH,
-            SERVICE,
-            "Unlock",
-            &[Value::Array {
-                elem: "o".into(),
-                items: objects.into_iter().map(Value::Path).collect(),
-            }],
-        )?;
-        match out.get(1).and_then(Value::as_str) {
-            Some(NO_PROMPT) => Ok(()),
-            _ => Err(locked()),
-        }
+        let objects = Value::Array {
+            elem: "o".into(),
+            items: objects.into_iter().map(Value::Path).collect(),
+        };
+        let out = self.call(SERVICE_PATH, SERVICE, "Unlock", &[objects])?;
+        no_prompt(out.get(1))
     }
 
     fn secret_of(&mut self, item: &str) -> Result<Zeroizing<Vec<u8>>, StoreError> {
@@ -202,24 +183,20 @@ impl SecretService {
     }
 
     fn attribute(&mut self, item: &str, name: &str) -> Result<Option<String>, StoreError> {
-        let out = self.call(
-            item,
-            "org.freedesktop.DBus.Properties",
-            "Get",
-            &[Value::Str(ITEM.into()), Value::Str("Attributes".into())],
-        )?;
-        let dict = match out.first() {
-            Some(Value::Variant(v)) => v.as_ref().clone(),
-            _ => return Err(protocol("Properties.Get(Attributes)")),
+        let args = [Value::Str(ITEM.into()), Value::Str("Attributes".into())];
+        let out = self.call(item, "org.freedesktop.DBus.Properties", "Get", &args)?;
+        let Some(Value::Variant(dict)) = out.first() else {
+            return Err(protocol("Properties.Get(Attributes)"));
         };
-        for e in dict.items().unwrap_or_default() {
-            if let Value::DictEntry(k, v) = e {
-                if k.as_str() == Some(name) {
-                    return Ok(v.as_str().map(str::to_string));
-                }
-            }
-        }
-        Ok(None)
+        let entry = dict
+            .items()
+            .unwrap_or_default()
+            .iter()
+            .find_map(|e| match e {
+                Value::DictEntry(k, v) if k.as_str() == Some(name) => Some(v.as_str()),
+                _ => None,
+            });
+        Ok(entry.flatten().map(str::to_string))
     }
 }
 
@@ -241,101 +218,69 @@ impl Store for SecretService {
     }
 
     fn get(&mut self, key: &ItemKey) -> Result<Option<Zeroizing<Vec<u8>>>, StoreError> {
-        let items = self.search(&attributes(key))?;
-        match items.first() {
+        match self.search(&attributes(key))?.first() {
             None => Ok(None),
-            Some(item) => {
-                let item = item.clone();
-                self.secret_of(&item).map(Some)
-            }
+            Some(item) => self.secret_of(item).map(Some),
         }
     }
 
     fn put(&mut self, key: &ItemKey, blob: &[u8]) -> Result<(), StoreError> {
         let session = self.session()?;
-        let mut value = Zeroizing::new(Vec::with_capacity(blob.len()));
-        value.extend_from_slice(blob);
-        let props = Value::dict(
-            "s",
-            "v",
-            vec![
-                (
-                    Value::Str(format!("{ITEM}.Label")),
-                    Value::Variant(Box::new(Value::Str(label(key)))),
-                ),
-                (
-                    Value::Str(format!("{ITEM}.Attributes")),
-                    Value::Variant(Box::new(attr_dict(&attributes(key)))),
-                ),
-            ],
-        );
+        // The item's properties: `org.freedesktop.Secret.Item.Label` and `.Attributes`.
+        let (label, attrs) = (Value::Str(label(key)), attr_dict(&attributes(key)));
+        let props = [("Label", label), ("Attributes", attrs)];
+        let props = props.map(|(p, v)| (Value::Str(format!("{ITEM}.{p}")), Value::variant(v)));
+        let props = Value::dict("s", "v", props.into());
         let secret = Value::Struct(vec![
             Value::Path(session),
             Value::Bytes(Zeroizing::new(Vec::new())),
-            Value::Bytes(value),
+            Value::Bytes(Zeroizing::new(blob.to_vec())),
             Value::Str("application/octet-stream".into()),
         ]);
-        let created = self.bus.call(
-            DEST,
-            DEFAULT_COLLECTION,
-            COLLECTION,
-            "CreateItem",
-            &[props.clone(), secret.clone(), Value::Bool(true)],
-        );
+        let args = [props, secret, Value::Bool(true)];
+        let created = self
+            .bus
+            .call(DEST, DEFAULT_COLLECTION, COLLECTION, "CreateItem", &args);
         let out = match created {
             Ok(out) => out,
             Err(BusError::Remote { name, .. }) if name.ends_with("IsLocked") => {
                 self.unlock(vec![DEFAULT_COLLECTION.into()])?;
-                self.call(
-                    DEFAULT_COLLECTION,
-                    COLLECTION,
-                    "CreateItem",
-                    &[props, secret, Value::Bool(true)],
-                )?
+                self.call(DEFAULT_COLLECTION, COLLECTION, "CreateItem", &args)?
             }
-            Err(BusError::Remote { name, message }) if name.ends_with("NoSuchObject") || name.ends_with("UnknownObject") => {
-                return Err(StoreError::Unavailable {
-                    kind: KIND,
-                    reason: format!(
-                        "the Secret Service has no default collection ({name}: {message}); create one in your keyring manager"
-                    ),
-                })
+            Err(BusError::Remote { name, message })
+                if name.ends_with("NoSuchObject") || name.ends_with("UnknownObject") =>
+            {
+                let why = format!(
+                    "the Secret Service has no default collection ({name}: {message}); create one in your keyring manager"
+                );
+                return Err(StoreError::Unavailable(KIND, why));
             }
             Err(e) => return Err(self.failed("CreateItem", e)),
         };
-        match out.get(1).and_then(Value::as_str) {
-            Some(NO_PROMPT) => Ok(()),
-            // A prompt would wait for a human at the desktop; refuse rather than hang.
-            _ => Err(locked()),
-        }
+        no_prompt(out.get(1))
     }
 
     fn delete(&mut self, key: &ItemKey) -> Result<bool, StoreError> {
         let items = self.search(&attributes(key))?;
         for item in &items {
             let out = self.call(item, ITEM, "Delete", &[])?;
-            if out.first().and_then(Value::as_str) != Some(NO_PROMPT) {
-                return Err(locked());
-            }
+            no_prompt(out.first())?;
         }
         Ok(!items.is_empty())
     }
 
-    fn credential_names(&mut self, namespace: &str) -> Result<Vec<CredentialName>, StoreError> {
+    fn credential_names(&mut self, namespace: &str) -> Result<CredentialNames, StoreError> {
         let items = self.search(&[
             ("gatehouse", "credential".into()),
             ("gatehouse-namespace", namespace.into()),
         ])?;
-        let mut names = Vec::new();
+        let mut names = CredentialNames::new();
         for item in items {
-            if let Some(n) = self.attribute(&item, "gatehouse-name")? {
-                if let Ok(n) = CredentialName::parse(&n) {
-                    names.push(n);
-                }
+            let name = self.attribute(&item, "gatehouse-name")?;
+            if let Some(Ok(n)) = name.map(|n| CredentialName::parse(&n)) {
+                names.insert(n);
             }
         }
-        names.sort();
-        names.dedup();
         Ok(names)
     }
 }
