@@ -308,12 +308,9 @@ fn a_helper_whose_report_falls_short_is_refused() {
     );
 }
 
-/// The tool path on Windows, as on Linux: an agent's `fetch_url` (on the gateway's pipe) asks by
-/// default; it waits while the human's console lists the proposal and allows it once; the
-/// net-helper then fetches through the loopback DNS and web servers of the test, the agent gets
-/// the page wrapped as outside text, and the audit log has the call.
-#[test]
-fn an_agents_fetch_waits_for_the_human_then_runs_and_is_audited() {
+/// A DNS server and a web server on loopback (`public.test` -> 127.0.0.2, which test builds
+/// treat as public), and a broker whose net-helper resolves through that DNS server.
+fn broker_with_web() -> (net::DnsServer, net::HttpServer, Broker) {
     let dns = net::DnsServer::start(net::standard_zone());
     let web = net::HttpServer::start(
         net::PUBLIC,
@@ -326,6 +323,16 @@ fn an_agents_fetch_waits_for_the_human_then_runs_and_is_audited() {
         "--test-net-arg=--test-public-addr",
         "--test-net-arg=127.0.0.2",
     ]);
+    (dns, web, b)
+}
+
+/// The tool path on Windows, as on Linux: an agent's `fetch_url` (on the gateway's pipe) asks by
+/// default; it waits while the human's console lists the proposal and allows it once; the
+/// net-helper then fetches through the loopback DNS and web servers of the test, the agent gets
+/// the page wrapped as outside text, and the audit log has the call.
+#[test]
+fn an_agents_fetch_waits_for_the_human_then_runs_and_is_audited() {
+    let (_dns, web, b) = broker_with_web();
     let url = format!("http://public.test:{}/page", web.addr.port());
     let mut agent = Client::connect(&b.dirs.gateway_socket()).unwrap();
     let call = agent
@@ -414,18 +421,7 @@ fn an_agents_fetch_waits_for_the_human_then_runs_and_is_audited() {
 #[test]
 fn the_mcp_front_serves_an_agent_over_stdio() {
     use std::io::{BufRead, BufReader, Write};
-    let dns = net::DnsServer::start(net::standard_zone());
-    let web = net::HttpServer::start(
-        net::PUBLIC,
-        std::sync::Arc::new(|_| net::text("hello from the test server")),
-    );
-    let ns = format!("--test-net-arg={}", dns.addr);
-    let b = Broker::start(&[
-        "--test-net-arg=--nameserver",
-        &ns,
-        "--test-net-arg=--test-public-addr",
-        "--test-net-arg=127.0.0.2",
-    ]);
+    let (_dns, web, b) = broker_with_web();
     let mcp_log = b.log.with_file_name("mcp.log");
     let mut mcp = Command::new(gatehouse_tests::bin("gatehouse-mcp"));
     mcp.arg("--data-dir")
@@ -453,7 +449,8 @@ fn the_mcp_front_serves_an_agent_over_stdio() {
             line.clear();
             assert!(
                 stdout.read_line(&mut line).unwrap() > 0,
-                "the MCP front closed stdout"
+                "the MCP front closed stdout: {}",
+                mcp_said()
             );
             let answer: serde_json::Value = serde_json::from_str(&line).unwrap();
             if answer.get("id") == msg.get("id") {
@@ -523,7 +520,6 @@ fn the_mcp_front_serves_an_agent_over_stdio() {
     assert_eq!(web.requests().len(), 1);
 
     // The client closes stdin: the front ends cleanly, and says how it ran on stderr.
-    drop(rpc);
     drop(stdin);
     let status = mcp.wait().unwrap();
     let err = mcp_said();

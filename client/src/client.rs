@@ -24,23 +24,13 @@ fn open(path: &Path) -> std::io::Result<Stream> {
 }
 
 /// Opens the pipe `path`, refused unless the process serving it is this user's
-/// (`sandbox::endpoint::connect`). Every instance may be taken for a moment (the broker makes
-/// the next one right after a client connects): ERROR_PIPE_BUSY is retried for a second.
+/// (`sandbox::endpoint::connect`, which waits out a busy pipe for a second).
 #[cfg(windows)]
 fn open(path: &Path) -> std::io::Result<Stream> {
-    const ERROR_PIPE_BUSY: i32 = 231;
     let name = path
         .to_str()
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a pipe name"))?;
-    let deadline = Instant::now() + Duration::from_secs(1);
-    loop {
-        match sandbox::endpoint::connect(name) {
-            Err(e) if e.raw_os_error() == Some(ERROR_PIPE_BUSY) && Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(10))
-            }
-            r => return r.map(|(pipe, _server)| pipe),
-        }
-    }
+    sandbox::endpoint::connect(name).map(|(pipe, _server)| pipe)
 }
 
 #[derive(Debug, thiserror::Error)]

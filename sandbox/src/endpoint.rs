@@ -77,22 +77,51 @@ impl Listener {
 /// A front's connection to the endpoint `name` (`\\.\pipe\...`), refused unless the process
 /// serving it is this user's: a pipe another user created first under the broker's name (a
 /// squatter waiting for a front's requests) is not talked to. The server may identify this
-/// client but never act as it (`SECURITY_IDENTIFICATION`). A blocking handle: Windows
+/// client but never act as it (`SECURITY_IDENTIFICATION`). ERROR_PIPE_BUSY is retried for a
+/// second (see `while_busy`). A blocking handle: Windows
 /// serialises a read pending on it with a write from another thread.
 #[cfg(windows)]
 pub fn connect(name: &str) -> io::Result<(std::fs::File, Peer)> {
     use std::os::windows::fs::OpenOptionsExt;
     use std::os::windows::io::AsHandle;
-    let pipe = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .security_qos_flags(windows_sys::Win32::Storage::FileSystem::SECURITY_IDENTIFICATION)
-        .open(name)?;
-    let peer = crate::peer::of_pipe_server(pipe.as_handle())?;
+    let pipe = while_busy(|| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .security_qos_flags(windows_sys::Win32::Storage::FileSystem::SECURITY_IDENTIFICATION)
+            .open(name)
+    })?;
+    let peer = checked_server(name, pipe.as_handle())?;
+    Ok((pipe, peer))
+}
+
+/// Opens with `open`, retrying ERROR_PIPE_BUSY for a second: every instance of the name may be
+/// taken for a moment (the broker makes the next one right after a client connects).
+#[cfg(windows)]
+fn while_busy<T>(mut open: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    const ERROR_PIPE_BUSY: i32 = 231;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    loop {
+        match open() {
+            Err(e)
+                if e.raw_os_error() == Some(ERROR_PIPE_BUSY)
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10))
+            }
+            r => return r,
+        }
+    }
+}
+
+/// The process serving the pipe `name` a front opened, if it is this user's.
+#[cfg(windows)]
+fn checked_server(name: &str, pipe: std::os::windows::io::BorrowedHandle<'_>) -> io::Result<Peer> {
+    let peer = crate::peer::of_pipe_server(pipe)?;
     let me = crate::peer::current_user()?;
     crate::peer::admit_server(name, &me, &peer)
         .map_err(|why| io::Error::new(io::ErrorKind::PermissionDenied, why))?;
-    Ok((pipe, peer))
+    Ok(peer)
 }
 
 /// [`connect`], overlapped: a tokio pipe client, so one task may read while another writes
@@ -102,13 +131,12 @@ pub fn connect_async(
     name: &str,
 ) -> io::Result<(tokio::net::windows::named_pipe::NamedPipeClient, Peer)> {
     use std::os::windows::io::AsHandle;
-    let pipe = tokio::net::windows::named_pipe::ClientOptions::new()
-        .security_qos_flags(windows_sys::Win32::Storage::FileSystem::SECURITY_IDENTIFICATION)
-        .open(name)?;
-    let peer = crate::peer::of_pipe_server(pipe.as_handle())?;
-    let me = crate::peer::current_user()?;
-    crate::peer::admit_server(name, &me, &peer)
-        .map_err(|why| io::Error::new(io::ErrorKind::PermissionDenied, why))?;
+    let pipe = while_busy(|| {
+        tokio::net::windows::named_pipe::ClientOptions::new()
+            .security_qos_flags(windows_sys::Win32::Storage::FileSystem::SECURITY_IDENTIFICATION)
+            .open(name)
+    })?;
+    let peer = checked_server(name, pipe.as_handle())?;
     Ok((pipe, peer))
 }
 

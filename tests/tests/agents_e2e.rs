@@ -286,6 +286,21 @@ fn an_approval_slower_than_the_wait_reaches_the_agent_on_its_repeat() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    // The file exists once the fs-helper wrote it; the ledger records `done` just after. The
+    // repeat this scenario is about comes after the first call ended (one still running is
+    // refused as such, a different case), so the model is let go only then.
+    let deadline = Instant::now() + PATIENCE;
+    while !e
+        .audit()
+        .iter()
+        .any(|r| r.kind.as_str() == "execution" && r.outcome == "done")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the approved write was not recorded as done"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     std::fs::write(&approved, "").unwrap();
     let out = finish(child);
     let (stdout, stderr) = text(&out);
