@@ -73,11 +73,11 @@ LOG=$TARGET_DIR/wine-tests.log
 # (--all-features: the helpers' test hooks, as on Linux; the net-helper's Wine test needs one.
 # --show-output: a passing test's "wine does not enforce" line is printed after the results.)
 # (The exec-helper has no library: its binary's unit tests come with --tests. The broker's test
-# starts the spawner, net-, secrets- and exec-helper and gatehouse-mcp binaries: the first run
-# builds the first three, the second the others, before its tests run.)
+# starts the spawner, net-, secrets- and exec-helper, gatehouse-mcp and gatehouse binaries: the
+# first run builds the first three, the second the others, before its tests run.)
 if ! { cargo test --target x86_64-pc-windows-gnu "${WINE_CRATES[@]}" --all-features --lib --tests \
     -- --show-output &&
-  cargo test --target x86_64-pc-windows-gnu -p exec-helper -p gatehouse-mcp -p broker --all-features --tests \
+  cargo test --target x86_64-pc-windows-gnu -p exec-helper -p gatehouse-mcp -p gatehouse-cli -p broker --all-features --tests \
     -- --show-output; } >"$LOG" 2>&1; then
   grep -E -A20 '^---- |^error' "$LOG" >&2 || tail -50 "$LOG" >&2
   echo "the Windows tests under Wine FAILED" >&2

@@ -17,16 +17,12 @@
 //! What the writer does when no MAC can be had is in broker/src/store/writer.rs.
 
 use crate::helpers::{CallError, HelperSlot};
-#[cfg(unix)]
 use crate::secrets_link::PrivateHelper;
 use audit_store::seal::{Mac, Seal, SealError};
-#[cfg(unix)]
 use gatehouse_client::Dirs;
 use ipc_schema::secrets::{AuditHead, AuditInstance, AuditRow, SecretsReply, SecretsRequest};
 use ipc_schema::Body;
-use std::sync::Arc;
-#[cfg(unix)]
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
 
 /// How often the bridge asks again after the helper died during a MAC call.
@@ -138,14 +134,11 @@ impl Seal for HelperSeal {
 }
 
 /// `verify-audit`'s seal: a private, locked-down secrets-helper started by the command itself,
-/// so no broker needs to run (and none can lie to it). Unix only: the command line that uses it
-/// is not built for Windows.
-#[cfg(unix)]
+/// so no broker needs to run (and none can lie to it).
 pub struct PrivateSeal {
     helper: Mutex<PrivateHelper>,
 }
 
-#[cfg(unix)]
 impl PrivateSeal {
     /// Starts the helper and checks that it holds the key of `instance` (never creating one).
     pub fn open(dirs: &Dirs, instance: &str) -> Result<PrivateSeal, String> {
@@ -184,7 +177,6 @@ impl PrivateSeal {
     }
 }
 
-#[cfg(unix)]
 impl Seal for PrivateSeal {
     fn macs(
         &self,

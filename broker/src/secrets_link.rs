@@ -110,11 +110,8 @@ pub fn helper_args(dirs: &Dirs) -> CmdResult<Vec<OsString>> {
     Ok(args)
 }
 
-#[cfg(unix)]
 pub use private::PrivateHelper;
 
-/// Unix only: the command line that starts one is not built for Windows.
-#[cfg(unix)]
 mod private {
     use super::{helper_args, CmdResult};
     use gatehouse_client::Dirs;
@@ -122,25 +119,32 @@ mod private {
     use ipc_schema::secrets::{SecretsReply, SecretsRequest, Zeroizing};
     use ipc_schema::{Body, Envelope, Role};
     use std::io::{Read, Write};
+    #[cfg(unix)]
     use std::os::unix::net::UnixStream;
     use std::path::PathBuf;
 
     /// A secrets-helper started by a command (`gatehouse secret`, `verify-audit`), on a private
-    /// socket pair: no broker needs to run, and none can lie to it.
+    /// socket pair (on Windows a private duplex pipe): no broker needs to run, and none can lie
+    /// to it.
     pub struct PrivateHelper {
+        #[cfg(unix)]
         sock: UnixStream,
+        #[cfg(unix)]
         child: std::process::Child,
+        #[cfg(windows)]
+        sock: std::fs::File,
+        /// Owns the helper's job: dropping it ends the helper.
+        #[cfg(windows)]
+        _child: sandbox::windows::ConfinedChild,
         next_id: u64,
     }
 
     impl PrivateHelper {
         /// Starts the secrets-helper that lies beside this binary, with this instance's arguments,
         /// and waits for its hello.
+        #[cfg(unix)]
         pub fn start(dirs: &Dirs) -> CmdResult<PrivateHelper> {
-            let mut args = helper_args(dirs)?;
-            // A command's own helper: Set, Delete and List, never request headers.
-            args.extend(["--channel".into(), "private".into()]);
-            let program: PathBuf = gatehouse_client::sibling(Role::Secrets.name())?;
+            let (program, args) = program_and_args(dirs)?;
             let (ours, theirs) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
             let spawned = sandbox::process::spawn_helper(&program, &args, theirs.into(), &[])
                 .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
@@ -151,11 +155,53 @@ mod private {
                 child: spawned.child,
                 next_id: 1,
             };
-            match h.recv()? {
+            h.hello()?;
+            Ok(h)
+        }
+
+        /// On Windows: spawned confined by the applier with the secrets profile's policy
+        /// (restricted token, job, mitigations, process descriptor; strict: a gap refuses), and
+        /// its hello checked against what this process reads of it from outside
+        /// (`wincfg::verify_observed`), as the broker checks its own.
+        #[cfg(windows)]
+        pub fn start(dirs: &Dirs) -> CmdResult<PrivateHelper> {
+            use sandbox::windows as w;
+            use std::os::windows::io::AsHandle;
+            let (program, args) = program_and_args(dirs)?;
+            let store = ipc_schema::secrets::StoreKind::CredentialManager;
+            let policy = sandbox::wincfg::helper_policy(&sandbox::Profile::Secrets(store))
+                .map_err(|e| e.to_string())?;
+            let stderr = std::io::stderr();
+            let w::SpawnedHelper { child, channel } = w::spawn_helper(
+                &policy,
+                &program,
+                &args,
+                w::ChannelIo::Blocking,
+                w::ChannelIo::Blocking,
+                stderr.as_handle(),
+                w::SpawnOptions {
+                    allow_degraded: false,
+                },
+            )
+            .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
+            let observed = child.observe(&policy).map_err(|e| e.to_string())?;
+            let mut h = PrivateHelper {
+                sock: channel,
+                _child: child,
+                next_id: 1,
+            };
+            let report = h.hello()?;
+            sandbox::wincfg::verify_observed(&policy, &report, &observed, false)?;
+            Ok(h)
+        }
+
+        /// Its hello: the secrets-helper's, with its report.
+        fn hello(&mut self) -> CmdResult<ipc_schema::status::LockdownReport> {
+            match self.recv()? {
                 Envelope {
                     body: Body::Hello(hello),
                     ..
-                } if hello.role == Role::Secrets => Ok(h),
+                } if hello.role == Role::Secrets => Ok(hello.lockdown),
                 other => Err(format!(
                     "the secrets-helper did not say hello (it sent {:?})",
                     other.body.kind()
@@ -195,12 +241,22 @@ mod private {
         }
     }
 
+    #[cfg(unix)]
     impl Drop for PrivateHelper {
         fn drop(&mut self) {
             // Closing the channel ends the helper; wait so that no zombie is left.
             let _ = self.sock.shutdown(std::net::Shutdown::Both);
             let _ = self.child.wait();
         }
+    }
+
+    /// The secrets-helper beside this binary, and its arguments for this instance's private
+    /// channel: Set, Delete and List, never request headers.
+    fn program_and_args(dirs: &Dirs) -> CmdResult<(PathBuf, Vec<std::ffi::OsString>)> {
+        let mut args = helper_args(dirs)?;
+        args.extend(["--channel".into(), "private".into()]);
+        let program: PathBuf = gatehouse_client::sibling(Role::Secrets.name())?;
+        Ok((program, args))
     }
 }
 

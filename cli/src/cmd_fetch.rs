@@ -20,6 +20,7 @@ use ipc_schema::tool::{Done, FetchUrl, ToolCall, ToolName, ToolReply, ToolResult
 use ipc_schema::ui::{Choice, Decision, UiReply, UiRequest};
 use ipc_schema::{Body, Envelope};
 use std::io::{BufReader, Write};
+#[cfg(unix)]
 use std::os::unix::net::UnixStream;
 use std::process::ExitCode;
 
@@ -194,6 +195,7 @@ fn other(g: &Global, msg: &str) -> ExitCode {
 }
 
 /// A connection on the gateway socket, starting the broker if none answers.
+#[cfg(unix)]
 fn connect(g: &Global) -> Result<UnixStream, String> {
     let path = g.dirs.gateway_socket();
     if let Ok(s) = UnixStream::connect(&path) {
@@ -203,6 +205,20 @@ fn connect(g: &Global) -> Result<UnixStream, String> {
         .map_err(|e| e.to_string())?;
     UnixStream::connect(&path)
         .map_err(|e| format!("cannot reach the broker at {}: {e}", path.display()))
+}
+
+/// The same on Windows: the broker's gateway pipe (its server checked to be this user's).
+#[cfg(windows)]
+fn connect(g: &Global) -> Result<std::fs::File, String> {
+    let path = g.dirs.gateway_socket();
+    if gatehouse_client::Client::connect(&path).is_err() {
+        gatehouse_client::Client::connect_or_start(g.data_dir.as_deref(), &g.dirs, &path, &[])
+            .map_err(|e| e.to_string())?;
+    }
+    let name = path.to_str().ok_or("the gateway pipe's name is not text")?;
+    sandbox::endpoint::connect(name)
+        .map(|(pipe, _server)| pipe)
+        .map_err(|e| format!("cannot reach the broker at {name}: {e}"))
 }
 
 #[cfg(test)]

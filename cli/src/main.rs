@@ -5,21 +5,21 @@
 
 #![forbid(unsafe_code)]
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 mod cmd_approve;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 mod cmd_audit;
 #[cfg(target_os = "linux")]
 mod cmd_demo;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 mod cmd_export;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 mod cmd_fetch;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 mod cmd_mcp_server;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 mod cmd_policy;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 mod cmd_policy_replay;
 #[cfg(target_os = "linux")]
 mod cmd_run;
@@ -27,7 +27,7 @@ mod cmd_run;
 mod cmd_sandbox;
 #[cfg(target_os = "linux")]
 mod cmd_secret;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 mod cmd_session;
 #[cfg(target_os = "linux")]
 mod cmd_setup;
@@ -35,32 +35,34 @@ mod cmd_setup;
 mod cmd_ui;
 #[cfg(target_os = "linux")]
 mod cmd_up;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 mod doctor;
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 use clap::{Parser, Subcommand};
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 use gatehouse_client::Dirs;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 use ipc_schema::{Body, Role};
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 use std::ffi::OsString;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 use std::path::PathBuf;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 use std::process::ExitCode;
 #[cfg(target_os = "linux")]
-use std::time::{Duration, Instant};
+use std::time::Duration;
+#[cfg(any(target_os = "linux", windows))]
+use std::time::Instant;
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 #[derive(Parser)]
 #[command(
     name = "gatehouse",
     version,
     about = "A privilege-separated supervisor for AI agents"
 )]
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 struct Cli {
     /// A private instance: config, data and sockets all under DIR (tests, demos).
     #[arg(long, global = true, value_name = "DIR")]
@@ -72,7 +74,7 @@ struct Cli {
     cmd: Cmd,
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 #[derive(Subcommand)]
 enum Cmd {
     /// Run the broker and its helpers in the foreground (other commands start it when needed):
@@ -89,6 +91,7 @@ enum Cmd {
         #[arg(long, default_value_t = 1)]
         count: u32,
     },
+    #[cfg(target_os = "linux")]
     /// Stop the running broker and its helpers.
     Stop,
     /// The policy's third-party MCP servers: list, add, remove, and their tools (approve).
@@ -110,8 +113,10 @@ enum Cmd {
     },
     /// List proposals waiting for a decision, and decide them (a console without the console).
     Approve(cmd_approve::ApproveArgs),
+    #[cfg(target_os = "linux")]
     /// Run one command in the exec sandbox, through the broker's exec-helper (started when none runs), every record in its audit log: `gatehouse sandbox [--allow-write P]... [--allow-read P]... [--allow-domain D]... [--timeout S] -- CMD ARGS`.
     Sandbox(cmd_sandbox::SandboxArgs),
+    #[cfg(target_os = "linux")]
     /// An agent CLI inside the exec sandbox, with gatehouse as its only MCP server and the egress proxy as its only way out: `gatehouse run [--profile NAME] [--mode ask|full-access|unattended] [--allow-domain D]... [--allow-read P]... -- AGENT ARGS`.
     Run(cmd_run::RunArgs),
     /// The MCP server for one agent session, over stdio (what an agent's MCP config launches):
@@ -120,8 +125,10 @@ enum Cmd {
     Mcp(PassOn),
     /// One safe fetch through the broker (policy applies): prints the wrapped text; a refusal exits 3, a network failure 4.
     Fetch(cmd_fetch::FetchArgs),
+    #[cfg(target_os = "linux")]
     /// The console in this terminal, attached to the running broker (started if none runs).
     Ui(cmd_ui::UiArgs),
+    #[cfg(target_os = "linux")]
     /// The broker and its helpers, and the console in this terminal.
     Up(cmd_up::UpArgs),
     /// Desktop notifications (and a `[notify] command` hook) for cards that wait while no
@@ -129,6 +136,7 @@ enum Cmd {
     /// arguments (`gatehouse notify --help` lists them). Run it in your desktop session.
     #[command(disable_help_flag = true)]
     Notify(PassOn),
+    #[cfg(target_os = "linux")]
     /// A scripted agent session on a scratch project that shows every outcome: allowed, asked,
     /// refused, run in the sandbox, carried out once, and the audit log checked.
     Demo(cmd_demo::DemoArgs),
@@ -137,11 +145,13 @@ enum Cmd {
         #[command(subcommand)]
         cmd: cmd_session::SessionCmd,
     },
+    #[cfg(target_os = "linux")]
     /// Write-only credentials for the agent's http_request tool: set, delete, list, status.
     Secret {
         #[command(subcommand)]
         cmd: cmd_secret::SecretCmd,
     },
+    #[cfg(target_os = "linux")]
     /// Machine setup gatehouse needs on some systems: `setup apparmor` (Ubuntu's user
     /// namespace restriction). Prints what it would do unless given --yes.
     Setup {
@@ -150,7 +160,7 @@ enum Cmd {
     },
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 /// The arguments of a command another binary carries out, passed on unchanged.
 #[derive(clap::Args)]
 struct PassOn {
@@ -162,12 +172,12 @@ struct PassOn {
     args: Vec<OsString>,
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 const EXIT_FAILURE: u8 = 1;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 const EXIT_USAGE: u8 = 2;
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 /// What every subcommand gets from the global options.
 pub struct Global {
     pub dirs: Dirs,
@@ -176,7 +186,7 @@ pub struct Global {
     pub json: bool,
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 impl Global {
     /// A connection on the console's socket, starting the broker if none runs.
     pub fn ui_client(&self) -> Result<gatehouse_client::Client, gatehouse_client::ClientError> {
@@ -189,7 +199,7 @@ impl Global {
     }
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let (data_dir, dirs) = match Dirs::for_data_dir(cli.data_dir.as_deref()) {
@@ -205,27 +215,35 @@ fn main() -> ExitCode {
         Cmd::Broker(p) => exec_sibling(&g, gatehouse_client::BROKER_BIN, p.args),
         Cmd::Doctor => doctor_cmd(&g),
         Cmd::Ping { helper, count } => ping_cmd(&g, helper, count),
+        #[cfg(target_os = "linux")]
         Cmd::Stop => stop(&g.dirs),
         Cmd::Policy { cmd } => cmd_policy::run(&g, cmd),
         Cmd::McpServer { cmd } => cmd_mcp_server::run(&g, cmd),
         Cmd::VerifyAudit => cmd_audit::verify(&g),
         Cmd::Audit { cmd } => cmd_audit::run(&g, cmd),
         Cmd::Approve(args) => cmd_approve::run(&g, args),
+        #[cfg(target_os = "linux")]
         Cmd::Sandbox(args) => cmd_sandbox::run(&g, args),
+        #[cfg(target_os = "linux")]
         Cmd::Run(args) => cmd_run::run(&g, args),
         Cmd::Mcp(p) => exec_sibling(&g, gatehouse_client::MCP_BIN, p.args),
         Cmd::Fetch(args) => cmd_fetch::run(&g, args),
+        #[cfg(target_os = "linux")]
         Cmd::Ui(args) => cmd_ui::run(&g, args),
+        #[cfg(target_os = "linux")]
         Cmd::Up(args) => cmd_up::run(&g, args),
         Cmd::Notify(p) => exec_sibling(&g, gatehouse_client::NOTIFY_BIN, p.args),
+        #[cfg(target_os = "linux")]
         Cmd::Demo(args) => cmd_demo::run(&g, args),
+        #[cfg(target_os = "linux")]
         Cmd::Secret { cmd } => cmd_secret::run(&g, cmd),
         Cmd::Session { cmd } => cmd_session::run(&g, cmd),
+        #[cfg(target_os = "linux")]
         Cmd::Setup { cmd } => cmd_setup::run(&g, cmd),
     }
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 fn doctor_cmd(g: &Global) -> ExitCode {
     let mut c = match g.ui_client() {
         Ok(c) => c,
@@ -253,7 +271,7 @@ fn doctor_cmd(g: &Global) -> ExitCode {
     }
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 fn ping_cmd(g: &Global, helper: Option<String>, count: u32) -> ExitCode {
     let target = match helper.as_deref().map(Role::from_short) {
         None => None,
@@ -288,7 +306,7 @@ fn ping_cmd(g: &Global, helper: Option<String>, count: u32) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 /// An error, on one line of stderr. Messages carry paths, arguments and replies that agents,
 /// tools and servers chose, so they are made inert ([`ipc_schema::inert::escaped`]): no line
 /// break, no terminal escape, no bidi override reaches the terminal.
@@ -320,11 +338,12 @@ fn stop(dirs: &Dirs) -> ExitCode {
     fail(&format!("broker {pid} did not stop within 10 s"))
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 /// Replaces this process with `name` from beside this binary, given `--data-dir` (if any) and
 /// `args`: the pid stays the same, which the lock file and whoever started us rely on. Returns
-/// only if the exec failed.
+/// only if the exec failed. (On Windows, which has no exec, runs it and waits.)
 fn exec_sibling(g: &Global, name: &str, args: Vec<OsString>) -> ExitCode {
+    #[cfg(unix)]
     use std::os::unix::process::CommandExt;
     let exe = match gatehouse_client::sibling(name) {
         Ok(e) => e,
@@ -343,13 +362,23 @@ fn exec_sibling(g: &Global, name: &str, args: Vec<OsString>) -> ExitCode {
     if g.json {
         cmd.arg("--json");
     }
+    #[cfg(unix)]
     let e = cmd.args(args).exec();
+    // Windows has no exec: the sibling runs as a child with this console and stdio, and its
+    // exit code is this process's.
+    #[cfg(windows)]
+    let e = match cmd.args(args).status() {
+        Ok(status) => {
+            return ExitCode::from(u8::try_from(status.code().unwrap_or(1)).unwrap_or(1));
+        }
+        Err(e) => e,
+    };
     fail(&format!("cannot run {}: {e}", exe.display()))
 }
 
 /// The broker starts and confines its helpers with Linux mechanisms only; this build has no
 /// counterpart for them here, so it refuses rather than run unconfined.
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(any(target_os = "linux", windows)))]
 fn main() -> std::process::ExitCode {
     use ipc_schema::platform::{refuse, Missing};
     refuse(
