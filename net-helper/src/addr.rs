@@ -27,15 +27,14 @@ pub struct V6Range {
     pub what: &'static str,
 }
 
-const fn v4(a: u8, b: u8, c: u8, d: u8, len: u8, what: &'static str) -> V4Range {
+const fn v4(a: [u8; 4], len: u8, what: &'static str) -> V4Range {
     V4Range {
-        base: Ipv4Addr::new(a, b, c, d),
+        base: Ipv4Addr::new(a[0], a[1], a[2], a[3]),
         len,
         what,
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 const fn v6(s: [u16; 8], len: u8, what: &'static str) -> V6Range {
     V6Range {
         base: Ipv6Addr::new(s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]),
@@ -47,29 +46,26 @@ const fn v6(s: [u16; 8], len: u8, what: &'static str) -> V6Range {
 /// IPv4 ranges no fetch or tunnel may reach. More specific entries come first, so the reason
 /// names the narrowest range.
 pub const V4_FORBIDDEN: &[V4Range] = &[
-    v4(0, 0, 0, 0, 8, "\"this network\""),
-    v4(10, 0, 0, 0, 8, "private-use"),
+    v4([0, 0, 0, 0], 8, "\"this network\""),
+    v4([10, 0, 0, 0], 8, "private-use"),
     v4(
-        100,
-        64,
-        0,
-        0,
+        [100, 64, 0, 0],
         10,
         "shared address space (carrier-grade NAT)",
     ),
-    v4(127, 0, 0, 0, 8, "loopback"),
-    v4(169, 254, 0, 0, 16, "link-local"),
-    v4(172, 16, 0, 0, 12, "private-use"),
-    v4(192, 0, 0, 0, 24, "IETF protocol assignments"),
-    v4(192, 0, 2, 0, 24, "documentation (TEST-NET-1)"),
-    v4(192, 88, 99, 0, 24, "6to4 relay anycast"),
-    v4(192, 168, 0, 0, 16, "private-use"),
-    v4(198, 18, 0, 0, 15, "benchmarking"),
-    v4(198, 51, 100, 0, 24, "documentation (TEST-NET-2)"),
-    v4(203, 0, 113, 0, 24, "documentation (TEST-NET-3)"),
-    v4(224, 0, 0, 0, 4, "multicast"),
-    v4(255, 255, 255, 255, 32, "limited broadcast"),
-    v4(240, 0, 0, 0, 4, "reserved"),
+    v4([127, 0, 0, 0], 8, "loopback"),
+    v4([169, 254, 0, 0], 16, "link-local"),
+    v4([172, 16, 0, 0], 12, "private-use"),
+    v4([192, 0, 0, 0], 24, "IETF protocol assignments"),
+    v4([192, 0, 2, 0], 24, "documentation (TEST-NET-1)"),
+    v4([192, 88, 99, 0], 24, "6to4 relay anycast"),
+    v4([192, 168, 0, 0], 16, "private-use"),
+    v4([198, 18, 0, 0], 15, "benchmarking"),
+    v4([198, 51, 100, 0], 24, "documentation (TEST-NET-2)"),
+    v4([203, 0, 113, 0], 24, "documentation (TEST-NET-3)"),
+    v4([224, 0, 0, 0], 4, "multicast"),
+    v4([255, 255, 255, 255], 32, "limited broadcast"),
+    v4([240, 0, 0, 0], 4, "reserved"),
 ];
 
 /// IPv6 ranges no fetch or tunnel may reach, more specific first. Anything outside 2000::/3 is
@@ -109,43 +105,19 @@ pub const V6_FORBIDDEN: &[V6Range] = &[
 /// The only IPv6 space that is global unicast at all.
 pub const GLOBAL_V6: V6Range = v6([0x2000, 0, 0, 0, 0, 0, 0, 0], 3, "global unicast");
 
-fn mask32(len: u8) -> u32 {
-    if len == 0 {
-        0
-    } else {
-        u32::MAX << (32 - u32::from(len))
-    }
-}
-
-fn mask128(len: u8) -> u128 {
-    if len == 0 {
-        0
-    } else {
-        u128::MAX << (128 - u32::from(len))
-    }
-}
-
 impl V4Range {
     pub fn contains(&self, a: Ipv4Addr) -> bool {
-        u32::from(a) & mask32(self.len) == u32::from(self.base)
-    }
-    pub fn first(&self) -> Ipv4Addr {
-        self.base
-    }
-    pub fn last(&self) -> Ipv4Addr {
-        Ipv4Addr::from(u32::from(self.base) | !mask32(self.len))
+        let mask = u32::MAX.checked_shl(32 - u32::from(self.len)).unwrap_or(0);
+        u32::from(a) & mask == u32::from(self.base)
     }
 }
 
 impl V6Range {
     pub fn contains(&self, a: Ipv6Addr) -> bool {
-        u128::from(a) & mask128(self.len) == u128::from(self.base)
-    }
-    pub fn first(&self) -> Ipv6Addr {
-        self.base
-    }
-    pub fn last(&self) -> Ipv6Addr {
-        Ipv6Addr::from(u128::from(self.base) | !mask128(self.len))
+        let mask = u128::MAX
+            .checked_shl(128 - u32::from(self.len))
+            .unwrap_or(0);
+        u128::from(a) & mask == u128::from(self.base)
     }
 }
 
@@ -157,70 +129,11 @@ impl fmt::Display for V4Range {
 
 impl fmt::Display for V6Range {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Not std's Display: it prints ::ffff:0:0 as "::ffff:0.0.0.0", which hides the prefix.
-        let groups: Vec<String> = self
-            .base
-            .segments()
-            .iter()
-            .map(|s| format!("{s:x}"))
-            .collect();
-        write!(f, "{}/{}", compress(&groups), self.len)
-    }
-}
-
-/// RFC 5952 compression of eight hex groups (longest run of two or more zero groups).
-fn compress(groups: &[String]) -> String {
-    let (mut best, mut best_len, mut i) = (0, 0, 0);
-    while i < groups.len() {
-        if groups[i] == "0" {
-            let start = i;
-            while i < groups.len() && groups[i] == "0" {
-                i += 1;
-            }
-            if i - start > best_len {
-                best = start;
-                best_len = i - start;
-            }
-        } else {
-            i += 1;
-        }
-    }
-    if best_len < 2 {
-        return groups.join(":");
-    }
-    format!(
-        "{}::{}",
-        groups[..best].join(":"),
-        groups[best + best_len..].join(":")
-    )
-}
-
-/// How an IPv6 address carries an IPv4 address.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Embedding {
-    Mapped,
-    Translated,
-    Compatible,
-    Nat64,
-    LocalNat64,
-    SixToFour,
-    TeredoServer,
-    TeredoClient,
-    Isatap,
-}
-
-impl Embedding {
-    fn name(self) -> &'static str {
-        match self {
-            Embedding::Mapped => "IPv4-mapped",
-            Embedding::Translated => "IPv4-translated (SIIT)",
-            Embedding::Compatible => "IPv4-compatible",
-            Embedding::Nat64 => "NAT64",
-            Embedding::LocalNat64 => "local-use NAT64",
-            Embedding::SixToFour => "6to4",
-            Embedding::TeredoServer => "Teredo server",
-            Embedding::TeredoClient => "Teredo client",
-            Embedding::Isatap => "ISATAP",
+        // std's Display compresses as RFC 5952 says, but prints ::ffff:0:0 as "::ffff:0.0.0.0",
+        // which hides the prefix.
+        match self.base.to_ipv4_mapped().map(u32::from) {
+            Some(v4) => write!(f, "::ffff:{:x}:{:x}/{}", v4 >> 16, v4 & 0xffff, self.len),
+            None => write!(f, "{}/{}", self.base, self.len),
         }
     }
 }
@@ -239,7 +152,8 @@ pub enum Forbidden {
     /// An IPv6 address whose embedded IPv4 address is forbidden.
     Embedded {
         addr: Ipv6Addr,
-        how: Embedding,
+        /// How it is carried: `IPv4-mapped`, `6to4`, `Teredo client`, ...
+        how: &'static str,
         inner: Ipv4Addr,
         range: V4Range,
     },
@@ -261,8 +175,7 @@ impl fmt::Display for Forbidden {
                 range,
             } => write!(
                 f,
-                "{addr} embeds {inner} ({}), which is {} ({range})",
-                how.name(),
+                "{addr} embeds {inner} ({how}), which is {} ({range})",
                 range.what
             ),
             Forbidden::NotGlobal { addr } => {
@@ -288,39 +201,39 @@ fn v4_at(bits: u128, shift: u32) -> Ipv4Addr {
 }
 
 /// Every IPv4 address `a` carries, by the position each embedding defines.
-pub fn embedded_v4(a: Ipv6Addr) -> Vec<(Embedding, Ipv4Addr)> {
+pub fn embedded_v4(a: Ipv6Addr) -> Vec<(&'static str, Ipv4Addr)> {
     let bits = u128::from(a);
     let in_range = |s: [u16; 8], len: u8| v6(s, len, "").contains(a);
     let mut out = Vec::new();
     if in_range([0, 0, 0, 0, 0, 0xffff, 0, 0], 96) {
-        out.push((Embedding::Mapped, v4_at(bits, 0)));
+        out.push(("IPv4-mapped", v4_at(bits, 0)));
     }
     if in_range([0, 0, 0, 0, 0xffff, 0, 0, 0], 96) {
-        out.push((Embedding::Translated, v4_at(bits, 0)));
+        out.push(("IPv4-translated (SIIT)", v4_at(bits, 0)));
     }
     // :: and ::1 are the unspecified and loopback addresses, not 0.0.0.0 and 0.0.0.1.
     if in_range([0; 8], 96) && bits > 1 {
-        out.push((Embedding::Compatible, v4_at(bits, 0)));
+        out.push(("IPv4-compatible", v4_at(bits, 0)));
     }
     if in_range([0x64, 0xff9b, 0, 0, 0, 0, 0, 0], 96) {
-        out.push((Embedding::Nat64, v4_at(bits, 0)));
+        out.push(("NAT64", v4_at(bits, 0)));
     }
     if in_range([0x64, 0xff9b, 1, 0, 0, 0, 0, 0], 48) {
         // RFC 8215 leaves the prefix length to the operator; the /96 form is judged here, and
         // the whole /48 is forbidden by the table anyway.
-        out.push((Embedding::LocalNat64, v4_at(bits, 0)));
+        out.push(("local-use NAT64", v4_at(bits, 0)));
     }
     if in_range([0x2002, 0, 0, 0, 0, 0, 0, 0], 16) {
-        out.push((Embedding::SixToFour, v4_at(bits, 80)));
+        out.push(("6to4", v4_at(bits, 80)));
     }
     if in_range([0x2001, 0, 0, 0, 0, 0, 0, 0], 32) {
-        out.push((Embedding::TeredoServer, v4_at(bits, 64)));
-        out.push((Embedding::TeredoClient, Ipv4Addr::from(!(bits as u32))));
+        out.push(("Teredo server", v4_at(bits, 64)));
+        out.push(("Teredo client", Ipv4Addr::from(!(bits as u32))));
     }
     // ISATAP interface identifiers (RFC 5214): 0000:5efe or 0200:5efe (u/l bit), any prefix.
     let iid_high = (bits >> 32) as u32;
     if iid_high == 0x0000_5efe || iid_high == 0x0200_5efe {
-        out.push((Embedding::Isatap, v4_at(bits, 0)));
+        out.push(("ISATAP", v4_at(bits, 0)));
     }
     out
 }

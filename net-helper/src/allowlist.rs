@@ -9,8 +9,8 @@ use ipc_schema::host::{self, HostPattern};
 pub struct Allowlist(Vec<HostPattern>);
 
 impl Allowlist {
-    pub fn new(patterns: Vec<HostPattern>) -> Allowlist {
-        Allowlist(patterns)
+    pub fn new(patterns: &[HostPattern]) -> Allowlist {
+        Allowlist(patterns.to_vec())
     }
 
     /// The proxy session's entries, still text on the wire (see `ProxySession::allow`).

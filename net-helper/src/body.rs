@@ -17,6 +17,21 @@ pub fn parse_content_type(value: &str) -> (String, Option<String>) {
     (media, charset)
 }
 
+/// The Content-Type (media type and charset, when it is text) and the Content-Encoding (`?` when
+/// it is not text) of a reply.
+pub fn content_headers(
+    headers: &http::HeaderMap,
+) -> (Option<(String, Option<String>)>, Option<String>) {
+    let content_type = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(parse_content_type);
+    let encoding = headers
+        .get(http::header::CONTENT_ENCODING)
+        .map(|v| v.to_str().unwrap_or("?").to_string());
+    (content_type, encoding)
+}
+
 /// Text-like: `text/*`, JSON, XML, JavaScript, YAML, TOML and their `+json`/`+xml` kin.
 pub fn is_text_like(media: &str) -> bool {
     let Some((ty, sub)) = media.split_once('/') else {

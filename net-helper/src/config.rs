@@ -74,12 +74,10 @@ pub fn parse_nameserver(s: &str) -> Result<SocketAddr, String> {
 
 impl Config {
     pub fn from_args(args: &HelperArgs) -> Result<Config, String> {
-        let mut nameservers = Vec::new();
-        for v in args.all("--nameserver") {
-            nameservers.push(parse_nameserver(
-                v.to_str().ok_or("--nameserver is not UTF-8")?,
-            )?);
-        }
+        let mut nameservers = args
+            .all("--nameserver")
+            .map(|v| parse_nameserver(v.to_str().ok_or("--nameserver is not UTF-8")?))
+            .collect::<Result<Vec<_>, _>>()?;
         if nameservers.is_empty() {
             nameservers = system_nameservers()?;
         }

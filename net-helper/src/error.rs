@@ -2,11 +2,13 @@
 
 use ipc_schema::net::{NetRefusal, NetReply, RefusalKind};
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FetchError {
     /// A rule said no; `gatehouse fetch` exits with its refusal code.
+    #[error("refused: {1}")]
     Refused(RefusalKind, String),
     /// The network failed.
+    #[error("failed: {0}")]
     Failed(String),
 }
 
@@ -41,15 +43,6 @@ impl FetchError {
     }
 }
 
-impl std::fmt::Display for FetchError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            FetchError::Refused(_, r) => write!(f, "refused: {r}"),
-            FetchError::Failed(r) => write!(f, "failed: {r}"),
-        }
-    }
-}
-
 /// A duration in milliseconds as a refusal says it: `20 s`, `1.5 s`, `250 ms`.
 pub fn human_ms(ms: u64) -> String {
     if ms >= 1000 && ms.is_multiple_of(1000) {
@@ -59,6 +52,11 @@ pub fn human_ms(ms: u64) -> String {
     } else {
         format!("{ms} ms")
     }
+}
+
+/// A duration as a refusal says it (see [`human_ms`]).
+pub fn human_duration(d: std::time::Duration) -> String {
+    human_ms(d.as_millis() as u64)
 }
 
 /// A byte count as a refusal says it: `1 MiB`, `512 KiB`, `1000 bytes`.

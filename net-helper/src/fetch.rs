@@ -6,9 +6,9 @@ use crate::body;
 use crate::connect::{connect_pinned, judged_addresses};
 use crate::error::{human_bytes, human_ms, FetchError};
 use crate::target::{check_url, parse_target, Target};
-use crate::NetContext;
+use crate::{Io, NetContext};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use ipc_schema::host::HostPattern;
@@ -17,9 +17,9 @@ use ipc_schema::net::{
     FETCH_TOTAL_MS_CEILING,
 };
 use std::collections::HashSet;
+use std::future::Future;
 use std::net::IpAddr;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite};
 
 /// What a fetch brings back, before wrapping.
 #[derive(Debug)]
@@ -33,8 +33,8 @@ pub struct FetchedBody {
     pub text: String,
 }
 
-trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+/// A request's body (none for a fetch).
+pub(crate) type ReqBody = Full<Bytes>;
 
 const USER_AGENT: &str = concat!("gatehouse-fetch/", env!("CARGO_PKG_VERSION"));
 const ACCEPT: &str =
@@ -76,8 +76,7 @@ pub async fn check(
     url: &str,
     limits: &FetchLimits,
 ) -> Result<CheckedTarget, FetchError> {
-    let target =
-        parse_target(url).map_err(|e| FetchError::refused(RefusalKind::Url, e.to_string()))?;
+    let target = first_target(url, None)?;
     let within = Duration::from_millis(limits.connect_ms.into());
     let addresses = tokio::time::timeout(
         within,
@@ -101,18 +100,40 @@ pub async fn fetch(
     allowed_hosts: Option<&[HostPattern]>,
 ) -> Result<FetchedBody, FetchError> {
     check_limits(limits)?;
-    let allow = parse_allowed_hosts(allowed_hosts)?;
+    let allow = allowed_hosts.map(Allowlist::new);
+    within_total(limits, "fetch", async {
+        let target = first_target(url, allow.as_ref())?;
+        let no_check = |_: &Target, _: &Target| Ok(());
+        let answer = follow(
+            ctx,
+            target,
+            limits,
+            allow.as_ref(),
+            true,
+            request_for,
+            no_check,
+        );
+        read_reply(answer.await?, limits).await
+    })
+    .await
+}
+
+/// `work` within the total time limit (`what` names it in the refusal: fetch, request).
+pub(crate) async fn within_total<T>(
+    limits: &FetchLimits,
+    what: &str,
+    work: impl Future<Output = Result<T, FetchError>>,
+) -> Result<T, FetchError> {
     let total = Duration::from_millis(limits.total_ms.into());
-    match tokio::time::timeout(total, follow(ctx, url, limits, allow.as_ref())).await {
-        Ok(r) => r,
-        Err(_) => Err(FetchError::refused(
+    tokio::time::timeout(total, work).await.unwrap_or_else(|_| {
+        Err(FetchError::refused(
             RefusalKind::Limit,
             format!(
-                "the fetch did not finish within {} (the total time limit)",
+                "the {what} did not finish within {} (the total time limit)",
                 human_ms(limits.total_ms.into())
             ),
-        )),
-    }
+        ))
+    })
 }
 
 fn connect_limit(limits: &FetchLimits, target: &Target) -> FetchError {
@@ -126,16 +147,16 @@ fn connect_limit(limits: &FetchLimits, target: &Target) -> FetchError {
     )
 }
 
-/// The session's network allowlist of a request, parsed; a bad entry refuses the request.
-pub(crate) fn parse_allowed_hosts(
-    entries: Option<&[HostPattern]>,
-) -> Result<Option<Allowlist>, FetchError> {
-    Ok(entries.map(|e| Allowlist::new(e.to_vec())))
+/// `url` parsed and checked, and on the session's allowlist when there is one (checked before
+/// the host is looked up: a lookup alone can carry data out).
+pub(crate) fn first_target(url: &str, allow: Option<&Allowlist>) -> Result<Target, FetchError> {
+    let target =
+        parse_target(url).map_err(|e| FetchError::refused(RefusalKind::Url, e.to_string()))?;
+    check_allowed(allow, &target)?;
+    Ok(target)
 }
 
-/// Refuses a hop whose host is not on the session's allowlist, before the host is looked up
-/// (a lookup alone can carry data out).
-pub(crate) fn check_allowed(allow: Option<&Allowlist>, target: &Target) -> Result<(), FetchError> {
+fn check_allowed(allow: Option<&Allowlist>, target: &Target) -> Result<(), FetchError> {
     match allow {
         Some(list) if !list.allows(&target.host) => Err(FetchError::refused(
             RefusalKind::NotAllowed,
@@ -145,25 +166,54 @@ pub(crate) fn check_allowed(allow: Option<&Allowlist>, target: &Target) -> Resul
     }
 }
 
-/// The hops of one request so far: a redirect past the limit, or back to a URL already
-/// visited, is refused.
-pub(crate) struct Hops {
+/// What the last hop of a request answered.
+pub(crate) struct Answer {
+    pub resp: http::Response<Incoming>,
+    pub target: Target,
+    pub address: IpAddr,
     /// The URLs left by redirects, in order.
     pub redirects: Vec<String>,
-    seen: HashSet<String>,
 }
 
-impl Hops {
-    pub fn new(first: &Target) -> Hops {
-        Hops {
-            redirects: Vec::new(),
-            seen: HashSet::from([first.url.to_string()]),
+/// Sends `request(hop)` to `target` and, when `follows`, to every redirect after it: each one
+/// checked by [`next_hop`] and `redirect`, and refused past the limit or back to a URL already
+/// visited. Once a redirect led somewhere, a hop's failure names it. Shared by fetch and
+/// `http_request`.
+pub(crate) async fn follow(
+    ctx: &NetContext,
+    mut target: Target,
+    limits: &FetchLimits,
+    allow: Option<&Allowlist>,
+    follows: bool,
+    mut request: impl FnMut(&Target) -> Result<http::Request<ReqBody>, FetchError>,
+    redirect: impl Fn(&Target, &Target) -> Result<(), FetchError>,
+) -> Result<Answer, FetchError> {
+    let mut redirects = Vec::new();
+    let mut seen = HashSet::from([target.url.to_string()]);
+    loop {
+        let hop = match request(&target) {
+            Ok(r) => send_pinned(ctx, &target, limits, r).await,
+            Err(e) => Err(e),
+        };
+        let (resp, address) = match hop {
+            Err(e) if !redirects.is_empty() => {
+                return Err(e.context(&format!("redirect to {}", target.url)))
+            }
+            hop => hop?,
+        };
+        let status = resp.status().as_u16();
+        if !follows || !matches!(status, 301 | 302 | 303 | 307 | 308) {
+            return Ok(Answer {
+                resp,
+                target,
+                address,
+                redirects,
+            });
         }
-    }
-
-    /// Records that `from` redirected to `next`, or refuses it.
-    pub fn follow(&mut self, from: &Target, next: &Target, max: u8) -> Result<(), FetchError> {
-        if self.redirects.len() >= usize::from(max) {
+        let next = next_hop(&target, &resp, status, allow)?;
+        redirect(&target, &next)?;
+        let max = limits.max_redirects;
+        if redirects.len() >= usize::from(max) {
             return Err(FetchError::refused(
                 RefusalKind::Limit,
                 format!(
@@ -172,55 +222,23 @@ impl Hops {
                 ),
             ));
         }
-        if !self.seen.insert(next.url.to_string()) {
+        if !seen.insert(next.url.to_string()) {
             return Err(FetchError::refused(
                 RefusalKind::Redirect,
-                format!("redirect loop: {} redirects back to {}", from.url, next.url),
+                format!(
+                    "redirect loop: {} redirects back to {}",
+                    target.url, next.url
+                ),
             ));
         }
-        self.redirects.push(from.url.to_string());
-        Ok(())
-    }
-
-    /// A hop's result: once a redirect led there, a failure names it.
-    pub fn outcome<T>(&self, hop: Result<T, FetchError>, to: &Target) -> Result<T, FetchError> {
-        if self.redirects.is_empty() {
-            return hop;
-        }
-        hop.map_err(|e| e.context(&format!("redirect to {}", to.url)))
-    }
-}
-
-pub(crate) fn is_redirect(status: u16) -> bool {
-    matches!(status, 301 | 302 | 303 | 307 | 308)
-}
-
-async fn follow(
-    ctx: &NetContext,
-    url: &str,
-    limits: &FetchLimits,
-    allow: Option<&Allowlist>,
-) -> Result<FetchedBody, FetchError> {
-    let mut target =
-        parse_target(url).map_err(|e| FetchError::refused(RefusalKind::Url, e.to_string()))?;
-    check_allowed(allow, &target)?;
-    let mut hops = Hops::new(&target);
-    loop {
-        let (resp, address) = hops.outcome(one_hop(ctx, &target, limits).await, &target)?;
-        let status = resp.status().as_u16();
-        if is_redirect(status) {
-            let next = next_hop(&target, &resp, status, allow)?;
-            hops.follow(&target, &next, limits.max_redirects)?;
-            target = next;
-            continue;
-        }
-        return read_reply(resp, &target, address, hops.redirects, limits).await;
+        redirects.push(target.url.to_string());
+        target = next;
     }
 }
 
 /// The checked target of a redirect (its URL, and the allowlist when there is one), or why it
-/// is refused (also used by `http`).
-pub(crate) fn next_hop(
+/// is refused.
+fn next_hop(
     from: &Target,
     resp: &http::Response<Incoming>,
     status: u16,
@@ -256,29 +274,15 @@ pub(crate) fn next_hop(
     Ok(target)
 }
 
-/// One GET of `target`: the reply's head.
-async fn one_hop(
-    ctx: &NetContext,
-    target: &Target,
-    limits: &FetchLimits,
-) -> Result<(http::Response<Incoming>, IpAddr), FetchError> {
-    send_pinned(ctx, target, limits, request_for(target)?).await
-}
-
 /// Resolve and judge `target`'s host, connect to a checked address (pinned), TLS for https,
 /// send `request` on that connection alone; the reply's head and the address used. Shared by
 /// fetch and `http_request`.
-pub(crate) async fn send_pinned<B>(
+async fn send_pinned(
     ctx: &NetContext,
     target: &Target,
     limits: &FetchLimits,
-    request: http::Request<B>,
-) -> Result<(http::Response<Incoming>, IpAddr), FetchError>
-where
-    B: hyper::body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
+    request: http::Request<ReqBody>,
+) -> Result<(http::Response<Incoming>, IpAddr), FetchError> {
     let reach = async {
         let addrs = judged_addresses(&ctx.resolver, &ctx.policy, &target.host).await?;
         let (tcp, addr) = connect_pinned(&addrs, target.port).await?;
@@ -296,7 +300,7 @@ where
 
     let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
         .max_buf_size(256 * 1024)
-        .handshake::<_, B>(TokioIo::new(io))
+        .handshake::<_, ReqBody>(TokioIo::new(io))
         .await
         .map_err(|e| FetchError::failed(format!("HTTP setup with {} failed: {e}", target.host)))?;
     // The connection task ends when the reply (and its body) is dropped: no pool, no reuse.
@@ -330,12 +334,12 @@ pub(crate) fn request_builder(
         .header(http::header::CONNECTION, "close")
 }
 
-fn request_for(target: &Target) -> Result<http::Request<Empty<Bytes>>, FetchError> {
+fn request_for(target: &Target) -> Result<http::Request<ReqBody>, FetchError> {
     let url = &target.url;
     request_builder(target, http::Method::GET, USER_AGENT)
         .header(http::header::ACCEPT, ACCEPT)
         .header(http::header::ACCEPT_ENCODING, "gzip, deflate")
-        .body(Empty::new())
+        .body(ReqBody::default())
         .map_err(|e| FetchError::refused(RefusalKind::Url, format!("cannot request {url}: {e}")))
 }
 
@@ -372,52 +376,41 @@ pub(crate) async fn read_body(
     Ok(raw)
 }
 
-async fn read_reply(
-    resp: http::Response<Incoming>,
-    target: &Target,
-    address: IpAddr,
-    redirects: Vec<String>,
-    limits: &FetchLimits,
-) -> Result<FetchedBody, FetchError> {
+async fn read_reply(answer: Answer, limits: &FetchLimits) -> Result<FetchedBody, FetchError> {
+    let (resp, target) = (answer.resp, answer.target);
     let status = resp.status().as_u16();
-    let headers = resp.headers();
-    let ct = headers
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .ok_or_else(|| {
-            FetchError::refused(
-                RefusalKind::Content,
-                format!(
-                    "{} sent no Content-Type (only text-like content is fetched)",
-                    target.url
-                ),
-            )
-        })?;
-    let (media, charset) = body::parse_content_type(ct);
+    let (content_type, encoding) = body::content_headers(resp.headers());
+    let (media, charset) = content_type.ok_or_else(|| {
+        FetchError::refused(
+            RefusalKind::Content,
+            format!(
+                "{} sent no Content-Type (only text-like content is fetched)",
+                target.url
+            ),
+        )
+    })?;
     if !body::is_text_like(&media) {
         return Err(FetchError::refused(
             RefusalKind::Content,
             format!("content type {media} is not text-like (only text, JSON, XML, JavaScript and the like are fetched)"),
         ));
     }
-    let encoding = headers
-        .get(http::header::CONTENT_ENCODING)
-        .map(|v| v.to_str().unwrap_or("?").to_string());
     let max = limits.max_body_bytes as usize;
-    let declared = headers
+    let declared = resp
+        .headers()
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > max as u64) {
         return Err(body_over(max));
     }
-    let raw = read_body(resp.into_body(), target, max).await?;
+    let raw = read_body(resp.into_body(), &target, max).await?;
     let decoded = body::decode(raw, encoding.as_deref(), max)?;
     let text = body::to_text(&decoded, charset.as_deref());
     Ok(FetchedBody {
         final_url: target.url.to_string(),
-        redirects,
-        address,
+        redirects: answer.redirects,
+        address: answer.address,
         status,
         content_type: media,
         body_bytes: decoded.len(),

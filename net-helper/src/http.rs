@@ -9,22 +9,18 @@
 
 use crate::allowlist::Allowlist;
 use crate::body;
-use crate::error::{human_bytes, human_ms, FetchError};
+use crate::error::{human_bytes, FetchError};
 use crate::fetch::{
-    check_allowed, check_limits, is_redirect, next_hop, parse_allowed_hosts, read_body,
-    request_builder, send_pinned, FetchedBody, Hops,
+    self, check_limits, first_target, read_body, request_builder, within_total, Answer,
+    FetchedBody, ReqBody,
 };
-use crate::target::{parse_target, Target};
+use crate::target::Target;
 use crate::NetContext;
 use bytes::Bytes;
-use http_body_util::Full;
-use hyper::body::Incoming;
 use ipc_schema::host::Host;
 use ipc_schema::net::{FetchedPage, HttpReply, HttpSend, NetRefusal, NetReply, RefusalKind};
 use ipc_schema::secrets::{CredentialHeader, FRAMING_HEADERS};
 use ipc_schema::tool::HttpMethod;
-use std::net::IpAddr;
-use std::time::Duration;
 
 const USER_AGENT: &str = concat!("gatehouse-http/", env!("CARGO_PKG_VERSION"));
 const MAX_HEADERS: usize = 64;
@@ -126,18 +122,8 @@ pub async fn send(ctx: &NetContext, req: HttpSend) -> Result<Sent, FetchError> {
     if matches!(req.method, HttpMethod::Get | HttpMethod::Head) && !req.body.is_empty() {
         return Err(invalid("a GET or HEAD request carries no body".into()));
     }
-    let allow = parse_allowed_hosts(req.allowed_hosts.as_deref())?;
-    let total = Duration::from_millis(req.limits.total_ms.into());
-    match tokio::time::timeout(total, follow(ctx, &req, allow.as_ref())).await {
-        Ok(r) => r,
-        Err(_) => Err(FetchError::refused(
-            RefusalKind::Limit,
-            format!(
-                "the request did not finish within {} (the total time limit)",
-                human_ms(req.limits.total_ms.into())
-            ),
-        )),
-    }
+    let allow = req.allowed_hosts.as_deref().map(Allowlist::new);
+    within_total(&req.limits, "request", follow(ctx, &req, allow.as_ref())).await
 }
 
 async fn follow(
@@ -145,9 +131,7 @@ async fn follow(
     req: &HttpSend,
     allow: Option<&Allowlist>,
 ) -> Result<Sent, FetchError> {
-    let mut target =
-        parse_target(&req.url).map_err(|e| FetchError::refused(RefusalKind::Url, e.to_string()))?;
-    check_allowed(allow, &target)?;
+    let target = first_target(&req.url, allow)?;
     if let Some(c) = &req.credential {
         if !target.https {
             return Err(FetchError::refused(
@@ -169,43 +153,33 @@ async fn follow(
         }
     }
     let follows = matches!(req.method, HttpMethod::Get | HttpMethod::Head);
-    let mut hops = Hops::new(&target);
     // Once a redirect leaves the credential's host, the credential stays behind for good.
     let mut credential_live = req.credential.is_some();
-    loop {
+    let request = |target: &Target| {
         let cred = req
             .credential
             .as_ref()
-            .filter(|c| credential_live && carries(&target, c));
+            .filter(|c| credential_live && carries(target, c));
         credential_live = cred.is_some();
-        let hop = match build_request(&target, req, cred) {
-            Ok(r) => send_pinned(ctx, &target, &req.limits, r).await,
-            Err(e) => Err(e),
-        };
-        let (resp, address) = hops.outcome(hop, &target)?;
-        let status = resp.status().as_u16();
-        if follows && is_redirect(status) {
-            let next = next_hop(&target, &resp, status, allow)?;
-            if let Some(c) = &req.credential {
-                // A server that puts the credential into a redirect would have us carry it
-                // to wherever it points, in the request line.
-                let mut url = next.url.to_string().into_bytes();
-                if c.scrub_bytes(&mut url) > 0 {
-                    return Err(FetchError::refused(
-                        RefusalKind::Redirect,
-                        format!(
-                            "{} redirects to a URL that contains credential {}; not followed",
-                            target.url, c.credential
-                        ),
-                    ));
-                }
-            }
-            hops.follow(&target, &next, req.limits.max_redirects)?;
-            target = next;
-            continue;
+        build_request(target, req, cred)
+    };
+    // A server that puts the credential into a redirect would have us carry it to wherever it
+    // points, in the request line.
+    let redirect = |from: &Target, next: &Target| match &req.credential {
+        Some(c) if c.scrub_bytes(&mut next.url.to_string().into_bytes()) > 0 => {
+            Err(FetchError::refused(
+                RefusalKind::Redirect,
+                format!(
+                    "{} redirects to a URL that contains credential {}; not followed",
+                    from.url, c.credential
+                ),
+            ))
         }
-        return read_reply(resp, &target, address, hops.redirects, req, cred.is_some()).await;
-    }
+        _ => Ok(()),
+    };
+    let answer = fetch::follow(ctx, target, &req.limits, allow, follows, request, redirect);
+    let answer = answer.await?;
+    read_reply(answer, req, credential_live).await
 }
 
 fn method(m: HttpMethod) -> http::Method {
@@ -223,7 +197,7 @@ fn build_request(
     target: &Target,
     req: &HttpSend,
     cred: Option<&CredentialHeader>,
-) -> Result<http::Request<Full<Bytes>>, FetchError> {
+) -> Result<http::Request<ReqBody>, FetchError> {
     let url = &target.url;
     let m = method(req.method);
     let mut b = request_builder(target, m.clone(), USER_AGENT);
@@ -248,18 +222,16 @@ fn build_request(
     } else {
         Bytes::from(req.body.clone())
     };
-    b.body(Full::new(body))
+    b.body(ReqBody::new(body))
         .map_err(|e| invalid(format!("cannot build the request for {url}: {e}")))
 }
 
 async fn read_reply(
-    resp: http::Response<Incoming>,
-    target: &Target,
-    address: IpAddr,
-    redirects: Vec<String>,
+    answer: Answer,
     req: &HttpSend,
     credential_sent: bool,
 ) -> Result<Sent, FetchError> {
+    let (resp, target, mut redirects) = (answer.resp, answer.target, answer.redirects);
     let cred = req.credential.as_ref();
     let status = resp.status().as_u16();
     let mut headers = Vec::new();
@@ -277,21 +249,10 @@ async fn read_reply(
         }
         headers.push((name, v));
     }
-    let ct = resp
-        .headers()
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    let encoding = resp
-        .headers()
-        .get(http::header::CONTENT_ENCODING)
-        .map(|v| v.to_str().unwrap_or("?").to_string());
+    let (content_type, encoding) = body::content_headers(resp.headers());
     let max = req.limits.max_body_bytes as usize;
-    let raw = read_body(resp.into_body(), target, max).await?;
-    let (media, charset) = ct
-        .as_deref()
-        .map(body::parse_content_type)
-        .unwrap_or_default();
+    let raw = read_body(resp.into_body(), &target, max).await?;
+    let (media, charset) = content_type.unwrap_or_default();
     let mut text = if raw.is_empty() {
         String::new()
     } else {
@@ -309,7 +270,6 @@ async fn read_reply(
     };
     let body_bytes = text.len();
     let mut final_url = target.url.to_string();
-    let mut redirects = redirects;
     if let Some(c) = cred {
         redactions += c.scrub_text(&mut text) as u32;
         redactions += c.scrub_text(&mut final_url) as u32;
@@ -321,7 +281,7 @@ async fn read_reply(
         body: FetchedBody {
             final_url,
             redirects,
-            address,
+            address: answer.address,
             status,
             content_type: media,
             body_bytes,

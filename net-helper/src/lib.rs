@@ -29,6 +29,11 @@ pub mod tls;
 pub mod wrap;
 
 use std::sync::Arc;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// A byte stream: a TCP, TLS or Unix stream socket.
+pub trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 /// What every fetch and tunnel shares: where names are resolved, how addresses are judged, and
 /// whom TLS trusts.

@@ -4,7 +4,7 @@
 
 use crate::allowlist::{parse_host, Allowlist};
 use crate::connect::{connect_pinned, judged_addresses};
-use crate::error::{human_ms, FetchError};
+use crate::error::{human_duration, FetchError};
 use crate::relay::{relay, ClientConn, RelayLimits};
 use crate::sni::{parse_first_flight, FirstFlight};
 use crate::target::Host;
@@ -16,7 +16,7 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
 /// The request head must arrive within this and fit in [`MAX_HEAD`].
@@ -54,17 +54,28 @@ impl Drop for Slot {
     }
 }
 
-/// A refusal on its way to the client and the audit log.
+/// A refusal (or, when `failed`, a failure) on its way to the client (unless `status` is 0) and
+/// the audit log.
 #[derive(Debug)]
 struct Refusal {
     status: u16,
     reason: String,
+    failed: bool,
 }
 
 fn refuse(status: u16, reason: impl Into<String>) -> Refusal {
+    let reason = reason.into();
     Refusal {
         status,
-        reason: reason.into(),
+        reason,
+        failed: false,
+    }
+}
+
+fn fail(status: u16, reason: String) -> Refusal {
+    Refusal {
+        failed: true,
+        ..refuse(status, reason)
     }
 }
 
@@ -134,9 +145,10 @@ impl Proxy {
                 if r.status != 0 {
                     let _ = respond(&mut conn, r.status, &r.reason).await;
                 }
-                EgressVerdict::Refused {
-                    status: r.status,
-                    reason: r.reason,
+                let (status, reason) = (r.status, r.reason);
+                match r.failed {
+                    true => EgressVerdict::Failed { status, reason },
+                    false => EgressVerdict::Refused { status, reason },
                 }
             }
         };
@@ -204,25 +216,17 @@ impl Proxy {
         .await;
         let addrs = match judged {
             Err(_) => {
-                let reason = format!(
-                    "the lookup of {host} did not finish within {}",
-                    human_ms(CONNECT_TIMEOUT.as_millis() as u64)
-                );
-                let _ = respond(conn, 504, &reason).await;
-                return Ok(EgressVerdict::Failed {
-                    status: 504,
-                    reason,
-                });
+                let within = human_duration(CONNECT_TIMEOUT);
+                return Err(fail(
+                    504,
+                    format!("the lookup of {host} did not finish within {within}"),
+                ));
             }
             Ok(Err(FetchError::Refused(kind, reason))) if kind != RefusalKind::Name => {
                 return Err(refuse(403, reason));
             }
             Ok(Err(FetchError::Refused(_, reason) | FetchError::Failed(reason))) => {
-                let _ = respond(conn, 502, &reason).await;
-                return Ok(EgressVerdict::Failed {
-                    status: 502,
-                    reason,
-                });
+                return Err(fail(502, reason))
             }
             Ok(Ok(addrs)) => addrs,
         };
@@ -234,6 +238,7 @@ impl Proxy {
         });
         let abort = connecting.abort_handle();
         if let Err(e) = conn
+            .io()
             .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
             .await
         {
@@ -241,28 +246,22 @@ impl Proxy {
             return Err(refuse(0, format!("the client went away: {e}")));
         }
         let mut first = early;
-        if sess.cfg.sni_check {
-            if let Host::Name(want) = &host {
-                first = match read_hello(conn, first, want).await {
-                    Ok(f) => f,
-                    Err(r) => {
-                        abort.abort();
-                        return Err(r);
-                    }
-                };
-            }
+        if let (true, Host::Name(want)) = (sess.cfg.sni_check, &host) {
+            first = read_hello(conn, first, want)
+                .await
+                .inspect_err(|_| abort.abort())?;
         }
-        let failed = |reason: String| Ok(EgressVerdict::Failed { status: 0, reason });
         let (mut upstream, addr) = match connecting.await {
             Ok(Ok(Ok(up))) => up,
-            Ok(Ok(Err(e))) => return failed(e.reason().to_string()),
+            Ok(Ok(Err(e))) => return Err(fail(0, e.reason().to_string())),
             Ok(Err(_)) => {
-                return failed(format!(
-                    "{host}:{port} was not reached within {}",
-                    human_ms(CONNECT_TIMEOUT.as_millis() as u64)
-                ))
+                let within = human_duration(CONNECT_TIMEOUT);
+                return Err(fail(
+                    0,
+                    format!("{host}:{port} was not reached within {within}"),
+                ));
             }
-            Err(e) => return failed(format!("connecting failed: {e}")),
+            Err(e) => return Err(fail(0, format!("connecting failed: {e}"))),
         };
         if !first.is_empty() {
             if let Err(e) = upstream.write_all(&first).await {
@@ -336,24 +335,22 @@ async fn read_head(rd: &mut ClientConn) -> Result<(Vec<u8>, Vec<u8>), Refusal> {
                     format!("the request head exceeds {MAX_HEAD} bytes"),
                 ));
             }
-            match rd.read(&mut chunk).await {
+            match rd.io().read(&mut chunk).await {
                 Ok(0) => return Err(refuse(0, "the client closed before sending a request")),
                 Ok(n) => buf.extend_from_slice(&chunk[..n]),
                 Err(e) => return Err(refuse(0, format!("reading the request failed: {e}"))),
             }
         }
     };
+    let late = || {
+        Err(refuse(
+            408,
+            format!("no request within {}", human_duration(HEAD_TIMEOUT)),
+        ))
+    };
     tokio::time::timeout(HEAD_TIMEOUT, read)
         .await
-        .unwrap_or_else(|_| {
-            Err(refuse(
-                408,
-                format!(
-                    "no request within {}",
-                    human_ms(HEAD_TIMEOUT.as_millis() as u64)
-                ),
-            ))
-        })
+        .unwrap_or_else(|_| late())
 }
 
 fn find_head_end(buf: &[u8]) -> Option<usize> {
@@ -448,68 +445,47 @@ async fn read_hello(rd: &mut ClientConn, mut buf: Vec<u8>, want: &str) -> Result
     let mut chunk = [0u8; 4096];
     let read = async {
         loop {
-            match parse_first_flight(&buf) {
+            let refused = match parse_first_flight(&buf) {
                 FirstFlight::Hello(Some(sni)) if sni == want => return Ok(()),
-                FirstFlight::Hello(Some(sni)) => {
-                    return Err(refuse(
-                        0,
-                        format!(
-                            "SNI {} does not match the CONNECT host {want}",
-                            printable(&sni)
-                        ),
-                    ))
-                }
+                FirstFlight::Hello(Some(sni)) => format!(
+                    "SNI {} does not match the CONNECT host {want}",
+                    printable(&sni)
+                ),
                 FirstFlight::Hello(None) => {
-                    return Err(refuse(
-                        0,
-                        format!("the TLS ClientHello has no SNI (the CONNECT host is {want})"),
-                    ))
+                    format!("the TLS ClientHello has no SNI (the CONNECT host is {want})")
                 }
                 FirstFlight::NotTls(e) => {
-                    return Err(refuse(
-                        0,
-                        format!("the tunnel does not start with a TLS ClientHello ({e})"),
-                    ))
+                    format!("the tunnel does not start with a TLS ClientHello ({e})")
                 }
-                FirstFlight::Incomplete => {}
-            }
-            if buf.len() > MAX_HELLO {
-                return Err(refuse(
-                    0,
-                    format!("no complete TLS ClientHello in the first {MAX_HELLO} bytes"),
-                ));
-            }
-            match rd.read(&mut chunk).await {
-                Ok(0) => return Err(refuse(0, "the client closed before its TLS ClientHello")),
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                Err(e) => return Err(refuse(0, format!("reading the ClientHello failed: {e}"))),
-            }
+                FirstFlight::Incomplete if buf.len() > MAX_HELLO => {
+                    format!("no complete TLS ClientHello in the first {MAX_HELLO} bytes")
+                }
+                FirstFlight::Incomplete => match rd.io().read(&mut chunk).await {
+                    Ok(0) => "the client closed before its TLS ClientHello".into(),
+                    Ok(n) => {
+                        buf.extend_from_slice(&chunk[..n]);
+                        continue;
+                    }
+                    Err(e) => format!("reading the ClientHello failed: {e}"),
+                },
+            };
+            return Err(refuse(0, refused));
         }
     };
     match tokio::time::timeout(HELLO_TIMEOUT, read).await {
         Ok(Ok(())) => Ok(buf),
         Ok(Err(r)) => Err(r),
-        Err(_) => Err(refuse(
-            0,
-            format!(
-                "no TLS ClientHello within {}",
-                human_ms(HELLO_TIMEOUT.as_millis() as u64)
-            ),
-        )),
+        Err(_) => {
+            let within = human_duration(HELLO_TIMEOUT);
+            Err(refuse(0, format!("no TLS ClientHello within {within}")))
+        }
     }
 }
 
 async fn respond(wr: &mut ClientConn, status: u16, reason: &str) -> std::io::Result<()> {
-    let phrase = match status {
-        400 => "Bad Request",
-        403 => "Forbidden",
-        407 => "Proxy Authentication Required",
-        408 => "Request Timeout",
-        431 => "Request Header Fields Too Large",
-        502 => "Bad Gateway",
-        504 => "Gateway Timeout",
-        _ => "Error",
-    };
+    // (400 Bad Request, 403 Forbidden, 407 Proxy Authentication Required, ...)
+    let phrase = http::StatusCode::from_u16(status).ok();
+    let phrase = phrase.and_then(|s| s.canonical_reason()).unwrap_or("Error");
     let body = format!("refused: {reason}\n");
     let auth = if status == 407 {
         "Proxy-Authenticate: Basic realm=\"gatehouse\"\r\n"
@@ -520,8 +496,8 @@ async fn respond(wr: &mut ClientConn, status: u16, reason: &str) -> std::io::Res
         "HTTP/1.1 {status} {phrase}\r\n{auth}Content-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
-    wr.write_all(msg.as_bytes()).await?;
-    wr.shutdown().await
+    wr.io().write_all(msg.as_bytes()).await?;
+    wr.io().shutdown().await
 }
 
 #[cfg(test)]
@@ -556,6 +532,31 @@ mod tests {
             .status,
             407
         );
+    }
+
+    #[tokio::test]
+    async fn status_lines() {
+        for (status, line) in [
+            (400, "400 Bad Request"),
+            (403, "403 Forbidden"),
+            (407, "407 Proxy Authentication Required"),
+            (408, "408 Request Timeout"),
+            (431, "431 Request Header Fields Too Large"),
+            (502, "502 Bad Gateway"),
+            (504, "504 Gateway Timeout"),
+        ] {
+            let (a, mut b) = tokio::net::UnixStream::pair().unwrap();
+            respond(&mut ClientConn::Unix(a), status, "why")
+                .await
+                .unwrap();
+            let mut got = String::new();
+            b.read_to_string(&mut got).await.unwrap();
+            assert!(got.starts_with(&format!("HTTP/1.1 {line}\r\n")), "{got}");
+            assert!(
+                got.ends_with("\r\nConnection: close\r\n\r\nrefused: why\n"),
+                "{got}"
+            );
+        }
     }
 
     #[test]

@@ -6,9 +6,8 @@
 //! gained nothing on loopback (bench/RESULTS.md), so it is not here: the helper's seccomp
 //! profile needs no `pipe2` or `splice`.
 
-use crate::error::{human_bytes, human_ms};
+use crate::error::{human_bytes, human_duration};
 use std::future::Future;
-use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -40,24 +39,11 @@ pub enum ClientConn {
 }
 
 impl ClientConn {
-    pub async fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+    /// The socket, whichever kind it is.
+    pub fn io(&mut self) -> &mut dyn crate::Io {
         match self {
-            ClientConn::Unix(s) => s.read(buf).await,
-            ClientConn::Tcp(s) => s.read(buf).await,
-        }
-    }
-
-    pub async fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        match self {
-            ClientConn::Unix(s) => s.write_all(buf).await,
-            ClientConn::Tcp(s) => s.write_all(buf).await,
-        }
-    }
-
-    pub async fn shutdown(&mut self) -> io::Result<()> {
-        match self {
-            ClientConn::Unix(s) => s.shutdown().await,
-            ClientConn::Tcp(s) => s.shutdown().await,
+            ClientConn::Unix(s) => s,
+            ClientConn::Tcp(s) => s,
         }
     }
 }
@@ -175,7 +161,7 @@ async fn drive(
             _ = ticker.tick() => {
                 let idle_ms = sh.start.elapsed().as_millis() as u64 - sh.last.load(Ordering::Relaxed);
                 if idle_ms >= limits.idle.as_millis() as u64 {
-                    return format!("idle for {} (the idle limit)", human_ms(limits.idle.as_millis() as u64));
+                    return format!("idle for {} (the idle limit)", human_duration(limits.idle));
                 }
                 continue;
             }
@@ -228,18 +214,15 @@ mod tests {
                     let mut client = client;
                     relay(&mut client, &mut up, limits, rx).await
                 });
-                app.write_all(b"hello").await.unwrap();
+                app.io().write_all(b"hello").await.unwrap();
                 let mut buf = [0u8; 5];
                 server.read_exact(&mut buf).await.unwrap();
                 assert_eq!(&buf, b"hello");
                 server.write_all(b"worlds").await.unwrap();
                 let mut buf = [0u8; 6];
-                match &mut app {
-                    ClientConn::Tcp(s) => s.read_exact(&mut buf).await.unwrap(),
-                    ClientConn::Unix(s) => s.read_exact(&mut buf).await.unwrap(),
-                };
+                app.io().read_exact(&mut buf).await.unwrap();
                 assert_eq!(&buf, b"worlds");
-                app.shutdown().await.unwrap();
+                app.io().shutdown().await.unwrap();
                 let mut rest = Vec::new();
                 server.read_to_end(&mut rest).await.unwrap();
                 assert!(rest.is_empty(), "the half-close reached the server");

@@ -7,7 +7,7 @@ use hickory_resolver::config::{
 use hickory_resolver::name_server::TokioConnectionProvider;
 use hickory_resolver::proto::rr::{RData, RecordType};
 use hickory_resolver::proto::xfer::Protocol;
-use hickory_resolver::{Name, ResolveError, TokioResolver};
+use hickory_resolver::{Name, TokioResolver};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
@@ -88,7 +88,7 @@ impl NetResolver {
                     return Err(LookupError::Failed {
                         name: name.to_string(),
                         rtype,
-                        reason: describe(&e),
+                        reason: e.to_string(),
                     })
                 }
             }
@@ -104,8 +104,4 @@ impl NetResolver {
         }
         Ok(out)
     }
-}
-
-fn describe(e: &ResolveError) -> String {
-    e.to_string()
 }
