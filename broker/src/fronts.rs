@@ -1,16 +1,19 @@
 //! The listening sockets for the fronts (console and gateways), and what the broker does with
 //! each frame they send.
 //!
-//! Who is talking is the socket they connected to (ui.sock, gateway.sock or notify.sock) and the kernel's
-//! SO_PEERCRED: a peer of another uid is dropped before it can send anything. A peer that sends
-//! a malformed or oversized frame, or a message its role may not send, is killed (SIGKILL
-//! through a pidfd opened at accept) and disconnected; the broker goes on serving the others.
+//! Who is talking is the socket they connected to (ui.sock, gateway.sock or notify.sock; on
+//! Windows the pipe of that name) and what the OS says of the peer (SO_PEERCRED; the pipe
+//! client's process and token): a peer of another user is dropped before it can send anything.
+//! A peer that sends a malformed or oversized frame, or a message its role may not send, is
+//! killed (SIGKILL through a pidfd opened at accept; on Windows `TerminateProcess` through a
+//! process handle opened at accept) and disconnected; the broker goes on serving the others.
 //!
 //! No process under the spawner (a helper, or a command the exec-helper runs) may be a peer of
 //! these sockets: in the exec sandbox's Landlock tier a command can reach them by path (no mount
 //! namespace hides them) and passes the uid check. The spawner, which may read `/proc`, walks
-//! each peer's parents before the broker reads its first frame ([`not_sandboxed`]); a peer under
-//! it, one whose pid the kernel does not give, or one whose ancestry cannot be read is killed.
+//! each peer's parents before the broker reads its first frame ([`not_sandboxed`]; on Windows it
+//! asks whether the peer is in a helper's job); a peer under it, one whose pid the kernel does
+//! not give, or one whose ancestry cannot be read is killed.
 //!
 //! A `gatehouse run` agent's gateway connections come another way: through its command's
 //! connector (`crate::launch`), from the socket inside its sandbox. The kernel vouches for

@@ -183,7 +183,8 @@ fn missing_helpers(dir: &std::path::Path) -> Option<String> {
     ))
 }
 
-/// Runs the broker for `dirs` until SIGINT or SIGTERM; `Err`: why it refused or stopped.
+/// Runs the broker for `dirs` until it is told to stop (SIGINT or SIGTERM; Ctrl-C or Ctrl-Break
+/// on Windows); `Err`: why it refused or stopped.
 pub fn run_broker(dirs: Dirs, args: BrokerArgs) -> Result<(), String> {
     #[cfg(feature = "test-hooks")]
     let test_unlocked = match args.test_unlocked_helper.as_deref().map(Role::from_short) {
