@@ -10,7 +10,8 @@
 # lint step, seconds after a push, and on a tree that does not compile yet.
 #
 # What counts: a line of a .rs file that is not blank, not only a comment, and not inside an
-# item marked #[cfg(test)] or built only off Linux (#[cfg(windows)], #[cfg(not(unix))],
+# item marked #[cfg(test)] or built only off Linux (#[cfg(windows)] or its spelling
+# #[cfg(target_os = "windows")], #[cfg(not(unix))],
 # #[cfg(target_os = "macos")], #[cfg(not(target_os = "linux"))],
 # #[cfg(not(any(target_os = "linux", ...)))], #[cfg(any(windows, target_os = "macos"))]). A helper's audit surface is
 #   - its own crate: every such line under <helper>/src, except binaries built only for tests
@@ -33,14 +34,14 @@ RATCHET = {
     "fs-helper": 3450,
     "net-helper": 2450,
     "exec-helper": 445,
-    "secrets-helper": 2000,
+    "secrets-helper": 1925,
     "servers-helper": 900,
 }
 HELPERS = ["fs-helper", "net-helper", "exec-helper", "secrets-helper", "servers-helper"]
 SHARED = {"ipc_schema": "ipc-schema", "sandbox": "sandbox"}
 NOT_ON_LINUX = ("sandbox/src/macos.rs", "sandbox/src/windows/")
 # Items left out of a count: tests, and what is built only on other OSes.
-NOT_BUILT_HERE = r'#\[cfg\((test|all\(test.*|windows|not\(unix\)|target_os = "macos"|not\(target_os = "linux"\)|not\(any\(target_os = "linux", .*\)\)|any\((windows|target_os = "macos")(, (windows|target_os = "macos"))*\))\)\]'
+NOT_BUILT_HERE = r'#\[cfg\((test|all\(test.*|windows|target_os = "windows"|not\(unix\)|target_os = "macos"|not\(target_os = "linux"\)|not\(any\(target_os = "linux", .*\)\)|any\((windows|target_os = "windows"|target_os = "macos")(, (windows|target_os = "windows"|target_os = "macos"))*\))\)\]'
 
 # ---- counting ---------------------------------------------------------------------------
 
