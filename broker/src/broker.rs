@@ -294,6 +294,7 @@ async fn serve(dirs: Dirs, opts: Arc<BrokerOptions>, prepared: Prepared) -> Resu
         dirs: dirs.clone(),
         gate,
         servers: Default::default(),
+        stop_requested: tokio::sync::Notify::new(),
     });
     tokio::task::spawn_local(fronts::accept_loop(ctx.clone(), ui, Role::Ui));
     tokio::task::spawn_local(fronts::accept_loop(ctx.clone(), gw, Role::Gateway));
@@ -307,6 +308,7 @@ async fn serve(dirs: Dirs, opts: Arc<BrokerOptions>, prepared: Prepared) -> Resu
     let mut spawner_gone = spawner_gone;
     tokio::select! {
         () = stop.recv() => {}
+        () = ctx.stop_requested.notified() => tracing::info!("the console asked the broker to stop"),
         why = &mut spawner_gone => {
             // Without the spawner no helper can be restarted: stop, in order, and say why.
             let why = why.unwrap_or_else(|e| e.to_string());

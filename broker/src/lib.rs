@@ -120,6 +120,9 @@ pub struct Ctx {
     pub gate: gate::Gate,
     /// Third-party MCP servers: each session's connections, the pinned tools.
     pub servers: tools::servers::Servers,
+    /// The human asked the broker to stop (`UiRequest::StopBroker`): the same orderly stop as
+    /// SIGTERM.
+    pub stop_requested: tokio::sync::Notify,
 }
 
 /// What `doctor` says of the kernel, read once at start.

@@ -228,6 +228,16 @@ pub fn handle(
                 reply.send(id, body);
             });
         }
+        UiRequest::StopBroker => {
+            reply.send(
+                id,
+                Body::UiReply(UiReply::Stopping {
+                    pid: std::process::id(),
+                }),
+            );
+            // A permit is kept if the loop is not waiting yet: the request is never lost.
+            ctx.stop_requested.notify_one();
+        }
         UiRequest::AuditTail { after, limit } => {
             let (ctx, reply) = (ctx.clone(), reply.clone());
             tokio::task::spawn_local(async move {

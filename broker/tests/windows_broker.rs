@@ -533,7 +533,7 @@ fn the_mcp_front_serves_an_agent_over_stdio() {
 /// pipe; the page printed), `audit tail` (the call's rows), and `verify-audit`, whose private
 /// secrets-helper is spawned strictly: on Windows it checks the chain; under Wine, which
 /// restricts no token, the spawn is refused and the command says so (exit 1) rather than check
-/// with a helper it could not confine.
+/// with a helper it could not confine; and `stop`, the orderly stop asked on the console's pipe.
 #[test]
 fn the_command_line_asks_reads_and_checks_the_broker() {
     let (_dns, web, b) = broker_with_web();
@@ -588,4 +588,23 @@ fn the_command_line_asks_reads_and_checks_the_broker() {
         assert_eq!(code, Some(0), "{out}\n{err}");
         assert!(out.contains("chain intact"), "{out}");
     }
+
+    // `stop`: Windows has no SIGTERM, so the console's pipe asks for the same orderly stop;
+    // the broker seals its last rows, ends its helpers and exits 0.
+    let (code, out, err) = gatehouse(&["stop"]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(out.contains("stopped"), "{out}");
+    let mut b = b;
+    let status = b.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{}", b.log_text());
+    assert!(
+        b.log_text()
+            .contains("the console asked the broker to stop"),
+        "{}",
+        b.log_text()
+    );
+    // Nothing runs any more: a second stop says so.
+    let (code, out, _) = gatehouse(&["stop"]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("no broker is running"), "{out}");
 }

@@ -94,7 +94,7 @@ pub fn run(g: &Global, a: UpArgs) -> ExitCode {
     };
     let status = run_console(g, &ui, true);
     if started && !a.keep_broker {
-        let stopped = crate::stop(&g.dirs);
+        let stopped = crate::stop(g);
         if stopped != ExitCode::SUCCESS {
             return stopped;
         }

@@ -50,10 +50,8 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 #[cfg(any(target_os = "linux", windows))]
 use std::process::ExitCode;
-#[cfg(target_os = "linux")]
-use std::time::Duration;
 #[cfg(any(target_os = "linux", windows))]
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 #[cfg(any(target_os = "linux", windows))]
 #[derive(Parser)]
@@ -91,7 +89,6 @@ enum Cmd {
         #[arg(long, default_value_t = 1)]
         count: u32,
     },
-    #[cfg(target_os = "linux")]
     /// Stop the running broker and its helpers.
     Stop,
     /// The policy's third-party MCP servers: list, add, remove, and their tools (approve).
@@ -215,8 +212,7 @@ fn main() -> ExitCode {
         Cmd::Broker(p) => exec_sibling(&g, gatehouse_client::BROKER_BIN, p.args),
         Cmd::Doctor => doctor_cmd(&g),
         Cmd::Ping { helper, count } => ping_cmd(&g, helper, count),
-        #[cfg(target_os = "linux")]
-        Cmd::Stop => stop(&g.dirs),
+        Cmd::Stop => stop(&g),
         Cmd::Policy { cmd } => cmd_policy::run(&g, cmd),
         Cmd::McpServer { cmd } => cmd_mcp_server::run(&g, cmd),
         Cmd::VerifyAudit => cmd_audit::verify(&g),
@@ -315,17 +311,15 @@ fn fail(msg: &str) -> ExitCode {
     ExitCode::from(EXIT_FAILURE)
 }
 
-#[cfg(target_os = "linux")]
-fn stop(dirs: &Dirs) -> ExitCode {
+#[cfg(any(target_os = "linux", windows))]
+fn stop(g: &Global) -> ExitCode {
+    let dirs = &g.dirs;
     let Some(pid) = gatehouse_client::running_broker_pid(&dirs.lock_file()) else {
         println!("no broker is running for {}", dirs.runtime.display());
         return ExitCode::SUCCESS;
     };
-    if let Err(e) = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    ) {
-        return fail(&format!("cannot signal broker pid {pid}: {e}"));
+    if let Err(e) = ask_to_stop(g, pid) {
+        return fail(&e);
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
@@ -336,6 +330,30 @@ fn stop(dirs: &Dirs) -> ExitCode {
         std::thread::sleep(Duration::from_millis(20));
     }
     fail(&format!("broker {pid} did not stop within 10 s"))
+}
+
+/// SIGTERM: the broker's orderly stop.
+#[cfg(target_os = "linux")]
+fn ask_to_stop(_g: &Global, pid: u32) -> Result<(), String> {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .map_err(|e| format!("cannot signal broker pid {pid}: {e}"))
+}
+
+/// Windows has no SIGTERM: the same orderly stop is asked on the console's pipe
+/// (`UiRequest::StopBroker`).
+#[cfg(windows)]
+fn ask_to_stop(g: &Global, pid: u32) -> Result<(), String> {
+    use ipc_schema::ui::{UiReply, UiRequest};
+    let mut c = gatehouse_client::Client::connect(&g.dirs.ui_socket())
+        .map_err(|e| format!("broker pid {pid}: {e}"))?;
+    match c.request(Body::Ui(UiRequest::StopBroker)) {
+        Ok(Body::UiReply(UiReply::Stopping { .. })) => Ok(()),
+        Ok(other) => Err(format!("unexpected reply {:?}", other.kind())),
+        Err(e) => Err(format!("broker pid {pid}: {e}")),
+    }
 }
 
 #[cfg(any(target_os = "linux", windows))]

@@ -121,6 +121,8 @@ pub enum UiKind {
     ApproveServerTools,
     /// [`UiRequest::SetSessionMode`]: the human's side only.
     SetSessionMode,
+    /// [`UiRequest::StopBroker`]: the human's side only.
+    StopBroker,
 }
 
 /// [`ToolCall`] without its payload.
@@ -316,6 +318,7 @@ impl UiKind {
             UiRequest::ServerTools { .. } => UiKind::ServerTools,
             UiRequest::ApproveServerTools { .. } => UiKind::ApproveServerTools,
             UiRequest::SetSessionMode { .. } => UiKind::SetSessionMode,
+            UiRequest::StopBroker => UiKind::StopBroker,
         }
     }
 }
@@ -715,6 +718,8 @@ pub const UI_TO_BROKER: Table = Table {
         // A session's mode (and the cards it answers): set by the human only, so the
         // gateway's table has no such row.
         route(K::Ui(U::SetSessionMode), EFFECT),
+        // The broker's orderly stop, as SIGTERM (which Windows has not): the human's channel only.
+        route(K::Ui(U::StopBroker), EFFECT),
     ],
 };
 

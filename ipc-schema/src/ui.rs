@@ -453,6 +453,10 @@ pub enum UiRequest {
         /// Who asked, for the audit row.
         by: ModeSetter,
     },
+    /// The human stops the broker (`gatehouse stop` on Windows, which has no SIGTERM to send):
+    /// the same orderly stop as a signal, answered with [`UiReply::Stopping`] first. The
+    /// human's channel only.
+    StopBroker,
 }
 
 /// Which front of the human's set a mode (the audit row's actor says `ui` either way; this
@@ -628,6 +632,10 @@ pub enum UiReply {
         old: SessionMode,
         new: SessionMode,
         answered: u32,
+    },
+    /// The broker is stopping (its pid): the last audit rows are sealed, the helpers ended.
+    Stopping {
+        pid: u32,
     },
 }
 

@@ -571,3 +571,47 @@ fn a_broker_without_its_helpers_says_which_are_missing_and_how_to_build_them() {
     );
     forget_audit_key(data.path());
 }
+
+/// `UiRequest::StopBroker` (how `gatehouse stop` stops a broker on Windows, which has no
+/// SIGTERM): from the console's channel the broker answers `Stopping` with its pid and stops as
+/// a signal would (exit 0, its helpers gone); the same request on the gateway's channel is a
+/// kind that channel may not send, so that peer is killed and the broker serves on.
+#[test]
+fn the_console_may_stop_the_broker_and_the_agent_may_not() {
+    use ipc_schema::ui::{UiReply, UiRequest};
+    let mut b = BrokerUnderTest::start(&[]);
+    let (_, report) = doctor(&b);
+    let helper = helper_pid(&report, Role::Net);
+    // The agent's side first: its connection is cut, the broker goes on.
+    let status = misbehaving_peer(
+        &b.gateway_socket(),
+        &encode(&Envelope::new(1, Body::Ui(UiRequest::StopBroker))).unwrap(),
+    );
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{}", b.log());
+    assert_eq!(ping(&mut b.ui(), Role::Net), Body::Pong);
+    // The human's side.
+    let answer = b.ui().request(Body::Ui(UiRequest::StopBroker));
+    assert_eq!(
+        answer,
+        Body::UiReply(UiReply::Stopping { pid: b.child.id() })
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = b.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the broker still runs: {}",
+            b.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0), "{}", b.log());
+    assert!(
+        b.log().contains("the console asked the broker to stop"),
+        "{}",
+        b.log()
+    );
+    assert!(!alive(helper), "the net-helper outlived the broker");
+}

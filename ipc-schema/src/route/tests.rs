@@ -95,7 +95,8 @@ fn every_kind() -> Vec<RequestKind> {
                 | U::StopCommand
                 | U::ServerTools
                 | U::ApproveServerTools
-                | U::SetSessionMode,
+                | U::SetSessionMode
+                | U::StopBroker,
             ) => {}
             K::Tool(
                 T::OpenSession
@@ -190,6 +191,7 @@ fn every_kind() -> Vec<RequestKind> {
             U::ServerTools,
             U::ApproveServerTools,
             U::SetSessionMode,
+            U::StopBroker,
         ]
         .map(K::Ui),
     );
@@ -566,6 +568,33 @@ fn only_the_ui_channel_carries_a_session_mode() {
         assert!(
             !kinds_to_broker(role).contains(&Kind::Ui),
             "{role} may send ui messages"
+        );
+    }
+}
+
+/// Only the human's channel may stop the broker; the agent's gateway that sends it is refused
+/// (and so killed by the broker), the console's is admitted.
+#[test]
+fn only_the_ui_channel_stops_the_broker() {
+    use crate::ui::UiRequest;
+    let body = Body::Ui(UiRequest::StopBroker);
+    assert_eq!(kind_of(&body), K::Ui(U::StopBroker));
+    let mut ui = RouteState::default();
+    assert_eq!(
+        check(Channel::UiToBroker, &mut ui, &body),
+        Ok(Flags::EFFECT)
+    );
+    for channel in [Channel::GatewayToBroker, Channel::NotifierToBroker] {
+        let mut st = RouteState::default();
+        assert!(
+            matches!(
+                check(channel, &mut st, &body),
+                Err(RouteError::NotPermitted {
+                    kind: K::Ui(U::StopBroker),
+                    ..
+                })
+            ),
+            "{channel:?}"
         );
     }
 }
