@@ -74,9 +74,12 @@ LOG=$TARGET_DIR/wine-tests.log
 # --show-output: a passing test's "wine does not enforce" line is printed after the results.)
 # (The exec-helper has no library: its binary's unit tests come with --tests. The broker's test
 # starts the spawner, net-, secrets- and exec-helper, gatehouse-mcp and gatehouse binaries: the
-# first run builds the first three, the second the others, before its tests run.)
+# first run builds the first three, the second the exec-helper and the broker; `cargo test`
+# builds a package's binaries only for its own integration tests, so gatehouse-mcp's and the
+# command line's are built explicitly.)
 if ! { cargo test --target x86_64-pc-windows-gnu "${WINE_CRATES[@]}" --all-features --lib --tests \
     -- --show-output &&
+  cargo build --target x86_64-pc-windows-gnu -p gatehouse-mcp -p gatehouse-cli --all-features &&
   cargo test --target x86_64-pc-windows-gnu -p exec-helper -p gatehouse-mcp -p gatehouse-cli -p broker --all-features --tests \
     -- --show-output; } >"$LOG" 2>&1; then
   grep -E -A20 '^---- |^error' "$LOG" >&2 || tail -50 "$LOG" >&2
