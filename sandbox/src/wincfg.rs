@@ -177,22 +177,33 @@ fn sddl_mask(rights: &str) -> Option<u32> {
     Some(mask)
 }
 
+/// The DACL of a descriptor as Windows renders it (`O:..D:P(A;;FA;;;SY)(...)S:(...)`): its flags
+/// (`P`, `AI`, `NO_ACCESS_CONTROL`, ...) and each ACE's text (`type;flags;rights;;;trustee`);
+/// `None` when the descriptor has no DACL. The one reader of every DACL check (files, processes,
+/// private directories).
+pub fn dacl_aces(sddl: &str) -> Option<(&str, Vec<&str>)> {
+    let body = sddl.find("D:").map(|i| &sddl[i + 2..])?;
+    // The DACL ends where a SACL (`S:`) would begin; ACE bodies hold no parentheses.
+    let body = body.split("S:(").next().unwrap_or(body);
+    let mut parts = body.split('(');
+    let flags = parts.next().unwrap_or("");
+    Some((flags, parts.filter_map(|a| a.split(')').next()).collect()))
+}
+
 /// What a process's DACL (`sddl`, as read back) lets anyone but SYSTEM do beyond waiting on it
 /// and its basic query, one entry per ACE too wide; empty: no other process of the user can
 /// open it for more. A DACL that is missing or inherits ACEs is a gap.
 pub fn process_dacl_gaps(sddl: &str) -> Vec<String> {
-    let Some(dacl) = sddl.find("D:").map(|i| &sddl[i + 2..]) else {
+    let Some((flags, aces)) = dacl_aces(sddl) else {
         return vec!["it has no DACL: every process may open it".into()];
     };
-    let dacl = dacl.split("S:(").next().unwrap_or(dacl);
     let mut gaps = Vec::new();
-    let flags = dacl.split('(').next().unwrap_or("");
     if !flags.contains('P') {
         gaps.push(format!(
             "its DACL is not protected (it inherits ACEs): {sddl}"
         ));
     }
-    for ace in dacl.split('(').skip(1).filter_map(|a| a.split(')').next()) {
+    for ace in aces {
         let f: Vec<&str> = ace.split(';').collect();
         let [kind, _, rights, _, _, sid, ..] = f[..] else {
             gaps.push(format!("an ACE this check cannot read: ({ace})"));
@@ -614,33 +625,29 @@ pub fn parse_ace(sddl: &str) -> Result<AceSpec, String> {
 /// other form does not count. The exec helper checks each grant's ACE with this before it
 /// starts a command (the broker applies them).
 pub fn dacl_holds(dacl: &str, want: &AceSpec) -> bool {
-    let Some(body) = dacl.find("D:").map(|i| &dacl[i + 2..]) else {
+    let Some((_, aces)) = dacl_aces(dacl) else {
         return false;
     };
-    // The DACL ends where a SACL (`S:`) would begin; ACE bodies hold no parentheses.
-    let body = body.split("S:(").next().unwrap_or(body);
-    body.split('(')
-        .filter_map(|a| a.split(')').next())
-        .any(|ace| {
-            let f: Vec<&str> = ace.split(';').collect();
-            let [kind, flags, rights, _, _, sid, ..] = f[..] else {
-                return false;
-            };
-            let mask = match rights
-                .strip_prefix("0x")
-                .or_else(|| rights.strip_prefix("0X"))
-            {
-                Some(hex) => u32::from_str_radix(hex, 16).ok(),
-                None => parse_ace(&format!("(A;;{rights};;;S-1-0)"))
-                    .ok()
-                    .map(|a| a.mask),
-            };
-            let inherits = flags.contains("OI") && flags.contains("CI");
-            kind == if want.deny { "D" } else { "A" }
-                && sid.eq_ignore_ascii_case(&want.sid)
-                && inherits == want.inherit
-                && mask.is_some_and(|m| m & want.mask == want.mask)
-        })
+    aces.into_iter().any(|ace| {
+        let f: Vec<&str> = ace.split(';').collect();
+        let [kind, flags, rights, _, _, sid, ..] = f[..] else {
+            return false;
+        };
+        let mask = match rights
+            .strip_prefix("0x")
+            .or_else(|| rights.strip_prefix("0X"))
+        {
+            Some(hex) => u32::from_str_radix(hex, 16).ok(),
+            None => parse_ace(&format!("(A;;{rights};;;S-1-0)"))
+                .ok()
+                .map(|a| a.mask),
+        };
+        let inherits = flags.contains("OI") && flags.contains("CI");
+        kind == if want.deny { "D" } else { "A" }
+            && sid.eq_ignore_ascii_case(&want.sid)
+            && inherits == want.inherit
+            && mask.is_some_and(|m| m & want.mask == want.mask)
+    })
 }
 
 // ---- What a confined process reads of itself, and the one check of it ----

@@ -231,15 +231,14 @@ fn close(f: &std::fs::File, sddl: &str) -> Result<(), WinError> {
 /// [`ALSO_ALLOWED`], one entry each; a missing (NULL) DACL grants everyone. Trustees are
 /// compared as SIDs, aliases (`SY`, `BA`, `WD`, ...) resolved by Windows.
 fn granted_to_others(dacl: &str, me: &str) -> Vec<String> {
-    let Some(body) = dacl.find("D:").map(|i| &dacl[i + 2..]) else {
+    let Some((flags, aces)) = crate::wincfg::dacl_aces(dacl) else {
         return vec!["no DACL: everyone has full access".into()];
     };
-    let body = body.split("S:(").next().unwrap_or(body);
-    if body.starts_with("NO_ACCESS_CONTROL") {
+    if flags.starts_with("NO_ACCESS_CONTROL") {
         return vec!["a NULL DACL: everyone has full access".into()];
     }
     let mut open = Vec::new();
-    for ace in body.split('(').skip(1).filter_map(|a| a.split(')').next()) {
+    for ace in aces {
         let f: Vec<&str> = ace.split(';').collect();
         let [kind, _, _, _, _, trustee, ..] = f[..] else {
             open.push(format!("an ACE this check cannot read: ({ace})"));
