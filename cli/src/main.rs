@@ -31,6 +31,9 @@ mod cmd_secret;
 mod cmd_session;
 #[cfg(target_os = "linux")]
 mod cmd_setup;
+#[cfg(windows)]
+#[path = "cmd_setup_windows.rs"]
+mod cmd_setup;
 #[cfg(target_os = "linux")]
 mod cmd_ui;
 #[cfg(target_os = "linux")]
@@ -148,9 +151,9 @@ enum Cmd {
         #[command(subcommand)]
         cmd: cmd_secret::SecretCmd,
     },
-    #[cfg(target_os = "linux")]
     /// Machine setup gatehouse needs on some systems: `setup apparmor` (Ubuntu's user
-    /// namespace restriction). Prints what it would do unless given --yes.
+    /// namespace restriction), `setup network-filters` (Windows). Prints what it would do
+    /// unless given --yes.
     Setup {
         #[command(subcommand)]
         cmd: cmd_setup::SetupCmd,
@@ -234,7 +237,6 @@ fn main() -> ExitCode {
         #[cfg(target_os = "linux")]
         Cmd::Secret { cmd } => cmd_secret::run(&g, cmd),
         Cmd::Session { cmd } => cmd_session::run(&g, cmd),
-        #[cfg(target_os = "linux")]
         Cmd::Setup { cmd } => cmd_setup::run(&g, cmd),
     }
 }

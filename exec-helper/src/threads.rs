@@ -48,6 +48,11 @@ pub struct Config {
     /// config, data and runtime directories.
     pub protect: Vec<PathBuf>,
     pub allow_degraded: bool,
+    /// The helper's own try of the network at lockdown (Windows; `None` elsewhere). A command's
+    /// token is made from the helper's and keeps the command SID the filters name, so the
+    /// helper's outcome stands for its commands'.
+    #[cfg_attr(not(windows), allow(dead_code))]
+    pub outbound: Option<ipc_schema::status::OutboundProbe>,
 }
 
 impl Config {
@@ -55,6 +60,7 @@ impl Config {
         Ok(Config {
             protect: args.absolute_paths("--protect")?,
             allow_degraded: args.allow_degraded,
+            outbound: None,
         })
     }
 }
@@ -174,7 +180,7 @@ impl Checked {
 /// Lock down with `profile`'s lockdown, say hello naming `tier`, serve with `launch`.
 pub fn main(launch: Launch, tier: ConfinementTier) -> ExitCode {
     let args = sandbox::helper_args::HelperArgs::from_env_with(OPTIONS);
-    let cfg = Config::from_args(&args).unwrap_or_else(|e| fatal(Role::Exec, e));
+    let mut cfg = Config::from_args(&args).unwrap_or_else(|e| fatal(Role::Exec, e));
     let channel = sandbox::helper_args::take_channel(&args)
         .unwrap_or_else(|e| fatal(Role::Exec, format!("no broker channel: {e}")));
 
@@ -182,6 +188,7 @@ pub fn main(launch: Launch, tier: ConfinementTier) -> ExitCode {
     let mut report = sandbox::helper_args::lock_down(&args, &sandbox::Profile::Exec)
         .unwrap_or_else(|e| fatal(Role::Exec, format!("lockdown failed: {e}")));
     report.exec_tier = Some(tier);
+    cfg.outbound = report.windows.as_ref().and_then(|w| w.outbound.clone());
 
     // Hello.
     let chan = HelperChannel::hello(Role::Exec, channel, report);

@@ -12,7 +12,8 @@
 //!
 //! What the tier cannot give is refused, or with `--allow-degraded` run and named in the
 //! report's `degraded`, never silently dropped: outbound network is refused on Windows only by
-//! WFP filters, which are not built; the file-size and open-file limits have no job limit;
+//! the WFP filters of `gatehouse setup network-filters`, which hold for a command when they
+//! held for the helper's own try at lockdown; the file-size and open-file limits have no job limit;
 //! exclude globs and secret-looking files inside a grant are not masked. The egress proxy, an
 //! agent's session and a third-party server (they pass descriptors) are refused outright. Reads are the user's own: a write-restricted token restricts writes only
 //! (docs/SECURITY.md). When the command's main process ends its job is closed, which ends
@@ -62,8 +63,6 @@ fn launch(mut c: Checked, cfg: &Config) -> Result<Launched, ErrorReply> {
     let spec = &c.spec;
     // What the tier cannot give this command: refused, or run and named with --allow-degraded.
     let mut gaps = vec![
-        "outbound network is not refused: the WFP filters that refuse it on Windows are not built"
-            .to_string(),
         "the file-size and open-file limits are not applied (a job has no limit for them; the process and memory limits are set)".to_string(),
     ];
     let mut policy = wincfg::command_policy(&OsCommand {
@@ -79,6 +78,9 @@ fn launch(mut c: Checked, cfg: &Config) -> Result<Launched, ErrorReply> {
     .map_err(|e| invalid(e.to_string()))?;
     policy.job.active_processes = Some(u32::try_from(spec.limits.processes).unwrap_or(u32::MAX));
     policy.job.process_memory = Some(spec.limits.memory);
+    if let Some(gap) = wincfg::outbound_gap(&policy, cfg.outbound.as_ref()) {
+        gaps.insert(0, gap);
+    }
     gaps.extend(missing_aces(&policy));
     gaps.append(&mut c.gaps);
     c.gaps = gaps;
@@ -251,6 +253,7 @@ mod tests {
         let strict = Config {
             protect: Vec::new(),
             allow_degraded: false,
+            outbound: None,
         };
         let checked = |s| Checked::new(s).expect("checked");
         let e = launch(checked(spec(dir.path())), &strict)
@@ -277,9 +280,32 @@ mod tests {
         let degraded = Config {
             protect: Vec::new(),
             allow_degraded: true,
+            outbound: None,
         };
         let started = launch(checked(spec(dir.path())), &degraded).expect("started");
-        assert!(started.report.degraded[0].starts_with("outbound network is not refused"));
+        assert!(started.report.degraded[0]
+            .starts_with("outbound network is not refused (it did not try)"));
+        // When the helper's own try was refused (the filters hold for the command SID its
+        // token carries), the network is no gap of the command's; the rest still are.
+        let filtered = Config {
+            outbound: Some(ipc_schema::status::OutboundProbe::Refused),
+            ..degraded
+        };
+        let started = launch(checked(spec(dir.path())), &filtered).expect("started");
+        assert!(
+            !started
+                .report
+                .degraded
+                .iter()
+                .any(|g| g.contains("outbound")),
+            "{:?}",
+            started.report.degraded
+        );
+        assert!(started.report.degraded[0].starts_with("the file-size"));
+        assert_eq!(
+            started.tree.wait_timeout(30_000),
+            Ok(Some(RunOutcome::Exited(0)))
+        );
         assert_eq!(
             started.tree.wait_timeout(30_000),
             Ok(Some(RunOutcome::Exited(0)))

@@ -99,6 +99,22 @@ pub struct WindowsConfinement {
     /// The DACL of its process object, as SDDL read back (who may open the process, for what);
     /// `None`: it could not be read.
     pub process_dacl: Option<String>,
+    /// What it found when it tried to listen and connect on the loopback during lockdown
+    /// (whether the WFP filters of `gatehouse setup network-filters` hold for its token).
+    /// `None`: not tried, for a profile that may use the network (the net-helper).
+    pub outbound: Option<OutboundProbe>,
+}
+
+/// A process's own try of the network on the loopback, IPv4 and IPv6 (Windows): the
+/// counterpart of reading back a seccomp filter, since a WFP filter cannot be read back by the
+/// process it applies to.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum OutboundProbe {
+    /// Listening and connecting were refused with WSAEACCES on both families (or the family is
+    /// absent).
+    Refused,
+    /// What was allowed, or failed otherwise, one phrase each.
+    NotRefused(String),
 }
 
 impl LockdownReport {

@@ -5,8 +5,9 @@
 //! stable text rendering ([`WindowsPolicy::render`], checked as golden files).
 //!
 //! `windows/` applies it (spawn with the token, job and attributes; ACEs on grant roots; the
-//! helper's own check in `lockdown`); the WFP filters stay data (a `gatehouse setup` step, not
-//! built). The numeric values the applier needs (mitigation bits, UI-limit bits, ACE rights) are
+//! helper's own check in `lockdown`, which also tries the network on the loopback); the WFP
+//! filters are installed once for the machine by `gatehouse setup network-filters`
+//! ([`network_filters`]). The numeric values the applier needs (mitigation bits, UI-limit bits, ACE rights) are
 //! here too, beside the names they render as, so that the listing and what is applied cannot
 //! drift apart. The derivations follow what Windows and the sandboxes that run agents on it
 //! (Codex's Windows sandbox) do, and have not been checked on a Windows machine.
@@ -22,7 +23,7 @@
 use crate::seatbelt::{CommandNetwork, CommandSpec};
 use crate::{FsProfile, Profile};
 use ipc_schema::exec::GrantAccess;
-use ipc_schema::status::{LockdownReport, WindowsConfinement};
+use ipc_schema::status::{LockdownReport, OutboundProbe, WindowsConfinement};
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -98,6 +99,184 @@ pub struct WfpFilter {
     /// Higher weights are evaluated first within the sublayer.
     pub weight: u8,
     pub conditions: Vec<String>,
+}
+
+/// A GUID, kept as its 16 bytes in text order (`xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` reads
+/// them left to right).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Guid(pub [u8; 16]);
+
+impl Guid {
+    /// A stable GUID named by `name`: the first 16 bytes of SHA-256 of it, marked as a
+    /// name-derived GUID (version 8, RFC 9562 variant). `gatehouse setup` and its removal find
+    /// the same objects again by these keys, with no state kept.
+    pub fn named(name: &str) -> Guid {
+        let h = Sha256::digest(format!("gatehouse wfp {name}").as_bytes());
+        let mut b = [0u8; 16];
+        b.copy_from_slice(&h[..16]);
+        b[6] = (b[6] & 0x0f) | 0x80;
+        b[8] = (b[8] & 0x3f) | 0x80;
+        Guid(b)
+    }
+}
+
+impl std::fmt::Display for Guid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, b) in self.0.iter().enumerate() {
+            if matches!(i, 4 | 6 | 8 | 10) {
+                f.write_str("-")?;
+            }
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+/// One filter of the machine-wide set `gatehouse setup network-filters` installs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstalledFilter {
+    pub key: Guid,
+    pub name: String,
+    pub layer: &'static str,
+    pub action: &'static str,
+    /// Within gatehouse's sublayer, the higher weight is evaluated first.
+    pub weight: u8,
+    /// `FWPM_CONDITION_ALE_USER_ID`: the filter matches a connecting process whose token passes
+    /// an access check (`FWP_ACTRL_MATCH_FILTER`, `CC`, 0x1) against this descriptor.
+    pub user_sddl: String,
+    /// `FWPM_FILTER_FLAG_CLEAR_ACTION_RIGHT`: a hard block, which a permit in another sublayer
+    /// cannot override.
+    pub hard: bool,
+}
+
+/// The filters that refuse outbound network (connect and listen, IPv4 and IPv6) to every
+/// process whose token is restricted with the SID of a profile that has filters (every helper
+/// but net, and commands), installed once for the machine, in a sublayer of gatehouse's own.
+///
+/// An ALE user-id condition is an access check of the connecting token against a descriptor,
+/// and for a restricted token that check has two passes (its normal SIDs, then its restricting
+/// SIDs). So, per layer:
+/// - a **permit** (weight 15) whose descriptor grants Everyone only: every unrestricted token
+///   passes it, and a token restricted with gatehouse's SIDs fails its second pass. It is not a
+///   hard permit, so any other firewall's block still holds for the user's own programs;
+/// - a hard **block** (weight 1) whose descriptor grants Everyone and each profile SID: it
+///   matches only what reaches it, i.e. a token whose restricting SIDs name one of them.
+///
+/// A token restricted by another program (not naming Everyone among its restricting SIDs)
+/// matches neither, so gatehouse's sublayer has no say over it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WfpSet {
+    pub provider: Guid,
+    pub sublayer: Guid,
+    /// The sublayer's weight among the machine's sublayers (higher: evaluated earlier).
+    pub sublayer_weight: u16,
+    /// The profiles whose SIDs the block names, with the SIDs.
+    pub blocked: Vec<(String, Sid)>,
+    pub filters: Vec<InstalledFilter>,
+}
+
+/// The machine-wide filter set, from the same policies the spawner applies: every profile whose
+/// policy lists filters is blocked; net, whose policy lists none, is not.
+pub fn network_filters() -> WfpSet {
+    let mut policies: Vec<WindowsPolicy> = [
+        Profile::Fs(FsProfile::default()),
+        Profile::Net,
+        Profile::Exec,
+        Profile::Secrets(ipc_schema::secrets::StoreKind::CredentialManager),
+        Profile::Ui,
+        Profile::Gateway,
+        Profile::Servers,
+        Profile::Broker(FsProfile::default()),
+    ]
+    .iter()
+    .map(|p| helper_policy(p).expect("a profile without paths renders"))
+    .collect();
+    policies.push(
+        command_policy(&CommandSpec {
+            grants: Vec::new(),
+            no_access: Vec::new(),
+            no_write: Vec::new(),
+            network: CommandNetwork::None,
+        })
+        .expect("a command without paths renders"),
+    );
+    let blocked: Vec<(String, Sid)> = policies
+        .iter()
+        .filter(|p| p.filters.iter().any(|f| f.action == "FWP_ACTION_BLOCK"))
+        .map(|p| (p.capability_name.clone(), p.sid.clone()))
+        .collect();
+    let everyone = "(A;;CC;;;WD)";
+    let block_sddl: String = std::iter::once(format!("D:{everyone}"))
+        .chain(blocked.iter().map(|(_, s)| format!("(A;;CC;;;{})", s.0)))
+        .collect();
+    let mut filters = Vec::new();
+    for layer in OUTBOUND_LAYERS {
+        for (action, weight, sddl, hard) in [
+            ("FWP_ACTION_PERMIT", 15, format!("D:{everyone}"), false),
+            ("FWP_ACTION_BLOCK", 1, block_sddl.clone(), true),
+        ] {
+            let name = format!("{layer} {action}");
+            filters.push(InstalledFilter {
+                key: Guid::named(&name),
+                name,
+                layer,
+                action,
+                weight,
+                user_sddl: sddl,
+                hard,
+            });
+        }
+    }
+    WfpSet {
+        provider: Guid::named("provider"),
+        sublayer: Guid::named("sublayer"),
+        sublayer_weight: 0x7fff,
+        blocked,
+        filters,
+    }
+}
+
+/// The ALE layers where a process connects out or listens.
+const OUTBOUND_LAYERS: [&str; 4] = [
+    "FWPM_LAYER_ALE_AUTH_CONNECT_V4",
+    "FWPM_LAYER_ALE_AUTH_CONNECT_V6",
+    "FWPM_LAYER_ALE_AUTH_LISTEN_V4",
+    "FWPM_LAYER_ALE_AUTH_LISTEN_V6",
+];
+
+impl WfpSet {
+    /// The stable text form, what `gatehouse setup network-filters` prints before it changes
+    /// anything (and the golden file).
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let w = &mut s;
+        let _ = writeln!(
+            w,
+            "# gatehouse's Windows Filtering Platform filters (persistent)"
+        );
+        let _ = writeln!(w, "provider {} \"gatehouse\"", self.provider);
+        let _ = writeln!(
+            w,
+            "sublayer {} \"gatehouse\" weight {:#06x}",
+            self.sublayer, self.sublayer_weight
+        );
+        for (name, sid) in &self.blocked {
+            let _ = writeln!(w, "blocked: {name} {}", sid.0);
+        }
+        for f in &self.filters {
+            let _ = writeln!(
+                w,
+                "filter {} {} {} weight {}{} user {}",
+                f.key,
+                f.layer,
+                f.action,
+                f.weight,
+                if f.hard { " hard" } else { "" },
+                f.user_sddl
+            );
+        }
+        s
+    }
 }
 
 /// `PROC_THREAD_ATTRIBUTE_MITIGATION_POLICY` and `..._CHILD_PROCESS_POLICY` flags.
@@ -254,12 +433,7 @@ fn mitigations(children: bool, win32k: bool) -> Mitigations {
 
 fn block_all_outbound() -> Vec<WfpFilter> {
     let mut out = Vec::new();
-    for layer in [
-        "FWPM_LAYER_ALE_AUTH_CONNECT_V4",
-        "FWPM_LAYER_ALE_AUTH_CONNECT_V6",
-        "FWPM_LAYER_ALE_AUTH_LISTEN_V4",
-        "FWPM_LAYER_ALE_AUTH_LISTEN_V6",
-    ] {
+    for layer in OUTBOUND_LAYERS {
         out.push(WfpFilter {
             layer,
             action: "FWP_ACTION_BLOCK",
@@ -862,7 +1036,34 @@ pub fn missing(policy: &WindowsPolicy, c: &WindowsConfinement) -> Vec<String> {
             out.push(format!("mitigation {short} is not in force"));
         }
     }
+    if let Some(gap) = outbound_gap(policy, c.outbound.as_ref()) {
+        out.push(gap);
+    }
     out
+}
+
+/// Whether `policy` asks for outbound network to be refused (every profile but net's).
+pub fn refuses_outbound(policy: &WindowsPolicy) -> bool {
+    policy
+        .filters
+        .iter()
+        .any(|f| f.action == "FWP_ACTION_BLOCK")
+}
+
+/// The gap when `policy` refuses outbound network and the process's own try (`probe`) was not
+/// refused: the WFP filters are not installed, or do not match its token.
+pub fn outbound_gap(policy: &WindowsPolicy, probe: Option<&OutboundProbe>) -> Option<String> {
+    if !refuses_outbound(policy) {
+        return None;
+    }
+    let seen = match probe {
+        Some(OutboundProbe::Refused) => return None,
+        Some(OutboundProbe::NotRefused(what)) => what.as_str(),
+        None => "it did not try",
+    };
+    Some(format!(
+        "outbound network is not refused ({seen}): the WFP filters of `gatehouse setup network-filters` are not in force"
+    ))
 }
 
 /// The broker's check of a helper's hello on Windows (the counterpart of
@@ -1308,6 +1509,7 @@ mod verdict_tests {
             .collect();
         let mut good = confinement(Some(&good_token(&p)), Some(&good_job()), held.clone());
         good.process_dacl = Some(process_sddl_for(HELPER_PROCESS_SDDL, "S-1-5-21-1-2-3-1001"));
+        good.outbound = Some(OutboundProbe::Refused);
         let report = |c: Option<WindowsConfinement>, degraded: Vec<String>| LockdownReport {
             windows: c.map(Box::new),
             degraded,
@@ -1356,6 +1558,25 @@ mod verdict_tests {
         );
         assert!(verify_report(&p, &report(Some(bare.clone()), gaps[1..].to_vec()), true).is_err());
         assert!(verify_report(&p, &report(Some(bare), gaps), false).is_err());
+        // The network not refused (the filters not installed), or not tried: named with what
+        // the helper saw. Net's policy refuses nothing, so nothing is asked of its report.
+        for (probe, want) in [
+            (
+                Some(OutboundProbe::NotRefused("IPv4 connect allowed".into())),
+                "outbound network is not refused (IPv4 connect allowed): the WFP filters of `gatehouse setup network-filters` are not in force",
+            ),
+            (None, "outbound network is not refused (it did not try)"),
+        ] {
+            let open = WindowsConfinement {
+                outbound: probe,
+                ..good.clone()
+            };
+            let e = verify_report(&p, &report(Some(open.clone()), vec![]), false).unwrap_err();
+            assert!(e.contains(want), "{e} lacks {want}");
+            assert!(!e.contains("mitigation"), "only the network is short: {e}");
+            let net = helper_policy(&Profile::Net).unwrap();
+            assert_eq!(outbound_gap(&net, open.outbound.as_ref()), None);
+        }
         // One mitigation missing from an otherwise good report.
         let mut one_short = good;
         one_short.mitigations.pop();
@@ -1377,6 +1598,7 @@ mod verdict_tests {
             .collect();
         let mut good = confinement(Some(&good_token(&p)), Some(&good_job()), held);
         good.process_dacl = Some(process_sddl_for(HELPER_PROCESS_SDDL, "S-1-5-21-1-2-3-1001"));
+        good.outbound = Some(OutboundProbe::Refused);
         let report = |c: &WindowsConfinement| LockdownReport {
             windows: Some(Box::new(c.clone())),
             ..LockdownReport::nothing_yet("fs")

@@ -91,6 +91,10 @@ fn generated() -> Vec<(String, String)> {
             wincfg::command_policy(&spec).unwrap().render(),
         ));
     }
+    out.push((
+        "windows-network-filters.txt".into(),
+        wincfg::network_filters().render(),
+    ));
     out
 }
 
@@ -169,7 +173,10 @@ fn the_goldens_say_what_the_profiles_mean() {
     assert!(!get("macos-command-offline.sb").contains("network-outbound"));
     // Windows: every helper but net blocks outbound for its SID; only exec may start processes.
     for (file, text) in &all {
-        if let Some(name) = file.strip_prefix("windows-") {
+        if let Some(name) = file
+            .strip_prefix("windows-")
+            .filter(|n| *n != "network-filters.txt")
+        {
             let blocked = text.contains("FWPM_LAYER_ALE_AUTH_CONNECT_V4 FWP_ACTION_BLOCK");
             assert_eq!(!blocked, name == "net.txt", "{file}");
             let children = !text.contains("PROCESS_CREATION_CHILD_PROCESS_RESTRICTED");
@@ -187,4 +194,45 @@ fn the_goldens_say_what_the_profiles_mean() {
         "{w}"
     );
     assert!(w.contains("FWPM_CONDITION_IP_REMOTE_PORT == 38123"), "{w}");
+}
+
+/// The machine-wide WFP set: the block names the SID of every profile whose policy blocks
+/// (net's is not among them), the permit that keeps the user's own programs out of it grants
+/// Everyone only and is evaluated first, and only the block is hard.
+#[test]
+fn the_network_filters_block_every_sid_but_nets() {
+    let set = wincfg::network_filters();
+    let sid = |n: &str| wincfg::capability_sid(n).0;
+    for blocked in [
+        "fs", "exec", "secrets", "ui", "gateway", "servers", "broker", "cmd",
+    ] {
+        let s = sid(&format!("gatehouse.{blocked}"));
+        assert!(set.blocked.iter().any(|(_, b)| b.0 == s), "{blocked}");
+    }
+    assert!(!set.blocked.iter().any(|(_, b)| b.0 == sid("gatehouse.net")));
+    assert_eq!(set.filters.len(), 8, "permit and block on four layers");
+    for pair in set.filters.chunks(2) {
+        let (permit, block) = (&pair[0], &pair[1]);
+        assert_eq!(permit.layer, block.layer);
+        assert_eq!(
+            (permit.action, permit.hard, permit.user_sddl.as_str()),
+            ("FWP_ACTION_PERMIT", false, "D:(A;;CC;;;WD)")
+        );
+        assert_eq!((block.action, block.hard), ("FWP_ACTION_BLOCK", true));
+        assert!(permit.weight > block.weight);
+        assert!(block
+            .user_sddl
+            .starts_with("D:(A;;CC;;;WD)(A;;CC;;;S-1-15-3-1024-"));
+        assert!(!block.user_sddl.contains(&sid("gatehouse.net")));
+    }
+    // Stable keys, all distinct: a second install replaces, removal finds.
+    let mut keys: Vec<String> = set.filters.iter().map(|f| f.key.to_string()).collect();
+    keys.extend([set.provider.to_string(), set.sublayer.to_string()]);
+    let n = keys.len();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), n);
+    assert_eq!(wincfg::network_filters(), set);
+    assert_eq!(set.provider.to_string().len(), 36);
+    assert_eq!(&set.provider.to_string()[14..15], "8", "a version-8 GUID");
 }

@@ -21,8 +21,11 @@
 //!   profile's limits; the profile's mitigations hold (set at spawn, or set now and read back).
 //!   Anything missing refuses, naming it, unless `allow_degraded`.
 //! - [`harden_broker`]: what the broker (router) can apply to itself.
+//! - [`install_network_filters`] (`gatehouse setup network-filters`, as an administrator): the
+//!   machine-wide WFP filters that refuse outbound network to tokens restricted with a profile's
+//!   SID; each confined process tries the network in [`lockdown`] ([`probe_outbound`]) and
+//!   reports what it found, since no process can read back a filter that applies to it.
 //!
-//! Not built: the WFP filters (need administrator rights; a `gatehouse setup` step) stay data.
 //! Nothing here has run on a real Windows machine; see docs/windows.md for what ran under Wine.
 
 mod acl;
@@ -35,6 +38,7 @@ mod private_dir;
 mod spawn;
 mod spawner;
 mod token;
+mod wfp;
 
 pub use crate::wincfg::{missing_from_job, missing_from_token, JobFacts, TokenFacts};
 pub use acl::{apply_aces, dacl_sddl, remove_aces, AppliedAce};
@@ -54,6 +58,10 @@ pub use spawner::{
     adopt_duplicated_pipe, duplicate_into, start_spawner, StartedSpawner, ROUTER_HANDLE,
 };
 pub use token::own_token_facts;
+pub use wfp::{
+    install as install_network_filters, installed as network_filters_installed, loopback_tries,
+    probe_outbound, remove as remove_network_filters, LoopbackTry,
+};
 
 use crate::wincfg::{self, JobLimits, WindowsPolicy};
 use crate::{LockdownError, LockdownOptions, LockdownReport, Profile};
@@ -151,6 +159,11 @@ pub fn lockdown_with(
         .collect();
     clear_env(&opts.keep_env)?;
     let mut confinement = wincfg::confinement(token.as_ref(), job.as_ref(), held);
+    if wincfg::refuses_outbound(policy) {
+        confinement.outbound = Some(wfp::probe_outbound());
+    }
+    let mut not_held = not_held;
+    not_held.extend(wincfg::outbound_gap(policy, confinement.outbound.as_ref()));
     // Who else may open this process (the counterpart of PR_SET_DUMPABLE): read, not set; the
     // spawner gave it its descriptor at creation.
     // SAFETY: GetCurrentProcess returns a pseudo-handle with every access, needing no close.

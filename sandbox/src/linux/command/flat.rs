@@ -62,16 +62,22 @@ pub(super) struct PrivateDir {
     pub path: PathBuf,
 }
 
+/// The name every private directory starts with: `gatehouse-cmd.PID.STAMP`, PID the exec
+/// helper's that made it.
+const PRIVATE_PREFIX: &str = "gatehouse-cmd.";
+
 impl PrivateDir {
     pub fn create(under: &Path) -> Result<PrivateDir, SandboxError> {
         use std::os::unix::fs::DirBuilderExt;
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        SWEPT.call_once(|| sweep_stale(under));
         let stamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
             .unwrap_or(0);
         for attempt in 0..100u32 {
             let path = under.join(format!(
-                "gatehouse-cmd.{}.{:08x}",
+                "{PRIVATE_PREFIX}{}.{:08x}",
                 std::process::id(),
                 stamp.wrapping_add(attempt.wrapping_mul(0x9e37_79b9))
             ));
@@ -121,6 +127,38 @@ impl Drop for PrivateDir {
         if std::fs::remove_dir_all(&self.path).is_err() {
             open_up(&self.path);
             let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// Removes what an exec helper that was killed (SIGKILL, its parent's death) could not: the
+/// private directories in `under` that this user owns and whose helper no longer runs. Where
+/// the pid is alive (that helper, or a process that reused its pid) the directory is left.
+/// Once per helper, before its first command.
+fn sweep_stale(under: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::geteuid().as_raw();
+    let Ok(entries) = std::fs::read_dir(under) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(PRIVATE_PREFIX))
+            .and_then(|rest| rest.split_once('.'))
+            .and_then(|(pid, _)| pid.parse::<i32>().ok())
+            .filter(|p| *p > 0)
+        else {
+            continue;
+        };
+        let ours = e
+            .metadata()
+            .is_ok_and(|m| m.is_dir() && m.uid() == me && m.mode() & 0o777 == 0o700);
+        let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+            == Err(nix::errno::Errno::ESRCH);
+        if ours && gone {
+            drop(PrivateDir { path: e.path() });
         }
     }
 }
@@ -302,6 +340,54 @@ pub(super) fn tcp(proxy_port: Option<u16>) -> Tcp {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A killed helper's private directory is removed by the next helper's sweep; one whose
+    /// helper still runs, one not made as a private directory is (mode), and a file are kept.
+    #[test]
+    fn a_killed_helpers_private_directory_is_swept_and_nothing_else() {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        let under = tempfile::tempdir().unwrap();
+        // A pid that ran and was reaped: no process has it (the kernel hands pids out in order,
+        // so it is not reused this soon).
+        let dead = std::process::Command::new("true").spawn().unwrap();
+        let dead_pid = dead.id();
+        let mut dead = dead;
+        dead.wait().unwrap();
+        let mk = |name: String, mode: u32| {
+            let p = under.path().join(name);
+            std::fs::DirBuilder::new().mode(0o700).create(&p).unwrap();
+            for sub in ["tmp", "home"] {
+                std::fs::DirBuilder::new()
+                    .mode(0o700)
+                    .create(p.join(sub))
+                    .unwrap();
+            }
+            // What a command left behind, unwritable.
+            std::fs::write(p.join("tmp/left"), "x").unwrap();
+            std::fs::set_permissions(p.join("tmp"), std::fs::Permissions::from_mode(0o500))
+                .unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+            p
+        };
+        let stale = mk(format!("{PRIVATE_PREFIX}{dead_pid}.0000abcd"), 0o700);
+        let live = mk(
+            format!("{PRIVATE_PREFIX}{}.0000abcd", std::process::id()),
+            0o700,
+        );
+        let other_mode = mk(format!("{PRIVATE_PREFIX}{dead_pid}.0000beef"), 0o755);
+        let file = under
+            .path()
+            .join(format!("{PRIVATE_PREFIX}{dead_pid}.0000f11e"));
+        std::fs::write(&file, "x").unwrap();
+        sweep_stale(under.path());
+        assert!(!stale.exists(), "the killed helper's directory is gone");
+        assert!(live.join("tmp/left").exists(), "a running helper's is kept");
+        assert!(other_mode.exists() && file.exists());
+        for kept in [&live, &other_mode] {
+            std::fs::set_permissions(kept.join("tmp"), std::fs::Permissions::from_mode(0o700))
+                .unwrap();
+        }
+    }
 
     fn texts(rules: &[Rule]) -> Vec<(String, u64)> {
         let mut v: Vec<(String, u64)> = rules
