@@ -100,20 +100,24 @@ fn parse_spec(a: &SetArgs) -> CmdResult<CredentialSpec> {
 }
 
 /// Reads the value: from stdin (`--stdin`, up to EOF, one trailing line break removed) or from
-/// the terminal with echo off. Read with `read(2)` into a zeroized buffer, not through std's
-/// buffered stdin, so no copy is left behind.
+/// the terminal with echo off. Read through a duplicate of stdin as a plain file (`read(2)`,
+/// `ReadFile`) into a zeroized buffer, not through std's buffered stdin, so no copy is left
+/// behind.
 fn read_value(from_stdin: bool, name: &CredentialName) -> CmdResult<SecretValue> {
-    use std::io::IsTerminal;
-    use std::os::fd::AsFd;
+    use std::io::{IsTerminal, Read};
     let stdin = std::io::stdin();
-    let fd = stdin.as_fd();
     let terminal = stdin.is_terminal();
     if !from_stdin && !terminal {
         return Err("stdin is not a terminal: pass --stdin to read the value from it".into());
     }
+    let mut input = std::fs::File::from(
+        stdin_handle(&stdin)
+            .try_clone_to_owned()
+            .map_err(|e| format!("stdin: {e}"))?,
+    );
     let _echo_off = if terminal && !from_stdin {
         // Echo off first, then the prompt: whatever is typed after the prompt is never shown.
-        let off = EchoOff::new(fd)?;
+        let off = echo_off(&stdin)?;
         eprint!("value for credential {name} (input hidden): ");
         let _ = std::io::stderr().flush();
         Some(off)
@@ -126,9 +130,9 @@ fn read_value(from_stdin: bool, name: &CredentialName) -> CmdResult<SecretValue>
         if len == buf.len() {
             return Err(format!("the value is longer than {MAX_SECRET_LEN} bytes"));
         }
-        let n = match nix::unistd::read(fd, &mut buf[len..]) {
+        let n = match input.read(&mut buf[len..]) {
             Ok(n) => n,
-            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(format!("reading the value: {e}")),
         };
         if n == 0 {
@@ -170,12 +174,38 @@ fn read_value(from_stdin: bool, name: &CredentialName) -> CmdResult<SecretValue>
     Ok(value)
 }
 
+#[cfg(unix)]
+fn stdin_handle(stdin: &std::io::Stdin) -> std::os::fd::BorrowedFd<'_> {
+    use std::os::fd::AsFd;
+    stdin.as_fd()
+}
+
+#[cfg(windows)]
+fn stdin_handle(stdin: &std::io::Stdin) -> std::os::windows::io::BorrowedHandle<'_> {
+    use std::os::windows::io::AsHandle;
+    stdin.as_handle()
+}
+
 /// Terminal echo (and signal keys, so that ^C cancels here and restores it) off until dropped.
+#[cfg(unix)]
+fn echo_off(stdin: &std::io::Stdin) -> CmdResult<EchoOff<'_>> {
+    EchoOff::new(stdin_handle(stdin))
+}
+
+/// Console echo (and Ctrl-C processing, so that ^C cancels here and restores it) off until
+/// dropped.
+#[cfg(windows)]
+fn echo_off(stdin: &std::io::Stdin) -> CmdResult<sandbox::windows::ConsoleEchoOff<'_>> {
+    sandbox::windows::ConsoleEchoOff::new(stdin_handle(stdin)).map_err(|e| e.to_string())
+}
+
+#[cfg(unix)]
 struct EchoOff<'a> {
     fd: std::os::fd::BorrowedFd<'a>,
     saved: nix::sys::termios::Termios,
 }
 
+#[cfg(unix)]
 impl<'a> EchoOff<'a> {
     fn new(fd: std::os::fd::BorrowedFd<'a>) -> CmdResult<EchoOff<'a>> {
         use nix::sys::termios::{tcgetattr, tcsetattr, LocalFlags, SetArg};
@@ -190,6 +220,7 @@ impl<'a> EchoOff<'a> {
     }
 }
 
+#[cfg(unix)]
 impl Drop for EchoOff<'_> {
     fn drop(&mut self) {
         let _ = nix::sys::termios::tcsetattr(
@@ -230,7 +261,8 @@ enum Recorder<'a> {
     /// None runs: this command holds its lock, and has checked the log's sealed head and key,
     /// until the row is written.
     Direct {
-        _lock: nix::fcntl::Flock<std::fs::File>,
+        /// The broker's lock file, locked (released when closed).
+        _lock: std::fs::File,
         conn: rusqlite::Connection,
         // Boxed: the chain is far larger than the client of the other variant.
         chain: Box<Chain<&'a PrivateSeal>>,
@@ -248,8 +280,8 @@ impl<'a> Recorder<'a> {
                 return Ok(Recorder::Broker(c));
             }
             let file = dirs.open_lock_file()?;
-            match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
-                Ok(l) => break l,
+            match file.try_lock() {
+                Ok(()) => break file,
                 // A broker holds the lock but does not answer yet (it is starting).
                 Err(_) if std::time::Instant::now() < deadline => {
                     std::thread::sleep(std::time::Duration::from_millis(50))

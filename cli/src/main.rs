@@ -25,7 +25,7 @@ mod cmd_policy_replay;
 mod cmd_run;
 #[cfg(target_os = "linux")]
 mod cmd_sandbox;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 mod cmd_secret;
 #[cfg(any(target_os = "linux", windows))]
 mod cmd_session;
@@ -145,7 +145,6 @@ enum Cmd {
         #[command(subcommand)]
         cmd: cmd_session::SessionCmd,
     },
-    #[cfg(target_os = "linux")]
     /// Write-only credentials for the agent's http_request tool: set, delete, list, status.
     Secret {
         #[command(subcommand)]
@@ -234,7 +233,6 @@ fn main() -> ExitCode {
         Cmd::Notify(p) => exec_sibling(&g, gatehouse_client::NOTIFY_BIN, p.args),
         #[cfg(target_os = "linux")]
         Cmd::Demo(args) => cmd_demo::run(&g, args),
-        #[cfg(target_os = "linux")]
         Cmd::Secret { cmd } => cmd_secret::run(&g, cmd),
         Cmd::Session { cmd } => cmd_session::run(&g, cmd),
         Cmd::Setup { cmd } => cmd_setup::run(&g, cmd),
