@@ -615,6 +615,54 @@ fn the_command_line_asks_reads_and_checks_the_broker() {
         assert!(out.contains("chain intact"), "{out}");
     }
 
+    // `secret`: the value is never taken from a stdin that is not a terminal unless --stdin
+    // says so; with it, the value goes to the command's own secrets-helper, spawned strictly
+    // (as verify-audit's): under Wine that spawn is refused and nothing is stored.
+    let (code, out, err) = gatehouse(&["secret", "set", "api", "--host", "public.test"]);
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(
+        err.contains("stdin is not a terminal: pass --stdin to read the value from it"),
+        "{err}"
+    );
+    let secret = |args: &[&str], stdin: &[u8]| {
+        let mut child = Command::new(gatehouse_tests::bin("gatehouse"))
+            .arg("--data-dir")
+            .arg(&root)
+            .arg("secret")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write as _;
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    let value = b"s3cret-value-for-the-test\r\n";
+    let set = ["set", "api", "--host", "public.test", "--stdin"];
+    let (code, out, err) = secret(&set, value);
+    if running_under_wine() {
+        assert_eq!(code, Some(1), "{out}\n{err}");
+        assert!(err.contains("CreateRestrictedToken"), "{err}");
+        assert_eq!(out, "");
+        println!("wine does not enforce: a restricted token, so gatehouse secret's private secrets-helper is refused");
+    } else {
+        assert_eq!(code, Some(0), "{out}\n{err}");
+        assert!(
+            out.contains("credential api saved: sent to public.test as"),
+            "{out}"
+        );
+        let (code, out, err) = secret(&["list"], b"");
+        assert_eq!(code, Some(0), "{out}\n{err}");
+        assert!(out.contains("api") && out.contains("public.test"), "{out}");
+        assert!(!out.contains("s3cret"), "a value was printed: {out}");
+        let (code, out, err) = secret(&["delete", "api"], b"");
+        assert_eq!(code, Some(0), "{out}\n{err}");
+    }
+
     // `stop`: Windows has no SIGTERM, so the console's pipe asks for the same orderly stop;
     // the broker seals its last rows, ends its helpers and exits 0.
     let (code, out, err) = gatehouse(&["stop"]);
