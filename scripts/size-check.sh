@@ -32,7 +32,7 @@ TARGET = 2000
 # 2026-12 rounded up a little; only ever lower it (when a helper shrinks, the check says to).
 RATCHET = {
     "fs-helper": 3450,
-    "net-helper": 2450,
+    "net-helper": 1990,
     "exec-helper": 445,
     "secrets-helper": 1925,
     "servers-helper": 900,

@@ -10,34 +10,24 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-/// One IPv4 special-purpose range.
+/// One special-purpose range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct V4Range {
-    pub base: Ipv4Addr,
+pub struct Range {
+    pub base: IpAddr,
     pub len: u8,
     /// What the range is, as a refusal says it: `127.0.0.1 is loopback (127.0.0.0/8)`.
     pub what: &'static str,
 }
 
-/// One IPv6 special-purpose range.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct V6Range {
-    pub base: Ipv6Addr,
-    pub len: u8,
-    pub what: &'static str,
+const fn v4(a: [u8; 4], len: u8, what: &'static str) -> Range {
+    let base = IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3]));
+    Range { base, len, what }
 }
 
-const fn v4(a: [u8; 4], len: u8, what: &'static str) -> V4Range {
-    V4Range {
-        base: Ipv4Addr::new(a[0], a[1], a[2], a[3]),
-        len,
-        what,
-    }
-}
-
-const fn v6(s: [u16; 8], len: u8, what: &'static str) -> V6Range {
-    V6Range {
-        base: Ipv6Addr::new(s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]),
+const fn v6(s: [u16; 8], len: u8, what: &'static str) -> Range {
+    let base = Ipv6Addr::new(s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]);
+    Range {
+        base: IpAddr::V6(base),
         len,
         what,
     }
@@ -45,14 +35,11 @@ const fn v6(s: [u16; 8], len: u8, what: &'static str) -> V6Range {
 
 /// IPv4 ranges no fetch or tunnel may reach. More specific entries come first, so the reason
 /// names the narrowest range.
-pub const V4_FORBIDDEN: &[V4Range] = &[
+#[rustfmt::skip]
+pub const V4_FORBIDDEN: &[Range] = &[
     v4([0, 0, 0, 0], 8, "\"this network\""),
     v4([10, 0, 0, 0], 8, "private-use"),
-    v4(
-        [100, 64, 0, 0],
-        10,
-        "shared address space (carrier-grade NAT)",
-    ),
+    v4([100, 64, 0, 0], 10, "shared address space (carrier-grade NAT)"),
     v4([127, 0, 0, 0], 8, "loopback"),
     v4([169, 254, 0, 0], 16, "link-local"),
     v4([172, 16, 0, 0], 12, "private-use"),
@@ -70,32 +57,21 @@ pub const V4_FORBIDDEN: &[V4Range] = &[
 
 /// IPv6 ranges no fetch or tunnel may reach, more specific first. Anything outside 2000::/3 is
 /// refused as well ([`GLOBAL_V6`]).
-pub const V6_FORBIDDEN: &[V6Range] = &[
+#[rustfmt::skip]
+pub const V6_FORBIDDEN: &[Range] = &[
     v6([0, 0, 0, 0, 0, 0, 0, 0], 128, "unspecified"),
     v6([0, 0, 0, 0, 0, 0, 0, 1], 128, "loopback"),
     v6([0, 0, 0, 0, 0, 0xffff, 0, 0], 96, "IPv4-mapped"),
     v6([0, 0, 0, 0, 0xffff, 0, 0, 0], 96, "IPv4-translated (SIIT)"),
     v6([0, 0, 0, 0, 0, 0, 0, 0], 96, "IPv4-compatible (deprecated)"),
-    v6(
-        [0x64, 0xff9b, 0, 0, 0, 0, 0, 0],
-        96,
-        "NAT64 well-known prefix",
-    ),
+    v6([0x64, 0xff9b, 0, 0, 0, 0, 0, 0], 96, "NAT64 well-known prefix"),
     v6([0x64, 0xff9b, 1, 0, 0, 0, 0, 0], 48, "local-use NAT64"),
     v6([0x100, 0, 0, 0, 0, 0, 0, 0], 64, "discard-only"),
     v6([0x2001, 0xdb8, 0, 0, 0, 0, 0, 0], 32, "documentation"),
-    v6(
-        [0x2001, 0, 0, 0, 0, 0, 0, 0],
-        23,
-        "IETF protocol assignments",
-    ),
+    v6([0x2001, 0, 0, 0, 0, 0, 0, 0], 23, "IETF protocol assignments"),
     v6([0x2002, 0, 0, 0, 0, 0, 0, 0], 16, "6to4"),
     v6([0x3fff, 0, 0, 0, 0, 0, 0, 0], 20, "documentation"),
-    v6(
-        [0x5f00, 0, 0, 0, 0, 0, 0, 0],
-        16,
-        "segment routing (SRv6) SIDs",
-    ),
+    v6([0x5f00, 0, 0, 0, 0, 0, 0, 0], 16, "segment routing (SRv6) SIDs"),
     v6([0xfc00, 0, 0, 0, 0, 0, 0, 0], 7, "unique local"),
     v6([0xfe80, 0, 0, 0, 0, 0, 0, 0], 10, "link-local"),
     v6([0xfec0, 0, 0, 0, 0, 0, 0, 0], 10, "site-local (deprecated)"),
@@ -103,37 +79,33 @@ pub const V6_FORBIDDEN: &[V6Range] = &[
 ];
 
 /// The only IPv6 space that is global unicast at all.
-pub const GLOBAL_V6: V6Range = v6([0x2000, 0, 0, 0, 0, 0, 0, 0], 3, "global unicast");
+pub const GLOBAL_V6: Range = v6([0x2000, 0, 0, 0, 0, 0, 0, 0], 3, "global unicast");
 
-impl V4Range {
-    pub fn contains(&self, a: Ipv4Addr) -> bool {
-        let mask = u32::MAX.checked_shl(32 - u32::from(self.len)).unwrap_or(0);
-        u32::from(a) & mask == u32::from(self.base)
+impl Range {
+    /// Whether `a` (of the range's family) is in the range: no bit above the prefix differs.
+    pub fn contains(&self, a: IpAddr) -> bool {
+        let (base, a, bits) = match (self.base, a) {
+            (IpAddr::V4(b), IpAddr::V4(a)) => (b.to_bits().into(), a.to_bits().into(), 32),
+            (IpAddr::V6(b), IpAddr::V6(a)) => (b.to_bits(), a.to_bits(), 128),
+            _ => return false,
+        };
+        (base ^ a)
+            .checked_shr(bits - u32::from(self.len))
+            .unwrap_or(0)
+            == 0
     }
 }
 
-impl V6Range {
-    pub fn contains(&self, a: Ipv6Addr) -> bool {
-        let mask = u128::MAX
-            .checked_shl(128 - u32::from(self.len))
-            .unwrap_or(0);
-        u128::from(a) & mask == u128::from(self.base)
-    }
-}
-
-impl fmt::Display for V4Range {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.base, self.len)
-    }
-}
-
-impl fmt::Display for V6Range {
+impl fmt::Display for Range {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // std's Display compresses as RFC 5952 says, but prints ::ffff:0:0 as "::ffff:0.0.0.0",
         // which hides the prefix.
-        match self.base.to_ipv4_mapped().map(u32::from) {
-            Some(v4) => write!(f, "::ffff:{:x}:{:x}/{}", v4 >> 16, v4 & 0xffff, self.len),
-            None => write!(f, "{}/{}", self.base, self.len),
+        match self.base {
+            IpAddr::V6(b) if b.to_ipv4_mapped().is_some() => {
+                let v4 = b.to_bits() as u32;
+                write!(f, "::ffff:{:x}:{:x}/{}", v4 >> 16, v4 & 0xffff, self.len)
+            }
+            base => write!(f, "{base}/{}", self.len),
         }
     }
 }
@@ -141,43 +113,27 @@ impl fmt::Display for V6Range {
 /// Why an address is forbidden.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Forbidden {
-    V4 {
-        addr: Ipv4Addr,
-        range: V4Range,
-    },
-    V6 {
-        addr: Ipv6Addr,
-        range: V6Range,
-    },
-    /// An IPv6 address whose embedded IPv4 address is forbidden.
-    Embedded {
-        addr: Ipv6Addr,
-        /// How it is carried: `IPv4-mapped`, `6to4`, `Teredo client`, ...
-        how: &'static str,
-        inner: Ipv4Addr,
-        range: V4Range,
-    },
+    /// The address is in one of the ranges of [`V4_FORBIDDEN`] or [`V6_FORBIDDEN`].
+    Listed { addr: IpAddr, range: Range },
+    /// An IPv6 address whose embedded IPv4 address is forbidden: the address, how it carries
+    /// the IPv4 address (`IPv4-mapped`, `6to4`, `Teredo client`, ...), that IPv4 address, and
+    /// the range it is in.
+    Embedded(Ipv6Addr, &'static str, Ipv4Addr, Range),
     /// IPv6 outside 2000::/3.
-    NotGlobal {
-        addr: Ipv6Addr,
-    },
+    NotGlobal { addr: Ipv6Addr },
 }
 
 impl fmt::Display for Forbidden {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Forbidden::V4 { addr, range } => write!(f, "{addr} is {} ({range})", range.what),
-            Forbidden::V6 { addr, range } => write!(f, "{addr} is {} ({range})", range.what),
-            Forbidden::Embedded {
-                addr,
-                how,
-                inner,
-                range,
-            } => write!(
-                f,
-                "{addr} embeds {inner} ({how}), which is {} ({range})",
-                range.what
-            ),
+            Forbidden::Listed { addr, range } => write!(f, "{addr} is {} ({range})", range.what),
+            Forbidden::Embedded(addr, how, inner, r) => {
+                write!(
+                    f,
+                    "{addr} embeds {inner} ({how}), which is {} ({r})",
+                    r.what
+                )
+            }
             Forbidden::NotGlobal { addr } => {
                 write!(f, "{addr} is not global unicast (outside {GLOBAL_V6})")
             }
@@ -185,89 +141,54 @@ impl fmt::Display for Forbidden {
     }
 }
 
-/// The table's verdict on an IPv4 address.
-pub fn judge_v4(a: Ipv4Addr) -> Result<(), Forbidden> {
-    match V4_FORBIDDEN.iter().find(|r| r.contains(a)) {
-        Some(range) => Err(Forbidden::V4 {
-            addr: a,
-            range: *range,
-        }),
-        None => Ok(()),
-    }
+/// The first range of the table that holds `a`.
+fn listed(a: IpAddr) -> Option<Range> {
+    let table = V4_FORBIDDEN.iter().chain(V6_FORBIDDEN);
+    table.copied().find(|r| r.contains(a))
 }
 
-fn v4_at(bits: u128, shift: u32) -> Ipv4Addr {
-    Ipv4Addr::from((bits >> shift) as u32)
-}
-
-/// Every IPv4 address `a` carries, by the position each embedding defines.
+/// Every IPv4 address `a` carries, by the position each embedding defines (the top bits
+/// compared are the embedding's prefix: ::ffff:0:0/96, ::ffff:0:0:0/96, ::/96, 64:ff9b::/96,
+/// 64:ff9b:1::/48, 2002::/16, 2001::/32).
 pub fn embedded_v4(a: Ipv6Addr) -> Vec<(&'static str, Ipv4Addr)> {
-    let bits = u128::from(a);
-    let in_range = |s: [u16; 8], len: u8| v6(s, len, "").contains(a);
-    let mut out = Vec::new();
-    if in_range([0, 0, 0, 0, 0, 0xffff, 0, 0], 96) {
-        out.push(("IPv4-mapped", v4_at(bits, 0)));
-    }
-    if in_range([0, 0, 0, 0, 0xffff, 0, 0, 0], 96) {
-        out.push(("IPv4-translated (SIIT)", v4_at(bits, 0)));
-    }
-    // :: and ::1 are the unspecified and loopback addresses, not 0.0.0.0 and 0.0.0.1.
-    if in_range([0; 8], 96) && bits > 1 {
-        out.push(("IPv4-compatible", v4_at(bits, 0)));
-    }
-    if in_range([0x64, 0xff9b, 0, 0, 0, 0, 0, 0], 96) {
-        out.push(("NAT64", v4_at(bits, 0)));
-    }
-    if in_range([0x64, 0xff9b, 1, 0, 0, 0, 0, 0], 48) {
+    let bits = a.to_bits();
+    let at = |shift: u32| Ipv4Addr::from_bits((bits >> shift) as u32);
+    let teredo = bits >> 96 == 0x2001_0000;
+    // ISATAP interface identifiers (RFC 5214): 0000:5efe or 0200:5efe (u/l bit), any prefix.
+    let isatap = matches!((bits >> 32) as u32, 0x0000_5efe | 0x0200_5efe);
+    let carried = [
+        (bits >> 32 == 0xffff, "IPv4-mapped", at(0)),
+        (bits >> 32 == 0xffff_0000, "IPv4-translated (SIIT)", at(0)),
+        // :: and ::1 are the unspecified and loopback addresses, not 0.0.0.0 and 0.0.0.1.
+        (bits >> 32 == 0 && bits > 1, "IPv4-compatible", at(0)),
+        (bits >> 32 == 0x64_ff9b << 64, "NAT64", at(0)),
         // RFC 8215 leaves the prefix length to the operator; the /96 form is judged here, and
         // the whole /48 is forbidden by the table anyway.
-        out.push(("local-use NAT64", v4_at(bits, 0)));
-    }
-    if in_range([0x2002, 0, 0, 0, 0, 0, 0, 0], 16) {
-        out.push(("6to4", v4_at(bits, 80)));
-    }
-    if in_range([0x2001, 0, 0, 0, 0, 0, 0, 0], 32) {
-        out.push(("Teredo server", v4_at(bits, 64)));
-        out.push(("Teredo client", Ipv4Addr::from(!(bits as u32))));
-    }
-    // ISATAP interface identifiers (RFC 5214): 0000:5efe or 0200:5efe (u/l bit), any prefix.
-    let iid_high = (bits >> 32) as u32;
-    if iid_high == 0x0000_5efe || iid_high == 0x0200_5efe {
-        out.push(("ISATAP", v4_at(bits, 0)));
-    }
-    out
+        (bits >> 80 == 0x64_ff9b_0001, "local-use NAT64", at(0)),
+        (bits >> 112 == 0x2002, "6to4", at(80)),
+        (teredo, "Teredo server", at(64)),
+        (teredo, "Teredo client", Ipv4Addr::from_bits(!(bits as u32))),
+        (isatap, "ISATAP", at(0)),
+    ];
+    let carried = carried.into_iter().filter(|(yes, ..)| *yes);
+    carried.map(|(_, how, inner)| (how, inner)).collect()
 }
 
-/// The table's verdict on an IPv6 address: embedded IPv4 first (the more telling reason), then
-/// the IPv6 ranges, then the global-unicast rule.
-pub fn judge_v6(a: Ipv6Addr) -> Result<(), Forbidden> {
-    for (how, inner) in embedded_v4(a) {
-        if let Err(Forbidden::V4 { range, .. }) = judge_v4(inner) {
-            return Err(Forbidden::Embedded {
-                addr: a,
-                how,
-                inner,
-                range,
-            });
+/// The table's verdict on an address. An IPv6 address is judged by the IPv4 addresses it
+/// carries first (the more telling reason), then by the IPv6 ranges, then by the
+/// global-unicast rule.
+pub fn judge(a: IpAddr) -> Result<(), Forbidden> {
+    if let IpAddr::V6(addr) = a {
+        for (how, inner) in embedded_v4(addr) {
+            if let Some(range) = listed(inner.into()) {
+                return Err(Forbidden::Embedded(addr, how, inner, range));
+            }
         }
     }
-    if let Some(range) = V6_FORBIDDEN.iter().find(|r| r.contains(a)) {
-        return Err(Forbidden::V6 {
-            addr: a,
-            range: *range,
-        });
-    }
-    if !GLOBAL_V6.contains(a) {
-        return Err(Forbidden::NotGlobal { addr: a });
-    }
-    Ok(())
-}
-
-/// The table's verdict on any address.
-pub fn judge(a: IpAddr) -> Result<(), Forbidden> {
-    match a {
-        IpAddr::V4(a) => judge_v4(a),
-        IpAddr::V6(a) => judge_v6(a),
+    match (listed(a), a) {
+        (Some(range), _) => Err(Forbidden::Listed { addr: a, range }),
+        (None, IpAddr::V6(addr)) if !GLOBAL_V6.contains(a) => Err(Forbidden::NotGlobal { addr }),
+        _ => Ok(()),
     }
 }
 
@@ -439,7 +360,7 @@ mod tests {
             }
             for out in [below, above].into_iter().flatten() {
                 assert!(
-                    judge_v4(v4s(out)).is_ok(),
+                    judge(v4s(out).into()).is_ok(),
                     "{out} is outside {cidr} and public"
                 );
             }
@@ -559,21 +480,22 @@ mod tests {
         );
         for (first, last, below, above, cidr) in edges {
             for a in [first, last] {
-                let got = judge_v6(v6s(a)).unwrap_err();
+                let got = judge(v6s(a).into()).unwrap_err();
                 let range = match &got {
-                    Forbidden::V6 { range, .. } => *range,
+                    Forbidden::Listed { range, .. } => *range,
                     // Compat/mapped/NAT64 edges whose embedded IPv4 is itself forbidden
                     // (0.0.0.0/8, 255.255.255.255) are refused through the embedding.
-                    Forbidden::Embedded { .. } => {
-                        *V6_FORBIDDEN.iter().find(|r| r.contains(v6s(a))).unwrap()
-                    }
+                    Forbidden::Embedded { .. } => *V6_FORBIDDEN
+                        .iter()
+                        .find(|r| r.contains(v6s(a).into()))
+                        .unwrap(),
                     other => panic!("{a}: {other}"),
                 };
                 assert_eq!(range.to_string(), *cidr, "{a}: {got}");
             }
             for out in [below, above].into_iter().flatten() {
                 assert!(
-                    judge_v6(v6s(out)).is_ok(),
+                    judge(v6s(out).into()).is_ok(),
                     "{out} is outside {cidr} and public"
                 );
             }
@@ -587,7 +509,7 @@ mod tests {
             "fbff::",
         ] {
             assert!(
-                matches!(judge_v6(v6s(a)), Err(Forbidden::NotGlobal { .. })),
+                matches!(judge(v6s(a).into()), Err(Forbidden::NotGlobal { .. })),
                 "{a}"
             );
         }
@@ -596,10 +518,10 @@ mod tests {
             reason("4000::1"),
             "4000::1 is not global unicast (outside 2000::/3)"
         );
-        assert!(judge_v6(v6s("2606:4700::1111")).is_ok());
-        assert!(judge_v6(v6s("1fff::1")).is_err());
-        assert!(judge_v6(v6s("2000::")).is_ok());
-        assert!(judge_v6(v6s("3ffe:ffff::")).is_ok());
+        assert!(judge(v6s("2606:4700::1111").into()).is_ok());
+        assert!(judge(v6s("1fff::1").into()).is_err());
+        assert!(judge(v6s("2000::").into()).is_ok());
+        assert!(judge(v6s("3ffe:ffff::").into()).is_ok());
     }
 
     #[test]
@@ -633,7 +555,7 @@ mod tests {
             "64:ff9b::808:808 is NAT64 well-known prefix (64:ff9b::/96)"
         );
         // ISATAP with a public IPv4 in a global prefix is an ordinary global address.
-        assert!(judge_v6(v6s("2600::5efe:808:808")).is_ok());
+        assert!(judge(v6s("2600::5efe:808:808").into()).is_ok());
         // ::1 is loopback, not "compatible 0.0.0.1"; :: is unspecified.
         assert_eq!(reason("::1"), "::1 is loopback (::1/128)");
         assert_eq!(reason("::"), ":: is unspecified (::/128)");

@@ -38,11 +38,6 @@ impl Allowlist {
     }
 }
 
-/// A host written alone (a CONNECT target's host), as a URL parser reads it.
-pub fn parse_host(s: &str) -> Result<Host, String> {
-    Host::parse(s).map_err(|e| e.0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -51,7 +46,7 @@ mod tests {
         Allowlist::parse(&e.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap()
     }
     fn name(s: &str) -> Host {
-        parse_host(s).unwrap()
+        Host::parse(s).unwrap()
     }
 
     #[test]

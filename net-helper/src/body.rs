@@ -1,8 +1,8 @@
 //! What a reply's body may be: text-like media types only, decoded (gzip, deflate) within the
 //! size limit, then turned into text by its charset.
 
-use crate::error::{human_bytes, FetchError};
-use ipc_schema::net::RefusalKind;
+use crate::error::{failed, human_bytes, refused, FetchError};
+use flate2::read::{DeflateDecoder, MultiGzDecoder, ZlibDecoder};
 use std::io::Read;
 
 /// The media type (lower case, no parameters) and the charset parameter of a Content-Type.
@@ -34,78 +34,49 @@ pub fn content_headers(
 
 /// Text-like: `text/*`, JSON, XML, JavaScript, YAML, TOML and their `+json`/`+xml` kin.
 pub fn is_text_like(media: &str) -> bool {
-    let Some((ty, sub)) = media.split_once('/') else {
-        return false;
-    };
-    if ty == "text" {
-        return !sub.is_empty();
+    const APPLICATION: &str =
+        "json xml javascript ecmascript x-javascript x-ndjson yaml x-yaml toml";
+    match media.split_once('/') {
+        Some(("text", sub)) => !sub.is_empty(),
+        Some(("application", sub)) => {
+            APPLICATION.split(' ').any(|t| t == sub)
+                || sub.ends_with("+json")
+                || sub.ends_with("+xml")
+        }
+        _ => false,
     }
-    if ty != "application" {
-        return false;
-    }
-    matches!(
-        sub,
-        "json"
-            | "xml"
-            | "javascript"
-            | "ecmascript"
-            | "x-javascript"
-            | "x-ndjson"
-            | "yaml"
-            | "x-yaml"
-            | "toml"
-    ) || sub.ends_with("+json")
-        || sub.ends_with("+xml")
 }
 
 /// Decodes `raw` per `Content-Encoding`, refusing more than `max` decoded bytes.
 pub fn decode(raw: Vec<u8>, encoding: Option<&str>, max: usize) -> Result<Vec<u8>, FetchError> {
     let enc = encoding.unwrap_or("identity").trim().to_ascii_lowercase();
-    let too_big = || {
-        FetchError::refused(
-            RefusalKind::Limit,
-            format!(
-                "the decoded body exceeds {} (the body size limit)",
-                human_bytes(max as u64)
-            ),
-        )
-    };
-    let mut out = Vec::new();
     let limit = max as u64 + 1;
+    let inflate = |r: &mut dyn Read, out: &mut Vec<u8>| r.take(limit).read_to_end(out);
+    let mut out = Vec::new();
     let res = match enc.as_str() {
         "" | "identity" => {
-            if raw.len() > max {
-                return Err(too_big());
-            }
-            return Ok(raw);
+            out = raw;
+            Ok(0)
         }
-        "gzip" | "x-gzip" => flate2::read::MultiGzDecoder::new(&raw[..])
-            .take(limit)
-            .read_to_end(&mut out),
-        "deflate" => {
-            // "deflate" is zlib-wrapped by the spec; some servers send raw deflate.
-            let r = flate2::read::ZlibDecoder::new(&raw[..])
-                .take(limit)
-                .read_to_end(&mut out);
-            if r.is_err() {
-                out.clear();
-                flate2::read::DeflateDecoder::new(&raw[..])
-                    .take(limit)
-                    .read_to_end(&mut out)
-            } else {
-                r
-            }
-        }
+        "gzip" | "x-gzip" => inflate(&mut MultiGzDecoder::new(&raw[..]), &mut out),
+        // "deflate" is zlib-wrapped by the spec; some servers send raw deflate.
+        "deflate" => inflate(&mut ZlibDecoder::new(&raw[..]), &mut out).or_else(|_| {
+            out.clear();
+            inflate(&mut DeflateDecoder::new(&raw[..]), &mut out)
+        }),
         other => {
-            return Err(FetchError::refused(
-                RefusalKind::Content,
-                format!("content encoding {other:?} is not supported (only gzip and deflate)"),
-            ))
+            let why =
+                format!("content encoding {other:?} is not supported (only gzip and deflate)");
+            return Err(refused!(Content, "{why}"));
         }
     };
-    res.map_err(|e| FetchError::failed(format!("the {enc} body does not decode: {e}")))?;
+    res.map_err(|e| failed!("the {enc} body does not decode: {e}"))?;
     if out.len() > max {
-        return Err(too_big());
+        let max = human_bytes(max as u64);
+        return Err(refused!(
+            Limit,
+            "the decoded body exceeds {max} (the body size limit)"
+        ));
     }
     Ok(out)
 }
@@ -123,6 +94,7 @@ pub fn to_text(bytes: &[u8], charset: Option<&str>) -> String {
 mod tests {
     use super::*;
     use flate2::write::GzEncoder;
+    use ipc_schema::net::RefusalKind;
     use std::io::Write;
 
     #[test]
@@ -166,9 +138,9 @@ mod tests {
         let err = decode(bomb, Some("gzip"), 1 << 20).unwrap_err();
         assert_eq!(
             err,
-            FetchError::refused(
+            FetchError::Refused(
                 RefusalKind::Limit,
-                "the decoded body exceeds 1 MiB (the body size limit)"
+                "the decoded body exceeds 1 MiB (the body size limit)".into()
             )
         );
         let mut enc = GzEncoder::new(Vec::new(), flate2::Compression::fast());

@@ -5,6 +5,7 @@ use crate::relay::ClientConn;
 use ipc_schema::net::{EgressRecord, EgressVerdict};
 use rustix::net::{sockopt, AddressFamily, SocketType};
 use std::os::fd::OwnedFd;
+use tokio::net::{TcpStream, UnixStream};
 
 /// Serves the connection behind `fd` (a connected Unix or TCP stream socket).
 pub async fn serve_client(proxy: &Proxy, session: &str, fd: OwnedFd) -> EgressRecord {
@@ -20,29 +21,27 @@ pub async fn serve_client(proxy: &Proxy, session: &str, fd: OwnedFd) -> EgressRe
 
 fn adopt(fd: OwnedFd) -> Result<ClientConn, String> {
     let bad = |e: std::io::Error| format!("the descriptor is not usable: {e}");
-    if sockopt::socket_type(&fd).map_err(|e| bad(e.into()))? != SocketType::STREAM {
+    let errno = |e: rustix::io::Errno| bad(e.into());
+    if sockopt::socket_type(&fd).map_err(errno)? != SocketType::STREAM {
         return Err("the descriptor is not a stream socket".into());
     }
-    if sockopt::socket_acceptconn(&fd).map_err(|e| bad(e.into()))? {
+    if sockopt::socket_acceptconn(&fd).map_err(errno)? {
         return Err("the descriptor is a listening socket, not a connection".into());
     }
-    let domain = sockopt::socket_domain(&fd).map_err(|e| bad(e.into()))?;
-    if domain == AddressFamily::UNIX {
-        let s = std::os::unix::net::UnixStream::from(fd);
-        s.set_nonblocking(true).map_err(bad)?;
-        Ok(ClientConn::Unix(
-            tokio::net::UnixStream::from_std(s).map_err(bad)?,
-        ))
-    } else if domain == AddressFamily::INET || domain == AddressFamily::INET6 {
-        let s = std::net::TcpStream::from(fd);
-        s.set_nonblocking(true).map_err(bad)?;
-        let _ = s.set_nodelay(true);
-        Ok(ClientConn::Tcp(
-            tokio::net::TcpStream::from_std(s).map_err(bad)?,
-        ))
-    } else {
-        Err(format!(
+    match sockopt::socket_domain(&fd).map_err(errno)? {
+        AddressFamily::UNIX => {
+            let s = std::os::unix::net::UnixStream::from(fd);
+            s.set_nonblocking(true).map_err(bad)?;
+            Ok(ClientConn::Unix(UnixStream::from_std(s).map_err(bad)?))
+        }
+        AddressFamily::INET | AddressFamily::INET6 => {
+            let s = std::net::TcpStream::from(fd);
+            s.set_nonblocking(true).map_err(bad)?;
+            let _ = s.set_nodelay(true);
+            Ok(ClientConn::Tcp(TcpStream::from_std(s).map_err(bad)?))
+        }
+        domain => Err(format!(
             "the descriptor is a socket of family {domain:?}, not Unix or TCP"
-        ))
+        )),
     }
 }

@@ -13,14 +13,13 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 /// The helper's own `--name value` options.
-#[cfg(not(feature = "test-hooks"))]
-pub const OPTIONS: &[&str] = &["--nameserver", "--dns-timeout-ms", "--max-tunnels"];
-#[cfg(feature = "test-hooks")]
 pub const OPTIONS: &[&str] = &[
     "--nameserver",
     "--dns-timeout-ms",
     "--max-tunnels",
+    #[cfg(feature = "test-hooks")]
     "--test-public-addr",
+    #[cfg(feature = "test-hooks")]
     "--test-extra-root",
 ];
 
@@ -81,9 +80,8 @@ impl Config {
         if nameservers.is_empty() {
             nameservers = system_nameservers()?;
         }
-        let dns_timeout = number::<u64>(args, "--dns-timeout-ms", 1)?
-            .map(Duration::from_millis)
-            .unwrap_or(DEFAULT_DNS_TIMEOUT);
+        let dns_timeout = number::<u64>(args, "--dns-timeout-ms", 1)?;
+        let dns_timeout = dns_timeout.map_or(DEFAULT_DNS_TIMEOUT, Duration::from_millis);
         let max_tunnels = number::<u32>(args, "--max-tunnels", 1)?.unwrap_or(DEFAULT_MAX_TUNNELS);
         #[allow(unused_mut)]
         let mut cfg = Config {
@@ -112,10 +110,14 @@ impl Config {
             }
             self.policy.test_public = Some(ip);
         }
+        // The certificates of a PEM file (test CA), parsed by rustls's own PEM reader.
         if let Some(path) = value(args, "--test-extra-root")? {
+            use rustls::pki_types::pem::PemObject;
             let pem = std::fs::read(path).map_err(|e| format!("--test-extra-root {path}: {e}"))?;
-            for cert in rustls_pemfile_certs(&pem)? {
-                self.extra_roots.push(cert);
+            let certs: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(&pem).collect();
+            self.extra_roots = certs.map_err(|e| format!("--test-extra-root: {e}"))?;
+            if self.extra_roots.is_empty() {
+                return Err("--test-extra-root: no certificate in the file".into());
             }
         }
         Ok(())
@@ -133,18 +135,6 @@ fn system_nameservers() -> Result<Vec<SocketAddr>, String> {
         return Err("/etc/resolv.conf names no name server; pass --nameserver".into());
     }
     Ok(out)
-}
-
-/// The certificates of a PEM file (test CA), parsed by rustls's own PEM reader.
-#[cfg(feature = "test-hooks")]
-fn rustls_pemfile_certs(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
-    use rustls::pki_types::pem::PemObject;
-    let certs: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(pem).collect();
-    let certs = certs.map_err(|e| format!("--test-extra-root: {e}"))?;
-    if certs.is_empty() {
-        return Err("--test-extra-root: no certificate in the file".into());
-    }
-    Ok(certs)
 }
 
 #[cfg(test)]

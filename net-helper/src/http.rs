@@ -7,18 +7,14 @@
 //! Written for the secrets issue (7) on top of the fetch building blocks; see
 //! docs/secrets-helper.md.
 
-use crate::allowlist::Allowlist;
 use crate::body;
-use crate::error::{human_bytes, FetchError};
-use crate::fetch::{
-    self, check_limits, first_target, read_body, request_builder, within_total, Answer,
-    FetchedBody, ReqBody,
-};
+use crate::error::{human_bytes, refused, FetchError};
+use crate::fetch::{read_body, request_builder, Answer, FetchedBody, Hops, ReqBody, Request};
 use crate::target::Target;
 use crate::NetContext;
 use bytes::Bytes;
 use ipc_schema::host::Host;
-use ipc_schema::net::{FetchedPage, HttpReply, HttpSend, NetRefusal, NetReply, RefusalKind};
+use ipc_schema::net::{FetchedPage, HttpReply, HttpSend, NetRefusal, NetReply};
 use ipc_schema::secrets::{CredentialHeader, FRAMING_HEADERS};
 use ipc_schema::tool::HttpMethod;
 
@@ -66,10 +62,6 @@ pub fn scrubbed(e: FetchError, cred: Option<&CredentialHeader>) -> NetReply {
     reply
 }
 
-fn invalid(msg: String) -> FetchError {
-    FetchError::refused(RefusalKind::Invalid, msg)
-}
-
 /// The agent's headers: tokens for names, no CR, LF or NUL in values, no framing headers, and
 /// not the credential's own header.
 pub fn check_headers(
@@ -77,36 +69,26 @@ pub fn check_headers(
     cred: Option<&CredentialHeader>,
 ) -> Result<(), FetchError> {
     if headers.len() > MAX_HEADERS {
-        return Err(invalid(format!(
-            "{} headers; at most {MAX_HEADERS}",
-            headers.len()
-        )));
+        let n = headers.len();
+        return Err(refused!(Invalid, "{n} headers; at most {MAX_HEADERS}"));
     }
     let tchar = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
     for (name, value) in headers {
-        if name.is_empty() || name.len() > 128 || !name.chars().all(tchar) {
-            return Err(invalid(format!("{name:?} is not a valid header name")));
-        }
         let lower = name.to_ascii_lowercase();
-        if FRAMING_HEADERS.contains(&lower.as_str()) || lower == "proxy-authorization" {
-            return Err(invalid(format!(
-                "the {name} header is set by gatehouse, not by the request"
-            )));
-        }
-        if let Some(c) = cred {
-            if lower == c.name {
-                return Err(invalid(format!(
-                    "the request sets the {name} header itself, which credential {} is sent as",
-                    c.credential
-                )));
-            }
-        }
-        if value.len() > MAX_HEADER_VALUE || value.contains(['\r', '\n', '\0']) {
-            return Err(invalid(format!(
-                "the value of header {name} has a line break or NUL, or is over {}",
-                human_bytes(MAX_HEADER_VALUE as u64)
-            )));
-        }
+        let why = if name.is_empty() || name.len() > 128 || !name.chars().all(tchar) {
+            format!("{name:?} is not a valid header name")
+        } else if FRAMING_HEADERS.contains(&lower.as_str()) || lower == "proxy-authorization" {
+            format!("the {name} header is set by gatehouse, not by the request")
+        } else if let Some(c) = cred.filter(|c| lower == c.name) {
+            let credential = &c.credential;
+            format!("the request sets the {name} header itself, which credential {credential} is sent as")
+        } else if value.len() > MAX_HEADER_VALUE || value.contains(['\r', '\n', '\0']) {
+            let max = human_bytes(MAX_HEADER_VALUE as u64);
+            format!("the value of header {name} has a line break or NUL, or is over {max}")
+        } else {
+            continue;
+        };
+        return Err(refused!(Invalid, "{why}"));
     }
     Ok(())
 }
@@ -117,49 +99,31 @@ fn carries(target: &Target, c: &CredentialHeader) -> bool {
 }
 
 pub async fn send(ctx: &NetContext, req: HttpSend) -> Result<Sent, FetchError> {
-    check_limits(&req.limits)?;
+    let hops = Hops::new(ctx, &req.limits, req.allowed_hosts.as_deref())?;
     check_headers(&req.headers, req.credential.as_ref())?;
     if matches!(req.method, HttpMethod::Get | HttpMethod::Head) && !req.body.is_empty() {
-        return Err(invalid("a GET or HEAD request carries no body".into()));
+        return Err(refused!(Invalid, "a GET or HEAD request carries no body"));
     }
-    let allow = req.allowed_hosts.as_deref().map(Allowlist::new);
-    within_total(&req.limits, "request", follow(ctx, &req, allow.as_ref())).await
+    hops.within_total("request", follow(&hops, &req)).await
 }
 
-async fn follow(
-    ctx: &NetContext,
-    req: &HttpSend,
-    allow: Option<&Allowlist>,
-) -> Result<Sent, FetchError> {
-    let target = first_target(&req.url, allow)?;
-    if let Some(c) = &req.credential {
-        if !target.https {
-            return Err(FetchError::refused(
-                RefusalKind::Url,
-                format!(
-                    "credential {} is sent only over https, and {} is not",
-                    c.credential, target.url
-                ),
-            ));
-        }
-        if !carries(&target, c) {
-            return Err(FetchError::refused(
-                RefusalKind::Url,
-                format!(
-                    "credential {} was attached for {}, not for {}",
-                    c.credential, c.host, target.host
-                ),
-            ));
-        }
+async fn follow(hops: &Hops<'_>, req: &HttpSend) -> Result<Sent, FetchError> {
+    let target = hops.first(&req.url)?;
+    // The credential goes only over TLS to its own host.
+    if let Some(c) = req.credential.as_ref().filter(|c| !carries(&target, c)) {
+        let (name, url, host, bound) = (&c.credential, &target.url, &target.host, &c.host);
+        let why = match target.https {
+            false => format!("credential {name} is sent only over https, and {url} is not"),
+            true => format!("credential {name} was attached for {bound}, not for {host}"),
+        };
+        return Err(refused!(Url, "{why}"));
     }
     let follows = matches!(req.method, HttpMethod::Get | HttpMethod::Head);
     // Once a redirect leaves the credential's host, the credential stays behind for good.
     let mut credential_live = req.credential.is_some();
     let request = |target: &Target| {
-        let cred = req
-            .credential
-            .as_ref()
-            .filter(|c| credential_live && carries(target, c));
+        let cred = req.credential.as_ref();
+        let cred = cred.filter(|c| credential_live && carries(target, c));
         credential_live = cred.is_some();
         build_request(target, req, cred)
     };
@@ -167,63 +131,49 @@ async fn follow(
     // points, in the request line.
     let redirect = |from: &Target, next: &Target| match &req.credential {
         Some(c) if c.scrub_bytes(&mut next.url.to_string().into_bytes()) > 0 => {
-            Err(FetchError::refused(
-                RefusalKind::Redirect,
-                format!(
-                    "{} redirects to a URL that contains credential {}; not followed",
-                    from.url, c.credential
-                ),
-            ))
+            let (from, name) = (&from.url, &c.credential);
+            let why =
+                format!("{from} redirects to a URL that contains credential {name}; not followed");
+            Err(refused!(Redirect, "{why}"))
         }
         _ => Ok(()),
     };
-    let answer = fetch::follow(ctx, target, &req.limits, allow, follows, request, redirect);
-    let answer = answer.await?;
+    let answer = hops.follow(target, follows, request, redirect).await?;
     read_reply(answer, req, credential_live).await
-}
-
-fn method(m: HttpMethod) -> http::Method {
-    match m {
-        HttpMethod::Get => http::Method::GET,
-        HttpMethod::Head => http::Method::HEAD,
-        HttpMethod::Post => http::Method::POST,
-        HttpMethod::Put => http::Method::PUT,
-        HttpMethod::Patch => http::Method::PATCH,
-        HttpMethod::Delete => http::Method::DELETE,
-    }
 }
 
 fn build_request(
     target: &Target,
     req: &HttpSend,
     cred: Option<&CredentialHeader>,
-) -> Result<http::Request<ReqBody>, FetchError> {
-    let url = &target.url;
-    let m = method(req.method);
-    let mut b = request_builder(target, m.clone(), USER_AGENT);
+) -> Result<Request, FetchError> {
+    let m = match req.method {
+        HttpMethod::Get => http::Method::GET,
+        HttpMethod::Head => http::Method::HEAD,
+        HttpMethod::Post => http::Method::POST,
+        HttpMethod::Put => http::Method::PUT,
+        HttpMethod::Patch => http::Method::PATCH,
+        HttpMethod::Delete => http::Method::DELETE,
+    };
+    let mut b = request_builder(target, m, USER_AGENT);
     for (k, v) in &req.headers {
         b = b.header(k.as_str(), v.as_str());
     }
     if let Some(c) = cred {
-        let mut v = http::HeaderValue::from_bytes(c.value.expose()).map_err(|_| {
-            invalid(format!(
-                "credential {} cannot be sent as a header value",
-                c.credential
-            ))
-        })?;
+        let name = &c.credential;
+        let why = format!("credential {name} cannot be sent as a header value");
+        let v = http::HeaderValue::from_bytes(c.value.expose());
+        let mut v = v.map_err(|_| refused!(Invalid, "{why}"))?;
         // Sensitive values are never printed by the http crate's Debug and not indexed by
         // HPACK-style compression.
         v.set_sensitive(true);
         b = b.header(c.name.as_str(), v);
     }
-    // A redirected GET or HEAD carries no body; other methods are never redirected.
-    let body = if m == http::Method::GET || m == http::Method::HEAD {
-        Bytes::new()
-    } else {
-        Bytes::from(req.body.clone())
-    };
-    b.body(ReqBody::new(body))
-        .map_err(|e| invalid(format!("cannot build the request for {url}: {e}")))
+    // Every hop carries the same body: only GET and HEAD are redirected, and `send` refuses a
+    // body for them.
+    let url = &target.url;
+    let built = b.body(ReqBody::new(Bytes::from(req.body.clone())));
+    built.map_err(|e| refused!(Invalid, "cannot build the request for {url}: {e}"))
 }
 
 async fn read_reply(
@@ -231,12 +181,11 @@ async fn read_reply(
     req: &HttpSend,
     credential_sent: bool,
 ) -> Result<Sent, FetchError> {
-    let (resp, target, mut redirects) = (answer.resp, answer.target, answer.redirects);
+    let (resp, mut redirects) = (answer.resp, answer.redirects);
     let cred = req.credential.as_ref();
+    let scrub = |text: &mut String| cred.map_or(0, |c| c.scrub_text(text) as u32);
     let status = resp.status().as_u16();
-    let mut headers = Vec::new();
-    let mut dropped_headers = Vec::new();
-    let mut redactions = 0u32;
+    let (mut headers, mut dropped_headers, mut redactions) = (Vec::new(), Vec::new(), 0);
     for (name, value) in resp.headers() {
         let name = name.as_str().to_string();
         if cred.is_some_and(|c| c.echoed_by(&name, value.as_bytes())) {
@@ -244,49 +193,38 @@ async fn read_reply(
             continue;
         }
         let mut v = String::from_utf8_lossy(value.as_bytes()).into_owned();
-        if let Some(c) = cred {
-            redactions += c.scrub_text(&mut v) as u32;
-        }
+        redactions += scrub(&mut v);
         headers.push((name, v));
     }
     let (content_type, encoding) = body::content_headers(resp.headers());
     let max = req.limits.max_body_bytes as usize;
-    let raw = read_body(resp.into_body(), &target, max).await?;
+    let raw = read_body(resp.into_body(), &answer.target, max).await?;
     let (media, charset) = content_type.unwrap_or_default();
-    let mut text = if raw.is_empty() {
-        String::new()
-    } else {
+    let mut text = String::new();
+    if !raw.is_empty() {
         if !body::is_text_like(&media) {
-            return Err(FetchError::refused(
-                RefusalKind::Content,
-                format!(
-                    "content type {} is not text-like (only text, JSON, XML and the like are returned)",
-                    if media.is_empty() { "(none)" } else { &media }
-                ),
-            ));
+            let media = if media.is_empty() { "(none)" } else { &media };
+            let why = format!("content type {media} is not text-like (only text, JSON, XML and the like are returned)");
+            return Err(refused!(Content, "{why}"));
         }
         let decoded = body::decode(raw, encoding.as_deref(), max)?;
-        body::to_text(&decoded, charset.as_deref())
-    };
-    let body_bytes = text.len();
-    let mut final_url = target.url.to_string();
-    if let Some(c) = cred {
-        redactions += c.scrub_text(&mut text) as u32;
-        redactions += c.scrub_text(&mut final_url) as u32;
-        for r in &mut redirects {
-            redactions += c.scrub_text(r) as u32;
-        }
+        text = body::to_text(&decoded, charset.as_deref());
     }
+    let body_bytes = text.len();
+    let mut final_url = answer.target.url.to_string();
+    redactions += scrub(&mut text) + scrub(&mut final_url);
+    redactions += redirects.iter_mut().map(scrub).sum::<u32>();
+    let body = FetchedBody {
+        final_url,
+        redirects,
+        address: answer.address,
+        status,
+        content_type: media,
+        body_bytes,
+        text,
+    };
     Ok(Sent {
-        body: FetchedBody {
-            final_url,
-            redirects,
-            address: answer.address,
-            status,
-            content_type: media,
-            body_bytes,
-            text,
-        },
+        body,
         headers,
         credential_sent,
         dropped_headers,

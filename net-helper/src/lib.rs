@@ -11,7 +11,6 @@ pub mod body;
 #[cfg(target_os = "linux")]
 pub mod client;
 pub mod config;
-pub mod connect;
 pub mod error;
 pub mod fetch;
 pub mod http;
@@ -23,10 +22,8 @@ pub mod relay;
 pub mod resolve;
 #[cfg(any(target_os = "linux", windows))]
 pub mod service;
-pub mod sni;
 pub mod target;
 pub mod tls;
-pub mod wrap;
 
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};

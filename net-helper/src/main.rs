@@ -50,9 +50,8 @@ fn main() -> std::process::ExitCode {
         let (reader, replies, writer) =
             chan.into_async(&BROKER_TO_NET, sandbox::windows::async_pipe);
         let writing = tokio::spawn(writer.run());
-        NetService::new(ctx, cfg.max_tunnels)
-            .serve(reader, replies)
-            .await;
+        let service = NetService::new(ctx, cfg.max_tunnels);
+        service.serve(reader, replies).await;
         // The broker closed the channel: stop, tunnels and all.
         writing.abort();
     });

@@ -4,19 +4,18 @@
 //! messages: a JSON body is one, a `text/event-stream` body gives the `data` of each `message`
 //! event. The JSON itself is read by the servers-helper, not here.
 
-use crate::error::FetchError;
+use crate::error::{refused, FetchError};
 use crate::http;
 use crate::NetContext;
 use ipc_schema::net::{
-    FetchLimits, HttpSend, McpAnswer, McpPost, McpSessionId, NetReply, RefusalKind, MCP_REPLY_MAX,
+    FetchLimits, HttpSend, McpAnswer, McpPost, McpSessionId, NetReply, MCP_REPLY_MAX,
 };
 use ipc_schema::tool::HttpMethod;
 
 pub async fn serve(ctx: &NetContext, req: McpPost) -> NetReply {
     let cred = req.credential.clone();
-    post(ctx, req)
-        .await
-        .map_or_else(|e| http::scrubbed(e, cred.as_ref()), NetReply::Mcp)
+    let posted = post(ctx, req).await;
+    posted.map_or_else(|e| http::scrubbed(e, cred.as_ref()), NetReply::Mcp)
 }
 
 async fn post(ctx: &NetContext, req: McpPost) -> Result<McpAnswer, FetchError> {
@@ -51,7 +50,7 @@ async fn post(ctx: &NetContext, req: McpPost) -> Result<McpAnswer, FetchError> {
         .find(|(k, _)| k.eq_ignore_ascii_case("mcp-session-id"))
         .map(|(_, v)| McpSessionId::try_from(v.clone()))
         .transpose()
-        .map_err(|e| FetchError::refused(RefusalKind::Invalid, format!("the server's {e}")))?;
+        .map_err(|e| refused!(Invalid, "the server's {e}"))?;
     let body = &sent.body;
     let messages = match body.content_type.as_str() {
         _ if body.text.is_empty() => Vec::new(),
@@ -60,10 +59,9 @@ async fn post(ctx: &NetContext, req: McpPost) -> Result<McpAnswer, FetchError> {
         // An error page of a server that refused the request: its status says why.
         _ if !(200..300).contains(&body.status) => Vec::new(),
         other => {
-            return Err(FetchError::refused(
-                RefusalKind::Content,
-                format!("a remote MCP server answered with {other}, not JSON or an event stream"),
-            ))
+            let why =
+                format!("a remote MCP server answered with {other}, not JSON or an event stream");
+            return Err(refused!(Content, "{why}"));
         }
     };
     Ok(McpAnswer {
@@ -84,31 +82,21 @@ fn one_line(s: &str) -> String {
 /// lines end at CRLF, LF or CR; `data` lines join with LF; a blank line dispatches; comments,
 /// `id` and `retry` are ignored; an event cut off by the end of the stream is dropped).
 fn events(stream: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let (mut data, mut kind) = (None::<String>, String::new());
+    let (mut out, mut data, mut kind) = (Vec::new(), None::<Vec<&str>>, "");
     for line in stream.split("\r\n").flat_map(|l| l.split(['\r', '\n'])) {
-        if line.is_empty() {
-            if let Some(d) = data.take() {
-                if kind.is_empty() || kind == "message" {
-                    out.push(one_line(&d));
-                }
-            }
-            kind.clear();
-            continue;
-        }
         let (field, value) = match line.split_once(':') {
             Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
             None => (line, ""),
         };
         match field {
-            "data" => {
-                let d = data.get_or_insert_with(String::new);
-                if !d.is_empty() {
-                    d.push('\n');
+            "" if line.is_empty() => {
+                if let Some(d) = data.take().filter(|_| kind.is_empty() || kind == "message") {
+                    out.push(one_line(&d.join("\n")));
                 }
-                d.push_str(value);
+                kind = "";
             }
-            "event" => kind = value.to_string(),
+            "data" => data.get_or_insert_with(Vec::new).push(value),
+            "event" => kind = value,
             _ => {}
         }
     }

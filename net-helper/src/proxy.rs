@@ -2,18 +2,16 @@
 //! address table as fetches, optional SNI check, then a byte relay. Every client connection ends
 //! in one [`EgressRecord`], which the broker writes to the audit log.
 
-use crate::allowlist::{parse_host, Allowlist};
-use crate::connect::{connect_pinned, judged_addresses};
+use crate::allowlist::Allowlist;
 use crate::error::{human_duration, FetchError};
-use crate::relay::{relay, ClientConn, RelayLimits};
-use crate::sni::{parse_first_flight, FirstFlight};
+use crate::relay::{relay, ClientConn};
+use crate::resolve::connect_pinned;
 use crate::target::Host;
 use crate::NetContext;
 use base64::Engine;
 use ipc_schema::net::{EgressRecord, EgressVerdict, ProxySession, RefusalKind};
 use std::collections::HashMap;
-use std::net::IpAddr;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -44,13 +42,21 @@ pub struct Proxy {
     max_total: u32,
 }
 
-/// Holds one tunnel slot in the session and the total; frees both when dropped.
-struct Slot(Arc<AtomicU32>, Arc<AtomicU32>);
+/// One tunnel counted in a session's or the proxy's count, and uncounted when dropped.
+struct Slot(Arc<AtomicU32>);
+
+impl Slot {
+    /// A slot in `count`, unless it is at `max` already.
+    fn take(count: &Arc<AtomicU32>, max: u32) -> Option<Slot> {
+        let below = |n| (n < max).then_some(n + 1);
+        count.fetch_update(SeqCst, SeqCst, below).ok()?;
+        Some(Slot(count.clone()))
+    }
+}
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-        self.1.fetch_sub(1, Ordering::SeqCst);
+        self.0.fetch_sub(1, SeqCst);
     }
 }
 
@@ -63,19 +69,18 @@ struct Refusal {
     failed: bool,
 }
 
-fn refuse(status: u16, reason: impl Into<String>) -> Refusal {
-    let reason = reason.into();
-    Refusal {
-        status,
-        reason,
-        failed: false,
-    }
+/// A [`Refusal`] with `status` (0: none is sent), its reason as `format!` writes it.
+macro_rules! refuse {
+    ($status:expr, $($reason:tt)+) => {
+        Refusal { status: $status, reason: format!($($reason)+), failed: false }
+    };
 }
 
-fn fail(status: u16, reason: String) -> Refusal {
-    Refusal {
-        failed: true,
-        ..refuse(status, reason)
+impl Refusal {
+    /// The same, as a failure of the upstream rather than a rule's refusal.
+    fn failure(mut self) -> Refusal {
+        self.failed = true;
+        self
     }
 }
 
@@ -95,16 +100,14 @@ impl Proxy {
 
     /// Starts a session or replaces its settings.
     pub fn open(&self, cfg: ProxySession) -> Result<(), String> {
+        let l = &cfg.limits;
         if cfg.session.is_empty() || cfg.session.len() > 128 {
             return Err("a session name must have 1 to 128 bytes".into());
         }
         if cfg.token.len() < 16 {
             return Err("a proxy token must have at least 16 bytes".into());
         }
-        if cfg.limits.max_tunnels == 0
-            || cfg.limits.idle_ms == 0
-            || cfg.limits.max_tunnel_bytes == 0
-        {
+        if l.max_tunnels == 0 || l.idle_ms == 0 || l.max_tunnel_bytes == 0 {
             return Err("proxy limits must be above zero".into());
         }
         if cfg.ports.contains(&0) {
@@ -112,20 +115,15 @@ impl Proxy {
         }
         let allow = Allowlist::parse(&cfg.allow)?;
         let mut sessions = self.sessions();
-        let open = sessions
-            .get(&cfg.session)
-            .map(|s| s.open.clone())
-            .unwrap_or_default();
-        let name = cfg.session.clone();
-        sessions.insert(
-            name,
-            Arc::new(Session {
-                cfg,
-                allow,
-                open,
-                closed: watch::channel(false).0,
-            }),
-        );
+        let open = sessions.get(&cfg.session).map(|s| s.open.clone());
+        let (open, closed) = (open.unwrap_or_default(), watch::channel(false).0);
+        let session = Session {
+            allow,
+            open,
+            closed,
+            cfg,
+        };
+        sessions.insert(session.cfg.session.clone(), Arc::new(session));
         Ok(())
     }
 
@@ -133,19 +131,19 @@ impl Proxy {
     pub fn close(&self, session: &str) -> Option<u32> {
         let s = self.sessions().remove(session)?;
         s.closed.send_replace(true);
-        Some(s.open.load(Ordering::SeqCst))
+        Some(s.open.load(SeqCst))
     }
 
     /// Serves one client connection to its end.
     pub async fn serve(&self, session: &str, mut conn: ClientConn) -> EgressRecord {
         let mut target = "-".to_string();
-        let verdict = match self.serve_inner(session, &mut conn, &mut target).await {
+        let verdict = match self.tunnel(session, &mut conn, &mut target).await {
             Ok(v) => v,
             Err(r) => {
-                if r.status != 0 {
-                    let _ = respond(&mut conn, r.status, &r.reason).await;
-                }
                 let (status, reason) = (r.status, r.reason);
+                if status != 0 {
+                    let _ = respond(&mut conn, status, &reason).await;
+                }
                 match r.failed {
                     true => EgressVerdict::Failed { status, reason },
                     false => EgressVerdict::Refused { status, reason },
@@ -159,7 +157,7 @@ impl Proxy {
         }
     }
 
-    async fn serve_inner(
+    async fn tunnel(
         &self,
         session: &str,
         conn: &mut ClientConn,
@@ -171,190 +169,125 @@ impl Proxy {
         let req = parse_request(&head)?;
         *target_out = printable(&req.target);
         let sess = self.sessions().get(session).cloned();
-        let Some(sess) = sess else {
-            return Err(refuse(403, format!("unknown session {session}")));
-        };
+        let sess = sess.ok_or_else(|| refuse!(403, "unknown session {session}"))?;
         check_token(&req, &sess.cfg.token)?;
         if req.method != "CONNECT" {
-            return Err(refuse(
+            let method = printable(&req.method);
+            return Err(refuse!(
                 403,
-                format!(
-                    "method {} is not allowed (CONNECT only)",
-                    printable(&req.method)
-                ),
+                "method {method} is not allowed (CONNECT only)"
             ));
         }
         let (host, port) = parse_authority(&req.target)?;
-        let ports: &[u16] = if sess.cfg.ports.is_empty() {
-            &[443]
-        } else {
-            &sess.cfg.ports
+        let ports: &[u16] = match &sess.cfg.ports[..] {
+            [] => &[443],
+            ports => ports,
         };
         if !ports.contains(&port) {
             let list: Vec<String> = ports.iter().map(u16::to_string).collect();
-            return Err(refuse(
-                403,
-                format!("port {port} is not allowed (only {})", list.join(", ")),
-            ));
+            let only = list.join(", ");
+            return Err(refuse!(403, "port {port} is not allowed (only {only})"));
         }
         if !sess.allow.allows(&host) {
-            return Err(refuse(
-                403,
-                match host {
-                    Host::Name(n) => format!("{n} is not on the session's allowlist"),
-                    Host::Ip(a) => format!("IP-literal target {a} is not allowed by address"),
-                },
-            ));
+            return Err(match &host {
+                Host::Name(n) => refuse!(403, "{n} is not on the session's allowlist"),
+                Host::Ip(a) => refuse!(403, "IP-literal target {a} is not allowed by address"),
+            });
         }
-        let _slot = self.take_slot(&sess)?;
+        let (name, max) = (&sess.cfg.session, sess.cfg.limits.max_tunnels);
+        let Some(_slot) = Slot::take(&sess.open, max) else {
+            let why = format!("session {name} has {max} tunnels open (its tunnel limit)");
+            return Err(refuse!(403, "{why}"));
+        };
+        let max = self.max_total;
+        let Some(_total) = Slot::take(&self.total_open, max) else {
+            let why = format!("the proxy has {max} tunnels open (the total tunnel limit)");
+            return Err(refuse!(403, "{why}"));
+        };
 
         // Refusals need the addresses, so the lookup and the judgement come before any answer.
-        let judged = tokio::time::timeout(
-            CONNECT_TIMEOUT,
-            judged_addresses(&self.ctx.resolver, &self.ctx.policy, &host),
-        )
-        .await;
-        let addrs = match judged {
+        let judged = tokio::time::timeout(CONNECT_TIMEOUT, self.ctx.judged_addresses(&host));
+        let within = || human_duration(CONNECT_TIMEOUT);
+        let addrs = match judged.await {
             Err(_) => {
-                let within = human_duration(CONNECT_TIMEOUT);
-                return Err(fail(
-                    504,
-                    format!("the lookup of {host} did not finish within {within}"),
-                ));
+                let why = format!("the lookup of {host} did not finish within {}", within());
+                return Err(refuse!(504, "{why}").failure());
             }
-            Ok(Err(FetchError::Refused(kind, reason))) if kind != RefusalKind::Name => {
-                return Err(refuse(403, reason));
+            Ok(Err(FetchError::Refused(kind, why))) if kind != RefusalKind::Name => {
+                return Err(refuse!(403, "{why}"))
             }
-            Ok(Err(FetchError::Refused(_, reason) | FetchError::Failed(reason))) => {
-                return Err(fail(502, reason))
-            }
+            Ok(Err(e)) => return Err(refuse!(502, "{}", e.reason()).failure()),
             Ok(Ok(addrs)) => addrs,
         };
         // The upstream connection is made while the 200 goes out and the client's first bytes
         // come in, so opening a tunnel costs one round trip less (bench net). Its failure then
         // closes the tunnel instead of answering 502; the audit row says why.
-        let connecting = tokio::spawn(async move {
-            tokio::time::timeout(CONNECT_TIMEOUT, connect_pinned(&addrs, port)).await
-        });
+        let connecting = tokio::time::timeout(CONNECT_TIMEOUT, connect_pinned(addrs, port));
+        let connecting = tokio::spawn(connecting);
         let abort = connecting.abort_handle();
-        if let Err(e) = conn
-            .io()
-            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
-            .await
-        {
+        let established = b"HTTP/1.1 200 Connection established\r\n\r\n";
+        if let Err(e) = conn.io().write_all(established).await {
             abort.abort();
-            return Err(refuse(0, format!("the client went away: {e}")));
+            return Err(refuse!(0, "the client went away: {e}"));
         }
         let mut first = early;
         if let (true, Host::Name(want)) = (sess.cfg.sni_check, &host) {
-            first = read_hello(conn, first, want)
-                .await
-                .inspect_err(|_| abort.abort())?;
+            let hello = read_hello(conn, first, want).await;
+            first = hello.inspect_err(|_| abort.abort())?;
         }
-        let (mut upstream, addr) = match connecting.await {
+        let (mut upstream, address) = match connecting.await {
             Ok(Ok(Ok(up))) => up,
-            Ok(Ok(Err(e))) => return Err(fail(0, e.reason().to_string())),
+            Ok(Ok(Err(e))) => return Err(refuse!(0, "{}", e.reason()).failure()),
             Ok(Err(_)) => {
-                let within = human_duration(CONNECT_TIMEOUT);
-                return Err(fail(
-                    0,
-                    format!("{host}:{port} was not reached within {within}"),
-                ));
+                let why = format!("{host}:{port} was not reached within {}", within());
+                return Err(refuse!(0, "{why}").failure());
             }
-            Err(e) => return Err(fail(0, format!("connecting failed: {e}"))),
+            Err(e) => return Err(refuse!(0, "connecting failed: {e}").failure()),
+        };
+        let tunnelled = |bytes_up, bytes_down, ended| EgressVerdict::Tunnelled {
+            address,
+            port,
+            bytes_up,
+            bytes_down,
+            ended,
         };
         if !first.is_empty() {
             if let Err(e) = upstream.write_all(&first).await {
-                return Ok(tunnel_end(addr, port, 0, 0, format!("upstream write: {e}")));
+                return Ok(tunnelled(0, 0, format!("upstream write: {e}")));
             }
         }
-        let limits = RelayLimits {
-            idle: Duration::from_millis(sess.cfg.limits.idle_ms.into()),
-            max_bytes: sess.cfg.limits.max_tunnel_bytes,
-        };
-        let out = relay(conn, &mut upstream, limits, sess.closed.subscribe()).await;
-        Ok(tunnel_end(
-            addr,
-            port,
-            out.up + first.len() as u64,
-            out.down,
-            out.ended,
-        ))
-    }
-
-    fn take_slot(&self, sess: &Session) -> Result<Slot, Refusal> {
-        let max = sess.cfg.limits.max_tunnels;
-        if sess.open.fetch_add(1, Ordering::SeqCst) >= max {
-            sess.open.fetch_sub(1, Ordering::SeqCst);
-            return Err(refuse(
-                403,
-                format!(
-                    "session {} has {max} tunnels open (its tunnel limit)",
-                    sess.cfg.session
-                ),
-            ));
-        }
-        if self.total_open.fetch_add(1, Ordering::SeqCst) >= self.max_total {
-            self.total_open.fetch_sub(1, Ordering::SeqCst);
-            sess.open.fetch_sub(1, Ordering::SeqCst);
-            return Err(refuse(
-                403,
-                format!(
-                    "the proxy has {} tunnels open (the total tunnel limit)",
-                    self.max_total
-                ),
-            ));
-        }
-        Ok(Slot(sess.open.clone(), self.total_open.clone()))
-    }
-}
-
-fn tunnel_end(address: IpAddr, port: u16, up: u64, down: u64, ended: String) -> EgressVerdict {
-    EgressVerdict::Tunnelled {
-        address,
-        port,
-        bytes_up: up,
-        bytes_down: down,
-        ended,
+        let closed = sess.closed.subscribe();
+        let out = relay(conn, &mut upstream, &sess.cfg.limits, closed).await;
+        Ok(tunnelled(out.up + first.len() as u64, out.down, out.ended))
     }
 }
 
 /// Reads up to the end of the request head; returns the head and any bytes after it.
-async fn read_head(rd: &mut ClientConn) -> Result<(Vec<u8>, Vec<u8>), Refusal> {
+async fn read_head(conn: &mut ClientConn) -> Result<(Vec<u8>, Vec<u8>), Refusal> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 2048];
     let read = async {
         loop {
-            if let Some(end) = find_head_end(&buf) {
-                let early = buf.split_off(end);
+            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let early = buf.split_off(end + 4);
                 return Ok((std::mem::take(&mut buf), early));
             }
             if buf.len() > MAX_HEAD {
-                return Err(refuse(
-                    431,
-                    format!("the request head exceeds {MAX_HEAD} bytes"),
-                ));
+                return Err(refuse!(431, "the request head exceeds {MAX_HEAD} bytes"));
             }
-            match rd.io().read(&mut chunk).await {
-                Ok(0) => return Err(refuse(0, "the client closed before sending a request")),
+            match conn.io().read(&mut chunk).await {
+                Ok(0) => return Err(refuse!(0, "the client closed before sending a request")),
                 Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                Err(e) => return Err(refuse(0, format!("reading the request failed: {e}"))),
+                Err(e) => return Err(refuse!(0, "reading the request failed: {e}")),
             }
         }
     };
-    let late = || {
-        Err(refuse(
-            408,
-            format!("no request within {}", human_duration(HEAD_TIMEOUT)),
-        ))
+    let late = |_| {
+        let within = human_duration(HEAD_TIMEOUT);
+        Err(refuse!(408, "no request within {within}"))
     };
-    tokio::time::timeout(HEAD_TIMEOUT, read)
-        .await
-        .unwrap_or_else(|_| late())
-}
-
-fn find_head_end(buf: &[u8]) -> Option<usize> {
-    buf.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4)
+    let done = tokio::time::timeout(HEAD_TIMEOUT, read).await;
+    done.unwrap_or_else(late)
 }
 
 struct Request {
@@ -368,44 +301,36 @@ fn parse_request(head: &[u8]) -> Result<Request, Refusal> {
     let mut req = httparse::Request::new(&mut headers);
     match req.parse(head) {
         Ok(httparse::Status::Complete(_)) => {}
-        Ok(httparse::Status::Partial) => return Err(refuse(400, "incomplete request head")),
-        Err(e) => return Err(refuse(400, format!("malformed request ({e})"))),
+        Ok(httparse::Status::Partial) => return Err(refuse!(400, "incomplete request head")),
+        Err(e) => return Err(refuse!(400, "malformed request ({e})")),
     }
-    let proxy_auth = req
-        .headers
-        .iter()
-        .filter(|h| h.name.eq_ignore_ascii_case("proxy-authorization"))
-        .map(|h| String::from_utf8_lossy(h.value).into_owned())
-        .collect();
+    let auth = req.headers.iter();
+    let auth = auth.filter(|h| h.name.eq_ignore_ascii_case("proxy-authorization"));
+    let auth = auth.map(|h| String::from_utf8_lossy(h.value).into_owned());
     Ok(Request {
         method: req.method.unwrap_or_default().to_string(),
         target: req.path.unwrap_or_default().to_string(),
-        proxy_auth,
+        proxy_auth: auth.collect(),
     })
 }
 
 /// At most 200 printable ASCII characters of something a client sent, for audit rows.
 fn printable(s: &str) -> String {
-    s.chars()
-        .take(200)
-        .map(|c| if c.is_ascii_graphic() { c } else { '?' })
-        .collect()
+    let shown = |c: char| if c.is_ascii_graphic() { c } else { '?' };
+    s.chars().take(200).map(shown).collect()
 }
 
 fn check_token(req: &Request, token: &str) -> Result<(), Refusal> {
-    let Some(value) = req.proxy_auth.first() else {
-        return Err(refuse(407, "no proxy token (Proxy-Authorization)"));
+    let value = match &req.proxy_auth[..] {
+        [] => return Err(refuse!(407, "no proxy token (Proxy-Authorization)")),
+        [value] => value.trim(),
+        _ => return Err(refuse!(407, "more than one Proxy-Authorization header")),
     };
-    if req.proxy_auth.len() > 1 {
-        return Err(refuse(407, "more than one Proxy-Authorization header"));
-    }
-    let given = match value.trim().split_once(' ') {
+    let given = match value.split_once(' ') {
         Some((scheme, rest)) if scheme.eq_ignore_ascii_case("basic") => {
-            base64::engine::general_purpose::STANDARD
-                .decode(rest.trim())
-                .ok()
-                .and_then(|b| String::from_utf8(b).ok())
-                .and_then(|s| s.split_once(':').map(|(_, p)| p.to_string()))
+            let raw = base64::engine::general_purpose::STANDARD.decode(rest.trim());
+            let text = raw.ok().and_then(|b| String::from_utf8(b).ok());
+            text.and_then(|s| Some(s.split_once(':')?.1.to_string()))
         }
         Some((scheme, rest)) if scheme.eq_ignore_ascii_case("bearer") => {
             Some(rest.trim().to_string())
@@ -414,20 +339,18 @@ fn check_token(req: &Request, token: &str) -> Result<(), Refusal> {
     };
     match given {
         Some(g) if constant_time_eq(g.as_bytes(), token.as_bytes()) => Ok(()),
-        _ => Err(refuse(407, "wrong proxy token")),
+        _ => Err(refuse!(407, "wrong proxy token")),
     }
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// `host:port` (authority form), the host parsed as a URL parser would.
 fn parse_authority(t: &str) -> Result<(Host, u16), Refusal> {
-    let bad = |why: &str| refuse(400, format!("CONNECT target {} {why}", printable(t)));
+    let shown = printable(t);
+    let bad = |why: &str| refuse!(400, "CONNECT target {shown} {why}");
     let (host, port) = t.rsplit_once(':').ok_or_else(|| bad("has no port"))?;
     if host.starts_with('[') != host.ends_with(']') {
         return Err(bad("is not host:port"));
@@ -436,21 +359,61 @@ fn parse_authority(t: &str) -> Result<(Host, u16), Refusal> {
     if port == 0 {
         return Err(bad("has port 0"));
     }
-    let host = parse_host(host)
-        .map_err(|e| refuse(403, format!("CONNECT target {}: {e}", printable(t))))?;
+    // The host as a URL parser reads it.
+    let host = Host::parse(host).map_err(|e| refuse!(403, "CONNECT target {shown}: {e}"))?;
     Ok((host, port))
 }
 
-async fn read_hello(rd: &mut ClientConn, mut buf: Vec<u8>, want: &str) -> Result<Vec<u8>, Refusal> {
+/// What the first bytes of a tunnel say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum FirstFlight {
+    /// More bytes are needed.
+    Incomplete,
+    /// A ClientHello, with its SNI (lower case, trailing dot removed) if it sent one.
+    Hello(Option<String>),
+    /// Not a TLS ClientHello.
+    NotTls(String),
+}
+
+/// What the first bytes of a tunnel say, read by rustls's own ClientHello parser (through its
+/// `Acceptor`, which never answers anything).
+fn parse_first_flight(bytes: &[u8]) -> FirstFlight {
+    let mut acceptor = rustls::server::Acceptor::default();
+    let mut rd = bytes;
+    while !rd.is_empty() {
+        match acceptor.read_tls(&mut rd) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) => return FirstFlight::NotTls(e.to_string()),
+        }
+    }
+    match acceptor.accept() {
+        Ok(None) => FirstFlight::Incomplete,
+        Ok(Some(accepted)) => FirstFlight::Hello(
+            accepted
+                .client_hello()
+                .server_name()
+                .map(|s| s.trim_end_matches('.').to_ascii_lowercase()),
+        ),
+        Err((e, _)) => FirstFlight::NotTls(e.to_string()),
+    }
+}
+
+/// The tunnel's first bytes, read on until they hold a ClientHello whose SNI is `want`.
+async fn read_hello(
+    conn: &mut ClientConn,
+    mut buf: Vec<u8>,
+    want: &str,
+) -> Result<Vec<u8>, Refusal> {
     let mut chunk = [0u8; 4096];
     let read = async {
         loop {
             let refused = match parse_first_flight(&buf) {
                 FirstFlight::Hello(Some(sni)) if sni == want => return Ok(()),
-                FirstFlight::Hello(Some(sni)) => format!(
-                    "SNI {} does not match the CONNECT host {want}",
-                    printable(&sni)
-                ),
+                FirstFlight::Hello(Some(sni)) => {
+                    let sni = printable(&sni);
+                    format!("SNI {sni} does not match the CONNECT host {want}")
+                }
                 FirstFlight::Hello(None) => {
                     format!("the TLS ClientHello has no SNI (the CONNECT host is {want})")
                 }
@@ -460,7 +423,7 @@ async fn read_hello(rd: &mut ClientConn, mut buf: Vec<u8>, want: &str) -> Result
                 FirstFlight::Incomplete if buf.len() > MAX_HELLO => {
                     format!("no complete TLS ClientHello in the first {MAX_HELLO} bytes")
                 }
-                FirstFlight::Incomplete => match rd.io().read(&mut chunk).await {
+                FirstFlight::Incomplete => match conn.io().read(&mut chunk).await {
                     Ok(0) => "the client closed before its TLS ClientHello".into(),
                     Ok(n) => {
                         buf.extend_from_slice(&chunk[..n]);
@@ -469,40 +432,37 @@ async fn read_hello(rd: &mut ClientConn, mut buf: Vec<u8>, want: &str) -> Result
                     Err(e) => format!("reading the ClientHello failed: {e}"),
                 },
             };
-            return Err(refuse(0, refused));
+            return Err(refuse!(0, "{refused}"));
         }
     };
+    let within = human_duration(HELLO_TIMEOUT);
     match tokio::time::timeout(HELLO_TIMEOUT, read).await {
-        Ok(Ok(())) => Ok(buf),
-        Ok(Err(r)) => Err(r),
-        Err(_) => {
-            let within = human_duration(HELLO_TIMEOUT);
-            Err(refuse(0, format!("no TLS ClientHello within {within}")))
-        }
+        Ok(read) => read.map(|()| buf),
+        Err(_) => Err(refuse!(0, "no TLS ClientHello within {within}")),
     }
 }
 
-async fn respond(wr: &mut ClientConn, status: u16, reason: &str) -> std::io::Result<()> {
+async fn respond(conn: &mut ClientConn, status: u16, reason: &str) -> std::io::Result<()> {
     // (400 Bad Request, 403 Forbidden, 407 Proxy Authentication Required, ...)
     let phrase = http::StatusCode::from_u16(status).ok();
     let phrase = phrase.and_then(|s| s.canonical_reason()).unwrap_or("Error");
     let body = format!("refused: {reason}\n");
-    let auth = if status == 407 {
-        "Proxy-Authenticate: Basic realm=\"gatehouse\"\r\n"
-    } else {
-        ""
+    let auth = match status {
+        407 => "Proxy-Authenticate: Basic realm=\"gatehouse\"\r\n",
+        _ => "",
     };
     let msg = format!(
         "HTTP/1.1 {status} {phrase}\r\n{auth}Content-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
-    wr.io().write_all(msg.as_bytes()).await?;
-    wr.io().shutdown().await
+    conn.io().write_all(msg.as_bytes()).await?;
+    conn.io().shutdown().await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     fn req(auth: &[&str]) -> Request {
         Request {
@@ -574,5 +534,37 @@ mod tests {
             400
         );
         assert_eq!(parse_authority("localhost:443").unwrap_err().status, 403);
+    }
+
+    fn client_hello(name: &str) -> Vec<u8> {
+        let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+        let mut conn = rustls::ClientConnection::new(
+            Arc::new(cfg),
+            rustls::pki_types::ServerName::try_from(name.to_string()).unwrap(),
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        conn.write_tls(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn reads_the_sni() {
+        let hello = client_hello("Example.com");
+        assert_eq!(
+            parse_first_flight(&hello),
+            FirstFlight::Hello(Some("example.com".into()))
+        );
+        assert_eq!(parse_first_flight(&hello[..10]), FirstFlight::Incomplete);
+        assert!(matches!(
+            parse_first_flight(b"GET / HTTP/1.1\r\n\r\n"),
+            FirstFlight::NotTls(_)
+        ));
     }
 }

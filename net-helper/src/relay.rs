@@ -7,8 +7,8 @@
 //! profile needs no `pipe2` or `splice`.
 
 use crate::error::{human_bytes, human_duration};
-use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use ipc_schema::net::ProxyLimits;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
@@ -16,11 +16,6 @@ use tokio::sync::watch;
 
 /// Per-direction buffer.
 pub const RELAY_BUF: usize = 256 * 1024;
-#[derive(Debug, Clone, Copy)]
-pub struct RelayLimits {
-    pub idle: Duration,
-    pub max_bytes: u64,
-}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RelayOutcome {
@@ -48,59 +43,52 @@ impl ClientConn {
     }
 }
 
-enum PumpEnd {
-    Eof,
-    ByteLimit,
-    Error(String),
-}
-
+/// What both directions of a tunnel share.
 struct Shared {
+    limits: ProxyLimits,
     start: Instant,
     /// Milliseconds since `start` of the last byte moved either way.
     last: AtomicU64,
+    /// Bytes moved each way, and bytes admitted both ways together (against the byte limit).
+    up: AtomicU64,
+    down: AtomicU64,
     total: AtomicU64,
-    max: u64,
 }
 
-impl Shared {
-    /// Counts `n` bytes about to move; false once the byte limit would be passed.
-    fn admit(&self, n: usize) -> bool {
-        self.total.fetch_add(n as u64, Ordering::Relaxed) + n as u64 <= self.max
-    }
-
-    fn moved(&self, counter: &AtomicU64, n: usize) {
-        counter.fetch_add(n as u64, Ordering::Relaxed);
-        self.last
-            .store(self.start.elapsed().as_millis() as u64, Ordering::Relaxed);
-    }
-}
-
-async fn copy_pump<R, W>(mut r: R, mut w: W, moved: &AtomicU64, sh: &Shared, what: &str) -> PumpEnd
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
+/// Copies `r` to `w` until `r` ends (`Ok`: the half-close is passed on, the other direction
+/// keeps running) or the byte limit or an error ends the tunnel (`Err`: why).
+async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    mut r: R,
+    mut w: W,
+    moved: &AtomicU64,
+    sh: &Shared,
+    what: &str,
+) -> Result<(), String> {
     // Uninitialised capacity (read_buf): a tunnel's first byte does not wait for 256 KiB of
     // zeroing.
     let mut buf = bytes::BytesMut::with_capacity(RELAY_BUF);
+    let max = sh.limits.max_tunnel_bytes;
     loop {
         buf.clear();
         let n = match r.read_buf(&mut buf).await {
             Ok(0) => {
                 // Pass the half-close on; the other direction keeps running.
                 let _ = w.shutdown().await;
-                return PumpEnd::Eof;
+                return Ok(());
             }
-            Ok(n) => n,
-            Err(e) => return PumpEnd::Error(format!("{what} read: {e}")),
+            Ok(n) => n as u64,
+            Err(e) => return Err(format!("{what} read: {e}")),
         };
-        if !sh.admit(n) {
-            return PumpEnd::ByteLimit;
+        if sh.total.fetch_add(n, Relaxed) + n > max {
+            let max = human_bytes(max);
+            return Err(format!("reached {max} (the tunnel byte limit)"));
         }
-        if let Err(e) = w.write_all(&buf[..n]).await {
-            return PumpEnd::Error(format!("{what} write: {e}"));
-        }
-        sh.moved(moved, n);
+        w.write_all(&buf)
+            .await
+            .map_err(|e| format!("{what} write: {e}"))?;
+        moved.fetch_add(n, Relaxed);
+        sh.last
+            .store(sh.start.elapsed().as_millis() as u64, Relaxed);
     }
 }
 
@@ -109,49 +97,38 @@ where
 pub async fn relay(
     client: &mut ClientConn,
     upstream: &mut TcpStream,
-    limits: RelayLimits,
+    limits: &ProxyLimits,
     closed: watch::Receiver<bool>,
 ) -> RelayOutcome {
     let sh = Shared {
+        limits: *limits,
         start: Instant::now(),
         last: AtomicU64::new(0),
+        up: AtomicU64::new(0),
+        down: AtomicU64::new(0),
         total: AtomicU64::new(0),
-        max: limits.max_bytes,
     };
-    let (up, down) = (AtomicU64::new(0), AtomicU64::new(0));
-    let (ur, uw) = upstream.split();
     let ended = match client {
-        ClientConn::Tcp(c) => {
-            let (cr, cw) = c.split();
-            let u = copy_pump(cr, uw, &up, &sh, "client");
-            let d = copy_pump(ur, cw, &down, &sh, "upstream");
-            drive(u, d, &sh, limits, closed).await
-        }
-        ClientConn::Unix(c) => {
-            let (cr, cw) = c.split();
-            let u = copy_pump(cr, uw, &up, &sh, "client");
-            let d = copy_pump(ur, cw, &down, &sh, "upstream");
-            drive(u, d, &sh, limits, closed).await
-        }
+        ClientConn::Tcp(c) => drive(c.split(), upstream.split(), &sh, closed).await,
+        ClientConn::Unix(c) => drive(c.split(), upstream.split(), &sh, closed).await,
     };
-    RelayOutcome {
-        up: up.load(Ordering::Relaxed),
-        down: down.load(Ordering::Relaxed),
-        ended,
-    }
+    let (up, down) = (sh.up.load(Relaxed), sh.down.load(Relaxed));
+    RelayOutcome { up, down, ended }
 }
 
 /// Runs both directions with the idle watch and the session's closing.
 async fn drive(
-    up_f: impl Future<Output = PumpEnd>,
-    down_f: impl Future<Output = PumpEnd>,
+    client: (impl AsyncRead + Unpin, impl AsyncWrite + Unpin),
+    upstream: (impl AsyncRead + Unpin, impl AsyncWrite + Unpin),
     sh: &Shared,
-    limits: RelayLimits,
     mut closed: watch::Receiver<bool>,
 ) -> String {
+    let up_f = pump(client.0, upstream.1, &sh.up, sh, "client");
+    let down_f = pump(upstream.0, client.1, &sh.down, sh, "upstream");
     tokio::pin!(up_f, down_f);
     let (mut up_done, mut down_done) = (false, false);
-    let tick = (limits.idle / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let idle = Duration::from_millis(sh.limits.idle_ms.into());
+    let tick = (idle / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + tick, tick);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -159,24 +136,18 @@ async fn drive(
             e = &mut up_f, if !up_done => { up_done = true; e }
             e = &mut down_f, if !down_done => { down_done = true; e }
             _ = ticker.tick() => {
-                let idle_ms = sh.start.elapsed().as_millis() as u64 - sh.last.load(Ordering::Relaxed);
-                if idle_ms >= limits.idle.as_millis() as u64 {
-                    return format!("idle for {} (the idle limit)", human_duration(limits.idle));
+                let idle_ms = sh.start.elapsed().as_millis() as u64 - sh.last.load(Relaxed);
+                if idle_ms >= idle.as_millis() as u64 {
+                    return format!("idle for {} (the idle limit)", human_duration(idle));
                 }
                 continue;
             }
             _ = closed.wait_for(|c| *c) => return "the session was closed".to_string(),
         };
         match end {
-            PumpEnd::Eof if up_done && down_done => return "closed".to_string(),
-            PumpEnd::Eof => {}
-            PumpEnd::ByteLimit => {
-                return format!(
-                    "reached {} (the tunnel byte limit)",
-                    human_bytes(limits.max_bytes)
-                )
-            }
-            PumpEnd::Error(e) => return e,
+            Ok(()) if up_done && down_done => return "closed".to_string(),
+            Ok(()) => {}
+            Err(why) => return why,
         }
     }
 }
@@ -205,14 +176,15 @@ mod tests {
                     (ClientConn::Tcp(a), ClientConn::Tcp(b))
                 };
                 let (mut up, mut server) = tcp_pair().await;
-                let limits = RelayLimits {
-                    idle: Duration::from_secs(30),
-                    max_bytes: 1 << 20,
+                let limits = ProxyLimits {
+                    max_tunnels: 1,
+                    idle_ms: 30_000,
+                    max_tunnel_bytes: 1 << 20,
                 };
                 let (_tx, rx) = watch::channel(false);
                 let task = tokio::spawn(async move {
                     let mut client = client;
-                    relay(&mut client, &mut up, limits, rx).await
+                    relay(&mut client, &mut up, &limits, rx).await
                 });
                 app.io().write_all(b"hello").await.unwrap();
                 let mut buf = [0u8; 5];

@@ -1,6 +1,10 @@
-//! Name resolution: A and AAAA asked together, the name made absolute (no search domain is ever
-//! appended), no hosts file, no cache, and only the name servers the helper was given.
+//! Name resolution (A and AAAA asked together, the name made absolute: no search domain is ever
+//! appended, no hosts file, no cache, and only the name servers the helper was given), the
+//! judgement of every address a host has, and the TCP connection pinned to a judged address.
 
+use crate::error::{failed, refused, FetchError};
+use crate::target::Host;
+use crate::NetContext;
 use hickory_resolver::config::{
     NameServerConfig, ResolveHosts, ResolverConfig as HickoryConfig, ResolverOpts,
 };
@@ -10,21 +14,7 @@ use hickory_resolver::proto::xfer::Protocol;
 use hickory_resolver::{Name, TokioResolver};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
-
-/// Why a name gave no addresses.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LookupError {
-    #[error("{0} does not resolve (no such name)")]
-    NoSuchName(String),
-    #[error("{0} has no A or AAAA records")]
-    NoAddresses(String),
-    #[error("the DNS lookup of {name} ({rtype}) failed: {reason}")]
-    Failed {
-        name: String,
-        rtype: &'static str,
-        reason: String,
-    },
-}
+use tokio::net::TcpStream;
 
 /// The helper's resolver.
 #[derive(Clone)]
@@ -58,50 +48,72 @@ impl NetResolver {
 
     /// Every A and AAAA address of `name` (an ASCII name without trailing dot). Both queries run
     /// concurrently and both must complete: a failure of either is a failure, so an address
-    /// never escapes judgement because its query timed out.
-    pub async fn lookup(&self, name: &str) -> Result<Vec<IpAddr>, LookupError> {
-        let fqdn = Name::from_ascii(format!("{name}.")).map_err(|e| LookupError::Failed {
-            name: name.to_string(),
-            rtype: "name",
-            reason: e.to_string(),
-        })?;
+    /// never escapes judgement because its query timed out. No such name, or no address at
+    /// all, is a refusal of kind `Name`.
+    pub async fn lookup(&self, name: &str) -> Result<Vec<IpAddr>, FetchError> {
+        let failure = |rtype: &str, e: &dyn std::fmt::Display| {
+            failed!("the DNS lookup of {name} ({rtype}) failed: {e}")
+        };
+        let fqdn = Name::from_ascii(format!("{name}.")).map_err(|e| failure("name", &e))?;
         let (a, aaaa) = tokio::join!(
             self.inner.lookup(fqdn.clone(), RecordType::A),
             self.inner.lookup(fqdn, RecordType::AAAA)
         );
-        let mut out = Vec::new();
-        let mut nx = 0;
+        let (mut out, mut nx) = (Vec::new(), false);
         for (res, rtype) in [(a, "A"), (aaaa, "AAAA")] {
             match res {
-                Ok(lookup) => {
-                    for rdata in lookup.iter() {
-                        match rdata {
-                            RData::A(a) => out.push(IpAddr::V4(a.0)),
-                            RData::AAAA(a) => out.push(IpAddr::V6(a.0)),
-                            _ => {}
-                        }
-                    }
-                }
-                Err(e) if e.is_nx_domain() => nx += 1,
+                Ok(lookup) => out.extend(lookup.iter().filter_map(|rdata| match rdata {
+                    RData::A(a) => Some(IpAddr::V4(a.0)),
+                    RData::AAAA(a) => Some(IpAddr::V6(a.0)),
+                    _ => None,
+                })),
+                Err(e) if e.is_nx_domain() => nx = true,
                 Err(e) if e.is_no_records_found() => {}
-                Err(e) => {
-                    return Err(LookupError::Failed {
-                        name: name.to_string(),
-                        rtype,
-                        reason: e.to_string(),
-                    })
-                }
+                Err(e) => return Err(failure(rtype, &e)),
             }
         }
         out.sort();
         out.dedup();
-        if out.is_empty() {
-            return Err(if nx > 0 {
-                LookupError::NoSuchName(name.to_string())
-            } else {
-                LookupError::NoAddresses(name.to_string())
-            });
+        match (out.is_empty(), nx) {
+            (false, _) => Ok(out),
+            (true, true) => Err(refused!(Name, "{name} does not resolve (no such name)")),
+            (true, false) => Err(refused!(Name, "{name} has no A or AAAA records")),
         }
-        Ok(out)
     }
+}
+
+impl NetContext {
+    /// Every address of `host`, each judged; one forbidden address refuses the host.
+    pub async fn judged_addresses(&self, host: &Host) -> Result<Vec<IpAddr>, FetchError> {
+        let (addrs, name) = match host {
+            Host::Ip(a) => (vec![*a], None),
+            Host::Name(n) => (self.resolver.lookup(n).await?, Some(n)),
+        };
+        let Some(f) = addrs.iter().find_map(|a| self.policy.judge(*a).err()) else {
+            return Ok(addrs);
+        };
+        Err(match name {
+            None => refused!(Address, "{f}"),
+            Some(n) => refused!(Address, "{n} resolves to a forbidden address: {f}"),
+        })
+    }
+}
+
+/// A TCP connection to the first of `addrs` that answers; only these checked addresses are
+/// ever dialled (no second lookup between check and connect).
+pub async fn connect_pinned(
+    ips: Vec<IpAddr>,
+    port: u16,
+) -> Result<(TcpStream, IpAddr), FetchError> {
+    let mut errors = Vec::new();
+    for a in ips {
+        match TcpStream::connect(SocketAddr::new(a, port)).await {
+            Ok(s) => {
+                let _ = s.set_nodelay(true);
+                return Ok((s, a));
+            }
+            Err(e) => errors.push(format!("{}: {e}", SocketAddr::new(a, port))),
+        }
+    }
+    Err(failed!("cannot connect ({})", errors.join("; ")))
 }

@@ -2,14 +2,13 @@
 //! and proxy modules. No proxy on Windows (its client connections are Unix sockets passed with
 //! their descriptors): there `ProxyOpen` is refused and `ProxyClose` finds no session.
 
+use crate::error::{refused, FetchError};
 use crate::fetch;
-use crate::wrap::wrap;
 use crate::NetContext;
 use ipc_schema::helper::{AsyncReader, Passed, Replies};
-use ipc_schema::net::{
-    FetchLimits, FetchRequest, FetchedPage, NetReply, NetRequest, FETCH_PART_MAX,
-};
+use ipc_schema::net::{FetchedPage, NetReply, NetRequest, FETCH_PART_MAX};
 use ipc_schema::{Body, Role};
+use rand::RngCore;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -41,8 +40,7 @@ impl NetService {
     /// Reads requests until the broker closes the channel; each is answered by its own task.
     pub async fn serve(self: Arc<Self>, mut reader: AsyncReader, replies: Replies) {
         while let Some(req) = reader.next().await {
-            let me = self.clone();
-            let replies = replies.clone();
+            let (me, replies) = (self.clone(), replies.clone());
             tokio::spawn(async move {
                 let id = req.id;
                 let reply = match req.body {
@@ -57,19 +55,13 @@ impl NetService {
     pub async fn handle(&self, req: NetRequest, fd: Option<Passed>) -> NetReply {
         match req {
             NetRequest::Check { url } => {
-                match fetch::check(&self.ctx, &url, &FetchLimits::default()).await {
-                    Ok(t) => NetReply::Checked(t),
-                    Err(e) => e.into_reply(),
-                }
+                let checked = fetch::check(&self.ctx, &url).await;
+                checked.map_or_else(FetchError::into_reply, NetReply::Checked)
             }
-            NetRequest::Fetch(FetchRequest {
-                url,
-                limits,
-                allowed_hosts,
-            }) => match fetch::fetch(&self.ctx, &url, &limits, allowed_hosts.as_deref()).await {
-                Ok(body) => NetReply::Fetched(self.page(body)),
-                Err(e) => e.into_reply(),
-            },
+            NetRequest::Fetch(req) => {
+                let fetched = fetch::fetch(&self.ctx, &req).await;
+                fetched.map_or_else(FetchError::into_reply, |b| NetReply::Fetched(self.page(b)))
+            }
             NetRequest::FetchPart { fetch, index } => self.part(fetch, index),
             #[cfg(windows)]
             NetRequest::ProxyOpen(_) | NetRequest::ProxyClose { .. } => {
@@ -111,7 +103,12 @@ impl NetService {
     }
 
     fn page(&self, body: fetch::FetchedBody) -> FetchedPage {
-        let (nonce, text) = wrap(&body.final_url, &body.text);
+        // The outside-text wrapper (`ipc_schema::outside`), with the OS's random nonces.
+        let (nonce, text) = ipc_schema::outside::wrap(&body.final_url, &body.text, || {
+            let mut raw = [0u8; 16];
+            rand::rngs::OsRng.fill_bytes(&mut raw);
+            raw
+        });
         let mut parts = split_parts(text, FETCH_PART_MAX);
         let id = self.next_fetch.fetch_add(1, Ordering::Relaxed);
         let first = parts.remove(0);
@@ -158,28 +155,23 @@ impl NetService {
 }
 
 fn invalid(reason: String) -> NetReply {
-    NetReply::Refused(ipc_schema::net::NetRefusal {
-        kind: ipc_schema::net::RefusalKind::Invalid,
-        reason,
-    })
+    refused!(Invalid, "{reason}").into_reply()
 }
 
 /// Splits `text` into pieces of at most `max` bytes, on character boundaries.
 pub fn split_parts(text: String, max: usize) -> Vec<String> {
-    if text.len() <= max {
-        return vec![text];
-    }
-    let mut out = Vec::new();
-    let mut rest = text.as_str();
-    while !rest.is_empty() {
+    let (mut out, mut rest) = (Vec::new(), text.as_str());
+    loop {
         let mut cut = rest.len().min(max);
         while !rest.is_char_boundary(cut) {
             cut -= 1;
         }
         out.push(rest[..cut].to_string());
         rest = &rest[cut..];
+        if rest.is_empty() {
+            return out;
+        }
     }
-    out
 }
 
 #[cfg(test)]

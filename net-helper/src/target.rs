@@ -7,8 +7,7 @@ use url::Url;
 pub const MAX_URL_LEN: usize = 8 * 1024;
 
 /// The host of a checked URL: the one typed host every process uses.
-pub use ipc_schema::host::Host;
-use ipc_schema::host::HostRefusal;
+pub use ipc_schema::host::{Host, HostRefusal};
 
 /// A URL that passed the checks that need no network.
 #[derive(Debug, Clone)]
@@ -31,10 +30,9 @@ pub enum UrlRefusal {
     Scheme(String),
     #[error("a URL with a user name or password is refused")]
     UserInfo,
-    #[error("the URL has an empty host")]
-    EmptyHost,
-    #[error("{0} is reserved for loopback (RFC 6761)")]
-    Localhost(String),
+    /// An empty host, `localhost`, or a host that is not valid.
+    #[error(transparent)]
+    Host(#[from] HostRefusal),
 }
 
 /// Parses `s` and applies the checks that need no network.
@@ -58,11 +56,7 @@ pub fn check_url(url: &mut Url) -> Result<Target, UrlRefusal> {
         return Err(UrlRefusal::UserInfo);
     }
     url.set_fragment(None);
-    let host = Host::of_url(url).map_err(|e| match e {
-        HostRefusal::Empty => UrlRefusal::EmptyHost,
-        HostRefusal::Localhost(n) => UrlRefusal::Localhost(n),
-        HostRefusal::Invalid(why) => UrlRefusal::Invalid(why),
-    })?;
+    let host = Host::of_url(url)?;
     let port = url
         .port_or_known_default()
         .ok_or_else(|| UrlRefusal::Invalid("no port".into()))?;
@@ -124,7 +118,7 @@ mod tests {
         );
         assert_eq!(
             parse_target("http://LocalHost./").unwrap_err(),
-            UrlRefusal::Localhost("localhost".into())
+            UrlRefusal::Host(HostRefusal::Localhost("localhost".into()))
         );
         assert!(matches!(
             parse_target("http://").unwrap_err(),
@@ -132,7 +126,7 @@ mod tests {
         ));
         assert_eq!(
             parse_target("http://./").unwrap_err(),
-            UrlRefusal::EmptyHost
+            UrlRefusal::Host(HostRefusal::Empty)
         );
         assert_eq!(
             parse_target(&format!("http://a.com/{}", "a".repeat(MAX_URL_LEN))).unwrap_err(),

@@ -1,9 +1,8 @@
 //! TLS for fetches: rustls with the webpki roots compiled in (plus, in test builds only, a test
 //! CA), verifying the certificate for the URL's host name, never for the pinned address.
 
-use crate::error::FetchError;
+use crate::error::{failed, refused, FetchError};
 use crate::target::Host;
-use ipc_schema::net::RefusalKind;
 use rustls::pki_types::{CertificateDer, ServerName};
 use std::sync::Arc;
 use tokio::net::TcpStream;
@@ -37,27 +36,20 @@ pub async fn handshake(
     tcp: TcpStream,
 ) -> Result<TlsStream<TcpStream>, FetchError> {
     let name = match host {
-        Host::Name(n) => ServerName::try_from(n.clone()).map_err(|e| {
-            FetchError::refused(
-                RefusalKind::Url,
-                format!("{n} is not a valid TLS server name ({e})"),
-            )
-        })?,
+        Host::Name(n) => ServerName::try_from(n.clone())
+            .map_err(|e| refused!(Url, "{n} is not a valid TLS server name ({e})"))?,
         Host::Ip(a) => ServerName::IpAddress((*a).into()),
     };
-    TlsConnector::from(cfg.clone())
-        .connect(name, tcp)
-        .await
-        .map_err(|e| {
-            let rustls_err = e
-                .get_ref()
-                .and_then(|inner| inner.downcast_ref::<rustls::Error>());
-            match rustls_err {
-                Some(rustls::Error::InvalidCertificate(c)) => FetchError::refused(
-                    RefusalKind::Tls,
-                    format!("the certificate of {host} does not verify: {c:?}"),
-                ),
-                _ => FetchError::failed(format!("the TLS handshake with {host} failed: {e}")),
+    let tls = TlsConnector::from(cfg.clone()).connect(name, tcp).await;
+    tls.map_err(|e| {
+        let cause = e
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>());
+        match cause {
+            Some(rustls::Error::InvalidCertificate(c)) => {
+                refused!(Tls, "the certificate of {host} does not verify: {c:?}")
             }
-        })
+            _ => failed!("the TLS handshake with {host} failed: {e}"),
+        }
+    })
 }

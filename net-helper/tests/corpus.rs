@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use ipc_schema::net::{FetchLimits, NetReply, NetRequest, RefusalKind};
+use ipc_schema::net::{NetReply, NetRequest, RefusalKind};
 use ipc_schema::Body;
 use net_helper::addr::AddressPolicy;
 use net_helper::resolve::NetResolver;
@@ -49,7 +49,7 @@ fn every_corpus_url_is_refused_by_the_library_with_its_reason() {
     };
     let mut wrong = Vec::new();
     for (url, want) in corpus() {
-        let got = rt.block_on(fetch::check(&ctx, &url, &FetchLimits::default()));
+        let got = rt.block_on(fetch::check(&ctx, &url));
         match got {
             Err(net_helper::error::FetchError::Refused(kind, reason)) => {
                 if reason != want {
