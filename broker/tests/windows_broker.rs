@@ -205,10 +205,9 @@ fn the_broker_serves_its_fronts_with_helpers_verified_from_outside() {
                     "{seen}"
                 );
                 assert!(
-                    report
-                        .degraded
-                        .iter()
-                        .any(|d| d.starts_with(&format!("outbound network is not refused ({seen})"))),
+                    report.degraded.iter().any(
+                        |d| d.starts_with(&format!("outbound network is not refused ({seen})"))
+                    ),
                     "{report:?}"
                 );
                 println!("wine does not enforce: WFP filters ({name} reached the loopback)");
@@ -614,6 +613,15 @@ fn the_command_line_asks_reads_and_checks_the_broker() {
         assert_eq!(code, Some(0), "{out}\n{err}");
         assert!(out.contains("chain intact"), "{out}");
     }
+
+    // `ui`: the console takes a terminal; without one it says so before connecting (the
+    // console itself is not driven here: Wine gives a test no console).
+    let (code, out, err) = gatehouse(&["ui"]);
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(
+        err.contains("the console needs a terminal: run it in one"),
+        "{err}"
+    );
 
     // `secret`: the value is never taken from a stdin that is not a terminal unless --stdin
     // says so; with it, the value goes to the command's own secrets-helper, spawned strictly

@@ -4,8 +4,6 @@
 
 use crate::Global;
 use std::io::IsTerminal;
-use std::os::fd::RawFd;
-use std::os::unix::net::UnixStream;
 use std::process::ExitCode;
 
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -17,18 +15,19 @@ pub struct UiArgs {
     #[arg(long, hide = true)]
     pub exit_after_decision: bool,
     /// Test builds only: run the console without its lockdown.
-    #[cfg(feature = "test-hooks")]
+    #[cfg(all(unix, feature = "test-hooks"))]
     #[arg(long)]
     pub test_skip_lockdown: bool,
     /// Test builds only: after the lockdown, try `open:PATH`, `connect:PATH` or `exec:PATH` and
     /// show what happened in the status line.
-    #[cfg(feature = "test-hooks")]
+    #[cfg(all(unix, feature = "test-hooks"))]
     #[arg(long, value_name = "OP:PATH")]
     pub test_probe: Option<String>,
 }
 
 impl UiArgs {
     /// The same options as `gatehouse ui` arguments (for `up` and `demo`, which start it).
+    #[cfg(target_os = "linux")]
     pub fn to_args(&self) -> Vec<String> {
         let mut v = Vec::new();
         if self.allow_degraded {
@@ -37,7 +36,7 @@ impl UiArgs {
         if self.exit_after_decision {
             v.push("--exit-after-decision".into());
         }
-        #[cfg(feature = "test-hooks")]
+        #[cfg(all(unix, feature = "test-hooks"))]
         {
             if self.test_skip_lockdown {
                 v.push("--test-skip-lockdown".into());
@@ -73,11 +72,12 @@ pub fn run(g: &Global, args: UiArgs) -> ExitCode {
         return fail(&ui::UiError::NotATerminal.to_string());
     }
     // What this process inherited: the lockdown closes all of it but stdio.
+    #[cfg(unix)]
     let inherited = match ui::fds::open_fds() {
         Ok(f) => f,
         Err(e) => return fail(&format!("cannot list open descriptors: {e}")),
     };
-    let stream = match connect(g) {
+    let link = match connect(g) {
         Ok(s) => s,
         Err(e) => return fail(&e),
     };
@@ -85,29 +85,44 @@ pub fn run(g: &Global, args: UiArgs) -> ExitCode {
         title: format!("broker at {}", g.dirs.runtime.display()),
         exit_after_decision: args.exit_after_decision,
         allow_degraded: args.allow_degraded,
-        inherited_fds: inherited.into_iter().filter(|fd: &RawFd| *fd > 2).collect(),
-        #[cfg(feature = "test-hooks")]
+        #[cfg(unix)]
+        inherited_fds: inherited.into_iter().filter(|fd| *fd > 2).collect(),
+        #[cfg(all(unix, feature = "test-hooks"))]
         test: ui::probe::TestHooks {
             skip_lockdown: args.test_skip_lockdown,
             probe: args.test_probe.clone(),
         },
     };
-    match ui::run(stream, opts) {
+    match ui::run(link, opts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e.to_string()),
     }
 }
 
-/// A connection on the ui socket, starting the broker if none answers.
-fn connect(g: &Global) -> Result<UnixStream, String> {
+/// A connection on the ui endpoint, starting the broker if none answers.
+fn connect(g: &Global) -> Result<ui::link::Link, String> {
     let path = g.dirs.ui_socket();
-    if let Ok(s) = UnixStream::connect(&path) {
-        return Ok(s);
+    if let Ok(l) = open(&path) {
+        return Ok(l);
     }
-    // Starts the broker and waits until the socket answers (that probe connection is closed at
-    // once; a ui connection holds nothing until it asks).
+    // Starts the broker and waits until the endpoint answers (that probe connection is closed
+    // at once; a ui connection holds nothing until it asks).
     gatehouse_client::Client::connect_or_start(g.data_dir.as_deref(), &g.dirs, &path, &[])
         .map_err(|e| e.to_string())?;
-    UnixStream::connect(&path)
-        .map_err(|e| format!("cannot reach the broker at {}: {e}", path.display()))
+    open(&path).map_err(|e| format!("cannot reach the broker at {}: {e}", path.display()))
+}
+
+#[cfg(unix)]
+fn open(path: &std::path::Path) -> std::io::Result<ui::link::Link> {
+    ui::link::Link::new(std::os::unix::net::UnixStream::connect(path)?)
+}
+
+/// The broker's ui pipe, refused unless this user's process serves it, opened overlapped.
+#[cfg(windows)]
+fn open(path: &std::path::Path) -> std::io::Result<ui::link::Link> {
+    let name = path
+        .to_str()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a pipe name"))?;
+    let (reader, writer, _server) = sandbox::endpoint::connect_duplex(name)?;
+    ui::link::Link::new(reader, writer)
 }

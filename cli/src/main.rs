@@ -34,7 +34,7 @@ mod cmd_setup;
 #[cfg(windows)]
 #[path = "cmd_setup_windows.rs"]
 mod cmd_setup;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 mod cmd_ui;
 #[cfg(target_os = "linux")]
 mod cmd_up;
@@ -125,7 +125,6 @@ enum Cmd {
     Mcp(PassOn),
     /// One safe fetch through the broker (policy applies): prints the wrapped text; a refusal exits 3, a network failure 4.
     Fetch(cmd_fetch::FetchArgs),
-    #[cfg(target_os = "linux")]
     /// The console in this terminal, attached to the running broker (started if none runs).
     Ui(cmd_ui::UiArgs),
     #[cfg(target_os = "linux")]
@@ -226,7 +225,6 @@ fn main() -> ExitCode {
         Cmd::Run(args) => cmd_run::run(&g, args),
         Cmd::Mcp(p) => exec_sibling(&g, gatehouse_client::MCP_BIN, p.args),
         Cmd::Fetch(args) => cmd_fetch::run(&g, args),
-        #[cfg(target_os = "linux")]
         Cmd::Ui(args) => cmd_ui::run(&g, args),
         #[cfg(target_os = "linux")]
         Cmd::Up(args) => cmd_up::run(&g, args),

@@ -10,27 +10,35 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// One connection to a front endpoint of the broker.
+/// The two halves of one connection to a front endpoint of the broker: a Unix socket and its
+/// clone.
 #[cfg(unix)]
-type Stream = std::os::unix::net::UnixStream;
-/// One connection to a front endpoint of the broker: the client end of its pipe, a blocking
-/// handle (reads and writes through its clones are serialised by Windows, see [`SideWriter`]).
+type Reader = std::os::unix::net::UnixStream;
+#[cfg(unix)]
+type Writer = std::os::unix::net::UnixStream;
+/// On Windows the pipe opened overlapped, as two halves that may be used from two threads at
+/// once (`sandbox::endpoint::connect_duplex`): a synchronous handle would make a write wait
+/// while another thread's read is pending.
 #[cfg(windows)]
-type Stream = std::fs::File;
+type Reader = sandbox::endpoint::DuplexReader;
+#[cfg(windows)]
+type Writer = sandbox::endpoint::DuplexWriter;
 
 #[cfg(unix)]
-fn open(path: &Path) -> std::io::Result<Stream> {
-    Stream::connect(path)
+fn open(path: &Path) -> std::io::Result<(Reader, Writer)> {
+    let s = std::os::unix::net::UnixStream::connect(path)?;
+    let w = s.try_clone()?;
+    Ok((s, w))
 }
 
 /// Opens the pipe `path`, refused unless the process serving it is this user's
-/// (`sandbox::endpoint::connect`, which waits out a busy pipe for a second).
+/// (`sandbox::endpoint::connect_async`, which waits out a busy pipe for a second).
 #[cfg(windows)]
-fn open(path: &Path) -> std::io::Result<Stream> {
+fn open(path: &Path) -> std::io::Result<(Reader, Writer)> {
     let name = path
         .to_str()
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a pipe name"))?;
-    sandbox::endpoint::connect(name).map(|(pipe, _server)| pipe)
+    sandbox::endpoint::connect_duplex(name).map(|(r, w, _server)| (r, w))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -50,18 +58,14 @@ pub enum ClientError {
 
 /// A blocking connection to the broker over one front socket.
 pub struct Client {
-    reader: BufReader<Stream>,
-    writer: BufWriter<Stream>,
+    reader: BufReader<Reader>,
+    writer: BufWriter<Writer>,
     next_id: u64,
 }
 
 impl Client {
     pub fn connect(path: &Path) -> Result<Client, ClientError> {
-        let s = open(path).map_err(|source| ClientError::Connect {
-            path: path.display().to_string(),
-            source,
-        })?;
-        let w = s.try_clone().map_err(|source| ClientError::Connect {
+        let (s, w) = open(path).map_err(|source| ClientError::Connect {
             path: path.display().to_string(),
             source,
         })?;
@@ -125,21 +129,21 @@ impl Client {
     /// A second writer on the same connection, for one request sent from another thread
     /// (`StopCommand` on Ctrl-C), with an id this client never uses.
     pub fn side_writer(&self) -> std::io::Result<SideWriter> {
+        #[cfg(unix)]
+        let stream = self.writer.get_ref().try_clone()?;
+        #[cfg(windows)]
+        let stream = self.writer.get_ref().clone();
         Ok(SideWriter {
-            stream: self.writer.get_ref().try_clone()?,
+            stream,
             next_id: u64::MAX / 2,
         })
     }
 }
 
-/// See [`Client::side_writer`].
-///
-/// On Windows the connection is a synchronous pipe handle, and Windows serialises the I/O of
-/// one handle and its clones: a write here waits while another thread's read on the client is
-/// pending, i.e. until the broker sends something (not observable under Wine, which lets it
-/// through).
+/// See [`Client::side_writer`]. Its frame goes at once, whether or not another thread waits
+/// on the client for one.
 pub struct SideWriter {
-    stream: Stream,
+    stream: Writer,
     next_id: u64,
 }
 
@@ -340,10 +344,9 @@ mod tests {
         server.join().unwrap();
     }
 
-    /// A side writer's frame while another thread waits in `next_frame`. Windows serialises
-    /// the I/O of a synchronous handle and its clones, so there the write waits for the read:
-    /// the server's lone `Pong` (after 2 s without a frame) ends the read, then the write goes.
-    /// Wine lets the write through at once (observed: Wine 8).
+    /// A side writer's frame while another thread waits in `next_frame`: it goes at once (the
+    /// pipe is overlapped; a synchronous handle would hold the write until the read ended, here
+    /// the server's lone `Pong` after 2 s), so the first frame back is the answer to it.
     #[test]
     fn a_side_writer_while_a_read_is_pending() {
         let name = pipe_name("side");
@@ -358,17 +361,12 @@ mod tests {
         let start = Instant::now();
         side.send(Body::Ping { target: None }).unwrap();
         let waited = start.elapsed();
-        let (mut c, first) = reader.join().unwrap();
-        if waited < Duration::from_secs(1) {
-            // The write went at once: the first frame is the answer to it.
-            assert!(sandbox::windows::running_under_wine(), "waited {waited:?}");
-            println!("wine does not enforce: synchronous I/O serialised on a pipe handle (not verified here)");
-            assert_eq!(first.id, u64::MAX / 2 + 1);
-        } else {
-            assert!(!sandbox::windows::running_under_wine(), "waited {waited:?}");
-            assert_eq!(first.id, 0);
-            assert_eq!(c.next_frame().unwrap().id, u64::MAX / 2 + 1);
-        }
+        let (c, first) = reader.join().unwrap();
+        assert!(
+            waited < Duration::from_secs(1),
+            "the write waited {waited:?}"
+        );
+        assert_eq!(first.id, u64::MAX / 2 + 1);
         drop((c, side));
         server.join().unwrap();
     }

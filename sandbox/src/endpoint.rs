@@ -140,6 +140,160 @@ pub fn connect_async(
     Ok((pipe, peer))
 }
 
+/// [`connect`] as two blocking halves that two threads may use at once (a console's reader
+/// thread beside its key loop, a side writer beside a pending read): the pipe is opened
+/// overlapped ([`connect_async`]) on a small tokio runtime in a thread of its own, which reads
+/// into a channel the [`DuplexReader`] drains and writes what a [`DuplexWriter`] hands it,
+/// answering each write once it is done (so a write that returned is on the pipe, as with a
+/// blocking handle). Windows serialises a read pending on a synchronous handle with a write
+/// from another thread; this does not.
+#[cfg(windows)]
+pub fn connect_duplex(name: &str) -> io::Result<(DuplexReader, DuplexWriter, Peer)> {
+    use std::sync::mpsc::channel;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (chunks_tx, chunks) = channel::<io::Result<Vec<u8>>>();
+    let (writes, mut to_write) = tokio::sync::mpsc::unbounded_channel::<Write>();
+    let (opened_tx, opened) = channel::<io::Result<Peer>>();
+    // Resolves when the reader half is dropped: the pipe closes once both halves are gone.
+    let (gone, mut reader_gone) = tokio::sync::oneshot::channel::<()>();
+    let name = name.to_string();
+    std::thread::Builder::new()
+        .name("pipe-io".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_io()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = opened_tx.send(Err(e));
+                    return;
+                }
+            };
+            rt.block_on(async move {
+                let (pipe, peer) = match connect_async(&name) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        let _ = opened_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = opened_tx.send(Ok(peer));
+                let (mut rd, mut wr) = tokio::io::split(pipe);
+                // Ends when every writer half is gone, or at the first failed write.
+                let writer = async move {
+                    while let Some((bytes, done)) = to_write.recv().await {
+                        let r = wr.write_all(&bytes).await;
+                        let failed = r.is_err();
+                        let _ = done.send(r);
+                        if failed {
+                            return;
+                        }
+                    }
+                };
+                // Ends at the pipe's end, a failed read, or when the reader half is gone.
+                let reader = async move {
+                    let mut buf = vec![0u8; DUPLEX_CHUNK];
+                    loop {
+                        let got = tokio::select! {
+                            r = rd.read(&mut buf) => r.map(|n| buf[..n].to_vec()),
+                            _ = &mut reader_gone => return,
+                        };
+                        let end = !matches!(&got, Ok(b) if !b.is_empty());
+                        if chunks_tx.send(got).is_err() || end {
+                            return;
+                        }
+                    }
+                };
+                // Both ended: the halves of the pipe drop here, which closes it.
+                tokio::join!(reader, writer);
+            });
+        })?;
+    let peer = opened
+        .recv()
+        .map_err(|_| io::Error::other("the pipe's thread ended before it connected"))??;
+    Ok((
+        DuplexReader {
+            chunks,
+            pending: Vec::new(),
+            pos: 0,
+            ended: false,
+            _gone: gone,
+        },
+        DuplexWriter { writes },
+        peer,
+    ))
+}
+
+/// Bytes to write, and where to say how writing them went.
+#[cfg(windows)]
+type Write = (Vec<u8>, std::sync::mpsc::Sender<io::Result<()>>);
+
+/// The most one read of a [`DuplexReader`]'s pipe takes at a time.
+#[cfg(windows)]
+const DUPLEX_CHUNK: usize = 64 * 1024;
+
+/// The reading half of [`connect_duplex`]: blocks until the pipe has bytes; 0 at its end.
+#[cfg(windows)]
+pub struct DuplexReader {
+    chunks: std::sync::mpsc::Receiver<io::Result<Vec<u8>>>,
+    pending: Vec<u8>,
+    pos: usize,
+    ended: bool,
+    /// Dropped with the reader: tells the pipe's thread nobody reads any more.
+    _gone: tokio::sync::oneshot::Sender<()>,
+}
+
+#[cfg(windows)]
+impl io::Read for DuplexReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.pos == self.pending.len() {
+            if self.ended {
+                return Ok(0);
+            }
+            match self.chunks.recv() {
+                Ok(Ok(bytes)) if bytes.is_empty() => self.ended = true,
+                Ok(Ok(bytes)) => (self.pending, self.pos) = (bytes, 0),
+                Ok(Err(e)) => {
+                    self.ended = true;
+                    return Err(e);
+                }
+                // The thread is gone: as the pipe's end.
+                Err(_) => self.ended = true,
+            }
+        }
+        let n = buf.len().min(self.pending.len() - self.pos);
+        buf[..n].copy_from_slice(&self.pending[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+/// The writing half of [`connect_duplex`]; a clone writes on the same pipe (each write whole).
+#[cfg(windows)]
+#[derive(Clone)]
+pub struct DuplexWriter {
+    writes: tokio::sync::mpsc::UnboundedSender<Write>,
+}
+
+#[cfg(windows)]
+impl io::Write for DuplexWriter {
+    /// Returns once the bytes are written to the pipe, or writing them failed.
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let closed = || io::Error::new(io::ErrorKind::BrokenPipe, "the pipe is closed");
+        let (done, result) = std::sync::mpsc::channel();
+        self.writes
+            .send((buf.to_vec(), done))
+            .map_err(|_| closed())?;
+        result.recv().map_err(|_| closed())??;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,6 +323,77 @@ mod tests {
                 assert_eq!(admit(&current_user().unwrap(), &peer), Ok(()));
             }
         });
+    }
+
+    /// `connect_duplex`: a read pending in one thread does not hold up a write from another
+    /// (the server answers only after it got the write, so a serialised pipe would hang here);
+    /// 200 KB written at once arrive whole and in order; the server's end is the reader's 0,
+    /// and a write after it fails.
+    #[cfg(windows)]
+    #[test]
+    fn a_duplex_pipe_reads_in_one_thread_while_another_writes() {
+        use std::io::{Read, Write};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let name = format!(r"\\.\pipe\gatehouse-duplex-test-{}", std::process::id());
+        let rt = runtime();
+        let mut l = rt.block_on(async { Listener::bind(&name) }).unwrap();
+        let server = std::thread::spawn({
+            let name = name.clone();
+            move || {
+                let (reader, mut writer, peer) = connect_duplex(&name).unwrap();
+                assert_eq!(peer.pid, Some(std::process::id()));
+                // The reader waits first; the write comes after, from this thread.
+                let (read_tx, read) = std::sync::mpsc::channel();
+                std::thread::spawn(move || {
+                    let mut reader = reader;
+                    let mut got = vec![0u8; 4];
+                    let _ = read_tx.send(reader.read_exact(&mut got).map(|()| got));
+                    let mut rest = Vec::new();
+                    let _ = read_tx.send(reader.read_to_end(&mut rest).map(|_| rest));
+                });
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+                writer.write_all(&big).unwrap();
+                let within = std::time::Duration::from_secs(10);
+                let first = read.recv_timeout(within).expect("no answer within 10 s");
+                assert_eq!(first.unwrap(), b"done");
+                match read.recv_timeout(within) {
+                    Ok(rest) => assert_eq!(rest.unwrap(), Vec::<u8>::new(), "bytes after the end"),
+                    // Observed under Wine 8: a read pending on the client when the server
+                    // closes its end never completes. Windows completes it (ERROR_BROKEN_PIPE).
+                    Err(_) if crate::windows::running_under_wine() => println!(
+                        "wine does not enforce: a pending overlapped read ending when the server closes the pipe (not verified here)"
+                    ),
+                    Err(e) => panic!("the reader saw no end within 10 s: {e}"),
+                }
+                // The server is gone: a write fails (at once, or once the pipe breaks).
+                let mut failed = false;
+                for _ in 0..50 {
+                    if writer.write_all(b"late").is_err() {
+                        failed = true;
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                match (failed, crate::windows::running_under_wine()) {
+                    (true, _) => {}
+                    // The same Wine gap as the read's above.
+                    (false, true) => println!(
+                        "wine does not enforce: a write failing once the server closed the pipe (not verified here)"
+                    ),
+                    (false, false) => panic!("a write to a closed pipe succeeded"),
+                }
+            }
+        });
+        rt.block_on(async {
+            let (mut conn, _) = l.accept().await.unwrap();
+            let mut big = vec![0u8; 200_000];
+            conn.read_exact(&mut big).await.unwrap();
+            assert!(big.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8));
+            conn.write_all(b"done").await.unwrap();
+            drop(conn);
+        });
+        server.join().unwrap();
     }
 
     /// The same under Wine (CI) and on Windows: two clients in turn, each with this process's

@@ -15,10 +15,8 @@ use ratatui::crossterm::terminal::{
 };
 use ratatui::crossterm::{cursor, execute};
 use ratatui::Terminal;
-use sandbox::{LockdownError, LockdownOptions, LockdownReport, Profile};
+use sandbox::{LockdownError, LockdownReport};
 use std::io::{IsTerminal, Write};
-use std::os::fd::RawFd;
-use std::os::unix::net::UnixStream;
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -32,9 +30,10 @@ pub struct RunOptions {
     /// Run with less than the ui profile needs when the kernel lacks a mechanism.
     pub allow_degraded: bool,
     /// Descriptors the process had when it started (closed by the lockdown, stdio aside).
-    pub inherited_fds: Vec<RawFd>,
+    #[cfg(unix)]
+    pub inherited_fds: Vec<std::os::fd::RawFd>,
     /// Test builds only: what to do instead of (or after) the lockdown.
-    #[cfg(feature = "test-hooks")]
+    #[cfg(all(unix, feature = "test-hooks"))]
     pub test: crate::probe::TestHooks,
 }
 
@@ -94,10 +93,14 @@ fn key_of(ev: &event::KeyEvent) -> Option<Key> {
 }
 
 /// Locks the calling process down with the ui profile, keeping stdio and `keep`.
-pub fn lock_down(keep: &[RawFd], allow_degraded: bool) -> Result<LockdownReport, LockdownError> {
+#[cfg(unix)]
+pub fn lock_down(
+    keep: &[std::os::fd::RawFd],
+    allow_degraded: bool,
+) -> Result<LockdownReport, LockdownError> {
     sandbox::lockdown(
-        &Profile::Ui,
-        &LockdownOptions {
+        &sandbox::Profile::Ui,
+        &sandbox::LockdownOptions {
             allow_degraded,
             keep_fds: keep.to_vec(),
             keep_env: Vec::new(),
@@ -105,13 +108,33 @@ pub fn lock_down(keep: &[RawFd], allow_degraded: bool) -> Result<LockdownReport,
     )
 }
 
-/// Runs the console on `broker` (a connection on the ui socket) in this terminal until the
+/// What the console applies to itself on Windows: a job that admits no second process and the
+/// mitigations a process may set on itself (`sandbox::windows::harden_console`). It keeps the
+/// user's token: no file or network confinement of its own there (docs/windows.md).
+#[cfg(windows)]
+fn lock_down_here(_link: &Link, opts: &RunOptions) -> Result<LockdownReport, UiError> {
+    Ok(sandbox::windows::harden_console(opts.allow_degraded)?)
+}
+
+/// The descriptors to keep (what the process opened since it started: its broker socket, the
+/// terminal library's event sources), then the ui profile's lockdown.
+#[cfg(unix)]
+fn lock_down_here(link: &Link, opts: &RunOptions) -> Result<LockdownReport, UiError> {
+    let now_open = crate::fds::open_fds().map_err(UiError::Descriptors)?;
+    let mut keep = crate::fds::opened_since(&opts.inherited_fds, &now_open);
+    keep.extend(link.fds());
+    keep.sort_unstable();
+    keep.dedup();
+    Ok(lock_down(&keep, opts.allow_degraded)?)
+}
+
+/// Runs the console on `link` (a connection on the ui endpoint) in this terminal until the
 /// person quits. Must be called while the process has one thread.
-pub fn run(broker: UnixStream, opts: RunOptions) -> Result<(), UiError> {
+pub fn run(mut link: Link, opts: RunOptions) -> Result<(), UiError> {
     if !std::io::stdin().is_terminal() || !std::io::stdout().is_terminal() {
         return Err(UiError::NotATerminal);
     }
-    let mut link = Link::new(broker).map_err(UiError::Terminal)?;
+    let link = &mut link;
 
     // Take the terminal: raw mode, the alternate screen, pasted text as one event (so a paste
     // can never press a card's keys), and the terminal library's event source opened now,
@@ -132,7 +155,7 @@ pub fn run(broker: UnixStream, opts: RunOptions) -> Result<(), UiError> {
         restore_terminal();
         return Err(UiError::Terminal(e));
     }
-    let result = serve(&mut link, &opts);
+    let result = serve(link, &opts);
     restore_terminal();
     result
 }
@@ -142,20 +165,14 @@ fn serve(link: &mut Link, opts: &RunOptions) -> Result<(), UiError> {
     let mut terminal =
         Terminal::new(CrosstermBackend::new(std::io::stdout())).map_err(UiError::Terminal)?;
 
-    let now_open = crate::fds::open_fds().map_err(UiError::Descriptors)?;
-    let mut keep = crate::fds::opened_since(&opts.inherited_fds, &now_open);
-    keep.extend(link.fds());
-    keep.sort_unstable();
-    keep.dedup();
-
-    #[cfg(feature = "test-hooks")]
+    #[cfg(all(unix, feature = "test-hooks"))]
     let skip = opts.test.skip_lockdown;
-    #[cfg(not(feature = "test-hooks"))]
+    #[cfg(not(all(unix, feature = "test-hooks")))]
     let skip = false;
     let lockdown = if skip {
         None
     } else {
-        Some(lock_down(&keep, opts.allow_degraded)?)
+        Some(lock_down_here(link, opts)?)
     };
 
     let (tx, rx) = mpsc::channel();
@@ -171,7 +188,7 @@ fn serve(link: &mut Link, opts: &RunOptions) -> Result<(), UiError> {
             crate::state::Tone::Bad,
         ));
     }
-    #[cfg(feature = "test-hooks")]
+    #[cfg(all(unix, feature = "test-hooks"))]
     if let Some(probe) = &opts.test.probe {
         console.status = Some((crate::probe::run(probe), crate::state::Tone::Warn));
     }

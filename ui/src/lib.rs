@@ -13,14 +13,14 @@
 #![forbid(unsafe_code)]
 
 pub mod card;
-// The terminal and the broker connection: Unix descriptors and sockets (the console over a named
-// pipe and a Windows console is not built: ipc_schema::platform::Missing::LocalSockets).
-#[cfg(unix)]
+// The terminal and the broker connection: a Unix socket, or on Windows the broker's named pipe
+// and a Windows console (crossterm drives both).
+#[cfg(any(unix, windows))]
 pub mod console;
 #[cfg(unix)]
 pub mod fds;
 pub mod inert;
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 pub mod link;
 pub mod modes;
 #[cfg(all(unix, feature = "test-hooks"))]
@@ -31,5 +31,5 @@ pub mod theme;
 pub mod view;
 pub mod wrap;
 
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 pub use console::{run, RunOptions, UiError};

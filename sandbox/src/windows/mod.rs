@@ -245,6 +245,12 @@ pub fn harden_front(allow_degraded: bool) -> Result<LockdownReport, LockdownErro
     harden_self("gateway", allow_degraded)
 }
 
+/// The same for the human's console (`gatehouse ui`), under its own profile name: it starts
+/// no process and keeps the user's token (it was started by the human, not the spawner).
+pub fn harden_console(allow_degraded: bool) -> Result<LockdownReport, LockdownError> {
+    harden_self("ui", allow_degraded)
+}
+
 fn harden_self(
     profile: &'static str,
     allow_degraded: bool,
