@@ -89,7 +89,7 @@ impl BrokerLink {
         #[cfg(unix)]
         let r = (&self.stream).write_all(&self.outbox);
         #[cfg(windows)]
-        let r = self.stream.write(self.outbox.clone());
+        let r = self.stream.write(&self.outbox);
         self.outbox.clear();
         r.map_err(FrameError::Io)
     }

@@ -2,16 +2,16 @@
 //!
 //! Windows has no `poll` over a pipe and a console or anonymous-pipe stdin, and a synchronous
 //! pipe handle serialises a read pending in one thread with a write from another. So the pipe
-//! is opened overlapped (`sandbox::endpoint::connect_async`, which checks the server is this
-//! user's) on a small tokio runtime of its own thread, whose reader sends each chunk here and
-//! whose writer takes what the serving loop flushes; a second thread reads stdin once serving
-//! starts. The serving loop waits on the one channel both feed, as it waits in `poll` on Unix.
+//! is opened overlapped as two blocking halves (`sandbox::endpoint::connect_duplex`, which
+//! checks the server is this user's): a thread reads the broker's half and sends each chunk
+//! here, the serving loop writes on the other (blocking, as its socket write does on Unix); a
+//! second thread reads stdin once serving starts. The serving loop waits on the one channel
+//! both readers feed, as it waits in `poll` on Unix.
 
 use std::collections::VecDeque;
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// What arrived: bytes (an empty chunk is the end), or why reading failed.
 pub enum Wake {
@@ -24,7 +24,7 @@ pub struct Pipe {
     events: Receiver<Wake>,
     /// For the stdin reader, started later.
     wake: Sender<Wake>,
-    writes: tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
+    writer: sandbox::endpoint::DuplexWriter,
     /// Broker chunks read while waiting for something else, oldest first.
     broker: VecDeque<io::Result<Vec<u8>>>,
     /// Stdin chunks read while waiting for the broker (opening the session).
@@ -34,67 +34,44 @@ pub struct Pipe {
 /// Chunk size of both readers (the serving loop's buffer is at least this big).
 pub const CHUNK: usize = 64 * 1024;
 
-impl Pipe {
-    /// Connects to the broker's endpoint `name` and starts its reader and writer.
-    pub fn connect(name: &str) -> io::Result<Pipe> {
-        let (wake, events) = channel();
-        let (writes, mut to_write) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
-        let (opened_tx, opened) = channel::<io::Result<()>>();
-        let (name, reader_wake) = (name.to_string(), wake.clone());
-        std::thread::Builder::new()
-            .name("broker-pipe".into())
-            .spawn(move || {
-                let rt = match tokio::runtime::Builder::new_current_thread()
-                    .enable_io()
-                    .build()
-                {
-                    Ok(rt) => rt,
-                    Err(e) => {
-                        let _ = opened_tx.send(Err(e));
-                        return;
+/// Reads `from` in a thread named `name` until its end or a failure, each chunk sent as
+/// `wrap(chunk)`; stops early when nobody listens.
+fn forward(
+    name: &str,
+    mut from: impl Read + Send + 'static,
+    wake: Sender<Wake>,
+    wrap: fn(io::Result<Vec<u8>>) -> Wake,
+) -> io::Result<()> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let mut buf = vec![0u8; CHUNK];
+            loop {
+                let got = loop {
+                    match from.read(&mut buf) {
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        r => break r.map(|n| buf[..n].to_vec()),
                     }
                 };
-                rt.block_on(async move {
-                    let pipe = match sandbox::endpoint::connect_async(&name) {
-                        Ok((p, _)) => p,
-                        Err(e) => {
-                            let _ = opened_tx.send(Err(e));
-                            return;
-                        }
-                    };
-                    let _ = opened_tx.send(Ok(()));
-                    let (mut rd, mut wr) = tokio::io::split(pipe);
-                    let fail = reader_wake.clone();
-                    let writer = async move {
-                        while let Some(bytes) = to_write.recv().await {
-                            if let Err(e) = wr.write_all(&bytes).await {
-                                let _ = fail.send(Wake::Broker(Err(e)));
-                                return;
-                            }
-                        }
-                    };
-                    let reader = async move {
-                        let mut buf = vec![0u8; CHUNK];
-                        loop {
-                            let got = rd.read(&mut buf).await.map(|n| buf[..n].to_vec());
-                            let end = !matches!(&got, Ok(b) if !b.is_empty());
-                            if reader_wake.send(Wake::Broker(got)).is_err() || end {
-                                return;
-                            }
-                        }
-                    };
-                    // The reader ends the thread (the end of the pipe, or nobody listening);
-                    // the writer ends when the link is dropped.
-                    tokio::join!(reader, writer);
-                });
-            })?;
-        opened
-            .recv()
-            .map_err(|_| io::Error::other("the broker pipe's thread ended"))??;
+                let end = !matches!(&got, Ok(b) if !b.is_empty());
+                if wake.send(wrap(got)).is_err() || end {
+                    return;
+                }
+            }
+        })
+        .map(|_| ())
+}
+
+impl Pipe {
+    /// Connects to the broker's endpoint `name` and starts reading it.
+    pub fn connect(name: &str) -> io::Result<Pipe> {
+        let (wake, events) = channel();
+        let (reader, writer, _server) = sandbox::endpoint::connect_duplex(name)?;
+        forward("broker-pipe", reader, wake.clone(), Wake::Broker)?;
         Ok(Pipe {
             events,
             wake,
-            writes,
+            writer,
             broker: VecDeque::new(),
             stdin: VecDeque::new(),
         })
@@ -102,33 +79,12 @@ impl Pipe {
 
     /// Starts reading stdin (once: at the start of serving, after the session opened).
     pub fn start_stdin(&self) -> io::Result<()> {
-        let wake = self.wake.clone();
-        std::thread::Builder::new()
-            .name("stdin".into())
-            .spawn(move || {
-                let mut stdin = io::stdin().lock();
-                let mut buf = vec![0u8; CHUNK];
-                loop {
-                    let got = loop {
-                        match stdin.read(&mut buf) {
-                            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                            r => break r.map(|n| buf[..n].to_vec()),
-                        }
-                    };
-                    let end = !matches!(&got, Ok(b) if !b.is_empty());
-                    if wake.send(Wake::Stdin(got)).is_err() || end {
-                        return;
-                    }
-                }
-            })
-            .map(|_| ())
+        forward("stdin", io::stdin(), self.wake.clone(), Wake::Stdin)
     }
 
-    /// Hands `bytes` to the writer.
-    pub fn write(&self, bytes: Vec<u8>) -> io::Result<()> {
-        self.writes
-            .send(bytes)
-            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the broker pipe is closed"))
+    /// Writes `bytes` to the broker (returns once they are on the pipe).
+    pub fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.writer.write_all(bytes)
     }
 
     /// The next chunk from the broker, waiting for it (stdin read meanwhile is kept).

@@ -7,9 +7,9 @@
 //! `windows/` applies it (spawn with the token, job and attributes; ACEs on grant roots; the
 //! helper's own check in `lockdown`, which also tries the network on the loopback); the WFP
 //! filters are installed once for the machine by `gatehouse setup network-filters`
-//! ([`network_filters`]). The numeric values the applier needs (mitigation bits, UI-limit bits, ACE rights) are
-//! here too, beside the names they render as, so that the listing and what is applied cannot
-//! drift apart. The derivations follow what Windows and the sandboxes that run agents on it
+//! ([`network_filters`]). The numeric values the applier needs (mitigation bits, UI-limit bits,
+//! ACE rights) are here too, beside the names they render as, so that the listing and what is
+//! applied cannot drift apart. The derivations follow what Windows and the sandboxes that run agents on it
 //! (Codex's Windows sandbox) do, and have not been checked on a Windows machine.
 //!
 //! # The profile's SID
@@ -178,19 +178,10 @@ pub struct WfpSet {
 /// The machine-wide filter set, from the same policies the spawner applies: every profile whose
 /// policy lists filters is blocked; net, whose policy lists none, is not.
 pub fn network_filters() -> WfpSet {
-    let mut policies: Vec<WindowsPolicy> = [
-        Profile::Fs(FsProfile::default()),
-        Profile::Net,
-        Profile::Exec,
-        Profile::Secrets(ipc_schema::secrets::StoreKind::CredentialManager),
-        Profile::Ui,
-        Profile::Gateway,
-        Profile::Servers,
-        Profile::Broker(FsProfile::default()),
-    ]
-    .iter()
-    .map(|p| helper_policy(p).expect("a profile without paths renders"))
-    .collect();
+    let mut policies: Vec<WindowsPolicy> = every_profile()
+        .iter()
+        .map(|p| helper_policy(p).expect("a profile without paths renders"))
+        .collect();
     policies.push(
         command_policy(&CommandSpec {
             grants: Vec::new(),
@@ -234,6 +225,20 @@ pub fn network_filters() -> WfpSet {
         blocked,
         filters,
     }
+}
+
+/// One profile of each kind, without paths (what a policy's SID and filters depend on).
+fn every_profile() -> [Profile; 8] {
+    [
+        Profile::Fs(FsProfile::default()),
+        Profile::Net,
+        Profile::Exec,
+        Profile::Secrets(ipc_schema::secrets::StoreKind::CredentialManager),
+        Profile::Ui,
+        Profile::Gateway,
+        Profile::Servers,
+        Profile::Broker(FsProfile::default()),
+    ]
 }
 
 /// The ALE layers where a process connects out or listens.
@@ -1333,15 +1338,7 @@ mod tests {
 
     #[test]
     fn only_net_has_no_outbound_block_and_only_exec_may_start_processes() {
-        for p in [
-            Profile::Fs(FsProfile::default()),
-            Profile::Net,
-            Profile::Exec,
-            Profile::Secrets(ipc_schema::secrets::StoreKind::CredentialManager),
-            Profile::Ui,
-            Profile::Gateway,
-            Profile::Servers,
-        ] {
+        for p in every_profile() {
             let w = helper_policy(&p).unwrap();
             assert_eq!(w.filters.is_empty(), p == Profile::Net, "{}", w.render());
             assert_eq!(
