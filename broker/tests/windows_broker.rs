@@ -19,6 +19,7 @@ use ipc_schema::ui::UiRequest;
 use ipc_schema::ui::{Choice, Decision, UiReply};
 use ipc_schema::{Body, ErrorCode, Role};
 use sandbox::windows::{running_under_wine, PeerProcess};
+use std::ffi::OsStr;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -114,6 +115,34 @@ fn state_of<'a>(r: &'a DoctorReport, name: &str) -> &'a ProcessState {
         .find(|p| p.name == name)
         .unwrap_or_else(|| panic!("no {name} in {r:#?}"))
         .state
+}
+
+/// Runs `gatehouse FIRST... ARGS...` with `stdin` written to it (none: no stdin), and returns
+/// its exit code, stdout and stderr.
+fn run_gatehouse(
+    first: &[&OsStr],
+    args: &[&str],
+    stdin: Option<&[u8]>,
+) -> (Option<i32>, String, String) {
+    let mut child = Command::new(gatehouse_tests::bin("gatehouse"))
+        .args(first)
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(bytes) = stdin {
+        use std::io::Write as _;
+        child.stdin.take().unwrap().write_all(bytes).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
 }
 
 /// Runs this test binary as a front of `pipe` that sends `what`, and returns its exit code.
@@ -563,17 +592,8 @@ fn the_mcp_front_serves_an_agent_over_stdio() {
 fn the_command_line_asks_reads_and_checks_the_broker() {
     let (_dns, web, b) = broker_with_web();
     let root = b.dirs.data.parent().unwrap().to_path_buf();
-    let gatehouse = |args: &[&str]| {
-        let out = Command::new(gatehouse_tests::bin("gatehouse"))
-            .arg("--data-dir")
-            .arg(&root)
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-        (out.status.code(), text(&out.stdout), text(&out.stderr))
-    };
+    let data_dir = [OsStr::new("--data-dir"), root.as_os_str()];
+    let gatehouse = |args: &[&str]| run_gatehouse(&data_dir, args, None);
 
     let (code, out, err) = gatehouse(&["doctor"]);
     assert_eq!(code, Some(0), "{out}\n{err}");
@@ -632,23 +652,8 @@ fn the_command_line_asks_reads_and_checks_the_broker() {
         err.contains("stdin is not a terminal: pass --stdin to read the value from it"),
         "{err}"
     );
-    let secret = |args: &[&str], stdin: &[u8]| {
-        let mut child = Command::new(gatehouse_tests::bin("gatehouse"))
-            .arg("--data-dir")
-            .arg(&root)
-            .arg("secret")
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write as _;
-        child.stdin.take().unwrap().write_all(stdin).unwrap();
-        let out = child.wait_with_output().unwrap();
-        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-        (out.status.code(), text(&out.stdout), text(&out.stderr))
-    };
+    let secret_cmd = [data_dir[0], data_dir[1], OsStr::new("secret")];
+    let secret = |args: &[&str], stdin: &[u8]| run_gatehouse(&secret_cmd, args, Some(stdin));
     let value = b"s3cret-value-for-the-test\r\n";
     let set = ["set", "api", "--host", "public.test", "--stdin"];
     let (code, out, err) = secret(&set, value);
@@ -696,16 +701,8 @@ fn the_command_line_asks_reads_and_checks_the_broker() {
 /// action that needs one is refused with the engine's error and nothing claims to be installed.
 #[test]
 fn setup_prints_the_network_filters_and_refuses_what_it_cannot_install() {
-    let gatehouse = |args: &[&str]| {
-        let out = Command::new(gatehouse_tests::bin("gatehouse"))
-            .args(["setup", "network-filters"])
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-        (out.status.code(), text(&out.stdout), text(&out.stderr))
-    };
+    let setup = [OsStr::new("setup"), OsStr::new("network-filters")];
+    let gatehouse = |args: &[&str]| run_gatehouse(&setup, args, None);
     let (code, out, err) = gatehouse(&[]);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(
