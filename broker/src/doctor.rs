@@ -64,6 +64,17 @@ pub async fn report(ctx: &Ctx) -> DoctorReport {
             for d in &l.degraded {
                 notes.push(format!("{}: degraded: {d}", p.name));
             }
+            // Windows: what the helper found when it tried the network at lockdown (the WFP
+            // filters of `gatehouse setup network-filters`); a try not refused is also in its
+            // degraded list above.
+            if let Some(ipc_schema::status::OutboundProbe::Refused) =
+                l.windows.as_deref().and_then(|w| w.outbound.as_ref())
+            {
+                notes.push(format!(
+                    "{}: outbound network refused (its own tries to listen and connect failed with WSAEACCES)",
+                    p.name
+                ));
+            }
         }
         if let Some(k) = &p.kernel {
             if k.seccomp != 2 {
