@@ -642,6 +642,13 @@ fn the_command_line_asks_reads_and_checks_the_broker() {
         err.contains("the console needs a terminal: run it in one"),
         "{err}"
     );
+    // `up` likewise, before it starts anything (the broker here is the test's, left running).
+    let (code, out, err) = gatehouse(&["up"]);
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(
+        err.contains("the console needs a terminal: run `gatehouse up` in one"),
+        "{err}"
+    );
 
     // `secret`: the value is never taken from a stdin that is not a terminal unless --stdin
     // says so; with it, the value goes to the command's own secrets-helper, spawned strictly

@@ -8,9 +8,13 @@
 
 use crate::cmd_ui::UiArgs;
 use crate::Global;
+#[cfg(unix)]
 use nix::sys::signal::{SigSet, Signal};
+#[cfg(unix)]
 use nix::sys::termios;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
+#[cfg(unix)]
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, ExitStatus};
 
@@ -108,6 +112,15 @@ pub fn run(g: &Global, a: UpArgs) -> ExitCode {
     }
 }
 
+#[cfg(windows)]
+fn exit_byte(s: &ExitStatus) -> u8 {
+    match s.code() {
+        Some(c) => c.clamp(1, 255) as u8,
+        None => crate::EXIT_FAILURE,
+    }
+}
+
+#[cfg(unix)]
 fn exit_byte(s: &ExitStatus) -> u8 {
     use std::os::unix::process::ExitStatusExt;
     match (s.code(), s.signal()) {
@@ -117,10 +130,34 @@ fn exit_byte(s: &ExitStatus) -> u8 {
     }
 }
 
+/// Runs `gatehouse ui` in this console and waits for it; puts the console back afterwards if
+/// the console ended without doing so. Ctrl-C reaches the console as a key (it reads the
+/// console raw), not as a signal to this process.
+#[cfg(windows)]
+pub fn run_console(g: &Global, ui: &UiArgs, _forward_signals: bool) -> Result<ExitStatus, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
+    let mut cmd = Command::new(exe);
+    if let Some(d) = &g.data_dir {
+        cmd.arg("--data-dir").arg(d);
+    }
+    cmd.arg("ui");
+    if ui.allow_degraded {
+        cmd.arg("--allow-degraded");
+    }
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot start the console: {e}"))?;
+    if !status.success() {
+        ::ui::console::restore_terminal();
+    }
+    Ok(status)
+}
+
 /// Runs `gatehouse ui` in this terminal and waits for it; puts the terminal back afterwards if
 /// the console ended without doing so. With `forward_signals` (only for a single-threaded
 /// caller: sigwait sees only signals no other thread takes), SIGINT, SIGTERM and SIGHUP sent
 /// to this process are passed on to the console.
+#[cfg(unix)]
 pub fn run_console(g: &Global, ui: &UiArgs, forward_signals: bool) -> Result<ExitStatus, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
     let saved = termios::tcgetattr(std::io::stdin()).ok();
@@ -177,6 +214,7 @@ pub fn run_console(g: &Global, ui: &UiArgs, forward_signals: bool) -> Result<Exi
 
 /// The terminal as it was before the console took it: its modes, the main screen, the cursor,
 /// and bracketed paste off.
+#[cfg(unix)]
 fn restore_terminal(saved: Option<&termios::Termios>) {
     if let Some(t) = saved {
         let _ = termios::tcsetattr(std::io::stdin(), termios::SetArg::TCSANOW, t);

@@ -36,7 +36,7 @@ mod cmd_setup;
 mod cmd_setup;
 #[cfg(any(target_os = "linux", windows))]
 mod cmd_ui;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 mod cmd_up;
 #[cfg(any(target_os = "linux", windows))]
 mod doctor;
@@ -127,7 +127,6 @@ enum Cmd {
     Fetch(cmd_fetch::FetchArgs),
     /// The console in this terminal, attached to the running broker (started if none runs).
     Ui(cmd_ui::UiArgs),
-    #[cfg(target_os = "linux")]
     /// The broker and its helpers, and the console in this terminal.
     Up(cmd_up::UpArgs),
     /// Desktop notifications (and a `[notify] command` hook) for cards that wait while no
@@ -226,7 +225,6 @@ fn main() -> ExitCode {
         Cmd::Mcp(p) => exec_sibling(&g, gatehouse_client::MCP_BIN, p.args),
         Cmd::Fetch(args) => cmd_fetch::run(&g, args),
         Cmd::Ui(args) => cmd_ui::run(&g, args),
-        #[cfg(target_os = "linux")]
         Cmd::Up(args) => cmd_up::run(&g, args),
         Cmd::Notify(p) => exec_sibling(&g, gatehouse_client::NOTIFY_BIN, p.args),
         #[cfg(target_os = "linux")]

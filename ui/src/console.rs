@@ -51,7 +51,9 @@ pub enum UiError {
     Thread(std::io::Error),
 }
 
-fn restore_terminal() {
+/// The terminal as the console found it: raw mode off, the main screen, bracketed paste off,
+/// the cursor shown. Also for a parent whose console child ended without doing it.
+pub fn restore_terminal() {
     let _ = disable_raw_mode();
     let mut out = std::io::stdout();
     let _ = execute!(
