@@ -9,19 +9,26 @@
 # A script, not a Rust test: it reads the sources as text, needs no build, and so runs in the
 # lint step, seconds after a push, and on a tree that does not compile yet.
 #
-# What counts: a line of a .rs file that is not blank, not only a comment, and not inside an
-# item marked #[cfg(test)] or built only off Linux (#[cfg(windows)] or its spelling
-# #[cfg(target_os = "windows")], #[cfg(not(unix))],
-# #[cfg(target_os = "macos")], #[cfg(not(target_os = "linux"))],
-# #[cfg(not(any(target_os = "linux", ...)))], #[cfg(any(windows, target_os = "macos"))]). A helper's audit surface is
-#   - its own crate: every such line under <helper>/src, except binaries built only for tests
-#     (required-features = ["test-hooks"]); this is what the budget is about;
+# What counts: a line of a .rs file that is not blank and not only a comment. A helper's audit
+# surface is
+#   - its own crate: every such line under <helper>/src on every OS it builds for, that is
+#     including items and modules built only on Windows or macOS (#[cfg(windows)],
+#     #[cfg(target_os = "macos")], `#[cfg(not(target_os = "linux"))] mod x;`, ...), since a
+#     reviewer of the helper reads all of its code, not only Linux's. Left out: items marked
+#     #[cfg(test)] (or #[cfg(all(test, ...))]) and binaries built only for tests
+#     (required-features = ["test-hooks"]). This is what the budget and the ratchet are about;
 #   - ipc-schema: lib.rs and the modules the helper's code names (`ipc_schema::fs`, ...),
 #     and what those name in turn (`crate::...`, `super::...`);
 #   - sandbox: the files the helper's code reaches the same way from `sandbox::...` paths
 #     (lib.rs, the lockdown and its layers, and for the exec-helper the exec sandbox).
-# Reaching is by path at file granularity: a file is in if some counted file names an item
-# in it. Linux only (macos.rs and windows/ are not built there).
+# The shared crates are counted as built on Linux: reaching starts from the helper's code built
+# there, goes by path at file granularity (a file is in if some counted file names an item in
+# it), and leaves out items built only off Linux (#[cfg(windows)] or its spelling
+# #[cfg(target_os = "windows")], #[cfg(not(unix))], #[cfg(target_os = "macos")],
+# #[cfg(not(target_os = "linux"))], #[cfg(not(any(target_os = "linux", ...)))],
+# #[cfg(any(windows, target_os = "macos"))]) and the files sandbox/src/macos.rs and
+# sandbox/src/windows/, which are not built there. They are shared by every helper and shown as
+# context; the budget is the helper's own crate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec python3 - "$@" <<'PY'
@@ -29,18 +36,24 @@ import os, re, sys
 
 TARGET = 2000
 # The ratchet: each helper's own-crate count may not grow past this. Set from the counts of
-# 2026-12 rounded up a little; only ever lower it (when a helper shrinks, the check says to).
+# 2026-12 rounded up a little, when the own-crate count came to include the code built only on
+# Windows and macOS (the method changed, not the budget: exec-helper's ratchet rose from 445 for
+# its windows.rs and macOS code, which were always there); only ever lower it (when a helper
+# shrinks, the check says to).
 RATCHET = {
     "fs-helper": 3450,
-    "net-helper": 1990,
-    "exec-helper": 445,
-    "secrets-helper": 1925,
+    "net-helper": 2010,
+    "exec-helper": 1250,
+    "secrets-helper": 2015,
     "servers-helper": 900,
 }
 HELPERS = ["fs-helper", "net-helper", "exec-helper", "secrets-helper", "servers-helper"]
 SHARED = {"ipc_schema": "ipc-schema", "sandbox": "sandbox"}
 NOT_ON_LINUX = ("sandbox/src/macos.rs", "sandbox/src/windows/")
-# Items left out of a count: tests, and what is built only on other OSes.
+# Items left out of a helper's own count: tests only (every OS's code counts).
+TEST_ONLY = r'#\[cfg\((test|all\(test.*)\)\]'
+# Items left out of the shared crates' counts and of reaching: tests, and what is built only on
+# other OSes.
 NOT_BUILT_HERE = r'#\[cfg\((test|all\(test.*|windows|target_os = "windows"|not\(unix\)|target_os = "macos"|not\(target_os = "linux"\)|not\(any\(target_os = "linux", .*\)\)|any\((windows|target_os = "windows"|target_os = "macos")(, (windows|target_os = "windows"|target_os = "macos"))*\))\)\]'
 
 # ---- counting ---------------------------------------------------------------------------
@@ -81,16 +94,17 @@ def strip_comments(text):
         out.append(c); i += 1
     return "".join(out)
 
-def code_lines(path):
-    """The code lines of `path` built on Linux outside tests (comments, #[cfg(test)] items and
-    items built only on other OSes left out)."""
+def code_lines(path, left_out=NOT_BUILT_HERE):
+    """The code lines of `path` outside comments and the items whose attribute matches
+    `left_out` (by default: tests and what is built only on other OSes, i.e. Linux's code;
+    with TEST_ONLY: every OS's code)."""
     raw = open(path, encoding="utf-8").read()
     code = strip_comments(raw).split("\n")
     keep, skip_depth, pending, depth = [], None, False, 0
     for line, raw_line in zip(code, raw.split("\n")):
         s = line.strip()
         # (matched on the raw line: the stripped one has its strings blanked)
-        if skip_depth is None and re.match(NOT_BUILT_HERE, raw_line.strip()):
+        if skip_depth is None and re.match(left_out, raw_line.strip()):
             pending = True
             continue
         opens, closes = s.count("{"), s.count("}")
@@ -157,7 +171,9 @@ def off_linux_modules(path):
             gated = False
     return names
 
-def own_files(crate):
+def own_files(crate, every_os):
+    """The helper's source files but its test-only binaries; with `every_os` false, only those
+    built on Linux."""
     skip = required_test_bins(crate)
     files = []
     for d, _, names in os.walk(os.path.join(crate, "src")):
@@ -169,7 +185,7 @@ def own_files(crate):
             # another OS's code, as `#[cfg(windows)]` items are.
             up = parent(p)
             name = f[:-3] if f != "mod.rs" else os.path.basename(d)
-            if up is not None and name in off_linux_modules(up):
+            if not every_os and up is not None and name in off_linux_modules(up):
                 continue
             files.append(p)
     return sorted(files)
@@ -273,13 +289,14 @@ def root_of(crate):
     return os.path.join(crate, "src", "lib.rs")
 
 def surface(helper):
-    own = own_files(helper)
+    """The helper's own files (every OS), and the shared files its Linux code reaches."""
+    own = own_files(helper, every_os=True)
     reached, todo = set(), []
     def visit(crate, start, segs):
         f = resolve(start or root_of(crate), segs)
         if f not in reached:
             reached.add(f); todo.append(f)
-    for f in own:
+    for f in own_files(helper, every_os=False):
         for crate, start, segs in references(f, None, set()):
             if crate:
                 visit(crate, None, segs)
@@ -291,8 +308,8 @@ def surface(helper):
     shared = {c: sorted(p for p in reached if p.startswith(c + os.sep)) for c in SHARED.values()}
     return own, shared
 
-def count(files):
-    return sum(len(code_lines(f)) for f in files)
+def count(files, left_out=NOT_BUILT_HERE):
+    return sum(len(code_lines(f, left_out)) for f in files)
 
 # ---- the pages --------------------------------------------------------------------------
 
@@ -300,11 +317,12 @@ BEGIN = "## Audit surface"
 
 def section(helper, own, shared):
     lines = [BEGIN, "",
-             "What a reviewer reads to audit this helper on Linux: its own crate, and the ipc-schema and",
-             "sandbox files its code reaches by path (and those reach in turn; ipc-schema's `Body` names",
-             "every role's messages, so every helper links them all). `scripts/size-check.sh` counts their",
-             "non-test lines in CI, holds the helper's own crate to its budget, and fails when this list and",
-             "the code disagree (`scripts/size-check.sh --write-docs` rewrites it).", ""]
+             "What a reviewer reads to audit this helper: its own crate, all of it (the code built only on",
+             "Windows or macOS included), and the ipc-schema and sandbox files its Linux code reaches by",
+             "path (and those reach in turn; ipc-schema's `Body` names every role's messages, so every",
+             "helper links them all). `scripts/size-check.sh` counts their non-test lines in CI, holds the",
+             "helper's own crate to its budget, and fails when this list and the code disagree",
+             "(`scripts/size-check.sh --write-docs` rewrites it).", ""]
     for title, files in (("Own crate", own), ("ipc-schema", shared["ipc-schema"]), ("sandbox", shared["sandbox"])):
         lines.append(f"{title}:")
         lines.append("")
@@ -328,7 +346,7 @@ def main():
     print(f"{'helper':<16}{'own crate':>10}{'ratchet':>9}{'target':>8}{'ipc-schema':>12}{'sandbox':>9}{'surface':>9}")
     for h in HELPERS:
         own, shared = surface(h)
-        n_own, n_ipc, n_sb = count(own), count(shared["ipc-schema"]), count(shared["sandbox"])
+        n_own, n_ipc, n_sb = count(own, TEST_ONLY), count(shared["ipc-schema"]), count(shared["sandbox"])
         ratchet = RATCHET[h]
         state = "within target" if n_own < TARGET else "OVER TARGET"
         print(f"{h:<16}{n_own:>10}{ratchet:>9}{TARGET:>8}{n_ipc:>12}{n_sb:>9}{n_own + n_ipc + n_sb:>9}   {state}")
