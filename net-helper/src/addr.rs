@@ -26,11 +26,8 @@ const fn v4(a: [u8; 4], len: u8, what: &'static str) -> Range {
 
 const fn v6(s: [u16; 8], len: u8, what: &'static str) -> Range {
     let base = Ipv6Addr::new(s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]);
-    Range {
-        base: IpAddr::V6(base),
-        len,
-        what,
-    }
+    let base = IpAddr::V6(base);
+    Range { base, len, what }
 }
 
 /// IPv4 ranges no fetch or tunnel may reach. More specific entries come first, so the reason

@@ -73,10 +73,8 @@ pub fn decode(raw: Vec<u8>, encoding: Option<&str>, max: usize) -> Result<Vec<u8
     res.map_err(|e| failed!("the {enc} body does not decode: {e}"))?;
     if out.len() > max {
         let max = human_bytes(max as u64);
-        return Err(refused!(
-            Limit,
-            "the decoded body exceeds {max} (the body size limit)"
-        ));
+        let why = format!("the decoded body exceeds {max} (the body size limit)");
+        return Err(refused!(Limit, "{why}"));
     }
     Ok(out)
 }

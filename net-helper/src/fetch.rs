@@ -95,10 +95,8 @@ async fn within_connect<T>(
     let done = tokio::time::timeout(within, work).await;
     done.unwrap_or_else(|_| {
         let (host, within) = (&target.host, human_duration(within));
-        Err(refused!(
-            Limit,
-            "{host} was not reached within {within} (the connect time limit)"
-        ))
+        let why = format!("{host} was not reached within {within} (the connect time limit)");
+        Err(refused!(Limit, "{why}"))
     })
 }
 
@@ -141,10 +139,8 @@ impl<'a> Hops<'a> {
         let done = tokio::time::timeout(total, work).await;
         done.unwrap_or_else(|_| {
             let total = human_duration(total);
-            Err(refused!(
-                Limit,
-                "the {what} did not finish within {total} (the total time limit)"
-            ))
+            let why = format!("the {what} did not finish within {total} (the total time limit)");
+            Err(refused!(Limit, "{why}"))
         })
     }
 
@@ -197,10 +193,9 @@ impl<'a> Hops<'a> {
             redirect(&target, &next)?;
             let (max, to) = (self.limits.max_redirects, &next.url);
             if redirects.len() >= usize::from(max) {
-                return Err(refused!(
-                    Limit,
-                    "more than {max} redirects (the redirect limit); the next was to {to}"
-                ));
+                let why =
+                    format!("more than {max} redirects (the redirect limit); the next was to {to}");
+                return Err(refused!(Limit, "{why}"));
             }
             if !seen.insert(to.to_string()) {
                 let why = format!("redirect loop: {} redirects back to {to}", target.url);
@@ -215,11 +210,8 @@ impl<'a> Hops<'a> {
     /// it is refused.
     fn next_hop(&self, from: &Target, resp: &Reply, status: u16) -> Result<Target, FetchError> {
         let url = &from.url;
-        let next = match resp
-            .headers()
-            .get(http::header::LOCATION)
-            .map(|l| l.to_str())
-        {
+        let location = resp.headers().get(http::header::LOCATION);
+        let next = match location.map(|l| l.to_str()) {
             None => Err(format!("{url} answered {status} without a Location header")),
             Some(Err(_)) => Err(format!(
                 "{url} answered {status} with a Location that is not text"
@@ -232,10 +224,8 @@ impl<'a> Hops<'a> {
         let shown = next.to_string();
         let target = check_url(&mut next).map_err(|e| refused!(Url, "redirect to {shown}: {e}"))?;
         if from.https && !target.https {
-            let why = format!(
-                "{url} redirects from https to http ({}), which is refused",
-                target.url
-            );
+            let to = &target.url;
+            let why = format!("{url} redirects from https to http ({to}), which is refused");
             return Err(refused!(Redirect, "{why}"));
         }
         let context = format!("redirect to {}", target.url);

@@ -282,12 +282,9 @@ async fn read_head(conn: &mut ClientConn) -> Result<(Vec<u8>, Vec<u8>), Refusal>
             }
         }
     };
-    let late = |_| {
-        let within = human_duration(HEAD_TIMEOUT);
-        Err(refuse!(408, "no request within {within}"))
-    };
+    let within = human_duration(HEAD_TIMEOUT);
     let done = tokio::time::timeout(HEAD_TIMEOUT, read).await;
-    done.unwrap_or_else(late)
+    done.unwrap_or_else(|_| Err(refuse!(408, "no request within {within}")))
 }
 
 struct Request {
@@ -436,10 +433,9 @@ async fn read_hello(
         }
     };
     let within = human_duration(HELLO_TIMEOUT);
-    match tokio::time::timeout(HELLO_TIMEOUT, read).await {
-        Ok(read) => read.map(|()| buf),
-        Err(_) => Err(refuse!(0, "no TLS ClientHello within {within}")),
-    }
+    let done = tokio::time::timeout(HELLO_TIMEOUT, read).await;
+    done.unwrap_or_else(|_| Err(refuse!(0, "no TLS ClientHello within {within}")))?;
+    Ok(buf)
 }
 
 async fn respond(conn: &mut ClientConn, status: u16, reason: &str) -> std::io::Result<()> {

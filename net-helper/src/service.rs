@@ -1,6 +1,6 @@
 //! What the net-helper does with each request: the dispatcher between the channel and the fetch
 //! and proxy modules. No proxy on Windows (its client connections are Unix sockets passed with
-//! their descriptors): there `ProxyOpen` is refused and `ProxyClose` finds no session.
+//! their descriptors): there every proxy request is refused.
 
 use crate::error::{refused, FetchError};
 use crate::fetch;
@@ -8,7 +8,7 @@ use crate::NetContext;
 use ipc_schema::helper::{AsyncReader, Passed, Replies};
 use ipc_schema::net::{FetchedPage, NetReply, NetRequest, FETCH_PART_MAX};
 use ipc_schema::{Body, Role};
-use rand::RngCore;
+use rand::Rng;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -63,8 +63,13 @@ impl NetService {
                 fetched.map_or_else(FetchError::into_reply, |b| NetReply::Fetched(self.page(b)))
             }
             NetRequest::FetchPart { fetch, index } => self.part(fetch, index),
+            // No egress proxy on Windows (and no descriptor crosses its channel: the channel
+            // ends the helper first).
             #[cfg(windows)]
-            NetRequest::ProxyOpen(_) | NetRequest::ProxyClose { .. } => {
+            NetRequest::ProxyOpen(_)
+            | NetRequest::ProxyClose { .. }
+            | NetRequest::ProxyConnection { .. } => {
+                let _ = fd;
                 invalid("the egress proxy is not built on Windows".into())
             }
             #[cfg(unix)]
@@ -86,12 +91,6 @@ impl NetService {
             NetRequest::Http(req) => crate::http::serve(&self.ctx, req, |b| self.page(b)).await,
             // issue 16: a message to a remote MCP server (src/mcp.rs).
             NetRequest::Mcp(req) => crate::mcp::serve(&self.ctx, req).await,
-            // (No descriptor crosses a Windows channel: the channel ends the helper first.)
-            #[cfg(windows)]
-            NetRequest::ProxyConnection { .. } => match fd {
-                Some(never) => match never {},
-                None => invalid("the egress proxy is not built on Windows".into()),
-            },
             #[cfg(unix)]
             NetRequest::ProxyConnection { session } => {
                 // The channel ends the helper on a ProxyConnection without its descriptor
@@ -104,11 +103,8 @@ impl NetService {
 
     fn page(&self, body: fetch::FetchedBody) -> FetchedPage {
         // The outside-text wrapper (`ipc_schema::outside`), with the OS's random nonces.
-        let (nonce, text) = ipc_schema::outside::wrap(&body.final_url, &body.text, || {
-            let mut raw = [0u8; 16];
-            rand::rngs::OsRng.fill_bytes(&mut raw);
-            raw
-        });
+        let nonce = || rand::rngs::OsRng.gen::<[u8; 16]>();
+        let (nonce, text) = ipc_schema::outside::wrap(&body.final_url, &body.text, nonce);
         let mut parts = split_parts(text, FETCH_PART_MAX);
         let id = self.next_fetch.fetch_add(1, Ordering::Relaxed);
         let first = parts.remove(0);
@@ -137,9 +133,8 @@ impl NetService {
     fn part(&self, fetch: u64, index: u32) -> NetReply {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         let Some(pos) = held.iter().position(|(id, _)| *id == fetch) else {
-            return invalid(format!(
-                "fetch {fetch} has no parts held (read them right after the fetch)"
-            ));
+            let why = format!("fetch {fetch} has no parts held (read them right after the fetch)");
+            return invalid(why);
         };
         let parts = &mut held[pos].1;
         // (Parts are numbered from 1; part 0 wraps to an index no page has.)

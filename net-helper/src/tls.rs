@@ -42,9 +42,7 @@ pub async fn handshake(
     };
     let tls = TlsConnector::from(cfg.clone()).connect(name, tcp).await;
     tls.map_err(|e| {
-        let cause = e
-            .get_ref()
-            .and_then(|inner| inner.downcast_ref::<rustls::Error>());
+        let cause = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>());
         match cause {
             Some(rustls::Error::InvalidCertificate(c)) => {
                 refused!(Tls, "the certificate of {host} does not verify: {c:?}")

@@ -19,7 +19,8 @@ pub struct Config {
     pub namespace: String,
 }
 
-fn single(args: &HelperArgs, name: &str) -> Result<Option<String>, String> {
+/// The value of `name`, given at most once.
+pub fn single(args: &HelperArgs, name: &str) -> Result<Option<String>, String> {
     let mut all = args.all(name);
     let v = all.next();
     if all.next().is_some() {

@@ -10,7 +10,7 @@ use ipc_schema::exit::fatal;
 use ipc_schema::status::LockdownReport;
 use ipc_schema::Role;
 use sandbox::{LockdownError, Profile};
-use secrets_helper::args::{Config, HelperArgs, OPTIONS};
+use secrets_helper::args::{single, Config, HelperArgs, OPTIONS};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -31,9 +31,21 @@ fn run(args: &HelperArgs, cfg: Config) -> ExitCode {
     // Before lockdown: the Secret Service's bus socket cannot be created after it.
     let opened = secrets_helper::open::open(&cfg);
 
-    // Lock down.
-    let report = lock_down(args, cfg.store, &opened.keep_fds)
-        .unwrap_or_else(|e| fatal(Role::Secrets, format!("lockdown failed: {e}")));
+    // Lock down: the secrets profile of the configured store (only the kernel keyring backend
+    // may make keyring calls). On Linux the store's descriptors (the session bus socket) stay
+    // open. Elsewhere it is the sandbox crate's for the OS: Seatbelt on macOS; on Windows the
+    // check of the restricted token and job the spawner made (it refuses a helper started any
+    // other way, naming what is missing), so only `--allow-degraded` runs without it, and the
+    // report says so (DESIGN.md rule 8). The stores there keep no descriptor open.
+    let profile = Profile::Secrets(cfg.store);
+    #[cfg(target_os = "linux")]
+    let locked = sandbox::helper_args::lock_down_keeping(args, &profile, &opened.keep_fds);
+    #[cfg(not(target_os = "linux"))]
+    let locked = degrade_unsupported(
+        sandbox::helper_args::lock_down(args, &profile),
+        args.allow_degraded,
+    );
+    let report = locked.unwrap_or_else(|e| fatal(Role::Secrets, format!("lockdown failed: {e}")));
 
     // Hello; from here on every frame is read and written in wiping buffers.
     let chan = HelperChannel::hello(Role::Secrets, channel, report).wiping();
@@ -63,53 +75,17 @@ fn run(args: &HelperArgs, cfg: Config) -> ExitCode {
 /// helper that does not know whose channel it serves serves nothing.
 fn served_table(args: &HelperArgs) -> Result<&'static ipc_schema::route::Table, String> {
     use ipc_schema::route::{BROKER_TO_SECRETS, SECRETS_PRIVATE};
-    let mut given = args.all("--channel");
-    let table = match given.next().map(|v| v.to_str()) {
-        None => {
-            return Err(
-                "--channel broker|private is required (the broker and gatehouse's own commands pass it)"
-                    .into(),
-            )
-        }
-        Some(Some("broker")) => &BROKER_TO_SECRETS,
-        Some(Some("private")) => &SECRETS_PRIVATE,
-        Some(other) => {
-            return Err(format!(
-                "--channel {other:?}: the channels are \"broker\" and \"private\""
-            ))
-        }
-    };
-    if given.next().is_some() {
-        return Err("--channel given more than once".into());
+    match single(args, "--channel")?.as_deref() {
+        Some("broker") => Ok(&BROKER_TO_SECRETS),
+        Some("private") => Ok(&SECRETS_PRIVATE),
+        Some(other) => Err(format!(
+            "--channel {other:?}: the channels are \"broker\" and \"private\""
+        )),
+        None => Err(
+            "--channel broker|private is required (the broker and gatehouse's own commands pass it)"
+                .into(),
+        ),
     }
-    Ok(table)
-}
-
-/// The secrets profile of the configured store (only the kernel keyring backend may make
-/// keyring calls), keeping the store's descriptors (the session bus socket) open.
-#[cfg(target_os = "linux")]
-fn lock_down(
-    args: &HelperArgs,
-    store: ipc_schema::secrets::StoreKind,
-    store_fds: &[i32],
-) -> Result<LockdownReport, LockdownError> {
-    sandbox::helper_args::lock_down_keeping(args, &Profile::Secrets(store), store_fds)
-}
-
-/// The secrets profile through the sandbox crate: Seatbelt on macOS; on Windows the check of
-/// the restricted token and job the spawner made (it refuses a helper started any other way,
-/// naming what is missing), so only `--allow-degraded` runs without it, and the report says so
-/// (DESIGN.md rule 8). The stores there keep no descriptor open.
-#[cfg(not(target_os = "linux"))]
-fn lock_down(
-    args: &HelperArgs,
-    store: ipc_schema::secrets::StoreKind,
-    _store_fds: &[i32],
-) -> Result<LockdownReport, LockdownError> {
-    degrade_unsupported(
-        sandbox::helper_args::lock_down(args, &Profile::Secrets(store)),
-        args.allow_degraded,
-    )
 }
 
 /// An OS without lockdown for this profile: refused, unless `allow_degraded`, when the

@@ -16,17 +16,13 @@ const MAX_DEPTH: usize = 32;
 pub enum Value {
     Byte(u8),
     Bool(bool),
-    I16(i16),
-    U16(u16),
-    I32(i32),
     U32(u32),
-    I64(i64),
-    U64(u64),
-    Double(f64),
+    /// A number of another type (`n q i h x t d`), which this client only reads past: its type
+    /// code and its bits (as wide as the type).
+    Number(u8, u64),
     Str(String),
     Path(String),
     Signature(String),
-    UnixFd(u32),
     /// `ay`, kept apart so that secret bytes live in one zeroized buffer.
     Bytes(Zeroizing<Vec<u8>>),
     /// An array of anything but bytes; `elem` is the element signature.
@@ -68,17 +64,11 @@ impl Value {
         match self {
             Value::Byte(_) => "y".into(),
             Value::Bool(_) => "b".into(),
-            Value::I16(_) => "n".into(),
-            Value::U16(_) => "q".into(),
-            Value::I32(_) => "i".into(),
             Value::U32(_) => "u".into(),
-            Value::I64(_) => "x".into(),
-            Value::U64(_) => "t".into(),
-            Value::Double(_) => "d".into(),
+            Value::Number(code, _) => char::from(*code).into(),
             Value::Str(_) => "s".into(),
             Value::Path(_) => "o".into(),
             Value::Signature(_) => "g".into(),
-            Value::UnixFd(_) => "h".into(),
             Value::Bytes(_) => "ay".into(),
             Value::Array { elem, .. } => format!("a{elem}"),
             Value::Struct(fields) => {
@@ -107,7 +97,7 @@ impl Value {
     }
 }
 
-/// The alignment of the type that starts `sig`.
+/// The alignment of the type that starts `sig` (for a fixed-size type, its size).
 fn alignment(sig: u8) -> usize {
     match sig {
         b'y' | b'g' | b'v' => 1,
@@ -194,13 +184,8 @@ impl Writer {
         match v {
             Value::Byte(b) => self.buf.push(*b),
             Value::Bool(b) => self.u32(*b as u32),
-            Value::I16(x) => self.fixed(&x.to_le_bytes()),
-            Value::U16(x) => self.fixed(&x.to_le_bytes()),
-            Value::I32(x) => self.fixed(&x.to_le_bytes()),
-            Value::U32(x) | Value::UnixFd(x) => self.u32(*x),
-            Value::I64(x) => self.fixed(&x.to_le_bytes()),
-            Value::U64(x) => self.fixed(&x.to_le_bytes()),
-            Value::Double(x) => self.fixed(&x.to_le_bytes()),
+            Value::U32(x) => self.u32(*x),
+            Value::Number(code, bits) => self.fixed(&bits.to_le_bytes()[..alignment(*code)]),
             Value::Str(s) | Value::Path(s) => self.string(&(s.len() as u32).to_le_bytes(), s),
             Value::Signature(s) => self.string(&[s.len() as u8], s),
             Value::Bytes(b) => {
@@ -279,17 +264,19 @@ impl<'a> Reader<'a> {
         Ok(s)
     }
 
-    fn fixed<const N: usize>(&mut self) -> Result<[u8; N], WireError> {
-        self.align(N)?;
-        let mut b: [u8; N] = self.take(N)?.try_into().expect("N bytes");
+    /// A number of `n` bytes (at most 8), aligned to its size.
+    fn number(&mut self, n: usize) -> Result<u64, WireError> {
+        self.align(n)?;
+        let mut le = [0u8; 8];
+        le[..n].copy_from_slice(self.take(n)?);
         if self.big_endian {
-            b.reverse();
+            le[..n].reverse();
         }
-        Ok(b)
+        Ok(u64::from_le_bytes(le))
     }
 
     pub fn u32(&mut self) -> Result<u32, WireError> {
-        Ok(u32::from_le_bytes(self.fixed::<4>()?))
+        Ok(self.number(4)? as u32)
     }
 
     /// A string or signature: its length (`len_size` bytes: 4, or 1 for a signature), its
@@ -325,14 +312,10 @@ impl<'a> Reader<'a> {
                 1 => Value::Bool(true),
                 n => return bad(format!("boolean {n}")),
             },
-            b'n' => Value::I16(i16::from_le_bytes(self.fixed::<2>()?)),
-            b'q' => Value::U16(u16::from_le_bytes(self.fixed::<2>()?)),
-            b'i' => Value::I32(i32::from_le_bytes(self.fixed::<4>()?)),
             b'u' => Value::U32(self.u32()?),
-            b'h' => Value::UnixFd(self.u32()?),
-            b'x' => Value::I64(i64::from_le_bytes(self.fixed::<8>()?)),
-            b't' => Value::U64(u64::from_le_bytes(self.fixed::<8>()?)),
-            b'd' => Value::Double(f64::from_le_bytes(self.fixed::<8>()?)),
+            c @ (b'n' | b'q' | b'i' | b'h' | b'x' | b't' | b'd') => {
+                Value::Number(c, self.number(alignment(c))?)
+            }
             b's' => Value::Str(self.string(4)?),
             b'o' => Value::Path(self.string(4)?),
             b'g' => Value::Signature(self.string(1)?),
@@ -420,7 +403,8 @@ mod tests {
         round_trip(Value::Str("hé".into()));
         round_trip(Value::Struct(vec![
             Value::Byte(1),
-            Value::U64(7),
+            Value::Number(b't', 7),
+            Value::Number(b'n', 0xfffe),
             Value::Path("/a/b".into()),
             Value::Bytes(Zeroizing::new(b"secret".to_vec())),
             Value::Str("text/plain".into()),

@@ -103,12 +103,15 @@ impl<E: Entries> OsKeyring<E> {
         StoreError::Failed(self.kind.as_str(), reason)
     }
 
+    fn index_page(&self, namespace: &str, page: usize) -> EntryName {
+        (self.naming)(&Slot::Index { namespace, page })
+    }
+
     /// The index pages of `namespace`, up to the first that does not exist.
     fn read_index(&mut self, namespace: &str) -> Result<Vec<Vec<CredentialName>>, StoreError> {
         let mut pages = Vec::new();
         for page in 0..MAX_INDEX_PAGES {
-            let name = (self.naming)(&Slot::Index { namespace, page });
-            let Some(blob) = self.entries.get(&name)? else {
+            let Some(blob) = self.entries.get(&self.index_page(namespace, page))? else {
                 break;
             };
             let names = decode_index_page(&blob).map_err(|why| {
@@ -119,16 +122,6 @@ impl<E: Entries> OsKeyring<E> {
             pages.push(names);
         }
         Ok(pages)
-    }
-
-    fn write_index_page(
-        &mut self,
-        namespace: &str,
-        page: usize,
-        names: &[CredentialName],
-    ) -> Result<(), StoreError> {
-        let name = (self.naming)(&Slot::Index { namespace, page });
-        self.entries.set(&name, &encode_index_page(names))
     }
 
     fn index_add(&mut self, namespace: &str, name: &CredentialName) -> Result<(), StoreError> {
@@ -152,7 +145,8 @@ impl<E: Entries> OsKeyring<E> {
             }
         };
         pages[page].push(name.clone());
-        self.write_index_page(namespace, page, &pages[page])
+        let blob = encode_index_page(&pages[page]);
+        self.entries.set(&self.index_page(namespace, page), &blob)
     }
 
     fn index_remove(&mut self, namespace: &str, name: &CredentialName) -> Result<(), StoreError> {
@@ -161,7 +155,8 @@ impl<E: Entries> OsKeyring<E> {
             if page.contains(name) {
                 // Emptied pages stay (header only): the index is read up to the first gap.
                 page.retain(|n| n != name);
-                self.write_index_page(namespace, i, &page)?;
+                let blob = encode_index_page(&page);
+                self.entries.set(&self.index_page(namespace, i), &blob)?;
             }
         }
         Ok(())
