@@ -2,10 +2,14 @@
 //!
 //! The store never holds the audit key. It hands `(seq, hash)` pairs and the head to a [`Seal`]
 //! and writes back the MACs it is given. In the broker and in `gatehouse verify-audit` the seal
-//! is the secrets-helper (broker/src/head_key.rs), which keeps the key in the OS keyring and
-//! never exports it; unit tests and `bench/` use [`super::chain::Sealer`], a key in memory.
+//! is the secrets-helper (the broker's supervised one, broker/src/head_key.rs; the command
+//! line's private one, cli/src/private_helper.rs), which keeps the key in the OS keyring and
+//! never exports it; both ask it with [`mac_request`] and read its answer with [`mac_reply`].
+//! Unit tests and `bench/` use [`super::chain::Sealer`], a key in memory.
 
-use ipc_schema::secrets::{AuditHead, AuditRow, MAX_AUDIT_ROWS};
+use ipc_schema::secrets::{
+    AuditHead, AuditInstance, AuditRow, SecretsReply, SecretsRequest, MAX_AUDIT_ROWS,
+};
 
 pub type Mac = [u8; 32];
 
@@ -74,6 +78,35 @@ impl<T: Seal + ?Sized> Seal for &T {
         head: Option<&AuditHead>,
     ) -> Result<(Vec<Mac>, Option<Mac>), SealError> {
         (**self).macs(instance, rows, head)
+    }
+}
+
+/// The instance id as the secrets-helper names it.
+pub fn instance(s: &str) -> Result<AuditInstance, SealError> {
+    AuditInstance::parse(s).map_err(|e| SealError(e.0))
+}
+
+/// The secrets-helper's request for [`Seal::macs`] of `rows` and `head` under `instance`'s key.
+pub fn mac_request(
+    instance: &str,
+    rows: &[AuditRow],
+    head: Option<&AuditHead>,
+) -> Result<SecretsRequest, SealError> {
+    Ok(SecretsRequest::AuditMac {
+        instance: self::instance(instance)?,
+        rows: rows.to_vec(),
+        head: head.copied(),
+    })
+}
+
+/// The MACs in the secrets-helper's answer to a [`mac_request`].
+pub fn mac_reply(reply: SecretsReply) -> Result<(Vec<Mac>, Option<Mac>), SealError> {
+    match reply {
+        SecretsReply::AuditMacs { rows, head } => Ok((rows, head)),
+        SecretsReply::Failed(e) => Err(SealError(format!("the secrets-helper: {}", e.message))),
+        other => Err(SealError(format!(
+            "unexpected answer from the secrets-helper: {other:?}"
+        ))),
     }
 }
 

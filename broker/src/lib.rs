@@ -13,12 +13,12 @@
 mod approvals;
 mod audit;
 mod broker;
-pub mod doctor;
+mod doctor;
 mod exec_tier;
 mod fronts;
 mod gate;
-pub mod head_key;
-pub mod helpers;
+mod head_key;
+mod helpers;
 mod launch;
 mod ledger;
 use proposal::provenance;
@@ -27,8 +27,6 @@ mod sessions;
 mod test_hooks;
 mod tools;
 mod ui_api;
-
-pub use provenance::part_text;
 
 use gatehouse_client::Dirs;
 use ipc_schema::status::LockdownReport;

@@ -72,7 +72,7 @@ fn render(p: &Proposal) -> String {
             s.push_str(&format!(
                 "    {}: {} {}\n",
                 escaped(&m.argument),
-                broker::part_text(&m.part),
+                proposal::provenance::part_text(&m.part),
                 escaped(&from)
             ));
         }

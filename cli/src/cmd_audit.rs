@@ -2,9 +2,9 @@
 //! work with no broker running (and cannot be lied to by one). `verify-audit` gets the MACs
 //! from a private secrets-helper it starts itself (the key never leaves that helper).
 
+use crate::private_helper::PrivateSeal;
 use crate::{fail, Global, EXIT_FAILURE};
 use audit_store::{self as store, verify};
-use broker::head_key::PrivateSeal;
 use ipc_schema::inert::escaped;
 use ipc_schema::ui::AuditEntry;
 use std::process::ExitCode;

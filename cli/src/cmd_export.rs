@@ -2,13 +2,13 @@
 //! pipeline (JSON lines or OTLP/HTTP) and the chain checked from an export alone. Both read
 //! files only (the database read-only, like `verify-audit`); no broker is needed or touched.
 
+use crate::private_helper::PrivateSeal;
 use crate::{fail, Global, EXIT_FAILURE};
 use audit_export::cursor::{default_path, CursorFile};
 use audit_export::otlp::Collector;
 use audit_export::readback::check_keeping;
 use audit_export::run::{self, Lines, Options, Otlp, Sink};
 use audit_export::source::Source;
-use broker::head_key::PrivateSeal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;

@@ -25,10 +25,10 @@
 //! same private helper. Which of the two, and for the second that the log's sealed head checks
 //! out and its key is there, is settled before the credential is touched.
 
+use crate::private_helper::{PrivateHelper, PrivateSeal};
 use crate::{fail, Global, EXIT_FAILURE};
 use audit_store::{self as store, Chain};
-use broker::head_key::PrivateSeal;
-use broker::secrets_link::{change_event, hosts_text, send_as_word, PrivateHelper};
+use broker::secrets_link::{change_event, hosts_text, send_as_word};
 use gatehouse_client::{Client, Dirs};
 use ipc_schema::secrets::{
     BasicUser, CredentialInfo, CredentialName, CredentialSpec, HeaderName, HostPattern,

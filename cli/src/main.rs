@@ -40,6 +40,8 @@ mod cmd_ui;
 mod cmd_up;
 #[cfg(any(target_os = "linux", windows))]
 mod doctor;
+#[cfg(any(target_os = "linux", windows))]
+mod private_helper;
 
 #[cfg(any(target_os = "linux", windows))]
 use clap::{Parser, Subcommand};
