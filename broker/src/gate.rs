@@ -96,16 +96,16 @@ struct UnopenedAudit {
     degraded: bool,
 }
 
-/// The default grant root: as given, else the working directory unless that is `/` or $HOME.
+/// The default grant root: as given, else the working directory unless that is `/` (a drive's
+/// root) or the user's home.
 fn default_root(given: Option<&PathBuf>) -> Option<String> {
     if let Some(g) = given {
         return Some(g.display().to_string());
     }
     let cwd = std::env::current_dir().ok()?;
     let cwd = std::fs::canonicalize(&cwd).unwrap_or(cwd);
-    let home = std::env::var_os("HOME").map(PathBuf::from);
-    let home = home.map(|h| std::fs::canonicalize(&h).unwrap_or(h));
-    if cwd == std::path::Path::new("/") || Some(&cwd) == home.as_ref() {
+    let home = ipc_schema::protected::user_home();
+    if cwd.parent().is_none() || Some(&cwd) == home.as_ref() {
         return None;
     }
     Some(cwd.display().to_string())

@@ -31,7 +31,6 @@ use ipc_schema::tool::{ProfileName, ResumeToken, SessionId, ToolCall};
 use ipc_schema::ui::{AgentLaunch, CommandLaunch, LaunchReply, NotStarted, UiReply};
 use ipc_schema::{Body, ErrorCode, ErrorReply, Role};
 use std::cell::{Cell, RefCell};
-use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
 #[cfg(unix)]
@@ -95,7 +94,7 @@ pub fn command(
         let agent = launch.agent.as_ref();
         let agent = agent.map(|a| Run::new(ctx, &launch, a)).transpose()?;
         let run = agent.as_ref().zip(launch.agent.as_ref());
-        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let home = ipc_schema::protected::user_home();
         let spec = policy::launch::command_spec(
             &launch,
             home.as_deref(),

@@ -186,7 +186,7 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
             cwd.display()
         )));
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let home = ipc_schema::protected::user_home();
     if let Some(why) = ipc_schema::protected::implicit_root_refusal(&cwd, home.as_deref()) {
         return Err(refused(format!(
             "the current directory {} cannot be the agent's working directory: {why}. cd into the project first",

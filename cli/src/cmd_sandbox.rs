@@ -13,6 +13,10 @@
 //! directory or `/` is never granted implicitly. When the broker runs as root, its exec-helper
 //! runs commands as nobody (never root toward the host).
 //!
+//! On Windows the same path runs the command in the exec-helper's restricted-token tier (the
+//! policy must set `require_namespaces = false`); Ctrl-C, Ctrl-Break and the console closing
+//! take the place of the signals, and `--allow-domain` is refused (no egress proxy there yet).
+//!
 //! Exit status: the command's own; 128+N when a signal N killed it; 124 when the time limit
 //! killed it; 125 when gatehouse refused the command or could not build the sandbox (the message
 //! says which); 126 when the program could not be executed; 127 when it was not found.
@@ -22,7 +26,7 @@ use ipc_schema::exec::{GrantAccess, Limits, PathGrant, RunEnd, RunOutcome, TIMEO
 use ipc_schema::net::EgressVerdict;
 use ipc_schema::ui::{CommandLaunch, LaunchReply, LaunchRequest, NotStarted, UiReply, UiRequest};
 use ipc_schema::Body;
-use sandbox::linux::command;
+use sandbox::command_env;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -142,10 +146,10 @@ pub(crate) fn env_args(args: &[String]) -> Result<Vec<(String, String)>, Stop> {
             Some((n, v)) => (n.to_string(), v.to_string()),
             None => (e.clone(), std::env::var(e).unwrap_or_default()),
         };
-        match command::env::refusal(&name, &value) {
+        match command_env::refusal(&name, &value) {
             None => out.push((name, value)),
-            Some(command::env::LOOKS_SECRET) => {
-                let why = command::env::secret_reason(&name).unwrap_or("a password in a URL");
+            Some(command_env::LOOKS_SECRET) => {
+                let why = command_env::secret_reason(&name).unwrap_or("a password in a URL");
                 return Err(refused(format!(
                     "--env {name}: looks like a secret ({why}); it is passed only when named with --pass-env {name} (which takes this process's value and is said on screen)"
                 )));
@@ -216,6 +220,7 @@ pub(crate) fn refused(msg: impl std::fmt::Display) -> Stop {
 }
 
 /// SIGINT, SIGTERM and SIGHUP: they kill the sandbox (read through a signalfd).
+#[cfg(unix)]
 pub(crate) fn stop_signals() -> nix::sys::signal::SigSet {
     use nix::sys::signal::{SigSet, Signal};
     let mut mask = SigSet::empty();
@@ -228,6 +233,7 @@ pub(crate) fn stop_signals() -> nix::sys::signal::SigSet {
 fn run_inner(g: &Global, args: SandboxArgs) -> Result<ExitCode, Stop> {
     // Blocked before any thread starts, so that every thread has them blocked and the
     // signalfd below sees them.
+    #[cfg(unix)]
     stop_signals()
         .thread_block()
         .map_err(|e| refused(format!("blocking signals: {e}")))?;
@@ -262,7 +268,7 @@ fn run_inner(g: &Global, args: SandboxArgs) -> Result<ExitCode, Stop> {
     let covered = grants.iter().any(|gr| cwd.starts_with(&gr.path));
     // Checked here too, so that an obvious refusal starts no broker; the broker decides.
     if !covered {
-        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let home = ipc_schema::protected::user_home();
         if let Some(why) = ipc_schema::protected::implicit_root_refusal(&cwd, home.as_deref()) {
             return Err(refused(format!(
                 "the current directory {} is not granted: {why}. Name what the command may use with --allow-write or --allow-read (and cd into it)",
@@ -271,7 +277,7 @@ fn run_inner(g: &Global, args: SandboxArgs) -> Result<ExitCode, Stop> {
         }
     }
 
-    let mut env = command::env::inherited_from_process();
+    let mut env = command_env::inherited_from_process();
     env.extend(env_args(&args.env)?);
     let passed = pass_env_args(&args.pass_env)?;
     let limits = Limits {
@@ -437,6 +443,7 @@ pub(crate) fn launch_in_broker(
 
 /// SIGINT, SIGTERM and SIGHUP (blocked, read through a signalfd by a thread of their own) ask
 /// the broker to kill the command's sandbox; the command's end then says it was stopped.
+#[cfg(unix)]
 fn watch_stop_signals(
     client: &gatehouse_client::Client,
     interrupted: Arc<AtomicI32>,
@@ -455,6 +462,32 @@ fn watch_stop_signals(
                 Ordering::SeqCst,
                 Ordering::SeqCst,
             );
+            let _ = side.send(Body::Ui(UiRequest::Launch(LaunchRequest::StopCommand)));
+        }
+    });
+    Ok(())
+}
+
+/// Ctrl-C, Ctrl-Break and the console window closing ask the broker to kill the command's
+/// sandbox, as the signals do on Unix. They are recorded as the signal a shell would name
+/// (Ctrl-C as SIGINT, 2; the others as SIGTERM, 15), so the exit status is the same 130 or 143.
+/// However this process ends, the command ends too: the broker stops the command of a
+/// connection that closes.
+#[cfg(windows)]
+fn watch_stop_signals(
+    client: &gatehouse_client::Client,
+    interrupted: Arc<AtomicI32>,
+) -> Result<(), Stop> {
+    use sandbox::windows::ConsoleStop;
+    let stops =
+        sandbox::windows::console_stops().map_err(|e| refused(format!("watching Ctrl-C: {e}")))?;
+    let mut side = client
+        .side_writer()
+        .map_err(|e| refused(format!("the broker connection: {e}")))?;
+    std::thread::spawn(move || {
+        for stop in stops {
+            let signal = if stop == ConsoleStop::CtrlC { 2 } else { 15 };
+            let _ = interrupted.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst);
             let _ = side.send(Body::Ui(UiRequest::Launch(LaunchRequest::StopCommand)));
         }
     });
@@ -537,6 +570,14 @@ pub(crate) fn report(who: &str, o: Outcome, limits: &Limits, json: bool) -> Exit
         (RunOutcome::SandboxFailed { .. }, _) | (RunOutcome::Stopped, None) => EXIT_REFUSED,
     };
     let outcome_text = match (&o.end.outcome, o.interrupted) {
+        (RunOutcome::Stopped, Some(sig)) if cfg!(windows) => {
+            let what = if sig == 2 {
+                "Ctrl-C"
+            } else {
+                "Ctrl-Break or the console closing"
+            };
+            format!("interrupted by {what}; the sandbox was killed")
+        }
         (RunOutcome::Stopped, Some(sig)) => {
             format!("interrupted by signal {sig}; the sandbox was killed")
         }

@@ -23,7 +23,7 @@ mod cmd_policy;
 mod cmd_policy_replay;
 #[cfg(target_os = "linux")]
 mod cmd_run;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 mod cmd_sandbox;
 #[cfg(any(target_os = "linux", windows))]
 mod cmd_secret;
@@ -115,7 +115,7 @@ enum Cmd {
     },
     /// List proposals waiting for a decision, and decide them (a console without the console).
     Approve(cmd_approve::ApproveArgs),
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", windows))]
     /// Run one command in the exec sandbox, through the broker's exec-helper (started when none runs), every record in its audit log: `gatehouse sandbox [--allow-write P]... [--allow-read P]... [--allow-domain D]... [--timeout S] -- CMD ARGS`.
     Sandbox(cmd_sandbox::SandboxArgs),
     #[cfg(target_os = "linux")]
@@ -220,7 +220,7 @@ fn main() -> ExitCode {
         Cmd::VerifyAudit => cmd_audit::verify(&g),
         Cmd::Audit { cmd } => cmd_audit::run(&g, cmd),
         Cmd::Approve(args) => cmd_approve::run(&g, args),
-        #[cfg(target_os = "linux")]
+        #[cfg(any(target_os = "linux", windows))]
         Cmd::Sandbox(args) => cmd_sandbox::run(&g, args),
         #[cfg(target_os = "linux")]
         Cmd::Run(args) => cmd_run::run(&g, args),

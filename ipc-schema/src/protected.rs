@@ -721,10 +721,21 @@ mod tests {
     }
 }
 
-/// Why `cwd` may not become a command's working root without the user naming it: it is `/`, a
-/// home directory (`home`, `/root`, or any directory right under `/home`: a broker run as root
-/// has `HOME=/root`), or holds one. Lexical: callers pass resolved paths. The one check
-/// `gatehouse sandbox`, `gatehouse run` and the broker's launch path all use.
+/// The user's home directory as the OS names it: `HOME` on Unix, `USERPROFILE` on Windows
+/// (where `HOME` is usually unset: reading it there would leave the home unguarded), resolved
+/// as the paths it is compared with are (links followed; on Windows the `\\?\` form
+/// `canonicalize` gives, without which `C:\Users\me` would not contain `\\?\C:\Users\me`).
+pub fn user_home() -> Option<std::path::PathBuf> {
+    let var = if cfg!(windows) { "USERPROFILE" } else { "HOME" };
+    let home = std::path::PathBuf::from(std::env::var_os(var).filter(|h| !h.is_empty())?);
+    Some(std::fs::canonicalize(&home).unwrap_or(home))
+}
+
+/// Why `cwd` may not become a command's working root without the user naming it: it is `/` (or
+/// a drive's root), a home directory (`home`, `/root`, or any directory right under `/home`: a
+/// broker run as root has `HOME=/root`; on Windows any directory beside `home`, the other users'
+/// profiles), or holds one. Lexical: callers pass resolved paths. The one check `gatehouse
+/// sandbox`, `gatehouse run` and the broker's launch path all use.
 pub fn implicit_root_refusal(
     cwd: &std::path::Path,
     home: Option<&std::path::Path>,
@@ -733,8 +744,15 @@ pub fn implicit_root_refusal(
     if cwd == Path::new("/") {
         return Some("it is /".into());
     }
+    if cwd.parent().is_none() {
+        return Some("it is the root of a drive".into());
+    }
     let homes = [Some(Path::new("/root")), Some(Path::new("/home")), home];
-    let under_home = cwd.parent() == Some(Path::new("/home"));
+    let mut under_home = cwd.parent() == Some(Path::new("/home"));
+    if cfg!(windows) {
+        let profiles = home.and_then(Path::parent);
+        under_home |= profiles.is_some_and(|p| cwd.parent() == Some(p));
+    }
     if under_home || homes.into_iter().flatten().any(|h| h.starts_with(cwd)) {
         return Some("it is (or contains) a home directory".into());
     }
@@ -756,6 +774,31 @@ mod implicit_root_tests {
             );
         }
         for allowed in ["/home/alice/project", "/srv/me/work", "/tmp/x", "/root/src"] {
+            assert_eq!(
+                implicit_root_refusal(Path::new(allowed), me),
+                None,
+                "{allowed}"
+            );
+        }
+    }
+
+    #[cfg(windows)]
+    #[test]
+    fn drive_roots_profiles_and_other_users_are_refused_on_windows() {
+        let me = Some(Path::new(r"C:\Users\me"));
+        for refused in [
+            r"C:\",
+            r"D:\",
+            r"C:\Users",
+            r"C:\Users\me",
+            r"C:\Users\alice",
+        ] {
+            assert!(
+                implicit_root_refusal(Path::new(refused), me).is_some(),
+                "{refused}"
+            );
+        }
+        for allowed in [r"C:\Users\me\project", r"C:\src\x", r"D:\work"] {
             assert_eq!(
                 implicit_root_refusal(Path::new(allowed), me),
                 None,

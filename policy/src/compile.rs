@@ -185,9 +185,7 @@ pub(crate) fn is_broad(root: &Path) -> bool {
     if root.parent().is_none() {
         return true;
     }
-    let home_var = if cfg!(windows) { "USERPROFILE" } else { "HOME" };
-    let home = std::env::var_os(home_var).map(PathBuf::from);
-    let home = home.and_then(|h| std::fs::canonicalize(&h).ok().or(Some(h)));
+    let home = ipc_schema::protected::user_home();
     home.is_some_and(|h| h.starts_with(root))
 }
 

@@ -47,7 +47,7 @@ pub(crate) use channel::user_only_pipe;
 pub use channel::{
     async_pipe, async_server, channel_pair, spawn_helper, ChannelIo, SpawnedHelper, HELPER_ENV,
 };
-pub use console::ConsoleEchoOff;
+pub use console::{console_stops, ConsoleEchoOff, ConsoleStop};
 pub use ffi::{running_under_wine, OwnedSid, WinError};
 pub use job::{own_job_facts, Job};
 pub use mitigation::in_force as mitigation_in_force;
