@@ -673,7 +673,8 @@ pub fn run(args: &[String]) {
 /// the release binary, one socket pair at fd 3, an empty environment, stdin and stdout on
 /// /dev/null, `--store keyutils --namespace <a bench-only name>`, its hello read before anything
 /// else. It is asked as broker/src/head_key.rs asks (`SecretsRequest::AuditKey`, then one
-/// `SecretsRequest::AuditMac` per batch of at most 8192 rows, the head with the last), and its
+/// `SecretsRequest::AuditMac` per batch of at most 8192 rows, the head with the last, built and
+/// read by the same `audit_store::seal::{mac_request, mac_reply}`), and its
 /// frames are handled as the broker handles frames on a channel that carries secrets: encoded
 /// in one allocation, written unbuffered and zeroed, replies read into a buffer that is zeroed.
 ///
@@ -828,20 +829,8 @@ pub mod helper_seal {
             rows: &[AuditRow],
             head: Option<&AuditHead>,
         ) -> Result<(Vec<Mac>, Option<Mac>), SealError> {
-            let req = SecretsRequest::AuditMac {
-                instance: AuditInstance::parse(instance).map_err(|e| SealError(e.0))?,
-                rows: rows.to_vec(),
-                head: head.copied(),
-            };
-            match self.request(req).map_err(SealError)? {
-                SecretsReply::AuditMacs { rows, head } => Ok((rows, head)),
-                SecretsReply::Failed(e) => {
-                    Err(SealError(format!("the secrets-helper: {}", e.message)))
-                }
-                other => Err(SealError(format!(
-                    "unexpected answer from the secrets-helper: {other:?}"
-                ))),
-            }
+            let req = audit_store::seal::mac_request(instance, rows, head)?;
+            audit_store::seal::mac_reply(self.request(req).map_err(SealError)?)
         }
     }
 
