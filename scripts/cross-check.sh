@@ -15,7 +15,8 @@
 #      restricted-token tier; the Windows spawner, started as the router starts it, starting,
 #      observing, tracing and killing the secrets-helper for this test as its router; and the
 #      broker itself, started for a private --data-dir and driven over its pipes, with
-#      gatehouse-mcp serving an agent's MCP client on stdio in front of it.
+#      gatehouse-mcp serving an agent's MCP client on stdio in front of it, `gatehouse sandbox`
+#      running commands through it, and the notifier handing a waiting card to its hook.
 # Nothing here links or runs a macOS binary: there is no macOS SDK or machine here.
 # scripts/test-deps.sh installs the toolchains; CI runs this from scripts/test.sh.
 set -euo pipefail
@@ -68,18 +69,19 @@ wineserver -w
 wineserver -p
 trap 'wineserver -k 2>/dev/null || true' EXIT
 WINE_CRATES=(-p ipc-schema -p gatehouse-policy -p gatehouse-proposal -p audit-store -p audit-export
-  -p gateway -p ui -p net-helper -p secrets-helper -p gatehouse-client -p sandbox -p spawner)
+  -p gateway -p ui -p net-helper -p secrets-helper -p gatehouse-client -p sandbox -p spawner
+  -p gatehouse-notify)
 LOG=$TARGET_DIR/wine-tests.log
 # (--all-features: the helpers' test hooks, as on Linux; the net-helper's Wine test needs one.
 # --show-output: a passing test's "wine does not enforce" line is printed after the results.)
 # (The exec-helper has no library: its binary's unit tests come with --tests. The broker's test
 # starts the spawner, net-, secrets- and exec-helper, gatehouse-mcp and gatehouse binaries: the
 # first run builds the first three, the second the exec-helper and the broker; `cargo test`
-# builds a package's binaries only for its own integration tests, so gatehouse-mcp's and the
-# command line's are built explicitly.)
+# builds a package's binaries only for its own integration tests, so gatehouse-mcp's, the
+# command line's and the notifier's are built explicitly.)
 if ! { cargo test --target x86_64-pc-windows-gnu "${WINE_CRATES[@]}" --all-features --lib --tests \
     -- --show-output &&
-  cargo build --target x86_64-pc-windows-gnu -p gatehouse-mcp -p gatehouse-cli --all-features &&
+  cargo build --target x86_64-pc-windows-gnu -p gatehouse-mcp -p gatehouse-cli -p gatehouse-notify --all-features &&
   cargo test --target x86_64-pc-windows-gnu -p exec-helper -p gatehouse-mcp -p gatehouse-cli -p broker --all-features --tests \
     -- --show-output; } >"$LOG" 2>&1; then
   grep -E -A20 '^---- |^error' "$LOG" >&2 || tail -50 "$LOG" >&2

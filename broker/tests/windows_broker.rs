@@ -858,3 +858,103 @@ fn gatehouse_sandbox_runs_a_command_through_the_brokers_exec_helper() {
     assert!(rows.iter().any(|l| l.contains("ended")), "{out}");
     assert!(rows.iter().any(|l| l.contains("refused")), "{out}");
 }
+
+/// The hook [`the_notifier_hands_a_waiting_card_to_the_hook`] configures: this test binary in a
+/// child mode that copies its stdin to the file named in this variable.
+const HOOK_OUT: &str = "GATEHOUSE_TEST_HOOK_OUT";
+
+/// Not a test on its own: the notifier's hook (does nothing without its variable).
+#[test]
+fn hook_child_mode() {
+    let Some(out) = std::env::var_os(HOOK_OUT) else {
+        return;
+    };
+    let mut got = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::stdin(), &mut got).unwrap();
+    std::fs::write(out, got).unwrap();
+}
+
+/// `gatehouse notify` on Windows: no desktop notifications there, so the hook is the notifier.
+/// A card that waits while no console is attached reaches the hook as the summary on stdin
+/// (never the arguments); a console that attaches takes it back.
+#[test]
+fn the_notifier_hands_a_waiting_card_to_the_hook() {
+    use std::io::BufRead as _;
+    let (_dns, web, b) = broker_with_web();
+    let root = b.dirs.data.parent().unwrap().to_path_buf();
+    let hook_out = root.join("hook-stdin.json");
+    let exe = std::env::current_exe().unwrap();
+    let config = format!(
+        "[notify]\ncommand = [{:?}, \"--exact\", \"hook_child_mode\", \"--test-threads=1\"]\n",
+        exe.to_str().unwrap()
+    );
+    std::fs::write(b.dirs.config.join("config.toml"), config).unwrap();
+    // The notifier's own binary (`gatehouse notify` runs it as a child on Windows), so that the
+    // test's kill ends it.
+    let mut child = Command::new(gatehouse_tests::bin("gatehouse-notify"))
+        .arg("--data-dir")
+        .arg(&root)
+        .arg("--json")
+        .env(HOOK_OUT, &hook_out)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    struct Kill(Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let _child = Kill(child);
+    let mut next = |event: &str| -> serde_json::Value {
+        for line in lines.by_ref() {
+            let v: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+            if v["event"] == event {
+                return v;
+            }
+        }
+        panic!("the notifier ended before {event:?}: {}", b.log_text());
+    };
+    let w = next("watching");
+    assert_eq!(w["desktop"], serde_json::Value::Null);
+    assert_eq!(w["hook"], true);
+
+    let url = format!("http://public.test:{}/page", web.addr.port());
+    let mut agent = Client::connect(&b.dirs.gateway_socket()).unwrap();
+    let call = agent
+        .send(Body::ToolCall(ToolCall::FetchUrl(FetchUrl { url })))
+        .unwrap();
+    let waiting = match agent.next_frame().unwrap() {
+        e if e.id == call => match e.body {
+            Body::ToolReply(ToolReply::AwaitingApproval(w)) => w,
+            other => panic!("the default policy should ask: {other:?}"),
+        },
+        other => panic!("an answer to another request: {other:?}"),
+    };
+    assert_eq!(next("hook")["ended"], "exited with status 0");
+    let got: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&hook_out).unwrap()).unwrap();
+    assert_eq!(got["event"], "waiting");
+    assert_eq!(got["proposal"], waiting.proposal.0);
+    assert_eq!(got["tool"], "fetch_url");
+    assert!(
+        got["target"].as_str().unwrap().contains("public.test"),
+        "{got}"
+    );
+    assert_eq!(got["decide_with"], "gatehouse ui");
+
+    // A console attaches: the card is taken back from the notifier.
+    let mut console = Client::connect(&b.dirs.ui_socket()).unwrap();
+    assert_eq!(
+        console.request(Body::Ui(UiRequest::Subscribe)).unwrap(),
+        Body::UiReply(UiReply::Subscribed)
+    );
+    let c = next("closed");
+    assert_eq!(c["proposal"], waiting.proposal.0);
+    assert_eq!(c["why"], "console attached");
+    // Nothing was fetched: the notifier can watch, never decide.
+    assert_eq!(web.requests().len(), 0);
+}

@@ -2,7 +2,8 @@
 //!
 //! ```toml
 //! [notify]
-//! desktop = true                                    # freedesktop notifications (default true)
+//! desktop = true                                    # freedesktop notifications (default true;
+//!                                                   # not built on Windows: false there)
 //! command = ["/usr/local/bin/push-to-phone"]        # a hook, given the card's summary on stdin
 //! open = ["x-terminal-emulator", "-e", "gatehouse", "ui"]   # what the "open" action runs
 //! hook_timeout_secs = 10                            # a hook still running then is killed
@@ -14,6 +15,11 @@
 
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
+
+/// Whether desktop notifications are built here (the freedesktop ones, over the session bus).
+pub const DESKTOP_BUILT: bool = cfg!(unix);
+/// Why the notifier cannot show a desktop notification on this OS.
+pub const NO_DESKTOP: &str = "desktop notifications are not built on Windows: the hook ([notify] command) is how the notifier tells you there";
 
 /// How long a hook may run by default before it is killed.
 pub const DEFAULT_HOOK_TIMEOUT_SECS: u64 = 10;
@@ -110,11 +116,19 @@ impl NotifyConfig {
                 "[notify] hook_timeout_secs is {secs}: give 1 to {MAX_HOOK_TIMEOUT_SECS}"
             ));
         }
-        let desktop = t.desktop.unwrap_or(true);
+        let desktop = match t.desktop {
+            Some(true) if !DESKTOP_BUILT => {
+                return Err(format!("[notify] desktop = true: {NO_DESKTOP}"))
+            }
+            Some(d) => d,
+            None => DESKTOP_BUILT,
+        };
         if !desktop && command.is_none() {
-            return Err(
-                "[notify] desktop = false and no command: the notifier would tell no one".into(),
-            );
+            return Err(if DESKTOP_BUILT {
+                "[notify] desktop = false and no command: the notifier would tell no one".into()
+            } else {
+                format!("no [notify] command: {NO_DESKTOP}, and without one it would tell no one")
+            });
         }
         Ok(NotifyConfig {
             desktop,
@@ -133,6 +147,7 @@ mod tests {
         vec!["term".into()]
     }
 
+    #[cfg(unix)]
     #[test]
     fn defaults_without_a_table_and_other_tables_left_alone() {
         let c = NotifyConfig::parse("[secrets]\nstore = \"keyutils\"\n", open()).unwrap();
@@ -165,7 +180,10 @@ mod tests {
         for (text, says) in [
             ("[notify]\ncommand = []\n", "[notify] command is empty"),
             ("[notify]\ncommand = [\"\"]\n", "names an empty program"),
-            ("[notify]\nopen = []\n", "[notify] open is empty"),
+            (
+                "[notify]\nopen = []\ncommand = [\"x\"]\n",
+                "[notify] open is empty",
+            ),
             ("[notify]\nhook_timeout_secs = 0\n", "give 1 to 300"),
             ("[notify]\nhook_timeout_secs = 301\n", "give 1 to 300"),
             ("[notify]\ndesktop = false\n", "would tell no one"),
@@ -195,5 +213,28 @@ mod tests {
             default_open(Path::new("/opt/g/gatehouse"), None),
             ["x-terminal-emulator", "-e", "/opt/g/gatehouse", "ui"]
         );
+    }
+
+    /// Windows: no desktop notifications, so a hook is required and `desktop = true` refused;
+    /// the positive control is a table with a hook.
+    #[cfg(windows)]
+    #[test]
+    fn on_windows_the_hook_is_the_notifier() {
+        for (text, says) in [
+            (
+                "",
+                "no [notify] command: desktop notifications are not built on Windows",
+            ),
+            (
+                "[notify]\ndesktop = true\ncommand = [\"x\"]\n",
+                "[notify] desktop = true: desktop notifications are not built on Windows",
+            ),
+        ] {
+            let e = NotifyConfig::parse(text, open()).unwrap_err();
+            assert!(e.contains(says), "{text:?}: {e}");
+        }
+        let c = NotifyConfig::parse("[notify]\ncommand = [\"hook.exe\"]\n", open()).unwrap();
+        assert!(!c.desktop);
+        assert_eq!(c.command, Some(vec!["hook.exe".into()]));
     }
 }

@@ -11,48 +11,37 @@
 //! (`[notify] command`). The decision is made on the console, as always.
 //!
 //! Reads top to bottom: settings, the session bus, the broker, then serve.
+//!
+//! On Windows there is no session bus: desktop notifications are not built there, the config
+//! refuses `desktop = true`, and the hook is how the notifier tells the user (the broker's
+//! notifier pipe, like its other pipes, admits only this user's processes).
 
 #![forbid(unsafe_code)]
 
-#[cfg(unix)]
 mod config;
 #[cfg(unix)]
 mod desktop;
-#[cfg(unix)]
 mod run;
-#[cfg(unix)]
 mod summary;
 
-#[cfg(unix)]
 use clap::Parser;
-#[cfg(unix)]
 use config::NotifyConfig;
 #[cfg(unix)]
 use desktop::Desktop;
-#[cfg(unix)]
 use gatehouse_client::{Client, Dirs};
-#[cfg(unix)]
 use ipc_schema::notify::{NotifyEvent, NotifyReply, NotifyRequest, Settled};
-#[cfg(unix)]
 use ipc_schema::Body;
-#[cfg(unix)]
 use std::collections::HashMap;
-#[cfg(unix)]
 use std::io::Write;
-#[cfg(unix)]
 use std::path::PathBuf;
-#[cfg(unix)]
 use std::process::ExitCode;
-#[cfg(unix)]
 use std::sync::{Arc, Mutex};
 
-#[cfg(unix)]
 #[derive(Parser)]
 #[command(
     name = "gatehouse notify",
     about = "Desktop notifications (and a hook) for approval cards that wait while no console is attached"
 )]
-#[cfg(unix)]
 struct Args {
     /// A private instance: config, data and sockets all under DIR.
     #[arg(long, value_name = "DIR")]
@@ -63,14 +52,40 @@ struct Args {
     json: bool,
 }
 
+/// No desktop notifications are built on Windows ([`config`] refuses `desktop = true` there): a
+/// type with no value, so every use of one is code that cannot run.
+#[cfg(windows)]
+enum Desktop {}
+
+#[cfg(windows)]
+impl Desktop {
+    fn connect() -> Result<Desktop, String> {
+        Err(config::NO_DESKTOP.into())
+    }
+    fn show(&self, _title: &str, _body: &str) -> Result<u32, String> {
+        match *self {}
+    }
+    fn close(&self, _id: u32) -> Result<(), String> {
+        match *self {}
+    }
+    fn server(&self) -> String {
+        match *self {}
+    }
+}
+
 #[cfg(unix)]
+impl Desktop {
+    fn server(&self) -> String {
+        self.server.clone()
+    }
+}
+
 /// Says what the notifier did: JSON lines on stdout, or a line on stderr.
 #[derive(Clone)]
 struct Report {
     json: bool,
 }
 
-#[cfg(unix)]
 impl Report {
     fn say(&self, v: serde_json::Value, text: impl FnOnce() -> String) {
         if self.json {
@@ -83,13 +98,11 @@ impl Report {
     }
 }
 
-#[cfg(unix)]
 fn fail(msg: &str) -> ExitCode {
     eprintln!("gatehouse notify: {}", ipc_schema::inert::escaped(msg));
     ExitCode::from(1)
 }
 
-#[cfg(unix)]
 /// Which desktop notification shows which card.
 #[derive(Default)]
 struct Shown {
@@ -97,7 +110,6 @@ struct Shown {
     by_notification: HashMap<u32, u64>,
 }
 
-#[cfg(unix)]
 fn main() -> ExitCode {
     let args = Args::parse();
     let (data_dir, dirs) = match Dirs::for_data_dir(args.data_dir.as_deref()) {
@@ -128,6 +140,7 @@ fn main() -> ExitCode {
     };
     let shown = Arc::new(Mutex::new(Shown::default()));
     let runner = run::Runner::default();
+    #[cfg(unix)]
     if let Some(d) = &desktop {
         // Subscribed before the watch starts, so no click on a card shown later is missed.
         let actions = match d.proxy.receive_action_invoked() {
@@ -191,11 +204,11 @@ fn main() -> ExitCode {
             Body::NotifyReply(NotifyReply::Watching) => report.say(
                 serde_json::json!({
                     "event": "watching",
-                    "desktop": desktop.as_ref().map(|d| d.server.clone()),
+                    "desktop": desktop.as_ref().map(|d| d.server()),
                     "hook": cfg.command.is_some(),
                 }),
                 || match &desktop {
-                    Some(d) => format!("watching for cards; notifications go to {}", d.server),
+                    Some(d) => format!("watching for cards; notifications go to {}", d.server()),
                     None => "watching for cards; only the hook is told".into(),
                 },
             ),
@@ -260,12 +273,4 @@ fn main() -> ExitCode {
             other => return fail(&format!("unexpected reply {:?}", other.kind())),
         }
     }
-}
-
-/// The notifier's channel is a Unix socket to the broker, with its peer checked by the kernel;
-/// named pipes and the client's token on Windows are not built.
-#[cfg(not(unix))]
-fn main() -> std::process::ExitCode {
-    use ipc_schema::platform::{refuse, Missing};
-    refuse("gatehouse-notify", &[Missing::LocalSockets])
 }
