@@ -4,7 +4,7 @@
 //! `gatehouse verify-audit` (through a private helper of its own) send `(seq, hash)` pairs and
 //! heads and get MACs back (broker/src/head_key.rs): row `HMAC(key, "row" || seq || hash)`, head
 //! `HMAC(key, "head" || len(instance) || instance || count || head)`, integers little-endian, the
-//! layout broker/src/store/chain.rs documents. The key is kept as 64 hex characters under the
+//! layout audit-store/src/chain.rs documents. The key is kept as 64 hex characters under the
 //! name the broker used when it still held the key itself, so logs written then keep theirs.
 
 use crate::service::err;
