@@ -793,8 +793,30 @@ fn gatehouse_sandbox_runs_a_command_through_the_brokers_exec_helper() {
     );
     assert_eq!(code, Some(0), "{out}\n{err}\n{}", b.log_text());
     assert_eq!(out.trim_end(), "hello from the sandbox", "{err}");
-    // The run's gaps (reads are not confined on Windows, and under Wine nothing is) are named.
+    // The run's gaps (reads are not confined on Windows, and under Wine nothing is) are named,
+    // among them that nothing keeps the command from planting what the user's tools run.
     assert!(err.contains("degraded: "), "{err}");
+    let planting = "git hooks and configs and the start-up and settings files your own tools run";
+    assert!(err.contains(planting), "{err}");
+    // Read-only, the project has nothing to plant in: that gap is not named.
+    let (code, out, err) = sandbox(
+        &[
+            "--allow-read",
+            project.to_str().unwrap(),
+            "--",
+            "cmd.exe",
+            "/d",
+            "/c",
+            "echo read-only",
+        ],
+        &project,
+    );
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert_eq!(out.trim_end(), "read-only", "{err}");
+    assert!(
+        err.contains("degraded: ") && !err.contains(planting),
+        "{err}"
+    );
 
     // The command's own exit code, and its stderr on this process's stderr.
     let (code, out, err) = sandbox(

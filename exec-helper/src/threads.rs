@@ -5,8 +5,9 @@
 //!
 //! What every OS refuses here before its launcher runs: what passes descriptors (the egress
 //! proxy, an agent's session, a third-party server), a working directory outside the grants,
-//! limits above the ceilings, an empty argv. What no launcher masks yet (a grant's exclude
-//! globs, secret-looking files) is a gap: the command is refused naming it, or with
+//! limits above the ceilings, an empty argv. What no launcher holds yet (a grant's exclude
+//! globs, secret-looking files, and in a writable grant the places the user's own tools run:
+//! git hooks and configs, start-up and settings files) is a gap: the command is refused naming it, or with
 //! `--allow-degraded` run with it listed in the report's `degraded`, as every OS-specific gap
 //! is. The environment is built by the Linux rules (`sandbox::command_env`).
 //!
@@ -15,8 +16,8 @@
 //! process ends (nothing a command started outlives it, as the pid namespace gives on Linux).
 
 use ipc_schema::exec::{
-    CommandSpec, ExecReply, ExecRequest, NetworkMode, RunEnd, RunId, RunOutcome, SandboxReport,
-    OUTPUT_PIECE_MAX, POLL_WAIT_MAX_MS,
+    CommandSpec, ExecReply, ExecRequest, GrantAccess, NetworkMode, RunEnd, RunId, RunOutcome,
+    SandboxReport, OUTPUT_PIECE_MAX, POLL_WAIT_MAX_MS,
 };
 use ipc_schema::helper::{fatal, HelperChannel, Replies};
 use ipc_schema::route::BROKER_TO_EXEC;
@@ -120,6 +121,18 @@ impl Checked {
             )));
         }
         let mut gaps = Vec::new();
+        // The Linux tiers make git's hooks and configs, and the table's start-up and settings
+        // places, unwritable in a writable grant and set aside what a command planted anyway
+        // (sandbox::linux::command::project). Nothing here does: named, never silent.
+        if spec
+            .grants
+            .iter()
+            .any(|g| g.access == GrantAccess::ReadWrite)
+        {
+            gaps.push(format!(
+                "in the writable grants, git hooks and configs and the start-up and settings files your own tools run (ipc_schema::protected) are neither write-protected nor checked after the command (not built on {OS})"
+            ));
+        }
         if !spec.hide.exclude.is_empty() {
             gaps.push(format!(
                 "the grant's exclude globs ({}) are not masked (not built on {OS})",
