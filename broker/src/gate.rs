@@ -10,6 +10,7 @@ use audit_store::chain::{AuditEvent, AuditKind};
 use audit_store::writer::Unstarted;
 use audit_store::{self as store, StoreHandle};
 use gatehouse_client::Dirs;
+use ipc_schema::fs::{FsHelperConfig, GrantConfig};
 use ipc_schema::ui::{LedgerCall, Remembered};
 use policy::protected::Protected;
 use policy::{policy_path, PolicyState};
@@ -203,44 +204,29 @@ impl Gate {
         }
     }
 
-    /// The fs-helper's arguments for the grants in force (see fs-helper/src/config.rs).
+    /// The fs-helper's arguments for the grants in force: one `--config`
+    /// (`ipc_schema::fs::FsHelperConfig`, which the helper checks again).
     pub fn fs_helper_args(&self) -> Vec<OsString> {
-        let mut args: Vec<OsString> = Vec::new();
-        let policy = self.policy.borrow();
-        for g in &policy.fs_grants() {
-            let mut caps = String::new();
-            for (on, c) in [
-                (g.caps.read, 'r'),
-                (g.caps.write, 'w'),
-                (g.caps.edit, 'e'),
-                (g.caps.delete, 'd'),
-            ] {
-                if on {
-                    caps.push(c);
-                }
-            }
-            let mut flags = if g.recursive { "recursive" } else { "flat" }.to_string();
-            if g.confirmed {
-                flags.push_str(",confirmed");
-            }
-            let mut spec = OsString::from(format!("{}:{caps}:{flags}:", g.id));
-            spec.push(g.root.as_os_str());
-            args.push("--grant".into());
-            args.push(spec);
-            for (opt, globs) in [("--include", &g.include), ("--exclude", &g.exclude)] {
-                for glob in globs {
-                    args.push(opt.into());
-                    args.push(format!("{}:{glob}", g.id).into());
-                }
-            }
-        }
-        args.push("--checkpoint-dir".into());
-        args.push(self.checkpoint_dir().into());
-        for d in self.dirs.own() {
-            args.push("--protect".into());
-            args.push(std::fs::canonicalize(&d).unwrap_or(d).into());
-        }
-        args
+        let bytes = |p: &std::path::Path| ipc_schema::os_path::of(p).to_vec();
+        let grants = self.policy.borrow().fs_grants().into_iter();
+        let config = FsHelperConfig {
+            grants: grants
+                .map(|g| GrantConfig {
+                    root: bytes(&g.root),
+                    id: g.id,
+                    caps: g.caps,
+                    recursive: g.recursive,
+                    confirmed: g.confirmed,
+                    include: g.include,
+                    exclude: g.exclude,
+                })
+                .collect(),
+            checkpoint_dir: bytes(&self.checkpoint_dir()),
+            protect: (self.dirs.own().into_iter())
+                .map(|d| bytes(&std::fs::canonicalize(&d).unwrap_or(d)))
+                .collect(),
+        };
+        vec!["--config".into(), config.to_arg().into()]
     }
 
     pub fn checkpoint_dir(&self) -> PathBuf {

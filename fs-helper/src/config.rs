@@ -1,21 +1,10 @@
-//! The helper's command line (what the broker grants), checked and opened before lockdown.
-//!
-//! ```text
-//! --grant ID:CAPS:FLAGS:PATH     repeatable
-//!     ID     [A-Za-z0-9_.-]{1,64}, unique
-//!     CAPS   letters from `rwed` (read, write, edit, delete), at least one
-//!     FLAGS  `recursive` or `flat`, optionally `,confirmed` (needed for `/`, a home
-//!            directory, or a directory that contains one)
-//!     PATH   absolute, canonical (no `.`, `..`, `//`, trailing `/`, or link on the way)
-//! --include ID:GLOB / --exclude ID:GLOB    repeatable; globs relative to the grant root
-//! --checkpoint-dir PATH          required; an existing directory only the helper uses
-//! --protect PATH                 repeatable; gatehouse's own directories (config, data, runtime)
-//! ```
+//! What the broker grants ([`FsHelperConfig`], the one `--config` argument), checked again and
+//! opened before lockdown.
 
 use crate::grant::{Grant, Grants};
 use crate::kernel::{self, OpenMode};
 use crate::protect::{components, Protector};
-use ipc_schema::fs::{Caps, GrantId};
+use ipc_schema::fs::FsHelperConfig;
 use rustix::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use rustix::fs::{Mode, OFlags};
 use sandbox::helper_args::HelperArgs;
@@ -25,33 +14,15 @@ use std::path::PathBuf;
 
 /// The options the helper accepts besides the common ones.
 pub const OPTIONS: &[&str] = &[
-    "--grant",
-    "--include",
-    "--exclude",
-    "--checkpoint-dir",
-    "--protect",
+    "--config",
     // Test builds only: `--test-resolver walk` uses the fallback walk even where openat2 works.
     #[cfg(feature = "test-hooks")]
     "--test-resolver",
 ];
 
-/// A grant as written on the command line.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GrantSpec {
-    pub id: GrantId,
-    pub caps: Caps,
-    pub recursive: bool,
-    pub confirmed: bool,
-    pub root: Vec<u8>,
-    pub include: Vec<String>,
-    pub exclude: Vec<String>,
-}
-
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
-    pub grants: Vec<GrantSpec>,
-    pub checkpoint_dir: Vec<u8>,
-    pub protect: Vec<Vec<u8>>,
+    pub fs: FsHelperConfig,
     /// `--test-resolver walk` (test builds only).
     pub force_walk: bool,
 }
@@ -103,135 +74,53 @@ fn canonical_path(p: &[u8], what: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn parse_grant(v: &[u8]) -> Result<GrantSpec, String> {
-    let shown = String::from_utf8_lossy(v);
-    let mut parts = v.splitn(4, |&b| b == b':');
-    let (Some(id), Some(caps), Some(flags), Some(root)) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(format!("--grant {shown:?}: expected ID:CAPS:FLAGS:PATH"));
-    };
-    let id = std::str::from_utf8(id).map_err(|_| format!("--grant {shown:?}: bad id"))?;
-    if id.is_empty()
-        || id.len() > 64
-        || !id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
-    {
-        return Err(format!(
-            "--grant {shown:?}: the id must be 1-64 of A-Z a-z 0-9 _ . -"
-        ));
-    }
-    let mut c = Caps::default();
-    for &b in caps {
-        let slot = match b {
-            b'r' => &mut c.read,
-            b'w' => &mut c.write,
-            b'e' => &mut c.edit,
-            b'd' => &mut c.delete,
-            _ => {
-                return Err(format!(
-                    "--grant {shown:?}: capabilities are letters of `rwed`"
-                ))
-            }
-        };
-        if *slot {
+/// What can be checked without the system: ids, capabilities and the shape of every path.
+fn check(c: &FsHelperConfig) -> Result<(), String> {
+    for (i, g) in c.grants.iter().enumerate() {
+        let id = &g.id.0;
+        if id.is_empty()
+            || id.len() > 64
+            || !id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+        {
             return Err(format!(
-                "--grant {shown:?}: capability {} given twice",
-                b as char
+                "grant {id:?}: the id must be 1-64 of A-Z a-z 0-9 _ . -"
             ));
         }
-        *slot = true;
-    }
-    if caps.is_empty() {
-        return Err(format!("--grant {shown:?}: no capabilities"));
-    }
-    let (mut recursive, mut flat, mut confirmed) = (false, false, false);
-    for f in flags.split(|&b| b == b',') {
-        match f {
-            b"recursive" => recursive = true,
-            b"flat" => flat = true,
-            b"confirmed" => confirmed = true,
-            other => {
-                return Err(format!(
-                    "--grant {shown:?}: unknown flag {:?} (recursive, flat, confirmed)",
-                    String::from_utf8_lossy(other)
-                ))
-            }
+        if c.grants[..i].iter().any(|o| o.id == g.id) {
+            return Err(format!("grant id {id} is given twice"));
         }
+        if g.caps == Default::default() {
+            return Err(format!("grant {id}: no capabilities"));
+        }
+        canonical_path(&g.root, &format!("grant {id}: the root"))?;
     }
-    if recursive == flat {
-        return Err(format!(
-            "--grant {shown:?}: say exactly one of `recursive` or `flat`"
-        ));
+    canonical_path(&c.checkpoint_dir, "the checkpoint dir")?;
+    for p in &c.protect {
+        canonical_path(p, "a protected dir")?;
     }
-    canonical_path(root, &format!("grant {id}: the root"))?;
-    Ok(GrantSpec {
-        id: GrantId(id.to_string()),
-        caps: c,
-        recursive,
-        confirmed,
-        root: root.to_vec(),
-        include: Vec::new(),
-        exclude: Vec::new(),
-    })
+    Ok(())
 }
 
 impl Config {
     pub fn from_args(args: &HelperArgs) -> Result<Config, String> {
-        let mut grants: Vec<GrantSpec> = Vec::new();
-        for v in args.all("--grant") {
-            let g = parse_grant(v.as_bytes())?;
-            if grants.iter().any(|o| o.id == g.id) {
-                return Err(format!("grant id {} is given twice", g.id));
+        let mut given = args.all("--config");
+        let fs = match (given.next(), given.next()) {
+            (Some(v), None) => {
+                let v = v.to_str().ok_or("--config is not UTF-8")?;
+                ipc_schema::codec::from_arg(v).map_err(|e| format!("--config: {e}"))?
             }
-            grants.push(g);
-        }
-        for (opt, is_include) in [("--include", true), ("--exclude", false)] {
-            for v in args.all(opt) {
-                let s = v
-                    .to_str()
-                    .ok_or_else(|| format!("{opt}: globs must be UTF-8"))?;
-                let (id, glob) = s
-                    .split_once(':')
-                    .ok_or_else(|| format!("{opt} {s:?}: expected ID:GLOB"))?;
-                crate::grant::glob(glob).map_err(|e| format!("{opt} {s:?}: {e}"))?;
-                let g = grants
-                    .iter_mut()
-                    .find(|g| g.id.0 == id)
-                    .ok_or_else(|| format!("{opt} {s:?}: no grant {id}"))?;
-                let list = if is_include {
-                    &mut g.include
-                } else {
-                    &mut g.exclude
-                };
-                list.push(glob.to_string());
-            }
-        }
-        let mut dirs = args.all("--checkpoint-dir");
-        let checkpoint_dir = match (dirs.next(), dirs.next()) {
-            (Some(d), None) => d.clone().into_vec(),
-            (None, _) => return Err("--checkpoint-dir is required".into()),
-            _ => return Err("--checkpoint-dir is given twice".into()),
+            (None, _) => return Err("--config is required".into()),
+            _ => return Err("--config is given twice".into()),
         };
-        canonical_path(&checkpoint_dir, "--checkpoint-dir")?;
-        let mut protect = Vec::new();
-        for p in args.all("--protect") {
-            let p = p.clone().into_vec();
-            canonical_path(&p, "--protect")?;
-            protect.push(p);
-        }
+        check(&fs)?;
         let force_walk = match args.all("--test-resolver").next().map(|v| v.as_bytes()) {
             None => false,
             Some(b"walk") => true,
             Some(_) => return Err("--test-resolver takes `walk`".into()),
         };
-        Ok(Config {
-            grants,
-            checkpoint_dir,
-            protect,
-            force_walk,
-        })
+        Ok(Config { fs, force_walk })
     }
 
     /// The user's home directory (from the password database; the environment is empty).
@@ -257,7 +146,7 @@ impl Config {
 
     /// Opens every root and the checkpoint dir (links refused on the way: a root that is, or
     /// passes through, a link is refused), and checks what can only be checked on the system.
-    pub fn open(&self) -> Result<Opened, String> {
+    pub fn open(self) -> Result<Opened, String> {
         let slash = rustix::fs::open("/", OFlags::PATH | OFlags::DIRECTORY, Mode::empty())
             .map_err(|e| format!("opening / failed: {e}"))?;
         let (mode, mode_note) = match kernel::probe_openat2(slash.as_fd()) {
@@ -288,14 +177,18 @@ impl Config {
                 }
             })
         };
-        let checkpoint_fd = open_dir(&self.checkpoint_dir, "the checkpoint dir")?;
-        let mut dirs = self.protect.clone();
-        dirs.push(self.checkpoint_dir.clone());
+        let FsHelperConfig {
+            grants: given,
+            checkpoint_dir,
+            protect: mut dirs,
+        } = self.fs;
+        let checkpoint_fd = open_dir(&checkpoint_dir, "the checkpoint dir")?;
+        dirs.push(checkpoint_dir.clone());
         let protector = Protector::new(dirs);
         let home = Self::home();
         let mut grants = Vec::new();
         let mut profile = sandbox::FsProfile::default();
-        for g in &self.grants {
+        for g in given {
             let what = format!("grant {}: the root", g.id);
             let shown = String::from_utf8_lossy(&g.root);
             if !g.confirmed && Self::is_broad(&g.root, home.as_deref()) {
@@ -303,6 +196,7 @@ impl Config {
                     "{what} {shown} is / or a home directory (or contains one); such a grant needs the `confirmed` flag"
                 ));
             }
+            // Read-only grants get a read-only Landlock rule.
             let writes = g.caps.write || g.caps.edit || g.caps.delete;
             if let Some(p) = protector.refuses(&g.root, writes) {
                 return Err(format!(
@@ -311,26 +205,16 @@ impl Config {
                 ));
             }
             let fd = open_dir(&g.root, &what)?;
-            let grant = Grant::new(
-                g.id.clone(),
-                g.root.clone(),
-                fd,
-                g.caps,
-                g.recursive,
-                g.include.clone(),
-                g.exclude.clone(),
-            )?;
             let path = PathBuf::from(OsStr::from_bytes(&g.root));
-            if grant.writes() {
-                profile.read_write.push(path);
-            } else {
-                profile.read_only.push(path);
+            match writes {
+                true => profile.read_write.push(path),
+                false => profile.read_only.push(path),
             }
-            grants.push(grant);
+            grants.push(Grant::new(g, fd)?);
         }
         profile
             .read_write
-            .push(PathBuf::from(OsStr::from_bytes(&self.checkpoint_dir)));
+            .push(PathBuf::from(OsStr::from_bytes(&checkpoint_dir)));
         Ok(Opened {
             grants: Grants(grants),
             protector,
@@ -347,64 +231,91 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ipc_schema::fs::{Caps, GrantConfig, GrantId};
 
     fn args(v: &[&str]) -> HelperArgs {
         HelperArgs::parse(v.iter().map(|s| s.into()), OPTIONS).unwrap()
     }
 
-    #[test]
-    fn grant_specs() {
-        let g = parse_grant(b"src:rwe:recursive:/w/a:b").unwrap();
-        assert_eq!(g.id.0, "src");
-        assert_eq!(g.root, b"/w/a:b");
-        assert!(g.caps.read && g.caps.write && g.caps.edit && !g.caps.delete);
-        assert!(g.recursive && !g.confirmed);
-        for (bad, why) in [
-            ("src:r:recursive", "expected ID:CAPS:FLAGS:PATH"),
-            ("s c:r:flat:/w", "the id must be"),
-            ("s:rx:flat:/w", "letters of `rwed`"),
-            ("s:rr:flat:/w", "given twice"),
-            ("s::flat:/w", "no capabilities"),
-            ("s:r:flat,recursive:/w", "exactly one"),
-            ("s:r:deep:/w", "unknown flag"),
-            ("s:r:flat:w", "not an absolute path"),
-            ("s:r:flat:/w/../etc", "not canonical"),
-            ("s:r:flat:/w/", "not canonical"),
-        ] {
-            let e = parse_grant(bad.as_bytes()).unwrap_err();
-            assert!(e.contains(why), "{bad}: {e}");
+    fn grant(id: &str, caps: Caps, root: &str) -> GrantConfig {
+        GrantConfig {
+            id: GrantId(id.into()),
+            root: root.as_bytes().to_vec(),
+            caps,
+            recursive: false,
+            confirmed: false,
+            include: vec![],
+            exclude: vec!["*.key".into()],
         }
     }
 
+    fn config(grants: Vec<GrantConfig>) -> FsHelperConfig {
+        FsHelperConfig {
+            grants,
+            checkpoint_dir: b"/d/ck".to_vec(),
+            protect: vec![b"/d".to_vec()],
+        }
+    }
+
+    fn from(c: &FsHelperConfig) -> Result<Config, String> {
+        let arg = ipc_schema::codec::to_arg(c).unwrap();
+        Config::from_args(&args(&["--config", &arg]))
+    }
+
+    const R: Caps = Caps {
+        read: true,
+        write: false,
+        edit: false,
+        delete: false,
+    };
+
     #[test]
-    fn config_from_args() {
-        let c = Config::from_args(&args(&[
-            "--grant",
-            "a:r:flat:/w",
-            "--exclude",
-            "a:*.key",
-            "--checkpoint-dir",
-            "/d/ck",
-            "--protect",
-            "/d",
-        ]))
-        .unwrap();
-        assert_eq!(c.grants[0].exclude, vec!["*.key".to_string()]);
-        let e = Config::from_args(&args(&["--grant", "a:r:flat:/w"])).unwrap_err();
-        assert_eq!(e, "--checkpoint-dir is required");
-        let e = Config::from_args(&args(&[
-            "--grant",
-            "a:r:flat:/w",
-            "--grant",
-            "a:r:flat:/x",
-            "--checkpoint-dir",
-            "/d",
-        ]))
-        .unwrap_err();
-        assert_eq!(e, "grant id a is given twice");
-        let e =
-            Config::from_args(&args(&["--include", "b:*", "--checkpoint-dir", "/d"])).unwrap_err();
-        assert!(e.contains("no grant b"), "{e}");
+    fn the_config_is_checked_on_receipt() {
+        let good = config(vec![grant("src", R, "/w/a:b")]);
+        assert_eq!(from(&good).unwrap().fs, good);
+        for (bad, why) in [
+            (grant("s c", R, "/w"), "the id must be"),
+            (grant("", R, "/w"), "the id must be"),
+            (grant(&"x".repeat(65), R, "/w"), "the id must be"),
+            (
+                grant("s", Caps::default(), "/w"),
+                "grant s: no capabilities",
+            ),
+            (grant("s", R, "w"), "not an absolute path"),
+            (grant("s", R, "/w/../etc"), "not canonical"),
+            (grant("s", R, "/w/"), "not canonical"),
+            (grant("s", R, "/w//x"), "not canonical"),
+            (grant("s", R, "/w/\0"), "not canonical"),
+        ] {
+            let bad = config(vec![bad]);
+            let e = from(&bad).unwrap_err();
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
+        let twice = config(vec![grant("a", R, "/w"), grant("a", R, "/x")]);
+        assert_eq!(from(&twice).unwrap_err(), "grant id a is given twice");
+        let mut c = config(vec![]);
+        c.checkpoint_dir = b"ck".to_vec();
+        assert!(from(&c)
+            .unwrap_err()
+            .contains("the checkpoint dir \"ck\" is not an absolute path"));
+        let mut c = config(vec![]);
+        c.protect.push(b"/d/./x".to_vec());
+        assert!(from(&c).unwrap_err().contains("not canonical"));
+    }
+
+    #[test]
+    fn a_bad_encoding_is_refused_with_a_clear_message() {
+        assert_eq!(
+            Config::from_args(&args(&[])).unwrap_err(),
+            "--config is required"
+        );
+        let arg = ipc_schema::codec::to_arg(&config(vec![])).unwrap();
+        let e = Config::from_args(&args(&["--config", &arg, "--config", &arg])).unwrap_err();
+        assert_eq!(e, "--config is given twice");
+        for bad in ["zz", "0", "", &arg[..arg.len() - 2], &format!("{arg}00")] {
+            let e = Config::from_args(&args(&["--config", bad])).unwrap_err();
+            assert!(e.starts_with("--config: "), "{bad}: {e}");
+        }
     }
 
     #[test]

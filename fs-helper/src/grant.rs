@@ -1,7 +1,7 @@
 //! Directory grants: what the broker allows under each root, and the checks that follow from it.
 
 use globset::{Glob, GlobBuilder, GlobSet};
-use ipc_schema::fs::{Access, Caps, FsError, FsErrorKind, GrantId, GrantInfo};
+use ipc_schema::fs::{Access, Caps, FsError, FsErrorKind, GrantConfig, GrantId};
 use rustix::fd::OwnedFd;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -16,6 +16,7 @@ pub struct Grant {
     pub root_fd: OwnedFd,
     pub caps: Caps,
     pub recursive: bool,
+    pub confirmed: bool,
     pub include: Vec<String>,
     pub exclude: Vec<String>,
     include_set: Option<GlobSet>,
@@ -31,51 +32,40 @@ pub fn glob(pattern: &str) -> Result<Glob, globset::Error> {
 }
 
 impl Grant {
-    pub fn new(
-        id: GrantId,
-        root: Vec<u8>,
-        root_fd: OwnedFd,
-        caps: Caps,
-        recursive: bool,
-        include: Vec<String>,
-        exclude: Vec<String>,
-    ) -> Result<Grant, String> {
+    /// The grant `c` (checked by `config`), its root opened as `root_fd`; compiles its globs.
+    pub fn new(c: GrantConfig, root_fd: OwnedFd) -> Result<Grant, String> {
         let build = |pats: &[String]| -> Result<GlobSet, String> {
-            ipc_schema::grant_glob::set(pats, &format!("grant {id}"))
+            ipc_schema::grant_glob::set(pats, &format!("grant {}", c.id))
         };
-        let include_set = if include.is_empty() {
-            None
-        } else {
-            Some(build(&include)?)
+        let include_set = match c.include.is_empty() {
+            true => None,
+            false => Some(build(&c.include)?),
         };
-        let exclude_set = build(&exclude)?;
+        let exclude_set = build(&c.exclude)?;
         Ok(Grant {
-            id,
-            root,
+            id: c.id,
+            root: c.root,
             root_fd,
-            caps,
-            recursive,
-            include,
-            exclude,
+            caps: c.caps,
+            recursive: c.recursive,
+            confirmed: c.confirmed,
+            include: c.include,
+            exclude: c.exclude,
             include_set,
             exclude_set,
         })
     }
 
-    pub fn info(&self) -> GrantInfo {
-        GrantInfo {
+    pub fn info(&self) -> GrantConfig {
+        GrantConfig {
             id: self.id.clone(),
             root: self.root.clone(),
             caps: self.caps,
             recursive: self.recursive,
+            confirmed: self.confirmed,
             include: self.include.clone(),
             exclude: self.exclude.clone(),
         }
-    }
-
-    /// Read-only grants get a read-only Landlock rule.
-    pub fn writes(&self) -> bool {
-        self.caps.write || self.caps.edit || self.caps.delete
     }
 
     /// `root/relative` as bytes.
@@ -202,19 +192,19 @@ mod tests {
 
     fn grant(id: &str, root: &str, include: &[&str], exclude: &[&str], recursive: bool) -> Grant {
         let fd = rustix::fs::open("/", OFlags::PATH, Mode::empty()).unwrap();
-        Grant::new(
-            GrantId(id.into()),
-            root.as_bytes().to_vec(),
-            fd,
-            Caps {
+        let c = GrantConfig {
+            id: GrantId(id.into()),
+            root: root.as_bytes().to_vec(),
+            caps: Caps {
                 read: true,
                 ..Caps::default()
             },
             recursive,
-            include.iter().map(|s| s.to_string()).collect(),
-            exclude.iter().map(|s| s.to_string()).collect(),
-        )
-        .unwrap()
+            confirmed: false,
+            include: include.iter().map(|s| s.to_string()).collect(),
+            exclude: exclude.iter().map(|s| s.to_string()).collect(),
+        };
+        Grant::new(c, fd).unwrap()
     }
 
     #[test]

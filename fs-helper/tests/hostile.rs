@@ -125,9 +125,11 @@ fn hostile_requests_get_the_same_refusal_from_the_component_walk() {
 fn hostile_table(resolver: Option<&str>) {
     let (tmp, root) = base_dir();
     hostile_tree(&root);
-    let mut args = default_args(&root);
-    args.push("--protect".into());
-    args.push(root.join("work/gh-runtime").into());
+    let mut config = default_config(&root);
+    config
+        .protect
+        .push(root.join("work/gh-runtime").as_os_str().as_bytes().to_vec());
+    let mut args = args_of(&config);
     if let Some(r) = resolver {
         args.push("--test-resolver".into());
         args.push(r.into());

@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use gatehouse_tests::bin;
-use ipc_schema::fs::{FsReply, FsRequest, TestProbe};
+use ipc_schema::fs::{FsReply, FsRequest, GrantConfig, TestProbe};
 use ipc_schema::{Body, Role};
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
@@ -120,19 +120,17 @@ fn refused_start(args: &[OsString]) -> (Option<i32>, String) {
     )
 }
 
-fn with_grant(root: &Path, grant: OsString) -> Vec<OsString> {
-    let mut a = default_args(root);
-    a.push("--grant".into());
-    a.push(grant);
-    a
+fn with_grant(root: &Path, grant: GrantConfig) -> Vec<OsString> {
+    let mut c = default_config(root);
+    c.grants.push(grant);
+    args_of(&c)
 }
 
 #[test]
 fn a_grant_root_that_is_a_link_is_refused() {
     let (_tmp, root) = base_dir();
     std::os::unix::fs::symlink(root.join("work"), root.join("worklink")).unwrap();
-    let mut g = OsString::from("l:r:recursive:");
-    g.push(root.join("worklink"));
+    let g = grant("l", &root.join("worklink"), R);
     let (code, err) = refused_start(&with_grant(&root, g));
     assert_eq!(code, Some(64));
     assert_eq!(
@@ -140,8 +138,7 @@ fn a_grant_root_that_is_a_link_is_refused() {
         format!("fs-helper: grant l: the root {} is, or passes through, a symbolic link; name the real directory", root.join("worklink").display())
     );
     // Through a link higher up, too.
-    let mut g = OsString::from("l:r:recursive:");
-    g.push(root.join("worklink/.."));
+    let g = grant("l", &root.join("worklink/.."), R);
     let (code, err) = refused_start(&with_grant(&root, g));
     assert_eq!(code, Some(64));
     assert!(err.contains("is not canonical"), "{err}");
@@ -150,12 +147,12 @@ fn a_grant_root_that_is_a_link_is_refused() {
 #[test]
 fn broad_and_protected_roots_are_refused_unless_confirmed() {
     let (tmp, root) = base_dir();
-    let (code, err) = refused_start(&with_grant(&root, "all:r:recursive:/".into()));
+    let all = grant("all", Path::new("/"), R);
+    let (code, err) = refused_start(&with_grant(&root, all.clone()));
     assert_eq!(code, Some(64));
     assert_eq!(err.trim_end(), "fs-helper: grant all: the root / is / or a home directory (or contains one); such a grant needs the `confirmed` flag");
     std::fs::create_dir_all(root.join("work/.ssh")).unwrap();
-    let mut g = OsString::from("k:r:recursive:");
-    g.push(root.join("work/.ssh"));
+    let g = grant("k", &root.join("work/.ssh"), R);
     let (code, err) = refused_start(&with_grant(&root, g));
     assert_eq!(code, Some(64));
     assert_eq!(
@@ -169,7 +166,13 @@ fn broad_and_protected_roots_are_refused_unless_confirmed() {
     let mut fx = Fixture::with_args(
         tmp,
         root.clone(),
-        &with_grant(&root, "all:r:recursive,confirmed:/".into()),
+        &with_grant(
+            &root,
+            GrantConfig {
+                confirmed: true,
+                ..all
+            },
+        ),
     );
     let FsReply::File(c) = fx.req(read(abs(&root.join("ro/readme.txt")))) else {
         panic!()

@@ -181,6 +181,48 @@ pub fn write_frame<W: Write>(w: &mut W, env: &Envelope) -> Result<(), FrameError
     Ok(())
 }
 
+/// Encodes `value` as one command-line argument, for what the broker tells a helper at start
+/// (helpers take no environment and no config file): the protocol version, then the postcard
+/// encoding of `value`, written as lowercase hex.
+pub fn to_arg<T: serde::Serialize>(value: &T) -> Result<String, EncodeError> {
+    let bytes = postcard::to_allocvec(&(PROTOCOL_VERSION, value))
+        .map_err(|e| EncodeError::Postcard(e.to_string()))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Decodes an argument [`to_arg`] wrote: hex digits only, the version checked before the value
+/// is decoded, and trailing bytes an error.
+pub fn from_arg<T: serde::de::DeserializeOwned>(arg: &str) -> Result<T, DecodeError> {
+    let digit = |c: u8| (c as char).to_digit(16).filter(|_| !c.is_ascii_uppercase());
+    let bytes = arg
+        .as_bytes()
+        .chunks(2)
+        .map(|p| match p {
+            [h, l] => Some((digit(*h)? << 4 | digit(*l)?) as u8),
+            _ => None,
+        })
+        .collect::<Option<Vec<u8>>>()
+        .ok_or_else(|| {
+            DecodeError::Malformed("not an even number of lowercase hex digits".into())
+        })?;
+    let (version, _) = postcard::take_from_bytes::<u16>(&bytes)
+        .map_err(|e| DecodeError::Malformed(e.to_string()))?;
+    if version != PROTOCOL_VERSION {
+        return Err(DecodeError::Version {
+            got: version,
+            expected: PROTOCOL_VERSION,
+        });
+    }
+    let ((_, value), rest) = postcard::take_from_bytes::<(u16, T)>(&bytes)
+        .map_err(|e| DecodeError::Malformed(e.to_string()))?;
+    if !rest.is_empty() {
+        return Err(DecodeError::Trailing {
+            trailing: rest.len(),
+        });
+    }
+    Ok(value)
+}
+
 #[cfg(feature = "tokio")]
 mod async_io {
     use super::*;
@@ -311,6 +353,37 @@ mod tests {
         assert_eq!(
             decode_from_slice(&frame, MAX_FRAME).unwrap_err(),
             DecodeError::Trailing { trailing: 1 }
+        );
+    }
+
+    #[test]
+    fn arguments_round_trip_and_anything_else_is_refused() {
+        let value = (String::from("g1"), vec![0u8, 0xff], true);
+        let arg = to_arg(&value).unwrap();
+        assert_eq!(&arg[..2], "01", "the version comes first");
+        assert!(arg
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+        assert_eq!(from_arg::<(String, Vec<u8>, bool)>(&arg), Ok(value));
+        let malformed = |a: &str| {
+            matches!(
+                from_arg::<(String, Vec<u8>, bool)>(a),
+                Err(DecodeError::Malformed(_))
+            )
+        };
+        for bad in ["", "0", "0g", &arg.to_uppercase(), &arg[..arg.len() - 2]] {
+            assert!(malformed(bad), "{bad:?}");
+        }
+        assert_eq!(
+            from_arg::<(String, Vec<u8>, bool)>(&format!("{arg}00")),
+            Err(DecodeError::Trailing { trailing: 1 })
+        );
+        assert_eq!(
+            from_arg::<bool>(&format!("02{}", &arg[2..])),
+            Err(DecodeError::Version {
+                got: 2,
+                expected: PROTOCOL_VERSION
+            })
         );
     }
 

@@ -22,7 +22,7 @@ pub const CHECKPOINT_MAX_BYTES: u64 = 8 * 1024 * 1024;
 /// How long a checkpoint is kept.
 pub const CHECKPOINT_TTL_SECS: u64 = 7 * 24 * 60 * 60;
 
-/// A grant's id, as the broker named it in the helper's `--grant` argument
+/// A grant's id, as the broker named it in the helper's [`FsHelperConfig`]
 /// (`[A-Za-z0-9_.-]{1,64}`).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct GrantId(pub String);
@@ -341,13 +341,46 @@ pub enum Resolver {
     ComponentWalk { reason: String },
 }
 
+/// What the broker tells the fs-helper at start: its one `--config` argument
+/// ([`crate::codec::to_arg`]). The helper checks all of it again before it opens anything
+/// (docs/fs-helper.md) and refuses to start on any fault.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
-pub struct GrantInfo {
+pub struct FsHelperConfig {
+    /// No grant means no file access.
+    pub grants: Vec<GrantConfig>,
+    /// Absolute and canonical: an existing directory only the helper uses (always protected).
+    pub checkpoint_dir: Vec<u8>,
+    /// Absolute and canonical: gatehouse's own config, data and runtime directories, refused
+    /// wherever a grant reaches them.
+    pub protect: Vec<Vec<u8>>,
+}
+
+impl FsHelperConfig {
+    /// The helper's `--config` argument.
+    pub fn to_arg(&self) -> String {
+        // postcard fails only on sequences of unknown length and on types it does not support;
+        // this struct has neither.
+        crate::codec::to_arg(self).expect("an FsHelperConfig always encodes")
+    }
+}
+
+/// A directory grant, as the broker gives it to the fs-helper and the helper reports it back in
+/// [`FsStatus`].
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct GrantConfig {
+    /// `[A-Za-z0-9_.-]{1,64}`, unique among the grants.
     pub id: GrantId,
+    /// Absolute and canonical (no `.`, `..`, `//`, trailing `/`, or link on the way).
     pub root: Vec<u8>,
+    /// At least one.
     pub caps: Caps,
+    /// Else only the root's top-level entries are granted.
     pub recursive: bool,
+    /// The user confirmed a broad root: `/`, a home directory, or a directory that contains one.
+    pub confirmed: bool,
+    /// Globs relative to the root ([`crate::grant_glob`]); if any, they name the granted files.
     pub include: Vec<String>,
+    /// Globs relative to the root; each covers a path and everything below it.
     pub exclude: Vec<String>,
 }
 
@@ -355,7 +388,7 @@ pub struct GrantInfo {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct FsStatus {
     pub resolver: Resolver,
-    pub grants: Vec<GrantInfo>,
+    pub grants: Vec<GrantConfig>,
     /// Absolute directories refused whatever a grant says (gatehouse's own, the checkpoint dir).
     pub protected_dirs: Vec<Vec<u8>>,
     pub checkpoints: u32,

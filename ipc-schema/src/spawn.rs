@@ -250,7 +250,7 @@ mod tests {
         let req = SpawnRequest::Start {
             id: 7,
             kind: Role::Fs,
-            args: vec!["--grant".into(), "g1:r::/tmp".into()],
+            args: vec!["--config".into(), "0100".into()],
         };
         let rec = encode(&req).unwrap();
         assert_eq!(decode::<SpawnRequest>(&rec).unwrap(), req);

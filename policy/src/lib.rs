@@ -152,7 +152,7 @@ impl PolicyState {
         Ok(next)
     }
 
-    /// The union of every profile's grants, for the fs-helper's `--grant` arguments (empty
+    /// The union of every profile's grants, for the fs-helper's configuration (empty
     /// while the policy is invalid).
     pub fn fs_grants(&self) -> Vec<compile::FsGrant> {
         match &self.current {

@@ -2,7 +2,9 @@
 #![allow(dead_code)]
 
 use gatehouse_tests::HelperUnderTest;
-use ipc_schema::fs::{FsError, FsPath, FsReply, FsRequest, GrantId};
+use ipc_schema::fs::{
+    Caps, FsError, FsHelperConfig, FsPath, FsReply, FsRequest, GrantConfig, GrantId,
+};
 use ipc_schema::{Body, Role};
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
@@ -35,21 +37,54 @@ pub fn base_dir() -> (tempfile::TempDir, PathBuf) {
     (tmp, root)
 }
 
+pub const RWED: Caps = Caps {
+    read: true,
+    write: true,
+    edit: true,
+    delete: true,
+};
+pub const R: Caps = Caps {
+    read: true,
+    write: false,
+    edit: false,
+    delete: false,
+};
+
+/// A recursive, unconfirmed grant without globs.
+pub fn grant(id: &str, root: &Path, caps: Caps) -> GrantConfig {
+    GrantConfig {
+        id: GrantId(id.into()),
+        root: root.as_os_str().as_bytes().to_vec(),
+        caps,
+        recursive: true,
+        confirmed: false,
+        include: vec![],
+        exclude: vec![],
+    }
+}
+
+pub fn default_config(root: &Path) -> FsHelperConfig {
+    FsHelperConfig {
+        grants: vec![
+            grant("w", &root.join("work"), RWED),
+            grant("ro", &root.join("ro"), R),
+        ],
+        checkpoint_dir: root
+            .join("data/checkpoints")
+            .as_os_str()
+            .as_bytes()
+            .to_vec(),
+        protect: vec![root.join("data").as_os_str().as_bytes().to_vec()],
+    }
+}
+
+/// The helper's command line for `c`, as the broker writes it.
+pub fn args_of(c: &FsHelperConfig) -> Vec<OsString> {
+    vec!["--config".into(), c.to_arg().into()]
+}
+
 pub fn default_args(root: &Path) -> Vec<OsString> {
-    let mut a: Vec<OsString> = Vec::new();
-    let mut push = |k: &str, v: OsString| {
-        a.push(k.into());
-        a.push(v);
-    };
-    let mut g = OsString::from("w:rwed:recursive:");
-    g.push(root.join("work"));
-    push("--grant", g);
-    let mut g = OsString::from("ro:r:recursive:");
-    g.push(root.join("ro"));
-    push("--grant", g);
-    push("--checkpoint-dir", root.join("data/checkpoints").into());
-    push("--protect", root.join("data").into());
-    a
+    args_of(&default_config(root))
 }
 
 impl Fixture {
