@@ -1,6 +1,6 @@
 //! Directory grants: what the broker allows under each root, and the checks that follow from it.
 
-use globset::{Glob, GlobBuilder, GlobSet};
+use globset::GlobSet;
 use ipc_schema::fs::{Access, Caps, FsError, FsErrorKind, GrantConfig, GrantId};
 use rustix::fd::OwnedFd;
 use std::ffi::OsStr;
@@ -21,14 +21,6 @@ pub struct Grant {
     pub exclude: Vec<String>,
     include_set: Option<GlobSet>,
     exclude_set: GlobSet,
-}
-
-/// Builds a glob the way grants use it: `*` does not cross `/`, `**` does.
-pub fn glob(pattern: &str) -> Result<Glob, globset::Error> {
-    GlobBuilder::new(pattern)
-        .literal_separator(true)
-        .backslash_escape(true)
-        .build()
 }
 
 impl Grant {

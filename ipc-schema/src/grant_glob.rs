@@ -3,19 +3,22 @@
 //! crosses, `\` escapes; matched on the path relative to the grant's root, and an exclude
 //! matching any parent excludes everything beneath it.
 
-use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 use std::path::Path;
+
+/// One glob, built the way grants use it (also for the fs-helper's search globs).
+pub fn glob(pattern: &str) -> Result<Glob, globset::Error> {
+    GlobBuilder::new(pattern)
+        .literal_separator(true)
+        .backslash_escape(true)
+        .build()
+}
 
 /// The compiled set of `patterns` (`what` names them in errors).
 pub fn set(patterns: &[String], what: &str) -> Result<GlobSet, String> {
     let mut b = GlobSetBuilder::new();
     for p in patterns {
-        let g = GlobBuilder::new(p)
-            .literal_separator(true)
-            .backslash_escape(true)
-            .build()
-            .map_err(|e| format!("{what}: bad glob {p:?}: {e}"))?;
-        b.add(g);
+        b.add(glob(p).map_err(|e| format!("{what}: bad glob {p:?}: {e}"))?);
     }
     b.build().map_err(|e| format!("{what}: {e}"))
 }

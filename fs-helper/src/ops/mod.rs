@@ -216,13 +216,7 @@ impl Fs {
             .refuses(&abs, writes)
             .or_else(|| writes.then(git_shape).flatten());
         if let Some(p) = refused {
-            return Err(FsError::new(
-                FsErrorKind::Protected,
-                format!(
-                    "{shown}: protected ({}: {}); refused whatever a grant or an approval says",
-                    p.why, p.place
-                ),
-            ));
+            return Err(protected(&shown, p));
         }
         r.grant
             .check_scope(&r.relative(), r.comps.len(), kind == FileKind::Dir)?;
@@ -281,17 +275,19 @@ impl Fs {
 /// A new regular file may not be named `.git` (see [`Protector::check_new_file`]).
 pub fn refuse_new_file(fs: &Fs, r: &Resolved<'_>) -> Result<(), FsError> {
     match fs.protector.check_new_file(&r.absolute()) {
-        Some(p) => Err(FsError::new(
-            FsErrorKind::Protected,
-            format!(
-                "{}: protected ({}: {}); refused whatever a grant or an approval says",
-                r.shown(),
-                p.why,
-                p.place
-            ),
-        )),
+        Some(p) => Err(protected(&r.shown(), p)),
         None => Ok(()),
     }
+}
+
+fn protected(shown: &str, p: crate::protect::Protection) -> FsError {
+    FsError::new(
+        FsErrorKind::Protected,
+        format!(
+            "{shown}: protected ({}: {}); refused whatever a grant or an approval says",
+            p.why, p.place
+        ),
+    )
 }
 
 /// FIFOs, sockets and devices are never opened (a FIFO would hang, a device may act on open),

@@ -3,7 +3,7 @@
 //! protection (`.git` to `x`, then `x/hooks`) nor build a protected path (`evil` to `sub/.git`).
 
 use super::delete::{check_tree, tree};
-use super::write::receipt;
+use super::write::{raced, receipt, recheck};
 use super::{Fs, Want};
 use crate::checkpoint::{keep, Entry, State};
 use crate::kernel;
@@ -12,7 +12,7 @@ use ipc_schema::fs::{
     Access, ChangeKind, FileKind, FsError, FsErrorKind, FsPath, FsReply, CHECKPOINT_MAX_BYTES,
 };
 use rustix::fd::AsFd;
-use rustix::fs::{AtFlags, OFlags, RenameFlags};
+use rustix::fs::{OFlags, RenameFlags};
 use rustix::io::Errno;
 
 pub fn move_path(fs: &Fs, from: &FsPath, to: &FsPath, overwrite: bool) -> Result<FsReply, FsError> {
@@ -161,22 +161,8 @@ fn rename(
     let (dp, dname) = dst.split_last().expect("below the root");
     let sdir = fs.open_parent(src.grant, sp)?;
     let ddir = fs.open_parent(dst.grant, dp)?;
-    let raced = |shown: String| {
-        FsError::new(
-            FsErrorKind::Raced,
-            format!("{shown}: changed by someone else while the request ran; nothing was done"),
-        )
-    };
-    match rustix::fs::statat(&sdir, sname, AtFlags::SYMLINK_NOFOLLOW) {
-        Ok(now) if kernel::same_file(&now, src_st) => {}
-        _ => return Err(raced(src.shown())),
-    }
-    let dnow = rustix::fs::statat(&ddir, dname, AtFlags::SYMLINK_NOFOLLOW);
-    match (&dst.stat, &dnow) {
-        (None, Err(Errno::NOENT)) => {}
-        (Some(a), Ok(b)) if kernel::same_file(a, b) => {}
-        _ => return Err(raced(dst.shown())),
-    }
+    recheck(&sdir, sname, Some(src_st), &src.shown())?;
+    recheck(&ddir, dname, dst.stat.as_ref(), &dst.shown())?;
     let flags = if overwrite && dst.stat.is_some() {
         RenameFlags::empty()
     } else {
@@ -193,7 +179,7 @@ fn rename(
                 ),
             ))
         }
-        Err(Errno::EXIST) => return Err(raced(dst.shown())),
+        Err(Errno::EXIST) => return Err(raced(&dst.shown())),
         Err(e) => return Err(io_error(&shown, e)),
     }
     rustix::fs::fsync(&ddir).map_err(|e| io_error(&shown, e))?;

@@ -212,7 +212,7 @@ pub fn search_files(
 ) -> Result<FsReply, FsError> {
     let base = base_dir(fs, path)?;
     let on_path = glob.contains('/');
-    let matcher = crate::grant::glob(glob)
+    let matcher = ipc_schema::grant_glob::glob(glob)
         .map_err(|e| bad("glob", e))?
         .compile_matcher();
     let mut matches = Vec::new();
@@ -358,7 +358,7 @@ pub fn grep(
         .map_err(|e| bad("regex", e))?;
     let glob = match glob {
         Some(g) => Some(
-            crate::grant::glob(g)
+            ipc_schema::grant_glob::glob(g)
                 .map_err(|e| bad("glob", e))?
                 .compile_matcher(),
         ),

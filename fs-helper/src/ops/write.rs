@@ -89,21 +89,27 @@ fn tmp_name(name: &[u8]) -> Vec<u8> {
     t
 }
 
-/// Checks, right before use, that `name` in `dir` still is what was checked (`seen`).
-fn recheck(dir: &OwnedFd, name: &[u8], seen: Option<&Stat>, shown: &str) -> Result<(), FsError> {
+/// Checks, right before use, that `name` in `dir` still is what was checked (`seen`; `None`:
+/// nothing was there).
+pub fn recheck(
+    dir: &OwnedFd,
+    name: &[u8],
+    seen: Option<&Stat>,
+    shown: &str,
+) -> Result<(), FsError> {
     let now = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW);
-    let same = match (seen, &now) {
-        (Some(a), Ok(b)) => kernel::same_file(a, b),
-        (None, Err(Errno::NOENT)) => true,
-        _ => false,
-    };
-    if same {
-        return Ok(());
+    match (seen, &now) {
+        (Some(a), Ok(b)) if kernel::same_file(a, b) => Ok(()),
+        (None, Err(Errno::NOENT)) => Ok(()),
+        _ => Err(raced(shown)),
     }
-    Err(FsError::new(
+}
+
+pub fn raced(shown: &str) -> FsError {
+    FsError::new(
         FsErrorKind::Raced,
         format!("{shown}: changed by someone else while the request ran; nothing was done"),
-    ))
+    )
 }
 
 /// Replaces the regular file at `r` (or creates it, if `r` is missing and its parent exists)
@@ -165,10 +171,7 @@ pub fn replace(fs: &Fs, r: &Resolved<'_>, content: &[u8], mode: u32) -> Result<R
     .map_err(|e| io_error(&shown, e))?;
     let st = rustix::fs::fstat(&fd).map_err(|e| io_error(&shown, e))?;
     if !seen.is_some_and(|s| kernel::same_file(s, &st)) || st.st_nlink != 1 {
-        return Err(FsError::new(
-            FsErrorKind::Raced,
-            format!("{shown}: changed by someone else while the request ran; nothing was done"),
-        ));
+        return Err(raced(&shown));
     }
     let io = |e| io_error(&shown, e);
     rustix::fs::ftruncate(&fd, 0).map_err(io)?;
