@@ -162,6 +162,16 @@ pub fn command(
             proxy.as_ref().map(|p| (&p.domains[..], p.session.as_str())),
             crate::exec_tier::in_force(&ctx),
         );
+        // Windows: the command's ACEs on its grants (held until it ended); nothing elsewhere.
+        let _aces = match crate::exec_aces::hold(&ctx, &spec) {
+            Ok(held) => held,
+            Err(why) => {
+                if let Some(p) = &proxy {
+                    p.close().await;
+                }
+                return refused(why);
+            }
+        };
         let start = Body::Exec(ExecRequest::Start(Box::new(spec)));
         let (started, ours) = match connector {
             None => (slot.call(start).await, None),

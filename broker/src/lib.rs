@@ -14,6 +14,7 @@ mod approvals;
 mod audit;
 mod broker;
 mod doctor;
+mod exec_aces;
 mod exec_tier;
 mod fronts;
 mod gate;

@@ -72,7 +72,7 @@ fn launch(mut c: Checked, cfg: &Config) -> Result<Launched, ErrorReply> {
             .map(|g| (g.path.clone(), g.access))
             .collect(),
         no_access: Vec::new(),
-        no_write: cfg.protect.clone(),
+        no_write: wincfg::present(&cfg.protect),
         network: CommandNetwork::None,
     })
     .map_err(|e| invalid(e.to_string()))?;

@@ -536,6 +536,16 @@ pub fn helper_policy(profile: &Profile) -> Result<WindowsPolicy, crate::seatbelt
     Ok(p)
 }
 
+/// Of `paths` (gatehouse's own directories, which commands never write), those that exist: a
+/// deny ACE needs a file to sit on. One not there has nothing to protect yet: the broker makes
+/// its config, data and runtime directories at start with a protected DACL of the user's and
+/// SYSTEM's (which no ACE a grant root passes down reaches), and on Windows it makes no agent
+/// directories. The exec-helper and the broker both take the command's protected paths from
+/// here, so the ACEs one applies are the ones the other checks.
+pub fn present(paths: &[PathBuf]) -> Vec<PathBuf> {
+    paths.iter().filter(|p| p.exists()).cloned().collect()
+}
+
 /// The policy of one command: write-restricted (it reads the system as the user), writes only
 /// where a read-write grant's ACE names its SID, protected paths denied by explicit deny ACEs
 /// (explicit ACEs on the protected path are evaluated before the allow it inherits from the

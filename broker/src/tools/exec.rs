@@ -143,6 +143,11 @@ pub async fn execute_effect(
     if let Some(why) = crate::exec_tier::refusal(ctx).await {
         return never(ErrorCode::Refused, why);
     }
+    // Windows: the command's ACEs on its grant (held until it ended); nothing elsewhere.
+    let _aces = match crate::exec_aces::hold(ctx, &spec) {
+        Ok(held) => held,
+        Err(why) => return never(ErrorCode::Refused, why),
+    };
     let (run, sandbox) = match slot
         .call(Body::Exec(ExecRequest::Start(Box::new(spec))))
         .await

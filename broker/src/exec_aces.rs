@@ -1,0 +1,197 @@
+//! Windows: the ACEs a command's policy names, applied by the broker before the command's
+//! `Start` and taken away when the last run that needs them ends.
+//!
+//! A command there runs with a write-restricted token whose restricting SID is the command
+//! profile's: it writes only where an ACE names that SID (each read-write grant root), and
+//! never where a deny ACE does (gatehouse's own directories). Which ACEs is
+//! `sandbox::wincfg::command_policy`, the one the exec-helper computes from the same `Start`
+//! and reads back from each path's DACL before it starts anything (its `missing_aces`): what
+//! this module applies is checked there, and a path whose ACE is not held refuses the command
+//! (or, with `--allow-degraded`, is named). Every command shares the profile's SID, so a path
+//! keeps its ACEs while any run holds it; `REVOKE_ACCESS` then takes away every ACE naming the
+//! SID (gatehouse's own: nothing else names it).
+//!
+//! On Linux and macOS nothing is applied: each command's view is built by its own sandbox.
+
+use crate::Ctx;
+use ipc_schema::exec::CommandSpec;
+
+/// The ACEs a run holds; dropping it lets them go (the last holder of each removes it).
+#[must_use]
+pub struct Held {
+    #[cfg(windows)]
+    aces: Vec<sandbox::wincfg::PathAce>,
+    #[cfg(windows)]
+    sid: String,
+}
+
+/// Nothing to apply off Windows.
+#[cfg(not(windows))]
+pub fn hold(_ctx: &Ctx, _spec: &CommandSpec) -> Result<Held, String> {
+    Ok(Held {})
+}
+
+#[cfg(windows)]
+type Holders =
+    std::collections::BTreeMap<std::path::PathBuf, std::collections::BTreeMap<String, u32>>;
+
+#[cfg(windows)]
+thread_local! {
+    /// For each path, how many runs hold each of its ACEs (the broker's event loop is one
+    /// thread).
+    static HOLDERS: std::cell::RefCell<Holders> = Default::default();
+}
+
+/// Applies the ACEs `spec`'s command policy names (grants from `spec`, gatehouse's own
+/// directories that exist protected, as the exec-helper is told with `--protect` and filters
+/// them by the same `wincfg::present`). A path that will not
+/// take its ACE refuses the command, naming the path and the error: without it the command
+/// could not write its grant, or could write a protected place.
+#[cfg(windows)]
+pub fn hold(ctx: &Ctx, spec: &CommandSpec) -> Result<Held, String> {
+    use sandbox::seatbelt::{CommandNetwork, CommandSpec as OsCommand};
+    let policy = sandbox::wincfg::command_policy(&OsCommand {
+        grants: spec
+            .grants
+            .iter()
+            .map(|g| (g.path.clone(), g.access))
+            .collect(),
+        no_access: Vec::new(),
+        no_write: sandbox::wincfg::present(&ctx.dirs.own()),
+        network: CommandNetwork::None,
+    })
+    .map_err(|e| format!("the command's ACEs: {e}"))?;
+    hold_aces(policy.aces, policy.sid.0)
+}
+
+/// Holds `aces` (each naming `sid`) for one run: applies those no run holds yet.
+#[cfg(windows)]
+fn hold_aces(mut aces: Vec<sandbox::wincfg::PathAce>, sid: String) -> Result<Held, String> {
+    aces.sort_by(|a, b| (&a.path, &a.sddl).cmp(&(&b.path, &b.sddl)));
+    aces.dedup_by(|a, b| (&a.path, &a.sddl) == (&b.path, &b.sddl));
+    // Only what no run holds yet is applied (adding an ACE merges it into the path's DACL).
+    let fresh: Vec<_> = HOLDERS.with_borrow(|h| {
+        let held =
+            |a: &&sandbox::wincfg::PathAce| h.get(&a.path).is_some_and(|m| m.contains_key(&a.sddl));
+        aces.iter().filter(|a| !held(a)).cloned().collect()
+    });
+    sandbox::windows::apply_aces(&fresh).map_err(|e| format!("the command's ACEs: {e}"))?;
+    HOLDERS.with_borrow_mut(|h| {
+        for a in &aces {
+            *h.entry(a.path.clone())
+                .or_default()
+                .entry(a.sddl.clone())
+                .or_default() += 1;
+        }
+    });
+    Ok(Held { aces, sid })
+}
+
+#[cfg(windows)]
+impl Drop for Held {
+    /// A path whose last holder of some ACE goes loses every ACE naming the SID, and gets back
+    /// those other runs still hold: its DACL is always the union of what the running commands
+    /// need, never more.
+    fn drop(&mut self) {
+        let mut changed: Vec<(std::path::PathBuf, Vec<String>)> = Vec::new();
+        HOLDERS.with_borrow_mut(|h| {
+            for a in &self.aces {
+                let Some(m) = h.get_mut(&a.path) else {
+                    continue;
+                };
+                let Some(n) = m.get_mut(&a.sddl) else {
+                    continue;
+                };
+                *n -= 1;
+                if *n == 0 {
+                    m.remove(&a.sddl);
+                    let rest = m.keys().cloned().collect();
+                    if m.is_empty() {
+                        h.remove(&a.path);
+                    }
+                    changed.retain(|(p, _)| p != &a.path);
+                    changed.push((a.path.clone(), rest));
+                }
+            }
+        });
+        for (path, rest) in changed {
+            let revoke = [sandbox::windows::AppliedAce {
+                path: path.clone(),
+                sid: self.sid.clone(),
+            }];
+            let again: Vec<_> = rest
+                .into_iter()
+                .map(|sddl| sandbox::wincfg::PathAce {
+                    path: path.clone(),
+                    sddl,
+                    why: "held by a command still running",
+                })
+                .collect();
+            let r = sandbox::windows::remove_aces(&revoke)
+                .and_then(|()| sandbox::windows::apply_aces(&again).map(drop));
+            if let Err(e) = r {
+                tracing::warn!("the ACEs of {} after a command: {e}", path.display());
+            }
+        }
+    }
+}
+
+#[cfg(all(test, windows))]
+mod tests {
+    use super::*;
+    use sandbox::wincfg::PathAce;
+
+    fn held() -> Holders {
+        HOLDERS.with_borrow(|h| h.clone())
+    }
+
+    /// Two runs on one path with different ACEs: the path holds the union while both run, the
+    /// one still needed after the first ends, nothing after both. (The DACLs themselves are read
+    /// back only on Windows: Wine keeps a file's DACL whatever is set.)
+    #[test]
+    fn a_path_holds_the_union_of_what_running_commands_need() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().to_path_buf();
+        let sid = "S-1-15-3-1024-1-2-3-4-5-6-7-8".to_string();
+        let ace = |rights: &str| PathAce {
+            path: p.clone(),
+            sddl: format!("(A;OICI;{rights};;;{sid})"),
+            why: "test",
+        };
+        let (rw, ro) = (ace("FRFWFXSD"), ace("FRFX"));
+        let wine = sandbox::windows::running_under_wine();
+        let dacl = || {
+            sandbox::windows::dacl_sddl(&p)
+                .unwrap()
+                .to_ascii_lowercase()
+        };
+        let a = hold_aces(vec![rw.clone(), rw.clone()], sid.clone()).unwrap();
+        let b = hold_aces(vec![ro.clone()], sid.clone()).unwrap();
+        let both = held();
+        assert_eq!(both[&p].len(), 2, "{both:?}");
+        assert_eq!(both[&p][&rw.sddl], 1, "{both:?}");
+        assert_eq!(both[&p][&ro.sddl], 1, "{both:?}");
+        if !wine {
+            assert!(dacl().contains("0x1301bf"), "{}", dacl());
+        }
+        drop(a);
+        let after = held();
+        assert_eq!(
+            after[&p].keys().collect::<Vec<_>>(),
+            [&ro.sddl],
+            "{after:?}"
+        );
+        if !wine {
+            // The write is gone, the read of the run still going is back.
+            assert!(!dacl().contains("0x1301bf"), "{}", dacl());
+            assert!(dacl().contains(&sid.to_ascii_lowercase()), "{}", dacl());
+        }
+        drop(b);
+        assert!(!held().contains_key(&p), "{:?}", held());
+        if !wine {
+            assert!(!dacl().contains(&sid.to_ascii_lowercase()), "{}", dacl());
+        } else {
+            println!("wine does not enforce: file DACLs (the ACEs a command holds are counted, not read back)");
+        }
+    }
+}
