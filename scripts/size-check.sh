@@ -41,7 +41,7 @@ TARGET = 2000
 # its windows.rs and macOS code, which were always there); only ever lower it (when a helper
 # shrinks, the check says to).
 RATCHET = {
-    "fs-helper": 3290,
+    "fs-helper": 3270,
     "net-helper": 1985,
     "exec-helper": 1250,
     "secrets-helper": 1975,

@@ -10,7 +10,7 @@ use ipc_schema::fs::{
     ChangeKind, CheckpointId, CheckpointInfo, FsError, FsErrorKind, GrantId, ResolvedTarget,
     Restorability, Seal, CHECKPOINT_MAX_BYTES, CHECKPOINT_TTL_SECS,
 };
-use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use rustix::fs::{AtFlags, Dir, Mode, OFlags};
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
@@ -129,6 +129,11 @@ impl CheckpointStore {
             counter: Cell::new(0),
             last_sweep: Cell::new(None),
         }
+    }
+
+    /// The store's directory, which lockdown must keep open.
+    pub fn dir_fd(&self) -> RawFd {
+        self.dir.as_raw_fd()
     }
 
     fn open(&self, comps: &[&str], flags: OFlags, mode: Mode) -> Result<OwnedFd, Errno> {

@@ -1,11 +1,13 @@
 //! What the broker grants ([`FsHelperConfig`], the one `--config` argument), checked again and
 //! opened before lockdown.
 
+use crate::checkpoint::CheckpointStore;
 use crate::grant::{Grant, Grants};
 use crate::kernel::{self, OpenMode};
+use crate::ops::Fs;
 use crate::protect::{components, Protector};
 use ipc_schema::fs::FsHelperConfig;
-use rustix::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use rustix::fd::{AsFd, OwnedFd};
 use rustix::fs::{Mode, OFlags};
 use sandbox::helper_args::HelperArgs;
 use std::ffi::OsStr;
@@ -25,33 +27,6 @@ pub struct Config {
     pub fs: FsHelperConfig,
     /// `--test-resolver walk` (test builds only).
     pub force_walk: bool,
-}
-
-/// Everything opened: the roots and the checkpoint dir, held as `O_PATH` descriptors.
-pub struct Opened {
-    pub grants: Grants,
-    pub protector: Protector,
-    pub checkpoint_fd: OwnedFd,
-    pub mode: OpenMode,
-    pub mode_note: Option<String>,
-    pub profile: sandbox::FsProfile,
-    /// Who the helper runs as (read now: seccomp allows no id calls later).
-    pub euid: u32,
-    pub egid: u32,
-}
-
-impl Opened {
-    /// The descriptors lockdown must keep open.
-    pub fn fds(&self) -> Vec<RawFd> {
-        let mut v: Vec<RawFd> = self
-            .grants
-            .0
-            .iter()
-            .map(|g| g.root_fd.as_raw_fd())
-            .collect();
-        v.push(self.checkpoint_fd.as_raw_fd());
-        v
-    }
 }
 
 fn canonical_path(p: &[u8], what: &str) -> Result<(), String> {
@@ -146,7 +121,9 @@ impl Config {
 
     /// Opens every root and the checkpoint dir (links refused on the way: a root that is, or
     /// passes through, a link is refused), and checks what can only be checked on the system.
-    pub fn open(self) -> Result<Opened, String> {
+    /// Returns the helper's state, its roots held as `O_PATH` descriptors, and the Landlock
+    /// rules for them.
+    pub fn open(self) -> Result<(Fs, sandbox::FsProfile), String> {
         let slash = rustix::fs::open("/", OFlags::PATH | OFlags::DIRECTORY, Mode::empty())
             .map_err(|e| format!("opening / failed: {e}"))?;
         let (mode, mode_note) = match kernel::probe_openat2(slash.as_fd()) {
@@ -215,16 +192,16 @@ impl Config {
         profile
             .read_write
             .push(PathBuf::from(OsStr::from_bytes(&checkpoint_dir)));
-        Ok(Opened {
+        let fs = Fs {
+            store: CheckpointStore::new(checkpoint_fd, mode),
             grants: Grants(grants),
             protector,
-            checkpoint_fd,
             mode,
             mode_note,
-            profile,
             euid: nix::unistd::geteuid().as_raw(),
             egid: nix::unistd::getegid().as_raw(),
-        })
+        };
+        Ok((fs, profile))
     }
 }
 

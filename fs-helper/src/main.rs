@@ -38,7 +38,7 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     // 1. What the broker grants, opened before lockdown (afterwards only these roots exist).
     let args = HelperArgs::from_env_with(config::OPTIONS);
-    let opened = match config::Config::from_args(&args).and_then(|c| c.open()) {
+    let (fs, profile) = match config::Config::from_args(&args).and_then(|c| c.open()) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("fs-helper: {e}");
@@ -48,19 +48,9 @@ fn main() -> ExitCode {
     let channel = sandbox::process::take_inherited_channel()
         .unwrap_or_else(|e| fatal(Role::Fs, format!("no broker channel: {e}")));
 
-    // 2. Lock down.
-    let profile = Profile::Fs(opened.profile.clone());
-    let report = sandbox::helper_args::lock_down_keeping(&args, &profile, &opened.fds())
+    // 2. Lock down (keeping the roots and the checkpoint dir open).
+    let report = sandbox::helper_args::lock_down_keeping(&args, &Profile::Fs(profile), &fs.fds())
         .unwrap_or_else(|e| fatal(Role::Fs, format!("lockdown failed: {e}")));
-    let fs = ops::Fs {
-        store: checkpoint::CheckpointStore::new(opened.checkpoint_fd, opened.mode),
-        grants: opened.grants,
-        protector: opened.protector,
-        mode: opened.mode,
-        mode_note: opened.mode_note,
-        euid: opened.euid,
-        egid: opened.egid,
-    };
     fs.store.sweep();
 
     // 3. Hello.

@@ -17,7 +17,7 @@ use crate::resolve::{self, Missing, Resolved};
 use ipc_schema::fs::{
     Access, FileKind, FsError, FsErrorKind, FsPath, FsReply, FsRequest, FsStatus, Resolver,
 };
-use rustix::fd::{AsFd, OwnedFd};
+use rustix::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use rustix::fs::{Mode, OFlags, Stat};
 
 /// Everything a request may use.
@@ -63,6 +63,12 @@ impl Want {
 }
 
 impl Fs {
+    /// The descriptors lockdown must keep open: the grant roots and the checkpoint dir.
+    pub fn fds(&self) -> Vec<RawFd> {
+        let roots = self.grants.0.iter().map(|g| g.root_fd.as_raw_fd());
+        roots.chain([self.store.dir_fd()]).collect()
+    }
+
     /// Answers one request. Never panics on bad input: every refusal is a typed [`FsError`].
     pub fn handle(&self, req: FsRequest) -> FsReply {
         let result = match req {
