@@ -8,11 +8,14 @@
 
 use crate::stats::{us, Samples};
 use ipc_schema::codec::{encode, read_frame, write_frame, MAX_FRAME};
-use ipc_schema::fs::{FsPath, FsReply, FsRequest, GrantId, READ_CHUNK_MAX};
+use ipc_schema::fs::{
+    Caps, FsHelperConfig, FsPath, FsReply, FsRequest, GrantConfig, GrantId, READ_CHUNK_MAX,
+};
 use ipc_schema::tool::{ReadFile, ToolCall, ToolReply, ToolResult};
 use ipc_schema::{Body, Envelope};
 use std::ffi::OsString;
 use std::io::{BufReader, BufWriter, Read, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Instant;
@@ -67,16 +70,24 @@ impl Helper {
             "{} missing: cargo build --release -p fs-helper",
             program.display()
         );
-        let mut grant = OsString::from("b:r:recursive:");
-        grant.push(dir.join("work"));
-        let args: Vec<OsString> = vec![
-            "--grant".into(),
-            grant,
-            "--checkpoint-dir".into(),
-            dir.join("data/checkpoints").into(),
-            "--protect".into(),
-            dir.join("data").into(),
-        ];
+        let bytes = |p: &str| dir.join(p).as_os_str().as_bytes().to_vec();
+        let config = FsHelperConfig {
+            grants: vec![GrantConfig {
+                id: GrantId("b".into()),
+                root: bytes("work"),
+                caps: Caps {
+                    read: true,
+                    ..Caps::default()
+                },
+                recursive: true,
+                confirmed: false,
+                include: vec![],
+                exclude: vec![],
+            }],
+            checkpoint_dir: bytes("data/checkpoints"),
+            protect: vec![bytes("data")],
+        };
+        let args: Vec<OsString> = vec!["--config".into(), config.to_arg().into()];
         let (ours, theirs) = UnixStream::pair().unwrap();
         let spawned = sandbox::process::spawn_helper(&program, &args, theirs.into(), &[]).unwrap();
         let mut r = BufReader::with_capacity(1 << 20, ours.try_clone().unwrap());
