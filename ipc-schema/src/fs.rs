@@ -22,6 +22,12 @@ pub const CHECKPOINT_MAX_BYTES: u64 = 8 * 1024 * 1024;
 /// How long a checkpoint is kept.
 pub const CHECKPOINT_TTL_SECS: u64 = 7 * 24 * 60 * 60;
 
+/// The most bytes the fs-helper's grants may take together (every root, include and exclude,
+/// a few bytes of framing each): its [`FsHelperConfig`] is one command-line argument, hex
+/// encoded (twice the bytes), and Linux takes at most 128 KiB in one argument. A policy past it
+/// is refused whole, saying so, rather than leaving a helper that cannot be started.
+pub const CONFIG_GRANTS_MAX_BYTES: usize = 48 * 1024;
+
 /// A grant's id, as the broker named it in the helper's [`FsHelperConfig`]
 /// (`[A-Za-z0-9_.-]{1,64}`).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

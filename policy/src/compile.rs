@@ -212,11 +212,24 @@ pub fn compile(doc: &PolicyDoc, protected: &Protected) -> Result<Policies, Strin
             .map_err(|e| format!("[profile.{name}] {e}"))?;
         profiles.insert(parsed, Rc::new(compiled));
     }
-    Ok(Policies {
+    let policies = Policies {
         revision: doc.revision,
         require_namespaces: doc.require_namespaces.unwrap_or(true),
         profiles,
-    })
+    };
+    let bytes: usize = (policies.fs_grants().iter())
+        .map(|g| {
+            let globs = g.include.iter().chain(&g.exclude);
+            16 + g.root.as_os_str().len() + globs.map(|s| s.len() + 4).sum::<usize>()
+        })
+        .sum();
+    let max = ipc_schema::fs::CONFIG_GRANTS_MAX_BYTES;
+    if bytes > max {
+        return Err(format!(
+            "the grants' roots and globs take {bytes} bytes together; the file helper is given at most {max} (one command-line argument): use fewer or shorter globs"
+        ));
+    }
+    Ok(policies)
 }
 
 /// Validates one profile.

@@ -812,3 +812,27 @@ mode = "full-access"
     assert!(bad.contains("yolo"), "{bad}");
     assert!(bad.contains("full-access"), "names the modes: {bad}");
 }
+
+#[test]
+fn grants_too_large_for_the_file_helpers_configuration_refuse_the_document() {
+    let d = tempfile::tempdir().unwrap();
+    let doc = |globs: usize| {
+        let exclude: Vec<String> = (0..globs)
+            .map(|i| format!("\"generated/{i:060}/**\""))
+            .collect();
+        format!(
+            "[[grant]]\nroot = '{}'\ncapabilities = [\"read\"]\nexclude = [{}]\n",
+            d.path().display(),
+            exclude.join(", ")
+        )
+    };
+    // 500 globs of 75 bytes: under the limit (the positive control).
+    let fits = compile(&PolicyDoc::parse(&doc(500)).unwrap(), &Protected::new(&[])).unwrap();
+    assert_eq!(fits.fs_grants()[0].exclude.len(), 500);
+    // 1,000 of them: over it, refused whole with the count.
+    let e = compile(&PolicyDoc::parse(&doc(1000)).unwrap(), &Protected::new(&[])).unwrap_err();
+    assert!(
+        e.contains("the grants' roots and globs take") && e.contains("at most 49152"),
+        "{e}"
+    );
+}
