@@ -42,25 +42,14 @@ thread_local! {
     static HOLDERS: std::cell::RefCell<Holders> = Default::default();
 }
 
-/// Applies the ACEs `spec`'s command policy names (grants from `spec`, gatehouse's own
-/// directories that exist protected, as the exec-helper is told with `--protect` and filters
-/// them by the same `wincfg::present`). A path that will not
+/// Applies the ACEs `spec`'s command policy names (`wincfg::exec_command_policy`: grants from
+/// `spec`, gatehouse's own directories protected, as the exec-helper is told with `--protect`). A path that will not
 /// take its ACE refuses the command, naming the path and the error: without it the command
 /// could not write its grant, or could write a protected place.
 #[cfg(windows)]
 pub fn hold(ctx: &Ctx, spec: &CommandSpec) -> Result<Held, String> {
-    use sandbox::seatbelt::{CommandNetwork, CommandSpec as OsCommand};
-    let policy = sandbox::wincfg::command_policy(&OsCommand {
-        grants: spec
-            .grants
-            .iter()
-            .map(|g| (g.path.clone(), g.access))
-            .collect(),
-        no_access: Vec::new(),
-        no_write: sandbox::wincfg::present(&ctx.dirs.own()),
-        network: CommandNetwork::None,
-    })
-    .map_err(|e| format!("the command's ACEs: {e}"))?;
+    let policy = sandbox::wincfg::exec_command_policy(&spec.grants, &ctx.dirs.own())
+        .map_err(|e| format!("the command's ACEs: {e}"))?;
     hold_aces(policy.aces, policy.sid.0)
 }
 

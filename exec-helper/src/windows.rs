@@ -26,7 +26,6 @@ use crate::threads::{Checked, Config, Launched, Tree};
 use ipc_schema::exec::{RunOutcome, SandboxReport};
 use ipc_schema::tier::ConfinementTier;
 use ipc_schema::{ErrorCode, ErrorReply};
-use sandbox::seatbelt::{CommandNetwork, CommandSpec as OsCommand};
 use sandbox::wincfg;
 use sandbox::windows as w;
 use std::ffi::OsString;
@@ -65,17 +64,8 @@ fn launch(mut c: Checked, cfg: &Config) -> Result<Launched, ErrorReply> {
     let mut gaps = vec![
         "the file-size and open-file limits are not applied (a job has no limit for them; the process and memory limits are set)".to_string(),
     ];
-    let mut policy = wincfg::command_policy(&OsCommand {
-        grants: spec
-            .grants
-            .iter()
-            .map(|g| (g.path.clone(), g.access))
-            .collect(),
-        no_access: Vec::new(),
-        no_write: wincfg::present(&cfg.protect),
-        network: CommandNetwork::None,
-    })
-    .map_err(|e| invalid(e.to_string()))?;
+    let mut policy = wincfg::exec_command_policy(&spec.grants, &cfg.protect)
+        .map_err(|e| invalid(e.to_string()))?;
     policy.job.active_processes = Some(u32::try_from(spec.limits.processes).unwrap_or(u32::MAX));
     policy.job.process_memory = Some(spec.limits.memory);
     if let Some(gap) = wincfg::outbound_gap(&policy, cfg.outbound.as_ref()) {

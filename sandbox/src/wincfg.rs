@@ -536,13 +536,28 @@ pub fn helper_policy(profile: &Profile) -> Result<WindowsPolicy, crate::seatbelt
     Ok(p)
 }
 
+/// The policy of one command of the exec-helper: its `Start`'s grants, gatehouse's own
+/// directories (`protect`) that exist never written, no network. The broker applies its ACEs
+/// before the start and the exec-helper reads them back: both compute it here, from the same
+/// `Start`, so what one applies is what the other checks.
+pub fn exec_command_policy(
+    grants: &[ipc_schema::exec::PathGrant],
+    protect: &[PathBuf],
+) -> Result<WindowsPolicy, crate::seatbelt::SbplError> {
+    command_policy(&crate::seatbelt::CommandSpec {
+        grants: grants.iter().map(|g| (g.path.clone(), g.access)).collect(),
+        no_access: Vec::new(),
+        no_write: present(protect),
+        network: crate::seatbelt::CommandNetwork::None,
+    })
+}
+
 /// Of `paths` (gatehouse's own directories, which commands never write), those that exist: a
 /// deny ACE needs a file to sit on. One not there has nothing to protect yet: the broker makes
 /// its config, data and runtime directories at start with a protected DACL of the user's and
 /// SYSTEM's (which no ACE a grant root passes down reaches), and on Windows it makes no agent
-/// directories. The exec-helper and the broker both take the command's protected paths from
-/// here, so the ACEs one applies are the ones the other checks.
-pub fn present(paths: &[PathBuf]) -> Vec<PathBuf> {
+/// directories.
+fn present(paths: &[PathBuf]) -> Vec<PathBuf> {
     paths.iter().filter(|p| p.exists()).cloned().collect()
 }
 
@@ -1375,6 +1390,36 @@ mod tests {
         assert!(w.filters.iter().any(|f| f.action == "FWP_ACTION_PERMIT"
             && f.conditions
                 .contains(&"FWPM_CONDITION_IP_REMOTE_PORT == 4000".to_string())));
+    }
+
+    /// What the broker applies and the exec-helper checks: the grant's ACE, and a deny for each
+    /// of gatehouse's directories that exists (one not made yet has nothing to carry it).
+    #[test]
+    fn an_exec_commands_policy_denies_writes_only_to_own_directories_that_exist() {
+        let d = tempfile::tempdir().unwrap();
+        let (made, not_made) = (d.path().join("data"), d.path().join("agents"));
+        std::fs::create_dir(&made).unwrap();
+        let grant = ipc_schema::exec::PathGrant {
+            path: d.path().join("project"),
+            access: GrantAccess::ReadWrite,
+        };
+        let w = exec_command_policy(&[grant.clone()], &[made.clone(), not_made]).unwrap();
+        let sid = capability_sid("gatehouse.cmd").0;
+        let aces: Vec<_> = w
+            .aces
+            .iter()
+            .map(|a| (a.path.clone(), a.sddl.clone()))
+            .collect();
+        assert_eq!(
+            aces,
+            [
+                (
+                    grant.path.clone(),
+                    grant_ace(&grant.path, true, &w.sid).unwrap().sddl
+                ),
+                (made, format!("(D;OICI;FWSD;;;{sid})")),
+            ]
+        );
     }
 }
 
