@@ -1403,7 +1403,8 @@ mod tests {
             path: d.path().join("project"),
             access: GrantAccess::ReadWrite,
         };
-        let w = exec_command_policy(&[grant.clone()], &[made.clone(), not_made]).unwrap();
+        let w =
+            exec_command_policy(std::slice::from_ref(&grant), &[made.clone(), not_made]).unwrap();
         let sid = capability_sid("gatehouse.cmd").0;
         let aces: Vec<_> = w
             .aces
