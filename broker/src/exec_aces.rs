@@ -18,6 +18,7 @@ use ipc_schema::exec::CommandSpec;
 
 /// The ACEs a run holds; dropping it lets them go (the last holder of each removes it).
 #[must_use]
+#[derive(Debug)]
 pub struct Held {
     #[cfg(windows)]
     aces: Vec<sandbox::wincfg::PathAce>,
@@ -40,6 +41,24 @@ thread_local! {
     /// For each path, how many runs hold each of its ACEs (the broker's event loop is one
     /// thread).
     static HOLDERS: std::cell::RefCell<Holders> = Default::default();
+    /// How many runs hold ACEs, and the paths they may write (all the same: see `hold_aces`).
+    static RUNNING: std::cell::RefCell<(u32, Vec<std::path::PathBuf>)> = Default::default();
+}
+
+/// The paths `aces` let the command SID write (allow ACEs with `FILE_WRITE_DATA`), sorted.
+#[cfg(windows)]
+fn writable(aces: &[sandbox::wincfg::PathAce]) -> Vec<std::path::PathBuf> {
+    const FILE_WRITE_DATA: u32 = 0x2;
+    let mut out: Vec<_> = (aces.iter())
+        .filter(|a| {
+            sandbox::wincfg::parse_ace(&a.sddl)
+                .is_ok_and(|s| !s.deny && s.mask & FILE_WRITE_DATA != 0)
+        })
+        .map(|a| a.path.clone())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// Applies the ACEs `spec`'s command policy names (`wincfg::exec_command_policy`: grants from
@@ -54,10 +73,33 @@ pub fn hold(ctx: &Ctx, spec: &CommandSpec) -> Result<Held, String> {
 }
 
 /// Holds `aces` (each naming `sid`) for one run: applies those no run holds yet.
+///
+/// Every command carries the same SID, so a command could write wherever any running one may:
+/// a command starts only while no other runs, or while those that run may write exactly where
+/// it may (the same grants, as an agent's commands in one project). Anything else is refused
+/// until they end, rather than let one command write through another's grant.
 #[cfg(windows)]
 fn hold_aces(mut aces: Vec<sandbox::wincfg::PathAce>, sid: String) -> Result<Held, String> {
     aces.sort_by(|a, b| (&a.path, &a.sddl).cmp(&(&b.path, &b.sddl)));
     aces.dedup_by(|a, b| (&a.path, &a.sddl) == (&b.path, &b.sddl));
+    let mine = writable(&aces);
+    let shown = |paths: &[std::path::PathBuf]| match paths {
+        [] => "nothing".to_string(),
+        _ => paths
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
+    RUNNING.with_borrow(|(runs, theirs)| match *runs {
+        0 => Ok(()),
+        _ if *theirs == mine => Ok(()),
+        n => Err(format!(
+            "{n} other command(s) run, which may write {}; this one may write {}. On Windows every command carries the same SID, so either could write where the other may: start it when they have ended",
+            shown(theirs),
+            shown(&mine)
+        )),
+    })?;
     // Only what no run holds yet is applied (adding an ACE merges it into the path's DACL).
     let fresh: Vec<_> = HOLDERS.with_borrow(|h| {
         let held =
@@ -73,6 +115,10 @@ fn hold_aces(mut aces: Vec<sandbox::wincfg::PathAce>, sid: String) -> Result<Hel
                 .or_default() += 1;
         }
     });
+    RUNNING.with_borrow_mut(|(runs, theirs)| {
+        *runs += 1;
+        *theirs = mine;
+    });
     Ok(Held { aces, sid })
 }
 
@@ -82,6 +128,12 @@ impl Drop for Held {
     /// those other runs still hold: its DACL is always the union of what the running commands
     /// need, never more.
     fn drop(&mut self) {
+        RUNNING.with_borrow_mut(|(runs, theirs)| {
+            *runs -= 1;
+            if *runs == 0 {
+                theirs.clear();
+            }
+        });
         let mut changed: Vec<(std::path::PathBuf, Vec<String>)> = Vec::new();
         HOLDERS.with_borrow_mut(|h| {
             for a in &self.aces {
@@ -134,52 +186,62 @@ mod tests {
         HOLDERS.with_borrow(|h| h.clone())
     }
 
-    /// Two runs on one path with different ACEs: the path holds the union while both run, the
-    /// one still needed after the first ends, nothing after both. (The DACLs themselves are read
-    /// back only on Windows: Wine keeps a file's DACL whatever is set.)
+    /// Runs that may write the same places share their ACEs: each path holds what they need
+    /// while any runs, nothing after the last; a run that would write elsewhere (or nowhere,
+    /// beside one that writes) is refused while they run, and starts once they ended. (The
+    /// DACLs themselves are read back only on Windows: Wine keeps a file's DACL whatever is
+    /// set.)
     #[test]
-    fn a_path_holds_the_union_of_what_running_commands_need() {
+    fn runs_share_aces_only_when_they_may_write_the_same_places() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().to_path_buf();
+        let (p, q) = (dir.path().join("p"), dir.path().join("q"));
+        std::fs::create_dir(&p).unwrap();
+        std::fs::create_dir(&q).unwrap();
         let sid = "S-1-15-3-1024-1-2-3-4-5-6-7-8".to_string();
-        let ace = |rights: &str| PathAce {
-            path: p.clone(),
+        let ace = |path: &std::path::Path, rights: &str| PathAce {
+            path: path.to_path_buf(),
             sddl: format!("(A;OICI;{rights};;;{sid})"),
             why: "test",
         };
-        let (rw, ro) = (ace("FRFWFXSD"), ace("FRFX"));
         let wine = sandbox::windows::running_under_wine();
-        let dacl = || {
-            sandbox::windows::dacl_sddl(&p)
+        let dacl = |path: &std::path::Path| {
+            sandbox::windows::dacl_sddl(path)
                 .unwrap()
                 .to_ascii_lowercase()
         };
-        let a = hold_aces(vec![rw.clone(), rw.clone()], sid.clone()).unwrap();
-        let b = hold_aces(vec![ro.clone()], sid.clone()).unwrap();
+        let a = hold_aces(vec![ace(&p, "FRFWFXSD"), ace(&q, "FRFX")], sid.clone()).unwrap();
+        let c = hold_aces(vec![ace(&p, "FRFWFXSD"), ace(&p, "FRFWFXSD")], sid.clone()).unwrap();
         let both = held();
-        assert_eq!(both[&p].len(), 2, "{both:?}");
-        assert_eq!(both[&p][&rw.sddl], 1, "{both:?}");
-        assert_eq!(both[&p][&ro.sddl], 1, "{both:?}");
+        assert_eq!(both[&p][&ace(&p, "FRFWFXSD").sddl], 2, "{both:?}");
+        assert_eq!(both[&q][&ace(&q, "FRFX").sddl], 1, "{both:?}");
         if !wine {
-            assert!(dacl().contains("0x1301bf"), "{}", dacl());
+            assert!(dacl(&p).contains("0x1301bf"), "{}", dacl(&p));
         }
+        // Read-only beside a run that writes p: it could write p through the shared SID.
+        let e = hold_aces(vec![ace(&q, "FRFX")], sid.clone()).unwrap_err();
+        assert!(
+            e.contains("2 other command(s) run, which may write")
+                && e.contains("this one may write nothing"),
+            "{e}"
+        );
         drop(a);
         let after = held();
-        assert_eq!(
-            after[&p].keys().collect::<Vec<_>>(),
-            [&ro.sddl],
-            "{after:?}"
-        );
+        assert!(!after.contains_key(&q), "{after:?}");
+        assert_eq!(after[&p][&ace(&p, "FRFWFXSD").sddl], 1, "{after:?}");
+        drop(c);
+        assert!(held().is_empty(), "{:?}", held());
         if !wine {
-            // The write is gone, the read of the run still going is back.
-            assert!(!dacl().contains("0x1301bf"), "{}", dacl());
-            assert!(dacl().contains(&sid.to_ascii_lowercase()), "{}", dacl());
+            assert!(
+                !dacl(&p).contains(&sid.to_ascii_lowercase()),
+                "{}",
+                dacl(&p)
+            );
         }
+        // Alone now, the read-only run starts (the positive control of the refusal).
+        let b = hold_aces(vec![ace(&q, "FRFX")], sid.clone()).unwrap();
         drop(b);
-        assert!(!held().contains_key(&p), "{:?}", held());
-        if !wine {
-            assert!(!dacl().contains(&sid.to_ascii_lowercase()), "{}", dacl());
-        } else {
+        assert!(held().is_empty(), "{:?}", held());
+        if wine {
             println!("wine does not enforce: file DACLs (the ACEs a command holds are counted, not read back)");
         }
     }
