@@ -475,6 +475,16 @@ pub fn helpers_of(pid: u32) -> Vec<u32> {
     out
 }
 
+/// The configuration an fs-helper process was started with: its `--config` argument
+/// (`ipc_schema::fs::FsHelperConfig`), read from `/proc/<pid>/cmdline` and decoded as the helper
+/// decodes it. `None` for a process without one.
+pub fn fs_helper_config(pid: u32) -> Option<ipc_schema::fs::FsHelperConfig> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+    let at = args.iter().position(|a| *a == b"--config")?;
+    ipc_schema::codec::from_arg(std::str::from_utf8(args.get(at + 1)?).ok()?).ok()
+}
+
 /// True while /proc/<pid> exists and is not a zombie.
 pub fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

@@ -59,11 +59,15 @@ enum Helper {
     Stopped,
 }
 
-/// The fs-helper of the broker on `root`: found by its name and its arguments (which name the
-/// instance's directories), so that neither the parent that started it nor another test's
-/// helper matters. Waits until there is exactly one live one.
+/// The fs-helper of the broker on `root`: found by its name and its configuration (whose
+/// checkpoint directory is the instance's), so that neither the parent that started it nor
+/// another test's helper matters. Waits until there is exactly one live one.
 fn fs_helper_pid(root: &Path) -> i32 {
     let root = root.display().to_string();
+    let of_root = |pid: i32| {
+        gatehouse_tests::fs_helper_config(pid as u32)
+            .is_some_and(|c| String::from_utf8_lossy(&c.checkpoint_dir).starts_with(&root))
+    };
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let live: Vec<i32> = std::fs::read_dir("/proc")
@@ -71,9 +75,8 @@ fn fs_helper_pid(root: &Path) -> i32 {
             .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
             .filter(|pid| {
                 let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
                 comm.trim_end() == "fs-helper"
-                    && String::from_utf8_lossy(&cmdline).contains(&root)
+                    && of_root(*pid)
                     && !matches!(state(*pid), None | Some('Z' | 'X'))
             })
             .collect();

@@ -316,10 +316,15 @@ fn up_runs_broker_and_console_and_stops_the_broker_it_started() {
                 .contains("fs-helper")
         })
         .expect("an fs-helper");
-    let cmdline = std::fs::read_to_string(format!("/proc/{fs_helper}/cmdline")).unwrap();
+    let config = gatehouse_tests::fs_helper_config(fs_helper).expect("its --config");
+    let project_bytes = project
+        .canonicalize()
+        .unwrap()
+        .into_os_string()
+        .into_encoded_bytes();
     assert!(
-        cmdline.contains(&format!(":{}", project.display())),
-        "{cmdline:?}"
+        config.grants.iter().any(|g| g.root == project_bytes),
+        "{config:?}"
     );
 
     t.keys("q");
