@@ -634,6 +634,20 @@ fn the_command_line_asks_reads_and_checks_the_broker() {
         assert!(out.contains("chain intact"), "{out}");
     }
 
+    // What Windows lacks is said, not an unknown command: `run` and `demo` exit 125 saying why.
+    for (cmd, why) in [
+        ("run", "needs the egress proxy and the agent's session"),
+        ("demo", "needs the file helper"),
+    ] {
+        let (code, out, err) = gatehouse(&[cmd, "--", "claude"]);
+        assert_eq!(code, Some(125), "{out}\n{err}");
+        assert!(
+            err.starts_with(&format!("gatehouse {cmd}: not built on Windows: "))
+                && err.contains(why),
+            "{err}"
+        );
+    }
+
     // `ui`: the console takes a terminal; without one it says so before connecting (the
     // console itself is not driven here: Wine gives a test no console).
     let (code, out, err) = gatehouse(&["ui"]);

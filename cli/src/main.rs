@@ -121,6 +121,11 @@ enum Cmd {
     #[cfg(target_os = "linux")]
     /// An agent CLI inside the exec sandbox, with gatehouse as its only MCP server and the egress proxy as its only way out: `gatehouse run [--profile NAME] [--mode ask|full-access|unattended] [--allow-domain D]... [--allow-read P]... -- AGENT ARGS`.
     Run(cmd_run::RunArgs),
+    /// Not built on Windows: an agent inside the exec sandbox needs the egress proxy and the
+    /// agent's session, which pass descriptors (docs/windows.md). Says so and exits 125.
+    #[cfg(windows)]
+    #[command(disable_help_flag = true)]
+    Run(PassOn),
     /// The MCP server for one agent session, over stdio (what an agent's MCP config launches):
     /// execs `gatehouse-mcp` with these arguments (`gatehouse mcp --help` lists them).
     #[command(disable_help_flag = true)]
@@ -140,6 +145,11 @@ enum Cmd {
     /// A scripted agent session on a scratch project that shows every outcome: allowed, asked,
     /// refused, run in the sandbox, carried out once, and the audit log checked.
     Demo(cmd_demo::DemoArgs),
+    /// Not built on Windows: the scripted session needs the file helper, which does not run
+    /// there yet (docs/windows.md). Says so and exits 125.
+    #[cfg(windows)]
+    #[command(disable_help_flag = true)]
+    Demo(PassOn),
     /// The broker's sessions and their modes: list, and `mode ID ask|full-access|unattended`.
     Session {
         #[command(subcommand)]
@@ -231,10 +241,28 @@ fn main() -> ExitCode {
         Cmd::Notify(p) => exec_sibling(&g, gatehouse_client::NOTIFY_BIN, p.args),
         #[cfg(target_os = "linux")]
         Cmd::Demo(args) => cmd_demo::run(&g, args),
+        #[cfg(windows)]
+        Cmd::Run(_) => not_built_here(
+            "run",
+            "an agent inside the exec sandbox needs the egress proxy and the agent's session, which are not built on Windows yet; `gatehouse mcp` serves an agent outside it, and `gatehouse sandbox` runs one command",
+        ),
+        #[cfg(windows)]
+        Cmd::Demo(_) => not_built_here(
+            "demo",
+            "its scripted session needs the file helper, which does not run on Windows yet",
+        ),
         Cmd::Secret { cmd } => cmd_secret::run(&g, cmd),
         Cmd::Session { cmd } => cmd_session::run(&g, cmd),
         Cmd::Setup { cmd } => cmd_setup::run(&g, cmd),
     }
+}
+
+/// A command this OS lacks: one line on stderr saying why (docs/windows.md has the rest), exit
+/// 125 as for any command gatehouse refused before it ran.
+#[cfg(windows)]
+fn not_built_here(what: &str, why: &str) -> ExitCode {
+    eprintln!("gatehouse {what}: not built on Windows: {why} (see docs/windows.md)");
+    ExitCode::from(cmd_sandbox::EXIT_REFUSED)
 }
 
 #[cfg(any(target_os = "linux", windows))]
