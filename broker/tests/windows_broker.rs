@@ -380,19 +380,13 @@ fn broker_with_web() -> (net::DnsServer, net::HttpServer, Broker) {
     (dns, web, b)
 }
 
-/// The tool path on Windows, as on Linux: an agent's `fetch_url` (on the gateway's pipe) asks by
-/// default; it waits while the human's console lists the proposal and allows it once; the
-/// net-helper then fetches through the loopback DNS and web servers of the test, the agent gets
-/// the page wrapped as outside text, and the audit log has the call.
-#[test]
-fn an_agents_fetch_waits_for_the_human_then_runs_and_is_audited() {
-    let (_dns, web, b) = broker_with_web();
-    let url = format!("http://public.test:{}/page", web.addr.port());
+/// An agent (a client on the gateway's pipe) asks to fetch `url`; the default policy asks the
+/// human, so the call waits. The agent's connection, the call's id and what it waits for.
+fn agent_fetch_waits(b: &Broker, url: &str) -> (Client, u64, ipc_schema::tool::Waiting) {
     let mut agent = Client::connect(&b.dirs.gateway_socket()).unwrap();
+    let url = url.to_string();
     let call = agent
-        .send(Body::ToolCall(ToolCall::FetchUrl(FetchUrl {
-            url: url.clone(),
-        })))
+        .send(Body::ToolCall(ToolCall::FetchUrl(FetchUrl { url })))
         .unwrap();
     let waiting = match agent.next_frame().unwrap() {
         e if e.id == call => match e.body {
@@ -401,6 +395,18 @@ fn an_agents_fetch_waits_for_the_human_then_runs_and_is_audited() {
         },
         other => panic!("an answer to another request: {other:?}"),
     };
+    (agent, call, waiting)
+}
+
+/// The tool path on Windows, as on Linux: an agent's `fetch_url` (on the gateway's pipe) asks by
+/// default; it waits while the human's console lists the proposal and allows it once; the
+/// net-helper then fetches through the loopback DNS and web servers of the test, the agent gets
+/// the page wrapped as outside text, and the audit log has the call.
+#[test]
+fn an_agents_fetch_waits_for_the_human_then_runs_and_is_audited() {
+    let (_dns, web, b) = broker_with_web();
+    let url = format!("http://public.test:{}/page", web.addr.port());
+    let (mut agent, call, waiting) = agent_fetch_waits(&b, &url);
     // Nothing has been fetched while the call waits for the human.
     assert_eq!(web.requests().len(), 0);
 
@@ -971,17 +977,7 @@ fn the_notifier_hands_a_waiting_card_to_the_hook() {
     assert_eq!(w["hook"], true);
 
     let url = format!("http://public.test:{}/page", web.addr.port());
-    let mut agent = Client::connect(&b.dirs.gateway_socket()).unwrap();
-    let call = agent
-        .send(Body::ToolCall(ToolCall::FetchUrl(FetchUrl { url })))
-        .unwrap();
-    let waiting = match agent.next_frame().unwrap() {
-        e if e.id == call => match e.body {
-            Body::ToolReply(ToolReply::AwaitingApproval(w)) => w,
-            other => panic!("the default policy should ask: {other:?}"),
-        },
-        other => panic!("an answer to another request: {other:?}"),
-    };
+    let (_agent, _, waiting) = agent_fetch_waits(&b, &url);
     assert_eq!(next("hook")["ended"], "exited with status 0");
     let got: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&hook_out).unwrap()).unwrap();
