@@ -187,24 +187,17 @@ pub fn write_frame<W: Write>(w: &mut W, env: &Envelope) -> Result<(), FrameError
 pub fn to_arg<T: serde::Serialize>(value: &T) -> Result<String, EncodeError> {
     let bytes = postcard::to_allocvec(&(PROTOCOL_VERSION, value))
         .map_err(|e| EncodeError::Postcard(e.to_string()))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(hex::encode(bytes))
 }
 
-/// Decodes an argument [`to_arg`] wrote: hex digits only, the version checked before the value
-/// is decoded, and trailing bytes an error.
+/// Decodes an argument [`to_arg`] wrote: lowercase hex digits only, the version checked before
+/// the value is decoded, and trailing bytes an error.
 pub fn from_arg<T: serde::de::DeserializeOwned>(arg: &str) -> Result<T, DecodeError> {
-    let digit = |c: u8| (c as char).to_digit(16).filter(|_| !c.is_ascii_uppercase());
-    let bytes = arg
-        .as_bytes()
-        .chunks(2)
-        .map(|p| match p {
-            [h, l] => Some((digit(*h)? << 4 | digit(*l)?) as u8),
-            _ => None,
-        })
-        .collect::<Option<Vec<u8>>>()
-        .ok_or_else(|| {
-            DecodeError::Malformed("not an even number of lowercase hex digits".into())
-        })?;
+    let malformed = || DecodeError::Malformed("not an even number of lowercase hex digits".into());
+    if arg.bytes().any(|b| b.is_ascii_uppercase()) {
+        return Err(malformed());
+    }
+    let bytes = hex::decode(arg).map_err(|_| malformed())?;
     let (version, _) = postcard::take_from_bytes::<u16>(&bytes)
         .map_err(|e| DecodeError::Malformed(e.to_string()))?;
     if version != PROTOCOL_VERSION {
