@@ -1,27 +1,30 @@
 //! Windows: the ACEs a command's policy names, applied by the broker before the command's
-//! `Start` and taken away when the last run that needs them ends.
+//! `Start` and taken away when the last running command ends.
 //!
 //! A command there runs with a write-restricted token whose restricting SID is the command
 //! profile's: it writes only where an ACE names that SID (each read-write grant root), and
 //! never where a deny ACE does (gatehouse's own directories). Which ACEs is
-//! `sandbox::wincfg::command_policy`, the one the exec-helper computes from the same `Start`
-//! and reads back from each path's DACL before it starts anything (its `missing_aces`): what
-//! this module applies is checked there, and a path whose ACE is not held refuses the command
-//! (or, with `--allow-degraded`, is named). Every command shares the profile's SID, so a path
-//! keeps its ACEs while any run holds it; `REVOKE_ACCESS` then takes away every ACE naming the
-//! SID (gatehouse's own: nothing else names it).
+//! `sandbox::wincfg::exec_command_policy`, the one the exec-helper computes from the same
+//! `Start` and reads back from each path's DACL before it starts anything (its `missing_aces`):
+//! what this module applies is checked there, and a path whose ACE is not held refuses the
+//! command (or, with `--allow-degraded`, is named).
+//!
+//! Every command shares the profile's SID, so a command could write wherever any running one
+//! may: a command starts only while none runs or while those running may write exactly where it
+//! may ([`hold`]). So the write ACEs of the running commands are always the same, and what a
+//! command applied is left until the last running one ends (what lingers meanwhile is a read
+//! ACE, which a write-restricted token does not need, or a deny); then `REVOKE_ACCESS` takes
+//! every ACE naming the SID (gatehouse's own: nothing else names it) from each path.
 //!
 //! On Linux and macOS nothing is applied: each command's view is built by its own sandbox.
 
 use crate::Ctx;
 use ipc_schema::exec::CommandSpec;
 
-/// The ACEs a run holds; dropping it lets them go (the last holder of each removes it).
+/// A run's hold on the ACEs; when the last one is dropped they are taken away.
 #[must_use]
 #[derive(Debug)]
 pub struct Held {
-    #[cfg(windows)]
-    aces: Vec<sandbox::wincfg::PathAce>,
     #[cfg(windows)]
     sid: String,
 }
@@ -32,17 +35,20 @@ pub fn hold(_ctx: &Ctx, _spec: &CommandSpec) -> Result<Held, String> {
     Ok(Held {})
 }
 
+/// The running commands: how many, the paths they may write (the same for all), and every
+/// ACE applied for them (path, SDDL).
 #[cfg(windows)]
-type Holders =
-    std::collections::BTreeMap<std::path::PathBuf, std::collections::BTreeMap<String, u32>>;
+#[derive(Default, Debug, Clone, PartialEq)]
+struct Running {
+    runs: u32,
+    writes: Vec<std::path::PathBuf>,
+    applied: std::collections::BTreeSet<(std::path::PathBuf, String)>,
+}
 
 #[cfg(windows)]
 thread_local! {
-    /// For each path, how many runs hold each of its ACEs (the broker's event loop is one
-    /// thread).
-    static HOLDERS: std::cell::RefCell<Holders> = Default::default();
-    /// How many runs hold ACEs, and the paths they may write (all the same: see `hold_aces`).
-    static RUNNING: std::cell::RefCell<(u32, Vec<std::path::PathBuf>)> = Default::default();
+    /// The broker's event loop is one thread.
+    static RUNNING: std::cell::RefCell<Running> = Default::default();
 }
 
 /// The paths `aces` let the command SID write (allow ACEs with `FILE_WRITE_DATA`), sorted.
@@ -62,117 +68,73 @@ fn writable(aces: &[sandbox::wincfg::PathAce]) -> Vec<std::path::PathBuf> {
 }
 
 /// Applies the ACEs `spec`'s command policy names (`wincfg::exec_command_policy`: grants from
-/// `spec`, gatehouse's own directories protected, as the exec-helper is told with `--protect`). A path that will not
-/// take its ACE refuses the command, naming the path and the error: without it the command
-/// could not write its grant, or could write a protected place.
+/// `spec`, gatehouse's own directories protected, as the exec-helper is told with `--protect`).
+/// A path that will not take its ACE refuses the command, naming the path and the error:
+/// without it the command could not write its grant, or could write a protected place.
 #[cfg(windows)]
 pub fn hold(ctx: &Ctx, spec: &CommandSpec) -> Result<Held, String> {
     let policy = sandbox::wincfg::exec_command_policy(&spec.grants, &ctx.dirs.own())
         .map_err(|e| format!("the command's ACEs: {e}"))?;
-    hold_aces(policy.aces, policy.sid.0)
+    hold_aces(&policy.aces, policy.sid.0)
 }
 
-/// Holds `aces` (each naming `sid`) for one run: applies those no run holds yet.
-///
-/// Every command carries the same SID, so a command could write wherever any running one may:
-/// a command starts only while no other runs, or while those that run may write exactly where
-/// it may (the same grants, as an agent's commands in one project). Anything else is refused
-/// until they end, rather than let one command write through another's grant.
+/// Holds `aces` (each naming `sid`) for one run: refused while other commands run that may
+/// write elsewhere (or while this one would write where they may not), else applies what is not
+/// applied yet.
 #[cfg(windows)]
-fn hold_aces(mut aces: Vec<sandbox::wincfg::PathAce>, sid: String) -> Result<Held, String> {
-    aces.sort_by(|a, b| (&a.path, &a.sddl).cmp(&(&b.path, &b.sddl)));
-    aces.dedup_by(|a, b| (&a.path, &a.sddl) == (&b.path, &b.sddl));
-    let mine = writable(&aces);
+fn hold_aces(aces: &[sandbox::wincfg::PathAce], sid: String) -> Result<Held, String> {
+    let mine = writable(aces);
     let shown = |paths: &[std::path::PathBuf]| match paths {
         [] => "nothing".to_string(),
-        _ => paths
-            .iter()
-            .map(|p| p.display().to_string())
+        _ => (paths.iter().map(|p| p.display().to_string()))
             .collect::<Vec<_>>()
             .join(", "),
     };
-    RUNNING.with_borrow(|(runs, theirs)| match *runs {
-        0 => Ok(()),
-        _ if *theirs == mine => Ok(()),
-        n => Err(format!(
-            "{n} other command(s) run, which may write {}; this one may write {}. On Windows every command carries the same SID, so either could write where the other may: start it when they have ended",
-            shown(theirs),
-            shown(&mine)
-        )),
-    })?;
-    // Only what no run holds yet is applied (adding an ACE merges it into the path's DACL).
-    let fresh: Vec<_> = HOLDERS.with_borrow(|h| {
-        let held =
-            |a: &&sandbox::wincfg::PathAce| h.get(&a.path).is_some_and(|m| m.contains_key(&a.sddl));
-        aces.iter().filter(|a| !held(a)).cloned().collect()
-    });
-    sandbox::windows::apply_aces(&fresh).map_err(|e| format!("the command's ACEs: {e}"))?;
-    HOLDERS.with_borrow_mut(|h| {
-        for a in &aces {
-            *h.entry(a.path.clone())
-                .or_default()
-                .entry(a.sddl.clone())
-                .or_default() += 1;
+    let fresh: Vec<_> = RUNNING.with_borrow(|r| {
+        if r.runs > 0 && r.writes != mine {
+            return Err(format!(
+                "{} other command(s) run, which may write {}; this one may write {}. On Windows every command carries the same SID, so either could write where the other may: start it when they have ended",
+                r.runs,
+                shown(&r.writes),
+                shown(&mine)
+            ));
         }
+        let new = |a: &&sandbox::wincfg::PathAce| {
+            !r.applied.contains(&(a.path.clone(), a.sddl.clone()))
+        };
+        Ok(aces.iter().filter(new).cloned().collect())
+    })?;
+    sandbox::windows::apply_aces(&fresh).map_err(|e| format!("the command's ACEs: {e}"))?;
+    RUNNING.with_borrow_mut(|r| {
+        r.runs += 1;
+        r.writes = mine;
+        r.applied
+            .extend(fresh.into_iter().map(|a| (a.path, a.sddl)));
     });
-    RUNNING.with_borrow_mut(|(runs, theirs)| {
-        *runs += 1;
-        *theirs = mine;
-    });
-    Ok(Held { aces, sid })
+    Ok(Held { sid })
 }
 
 #[cfg(windows)]
 impl Drop for Held {
-    /// A path whose last holder of some ACE goes loses every ACE naming the SID, and gets back
-    /// those other runs still hold: its DACL is always the union of what the running commands
-    /// need, never more.
+    /// The last running command takes every ACE applied for the running ones away.
     fn drop(&mut self) {
-        RUNNING.with_borrow_mut(|(runs, theirs)| {
-            *runs -= 1;
-            if *runs == 0 {
-                theirs.clear();
+        let gone = RUNNING.with_borrow_mut(|r| {
+            r.runs -= 1;
+            match r.runs {
+                0 => std::mem::take(r).applied,
+                _ => Default::default(),
             }
         });
-        let mut changed: Vec<(std::path::PathBuf, Vec<String>)> = Vec::new();
-        HOLDERS.with_borrow_mut(|h| {
-            for a in &self.aces {
-                let Some(m) = h.get_mut(&a.path) else {
-                    continue;
-                };
-                let Some(n) = m.get_mut(&a.sddl) else {
-                    continue;
-                };
-                *n -= 1;
-                if *n == 0 {
-                    m.remove(&a.sddl);
-                    let rest = m.keys().cloned().collect();
-                    if m.is_empty() {
-                        h.remove(&a.path);
-                    }
-                    changed.retain(|(p, _)| p != &a.path);
-                    changed.push((a.path.clone(), rest));
-                }
-            }
-        });
-        for (path, rest) in changed {
-            let revoke = [sandbox::windows::AppliedAce {
-                path: path.clone(),
+        let mut paths: Vec<_> = gone.into_iter().map(|(path, _)| path).collect();
+        paths.dedup();
+        let revoke: Vec<_> = (paths.into_iter())
+            .map(|path| sandbox::windows::AppliedAce {
+                path,
                 sid: self.sid.clone(),
-            }];
-            let again: Vec<_> = rest
-                .into_iter()
-                .map(|sddl| sandbox::wincfg::PathAce {
-                    path: path.clone(),
-                    sddl,
-                    why: "held by a command still running",
-                })
-                .collect();
-            let r = sandbox::windows::remove_aces(&revoke)
-                .and_then(|()| sandbox::windows::apply_aces(&again).map(drop));
-            if let Err(e) = r {
-                tracing::warn!("the ACEs of {} after a command: {e}", path.display());
-            }
+            })
+            .collect();
+        if let Err(e) = sandbox::windows::remove_aces(&revoke) {
+            tracing::warn!("removing the commands' ACEs: {e}");
         }
     }
 }
@@ -182,15 +144,14 @@ mod tests {
     use super::*;
     use sandbox::wincfg::PathAce;
 
-    fn held() -> Holders {
-        HOLDERS.with_borrow(|h| h.clone())
+    fn running() -> Running {
+        RUNNING.with_borrow(|r| r.clone())
     }
 
-    /// Runs that may write the same places share their ACEs: each path holds what they need
-    /// while any runs, nothing after the last; a run that would write elsewhere (or nowhere,
-    /// beside one that writes) is refused while they run, and starts once they ended. (The
-    /// DACLs themselves are read back only on Windows: Wine keeps a file's DACL whatever is
-    /// set.)
+    /// Runs that may write the same places share their ACEs, applied once; a run that would
+    /// write elsewhere (or nowhere, beside one that writes) is refused while they run, and
+    /// starts once they ended; after the last one nothing is held. (The DACLs themselves are
+    /// read back only on Windows: Wine keeps a file's DACL whatever is set.)
     #[test]
     fn runs_share_aces_only_when_they_may_write_the_same_places() {
         let dir = tempfile::tempdir().unwrap();
@@ -209,38 +170,46 @@ mod tests {
                 .unwrap()
                 .to_ascii_lowercase()
         };
-        let a = hold_aces(vec![ace(&p, "FRFWFXSD"), ace(&q, "FRFX")], sid.clone()).unwrap();
-        let c = hold_aces(vec![ace(&p, "FRFWFXSD"), ace(&p, "FRFWFXSD")], sid.clone()).unwrap();
-        let both = held();
-        assert_eq!(both[&p][&ace(&p, "FRFWFXSD").sddl], 2, "{both:?}");
-        assert_eq!(both[&q][&ace(&q, "FRFX").sddl], 1, "{both:?}");
+        let (rw_p, ro_q) = (ace(&p, "FRFWFXSD"), ace(&q, "FRFX"));
+        let a = hold_aces(&[rw_p.clone(), ro_q.clone()], sid.clone()).unwrap();
+        let c = hold_aces(std::slice::from_ref(&rw_p), sid.clone()).unwrap();
+        let both = running();
+        assert_eq!(both.runs, 2);
+        assert_eq!(both.writes, std::slice::from_ref(&p));
+        assert_eq!(
+            both.applied.into_iter().collect::<Vec<_>>(),
+            [
+                (p.clone(), rw_p.sddl.clone()),
+                (q.clone(), ro_q.sddl.clone())
+            ]
+        );
         if !wine {
             assert!(dacl(&p).contains("0x1301bf"), "{}", dacl(&p));
         }
-        // Read-only beside a run that writes p: it could write p through the shared SID.
-        let e = hold_aces(vec![ace(&q, "FRFX")], sid.clone()).unwrap_err();
+        // Read-only beside runs that write p: it could write p through the shared SID.
+        let e = hold_aces(std::slice::from_ref(&ro_q), sid.clone()).unwrap_err();
         assert!(
             e.contains("2 other command(s) run, which may write")
                 && e.contains("this one may write nothing"),
             "{e}"
         );
         drop(a);
-        let after = held();
-        assert!(!after.contains_key(&q), "{after:?}");
-        assert_eq!(after[&p][&ace(&p, "FRFWFXSD").sddl], 1, "{after:?}");
+        assert_eq!(running().runs, 1);
         drop(c);
-        assert!(held().is_empty(), "{:?}", held());
+        assert_eq!(running(), Running::default());
         if !wine {
-            assert!(
-                !dacl(&p).contains(&sid.to_ascii_lowercase()),
-                "{}",
-                dacl(&p)
-            );
+            for path in [&p, &q] {
+                assert!(
+                    !dacl(path).contains(&sid.to_ascii_lowercase()),
+                    "{}",
+                    dacl(path)
+                );
+            }
         }
         // Alone now, the read-only run starts (the positive control of the refusal).
-        let b = hold_aces(vec![ace(&q, "FRFX")], sid.clone()).unwrap();
+        let b = hold_aces(&[ro_q], sid.clone()).unwrap();
         drop(b);
-        assert!(held().is_empty(), "{:?}", held());
+        assert_eq!(running(), Running::default());
         if wine {
             println!("wine does not enforce: file DACLs (the ACEs a command holds are counted, not read back)");
         }
