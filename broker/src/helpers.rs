@@ -45,24 +45,50 @@ pub enum CallError {
     Crashed { role: Role, how: String },
 }
 
-/// A descriptor that travels with a frame (`SCM_RIGHTS`). Windows passes none: what needs one
-/// (an agent's or a third-party server's connector) is not built there, so no value exists.
+/// A descriptor that travels with a frame (`SCM_RIGHTS`). On Windows a socket (the egress
+/// proxy's client connections), which the writer duplicates into the helper's process
+/// (`sandbox::windows::socket_into`) and names after the frame; a connector (an agent's or a
+/// third-party server's) is not built there.
 #[cfg(unix)]
 pub type Passed = OwnedFd;
 #[cfg(windows)]
-pub enum Passed {}
+pub type Passed = std::os::windows::io::OwnedSocket;
+
+/// What the writer duplicates a passed socket into: on Windows the helper's process (a handle
+/// that may do only that, from the spawner), for a helper whose channel takes sockets.
+#[cfg(unix)]
+type PassInto = ();
+#[cfg(windows)]
+type PassInto = Option<std::os::windows::io::OwnedHandle>;
+
+/// One end of a sandbox's connector or a third-party server's stdio. None exists on Windows
+/// (not built there: [`connector_pair`] refuses).
+#[cfg(unix)]
+pub type Connector = OwnedFd;
+#[cfg(windows)]
+pub enum Connector {}
+
+/// A connector's end as what travels with a frame.
+#[cfg(unix)]
+pub fn pass(c: Connector) -> Passed {
+    c
+}
+#[cfg(windows)]
+pub fn pass(c: Connector) -> Passed {
+    match c {}
+}
 
 /// A connected pair for a sandbox's connector or a third-party server's stdio (`socketpair`,
 /// which reaches no one): one end passes to a helper, the broker keeps the other. Refused on
-/// Windows, where no descriptor is passed.
+/// Windows, where only sockets are passed.
 #[cfg(unix)]
-pub fn connector_pair() -> Result<(Passed, Passed), String> {
+pub fn connector_pair() -> Result<(Connector, Connector), String> {
     std::os::unix::net::UnixStream::pair()
         .map(|(ours, theirs)| (ours.into(), theirs.into()))
         .map_err(|e| format!("socketpair: {e}"))
 }
 #[cfg(windows)]
-pub fn connector_pair() -> Result<(Passed, Passed), String> {
+pub fn connector_pair() -> Result<(Connector, Connector), String> {
     Err("not built for Windows: a sandbox's connector passes descriptors, which gatehouse does not pass between Windows processes yet".into())
 }
 
@@ -553,7 +579,7 @@ async fn run_once(slot: &Arc<HelperSlot>, opts: &BrokerOptions) -> String {
         }
     };
     let broke = match adopt(started.channel) {
-        Ok((rd, wr)) => serve(slot, opts, rd, wr, pid, &exited).await,
+        Ok((rd, wr, into)) => serve(slot, opts, (rd, wr, into), pid, &exited).await,
         Err(e) => Some(format!("channel setup failed: {e}")),
     };
     if let Some(reason) = &broke {
@@ -573,14 +599,20 @@ async fn run_once(slot: &Arc<HelperSlot>, opts: &BrokerOptions) -> String {
 
 /// The broker's end of a helper's channel, as the spawner handed it over, ready for tokio.
 #[cfg(unix)]
-fn adopt(channel: spawner::link::HelperChannel) -> std::io::Result<(ChannelRead, ChannelWrite)> {
+fn adopt(
+    channel: spawner::link::HelperChannel,
+) -> std::io::Result<(ChannelRead, ChannelWrite, PassInto)> {
     let sock = std::os::unix::net::UnixStream::from(channel);
     sock.set_nonblocking(true)?;
-    Ok(UnixStream::from_std(sock)?.into_split())
+    let (rd, wr) = UnixStream::from_std(sock)?.into_split();
+    Ok((rd, wr, ()))
 }
 #[cfg(windows)]
-fn adopt(channel: spawner::link::HelperChannel) -> std::io::Result<(ChannelRead, ChannelWrite)> {
-    Ok(tokio::io::split(sandbox::windows::async_server(channel)?))
+fn adopt(
+    channel: spawner::link::HelperChannel,
+) -> std::io::Result<(ChannelRead, ChannelWrite, PassInto)> {
+    let (rd, wr) = tokio::io::split(sandbox::windows::async_server(channel.pipe)?);
+    Ok((rd, wr, channel.process))
 }
 
 /// Whether `report` matches the OS's view of the helper, as the spawner read it (the router
@@ -623,8 +655,7 @@ fn verify_outside(
 async fn serve<F>(
     slot: &Arc<HelperSlot>,
     opts: &BrokerOptions,
-    rd: ChannelRead,
-    wr: ChannelWrite,
+    (rd, wr, pass_into): (ChannelRead, ChannelWrite, PassInto),
     pid: u32,
     exited: &impl Fn() -> F,
 ) -> Option<String>
@@ -707,6 +738,8 @@ where
     );
 
     let wipe = sent_secrets(role);
+    #[cfg(unix)]
+    let () = pass_into;
     let writer = async move {
         // Frames that may carry a secret are written straight to the socket (a write buffer
         // would keep a copy) and zeroed once written.
@@ -719,7 +752,7 @@ where
                     #[cfg(unix)]
                     Some(fd) => write_with_fd(&mut w, &frame, fd).await,
                     #[cfg(windows)]
-                    Some(none) => match none {},
+                    Some(sock) => write_with_socket(&mut w, &frame, sock, pass_into.as_ref()).await,
                 };
                 if wipe {
                     frame.zeroize();
@@ -820,6 +853,30 @@ async fn write_with_fd(
     // The kernel holds its own reference to the descriptor once sendmsg returned.
     drop(fd);
     w.get_mut().write_all(&frame[n..]).await
+}
+
+/// Windows: the frame, then the value of `sock` duplicated into the helper's process (see
+/// `ipc_schema::helper::Passed`). A helper that takes no sockets, or a duplication that fails,
+/// fails the write: the helper is then restarted, and the call fails as for a dead helper.
+#[cfg(windows)]
+async fn write_with_socket(
+    w: &mut BufWriter<ChannelWrite>,
+    frame: &[u8],
+    sock: Passed,
+    into: Option<&std::os::windows::io::OwnedHandle>,
+) -> std::io::Result<()> {
+    use std::os::windows::io::{AsHandle, AsSocket};
+    let Some(helper) = into else {
+        return Err(std::io::Error::other(
+            "a socket for a helper whose channel takes none",
+        ));
+    };
+    let theirs = sandbox::windows::socket_into(helper.as_handle(), sock.as_socket())
+        .map_err(std::io::Error::other)?;
+    // The helper's copy is its own now; ours closes here.
+    drop(sock);
+    w.write_all(frame).await?;
+    w.write_all(&theirs.0.to_le_bytes()).await
 }
 
 /// Why a helper's frame ends it, in the words the log has always used for a kind it may not

@@ -20,7 +20,7 @@
 //! pair is `socketpair`, which reaches no one).
 
 use crate::fronts::Replier;
-use crate::helpers::Passed;
+use crate::helpers::Connector;
 use crate::tools::exec::{stop_run, watch_run};
 use crate::tools::Conn;
 use crate::Ctx;
@@ -33,7 +33,6 @@ use ipc_schema::{Body, ErrorCode, ErrorReply, Role};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
-#[cfg(unix)]
 use std::time::Duration;
 
 /// Who the audit rows name as the actor: the human, through the console's channel.
@@ -42,7 +41,6 @@ const ACTOR: &str = "ui";
 const TOOLS: [&str; 2] = ["gatehouse sandbox", "gatehouse run"];
 
 /// How long the end of a command waits for the records of connections still being relayed.
-#[cfg(unix)]
 const EGRESS_DRAIN: Duration = Duration::from_secs(2);
 
 thread_local! {
@@ -135,9 +133,7 @@ pub fn command(
             let kind = if agent.is_some() { "run" } else { "sandbox" };
             match Proxy::open(&ctx, kind, domains).await {
                 Ok(p) => {
-                    spec.network = NetworkMode::Proxy {
-                        token: p.token.clone(),
-                    };
+                    spec.network = p.network();
                     proxy = Some(p);
                 }
                 Err(why) => return refused(why),
@@ -175,7 +171,11 @@ pub fn command(
         let start = Body::Exec(ExecRequest::Start(Box::new(spec)));
         let (started, ours) = match connector {
             None => (slot.call(start).await, None),
-            Some((sandbox_end, ours)) => (slot.call_with_fd(start, sandbox_end).await, Some(ours)),
+            Some((sandbox_end, ours)) => (
+                slot.call_with_fd(start, crate::helpers::pass(sandbox_end))
+                    .await,
+                Some(ours),
+            ),
         };
         let (run, sandbox) = match started {
             Ok(Body::ExecReply(ExecReply::Started { run, sandbox })) => (run, sandbox),
@@ -207,6 +207,15 @@ pub fn command(
                 None,
             ))
         });
+        // Windows: the proxy's connections come to the broker's loopback listener.
+        #[cfg(windows)]
+        let (relay, listening) = match proxy
+            .as_ref()
+            .and_then(|p| p.listening(&ctx, (reply.clone(), id)))
+        {
+            Some((task, stop)) => (Some(task), Some(stop)),
+            None => (relay, None),
+        };
         let tier = Some(sandbox.tier);
         let row = |outcome: &'static str, detail: String| {
             crate::audit::record(
@@ -233,6 +242,10 @@ pub fn command(
         })
         .await;
         set_running(&conn, None);
+        #[cfg(windows)]
+        if let Some(stop) = listening {
+            stop.notify_one();
+        }
         if let Some(relay) = relay {
             // The sandbox is gone, so its end of the connector is closed: the relay hands over
             // no more connections and waits (up to EGRESS_DRAIN) for the ones it handed over.
@@ -279,6 +292,10 @@ pub(crate) struct Proxy {
     pub session: String,
     pub token: String,
     domains: Vec<String>,
+    /// Windows: where the command reaches the proxy (`127.0.0.1`, a port of
+    /// `ipc_schema::net::LOOPBACK_PROXY_PORTS`), until its accepting starts.
+    #[cfg(windows)]
+    listener: RefCell<Option<(std::net::TcpListener, u16)>>,
 }
 
 impl Proxy {
@@ -297,6 +314,8 @@ impl Proxy {
             session: format!("{kind}-{n}"),
             token: hex::encode(rand::random::<[u8; 16]>()),
             domains,
+            #[cfg(windows)]
+            listener: RefCell::new(Some(loopback_listener()?)),
         };
         let open = ProxySession {
             session: proxy.session.clone(),
@@ -323,6 +342,71 @@ impl Proxy {
         Ok(proxy)
     }
 
+    /// How the command reaches this proxy: through its connector (Linux), or on the broker's
+    /// loopback port (Windows).
+    #[cfg(unix)]
+    pub fn network(&self) -> NetworkMode {
+        NetworkMode::Proxy {
+            token: self.token.clone(),
+        }
+    }
+    #[cfg(windows)]
+    pub fn network(&self) -> NetworkMode {
+        let port = self.listener.borrow().as_ref().map_or(0, |(_, p)| *p);
+        NetworkMode::LoopbackProxy {
+            token: self.token.clone(),
+            port,
+        }
+    }
+
+    /// Windows: accepts the command's connections on the loopback listener, each handed to the
+    /// net-helper as on Linux ([`hand_over`]), until the returned `Notify` is notified (the
+    /// command ended); then waits up to [`EGRESS_DRAIN`] for the records of those handed over.
+    /// `None` once taken.
+    #[cfg(windows)]
+    fn listening(
+        &self,
+        ctx: &Rc<Ctx>,
+        peer: (Replier, u64),
+    ) -> Option<(tokio::task::JoinHandle<()>, Rc<tokio::sync::Notify>)> {
+        let (listener, port) = self.listener.borrow_mut().take()?;
+        let stop = Rc::new(tokio::sync::Notify::new());
+        let (net, session, tier) = (
+            self.net.clone(),
+            self.session.clone(),
+            crate::exec_tier::in_force(ctx),
+        );
+        let stopped = stop.clone();
+        let task = tokio::task::spawn_local(async move {
+            let listener = match listener
+                .set_nonblocking(true)
+                .and_then(|()| tokio::net::TcpListener::from_std(listener))
+            {
+                Ok(l) => l,
+                Err(e) => {
+                    return tracing::error!(%session, "the proxy's listener on port {port}: {e}")
+                }
+            };
+            let mut handed = tokio::task::JoinSet::new();
+            loop {
+                tokio::select! {
+                    got = listener.accept() => match got {
+                        Ok((sock, _)) => match sock.into_std() {
+                            Ok(s) => hand_over(&mut handed, &net, &session, None, tier, Some(peer.clone()), s.into()),
+                            Err(e) => tracing::warn!(%session, "a proxy connection: {e}"),
+                        },
+                        Err(e) => tracing::warn!(%session, "accepting on the proxy's port {port}: {e}"),
+                    },
+                    _ = stopped.notified() => break,
+                }
+            }
+            // No more connections: the port is free again.
+            drop(listener);
+            drain(handed).await;
+        });
+        Some((task, stop))
+    }
+
     /// Ends the session: tunnels still open are closed, later connections refused.
     pub async fn close(&self) {
         let close = NetRequest::ProxyClose {
@@ -343,11 +427,11 @@ impl Proxy {
 #[cfg(unix)]
 pub(crate) async fn relay(
     ctx: Rc<Ctx>,
-    connector: Passed,
+    connector: Connector,
     proxy: Option<(Arc<crate::helpers::HelperSlot>, String)>,
     agent: Option<Rc<Run>>,
     peer: Option<(Replier, u64)>,
-    mut stdio: Option<tokio::sync::oneshot::Sender<Passed>>,
+    mut stdio: Option<tokio::sync::oneshot::Sender<Connector>>,
 ) {
     use ipc_schema::exec::{CONNECTOR_GATEWAY, CONNECTOR_PROXY, CONNECTOR_STDIO};
     use std::collections::VecDeque;
@@ -393,25 +477,10 @@ pub(crate) async fn relay(
                 }
             }
             (CONNECTOR_PROXY, Some((net, session)), _) => {
-                let (net, session, peer) = (net.clone(), session.clone(), peer.clone());
                 let under = agent
                     .as_ref()
                     .and_then(|a| a.sessions.borrow().first().cloned());
-                handed.spawn_local(async move {
-                    let req = Body::Net(NetRequest::ProxyConnection {
-                        session: session.clone(),
-                    });
-                    match net.call_with_fd(req, fd).await {
-                        Ok(Body::NetReply(NetReply::ProxyDone(record))) => {
-                            egress_row(under, &record, tier);
-                            if let Some((reply, id)) = peer {
-                                reply.send(id, launch_reply(LaunchReply::Egress(record)));
-                            }
-                        }
-                        // No record: the connection's end is in the log, not the audit log.
-                        other => tracing::warn!(%session, "egress proxy: {other:?}"),
-                    }
-                });
+                hand_over(&mut handed, net, session, under, tier, peer.clone(), fd);
             }
             (CONNECTOR_GATEWAY, _, Some(agent)) => {
                 let stream = std::os::unix::net::UnixStream::from(fd);
@@ -424,6 +493,41 @@ pub(crate) async fn relay(
             }
         }
     }
+    drain(handed).await;
+}
+
+/// Hands one client connection of a command to its proxy session on the net-helper
+/// (`ProxyConnection`, the connection with the frame); its end becomes an audit row (under the
+/// agent's first session, if any) and a `LaunchReply::Egress` to `peer`.
+fn hand_over(
+    handed: &mut tokio::task::JoinSet<()>,
+    net: &Arc<crate::helpers::HelperSlot>,
+    session: &str,
+    under: Option<SessionId>,
+    tier: Option<ipc_schema::tier::ConfinementTier>,
+    peer: Option<(Replier, u64)>,
+    conn: crate::helpers::Passed,
+) {
+    let (net, session) = (net.clone(), session.to_string());
+    handed.spawn_local(async move {
+        let req = Body::Net(NetRequest::ProxyConnection {
+            session: session.clone(),
+        });
+        match net.call_with_fd(req, conn).await {
+            Ok(Body::NetReply(NetReply::ProxyDone(record))) => {
+                egress_row(under, &record, tier);
+                if let Some((reply, id)) = peer {
+                    reply.send(id, launch_reply(LaunchReply::Egress(record)));
+                }
+            }
+            // No record: the connection's end is in the log, not the audit log.
+            other => tracing::warn!(%session, "egress proxy: {other:?}"),
+        }
+    });
+}
+
+/// Waits up to [`EGRESS_DRAIN`] for the records of the connections handed over.
+async fn drain(mut handed: tokio::task::JoinSet<()>) {
     let drained = tokio::time::timeout(EGRESS_DRAIN, async {
         while handed.join_next().await.is_some() {}
     })
@@ -436,15 +540,36 @@ pub(crate) async fn relay(
     }
 }
 
+/// Windows: a listener on `127.0.0.1` on the first free port of the egress proxy's range, no
+/// other socket allowed beside it (`sandbox::windows::exclusive_loopback_listener`).
+#[cfg(windows)]
+fn loopback_listener() -> Result<(std::net::TcpListener, u16), String> {
+    let ports = ipc_schema::net::LOOPBACK_PROXY_PORTS;
+    let mut last = String::new();
+    for port in ports.clone() {
+        match sandbox::windows::exclusive_loopback_listener(port) {
+            Ok(l) => return Ok((l, port)),
+            // WSAEADDRINUSE, or WSAEACCES for a port the system keeps for itself: the next.
+            Err(e) if matches!(e.code(), Some(10048 | 10013)) => last = e.to_string(),
+            Err(e) => return Err(format!("the egress proxy's listener: {e}")),
+        }
+    }
+    Err(format!(
+        "the egress proxy's listener: every port of 127.0.0.1:{}-{} is taken (the last: {last})",
+        ports.start(),
+        ports.end()
+    ))
+}
+
 /// No connector exists on Windows ([`crate::helpers::connector_pair`] refuses there).
 #[cfg(windows)]
 pub(crate) async fn relay(
     _ctx: Rc<Ctx>,
-    connector: Passed,
+    connector: Connector,
     _proxy: Option<(Arc<crate::helpers::HelperSlot>, String)>,
     _agent: Option<Rc<Run>>,
     _peer: Option<(Replier, u64)>,
-    _stdio: Option<tokio::sync::oneshot::Sender<Passed>>,
+    _stdio: Option<tokio::sync::oneshot::Sender<Connector>>,
 ) {
     match connector {}
 }
@@ -556,7 +681,6 @@ async fn open_session(
 
 /// One connection through an egress proxy ended: its audit row (under the agent's first
 /// session, when it opened one; the line names the proxy session either way).
-#[cfg(unix)]
 fn egress_row(
     session: Option<SessionId>,
     record: &ipc_schema::net::EgressRecord,

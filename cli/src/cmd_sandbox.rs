@@ -15,7 +15,8 @@
 //!
 //! On Windows the same path runs the command in the exec-helper's restricted-token tier (the
 //! policy must set `require_namespaces = false`); Ctrl-C, Ctrl-Break and the console closing
-//! take the place of the signals, and `--allow-domain` is refused (no egress proxy there yet).
+//! take the place of the signals, and with `--allow-domain` the command's proxy variables name
+//! the broker's listener on a loopback port (docs/windows.md).
 //!
 //! Exit status: the command's own; 128+N when a signal N killed it; 124 when the time limit
 //! killed it; 125 when gatehouse refused the command or could not build the sandbox (the message

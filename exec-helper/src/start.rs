@@ -39,6 +39,10 @@ pub fn start(
             connector: second(c)?,
             token,
         },
+        (NetworkMode::LoopbackProxy { .. }, _) => return Err(invalid(
+            "a proxy on a loopback port is Windows' (here the proxy comes through the connector)"
+                .into(),
+        )),
         _ => Network::None,
     };
     // The helper re-checks the built-in command policy (the broker checked it first).

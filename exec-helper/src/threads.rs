@@ -106,10 +106,16 @@ impl Checked {
             )));
         }
         spec.limits.check_with(user.long_run).map_err(invalid)?;
-        if let NetworkMode::Proxy { .. } = spec.network {
-            return Err(refused(&format!(
-                "the egress proxy is not built on {OS}: a command there runs without network or not at all"
-            )));
+        match spec.network {
+            NetworkMode::None => {}
+            // Windows: the broker listens for the command on a loopback port
+            // (windows.rs sets the proxy variables).
+            NetworkMode::LoopbackProxy { .. } if cfg!(windows) => {}
+            NetworkMode::Proxy { .. } | NetworkMode::LoopbackProxy { .. } => {
+                return Err(refused(&format!(
+                    "the egress proxy is not built on {OS} in this form: a command there runs without network or not at all"
+                )))
+            }
         }
         if spec.argv.is_empty() {
             return Err(invalid("argv is empty".into()));

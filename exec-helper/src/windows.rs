@@ -14,8 +14,9 @@
 //! report's `degraded`, never silently dropped: outbound network is refused on Windows only by
 //! the WFP filters of `gatehouse setup network-filters`, which hold for a command when they
 //! held for the helper's own try at lockdown; the file-size and open-file limits have no job limit;
-//! exclude globs and secret-looking files inside a grant are not masked. The egress proxy, an
-//! agent's session and a third-party server (they pass descriptors) are refused outright. Reads are the user's own: a write-restricted token restricts writes only
+//! exclude globs and secret-looking files inside a grant are not masked. An agent's session and a
+//! third-party server (they pass descriptors) are refused outright; the egress proxy is the
+//! broker's, on a loopback port (`NetworkMode::LoopbackProxy`), named in the proxy variables. Reads are the user's own: a write-restricted token restricts writes only
 //! (docs/SECURITY.md). When the command's main process ends its job is closed, which ends
 //! everything it left running, as the pid namespace does on Linux.
 //!
@@ -23,9 +24,11 @@
 //! `threads.rs`; this file is what Windows adds: the policy, the ACE read-back, the spawn.
 
 use crate::threads::{Checked, Config, Launched, Tree};
-use ipc_schema::exec::{RunOutcome, SandboxReport};
+use ipc_schema::exec::{NetworkMode, RunOutcome, SandboxReport};
+use ipc_schema::net::LOOPBACK_PROXY_PORTS;
 use ipc_schema::tier::ConfinementTier;
 use ipc_schema::{ErrorCode, ErrorReply};
+use sandbox::command_env;
 use sandbox::wincfg;
 use sandbox::windows as w;
 use std::ffi::OsString;
@@ -86,6 +89,20 @@ fn launch(mut c: Checked, cfg: &Config) -> Result<Launched, ErrorReply> {
             "PATH".into(),
             format!(r"{system_root}\System32;{system_root}"),
         ));
+    }
+    // The egress proxy, where the broker listens for this command (the filters of
+    // `gatehouse setup network-filters` let commands reach those ports and nothing else).
+    if let NetworkMode::LoopbackProxy { token, port } = &c.spec.network {
+        if !LOOPBACK_PROXY_PORTS.contains(port) {
+            return Err(invalid(format!(
+                "the proxy's port {port} is not one of the egress proxy's ({LOOPBACK_PROXY_PORTS:?})"
+            )));
+        }
+        let url = format!("http://gatehouse:{token}@127.0.0.1:{port}");
+        for name in command_env::PROXY_NAMES_WINDOWS {
+            c.vars.retain(|(k, _)| !k.eq_ignore_ascii_case(name));
+            c.vars.push((name.to_string(), url.clone()));
+        }
     }
     let spec = &c.spec;
     let program = find_program(&spec.argv[0], &spec.cwd, &c.path_var())

@@ -261,6 +261,11 @@ pub enum NetworkMode {
         /// The session's proxy token, put into the proxy variables as the proxy password.
         token: String,
     },
+    /// Windows, where no descriptor crosses between processes: only through the egress proxy
+    /// the broker listens for at `127.0.0.1:port` (a port of
+    /// [`crate::net::LOOPBACK_PROXY_PORTS`]), handing each connection to its net-helper. The
+    /// token keeps the user's other processes out.
+    LoopbackProxy { token: String, port: u16 },
 }
 
 /// What a run may consume. [`Limits::default`] is what the issue calls the defaults.

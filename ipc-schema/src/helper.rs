@@ -10,8 +10,9 @@
 //! restarts the helper.
 //!
 //! The channel is the helper's one inherited endpoint ([`Stream`]): a Unix socket on Unix; on
-//! Windows the client end of a duplex named pipe, which carries frames but no descriptors, so a
-//! table row that needs one ([`Flags::NEEDS_FD`]) ends the helper there.
+//! Windows the client end of a duplex named pipe, which carries frames but no handles: there
+//! the broker duplicates a handle into the helper's process itself, and the frame of a row with
+//! [`Flags::FD`] is followed by the handle's value in the helper ([`Passed`], 8 bytes).
 //!
 //! Three ways to serve, one per kind of helper:
 //! - [`HelperChannel::serve`]: blocking, one request at a time, replies in order, written in
@@ -47,9 +48,16 @@ pub type Stream = std::fs::File;
 /// A descriptor a frame brought with it (`SCM_RIGHTS`).
 #[cfg(unix)]
 pub type Passed = std::os::fd::OwnedFd;
-/// Nothing crosses a Windows channel beside the bytes: no request ever has one.
+/// A handle the broker duplicated into this process (`DuplicateHandle`: a pipe carries none),
+/// by its value here, as the [`PASSED_LEN`] bytes after its frame said (little-endian). Only a
+/// value until the helper adopts it (`sandbox::windows::adopt_passed_socket`, which checks
+/// that it names an open socket of this process).
 #[cfg(windows)]
-pub type Passed = std::convert::Infallible;
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Passed(pub u64);
+
+/// Windows: the bytes of a passed handle's value after its frame.
+pub const PASSED_LEN: usize = 8;
 
 pub use crate::exit::{fatal, FATAL_EXIT};
 
@@ -430,6 +438,17 @@ impl Inbox {
             Ok(Some(got)) => got,
             Ok(None) => return None,
             Err(e) => fatal(role, format!("the broker sent a bad frame: {e}")),
+        };
+        #[cfg(windows)]
+        let used = match self.table.lookup(crate::route::kind_of(&env.body)) {
+            Some(r) if r.flags.contains(Flags::FD) => {
+                // The handle's value follows the frame; the frame waits for it.
+                let v = self.buf.filled().get(used..used + PASSED_LEN)?;
+                self.fds
+                    .push_back(Passed(u64::from_le_bytes(v.try_into().expect("8 bytes"))));
+                used + PASSED_LEN
+            }
+            _ => used,
         };
         self.buf.consume(used);
         let flags = match self.table.check(&mut self.state, &env.body) {

@@ -12,7 +12,10 @@
 //! File descriptors: a [`NetRequest::ProxyConnection`] frame travels with exactly one descriptor
 //! (a connected stream socket whose peer speaks HTTP CONNECT), attached with `SCM_RIGHTS` to the
 //! `sendmsg` that writes the frame's bytes. No other frame carries descriptors; a descriptor the
-//! helper cannot match to a `ProxyConnection` frame ends the helper. See docs/net-helper.md.
+//! helper cannot match to a `ProxyConnection` frame ends the helper. On Windows, where a pipe
+//! carries no handles, the broker duplicates the socket into the net-helper's process and the
+//! frame is followed by the handle's value there ([`crate::helper::Passed`]). See
+//! docs/net-helper.md.
 
 use crate::host::{Host, HostPattern};
 use serde::{Deserialize, Serialize};
@@ -22,6 +25,11 @@ use std::net::IpAddr;
 /// than this (a 1 MiB body, plus the wrapper) come in parts so every frame stays under
 /// [`crate::MAX_FRAME`].
 pub const FETCH_PART_MAX: usize = 512 * 1024;
+
+/// Windows: the loopback ports the broker's egress proxy listens on, one per proxy session
+/// (`127.0.0.1` only). A fixed range, so that the network filters installed once
+/// (`gatehouse setup network-filters`) can let commands reach these ports and nothing else.
+pub const LOOPBACK_PROXY_PORTS: std::ops::RangeInclusive<u16> = 47_301..=47_364;
 
 /// The highest values a [`FetchLimits`] may ask for; larger values are refused as invalid.
 pub const FETCH_MAX_BODY_CEILING: u32 = 16 << 20;

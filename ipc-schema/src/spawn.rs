@@ -82,8 +82,16 @@ pub enum SpawnReply {
     /// `gatehouse doctor`; the router checks the kernel's view with `Status`).
     Ready { pid: u32, lockdown: LockdownReport },
     /// Windows: the helper runs as `pid`; the router's end of its channel was duplicated into
-    /// the router's process, where its value is `handle` (a pipe carries no handles).
-    StartedDuplicated { id: u64, pid: u32, handle: u64 },
+    /// the router's process, where its value is `handle` (a pipe carries no handles). For a
+    /// helper whose channel takes handles (the net-helper: the proxy's client sockets),
+    /// `process` is a handle to it there with `PROCESS_DUP_HANDLE` only, which the router
+    /// duplicates those into.
+    StartedDuplicated {
+        id: u64,
+        pid: u32,
+        handle: u64,
+        process: Option<u64>,
+    },
     /// Windows: the answer to [`SpawnRequest::Status`] for a helper, what the spawner reads of
     /// it from outside (`sandbox::windows::ConfinedChild::observe`), which its hello must match.
     Observed {
@@ -300,6 +308,7 @@ mod tests {
             id: 6,
             pid: 7,
             handle: 0x1f4,
+            process: Some(0x1f8),
         };
         for rep in [observed, dup] {
             assert_eq!(decode::<SpawnReply>(&encode(&rep).unwrap()).unwrap(), rep);

@@ -2,13 +2,16 @@
 
 use crate::proxy::Proxy;
 use crate::relay::ClientConn;
+use ipc_schema::helper::Passed;
 use ipc_schema::net::{EgressRecord, EgressVerdict};
+#[cfg(unix)]
 use rustix::net::{sockopt, AddressFamily, SocketType};
-use std::os::fd::OwnedFd;
-use tokio::net::{TcpStream, UnixStream};
+use tokio::net::TcpStream;
+#[cfg(unix)]
+use tokio::net::UnixStream;
 
 /// Serves the connection behind `fd` (a connected Unix or TCP stream socket).
-pub async fn serve_client(proxy: &Proxy, session: &str, fd: OwnedFd) -> EgressRecord {
+pub async fn serve_client(proxy: &Proxy, session: &str, fd: Passed) -> EgressRecord {
     match adopt(fd) {
         Ok(conn) => proxy.serve(session, conn).await,
         Err(reason) => EgressRecord {
@@ -19,7 +22,19 @@ pub async fn serve_client(proxy: &Proxy, session: &str, fd: OwnedFd) -> EgressRe
     }
 }
 
-fn adopt(fd: OwnedFd) -> Result<ClientConn, String> {
+/// Windows: the socket the broker duplicated into this process (checked there: an open,
+/// connected stream socket of this process).
+#[cfg(windows)]
+fn adopt(passed: Passed) -> Result<ClientConn, String> {
+    let bad = |e: std::io::Error| format!("the socket is not usable: {e}");
+    let s = sandbox::windows::adopt_passed_socket(passed).map_err(|e| e.to_string())?;
+    s.set_nonblocking(true).map_err(bad)?;
+    let _ = s.set_nodelay(true);
+    Ok(ClientConn::Tcp(TcpStream::from_std(s).map_err(bad)?))
+}
+
+#[cfg(unix)]
+fn adopt(fd: Passed) -> Result<ClientConn, String> {
     let bad = |e: std::io::Error| format!("the descriptor is not usable: {e}");
     let errno = |e: rustix::io::Errno| bad(e.into());
     if sockopt::socket_type(&fd).map_err(errno)? != SocketType::STREAM {

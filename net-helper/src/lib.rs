@@ -7,17 +7,16 @@
 pub mod addr;
 pub mod allowlist;
 pub mod body;
-// Adopting the broker's channel and sockets passed over it: Linux (SO_DOMAIN, SO_ACCEPTCONN).
-#[cfg(target_os = "linux")]
+// Adopting the sockets passed over the broker's channel: Linux (SO_DOMAIN, SO_ACCEPTCONN) and
+// Windows (a handle the broker duplicated in).
+#[cfg(any(target_os = "linux", windows))]
 pub mod client;
 pub mod config;
 pub mod error;
 pub mod fetch;
 pub mod http;
 pub mod mcp;
-#[cfg(unix)]
 pub mod proxy;
-#[cfg(unix)]
 pub mod relay;
 pub mod resolve;
 #[cfg(any(target_os = "linux", windows))]

@@ -501,8 +501,10 @@ mod tests {
             (502, "502 Bad Gateway"),
             (504, "504 Gateway Timeout"),
         ] {
-            let (a, mut b) = tokio::net::UnixStream::pair().unwrap();
-            respond(&mut ClientConn::Unix(a), status, "why")
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let a = tokio::net::TcpStream::connect(l.local_addr().unwrap());
+            let (a, (mut b, _)) = tokio::try_join!(a, l.accept()).unwrap();
+            respond(&mut ClientConn::Tcp(a), status, "why")
                 .await
                 .unwrap();
             let mut got = String::new();

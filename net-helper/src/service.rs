@@ -1,6 +1,5 @@
 //! What the net-helper does with each request: the dispatcher between the channel and the fetch
-//! and proxy modules. No proxy on Windows (its client connections are Unix sockets passed with
-//! their descriptors): there every proxy request is refused.
+//! and proxy modules.
 
 use crate::error::{refused, FetchError};
 use crate::fetch;
@@ -18,7 +17,6 @@ const HELD_PAGES: usize = 8;
 
 pub struct NetService {
     ctx: Arc<NetContext>,
-    #[cfg(unix)]
     proxy: crate::proxy::Proxy,
     next_fetch: AtomicU64,
     held: Mutex<VecDeque<(u64, Vec<String>)>>,
@@ -26,10 +24,7 @@ pub struct NetService {
 
 impl NetService {
     pub fn new(ctx: Arc<NetContext>, max_tunnels: u32) -> Arc<NetService> {
-        #[cfg(windows)]
-        let _ = max_tunnels;
         Arc::new(NetService {
-            #[cfg(unix)]
             proxy: crate::proxy::Proxy::new(ctx.clone(), max_tunnels),
             ctx,
             next_fetch: AtomicU64::new(1),
@@ -63,23 +58,12 @@ impl NetService {
                 fetched.map_or_else(FetchError::into_reply, |b| NetReply::Fetched(self.page(b)))
             }
             NetRequest::FetchPart { fetch, index } => self.part(fetch, index),
-            // No egress proxy on Windows (and no descriptor crosses its channel: the channel
-            // ends the helper first).
-            #[cfg(windows)]
-            NetRequest::ProxyOpen(_)
-            | NetRequest::ProxyClose { .. }
-            | NetRequest::ProxyConnection { .. } => {
-                let _ = fd;
-                invalid("the egress proxy is not built on Windows".into())
-            }
-            #[cfg(unix)]
             NetRequest::ProxyOpen(cfg) => {
                 let session = cfg.session.clone();
                 self.proxy
                     .open(cfg)
                     .map_or_else(invalid, |()| NetReply::ProxyOpened { session })
             }
-            #[cfg(unix)]
             NetRequest::ProxyClose { session } => match self.proxy.close(&session) {
                 Some(tunnels_closed) => NetReply::ProxyClosed {
                     session,
@@ -91,10 +75,9 @@ impl NetService {
             NetRequest::Http(req) => crate::http::serve(&self.ctx, req, |b| self.page(b)).await,
             // issue 16: a message to a remote MCP server (src/mcp.rs).
             NetRequest::Mcp(req) => crate::mcp::serve(&self.ctx, req).await,
-            #[cfg(unix)]
             NetRequest::ProxyConnection { session } => {
                 // The channel ends the helper on a ProxyConnection without its descriptor
-                // (its row says NEEDS_FD).
+                // (its row says NEEDS_FD; on Windows, the handle's value after the frame).
                 let fd = fd.expect("ProxyConnection comes with its descriptor");
                 NetReply::ProxyDone(crate::client::serve_client(&self.proxy, &session, fd).await)
             }

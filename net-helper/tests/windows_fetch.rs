@@ -3,7 +3,7 @@
 //! The net-helper binary as the Windows spawner starts it (`sandbox::windows::spawn_helper`,
 //! the net profile's policy, `ChannelIo::Overlapped`): its hello, and the safe fetch through
 //! its tokio channel against a DNS server and an HTTP server on loopback, with the address table
-//! refusing what it refuses on Linux. 127.0.0.2 is the one address test builds treat as public.
+//! refusing what it refuses on Linux, and the egress proxy serving a socket duplicated into it. 127.0.0.2 is the one address test builds treat as public.
 //! Under Wine the helper runs degraded (Wine restricts no token); the broker's check of its hello
 //! says so.
 
@@ -11,6 +11,7 @@ mod common;
 
 use common::*;
 use ipc_schema::net::{NetReply, NetRequest, ProxyLimits, ProxySession, RefusalKind};
+use ipc_schema::Body;
 use std::sync::Arc;
 
 fn start() -> (DnsServer, NetHelper) {
@@ -85,21 +86,83 @@ fn a_fetch_resolves_pins_and_wraps_and_the_address_table_refuses() {
         1,
         "no refused fetch reached the server"
     );
-    // The egress proxy is not built on Windows: refused, not half-opened.
+    // The egress proxy: a session, then a client connection the test (standing in for the
+    // broker) duplicates into the helper and names after the frame.
+    let token = "0123456789abcdef0123";
+    let port = http.addr.port();
     match h.net(NetRequest::ProxyOpen(ProxySession {
         session: "s1".into(),
-        token: "t".into(),
+        token: token.into(),
         allow: vec!["public.test".into()],
-        ports: vec![],
+        ports: vec![port],
         sni_check: false,
         limits: ProxyLimits::default(),
     })) {
-        NetReply::Refused(r) => {
-            assert_eq!(r.reason, "the egress proxy is not built on Windows");
+        NetReply::ProxyOpened { session } => assert_eq!(session, "s1"),
+        other => panic!("{other:?}"),
+    }
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut client = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (theirs, _) = l.accept().unwrap();
+    let passed = sandbox::windows::socket_into(h.child.process(), theirs.as_socket()).unwrap();
+    drop(theirs);
+    let id = h.send_with_handle(
+        Body::Net(NetRequest::ProxyConnection {
+            session: "s1".into(),
+        }),
+        passed,
+    );
+    use std::io::{Read, Write};
+    use std::os::windows::io::AsSocket;
+    write!(
+        client,
+        "CONNECT public.test:{port} HTTP/1.1\r\nProxy-Authorization: Bearer {token}\r\n\r\nGET /through HTTP/1.1\r\nHost: public.test\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    client
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let mut got = Vec::new();
+    let read = client.read_to_end(&mut got);
+    let got = String::from_utf8_lossy(&got);
+    assert!(read.is_ok(), "{read:?} after {got:?}");
+    assert!(got.starts_with("HTTP/1.1 200 "), "{got}");
+    assert!(got.contains("hello from the test server"), "{got}");
+    drop(client);
+    match h.wait(id) {
+        Body::NetReply(NetReply::ProxyDone(r)) => {
+            assert_eq!(r.session, "s1");
+            assert!(r.target.contains("public.test"), "{r:?}");
+            assert!(
+                matches!(r.verdict, ipc_schema::net::EgressVerdict::Tunnelled { .. }),
+                "{r:?}"
+            );
         }
         other => panic!("{other:?}"),
     }
-    // Still serving after the refusal.
+    assert_eq!(
+        http.requests().len(),
+        2,
+        "the tunnelled GET reached the server"
+    );
+    // A value that names no socket of the helper's: the connection is refused with the
+    // reason, and the helper serves on.
+    let id = h.send_with_handle(
+        Body::Net(NetRequest::ProxyConnection {
+            session: "s1".into(),
+        }),
+        ipc_schema::helper::Passed(0x7ff0),
+    );
+    match h.wait(id) {
+        Body::NetReply(NetReply::ProxyDone(r)) => match r.verdict {
+            ipc_schema::net::EgressVerdict::Refused { status: 0, reason } => {
+                assert!(reason.contains("GetHandleInformation"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
+    // Still serving.
     assert!(matches!(h.fetch(&url), NetReply::Fetched(_)));
     assert_eq!(h.close(), Some(0));
 }

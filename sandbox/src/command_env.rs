@@ -126,6 +126,9 @@ const NOT_SECRET: &[&str] = &["PWD", "OLDPWD"];
 /// The `PATH` used when the caller gives none.
 pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
 
+/// The proxy variables on Windows, where names do not differ by case.
+pub const PROXY_NAMES_WINDOWS: &[&str] = &["HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"];
+
 const PROXY_NAMES: &[&str] = &[
     "HTTPS_PROXY",
     "HTTP_PROXY",

@@ -147,6 +147,9 @@ pub struct InstalledFilter {
     /// `FWPM_FILTER_FLAG_CLEAR_ACTION_RIGHT`: a hard block, which a permit in another sublayer
     /// cannot override.
     pub hard: bool,
+    /// Matches only connections to `127.0.0.1` on a port of this range (the egress proxy's,
+    /// `ipc_schema::net::LOOPBACK_PROXY_PORTS`); `None`: any address.
+    pub loopback_ports: Option<(u16, u16)>,
 }
 
 /// The filters that refuse outbound network (connect and listen, IPv4 and IPv6) to every
@@ -160,7 +163,10 @@ pub struct InstalledFilter {
 ///   passes it, and a token restricted with gatehouse's SIDs fails its second pass. It is not a
 ///   hard permit, so any other firewall's block still holds for the user's own programs;
 /// - a hard **block** (weight 1) whose descriptor grants Everyone and each profile SID: it
-///   matches only what reaches it, i.e. a token whose restricting SIDs name one of them.
+///   matches only what reaches it, i.e. a token whose restricting SIDs name one of them;
+/// - on the IPv4 connect layer, a **permit** (weight 10) for the command SID to `127.0.0.1` on
+///   the egress proxy's ports only (`ipc_schema::net::LOOPBACK_PROXY_PORTS`, where the broker
+///   listens for a command given `--allow-domain`), evaluated before the block.
 ///
 /// A token restricted by another program (not naming Everyone among its restricting SIDs)
 /// matches neither, so gatehouse's sublayer has no say over it.
@@ -215,9 +221,23 @@ pub fn network_filters() -> WfpSet {
                 weight,
                 user_sddl: sddl,
                 hard,
+                loopback_ports: None,
             });
         }
     }
+    let command = policies.last().expect("the command policy was pushed last");
+    let ports = ipc_schema::net::LOOPBACK_PROXY_PORTS;
+    let name = "FWPM_LAYER_ALE_AUTH_CONNECT_V4 FWP_ACTION_PERMIT the egress proxy".to_string();
+    filters.push(InstalledFilter {
+        key: Guid::named(&name),
+        name,
+        layer: "FWPM_LAYER_ALE_AUTH_CONNECT_V4",
+        action: "FWP_ACTION_PERMIT",
+        weight: 10,
+        user_sddl: format!("D:{everyone}(A;;CC;;;{})", command.sid.0),
+        hard: false,
+        loopback_ports: Some((*ports.start(), *ports.end())),
+    });
     WfpSet {
         provider: Guid::named("provider"),
         sublayer: Guid::named("sublayer"),
@@ -271,12 +291,16 @@ impl WfpSet {
         for f in &self.filters {
             let _ = writeln!(
                 w,
-                "filter {} {} {} weight {}{} user {}",
+                "filter {} {} {} weight {}{}{} user {}",
                 f.key,
                 f.layer,
                 f.action,
                 f.weight,
                 if f.hard { " hard" } else { "" },
+                match f.loopback_ports {
+                    Some((lo, hi)) => format!(" to 127.0.0.1 ports {lo}-{hi}"),
+                    None => String::new(),
+                },
                 f.user_sddl
             );
         }

@@ -210,8 +210,12 @@ fn the_network_filters_block_every_sid_but_nets() {
         assert!(set.blocked.iter().any(|(_, b)| b.0 == s), "{blocked}");
     }
     assert!(!set.blocked.iter().any(|(_, b)| b.0 == sid("gatehouse.net")));
-    assert_eq!(set.filters.len(), 8, "permit and block on four layers");
-    for pair in set.filters.chunks(2) {
+    assert_eq!(
+        set.filters.len(),
+        9,
+        "permit and block on four layers, the proxy's permit"
+    );
+    for pair in set.filters[..8].chunks(2) {
         let (permit, block) = (&pair[0], &pair[1]);
         assert_eq!(permit.layer, block.layer);
         assert_eq!(
@@ -225,6 +229,24 @@ fn the_network_filters_block_every_sid_but_nets() {
             .starts_with("D:(A;;CC;;;WD)(A;;CC;;;S-1-15-3-1024-"));
         assert!(!block.user_sddl.contains(&sid("gatehouse.net")));
     }
+    // Commands reach the egress proxy's loopback ports, before the block, and nothing else:
+    // the permit names the command SID only (an unrestricted token has the first permit).
+    let proxy = &set.filters[8];
+    let ports = ipc_schema::net::LOOPBACK_PROXY_PORTS;
+    assert_eq!(
+        (proxy.layer, proxy.action, proxy.hard, proxy.loopback_ports),
+        (
+            "FWPM_LAYER_ALE_AUTH_CONNECT_V4",
+            "FWP_ACTION_PERMIT",
+            false,
+            Some((*ports.start(), *ports.end()))
+        )
+    );
+    assert_eq!(
+        proxy.user_sddl,
+        format!("D:(A;;CC;;;WD)(A;;CC;;;{})", sid("gatehouse.cmd"))
+    );
+    assert!(set.filters[1].weight < proxy.weight && proxy.weight < set.filters[0].weight);
     // Stable keys, all distinct: a second install replaces, removal finds.
     let mut keys: Vec<String> = set.filters.iter().map(|f| f.key.to_string()).collect();
     keys.extend([set.provider.to_string(), set.sublayer.to_string()]);

@@ -29,7 +29,12 @@ pub use windows::Spawner;
 pub type HelperChannel = std::os::fd::OwnedFd;
 /// The router's end of a helper's channel (overlapped: `sandbox::windows::async_server`).
 #[cfg(windows)]
-pub type HelperChannel = std::os::windows::io::OwnedHandle;
+pub struct HelperChannel {
+    pub pipe: std::os::windows::io::OwnedHandle,
+    /// For a helper whose channel takes handles (the net-helper), a handle to its process that
+    /// may duplicate handles into it and nothing more (`sandbox::windows::socket_into`).
+    pub process: Option<std::os::windows::io::OwnedHandle>,
+}
 
 /// What the spawner reads of a helper for `Status`: `/proc/PID/status` on Linux.
 #[cfg(target_os = "linux")]

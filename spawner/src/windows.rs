@@ -247,6 +247,18 @@ impl Spawner {
             }
         };
         drop(spawned.channel);
+        // The net-helper's channel takes the proxy's client sockets, which the router
+        // duplicates into it itself: a handle that allows that and nothing more.
+        let process = match kind {
+            Role::Net => match w::process_for_handles_into(self.router.as_handle(), &child) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    let _ = child.kill();
+                    return Err(format!("cannot hand {kind}'s process to the router: {e}"));
+                }
+            },
+            _ => None,
+        };
         let waiter = Arc::clone(&child);
         let exits = self.exits.clone();
         tokio::task::spawn_blocking(move || {
@@ -260,7 +272,12 @@ impl Spawner {
             let _ = exits.send((pid, code));
         });
         self.live.insert(pid, Helper { child, policy });
-        Ok(SpawnReply::StartedDuplicated { id, pid, handle })
+        Ok(SpawnReply::StartedDuplicated {
+            id,
+            pid,
+            handle,
+            process,
+        })
     }
 
     fn reap(&mut self, pid: u32, code: Result<u32, String>) {

@@ -79,7 +79,9 @@ async fn start_secrets(
         .start(Role::Secrets, args)
         .await
         .unwrap_or_else(|e| panic!("not started: {e}"));
-    let mut chan = w::async_server(channel).unwrap();
+    // The secrets-helper's channel takes no handles: the router gets no handle to it.
+    assert!(channel.process.is_none());
+    let mut chan = w::async_server(channel.pipe).unwrap();
     let hello = read_frame_async(&mut chan, MAX_FRAME)
         .await
         .expect("read the hello")

@@ -13,7 +13,7 @@
 
 #[cfg(unix)]
 use super::http::attach;
-use crate::helpers::Passed;
+use crate::helpers::Connector;
 use crate::Ctx;
 use ipc_schema::net::McpSessionId;
 #[cfg(unix)]
@@ -57,7 +57,7 @@ pub fn open(
     r: &RemoteServer,
     call_timeout: Duration,
     gone: Rc<RefCell<Option<String>>>,
-) -> Result<(Passed, Rc<Link>), String> {
+) -> Result<(Connector, Rc<Link>), String> {
     let (ours, theirs) =
         crate::helpers::connector_pair().map_err(|e| format!("the server's connector: {e}"))?;
     let ours = std::os::unix::net::UnixStream::from(ours);
@@ -93,7 +93,7 @@ pub fn open(
     _r: &RemoteServer,
     _call_timeout: Duration,
     _gone: Rc<RefCell<Option<String>>>,
-) -> Result<(Passed, Rc<Link>), String> {
+) -> Result<(Connector, Rc<Link>), String> {
     match crate::helpers::connector_pair()
         .map_err(|e| format!("the server's connector: {e}"))?
         .0 {}

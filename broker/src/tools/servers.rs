@@ -265,7 +265,7 @@ async fn start(
                 conn,
                 server: s.name.clone(),
             }),
-            stdio,
+            crate::helpers::pass(stdio),
         )
         .await;
     let hello = match attached {
@@ -338,7 +338,7 @@ async fn start_sandbox(
     x: &StdioServer,
     conn: ConnId,
     gone: &Rc<RefCell<Option<String>>>,
-) -> Result<(crate::helpers::Passed, RunId, Rc<Vec<SecretValue>>), String> {
+) -> Result<(crate::helpers::Connector, RunId, Rc<Vec<SecretValue>>), String> {
     let exec = slot(ctx, Role::Exec)?;
     let servers = slot(ctx, Role::Servers)?;
     if let Some(why) = crate::exec_tier::refusal(ctx).await {
@@ -391,7 +391,10 @@ async fn start_sandbox(
     let (ours, theirs) =
         crate::helpers::connector_pair().map_err(|e| format!("the server's connector: {e}"))?;
     let started = exec
-        .call_with_fd(Body::Exec(ExecRequest::Start(Box::new(spec))), theirs)
+        .call_with_fd(
+            Body::Exec(ExecRequest::Start(Box::new(spec))),
+            crate::helpers::pass(theirs),
+        )
         .await;
     let run = match started {
         Ok(Body::ExecReply(ExecReply::Started { run, .. })) => run,

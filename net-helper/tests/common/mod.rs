@@ -6,7 +6,6 @@
 use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::{A, AAAA, CNAME};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
-#[cfg(unix)]
 use ipc_schema::codec::encode;
 use ipc_schema::codec::{read_frame, write_frame, MAX_FRAME};
 use ipc_schema::net::{FetchLimits, FetchRequest, NetReply, NetRequest};
@@ -123,6 +122,18 @@ impl NetHelper {
         self.next_id += 1;
         let frame = encode(&Envelope::new(id, body)).unwrap();
         ipc_schema::fdpass::send_frame_with_fd(&self.sock, &frame, fd.as_fd()).expect("sendmsg");
+        id
+    }
+
+    /// Windows: sends a frame whose row takes a handle, followed by the handle's value in the
+    /// helper (`passed`), as the broker does after duplicating a socket into it.
+    #[cfg(windows)]
+    pub fn send_with_handle(&mut self, body: Body, passed: ipc_schema::helper::Passed) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut frame = encode(&Envelope::new(id, body)).unwrap();
+        frame.extend_from_slice(&passed.0.to_le_bytes());
+        (&self.sock).write_all(&frame).expect("write frame");
         id
     }
 

@@ -34,6 +34,7 @@ mod console;
 mod ffi;
 mod job;
 mod mitigation;
+mod pass;
 pub(crate) mod pipe_peer;
 mod private_dir;
 mod spawn;
@@ -51,6 +52,10 @@ pub use console::{console_stops, ConsoleEchoOff, ConsoleStop};
 pub use ffi::{running_under_wine, OwnedSid, WinError};
 pub use job::{own_job_facts, Job};
 pub use mitigation::in_force as mitigation_in_force;
+pub use pass::{
+    adopt_helper_process, adopt_passed_socket, exclusive_loopback_listener,
+    process_for_handles_into, socket_into,
+};
 pub use private_dir::ensure_private_dir;
 pub use spawn::{
     env_from_allowlist, open_process, spawn, spawn_unconfined, take_inherited_handle,

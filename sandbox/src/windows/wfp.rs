@@ -193,14 +193,43 @@ fn add_filter(
         size: len,
         data: sd.as_ptr().cast::<u8>(),
     };
-    let mut condition = fwp::FWPM_FILTER_CONDITION0 {
+    let mut conditions = vec![fwp::FWPM_FILTER_CONDITION0 {
         fieldKey: fwp::FWPM_CONDITION_ALE_USER_ID,
         matchType: fwp::FWP_MATCH_EQUAL,
         conditionValue: fwp::FWP_CONDITION_VALUE0 {
             r#type: fwp::FWP_SECURITY_DESCRIPTOR_TYPE,
             Anonymous: fwp::FWP_CONDITION_VALUE0_0 { sd: &mut blob },
         },
+    }];
+    let port = |p: u16| fwp::FWP_VALUE0 {
+        r#type: fwp::FWP_UINT16,
+        Anonymous: fwp::FWP_VALUE0_0 { uint16: p },
     };
+    let mut ports = f.loopback_ports.map(|(lo, hi)| fwp::FWP_RANGE0 {
+        valueLow: port(lo),
+        valueHigh: port(hi),
+    });
+    if let Some(range) = ports.as_mut() {
+        conditions.push(fwp::FWPM_FILTER_CONDITION0 {
+            fieldKey: fwp::FWPM_CONDITION_IP_REMOTE_ADDRESS,
+            matchType: fwp::FWP_MATCH_EQUAL,
+            conditionValue: fwp::FWP_CONDITION_VALUE0 {
+                // An IPv4 address condition is a UINT32 in host order.
+                r#type: fwp::FWP_UINT32,
+                Anonymous: fwp::FWP_CONDITION_VALUE0_0 {
+                    uint32: u32::from(Ipv4Addr::LOCALHOST),
+                },
+            },
+        });
+        conditions.push(fwp::FWPM_FILTER_CONDITION0 {
+            fieldKey: fwp::FWPM_CONDITION_IP_REMOTE_PORT,
+            matchType: fwp::FWP_MATCH_RANGE,
+            conditionValue: fwp::FWP_CONDITION_VALUE0 {
+                r#type: fwp::FWP_RANGE_TYPE,
+                Anonymous: fwp::FWP_CONDITION_VALUE0_0 { rangeValue: range },
+            },
+        });
+    }
     let mut display = Display::new(&format!("gatehouse: {}", f.name), &f.user_sddl)?;
     let mut flags = fwp::FWPM_FILTER_FLAG_PERSISTENT;
     if f.hard {
@@ -217,8 +246,8 @@ fn add_filter(
             r#type: fwp::FWP_UINT8,
             Anonymous: fwp::FWP_VALUE0_0 { uint8: f.weight },
         },
-        numFilterConditions: 1,
-        filterCondition: &mut condition,
+        numFilterConditions: conditions.len() as u32,
+        filterCondition: conditions.as_mut_ptr(),
         action: fwp::FWPM_ACTION0 {
             r#type: action(f.action)?,
             ..Default::default()
@@ -226,8 +255,8 @@ fn add_filter(
         ..Default::default()
     };
     let mut id = 0u64;
-    // SAFETY: `filter` and everything it points to (the condition, the blob, the descriptor
-    // `sd`, the display strings, the provider key) live across the call.
+    // SAFETY: `filter` and everything it points to (the conditions, the blob, the port range,
+    // the descriptor `sd`, the display strings, the provider key) live across the call.
     ok("FwpmFilterAdd0", unsafe {
         fwp::FwpmFilterAdd0(e.0, &filter, std::ptr::null_mut(), &mut id)
     })

@@ -122,9 +122,18 @@ impl Transport for Pipe {
         let reply: SpawnReply = spawn::decode(&rec).map_err(io::Error::other)?;
         // The helper's channel, which the spawner duplicated into this process.
         let channel = match &reply {
-            SpawnReply::StartedDuplicated { handle, .. } => {
-                Some(w::adopt_duplicated_pipe(*handle).map_err(io::Error::other)?)
-            }
+            SpawnReply::StartedDuplicated {
+                handle,
+                process,
+                pid,
+                ..
+            } => Some(HelperChannel {
+                pipe: w::adopt_duplicated_pipe(*handle).map_err(io::Error::other)?,
+                process: match process {
+                    Some(p) => Some(w::adopt_helper_process(*p, *pid).map_err(io::Error::other)?),
+                    None => None,
+                },
+            }),
             _ => None,
         };
         Ok(Some((reply, channel)))
