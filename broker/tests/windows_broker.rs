@@ -365,18 +365,27 @@ fn a_helper_whose_report_falls_short_is_refused() {
 /// A DNS server and a web server on loopback (`public.test` -> 127.0.0.2, which test builds
 /// treat as public), and a broker whose net-helper resolves through that DNS server.
 fn broker_with_web() -> (net::DnsServer, net::HttpServer, Broker) {
+    web_and_broker("hello from the test server", |_| Vec::new())
+}
+
+/// [`broker_with_web`] whose server answers `text`, the broker started with `more(port)` too
+/// (`port`: the web server's).
+fn web_and_broker(
+    text: &'static str,
+    more: impl Fn(u16) -> Vec<String>,
+) -> (net::DnsServer, net::HttpServer, Broker) {
     let dns = net::DnsServer::start(net::standard_zone());
-    let web = net::HttpServer::start(
-        net::PUBLIC,
-        std::sync::Arc::new(|_| net::text("hello from the test server")),
-    );
+    let web = net::HttpServer::start(net::PUBLIC, std::sync::Arc::new(move |_| net::text(text)));
     let ns = format!("--test-net-arg={}", dns.addr);
-    let b = Broker::start(&[
-        "--test-net-arg=--nameserver",
-        &ns,
-        "--test-net-arg=--test-public-addr",
-        "--test-net-arg=127.0.0.2",
-    ]);
+    let mut args = vec![
+        "--test-net-arg=--nameserver".to_string(),
+        ns,
+        "--test-net-arg=--test-public-addr".into(),
+        "--test-net-arg=127.0.0.2".into(),
+    ];
+    args.extend(more(web.addr.port()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let b = Broker::start(&args);
     (dns, web, b)
 }
 
@@ -968,24 +977,16 @@ fn proxy_child_mode() {
 /// without the session's token is refused (407); every connection's end is an audit row.
 #[test]
 fn gatehouse_sandbox_reaches_its_allowed_hosts_only_through_the_brokers_proxy() {
-    let dns = net::DnsServer::start(net::standard_zone());
-    let web = net::HttpServer::start(
-        net::PUBLIC,
-        std::sync::Arc::new(|_| net::text("hello through the proxy")),
-    );
-    let port = web.addr.port().to_string();
-    let ns = format!("--test-net-arg={}", dns.addr);
     // The test server speaks plain HTTP on its own port: the session allows that port, and
     // the SNI check (which wants a TLS hello) is off.
-    let b = Broker::start(&[
-        "--test-net-arg=--nameserver",
-        &ns,
-        "--test-net-arg=--test-public-addr",
-        "--test-net-arg=127.0.0.2",
-        "--test-proxy-port",
-        &port,
-        "--test-no-sni-check",
-    ]);
+    let (_dns, web, b) = web_and_broker("hello through the proxy", |port| {
+        vec![
+            "--test-proxy-port".into(),
+            port.to_string(),
+            "--test-no-sni-check".into(),
+        ]
+    });
+    let port = web.addr.port().to_string();
     let root = b.dirs.data.parent().unwrap().to_path_buf();
     let project = root.join("project");
     let policy = format!(

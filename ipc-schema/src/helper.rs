@@ -594,3 +594,52 @@ pub use tokio_channel::{AsyncReader, AsyncWriter, Replies};
 
 #[cfg(all(test, unix))]
 mod tests;
+
+/// The Windows framing of a passed handle: its value after the frame of a row that takes one,
+/// nothing after any other frame.
+#[cfg(all(test, windows))]
+mod windows_tests {
+    use super::*;
+    use crate::net::NetRequest;
+    use crate::route::BROKER_TO_NET;
+
+    fn frame(id: u64, body: Body) -> Vec<u8> {
+        codec::encode(&Envelope::new(id, body)).unwrap()
+    }
+
+    fn push(inbox: &mut Inbox, bytes: &[u8]) {
+        inbox.buf.spare(bytes.len())[..bytes.len()].copy_from_slice(bytes);
+        inbox.buf.advance(bytes.len());
+    }
+
+    #[test]
+    fn a_handle_value_follows_its_frame_and_the_frame_waits_for_it() {
+        let mut inbox = Inbox::new(Role::Net, &BROKER_TO_NET, false);
+        let conn = frame(
+            7,
+            Body::Net(NetRequest::ProxyConnection {
+                session: "s".into(),
+            }),
+        );
+        push(&mut inbox, &conn);
+        assert!(inbox.next().is_none(), "the value has not come yet");
+        let value = 0x1234_u64.to_le_bytes();
+        push(&mut inbox, &value[..3]);
+        assert!(inbox.next().is_none(), "three of its eight bytes");
+        push(&mut inbox, &value[3..]);
+        // A frame that takes no handle right after: nothing of it is taken as a value.
+        let close = frame(
+            8,
+            Body::Net(NetRequest::ProxyClose {
+                session: "s".into(),
+            }),
+        );
+        push(&mut inbox, &close);
+        let got = inbox.next().expect("the connection, with its value");
+        assert_eq!((got.id, got.fd), (7, Some(Passed(0x1234))));
+        let got = inbox.next().expect("the close");
+        assert_eq!((got.id, got.fd), (8, None));
+        assert!(matches!(got.body, Body::Net(NetRequest::ProxyClose { .. })));
+        assert!(inbox.buf.filled().is_empty());
+    }
+}

@@ -19,13 +19,12 @@
 
 use super::ffi::{invalid, last, raw, WinError};
 use super::spawn::ConfinedChild;
+use super::spawner::duplicate_raw;
 use ipc_schema::helper::Passed;
 use std::os::windows::io::{
     AsRawSocket, BorrowedHandle, BorrowedSocket, FromRawHandle, FromRawSocket, OwnedHandle,
 };
-use windows_sys::Win32::Foundation::{
-    DuplicateHandle, GetHandleInformation, DUPLICATE_SAME_ACCESS, HANDLE,
-};
+use windows_sys::Win32::Foundation::{GetHandleInformation, HANDLE};
 use windows_sys::Win32::Networking::WinSock::{
     bind, getsockopt, listen, setsockopt, socket, WSASocketW, WSAStartup, AF_INET,
     FROM_PROTOCOL_INFO, INVALID_SOCKET, IPPROTO_TCP, SOCKADDR, SOCKADDR_IN, SOCKET, SOCK_STREAM,
@@ -33,7 +32,7 @@ use windows_sys::Win32::Networking::WinSock::{
     WSAPROTOCOL_INFOW, WSA_FLAG_OVERLAPPED,
 };
 use windows_sys::Win32::System::Threading::{
-    GetCurrentProcess, GetProcessId, PROCESS_DUP_HANDLE, PROCESS_QUERY_LIMITED_INFORMATION,
+    GetProcessId, PROCESS_DUP_HANDLE, PROCESS_QUERY_LIMITED_INFORMATION,
 };
 
 const MECH: &str = "socket hand-over";
@@ -49,24 +48,12 @@ pub fn process_for_handles_into(
     router: BorrowedHandle<'_>,
     child: &ConfinedChild,
 ) -> Result<u64, WinError> {
-    let mut theirs: HANDLE = std::ptr::null_mut();
-    // SAFETY: valid process handles (ours to the child, ours to the router); `theirs` receives
-    // a value in the router's handle table, never used here.
-    let ok = unsafe {
-        DuplicateHandle(
-            GetCurrentProcess(),
-            raw(child.process()),
-            raw(router),
-            &mut theirs,
-            HELPER_ACCESS,
-            0,
-            0,
-        )
-    };
-    if ok == 0 {
-        return Err(last(MECH, "DuplicateHandle(the helper, into the router)"));
-    }
-    Ok(theirs as usize as u64)
+    duplicate_raw(
+        raw(child.process()),
+        router,
+        Some(HELPER_ACCESS),
+        "DuplicateHandle(the helper, into the router)",
+    )
 }
 
 /// The router: adopts the helper handle the spawner sent by `value`, refused unless it is an
@@ -101,24 +88,13 @@ pub fn socket_into(
     helper: BorrowedHandle<'_>,
     socket: BorrowedSocket<'_>,
 ) -> Result<Passed, WinError> {
-    let mut theirs: HANDLE = std::ptr::null_mut();
-    // SAFETY: a valid socket handle of this process and a process handle with
-    // PROCESS_DUP_HANDLE; `theirs` receives a value in the helper's table, never used here.
-    let ok = unsafe {
-        DuplicateHandle(
-            GetCurrentProcess(),
-            socket.as_raw_socket() as usize as HANDLE,
-            raw(helper),
-            &mut theirs,
-            0,
-            0,
-            DUPLICATE_SAME_ACCESS,
-        )
-    };
-    if ok == 0 {
-        return Err(last(MECH, "DuplicateHandle(a socket, into the helper)"));
-    }
-    Ok(Passed(theirs as usize as u64))
+    duplicate_raw(
+        socket.as_raw_socket() as usize as HANDLE,
+        helper,
+        None,
+        "DuplicateHandle(a socket, into the helper)",
+    )
+    .map(Passed)
 }
 
 /// Winsock started for this process (reference-counted: std's own start changes nothing).

@@ -93,6 +93,23 @@ pub fn duplicate_into(
     target: BorrowedHandle<'_>,
     handle: BorrowedHandle<'_>,
 ) -> Result<u64, WinError> {
+    duplicate_raw(
+        raw(handle),
+        target,
+        None,
+        "DuplicateHandle(into the router)",
+    )
+}
+
+/// Duplicates `handle` (a handle of this process, valid for the call) into `target` (a process
+/// handle with `PROCESS_DUP_HANDLE`), not inheritable, with `access` or (`None`) the same
+/// access; its value there. This process's copy stays its own.
+pub(crate) fn duplicate_raw(
+    handle: HANDLE,
+    target: BorrowedHandle<'_>,
+    access: Option<u32>,
+    call: &'static str,
+) -> Result<u64, WinError> {
     let mut theirs: HANDLE = std::ptr::null_mut();
     // SAFETY: valid source and target process handles and a valid handle of this process;
     // `theirs` receives a value in the target's handle table, which this process never uses as
@@ -100,16 +117,20 @@ pub fn duplicate_into(
     let ok = unsafe {
         DuplicateHandle(
             GetCurrentProcess(),
-            raw(handle),
+            handle,
             raw(target),
             &mut theirs,
+            access.unwrap_or(0),
             0,
-            0,
-            DUPLICATE_SAME_ACCESS,
+            if access.is_none() {
+                DUPLICATE_SAME_ACCESS
+            } else {
+                0
+            },
         )
     };
     if ok == 0 {
-        return Err(last(MECH, "DuplicateHandle(into the router)"));
+        return Err(last(MECH, call));
     }
     Ok(theirs as usize as u64)
 }
