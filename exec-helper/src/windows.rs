@@ -13,10 +13,11 @@
 //! What the tier cannot give is refused, or with `--allow-degraded` run and named in the
 //! report's `degraded`, never silently dropped: outbound network is refused on Windows only by
 //! the WFP filters of `gatehouse setup network-filters`, which hold for a command when they
-//! held for the helper's own try at lockdown; the file-size and open-file limits have no job limit;
-//! exclude globs and secret-looking files inside a grant are not masked. An agent's session and a
-//! third-party server (they pass descriptors) are refused outright; the egress proxy is the
-//! broker's, on a loopback port (`NetworkMode::LoopbackProxy`), named in the proxy variables. Reads are the user's own: a write-restricted token restricts writes only
+//! held for the helper's own try at lockdown; the file-size and open-file limits have no job
+//! limit; exclude globs and secret-looking files inside a grant are not masked. An agent's
+//! session and a third-party server (they pass descriptors) are refused outright; the egress
+//! proxy is the broker's, on a loopback port (`NetworkMode::LoopbackProxy`), named in the proxy
+//! variables. Reads are the user's own: a write-restricted token restricts writes only
 //! (docs/SECURITY.md). When the command's main process ends its job is closed, which ends
 //! everything it left running, as the pid namespace does on Linux.
 //!
