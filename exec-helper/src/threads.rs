@@ -128,16 +128,20 @@ impl Checked {
         }
         let mut gaps = Vec::new();
         // The Linux tiers make git's hooks and configs, and the table's start-up and settings
-        // places, unwritable in a writable grant and set aside what a command planted anyway
-        // (sandbox::linux::command::project). Nothing here does: named, never silent.
+        // places, unwritable in a writable grant, as well as what a repository's config points
+        // at, and set aside what a command planted anyway (sandbox::linux::command::project).
+        // macOS's profile denies writes to the table's places and to `.git` internals by name
+        // anywhere (sandbox::seatbelt); the rest is named, never silent.
         if spec
             .grants
             .iter()
             .any(|g| g.access == GrantAccess::ReadWrite)
         {
-            gaps.push(format!(
-                "in the writable grants, git hooks and configs and the start-up and settings files your own tools run (ipc_schema::protected) are neither write-protected nor checked after the command (not built on {OS})"
-            ));
+            gaps.push(if cfg!(target_os = "macos") {
+                format!("in the writable grants, what a repository's config points at (core.hooksPath, include.path, filter and diff programs) and the hooks of a git directory not named .git (a bare repository) are not write-protected, and nothing is checked after the command (not built on {OS})")
+            } else {
+                format!("in the writable grants, git hooks and configs and the start-up and settings files your own tools run (ipc_schema::protected) are neither write-protected nor checked after the command (not built on {OS})")
+            });
         }
         if !spec.hide.exclude.is_empty() {
             gaps.push(format!(

@@ -215,12 +215,114 @@ pub fn command_profile(spec: &CommandSpec) -> Result<String, SbplError> {
     for p in &spec.no_write {
         writeln!(s, "(deny file-write* (subpath {}))", sbpl_string(p)?).expect("String");
     }
+    protected_table(&mut s);
     Ok(s)
+}
+
+/// The protected table (`ipc_schema::protected`) as SBPL, after every allow: each rule's place
+/// anywhere on the path (the table's own reading: consecutive components, any depth),
+/// case-insensitively (APFS is, by default), with what is under it; a `NoAccess` place neither
+/// read, written nor run, a `NoWrite` one not written; and a `.git` directory's hooks and
+/// configs at any depth below it (`GIT_INTERNAL`, nested repositories and submodules too) not
+/// written (read: the command's own `git` reads its config). So a command cannot plant a hook
+/// the user's own `git` runs, in a repository that exists or one it makes (`git init` and
+/// `git clone` into a writable grant fail), nor read a key that happens to lie in its grant.
+fn protected_table(s: &mut String) {
+    use ipc_schema::protected::{Guard, GIT_INTERNAL, RULES};
+    s.push_str("; the protected table (ipc_schema::protected), anywhere, case-insensitively\n");
+    for r in RULES {
+        let re = format!(
+            "/{}(/|$)",
+            r.path
+                .iter()
+                .map(|c| component_regex(c))
+                .collect::<Vec<_>>()
+                .join("/")
+        );
+        match r.guard {
+            Guard::NoAccess => writeln!(
+                s,
+                "(deny file-read* file-write* (regex #\"{re}\")) ; {}\n(deny process-exec (regex #\"{re}\"))",
+                r.why
+            ),
+            Guard::NoWrite => writeln!(s, "(deny file-write* (regex #\"{re}\")) ; {}", r.why),
+        }
+        .expect("String");
+    }
+    let internal: Vec<String> = GIT_INTERNAL.iter().map(|c| component_regex(c)).collect();
+    let re = format!(
+        "/{}/(.*/)?({})(/|$)",
+        component_regex(".git"),
+        internal.join("|")
+    );
+    writeln!(
+        s,
+        "(deny file-write* (regex #\"{re}\")) ; git hooks and config run code"
+    )
+    .expect("String");
+}
+
+/// One component of a table rule (lower case; `*` any run of characters but `/`) as a regex
+/// that matches it in any case: each letter as `[xX]`, every other character escaped.
+fn component_regex(c: &str) -> String {
+    let mut out = String::new();
+    for ch in c.chars() {
+        match ch {
+            '*' => out.push_str("[^/]*"),
+            c if c.is_ascii_alphabetic() => write!(
+                out,
+                "[{}{}]",
+                c.to_ascii_lowercase(),
+                c.to_ascii_uppercase()
+            )
+            .expect("String"),
+            c if c.is_ascii_alphanumeric() || c == '_' || c == '-' => out.push(c),
+            c => {
+                out.push('\\');
+                out.push(c);
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_protected_table_follows_the_grants_in_any_case() {
+        let spec = CommandSpec {
+            grants: vec![(PathBuf::from("/Users/a/proj"), GrantAccess::ReadWrite)],
+            no_access: vec![],
+            no_write: vec![],
+            network: CommandNetwork::None,
+        };
+        let p = command_profile(&spec).unwrap();
+        let grant = p
+            .find("(allow file-read* file-write* (subpath \"/Users/a/proj\"))")
+            .unwrap();
+        let ssh = p
+            .find("(deny file-read* file-write* (regex #\"/\\.[sS][sS][hH](/|$)\")) ; SSH keys")
+            .unwrap_or_else(|| panic!("{p}"));
+        assert!(ssh > grant, "the deny after the allow it overrides");
+        assert!(p.contains("(deny process-exec (regex #\"/\\.[sS][sS][hH](/|$)\"))"));
+        // Read-only places: not written, still read.
+        assert!(
+            p.contains("(deny file-write* (regex #\"/\\.[eE][nN][vV][rR][cC](/|$)\"))"),
+            "{p}"
+        );
+        // A glob component, and two components in a row.
+        assert!(p.contains("/[wW][iI][nN][dD][oO][wW][sS][pP][oO][wW][eE][rR][sS][hH][eE][lL][lL]/[^/]*[pP][rR][oO][fF][iI][lL][eE]\\.[pP][sS]1(/|$)"), "{p}");
+        // A .git directory's hooks and config below it at any depth: submodules too.
+        assert!(p.contains(
+            "(deny file-write* (regex #\"/\\.[gG][iI][tT]/(.*/)?([hH][oO][oO][kK][sS]|[cC][oO][nN][fF][iI][gG]|[cC][oO][nN][fF][iI][gG]\\.[wW][oO][rR][kK][tT][rR][eE][eE])(/|$)\"))"
+        ), "{p}");
+        // Every rule is there.
+        for r in ipc_schema::protected::RULES {
+            assert!(p.contains(&format!(" ; {}\n", r.why)), "{}", r.why);
+        }
+    }
 
     #[test]
     fn strings_are_escaped() {
