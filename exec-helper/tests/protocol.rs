@@ -371,6 +371,18 @@ fn refusals_say_why() {
     let (code, msg) = h.start(s).unwrap_err();
     assert_eq!(code, ErrorCode::Invalid);
     assert!(msg.contains("must carry the connector"), "{msg}");
+    // Windows' form of the proxy (the broker's loopback listener) is not a network here.
+    let mut s = spec(work.path(), &["/bin/true"]);
+    s.network = NetworkMode::LoopbackProxy {
+        token: "t".into(),
+        port: 47_301,
+    };
+    let (code, msg) = h.start(s).unwrap_err();
+    assert_eq!(code, ErrorCode::Invalid);
+    assert!(
+        msg.starts_with("a proxy on a loopback port is Windows'"),
+        "{msg}"
+    );
     let (code, msg) = h
         .start(spec(work.path(), &["no-such-program-here"]))
         .unwrap_err();

@@ -358,6 +358,20 @@ fn what_the_tier_cannot_hold_is_refused_with_its_reason_and_the_helper_serves_on
         "{}",
         e.message
     );
+    // The broker's loopback proxy, but on a port outside its range: not a proxy of gatehouse's.
+    let mut s = spec(&work, &["cmd.exe", "/d", "/c", "echo no"]);
+    s.network = NetworkMode::LoopbackProxy {
+        token: "t".into(),
+        port: 8080,
+    };
+    let e = refused(&mut h, s);
+    assert_eq!(e.code, ErrorCode::Invalid);
+    assert!(
+        e.message
+            .starts_with("the proxy's port 8080 is not one of the egress proxy's"),
+        "{}",
+        e.message
+    );
 
     let mut s = spec(&work, &["cmd.exe", "/d", "/c", "echo no"]);
     s.user = Some(Box::new(UserCommand {
