@@ -12,7 +12,8 @@
 //! The channel is the helper's one inherited endpoint ([`Stream`]): a Unix socket on Unix; on
 //! Windows the client end of a duplex named pipe, which carries frames but no handles: there
 //! the broker duplicates a handle into the helper's process itself, and the frame of a row with
-//! [`Flags::FD`] is followed by the handle's value in the helper ([`Passed`], 8 bytes).
+//! [`Flags::NEEDS_FD`] is followed by the handle's value in the helper ([`Passed`], 8 bytes); a
+//! row that only may bring one ([`Flags::FD`]) brings none on Windows.
 //!
 //! Three ways to serve, one per kind of helper:
 //! - [`HelperChannel::serve`]: blocking, one request at a time, replies in order, written in
@@ -49,7 +50,8 @@ pub type Stream = std::fs::File;
 #[cfg(unix)]
 pub type Passed = std::os::fd::OwnedFd;
 /// A handle the broker duplicated into this process (`DuplicateHandle`: a pipe carries none),
-/// by its value here, as the [`PASSED_LEN`] bytes after its frame said (little-endian). Only a
+/// by its value here, as the [`PASSED_LEN`] bytes after its frame said (little-endian; only a
+/// row with [`Flags::NEEDS_FD`] has them). Only a
 /// value until the helper adopts it (`sandbox::windows::adopt_passed_socket`, which checks
 /// that it names an open socket of this process).
 #[cfg(windows)]
@@ -439,9 +441,11 @@ impl Inbox {
             Ok(None) => return None,
             Err(e) => fatal(role, format!("the broker sent a bad frame: {e}")),
         };
+        // Windows: a handle's value follows the frame of a row that must bring one (a row that
+        // only may, an exec Start's connector, brings none there: connectors are not built).
         #[cfg(windows)]
         let used = match self.table.lookup(crate::route::kind_of(&env.body)) {
-            Some(r) if r.flags.contains(Flags::FD) => {
+            Some(r) if r.flags.contains(Flags::NEEDS_FD) => {
                 // The handle's value follows the frame; the frame waits for it.
                 let v = self.buf.filled().get(used..used + PASSED_LEN)?;
                 self.fds
@@ -641,5 +645,33 @@ mod windows_tests {
         assert_eq!((got.id, got.fd), (8, None));
         assert!(matches!(got.body, Body::Net(NetRequest::ProxyClose { .. })));
         assert!(inbox.buf.filled().is_empty());
+    }
+
+    /// A row that only may bring a descriptor (an exec `Start` whose sandbox would pass
+    /// connections out) brings no value on Windows: its frame is whole without one, and the
+    /// exec-helper refuses what it asks for (the frame after it is not read as a value).
+    #[test]
+    fn a_row_that_only_may_bring_one_brings_no_value() {
+        use crate::exec::{CommandSpec, ExecRequest, NetworkMode};
+        use crate::route::BROKER_TO_EXEC;
+        let mut inbox = Inbox::new(Role::Exec, &BROKER_TO_EXEC, false);
+        let spec = CommandSpec {
+            argv: vec!["cmd.exe".into()],
+            cwd: "C:\\w".into(),
+            grants: Vec::new(),
+            env: Vec::new(),
+            network: NetworkMode::Proxy { token: "t".into() },
+            limits: crate::exec::Limits::default(),
+            hide: crate::exec::Hide::default(),
+            user: None,
+        };
+        push(
+            &mut inbox,
+            &frame(3, Body::Exec(ExecRequest::Start(Box::new(spec)))),
+        );
+        push(&mut inbox, &frame(4, Body::Ping { target: None }));
+        let got = inbox.next().expect("the start, whole without a value");
+        assert_eq!((got.id, got.fd), (3, None));
+        assert_eq!(inbox.next().expect("the ping").id, 4);
     }
 }
