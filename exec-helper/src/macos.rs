@@ -111,6 +111,7 @@ fn launch(mut c: Checked, cfg: &Config) -> Result<Launched, ErrorReply> {
         no_access: protect,
         no_write: Vec::new(),
         network: CommandNetwork::None,
+        hide_sensitive: c.spec.hide.sensitive,
     };
     c.gaps.push(
         "a process the command moves out of its process group (setsid) is not ended with it".into(),

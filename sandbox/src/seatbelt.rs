@@ -53,6 +53,9 @@ pub struct CommandSpec {
     /// Read but never written (a `.git`'s hooks and config in a writable grant).
     pub no_write: Vec<PathBuf>,
     pub network: CommandNetwork,
+    /// Files whose names say they hold secrets (`ipc_schema::protected::SENSITIVE`) neither
+    /// read nor written, wherever they are (the grant's `hide.sensitive`).
+    pub hide_sensitive: bool,
 }
 
 /// An SBPL string literal for `path`: double quotes, with `"` and `\` escaped by a backslash.
@@ -216,6 +219,15 @@ pub fn command_profile(spec: &CommandSpec) -> Result<String, SbplError> {
         writeln!(s, "(deny file-write* (subpath {}))", sbpl_string(p)?).expect("String");
     }
     protected_table(&mut s);
+    if spec.hide_sensitive {
+        s.push_str(
+            "; files whose names say they hold secrets (ipc_schema::protected::SENSITIVE)\n",
+        );
+        for (name, why) in ipc_schema::protected::SENSITIVE {
+            let re = format!("/{}$", component_regex(name));
+            writeln!(s, "(deny file-read* file-write* (regex #\"{re}\")) ; {why}").expect("String");
+        }
+    }
     Ok(s)
 }
 
@@ -297,6 +309,7 @@ mod tests {
             no_access: vec![],
             no_write: vec![],
             network: CommandNetwork::None,
+            hide_sensitive: false,
         };
         let p = command_profile(&spec).unwrap();
         let grant = p
@@ -322,6 +335,20 @@ mod tests {
         for r in ipc_schema::protected::RULES {
             assert!(p.contains(&format!(" ; {}\n", r.why)), "{}", r.why);
         }
+        // Secret-looking files only when the grant hides them: by their last component.
+        assert!(!p.contains("[pP][eE][mM]$"), "{p}");
+        let hidden = command_profile(&CommandSpec {
+            hide_sensitive: true,
+            ..spec
+        })
+        .unwrap();
+        assert!(hidden.contains(
+            "(deny file-read* file-write* (regex #\"/[^/]*\\.[pP][eE][mM]$\")) ; PEM files hold private keys"
+        ), "{hidden}");
+        assert!(
+            hidden.contains("(regex #\"/\\.[eE][nN][vV]\\.[^/]*$\")"),
+            "{hidden}"
+        );
     }
 
     #[test]
@@ -348,6 +375,7 @@ mod tests {
             no_access: vec![],
             no_write: vec![],
             network: CommandNetwork::None,
+            hide_sensitive: false,
         };
         assert_eq!(
             command_profile(&spec),
@@ -362,6 +390,7 @@ mod tests {
             no_access: vec!["/Users/a/.ssh".into()],
             no_write: vec!["/Users/a/p/.git/hooks".into()],
             network: CommandNetwork::None,
+            hide_sensitive: false,
         };
         let s = command_profile(&spec).unwrap();
         let allow = s
@@ -384,6 +413,7 @@ mod tests {
             no_access: vec!["/Users/a/Library/Keychains".into()],
             no_write: vec![],
             network: CommandNetwork::None,
+            hide_sensitive: false,
         };
         let s = command_profile(&spec).unwrap();
         let lines: Vec<&str> = s.lines().collect();
@@ -416,6 +446,7 @@ mod tests {
             no_access: vec![],
             no_write: vec![],
             network: CommandNetwork::LoopbackProxy { port: 38123 },
+            hide_sensitive: false,
         };
         let s = command_profile(&spec).unwrap();
         let outbound: Vec<_> = s.lines().filter(|l| l.contains("network")).collect();

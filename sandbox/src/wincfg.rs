@@ -194,6 +194,7 @@ pub fn network_filters() -> WfpSet {
             no_access: Vec::new(),
             no_write: Vec::new(),
             network: CommandNetwork::None,
+            hide_sensitive: false,
         })
         .expect("a command without paths renders"),
     );
@@ -573,6 +574,7 @@ pub fn exec_command_policy(
         no_access: Vec::new(),
         no_write: present(protect),
         network: crate::seatbelt::CommandNetwork::None,
+        hide_sensitive: false,
     })
 }
 
@@ -1283,6 +1285,7 @@ mod tests {
             no_access: vec!["C:\\w\\.ssh".into()],
             no_write: vec!["C:\\w\\.git\\hooks".into()],
             network: CommandNetwork::LoopbackProxy { port: 1 },
+            hide_sensitive: false,
         };
         let mut all = vec![command_policy(&spec).unwrap()];
         for p in [
@@ -1324,6 +1327,7 @@ mod tests {
             no_access: vec![],
             no_write: vec![],
             network: CommandNetwork::None,
+            hide_sensitive: false,
         })
         .unwrap();
         // Every restricting SID of a command is among the exec helper's (the intersection
@@ -1407,6 +1411,7 @@ mod tests {
             no_access: vec!["C:\\Users\\a\\.ssh".into()],
             no_write: vec![],
             network: CommandNetwork::LoopbackProxy { port: 4000 },
+            hide_sensitive: false,
         };
         let w = command_policy(&spec).unwrap();
         let sid = capability_sid("gatehouse.cmd").0;
@@ -1797,6 +1802,7 @@ mod verdict_tests {
             no_access: vec![],
             no_write: vec![],
             network: CommandNetwork::None,
+            hide_sensitive: false,
         })
         .unwrap();
         assert_eq!(cmd.process_sddl, None);

@@ -50,6 +50,7 @@ fn commands(home: &str, sep: &str) -> Vec<(&'static str, CommandSpec)> {
                 no_access: vec![p(".ssh"), p(".zshrc")],
                 no_write: vec![p(&format!("project{sep}.git{sep}hooks"))],
                 network: CommandNetwork::LoopbackProxy { port: 38123 },
+                hide_sensitive: false,
             },
         ),
         (
@@ -59,6 +60,7 @@ fn commands(home: &str, sep: &str) -> Vec<(&'static str, CommandSpec)> {
                 no_access: vec![],
                 no_write: vec![],
                 network: CommandNetwork::None,
+                hide_sensitive: true,
             },
         ),
     ]

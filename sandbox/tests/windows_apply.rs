@@ -791,6 +791,7 @@ mod win {
             no_access: vec![],
             no_write: vec![],
             network: sandbox::seatbelt::CommandNetwork::None,
+            hide_sensitive: false,
         };
         let policy = wincfg::command_policy(&spec_policy).unwrap();
         let _granted = Granted(w::apply_aces(&child_aces(&policy)).unwrap());
