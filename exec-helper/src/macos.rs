@@ -106,12 +106,20 @@ fn launch(mut c: Checked, cfg: &Config) -> Result<Launched, ErrorReply> {
         .iter()
         .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()))
         .collect();
+    let (hide_globs, unexpressed) = sandbox::seatbelt::expressible_globs(
+        grants.first().map(|(p, _)| p.as_path()),
+        &c.spec.hide.exclude,
+    );
+    for g in unexpressed {
+        c.gaps.push(format!("the grant's exclude glob {g:?} is not masked (a form the Seatbelt profile cannot express)"));
+    }
     let profile = OsCommand {
         grants,
         no_access: protect,
         no_write: Vec::new(),
         network: CommandNetwork::None,
         hide_sensitive: c.spec.hide.sensitive,
+        hide_globs,
     };
     c.gaps.push(
         "a process the command moves out of its process group (setsid) is not ended with it".into(),

@@ -106,16 +106,13 @@ impl Checked {
             )));
         }
         spec.limits.check_with(user.long_run).map_err(invalid)?;
-        match spec.network {
-            NetworkMode::None => {}
-            // Windows: the broker listens for the command on a loopback port
-            // (windows.rs sets the proxy variables).
-            NetworkMode::LoopbackProxy { .. } if cfg!(windows) => {}
-            NetworkMode::Proxy { .. } | NetworkMode::LoopbackProxy { .. } => {
-                return Err(refused(&format!(
-                    "the egress proxy is not built on {OS} in this form: a command there runs without network or not at all"
-                )))
-            }
+        // Windows: the broker listens for the command on a loopback port (windows.rs).
+        let windows_proxy =
+            cfg!(windows) && matches!(spec.network, NetworkMode::LoopbackProxy { .. });
+        if spec.network != NetworkMode::None && !windows_proxy {
+            return Err(refused(&format!(
+                "the egress proxy is not built on {OS} in this form: a command there runs without network or not at all"
+            )));
         }
         if spec.argv.is_empty() {
             return Err(invalid("argv is empty".into()));
@@ -143,7 +140,9 @@ impl Checked {
                 format!("in the writable grants, git hooks and configs and the start-up and settings files your own tools run (ipc_schema::protected) are neither write-protected nor checked after the command (not built on {OS})")
             });
         }
-        if !spec.hide.exclude.is_empty() {
+        // macOS's profile denies them by regex (sandbox::seatbelt::exclude_regex; macos.rs
+        // names what it cannot express).
+        if !spec.hide.exclude.is_empty() && !cfg!(target_os = "macos") {
             gaps.push(format!(
                 "the grant's exclude globs ({}) are not masked (not built on {OS})",
                 spec.hide.exclude.join(", ")

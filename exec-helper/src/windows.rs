@@ -26,7 +26,6 @@
 
 use crate::threads::{Checked, Config, Launched, Tree};
 use ipc_schema::exec::{NetworkMode, RunOutcome, SandboxReport};
-use ipc_schema::net::LOOPBACK_PROXY_PORTS;
 use ipc_schema::tier::ConfinementTier;
 use ipc_schema::{ErrorCode, ErrorReply};
 use sandbox::command_env;
@@ -94,16 +93,10 @@ fn launch(mut c: Checked, cfg: &Config) -> Result<Launched, ErrorReply> {
     // The egress proxy, where the broker listens for this command (the filters of
     // `gatehouse setup network-filters` let commands reach those ports and nothing else).
     if let NetworkMode::LoopbackProxy { token, port } = &c.spec.network {
-        if !LOOPBACK_PROXY_PORTS.contains(port) {
-            return Err(invalid(format!(
-                "the proxy's port {port} is not one of the egress proxy's ({LOOPBACK_PROXY_PORTS:?})"
-            )));
-        }
-        let url = format!("http://gatehouse:{token}@127.0.0.1:{port}");
-        for name in command_env::PROXY_NAMES_WINDOWS {
-            c.vars.retain(|(k, _)| !k.eq_ignore_ascii_case(name));
-            c.vars.push((name.to_string(), url.clone()));
-        }
+        let vars = command_env::loopback_proxy_vars(token, *port).map_err(invalid)?;
+        c.vars
+            .retain(|(k, _)| !vars.iter().any(|(n, _)| k.eq_ignore_ascii_case(n)));
+        c.vars.extend(vars);
     }
     let spec = &c.spec;
     let program = find_program(&spec.argv[0], &spec.cwd, &c.path_var())

@@ -126,8 +126,20 @@ const NOT_SECRET: &[&str] = &["PWD", "OLDPWD"];
 /// The `PATH` used when the caller gives none.
 pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
 
-/// The proxy variables on Windows, where names do not differ by case.
-pub const PROXY_NAMES_WINDOWS: &[&str] = &["HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"];
+/// Windows: the proxy variables of a command whose proxy is the broker's listener at
+/// `127.0.0.1:port` (one spelling each: Windows' names do not differ by case); a port outside
+/// the egress proxy's range (`ipc_schema::net::LOOPBACK_PROXY_PORTS`) is refused.
+pub fn loopback_proxy_vars(token: &str, port: u16) -> Result<Vec<(String, String)>, String> {
+    let ports = ipc_schema::net::LOOPBACK_PROXY_PORTS;
+    if !ports.contains(&port) {
+        return Err(format!(
+            "the proxy's port {port} is not one of the egress proxy's ({ports:?})"
+        ));
+    }
+    let url = format!("http://gatehouse:{token}@127.0.0.1:{port}");
+    let names = ["HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"];
+    Ok(names.map(|n| (n.to_string(), url.clone())).to_vec())
+}
 
 const PROXY_NAMES: &[&str] = &[
     "HTTPS_PROXY",

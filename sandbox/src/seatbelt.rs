@@ -30,6 +30,8 @@ pub enum SbplError {
     NoHome,
     /// The exec helper takes no profile: macOS refuses `sandbox_apply` in a sandboxed process
     /// (forbidden-sandbox-reinit), and each command the helper starts needs its own.
+    #[error("the exclude glob {0:?} has a form the profile cannot express")]
+    Glob(String),
     #[error("the exec helper runs without a Seatbelt profile of its own: macOS refuses a sandbox inside a sandbox (forbidden-sandbox-reinit), and each command it starts gets its own through sandbox-exec")]
     NotNestable,
 }
@@ -56,6 +58,10 @@ pub struct CommandSpec {
     /// Files whose names say they hold secrets (`ipc_schema::protected::SENSITIVE`) neither
     /// read nor written, wherever they are (the grant's `hide.sensitive`).
     pub hide_sensitive: bool,
+    /// The grant's exclude globs (`ipc_schema::grant_glob`), relative to the first grant's
+    /// root: what matches, and everything beneath it, neither read nor written. Each must be one
+    /// [`exclude_regex`] expresses (the caller names the others as a gap).
+    pub hide_globs: Vec<String>,
 }
 
 /// An SBPL string literal for `path`: double quotes, with `"` and `\` escaped by a backslash.
@@ -219,6 +225,16 @@ pub fn command_profile(spec: &CommandSpec) -> Result<String, SbplError> {
         writeln!(s, "(deny file-write* (subpath {}))", sbpl_string(p)?).expect("String");
     }
     protected_table(&mut s);
+    if let (Some((root, _)), false) = (spec.grants.first(), spec.hide_globs.is_empty()) {
+        let root = root
+            .to_str()
+            .ok_or_else(|| SbplError::NotUtf8(root.to_path_buf()))?;
+        s.push_str("; the grant's exclude globs, and what is beneath what they match\n");
+        for g in &spec.hide_globs {
+            let re = exclude_regex(root, g).ok_or_else(|| SbplError::Glob(g.clone()))?;
+            writeln!(s, "(deny file-read* file-write* (regex #\"{re}\"))").expect("String");
+        }
+    }
     if spec.hide_sensitive {
         s.push_str(
             "; files whose names say they hold secrets (ipc_schema::protected::SENSITIVE)\n",
@@ -274,33 +290,156 @@ fn protected_table(s: &mut String) {
     .expect("String");
 }
 
+/// A grant's exclude glob (`ipc_schema::grant_glob`'s syntax: `*` and `?` within a component,
+/// `**` as a whole component across any number, `[...]` classes, `{a,b}` alternatives, `\`
+/// escapes) as a regex matching it relative to `root`, and everything beneath a match (an
+/// exclude excludes what lies under it); letters outside classes in any case (APFS is
+/// case-insensitive by default; classes are copied as written). `None` for what this does not
+/// express (`**` inside a component, an unclosed class or brace, a class with `/` or `\`, a
+/// `"` or a control character in the glob or the root).
+pub fn exclude_regex(root: &str, glob: &str) -> Option<String> {
+    // A `"` would end SBPL's raw string and let the rest be read as rules.
+    let unsafe_char = |ch: char| ch == '"' || ch.is_control();
+    if root.chars().chain(glob.chars()).any(unsafe_char) {
+        return None;
+    }
+    let c: Vec<char> = glob.chars().collect();
+    let mut out = format!("^{}/", literal_regex(root.trim_end_matches('/')));
+    let (mut i, mut braces) = (0, 0u32);
+    while i < c.len() {
+        match c[i] {
+            '*' if c.get(i + 1) == Some(&'*') => {
+                if i > 0 && c[i - 1] != '/' {
+                    return None;
+                }
+                match c.get(i + 2) {
+                    None => out.push_str(".*"),
+                    Some('/') => out.push_str("(.*/)?"),
+                    Some(_) => return None,
+                }
+                i += 3;
+                continue;
+            }
+            '*' => out.push_str("[^/]*"),
+            '?' => out.push_str("[^/]"),
+            '[' => {
+                let end = (i + 2..c.len()).find(|&j| c[j] == ']')?;
+                let body: String = c[i + 1..end].iter().collect();
+                if body.contains('/') || body.contains('\\') {
+                    return None;
+                }
+                let body = body
+                    .strip_prefix('!')
+                    .map_or(body.clone(), |b| format!("^{b}"));
+                write!(out, "[{body}]").expect("String");
+                i = end;
+            }
+            '{' => {
+                braces += 1;
+                out.push('(');
+            }
+            ',' if braces > 0 => out.push('|'),
+            '}' if braces > 0 => {
+                braces -= 1;
+                out.push(')');
+            }
+            '\\' => {
+                i += 1;
+                out.push_str(&literal_regex(&c.get(i)?.to_string()));
+            }
+            ch => out.push_str(&literal_regex(&ch.to_string())),
+        }
+        i += 1;
+    }
+    (braces == 0).then(|| format!("{out}(/|$)"))
+}
+
+/// Of a command's exclude globs, those [`exclude_regex`] expresses relative to `root` (the
+/// first grant's), and those it does not (a gap the caller names).
+pub fn expressible_globs(root: Option<&Path>, globs: &[String]) -> (Vec<String>, Vec<String>) {
+    let root = root.and_then(Path::to_str);
+    globs
+        .iter()
+        .cloned()
+        .partition(|g| root.and_then(|r| exclude_regex(r, g)).is_some())
+}
+
+/// `text` matched literally, letters in any case.
+fn literal_regex(text: &str) -> String {
+    text.chars()
+        .map(|ch| match ch {
+            c if c.is_ascii_alphabetic() => {
+                format!("[{}{}]", c.to_ascii_lowercase(), c.to_ascii_uppercase())
+            }
+            c if c.is_alphanumeric() || matches!(c, '_' | '-' | '/' | ' ') => c.to_string(),
+            c => format!("\\{c}"),
+        })
+        .collect()
+}
+
 /// One component of a table rule (lower case; `*` any run of characters but `/`) as a regex
 /// that matches it in any case: each letter as `[xX]`, every other character escaped.
 fn component_regex(c: &str) -> String {
-    let mut out = String::new();
-    for ch in c.chars() {
-        match ch {
-            '*' => out.push_str("[^/]*"),
-            c if c.is_ascii_alphabetic() => write!(
-                out,
-                "[{}{}]",
-                c.to_ascii_lowercase(),
-                c.to_ascii_uppercase()
-            )
-            .expect("String"),
-            c if c.is_ascii_alphanumeric() || c == '_' || c == '-' => out.push(c),
-            c => {
-                out.push('\\');
-                out.push(c);
-            }
-        }
-    }
-    out
+    c.split('*')
+        .map(literal_regex)
+        .collect::<Vec<_>>()
+        .join("[^/]*")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exclude_globs_become_regexes_under_the_first_grant() {
+        let re = |g: &str| exclude_regex("/w/p", g);
+        assert_eq!(
+            re("secret").unwrap(),
+            "^/[wW]/[pP]/[sS][eE][cC][rR][eE][tT](/|$)"
+        );
+        assert_eq!(
+            re("**/*.log").unwrap(),
+            "^/[wW]/[pP]/(.*/)?[^/]*\\.[lL][oO][gG](/|$)"
+        );
+        assert_eq!(re("out/**").unwrap(), "^/[wW]/[pP]/[oO][uU][tT]/.*(/|$)");
+        assert_eq!(
+            re("{a,b}/x?").unwrap(),
+            "^/[wW]/[pP]/([aA]|[bB])/[xX][^/](/|$)"
+        );
+        assert_eq!(re("[!0-9]\\*").unwrap(), "^/[wW]/[pP]/[^0-9]\\*(/|$)");
+        // What it does not express: refused, so the caller names it.
+        for bad in [
+            "a**",
+            "**b",
+            "{a,b",
+            "[a/b]",
+            "[ab",
+            "a\")) (allow file-read*",
+        ] {
+            assert_eq!(re(bad), None, "{bad}");
+        }
+        let spec = CommandSpec {
+            grants: vec![(PathBuf::from("/w/p"), GrantAccess::ReadWrite)],
+            no_access: vec![],
+            no_write: vec![],
+            network: CommandNetwork::None,
+            hide_sensitive: false,
+            hide_globs: vec!["secret".into()],
+        };
+        let p = command_profile(&spec).unwrap();
+        let grant = p
+            .find("(allow file-read* file-write* (subpath \"/w/p\"))")
+            .unwrap();
+        let hidden = p
+            .find("(deny file-read* file-write* (regex #\"^/[wW]/[pP]/[sS][eE][cC][rR][eE][tT](/|$)\"))")
+            .unwrap_or_else(|| panic!("{p}"));
+        assert!(hidden > grant);
+        let bad = CommandSpec {
+            hide_globs: vec!["a**".into()],
+            ..spec
+        };
+        assert_eq!(command_profile(&bad), Err(SbplError::Glob("a**".into())));
+    }
 
     #[test]
     fn the_protected_table_follows_the_grants_in_any_case() {
@@ -310,6 +449,7 @@ mod tests {
             no_write: vec![],
             network: CommandNetwork::None,
             hide_sensitive: false,
+            hide_globs: Vec::new(),
         };
         let p = command_profile(&spec).unwrap();
         let grant = p
@@ -339,6 +479,7 @@ mod tests {
         assert!(!p.contains("[pP][eE][mM]$"), "{p}");
         let hidden = command_profile(&CommandSpec {
             hide_sensitive: true,
+            hide_globs: Vec::new(),
             ..spec
         })
         .unwrap();
@@ -376,6 +517,7 @@ mod tests {
             no_write: vec![],
             network: CommandNetwork::None,
             hide_sensitive: false,
+            hide_globs: Vec::new(),
         };
         assert_eq!(
             command_profile(&spec),
@@ -391,6 +533,7 @@ mod tests {
             no_write: vec!["/Users/a/p/.git/hooks".into()],
             network: CommandNetwork::None,
             hide_sensitive: false,
+            hide_globs: Vec::new(),
         };
         let s = command_profile(&spec).unwrap();
         let allow = s
@@ -414,6 +557,7 @@ mod tests {
             no_write: vec![],
             network: CommandNetwork::None,
             hide_sensitive: false,
+            hide_globs: Vec::new(),
         };
         let s = command_profile(&spec).unwrap();
         let lines: Vec<&str> = s.lines().collect();
@@ -447,6 +591,7 @@ mod tests {
             no_write: vec![],
             network: CommandNetwork::LoopbackProxy { port: 38123 },
             hide_sensitive: false,
+            hide_globs: Vec::new(),
         };
         let s = command_profile(&spec).unwrap();
         let outbound: Vec<_> = s.lines().filter(|l| l.contains("network")).collect();

@@ -195,6 +195,7 @@ pub fn network_filters() -> WfpSet {
             no_write: Vec::new(),
             network: CommandNetwork::None,
             hide_sensitive: false,
+            hide_globs: Vec::new(),
         })
         .expect("a command without paths renders"),
     );
@@ -575,6 +576,7 @@ pub fn exec_command_policy(
         no_write: present(protect),
         network: crate::seatbelt::CommandNetwork::None,
         hide_sensitive: false,
+        hide_globs: Vec::new(),
     })
 }
 
@@ -1286,6 +1288,7 @@ mod tests {
             no_write: vec!["C:\\w\\.git\\hooks".into()],
             network: CommandNetwork::LoopbackProxy { port: 1 },
             hide_sensitive: false,
+            hide_globs: Vec::new(),
         };
         let mut all = vec![command_policy(&spec).unwrap()];
         for p in [
@@ -1328,6 +1331,7 @@ mod tests {
             no_write: vec![],
             network: CommandNetwork::None,
             hide_sensitive: false,
+            hide_globs: Vec::new(),
         })
         .unwrap();
         // Every restricting SID of a command is among the exec helper's (the intersection
@@ -1412,6 +1416,7 @@ mod tests {
             no_write: vec![],
             network: CommandNetwork::LoopbackProxy { port: 4000 },
             hide_sensitive: false,
+            hide_globs: Vec::new(),
         };
         let w = command_policy(&spec).unwrap();
         let sid = capability_sid("gatehouse.cmd").0;
@@ -1803,6 +1808,7 @@ mod verdict_tests {
             no_write: vec![],
             network: CommandNetwork::None,
             hide_sensitive: false,
+            hide_globs: Vec::new(),
         })
         .unwrap();
         assert_eq!(cmd.process_sddl, None);

@@ -51,6 +51,7 @@ fn commands(home: &str, sep: &str) -> Vec<(&'static str, CommandSpec)> {
                 no_write: vec![p(&format!("project{sep}.git{sep}hooks"))],
                 network: CommandNetwork::LoopbackProxy { port: 38123 },
                 hide_sensitive: false,
+                hide_globs: Vec::new(),
             },
         ),
         (
@@ -61,6 +62,7 @@ fn commands(home: &str, sep: &str) -> Vec<(&'static str, CommandSpec)> {
                 no_write: vec![],
                 network: CommandNetwork::None,
                 hide_sensitive: true,
+                hide_globs: Vec::new(),
             },
         ),
     ]

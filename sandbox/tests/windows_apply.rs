@@ -792,6 +792,7 @@ mod win {
             no_write: vec![],
             network: sandbox::seatbelt::CommandNetwork::None,
             hide_sensitive: false,
+            hide_globs: Vec::new(),
         };
         let policy = wincfg::command_policy(&spec_policy).unwrap();
         let _granted = Granted(w::apply_aces(&child_aces(&policy)).unwrap());
