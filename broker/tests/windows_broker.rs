@@ -407,27 +407,16 @@ fn agent_fetch_waits(b: &Broker, url: &str) -> (Client, u64, ipc_schema::tool::W
     (agent, call, waiting)
 }
 
-/// The tool path on Windows, as on Linux: an agent's `fetch_url` (on the gateway's pipe) asks by
-/// default; it waits while the human's console lists the proposal and allows it once; the
-/// net-helper then fetches through the loopback DNS and web servers of the test, the agent gets
-/// the page wrapped as outside text, and the audit log has the call.
-#[test]
-fn an_agents_fetch_waits_for_the_human_then_runs_and_is_audited() {
-    let (_dns, web, b) = broker_with_web();
-    let url = format!("http://public.test:{}/page", web.addr.port());
-    let (mut agent, call, waiting) = agent_fetch_waits(&b, &url);
-    // Nothing has been fetched while the call waits for the human.
-    assert_eq!(web.requests().len(), 0);
-
+/// The human's console lists the proposal `id` and allows it once; its card.
+fn allow_once(b: &Broker, id: ipc_schema::tool::ProposalId) -> ipc_schema::ui::Proposal {
     let pending = match b.ui(Body::Ui(ipc_schema::ui::UiRequest::ListPending)) {
         Body::UiReply(UiReply::Pending(p)) => p,
         other => panic!("ListPending answered {other:?}"),
     };
     let card = pending
-        .iter()
-        .find(|p| p.id == waiting.proposal)
-        .unwrap_or_else(|| panic!("the proposal is not listed: {pending:?}"));
-    assert!(card.target.contains("public.test"), "{card:?}");
+        .into_iter()
+        .find(|p| p.id == id)
+        .unwrap_or_else(|| panic!("proposal {id:?} is not listed"));
     let decided = b.ui(Body::Ui(ipc_schema::ui::UiRequest::Decide(Decision {
         proposal: card.id,
         digest: card.digest,
@@ -443,14 +432,35 @@ fn an_agents_fetch_waits_for_the_human_then_runs_and_is_audited() {
         ),
         "{decided:?}"
     );
+    card
+}
 
-    let done = match agent.next_frame().unwrap() {
+/// The agent's final answer to `call`, which must be `Done`.
+fn done_for(b: &Broker, agent: &mut Client, call: u64) -> ipc_schema::tool::Done {
+    match agent.next_frame().unwrap() {
         e if e.id == call => match e.body {
-            Body::ToolReply(ToolReply::Done(d)) => d,
-            other => panic!("the allowed fetch ended with {other:?}: {}", b.log_text()),
+            Body::ToolReply(ToolReply::Done(d)) => *d,
+            other => panic!("the allowed call ended with {other:?}: {}", b.log_text()),
         },
         other => panic!("an answer to another request: {other:?}"),
-    };
+    }
+}
+
+/// The tool path on Windows, as on Linux: an agent's `fetch_url` (on the gateway's pipe) asks by
+/// default; it waits while the human's console lists the proposal and allows it once; the
+/// net-helper then fetches through the loopback DNS and web servers of the test, the agent gets
+/// the page wrapped as outside text, and the audit log has the call.
+#[test]
+fn an_agents_fetch_waits_for_the_human_then_runs_and_is_audited() {
+    let (_dns, web, b) = broker_with_web();
+    let url = format!("http://public.test:{}/page", web.addr.port());
+    let (mut agent, call, waiting) = agent_fetch_waits(&b, &url);
+    // Nothing has been fetched while the call waits for the human.
+    assert_eq!(web.requests().len(), 0);
+
+    let card = allow_once(&b, waiting.proposal);
+    assert!(card.target.contains("public.test"), "{card:?}");
+    let done = done_for(&b, &mut agent, call);
     assert_eq!(done.proposal, Some(waiting.proposal));
     let page = match done.result {
         ToolResult::Fetched(f) => f,
@@ -479,6 +489,114 @@ fn an_agents_fetch_waits_for_the_human_then_runs_and_is_audited() {
             && r.target
                 .as_deref()
                 .is_some_and(|t| t.contains("public.test"))),
+        "{rows:#?}"
+    );
+}
+
+/// An agent's `run_command` on Windows: refused by the default tier choice with how to choose
+/// the restricted-token tier; once the policy chooses it, the call asks, waits for the human's
+/// allow, runs in the exec-helper's restricted-token tier in the project, and its output,
+/// status and the tier come back to the agent; a working directory outside the grants is
+/// refused before anything asks; the audit log has the run.
+#[test]
+fn an_agents_run_command_asks_then_runs_in_the_restricted_token_tier() {
+    let b = Broker::start(&[]);
+    let root = b.dirs.data.parent().unwrap().to_path_buf();
+    let project = root.join("project");
+    let path =
+        |p: &Path| ipc_schema::fs::FsPath::Absolute(p.as_os_str().as_encoded_bytes().to_vec());
+    let run = |argv: &[&str], cwd: &Path| {
+        ToolCall::RunCommand(ipc_schema::tool::RunCommand {
+            argv: argv.iter().map(|a| a.to_string()).collect(),
+            cwd: path(cwd),
+            timeout_secs: 0,
+        })
+    };
+    let echo = ["cmd.exe", "/d", "/c", "echo from the agent& exit 3"];
+    let mut agent = Client::connect(&b.dirs.gateway_socket()).unwrap();
+    let ask = |agent: &mut Client, call: ToolCall| {
+        let id = agent.send(Body::ToolCall(call)).unwrap();
+        match agent.next_frame().unwrap() {
+            e if e.id == id => (id, e.body),
+            other => panic!("an answer to another request: {other:?}"),
+        }
+    };
+    // Outside every grant: refused at once, nothing asked.
+    let (_, refused) = ask(&mut agent, run(&echo, &root));
+    match &refused {
+        Body::ToolReply(ToolReply::Refused(r)) => {
+            assert!(r.message.contains("grant"), "{}", r.message)
+        }
+        other => panic!("not refused: {other:?}"),
+    }
+    // The tier: the policy has not chosen the restricted-token tier yet.
+    let (_, body) = ask(&mut agent, run(&echo, &project));
+    let waiting = match body {
+        Body::ToolReply(ToolReply::AwaitingApproval(w)) => w,
+        other => panic!("the default policy should ask: {other:?}"),
+    };
+    allow_once(&b, waiting.proposal);
+    let not_run = match agent.next_frame().unwrap().body {
+        Body::ToolReply(r) => format!("{r:?}"),
+        other => format!("{other:?}"),
+    };
+    assert!(not_run.contains("require_namespaces = false"), "{not_run}");
+    // The human chooses the tier in the policy.
+    let policy = format!(
+        "revision = 0\nrequire_namespaces = false\n[[grant]]\nroot = {:?}\ncapabilities = [\"read\", \"write\"]\n",
+        project.to_str().unwrap()
+    );
+    let data_dir = [OsStr::new("--data-dir"), root.as_os_str()];
+    let (code, out, err) = run_gatehouse(
+        &data_dir,
+        &["policy", "apply", "-", "--yes"],
+        Some(policy.as_bytes()),
+    );
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let (call, body) = ask(&mut agent, run(&echo, &project));
+    let waiting = match body {
+        Body::ToolReply(ToolReply::AwaitingApproval(w)) => w,
+        other => panic!("the call should ask: {other:?}"),
+    };
+    let card = allow_once(&b, waiting.proposal);
+    // The card shows what will run, where, and in which tier.
+    assert!(card.target.ends_with("project"), "{card:?}");
+    assert!(
+        card.effect.contains("from the agent") && card.effect.contains("restricted-token tier"),
+        "{card:?}"
+    );
+    let done = done_for(&b, &mut agent, call);
+    let ran = match done.result {
+        ToolResult::CommandRun(r) => r,
+        other => panic!("not a run: {other:?}"),
+    };
+    assert_eq!(ran.exit_code, Some(3), "{ran:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&ran.stdout).trim_end(),
+        "from the agent"
+    );
+    assert!(ran.sandbox.contains("restricted-token"), "{}", ran.sandbox);
+    let rows = match b.ui(Body::Ui(ipc_schema::ui::UiRequest::AuditTail {
+        after: 0,
+        limit: 1000,
+    })) {
+        Body::UiReply(UiReply::Audit(rows)) => rows,
+        other => panic!("AuditTail answered {other:?}"),
+    };
+    // The run is in the audit log: asked with what it runs, then carried out once.
+    let run_rows: Vec<_> = (rows.iter())
+        .filter(|r| r.tool.as_deref() == Some("run_command"))
+        .collect();
+    assert!(
+        run_rows
+            .iter()
+            .any(|r| r.outcome == "asked" && r.detail.contains("from the agent")),
+        "{rows:#?}"
+    );
+    assert!(
+        run_rows
+            .iter()
+            .any(|r| r.outcome == "done" && r.detail.contains("executing -> done")),
         "{rows:#?}"
     );
 }
