@@ -145,6 +145,24 @@ fn run_gatehouse(
     (out.status.code(), text(&out.stdout), text(&out.stderr))
 }
 
+/// The human chooses the restricted-token tier for commands in the policy of the broker whose
+/// data lives under `root` (`require_namespaces = false`, a loosening, so `--yes` without a
+/// terminal), with `root/project` granted read-write.
+fn choose_restricted_token_tier(root: &Path) {
+    let project = root.join("project");
+    let policy = format!(
+        "revision = 0\nrequire_namespaces = false\n[[grant]]\nroot = {:?}\ncapabilities = [\"read\", \"write\"]\n",
+        project.to_str().unwrap()
+    );
+    let data_dir = [OsStr::new("--data-dir"), root.as_os_str()];
+    let (code, out, err) = run_gatehouse(
+        &data_dir,
+        &["policy", "apply", "-", "--yes"],
+        Some(policy.as_bytes()),
+    );
+    assert_eq!(code, Some(0), "{out}\n{err}");
+}
+
 /// Runs this test binary as a front of `pipe` that sends `what`, and returns its exit code.
 fn front_child(pipe: &Path, what: &str) -> i32 {
     let out = Command::new(std::env::current_exe().unwrap())
@@ -542,17 +560,7 @@ fn an_agents_run_command_asks_then_runs_in_the_restricted_token_tier() {
     };
     assert!(not_run.contains("require_namespaces = false"), "{not_run}");
     // The human chooses the tier in the policy.
-    let policy = format!(
-        "revision = 0\nrequire_namespaces = false\n[[grant]]\nroot = {:?}\ncapabilities = [\"read\", \"write\"]\n",
-        project.to_str().unwrap()
-    );
-    let data_dir = [OsStr::new("--data-dir"), root.as_os_str()];
-    let (code, out, err) = run_gatehouse(
-        &data_dir,
-        &["policy", "apply", "-", "--yes"],
-        Some(policy.as_bytes()),
-    );
-    assert_eq!(code, Some(0), "{out}\n{err}");
+    choose_restricted_token_tier(&root);
     let (call, body) = ask(&mut agent, run(&echo, &project));
     let waiting = match body {
         Body::ToolReply(ToolReply::AwaitingApproval(w)) => w,
@@ -907,18 +915,8 @@ fn gatehouse_sandbox_runs_a_command_through_the_brokers_exec_helper() {
         "{err}"
     );
     assert_eq!(out, "");
-    // The human chooses that tier in the policy (a loosening, so --yes without a terminal).
-    let project = root.join("project");
-    let policy = format!(
-        "revision = 0\nrequire_namespaces = false\n[[grant]]\nroot = {:?}\ncapabilities = [\"read\", \"write\"]\n",
-        project.to_str().unwrap()
-    );
-    let (code, out, err) = run_gatehouse(
-        &data_dir,
-        &["policy", "apply", "-", "--yes"],
-        Some(policy.as_bytes()),
-    );
-    assert_eq!(code, Some(0), "{out}\n{err}");
+    // The human chooses that tier in the policy.
+    choose_restricted_token_tier(&root);
     let project = root.join("project");
     let sandbox = |args: &[&str], cwd: &Path| {
         let out = Command::new(gatehouse_tests::bin("gatehouse"))
@@ -1108,17 +1106,8 @@ fn gatehouse_sandbox_reaches_its_allowed_hosts_only_through_the_brokers_proxy() 
     let port = web.addr.port().to_string();
     let root = b.dirs.data.parent().unwrap().to_path_buf();
     let project = root.join("project");
-    let policy = format!(
-        "revision = 0\nrequire_namespaces = false\n[[grant]]\nroot = {:?}\ncapabilities = [\"read\", \"write\"]\n",
-        project.to_str().unwrap()
-    );
+    choose_restricted_token_tier(&root);
     let data_dir = [OsStr::new("--data-dir"), root.as_os_str()];
-    let (code, out, err) = run_gatehouse(
-        &data_dir,
-        &["policy", "apply", "-", "--yes"],
-        Some(policy.as_bytes()),
-    );
-    assert_eq!(code, Some(0), "{out}\n{err}");
     let me = std::env::current_exe().unwrap();
     let targets = format!("public.test:{port},other.test:{port}");
     let out = Command::new(gatehouse_tests::bin("gatehouse"))
