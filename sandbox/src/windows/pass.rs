@@ -26,10 +26,10 @@ use std::os::windows::io::{
 };
 use windows_sys::Win32::Foundation::{GetHandleInformation, HANDLE};
 use windows_sys::Win32::Networking::WinSock::{
-    bind, getsockopt, listen, setsockopt, socket, WSASocketW, WSAStartup, AF_INET,
-    FROM_PROTOCOL_INFO, INVALID_SOCKET, IPPROTO_TCP, SOCKADDR, SOCKADDR_IN, SOCKET, SOCK_STREAM,
-    SOL_SOCKET, SOMAXCONN, SO_ACCEPTCONN, SO_EXCLUSIVEADDRUSE, SO_TYPE, WSADATA, WSAENOTSOCK,
-    WSAPROTOCOL_INFOW, WSA_FLAG_OVERLAPPED,
+    bind, getsockopt, listen, setsockopt, WSASocketW, WSAStartup, AF_INET, FROM_PROTOCOL_INFO,
+    INVALID_SOCKET, IPPROTO_TCP, SOCKADDR, SOCKADDR_IN, SOCKET, SOCK_STREAM, SOL_SOCKET, SOMAXCONN,
+    SO_ACCEPTCONN, SO_EXCLUSIVEADDRUSE, SO_TYPE, WSADATA, WSAENOTSOCK, WSAPROTOCOL_INFOW,
+    WSA_FLAG_NO_HANDLE_INHERIT, WSA_FLAG_OVERLAPPED,
 };
 use windows_sys::Win32::System::Threading::{
     GetProcessId, PROCESS_DUP_HANDLE, PROCESS_QUERY_LIMITED_INFORMATION,
@@ -120,8 +120,18 @@ fn winsock() -> Result<(), WinError> {
 /// `WSAEACCES` for a port the system reserved).
 pub fn exclusive_loopback_listener(port: u16) -> Result<std::net::TcpListener, WinError> {
     winsock()?;
-    // SAFETY: plain arguments; the result is checked.
-    let s = unsafe { socket(AF_INET as i32, SOCK_STREAM, IPPROTO_TCP) };
+    // SAFETY: plain arguments and no protocol info; the result is checked. Not inheritable (as
+    // std makes its sockets): no process the router starts gets it.
+    let s = unsafe {
+        WSASocketW(
+            AF_INET as i32,
+            SOCK_STREAM,
+            IPPROTO_TCP,
+            std::ptr::null(),
+            0,
+            WSA_FLAG_OVERLAPPED | WSA_FLAG_NO_HANDLE_INHERIT,
+        )
+    };
     if s == INVALID_SOCKET {
         return Err(last(MECH, "socket"));
     }
