@@ -28,10 +28,11 @@ pub enum SbplError {
     NotAbsolute(PathBuf),
     #[error("the secrets profile needs the home directory (for ~/Library/Keychains)")]
     NoHome,
-    /// The exec helper takes no profile: macOS refuses `sandbox_apply` in a sandboxed process
-    /// (forbidden-sandbox-reinit), and each command the helper starts needs its own.
+    /// A grant's exclude glob that [`exclude_regex`] does not express.
     #[error("the exclude glob {0:?} has a form the profile cannot express")]
     Glob(String),
+    /// The exec helper takes no profile: macOS refuses `sandbox_apply` in a sandboxed process
+    /// (forbidden-sandbox-reinit), and each command the helper starts needs its own.
     #[error("the exec helper runs without a Seatbelt profile of its own: macOS refuses a sandbox inside a sandbox (forbidden-sandbox-reinit), and each command it starts gets its own through sandbox-exec")]
     NotNestable,
 }

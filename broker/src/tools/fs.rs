@@ -179,14 +179,18 @@ pub async fn resolve(ctx: &Rc<Ctx>, call: &ToolCall) -> Result<Resolved, ToolRep
 
 /// Windows, where no fs-helper runs: a command's working directory resolved here as the
 /// fs-helper resolves one (links followed, `canonicalize`): a directory, inside a grant of the
-/// policy in force (the longest root that holds it), not a protected place. This path is only
+/// policy in force (the longest root that holds it), not a place a read is refused in (the
+/// broker's one check, `policy::protected`, with gatehouse's own directories). This path is only
 /// where the command starts: what it may write is held by its token and the grants' ACEs, and
 /// the exec-helper checks the directory again at the start.
 #[cfg(windows)]
 fn command_cwd(ctx: &Rc<Ctx>, path: &FsPath) -> Result<ResolvedTarget, ToolReply> {
-    use ipc_schema::{os_path, protected};
+    use ipc_schema::os_path;
     let contained = |m: String| refused(RefusalKind::Contained, m, None, None);
-    let grants = ctx.gate.policy.borrow().fs_grants();
+    let (grants, protected) = {
+        let policy = ctx.gate.policy.borrow();
+        (policy.fs_grants(), policy.protected.clone())
+    };
     let asked = match path {
         FsPath::Absolute(b) => os_path::to_path(b).into_owned(),
         FsPath::InGrant { grant, path } => match grants.iter().find(|g| &g.id == grant) {
@@ -208,11 +212,8 @@ fn command_cwd(ctx: &Rc<Ctx>, path: &FsPath) -> Result<ResolvedTarget, ToolReply
         ));
     }
     let absolute = os_path::of(&canon).to_vec();
-    if let Some(p) = protected::check_components(&protected::folded_components(&absolute)) {
-        return Err(contained(format!(
-            "{shown} is protected ({}: {})",
-            p.place, p.why
-        )));
+    if let Some(why) = protected.check(&absolute, false) {
+        return Err(contained(why));
     }
     let Some(g) = (grants.iter())
         .filter(|g| canon.starts_with(&g.root))

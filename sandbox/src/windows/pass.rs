@@ -19,12 +19,12 @@
 
 use super::ffi::{invalid, last, raw, WinError};
 use super::spawn::ConfinedChild;
-use super::spawner::duplicate_raw;
+use super::spawner::{duplicate_raw, open_handle};
 use ipc_schema::helper::Passed;
 use std::os::windows::io::{
     AsRawSocket, BorrowedHandle, BorrowedSocket, FromRawHandle, FromRawSocket, OwnedHandle,
 };
-use windows_sys::Win32::Foundation::{GetHandleInformation, HANDLE};
+use windows_sys::Win32::Foundation::HANDLE;
 use windows_sys::Win32::Networking::WinSock::{
     bind, getsockopt, listen, setsockopt, WSASocketW, WSAStartup, AF_INET, FROM_PROTOCOL_INFO,
     INVALID_SOCKET, IPPROTO_TCP, SOCKADDR, SOCKADDR_IN, SOCKET, SOCK_STREAM, SOL_SOCKET, SOMAXCONN,
@@ -59,14 +59,7 @@ pub fn process_for_handles_into(
 /// The router: adopts the helper handle the spawner sent by `value`, refused unless it is an
 /// open handle of this process to the process `pid`.
 pub fn adopt_helper_process(value: u64, pid: u32) -> Result<OwnedHandle, WinError> {
-    let h = usize::try_from(value)
-        .map_err(|_| invalid(MECH, format!("{value:#x} is not a handle value")))?
-        as HANDLE;
-    let mut flags = 0;
-    // SAFETY: GetHandleInformation only reads the handle table; an invalid value fails.
-    if unsafe { GetHandleInformation(h, &mut flags) } == 0 {
-        return Err(last(MECH, "GetHandleInformation(the helper's process)"));
-    }
+    let h = open_handle(value, MECH, "GetHandleInformation(the helper's process)")?;
     // SAFETY: an open handle (above); GetProcessId only queries it, and fails (0) for a handle
     // that is not a process or lacks the query right.
     let got = unsafe { GetProcessId(h) };
@@ -200,13 +193,7 @@ fn int_option(s: SOCKET, name: i32, what: &'static str) -> Result<i32, WinError>
 /// made ([`register_under_wine`]); on Windows a socket Winsock does not take is refused.
 pub fn adopt_passed_socket(passed: Passed) -> Result<std::net::TcpStream, WinError> {
     let value = passed.0;
-    let h = usize::try_from(value)
-        .map_err(|_| invalid(MECH, format!("{value:#x} is not a handle value")))?;
-    let mut flags = 0;
-    // SAFETY: GetHandleInformation only reads the handle table; an invalid value fails.
-    if unsafe { GetHandleInformation(h as HANDLE, &mut flags) } == 0 {
-        return Err(last(MECH, "GetHandleInformation(the passed socket)"));
-    }
+    let h = open_handle(value, MECH, "GetHandleInformation(the passed socket)")? as usize;
     winsock()?;
     let what = "getsockopt(SO_TYPE) of the passed handle";
     let s = match int_option(h as SOCKET, SO_TYPE, what) {

@@ -135,18 +135,30 @@ pub(crate) fn duplicate_raw(
     Ok(theirs as usize as u64)
 }
 
-/// Adopts the pipe handle the spawner duplicated into this process, by the value it sent.
-/// Refused unless the value names an open handle of this process that is a pipe.
-pub fn adopt_duplicated_pipe(value: u64) -> Result<OwnedHandle, WinError> {
+/// The handle `value` names in this process, refused unless it is one (fits a pointer) and
+/// open (`GetHandleInformation`; `call` names the check in the error). Not yet owned: the
+/// caller checks what it is before adopting it.
+pub(crate) fn open_handle(
+    value: u64,
+    mechanism: &'static str,
+    call: &'static str,
+) -> Result<HANDLE, WinError> {
     let h = usize::try_from(value)
-        .map_err(|_| invalid(MECH, format!("{value:#x} is not a handle value")))?
+        .map_err(|_| invalid(mechanism, format!("{value:#x} is not a handle value")))?
         as HANDLE;
     let mut flags = 0;
     // SAFETY: GetHandleInformation only reads the handle table; an invalid value fails with
     // ERROR_INVALID_HANDLE and touches nothing.
     if unsafe { GetHandleInformation(h, &mut flags) } == 0 {
-        return Err(last(MECH, "GetHandleInformation(the helper's channel)"));
+        return Err(last(mechanism, call));
     }
+    Ok(h)
+}
+
+/// Adopts the pipe handle the spawner duplicated into this process, by the value it sent.
+/// Refused unless the value names an open handle of this process that is a pipe.
+pub fn adopt_duplicated_pipe(value: u64) -> Result<OwnedHandle, WinError> {
+    let h = open_handle(value, MECH, "GetHandleInformation(the helper's channel)")?;
     // SAFETY: as above, an open handle; GetFileType only queries it.
     if unsafe { GetFileType(h) } != FILE_TYPE_PIPE {
         return Err(invalid(
