@@ -1,131 +1,31 @@
 //! Directory grants: what the broker allows under each root, and the checks that follow from it.
 
-use globset::GlobSet;
-use ipc_schema::fs::{Access, Caps, FsError, FsErrorKind, GrantConfig, GrantId};
+use ipc_schema::fs::{FsError, FsErrorKind, GrantConfig, GrantId};
+pub use ipc_schema::grant_glob::Scope;
 use rustix::fd::OwnedFd;
-use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
 
-/// One grant, with its root held open (`O_PATH`) since before lockdown.
+/// One grant, with its root held open (`O_PATH`) since before lockdown; its checks are the
+/// shared [`Scope`]'s (the Windows fs-helper applies the same).
 #[derive(Debug)]
 pub struct Grant {
-    pub id: GrantId,
-    /// Canonical absolute root (no links), as bytes.
-    pub root: Vec<u8>,
+    pub scope: Scope,
     pub root_fd: OwnedFd,
-    pub caps: Caps,
-    pub recursive: bool,
-    pub confirmed: bool,
-    pub include: Vec<String>,
-    pub exclude: Vec<String>,
-    include_set: Option<GlobSet>,
-    exclude_set: GlobSet,
+}
+
+impl std::ops::Deref for Grant {
+    type Target = Scope;
+    fn deref(&self) -> &Scope {
+        &self.scope
+    }
 }
 
 impl Grant {
     /// The grant `c` (checked by `config`), its root opened as `root_fd`; compiles its globs.
     pub fn new(c: GrantConfig, root_fd: OwnedFd) -> Result<Grant, String> {
-        let build = |pats: &[String]| -> Result<GlobSet, String> {
-            ipc_schema::grant_glob::set(pats, &format!("grant {}", c.id))
-        };
-        let include_set = match c.include.is_empty() {
-            true => None,
-            false => Some(build(&c.include)?),
-        };
-        let exclude_set = build(&c.exclude)?;
         Ok(Grant {
-            id: c.id,
-            root: c.root,
+            scope: Scope::new(c)?,
             root_fd,
-            caps: c.caps,
-            recursive: c.recursive,
-            confirmed: c.confirmed,
-            include: c.include,
-            exclude: c.exclude,
-            include_set,
-            exclude_set,
         })
-    }
-
-    pub fn info(&self) -> GrantConfig {
-        GrantConfig {
-            id: self.id.clone(),
-            root: self.root.clone(),
-            caps: self.caps,
-            recursive: self.recursive,
-            confirmed: self.confirmed,
-            include: self.include.clone(),
-            exclude: self.exclude.clone(),
-        }
-    }
-
-    /// `root/relative` as bytes.
-    pub fn absolute(&self, rel: &[u8]) -> Vec<u8> {
-        let mut out = self.root.clone();
-        if !rel.is_empty() {
-            if out.last() != Some(&b'/') {
-                out.push(b'/');
-            }
-            out.extend_from_slice(rel);
-        }
-        out
-    }
-
-    /// Refuses `rel` (canonical, `is_dir` if it names a directory) if the grant's shape or globs
-    /// leave it out. Excludes apply to a path and everything under it; includes apply to files.
-    pub fn check_scope(&self, rel: &[u8], depth: usize, is_dir: bool) -> Result<(), FsError> {
-        let shown = String::from_utf8_lossy(rel);
-        if !self.recursive && depth > 1 {
-            return Err(FsError::new(
-                FsErrorKind::NotRecursive,
-                format!(
-                    "{shown}: grant {} is not recursive; only its top-level entries are granted",
-                    self.id
-                ),
-            ));
-        }
-        let path = Path::new(OsStr::from_bytes(rel));
-        if ipc_schema::grant_glob::excluded(&self.exclude_set, path) {
-            return Err(FsError::new(
-                FsErrorKind::Excluded,
-                format!(
-                    "{shown}: excluded by grant {} ({})",
-                    self.id,
-                    self.exclude.join(", ")
-                ),
-            ));
-        }
-        if let (Some(inc), false) = (&self.include_set, is_dir || rel.is_empty()) {
-            if !inc.is_match(path) {
-                return Err(FsError::new(
-                    FsErrorKind::Excluded,
-                    format!(
-                        "{shown}: not among the files grant {} includes ({})",
-                        self.id,
-                        self.include.join(", ")
-                    ),
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// Refuses `access` if the grant lacks the capability for it.
-    pub fn check_caps(&self, access: Access, shown: &str) -> Result<(), FsError> {
-        let (has, name) = match access {
-            Access::Read => (self.caps.read, "read"),
-            Access::Write => (self.caps.write, "write"),
-            Access::Edit => (self.caps.edit, "edit"),
-            Access::Delete => (self.caps.delete, "delete"),
-        };
-        if has {
-            return Ok(());
-        }
-        Err(FsError::new(
-            FsErrorKind::NotPermitted,
-            format!("{shown}: grant {} does not allow {name}", self.id),
-        ))
     }
 }
 
@@ -180,6 +80,7 @@ impl Grants {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ipc_schema::fs::Caps;
     use rustix::fs::{Mode, OFlags};
 
     fn grant(id: &str, root: &str, include: &[&str], exclude: &[&str], recursive: bool) -> Grant {

@@ -64,8 +64,15 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Every path is resolved beneath its grant root with openat2: Linux only so far.
-#[cfg(not(target_os = "linux"))]
+/// On Windows: the helper of `fs-helper-windows` (handles, one component per open).
+#[cfg(windows)]
+fn main() -> std::process::ExitCode {
+    fs_helper_windows::main()
+}
+
+/// Every path is resolved beneath its grant root with openat2 or a walk of `O_PATH` opens:
+/// Linux only so far.
+#[cfg(not(any(target_os = "linux", windows)))]
 fn main() -> std::process::ExitCode {
     use ipc_schema::platform::{refuse, Missing};
     refuse(

@@ -3,6 +3,7 @@
 //! crosses, `\` escapes; matched on the path relative to the grant's root, and an exclude
 //! matching any parent excludes everything beneath it.
 
+use crate::fs::{Access, Caps, FsError, FsErrorKind, GrantConfig, GrantId};
 use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 use std::path::Path;
 
@@ -33,6 +34,127 @@ pub fn excluded(exclude: &GlobSet, rel: &Path) -> bool {
         prefix = p.parent();
     }
     false
+}
+
+/// One grant's shape and globs, and the checks that follow from them: what the fs-helper on
+/// each OS applies to every path it resolves.
+#[derive(Debug)]
+pub struct Scope {
+    pub id: GrantId,
+    /// Canonical absolute root (no links), as bytes.
+    pub root: Vec<u8>,
+    pub caps: Caps,
+    pub recursive: bool,
+    pub confirmed: bool,
+    pub include: Vec<String>,
+    pub exclude: Vec<String>,
+    include_set: Option<GlobSet>,
+    exclude_set: GlobSet,
+}
+
+impl Scope {
+    /// The grant `c` (checked by the helper's configuration); compiles its globs.
+    pub fn new(c: GrantConfig) -> Result<Scope, String> {
+        let build =
+            |pats: &[String]| -> Result<GlobSet, String> { set(pats, &format!("grant {}", c.id)) };
+        let include_set = match c.include.is_empty() {
+            true => None,
+            false => Some(build(&c.include)?),
+        };
+        let exclude_set = build(&c.exclude)?;
+        Ok(Scope {
+            id: c.id,
+            root: c.root,
+            caps: c.caps,
+            recursive: c.recursive,
+            confirmed: c.confirmed,
+            include: c.include,
+            exclude: c.exclude,
+            include_set,
+            exclude_set,
+        })
+    }
+
+    pub fn info(&self) -> GrantConfig {
+        GrantConfig {
+            id: self.id.clone(),
+            root: self.root.clone(),
+            caps: self.caps,
+            recursive: self.recursive,
+            confirmed: self.confirmed,
+            include: self.include.clone(),
+            exclude: self.exclude.clone(),
+        }
+    }
+
+    /// `root/relative` as bytes.
+    pub fn absolute(&self, rel: &[u8]) -> Vec<u8> {
+        let mut out = self.root.clone();
+        if !rel.is_empty() {
+            if out.last() != Some(&b'/') {
+                out.push(b'/');
+            }
+            out.extend_from_slice(rel);
+        }
+        out
+    }
+
+    /// Refuses `rel` (canonical, `is_dir` if it names a directory) if the grant's shape or globs
+    /// leave it out. Excludes apply to a path and everything under it; includes apply to files.
+    pub fn check_scope(&self, rel: &[u8], depth: usize, is_dir: bool) -> Result<(), FsError> {
+        let shown = String::from_utf8_lossy(rel);
+        if !self.recursive && depth > 1 {
+            return Err(FsError::new(
+                FsErrorKind::NotRecursive,
+                format!(
+                    "{shown}: grant {} is not recursive; only its top-level entries are granted",
+                    self.id
+                ),
+            ));
+        }
+        let path = crate::os_path::to_path(rel);
+        let path = path.as_ref();
+        if excluded(&self.exclude_set, path) {
+            return Err(FsError::new(
+                FsErrorKind::Excluded,
+                format!(
+                    "{shown}: excluded by grant {} ({})",
+                    self.id,
+                    self.exclude.join(", ")
+                ),
+            ));
+        }
+        if let (Some(inc), false) = (&self.include_set, is_dir || rel.is_empty()) {
+            if !inc.is_match(path) {
+                return Err(FsError::new(
+                    FsErrorKind::Excluded,
+                    format!(
+                        "{shown}: not among the files grant {} includes ({})",
+                        self.id,
+                        self.include.join(", ")
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses `access` if the grant lacks the capability for it.
+    pub fn check_caps(&self, access: Access, shown: &str) -> Result<(), FsError> {
+        let (has, name) = match access {
+            Access::Read => (self.caps.read, "read"),
+            Access::Write => (self.caps.write, "write"),
+            Access::Edit => (self.caps.edit, "edit"),
+            Access::Delete => (self.caps.delete, "delete"),
+        };
+        if has {
+            return Ok(());
+        }
+        Err(FsError::new(
+            FsErrorKind::NotPermitted,
+            format!("{shown}: grant {} does not allow {name}", self.id),
+        ))
+    }
 }
 
 #[cfg(test)]

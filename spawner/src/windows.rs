@@ -16,7 +16,7 @@ use ipc_schema::status::LockdownReport;
 use ipc_schema::Role;
 use sandbox::wincfg::{self, WindowsPolicy};
 use sandbox::windows::{self as w, ChannelIo, ConfinedChild};
-use sandbox::Profile;
+use sandbox::{FsProfile, Profile};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::io;
@@ -41,10 +41,12 @@ fn windows_kind(kind: Role) -> Result<(Profile, ChannelIo), String> {
             Profile::Secrets(StoreKind::CredentialManager),
             ChannelIo::Blocking,
         )),
-        Role::Fs => Err(
-            "the fs-helper does not run on Windows yet (resolution beneath a grant root that refuses reparse points is not built)".into(),
-        ),
-        Role::Servers => Err("the servers-helper does not run on Windows yet (it is passed descriptors)".into()),
+        // The grant roots' ACEs are the broker's (it knows the grants); the policy's check of
+        // the token and job does not depend on them.
+        Role::Fs => Ok((Profile::Fs(FsProfile::default()), ChannelIo::Blocking)),
+        Role::Servers => {
+            Err("the servers-helper does not run on Windows yet (it is passed descriptors)".into())
+        }
         other => Err(format!("{other} is not a helper the spawner starts")),
     }
 }

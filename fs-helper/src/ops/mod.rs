@@ -160,7 +160,7 @@ impl Fs {
                     reason: reason.clone(),
                 },
             },
-            grants: self.grants.0.iter().map(Grant::info).collect(),
+            grants: self.grants.0.iter().map(|g| g.info()).collect(),
             protected_dirs: self.protector.dirs().to_vec(),
             checkpoints: self.store.count(),
         }

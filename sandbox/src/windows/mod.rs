@@ -29,6 +29,7 @@
 //! Nothing here has run on a real Windows machine; see docs/windows.md for what ran under Wine.
 
 mod acl;
+pub mod beneath;
 mod channel;
 mod console;
 mod ffi;

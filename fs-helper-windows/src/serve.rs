@@ -1,0 +1,234 @@
+//! Lock down, hello, serve; one function per request kind the helper answers on Windows.
+
+use crate::config::{self, Fs};
+use crate::walk::{io_error, kind_of, Opened};
+use ipc_schema::fs::{
+    Access, DirEntry, FileChunk, FileKind, FileStat, FsError, FsErrorKind, FsPath, FsReply,
+    FsRequest, FsStatus, Listing, Resolver, READ_CHUNK_MAX,
+};
+use ipc_schema::helper::{fatal, Answer, Request};
+use ipc_schema::route::BROKER_TO_FS;
+use ipc_schema::{Body, Role};
+use sandbox::helper_args::HelperArgs;
+use sandbox::windows::beneath;
+use std::os::windows::fs::{FileExt, MetadataExt};
+use std::process::ExitCode;
+
+const LIST_DEFAULT: u32 = 1000;
+const LIST_MAX: u32 = 5000;
+/// A directory with more entries than this is refused rather than sorted in memory.
+const DIR_MAX: usize = 1_000_000;
+/// Stop a page before its reply could outgrow a frame.
+const PAGE_BYTES: usize = 768 * 1024;
+
+/// What `Status` says of the resolver.
+const RESOLVER: &str = "Windows: one NtCreateFile per component relative to its parent's handle, reparse points refused, the system's path of the result checked";
+
+/// The fs-helper's `main` on Windows: open the grants, lock down, hello, serve.
+pub fn main() -> ExitCode {
+    // 1. What the broker grants, each root opened (and held) before lockdown.
+    let args = HelperArgs::from_env_with(&["--config"]);
+    let fs = match config::open(&args) {
+        Ok(fs) => fs,
+        Err(e) => {
+            eprintln!("fs-helper: {e}");
+            return ExitCode::from(64);
+        }
+    };
+    let channel = sandbox::helper_args::take_channel(&args)
+        .unwrap_or_else(|e| fatal(Role::Fs, format!("no broker channel: {e}")));
+
+    // 2. Lock down: the check of the restricted token and job the spawner made (refused,
+    //    naming what is missing, unless --allow-degraded).
+    let profile = sandbox::Profile::Fs(sandbox::FsProfile::default());
+    let report = sandbox::helper_args::lock_down(&args, &profile)
+        .unwrap_or_else(|e| fatal(Role::Fs, format!("lockdown failed: {e}")));
+
+    // 3. Hello.
+    let chan = ipc_schema::helper::HelperChannel::hello(Role::Fs, channel, report);
+
+    // 4. Serve what the broker may ask (ipc_schema::route::BROKER_TO_FS).
+    chan.serve(&BROKER_TO_FS, |req: Request| match req.body {
+        Body::Fs(r) => Answer::reply(Body::FsReply(fs.handle(r).unwrap_or_else(FsReply::Failed))),
+        _ => req.unserved(Role::Fs),
+    });
+    ExitCode::SUCCESS
+}
+
+fn not_built(what: &str) -> FsError {
+    FsError::new(
+        FsErrorKind::Unsupported,
+        format!("{what} is not built in the fs-helper on Windows yet: it serves reading (read_file, list_dir, stat); changes go through the agent's own tools in `gatehouse sandbox`"),
+    )
+}
+
+impl Fs {
+    /// Answers one request. Never panics on bad input: every refusal is a typed [`FsError`].
+    pub fn handle(&self, req: FsRequest) -> Result<FsReply, FsError> {
+        match req {
+            FsRequest::Status => Ok(FsReply::Status(FsStatus {
+                resolver: Resolver::ComponentWalk {
+                    reason: RESOLVER.into(),
+                },
+                grants: self.grants.iter().map(|g| g.scope.info()).collect(),
+                protected_dirs: self.protector.dirs(),
+                checkpoints: 0,
+            })),
+            FsRequest::Resolve { path, access } => match access {
+                Access::Read => Ok(FsReply::Resolved(self.open(&path, access)?.target())),
+                _ => Err(not_built("changing a file")),
+            },
+            FsRequest::ReadFile {
+                path,
+                offset,
+                length,
+            } => self.read_file(&path, offset, length),
+            FsRequest::ListDir {
+                path,
+                offset,
+                limit,
+            } => self.list_dir(&path, offset, limit),
+            FsRequest::Stat { path } => self.stat(&path),
+            FsRequest::SearchFiles { .. } => Err(not_built("search_files")),
+            FsRequest::Grep { .. } => Err(not_built("grep")),
+            FsRequest::WriteFile { .. } => Err(not_built("write_file")),
+            FsRequest::EditFile { .. } => Err(not_built("edit_file")),
+            FsRequest::DeletePath { .. } => Err(not_built("delete_path")),
+            FsRequest::MovePath { .. } => Err(not_built("move_path")),
+            FsRequest::Undo { .. } | FsRequest::ListCheckpoints { .. } => {
+                Err(not_built("undo (checkpoints)"))
+            }
+            FsRequest::TestProbe(_) => Err(FsError::new(
+                FsErrorKind::Unsupported,
+                "test probes are not built into the fs-helper on Windows",
+            )),
+        }
+    }
+
+    fn read_file(&self, path: &FsPath, offset: u64, length: u32) -> Result<FsReply, FsError> {
+        let o = self.open(path, Access::Read)?;
+        need(&o, FileKind::File)?;
+        let size = o.meta.len();
+        let want = match length {
+            0 => READ_CHUNK_MAX,
+            n => n.min(READ_CHUNK_MAX),
+        } as u64;
+        let n = want.min(size.saturating_sub(offset)) as usize;
+        let mut data = vec![0u8; n];
+        let mut got = 0;
+        while got < n {
+            match o.file.seek_read(&mut data[got..], offset + got as u64) {
+                Ok(0) => break,
+                Ok(k) => got += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io_error(&o.shown(), e)),
+            }
+        }
+        data.truncate(got);
+        Ok(FsReply::File(FileChunk {
+            target: o.target(),
+            offset,
+            eof: offset.saturating_add(data.len() as u64) >= size,
+            data,
+            file_size: size,
+        }))
+    }
+
+    fn list_dir(&self, path: &FsPath, offset: u32, limit: u32) -> Result<FsReply, FsError> {
+        let o = self.open(path, Access::Read)?;
+        need(&o, FileKind::Dir)?;
+        let mut all = beneath::list_dir(&o.file).map_err(|e| io_error(&o.shown(), e))?;
+        if all.len() > DIR_MAX {
+            return Err(FsError::new(
+                FsErrorKind::TooLarge,
+                format!("{}: more than {DIR_MAX} entries", o.shown()),
+            ));
+        }
+        let named = |l: &beneath::Listed| String::from_utf16_lossy(&l.name);
+        all.sort_by_cached_key(named);
+        let depth = o.comps.len() + 1;
+        let limit = match limit {
+            0 => LIST_DEFAULT,
+            n => n.min(LIST_MAX),
+        };
+        let (mut entries, mut total, mut bytes, mut next_offset) = (Vec::new(), 0u32, 0, None);
+        for l in &all {
+            // A name that is not valid UTF-16 could not be named back to the helper: left out.
+            let Ok(name) = String::from_utf16(&l.name) else {
+                continue;
+            };
+            let kind = kind_of(l.attributes);
+            let child = match o.relative_slash().as_str() {
+                "" => name.clone(),
+                rel => format!("{rel}/{name}"),
+            };
+            let scope = o
+                .grant
+                .scope
+                .check_scope(child.as_bytes(), depth, kind == FileKind::Dir);
+            if scope.is_err() {
+                continue;
+            }
+            total += 1;
+            if total <= offset || next_offset.is_some() {
+                continue;
+            }
+            if entries.len() as u32 >= limit || bytes >= PAGE_BYTES {
+                next_offset = Some(total - 1);
+                continue;
+            }
+            bytes += name.len() + 32;
+            let abs = format!(r"{}\{name}", o.shown());
+            entries.push(DirEntry {
+                protected: self.protector.refuses(abs.as_bytes(), false).is_some(),
+                size: if kind == FileKind::File { l.size } else { 0 },
+                name: name.into_bytes(),
+                kind,
+            });
+        }
+        Ok(FsReply::Listing(Listing {
+            dir: o.target(),
+            entries,
+            total,
+            next_offset,
+        }))
+    }
+
+    fn stat(&self, path: &FsPath) -> Result<FsReply, FsError> {
+        let o = self.open(path, Access::Read)?;
+        // Windows has no permission bits: read-only (FILE_ATTRIBUTE_READONLY) or not, as the
+        // C runtime's `stat` reports them.
+        let mode = match (o.kind(), o.meta.permissions().readonly()) {
+            (FileKind::Dir, _) => 0o755,
+            (_, true) => 0o444,
+            (_, false) => 0o644,
+        };
+        // 100 ns ticks since 1601 to nanoseconds since 1970.
+        let ticks = o.meta.last_write_time() as i128;
+        Ok(FsReply::Stat(FileStat {
+            target: o.target(),
+            size: if o.kind() == FileKind::File {
+                o.meta.len()
+            } else {
+                0
+            },
+            mode,
+            nlink: beneath::link_count(&o.file).map_err(|e| io_error(&o.shown(), e))?,
+            modified_unix_nanos: (ticks - 116_444_736_000_000_000) * 100,
+        }))
+    }
+}
+
+fn need(o: &Opened<'_>, kind: FileKind) -> Result<(), FsError> {
+    match (o.kind(), kind) {
+        (k, w) if k == w => Ok(()),
+        (FileKind::Dir, _) => Err(FsError::new(
+            FsErrorKind::IsADirectory,
+            format!("{} is a directory", o.shown()),
+        )),
+        _ => Err(FsError::new(
+            FsErrorKind::NotADirectory,
+            format!("{} is not a directory", o.shown()),
+        )),
+    }
+}
