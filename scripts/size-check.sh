@@ -21,6 +21,10 @@
 #     and what those name in turn (`crate::...`, `super::...`);
 #   - sandbox: the files the helper's code reaches the same way from `sandbox::...` paths
 #     (lib.rs, the lockdown and its layers, and for the exec-helper the exec sandbox).
+# The fs-helper on Windows is its own crate, fs-helper-windows (the `fs-helper` binary's `main`
+# there): it shares no system call with the Unix helper, so each is a program read on its own,
+# with its own row, budget and ratchet (its reach into ipc-schema and sandbox/src/windows/ is not
+# counted: the shared crates are counted as built on Linux, where it is empty).
 # The shared crates are counted as built on Linux: reaching starts from the helper's code built
 # there, goes by path at file granularity (a file is in if some counted file names an item in
 # it), and leaves out items built only off Linux (#[cfg(windows)] or its spelling
@@ -41,13 +45,14 @@ TARGET = 2000
 # its windows.rs and macOS code, which were always there); only ever lower it (when a helper
 # shrinks, the check says to).
 RATCHET = {
-    "fs-helper": 3270,
+    "fs-helper": 3200,
+    "fs-helper-windows": 650,
     "net-helper": 1985,
     "exec-helper": 1250,
     "secrets-helper": 1975,
     "servers-helper": 900,
 }
-HELPERS = ["fs-helper", "net-helper", "exec-helper", "secrets-helper", "servers-helper"]
+HELPERS = ["fs-helper", "fs-helper-windows", "net-helper", "exec-helper", "secrets-helper", "servers-helper"]
 SHARED = {"ipc_schema": "ipc-schema", "sandbox": "sandbox"}
 NOT_ON_LINUX = ("sandbox/src/macos.rs", "sandbox/src/windows/")
 # Items left out of a helper's own count: tests only (every OS's code counts).

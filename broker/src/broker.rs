@@ -244,6 +244,11 @@ async fn serve(dirs: Dirs, opts: Arc<BrokerOptions>, prepared: Prepared) -> Resu
     // Policy, audit log and ledger first: a log that fails its check refuses the start.
     let gate = crate::gate::Gate::open(&dirs, &opts.gate)?;
     helpers::set_extra_args(&opts, Role::Fs, gate.fs_helper_args());
+    #[cfg(windows)]
+    if let Err(e) = gate.grant_fs_aces() {
+        // The helper then cannot open those roots, says so, and file tools fail: closed.
+        tracing::warn!("the fs-helper's grant roots: {e}");
+    }
     // The broker's own secrets-helper serves the broker's table: no Set, Delete or List.
     let mut secrets_args =
         crate::secrets_link::helper_args(&dirs).map_err(|e| format!("refusing to start: {e}"))?;

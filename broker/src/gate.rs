@@ -229,6 +229,26 @@ impl Gate {
         vec!["--config".into(), config.to_arg().into()]
     }
 
+    /// Windows: a read ACE for the fs profile's SID on every grant root of the policy, applied
+    /// before the fs-helper starts: its restricted token reads only where an ACE names that SID
+    /// (`sandbox::wincfg`'s `fs_aces`). Read only: the helper serves no change there yet. Each
+    /// ACE names only gatehouse's SID, so one left on a root whose grant went gives nothing to
+    /// any other program (the helper checks its grants itself); they are not taken away.
+    #[cfg(windows)]
+    pub fn grant_fs_aces(&self) -> Result<(), String> {
+        let read_only = (self.policy.borrow().fs_grants().into_iter())
+            .map(|g| g.root)
+            .collect();
+        let profile = sandbox::Profile::Fs(sandbox::FsProfile {
+            read_only,
+            read_write: Vec::new(),
+        });
+        let policy = sandbox::wincfg::helper_policy(&profile).map_err(|e| e.to_string())?;
+        sandbox::windows::apply_aces(&policy.aces)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
     pub fn checkpoint_dir(&self) -> PathBuf {
         self.dirs.data.join("checkpoints")
     }

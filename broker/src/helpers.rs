@@ -112,7 +112,6 @@ pub(crate) fn not_built_here(_role: Role) -> Option<&'static str> {
 #[cfg(windows)]
 pub(crate) fn not_built_here(role: Role) -> Option<&'static str> {
     match role {
-        Role::Fs => Some("the fs-helper is not built for Windows (beneath-root path resolution: ipc_schema::platform::Missing::BeneathResolution); file tools are refused"),
         Role::Servers => Some("third-party MCP servers are not built for Windows (their connectors pass descriptors); the servers-helper does not run"),
         _ => None,
     }
@@ -642,6 +641,9 @@ fn verify_outside(
     let profile = match slot.role {
         Role::Net => Profile::Net,
         Role::Exec => Profile::Exec,
+        // Its grant roots' ACEs are applied by the broker (`Gate::grant_fs_aces`); the token,
+        // job and mitigations checked here do not depend on them.
+        Role::Fs => Profile::Fs(sandbox::FsProfile::default()),
         // The one store gatehouse has on Windows.
         Role::Secrets => Profile::Secrets(ipc_schema::secrets::StoreKind::CredentialManager),
         other => return Err(format!("{other} has no Windows policy")),

@@ -154,6 +154,10 @@ pub fn handle(
                         // Landlock cannot widen: a fresh fs-helper gets the new grants once the
                         // calls in flight have finished.
                         crate::helpers::set_extra_args(&ctx.opts, ipc_schema::Role::Fs, after);
+                        #[cfg(windows)]
+                        if let Err(e) = gate.grant_fs_aces() {
+                            tracing::warn!("the fs-helper's grant roots: {e}");
+                        }
                         if let Some(slot) = ctx.helpers.slot(ipc_schema::Role::Fs) {
                             slot.restart_when_idle("the policy's grants changed");
                         }

@@ -230,9 +230,9 @@ fn the_broker_serves_its_fronts_with_helpers_verified_from_outside() {
         assert_eq!(own.degraded, Vec::<String>::new());
     }
 
-    // The three helpers Windows runs are up, each verified; the two it does not run are
-    // refused with the reason, which doctor shows as a fact of the build, not a problem.
-    for name in ["net-helper", "exec-helper", "secrets-helper"] {
+    // The four helpers Windows runs are up, each verified; the one it does not run is refused
+    // with the reason, which doctor shows as a fact of the build, not a problem.
+    for name in ["net-helper", "exec-helper", "secrets-helper", "fs-helper"] {
         assert_eq!(state_of(&r, name), &ProcessState::Ready, "{name}: {r:#?}");
         let p = r.processes.iter().find(|p| p.name == name).unwrap();
         let report = p.lockdown.as_ref().unwrap();
@@ -262,7 +262,7 @@ fn the_broker_serves_its_fronts_with_helpers_verified_from_outside() {
             (_, other) => panic!("{name}: outbound {other:?}"),
         }
     }
-    for name in ["fs-helper", "servers-helper"] {
+    for name in ["servers-helper"] {
         match state_of(&r, name) {
             ProcessState::Refused { reason } => {
                 assert!(reason.contains("not built for Windows"), "{reason}")
@@ -272,21 +272,22 @@ fn the_broker_serves_its_fronts_with_helpers_verified_from_outside() {
     }
     assert_eq!(r.problems, Vec::<String>::new(), "{r:#?}");
 
-    // Each helper answers through the broker; the fs-helper's slot fails at once, saying why.
-    for target in [Role::Net, Role::Exec, Role::Secrets] {
+    // Each helper answers through the broker; the servers-helper's slot fails at once, saying
+    // why.
+    for target in [Role::Net, Role::Exec, Role::Secrets, Role::Fs] {
         let answer = b.ui(Body::Ping {
             target: Some(target),
         });
         assert_eq!(answer, Body::Pong, "{target}");
     }
     match b.ui(Body::Ping {
-        target: Some(Role::Fs),
+        target: Some(Role::Servers),
     }) {
         Body::Error(e) => {
             assert_eq!(e.code, ErrorCode::HelperUnavailable, "{e:?}");
             assert!(e.message.contains("not built for Windows"), "{e:?}");
         }
-        other => panic!("a ping of the fs-helper answered {other:?}"),
+        other => panic!("a ping of the servers-helper answered {other:?}"),
     }
 
     // A front that sends what its channel may not carry is ended by the broker, through the
@@ -324,7 +325,7 @@ fn the_broker_serves_its_fronts_with_helpers_verified_from_outside() {
         .filter(|p| p.state == ProcessState::Ready && p.name.ends_with("-helper"))
         .map(|p| (p.name.clone(), PeerProcess::watch(p.pid).unwrap()))
         .collect();
-    assert_eq!(helpers.len(), 3);
+    assert_eq!(helpers.len(), 4);
     for (name, p) in &helpers {
         assert!(p.running(), "{name} ended before the broker");
     }
@@ -1286,4 +1287,94 @@ fn the_notifier_hands_a_waiting_card_to_the_hook() {
     assert_eq!(c["why"], "console attached");
     // Nothing was fetched: the notifier can watch, never decide.
     assert_eq!(web.requests().len(), 0);
+}
+
+/// An agent's file tools on Windows, through the real broker and the fs-helper it started: a
+/// read inside the project grant is answered (the policy's Allow), a listing names what is
+/// there and marks the protected directory; a read outside every grant and one of a protected
+/// key file (both readable by this test: the controls) are refused by containment, and a change
+/// fails at once, saying the Windows fs-helper does not make changes yet, with no card asked.
+#[test]
+fn an_agents_file_reads_go_through_the_fs_helper_and_changes_are_refused() {
+    use ipc_schema::fs::{CreateMode, FsPath};
+    use ipc_schema::tool::{ListDir, ReadFile, WriteFile};
+    let b = Broker::start(&[]);
+    let root = b.dirs.data.parent().unwrap().to_path_buf();
+    let project = std::fs::canonicalize(root.join("project")).unwrap();
+    std::fs::create_dir(project.join(".ssh")).unwrap();
+    std::fs::write(project.join(".ssh").join("id_ed25519"), "KEY").unwrap();
+    std::fs::write(project.join("notes.txt"), "from the project").unwrap();
+    std::fs::write(root.join("outside.txt"), "outside").unwrap();
+    let path = |p: &Path| FsPath::Absolute(p.as_os_str().as_encoded_bytes().to_vec());
+    let read = |p: &Path| {
+        ToolCall::ReadFile(ReadFile {
+            path: path(p),
+            offset: 0,
+            length: 0,
+        })
+    };
+    let mut agent = Client::connect(&b.dirs.gateway_socket()).unwrap();
+    let mut ask = |call: ToolCall| {
+        let id = agent.send(Body::ToolCall(call)).unwrap();
+        match agent.next_frame().unwrap() {
+            e if e.id == id => e.body,
+            other => panic!("an answer to another request: {other:?}"),
+        }
+    };
+    let done = |body: Body| match body {
+        Body::ToolReply(ToolReply::Done(d)) => d.result,
+        other => panic!("not done: {other:?}"),
+    };
+    let refused = |body: Body, says: &str| match body {
+        Body::ToolReply(ToolReply::Refused(r)) => {
+            assert!(r.message.contains(says), "{}", r.message)
+        }
+        other => panic!("not refused: {other:?}"),
+    };
+
+    match done(ask(read(&project.join("notes.txt")))) {
+        ToolResult::File(c) => {
+            assert_eq!(c.data, b"from the project");
+            assert!(c.target.absolute.ends_with(br"project\notes.txt"));
+        }
+        other => panic!("{other:?}"),
+    }
+    match done(ask(ToolCall::ListDir(ListDir {
+        path: path(&project),
+        offset: 0,
+        limit: 0,
+    }))) {
+        ToolResult::Listing(l) => {
+            let names: Vec<(&[u8], bool)> = (l.entries.iter())
+                .map(|e| (e.name.as_slice(), e.protected))
+                .collect();
+            assert_eq!(names, [(&b".ssh"[..], true), (&b"notes.txt"[..], false)]);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(std::fs::read(root.join("outside.txt")).unwrap(), b"outside");
+    refused(ask(read(&root.join("outside.txt"))), "not inside any grant");
+    let key = project.join(".ssh").join("id_ed25519");
+    assert_eq!(std::fs::read(&key).unwrap(), b"KEY");
+    refused(ask(read(&key)), "protected");
+
+    let body = ask(ToolCall::WriteFile(WriteFile {
+        path: path(&project.join("new.txt")),
+        content: b"x".to_vec(),
+        create: CreateMode::Either,
+        create_parents: false,
+    }));
+    match body {
+        Body::ToolReply(ToolReply::Failed(f)) => assert!(
+            f.message.contains("not built in the fs-helper on Windows"),
+            "{}",
+            f.message
+        ),
+        other => panic!("a write should fail before any card: {other:?}"),
+    }
+    assert!(!project.join("new.txt").exists());
+    match b.ui(Body::Ui(UiRequest::ListPending)) {
+        Body::UiReply(UiReply::Pending(p)) => assert!(p.is_empty(), "{p:?}"),
+        other => panic!("ListPending answered {other:?}"),
+    }
 }

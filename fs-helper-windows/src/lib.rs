@@ -16,6 +16,8 @@ mod config;
 #[cfg(windows)]
 mod names;
 #[cfg(windows)]
+mod search;
+#[cfg(windows)]
 mod serve;
 #[cfg(windows)]
 mod walk;

@@ -58,7 +58,7 @@ pub fn main() -> ExitCode {
 fn not_built(what: &str) -> FsError {
     FsError::new(
         FsErrorKind::Unsupported,
-        format!("{what} is not built in the fs-helper on Windows yet: it serves reading (read_file, list_dir, stat); changes go through the agent's own tools in `gatehouse sandbox`"),
+        format!("{what} is not built in the fs-helper on Windows yet: it serves reading (read_file, list_dir, stat, search_files, grep); changes go through the agent's own tools in `gatehouse sandbox`"),
     )
 }
 
@@ -89,8 +89,24 @@ impl Fs {
                 limit,
             } => self.list_dir(&path, offset, limit),
             FsRequest::Stat { path } => self.stat(&path),
-            FsRequest::SearchFiles { .. } => Err(not_built("search_files")),
-            FsRequest::Grep { .. } => Err(not_built("grep")),
+            FsRequest::SearchFiles { path, glob, limits } => {
+                self.search_files(&path, &glob, limits)
+            }
+            FsRequest::Grep {
+                path,
+                regex,
+                glob,
+                case_insensitive,
+                limits,
+                grep,
+            } => self.grep(
+                &path,
+                &regex,
+                glob.as_deref(),
+                case_insensitive,
+                limits,
+                grep,
+            ),
             FsRequest::WriteFile { .. } => Err(not_built("write_file")),
             FsRequest::EditFile { .. } => Err(not_built("edit_file")),
             FsRequest::DeletePath { .. } => Err(not_built("delete_path")),
@@ -108,6 +124,13 @@ impl Fs {
     fn read_file(&self, path: &FsPath, offset: u64, length: u32) -> Result<FsReply, FsError> {
         let o = self.open(path, Access::Read)?;
         need(&o, FileKind::File)?;
+        let links = beneath::link_count(&o.file).map_err(|e| io_error(&o.shown(), e))?;
+        if links > 1 {
+            return Err(FsError::new(
+                FsErrorKind::HardLinked,
+                format!("{}: has {links} hard links; another name for it may lie outside the grant, so it is never opened", o.shown()),
+            ));
+        }
         let size = o.meta.len();
         let want = match length {
             0 => READ_CHUNK_MAX,
@@ -219,7 +242,7 @@ impl Fs {
     }
 }
 
-fn need(o: &Opened<'_>, kind: FileKind) -> Result<(), FsError> {
+pub(crate) fn need(o: &Opened<'_>, kind: FileKind) -> Result<(), FsError> {
     match (o.kind(), kind) {
         (k, w) if k == w => Ok(()),
         (FileKind::Dir, _) => Err(FsError::new(

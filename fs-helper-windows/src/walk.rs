@@ -19,6 +19,7 @@ use sandbox::windows::beneath::{self, Want};
 use std::fs::{File, Metadata};
 use std::io;
 use std::os::windows::fs::MetadataExt;
+use std::os::windows::io::AsHandle;
 
 /// The longest request path accepted (bytes).
 const MAX_PATH: usize = 32 * 1024;
@@ -204,11 +205,12 @@ impl Fs {
             }
             held.push(f);
         }
+        // The root itself is opened afresh (an empty name relative to its handle), not the
+        // held handle duplicated: a listing's position belongs to the open file, which a
+        // duplicate shares.
         let file = match held.pop() {
             Some(f) => f,
-            None => grant
-                .handle
-                .try_clone()
+            None => beneath::open_beneath(grant.handle.as_handle(), "", Want::Any)
                 .map_err(|e| io_error(&root_shown, e))?,
         };
         drop(held);

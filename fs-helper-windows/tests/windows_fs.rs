@@ -12,7 +12,7 @@
 use ipc_schema::codec::{read_frame, write_frame};
 use ipc_schema::fs::{
     Access, Caps, FileKind, FsErrorKind, FsHelperConfig, FsPath, FsReply, FsRequest, GrantConfig,
-    GrantId, Resolver,
+    GrantId, GrepLimits, Resolver, WalkLimits,
 };
 use ipc_schema::{Body, Envelope, Role, MAX_FRAME};
 use sandbox::windows as w;
@@ -337,6 +337,84 @@ fn the_helper_reads_beneath_its_grant_and_refuses_what_leaves_it() {
     }) {
         FsReply::Resolved(t) => assert_eq!(t.relative, b"a.txt"),
         other => panic!("{other:?}"),
+    }
+
+    // A second name inside the grant for a file outside it: never read (the test reads it).
+    std::fs::hard_link(base.join("outside.txt"), root.join("hard.txt")).unwrap();
+    assert_eq!(std::fs::read(root.join("hard.txt")).unwrap(), b"outside");
+    refused(
+        h.read(in_grant("hard.txt")),
+        FsErrorKind::HardLinked,
+        "2 hard links",
+    );
+
+    std::fs::write(root.join("b.txt"), "line one\nKEY in the open\n").unwrap();
+    // A second listing of the root sees what was made since the first.
+    match h.ask(FsRequest::ListDir {
+        path: in_grant(""),
+        offset: 0,
+        limit: 0,
+    }) {
+        FsReply::Listing(l) => assert_eq!(l.total, 6, "{l:?}"),
+        other => panic!("{other:?}"),
+    }
+    // Search by name: the protected and the excluded directories are not entered (asked to
+    // enter hidden ones too), the hard-linked file is found by name but (below) not read.
+    let limits = WalkLimits {
+        include_skipped_dirs: true,
+        ..WalkLimits::default()
+    };
+    match h.ask(FsRequest::SearchFiles {
+        path: in_grant(""),
+        glob: "*".into(),
+        limits,
+    }) {
+        FsReply::Search(r) => {
+            let found: Vec<String> = (r.matches.iter())
+                .map(|m| String::from_utf8(m.relative.clone()).unwrap())
+                .collect();
+            assert_eq!(
+                found,
+                [
+                    "a.txt",
+                    "b.txt",
+                    "hard.txt",
+                    "secret",
+                    r"src",
+                    r"src\main.rs"
+                ]
+            );
+            assert_eq!(r.stopped, None);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Grep: `KEY` is in the key file (protected) and in b.txt; `outside` only behind the
+    // hard link. Only b.txt's line comes back.
+    for (regex, want) in [("KEY", vec![(r"b.txt", 2)]), ("outside", vec![])] {
+        match h.ask(FsRequest::Grep {
+            path: in_grant(""),
+            regex: regex.into(),
+            glob: None,
+            case_insensitive: false,
+            limits,
+            grep: GrepLimits::default(),
+        }) {
+            FsReply::Grep(r) => {
+                let got: Vec<(String, u64)> = (r.matches.iter())
+                    .map(|m| {
+                        (
+                            String::from_utf8(m.relative.clone()).unwrap(),
+                            m.line_number,
+                        )
+                    })
+                    .collect();
+                let want: Vec<(String, u64)> =
+                    want.iter().map(|(p, n)| (p.to_string(), *n)).collect();
+                assert_eq!(got, want, "{regex}");
+                assert!(r.files_skipped >= 1, "the hard-linked file: {r:?}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     // A link inside the grant to a directory outside it: refused, never followed.

@@ -140,9 +140,9 @@ fn the_spawner_starts_observes_traces_and_kills_a_helper_for_the_router() {
         assert_eq!(link.lineage(std::process::id()).await, Ok(false));
 
         // A kind that does not run on Windows is refused with the reason; the spawner serves on.
-        let e = link.start(Role::Fs, vec![]).await.err().unwrap();
+        let e = link.start(Role::Servers, vec![]).await.err().unwrap();
         assert!(
-            e.starts_with("the fs-helper does not run on Windows yet"),
+            e.starts_with("the servers-helper does not run on Windows yet"),
             "{e}"
         );
 

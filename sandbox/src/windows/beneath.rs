@@ -58,7 +58,8 @@ fn nt_error(status: i32) -> io::Error {
 /// reparse point in its place names (`FILE_OPEN_REPARSE_POINT`); `Want::Dir` refuses anything
 /// but a directory (ERROR_DIRECTORY). The caller checks that `name` is one plain component (no
 /// separator, no `:` stream, not `.` or `..`): the kernel is given it as written. Shared for
-/// reading and writing by others, never for deleting (see the module docs).
+/// reading and writing by others, never for deleting (see the module docs). An empty `name`
+/// opens `parent` itself afresh: a new open file, with its own listing position.
 pub fn open_beneath(parent: BorrowedHandle<'_>, name: &str, want: Want) -> io::Result<File> {
     let wide: Vec<u16> = name.encode_utf16().collect();
     let bytes = u16::try_from(wide.len() * 2)
