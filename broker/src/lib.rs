@@ -5,8 +5,8 @@
 
 #![forbid(unsafe_code)]
 // The daemon runs on Linux (its helpers started through the spawner; Landlock and seccomp on
-// itself) and Windows (the spawner on a pipe; a job and mitigations on itself; no fs-helper and
-// no servers-helper there). On macOS the crate is empty and gatehouse-broker refuses to start
+// itself) and Windows (the spawner on a pipe; a job and mitigations on itself; the fs-helper
+// there serves the reading tools only; no servers-helper). On macOS the crate is empty and gatehouse-broker refuses to start
 // (ipc_schema::platform::Missing).
 #![cfg(any(target_os = "linux", windows))]
 

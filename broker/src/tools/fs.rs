@@ -146,10 +146,7 @@ pub async fn resolve(ctx: &Rc<Ctx>, call: &ToolCall) -> Result<Resolved, ToolRep
                     "run_command needs a program (argv is empty)",
                 ));
             };
-            #[cfg(unix)]
             let cwd = resolve_path(ctx, &a.cwd, Access::Read).await?;
-            #[cfg(windows)]
-            let cwd = command_cwd(ctx, &a.cwd)?;
             return Ok(Resolved {
                 target: Target::Command {
                     program: program.clone(),
@@ -174,62 +171,6 @@ pub async fn resolve(ctx: &Rc<Ctx>, call: &ToolCall) -> Result<Resolved, ToolRep
     Ok(Resolved {
         target: Target::Paths(targets),
         paths,
-    })
-}
-
-/// Windows, where no fs-helper runs: a command's working directory resolved here as the
-/// fs-helper resolves one (links followed, `canonicalize`): a directory, inside a grant of the
-/// policy in force (the longest root that holds it), not a place a read is refused in (the
-/// broker's one check, `policy::protected`, with gatehouse's own directories). This path is only
-/// where the command starts: what it may write is held by its token and the grants' ACEs, and
-/// the exec-helper checks the directory again at the start.
-#[cfg(windows)]
-fn command_cwd(ctx: &Rc<Ctx>, path: &FsPath) -> Result<ResolvedTarget, ToolReply> {
-    use ipc_schema::os_path;
-    let contained = |m: String| refused(RefusalKind::Contained, m, None, None);
-    let (grants, protected) = {
-        let policy = ctx.gate.policy.borrow();
-        (policy.fs_grants(), policy.protected.clone())
-    };
-    let asked = match path {
-        FsPath::Absolute(b) => os_path::to_path(b).into_owned(),
-        FsPath::InGrant { grant, path } => match grants.iter().find(|g| &g.id == grant) {
-            Some(g) => g.root.join(os_path::to_path(path)),
-            None => return Err(contained(format!("there is no grant {grant}"))),
-        },
-    };
-    let shown = asked.display();
-    let canon = std::fs::canonicalize(&asked).map_err(|e| {
-        failed(
-            ErrorCode::NotFound,
-            format!("the working directory {shown}: {e}"),
-        )
-    })?;
-    if !canon.is_dir() {
-        return Err(failed(
-            ErrorCode::Invalid,
-            format!("the working directory {shown} is not a directory"),
-        ));
-    }
-    let absolute = os_path::of(&canon).to_vec();
-    if let Some(why) = protected.check(&absolute, false) {
-        return Err(contained(why));
-    }
-    let Some(g) = (grants.iter())
-        .filter(|g| canon.starts_with(&g.root))
-        .max_by_key(|g| g.root.as_os_str().len())
-    else {
-        return Err(contained(format!("{shown} is outside every grant")));
-    };
-    let relative = canon
-        .strip_prefix(&g.root)
-        .expect("a prefix, checked above");
-    Ok(ResolvedTarget {
-        grant: g.id.clone(),
-        root: os_path::of(&g.root).to_vec(),
-        relative: os_path::of(relative).to_vec(),
-        absolute,
-        kind: FileKind::Dir,
     })
 }
 
