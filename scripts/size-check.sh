@@ -46,7 +46,7 @@ TARGET = 2000
 # shrinks, the check says to).
 RATCHET = {
     "fs-helper": 3200,
-    "fs-helper-windows": 650,
+    "fs-helper-windows": 1050,
     "net-helper": 1985,
     "exec-helper": 1250,
     "secrets-helper": 1975,
@@ -331,7 +331,9 @@ def section(helper, own, shared):
     for title, files in (("Own crate", own), ("ipc-schema", shared["ipc-schema"]), ("sandbox", shared["sandbox"])):
         lines.append(f"{title}:")
         lines.append("")
-        lines += [f"- `{f}`" for f in files]
+        lines += [f"- `{f}`" for f in files] or [
+            "- none counted: this helper's code is built only on Windows, and the shared crates are",
+            "  counted as built on Linux (its reach there is in its page, above)"]
         lines.append("")
     return "\n".join(lines).rstrip("\n") + "\n"
 

@@ -244,12 +244,12 @@ fn main() -> ExitCode {
         #[cfg(windows)]
         Cmd::Run(_) => not_built_here(
             "run",
-            "an agent inside the exec sandbox needs the egress proxy and the agent's session, which are not built on Windows yet; `gatehouse mcp` serves an agent outside it, and `gatehouse sandbox` runs one command",
+            "an agent inside the exec sandbox needs its own connection to the gateway from inside the sandbox and, with the default --own-tools read, the file helper's changes; neither is built on Windows yet; `gatehouse mcp` serves an agent outside it, and `gatehouse sandbox` runs one command",
         ),
         #[cfg(windows)]
         Cmd::Demo(_) => not_built_here(
             "demo",
-            "its scripted session needs the file helper, which does not run on Windows yet",
+            "its scripted session writes, edits and undoes through the file helper, which serves only reads on Windows yet",
         ),
         Cmd::Secret { cmd } => cmd_secret::run(&g, cmd),
         Cmd::Session { cmd } => cmd_session::run(&g, cmd),
