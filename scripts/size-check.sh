@@ -45,8 +45,8 @@ TARGET = 2000
 # its windows.rs and macOS code, which were always there); only ever lower it (when a helper
 # shrinks, the check says to).
 RATCHET = {
-    "fs-helper": 3200,
-    "fs-helper-windows": 1050,
+    "fs-helper": 3100,
+    "fs-helper-windows": 950,
     "net-helper": 1985,
     "exec-helper": 1250,
     "secrets-helper": 1975,

@@ -124,21 +124,9 @@ fn open_grant(
     home: Option<&Path>,
 ) -> Result<Grant, String> {
     let id = &g.id.0;
-    if id.is_empty()
-        || id.len() > 64
-        || !id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
-    {
-        return Err(format!(
-            "grant {id:?}: the id must be 1-64 of A-Z a-z 0-9 _ . -"
-        ));
-    }
+    ipc_schema::grant_glob::check_config(&g)?;
     if before.iter().any(|o| o.scope.id == g.id) {
         return Err(format!("grant id {id} is given twice"));
-    }
-    if g.caps == Default::default() {
-        return Err(format!("grant {id}: no capabilities"));
     }
     let what = format!("grant {id}: the root");
     let root = checked_root(&g.root, &what)?;

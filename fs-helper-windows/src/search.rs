@@ -13,9 +13,10 @@ use crate::config::{Fs, Grant};
 use crate::walk::{kind_of, Opened};
 use globset::GlobMatcher;
 use ipc_schema::fs::{
-    FileKind, FoundPath, FsError, FsErrorKind, FsPath, FsReply, GrepLimits, GrepMatch, GrepResults,
-    SearchResults, StopReason, WalkLimits,
+    FileKind, FoundPath, FsError, FsErrorKind, FsPath, FsReply, GrepLimits, SearchResults,
+    StopReason, WalkLimits,
 };
+use ipc_schema::fs_walk::{self, Admit, GrepTally, WalkCaps};
 use regex::bytes::{Regex, RegexBuilder};
 use sandbox::windows::beneath::{self, Want};
 use std::fs::File;
@@ -23,41 +24,17 @@ use std::os::windows::fs::{FileExt, MetadataExt};
 use std::os::windows::io::AsHandle;
 use std::path::Path;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
-
-/// Directory names skipped unless `include_skipped_dirs` (besides every hidden one): the Linux
-/// helper's list.
-const SKIPPED_DIRS: &[&str] = &[
-    "target",
-    "node_modules",
-    "__pycache__",
-    "dist",
-    "build",
-    "venv",
-];
-/// Stop before a reply could outgrow a frame.
-const REPLY_BYTES: usize = 768 * 1024;
-/// Grep lines are cut here.
-const LINE_MAX: usize = 1024;
-
-fn clamp(v: u64, default: u64, max: u64) -> u64 {
-    if v == 0 {
-        default
-    } else {
-        v.min(max)
-    }
-}
+use std::time::Instant;
 
 fn bad(what: &str, e: impl std::fmt::Display) -> FsError {
     FsError::new(FsErrorKind::BadRequest, format!("bad {what}: {e}"))
 }
 
-/// One entry the walk keeps: its components below the grant root, what it is, its size, and
-/// the directory handle it was listed in.
+/// One entry the walk keeps: its components below the grant root, what it is, and the
+/// directory handle it was listed in.
 struct Found<'a> {
     comps: &'a [String],
     kind: FileKind,
-    size: u64,
     dir: &'a File,
 }
 
@@ -65,10 +42,7 @@ struct Walk<'a> {
     fs: &'a Fs,
     grant: &'a Grant,
     base: usize,
-    max_depth: usize,
-    max_entries: u64,
-    deadline: Instant,
-    include_skipped: bool,
+    caps: WalkCaps,
     entries: u64,
     depth_limited: bool,
     stopped: Option<StopReason>,
@@ -80,11 +54,7 @@ impl<'a> Walk<'a> {
             fs,
             grant: base.grant,
             base: base.comps.len(),
-            max_depth: clamp(l.max_depth as u64, 32, 64) as usize,
-            max_entries: clamp(l.max_entries as u64, 100_000, 1_000_000),
-            deadline: Instant::now()
-                + Duration::from_millis(clamp(l.max_millis as u64, 5_000, 30_000)),
-            include_skipped: l.include_skipped_dirs,
+            caps: WalkCaps::of(l),
             entries: 0,
             depth_limited: false,
             stopped: None,
@@ -114,9 +84,9 @@ impl<'a> Walk<'a> {
             let mut subdirs = Vec::new();
             for l in listed {
                 self.entries += 1;
-                if self.entries > self.max_entries {
+                if self.entries > self.caps.max_entries {
                     self.stopped = Some(StopReason::MaxEntries);
-                } else if Instant::now() >= self.deadline {
+                } else if Instant::now() >= self.caps.deadline {
                     self.stopped = Some(StopReason::Deadline);
                 }
                 if self.stopped.is_some() {
@@ -134,7 +104,7 @@ impl<'a> Walk<'a> {
                     continue;
                 }
                 if kind == FileKind::Dir && self.enters(&child) {
-                    if child.len() - self.base >= self.max_depth {
+                    if child.len() - self.base >= self.caps.max_depth {
                         self.depth_limited = true;
                     } else {
                         subdirs.push((child.clone(), Some(dir.clone())));
@@ -143,7 +113,6 @@ impl<'a> Walk<'a> {
                 let found = Found {
                     comps: &child,
                     kind,
-                    size: l.size,
                     dir: &dir,
                 };
                 if let Some(reason) = visit(found) {
@@ -173,7 +142,7 @@ impl<'a> Walk<'a> {
 
     fn enters(&self, dir: &[String]) -> bool {
         let name = dir.last().map(String::as_str).unwrap_or_default();
-        self.include_skipped || !(name.starts_with('.') || SKIPPED_DIRS.contains(&name))
+        self.caps.enters(name.as_bytes())
     }
 }
 
@@ -208,7 +177,7 @@ impl Fs {
             }
             let relative = f.comps.join(r"\");
             bytes += relative.len() + 8;
-            if bytes > REPLY_BYTES {
+            if bytes > fs_walk::REPLY_BYTES {
                 return Some(StopReason::ReplyFull);
             }
             matches.push(FoundPath {
@@ -251,35 +220,22 @@ impl Fs {
         let mut g = Grepper {
             regex,
             glob,
-            max_matches: clamp(caps.max_matches as u64, 500, 5_000) as usize,
-            bytes_left: clamp(caps.max_bytes, 64 << 20, 1 << 30),
-            max_file_bytes: clamp(caps.max_file_bytes, 8 << 20, 64 << 20),
-            reply_bytes: 0,
-            out: GrepResults {
-                base: base.target(),
-                matches: Vec::new(),
-                files_searched: 0,
-                files_skipped: 0,
-                secret_files_withheld: 0,
-                depth_limited: false,
-                stopped: None,
-            },
+            tally: GrepTally::new(caps, base.target()),
         };
-        let deadline =
-            Instant::now() + Duration::from_millis(clamp(limits.max_millis as u64, 5_000, 30_000));
+        let deadline = WalkCaps::of(limits).deadline;
         match base.kind() {
             FileKind::File => {
                 // One named file: the glob does not apply.
                 g.glob = None;
                 let comps = base.comps.clone();
-                g.out.stopped = g.search(&comps, base.file, deadline);
+                g.tally.out.stopped = g.search(&comps, base.file, deadline);
             }
             FileKind::Dir => {
                 let mut walk = Walk::new(self, &base, limits);
-                let deadline = walk.deadline;
+                let deadline = walk.caps.deadline;
                 walk.run(base, &mut |f| g.file(&f, deadline));
-                g.out.depth_limited = walk.depth_limited;
-                g.out.stopped = walk.stopped;
+                g.tally.out.depth_limited = walk.depth_limited;
+                g.tally.out.stopped = walk.stopped;
             }
             _ => {
                 return Err(FsError::new(
@@ -288,19 +244,15 @@ impl Fs {
                 ))
             }
         }
-        Ok(FsReply::Grep(g.out))
+        Ok(FsReply::Grep(g.tally.out))
     }
 }
 
-/// Grep's own caps and tallies.
+/// Grep's pattern, and its caps and tallies (shared with the Unix helper).
 struct Grepper {
     regex: Regex,
     glob: Option<GlobMatcher>,
-    max_matches: usize,
-    bytes_left: u64,
-    max_file_bytes: u64,
-    reply_bytes: usize,
-    out: GrepResults,
+    tally: GrepTally,
 }
 
 impl Grepper {
@@ -309,31 +261,29 @@ impl Grepper {
         if f.kind != FileKind::File || self.glob.as_ref().is_some_and(|g| !g.is_match(name)) {
             return None;
         }
-        if f.size > self.max_file_bytes {
-            self.out.files_skipped += 1;
-            return None;
-        }
         // Decided on the opened handle: a file (not what replaced it), with one name.
         let opened = beneath::open_beneath(f.dir.as_handle(), name, Want::Any).ok();
         let Some(file) = opened.filter(|h| {
             h.metadata()
                 .is_ok_and(|m| kind_of(m.file_attributes()) == FileKind::File)
-                && beneath::link_count(h).is_ok_and(|n| n == 1)
         }) else {
-            self.out.files_skipped += 1;
+            self.tally.out.files_skipped += 1;
             return None;
         };
         self.search(f.comps, file, deadline)
     }
 
+    /// One file's lines, if it has one name and fits the caps.
     fn search(&mut self, comps: &[String], file: File, deadline: Instant) -> Option<StopReason> {
         let size = file.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
-        if size > self.max_file_bytes || beneath::link_count(&file).ok() != Some(1) {
-            self.out.files_skipped += 1;
+        if beneath::link_count(&file).ok() != Some(1) {
+            self.tally.out.files_skipped += 1;
             return None;
         }
-        if size > self.bytes_left {
-            return Some(StopReason::MaxBytes);
+        match self.tally.admit(size) {
+            Admit::Read => {}
+            Admit::Skip => return None,
+            Admit::Stop(why) => return Some(why),
         }
         let mut data = vec![0u8; size as usize];
         let mut got = 0;
@@ -342,41 +292,14 @@ impl Grepper {
                 Ok(0) => break,
                 Ok(n) => got += n,
                 Err(_) => {
-                    self.out.files_skipped += 1;
+                    self.tally.out.files_skipped += 1;
                     return None;
                 }
             }
         }
         data.truncate(got);
-        self.bytes_left -= data.len() as u64;
-        if data[..data.len().min(8192)].contains(&0) {
-            self.out.files_skipped += 1;
-            return None;
-        }
-        self.out.files_searched += 1;
-        let relative = comps.join(r"\").into_bytes();
-        for (i, line) in data.split(|&b| b == b'\n').enumerate() {
-            if i % 4096 == 0 && Instant::now() >= deadline {
-                return Some(StopReason::Deadline);
-            }
-            if !self.regex.is_match(line) {
-                continue;
-            }
-            if self.out.matches.len() >= self.max_matches {
-                return Some(StopReason::MaxMatches);
-            }
-            let cut = line.len().min(LINE_MAX);
-            self.reply_bytes += relative.len() + cut + 24;
-            if self.reply_bytes > REPLY_BYTES {
-                return Some(StopReason::ReplyFull);
-            }
-            self.out.matches.push(GrepMatch {
-                relative: relative.clone(),
-                line_number: i as u64 + 1,
-                line: line[..cut].to_vec(),
-                line_truncated: cut < line.len(),
-            });
-        }
-        None
+        let regex = &self.regex;
+        let relative = comps.join(r"\");
+        (self.tally).lines(relative.as_bytes(), &data, |l| regex.is_match(l), deadline)
     }
 }

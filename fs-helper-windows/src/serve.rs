@@ -4,8 +4,9 @@ use crate::config::{self, Fs};
 use crate::walk::{io_error, kind_of, Opened};
 use ipc_schema::fs::{
     Access, DirEntry, FileChunk, FileKind, FileStat, FsError, FsErrorKind, FsPath, FsReply,
-    FsRequest, FsStatus, Listing, Resolver, READ_CHUNK_MAX,
+    FsRequest, FsStatus, Listing, Resolver,
 };
+use ipc_schema::fs_walk::{Page, DIR_MAX};
 use ipc_schema::helper::{fatal, Answer, Request};
 use ipc_schema::route::BROKER_TO_FS;
 use ipc_schema::{Body, Role};
@@ -13,13 +14,6 @@ use sandbox::helper_args::HelperArgs;
 use sandbox::windows::beneath;
 use std::os::windows::fs::{FileExt, MetadataExt};
 use std::process::ExitCode;
-
-const LIST_DEFAULT: u32 = 1000;
-const LIST_MAX: u32 = 5000;
-/// A directory with more entries than this is refused rather than sorted in memory.
-const DIR_MAX: usize = 1_000_000;
-/// Stop a page before its reply could outgrow a frame.
-const PAGE_BYTES: usize = 768 * 1024;
 
 /// What `Status` says of the resolver.
 const RESOLVER: &str = "Windows: one NtCreateFile per component relative to its parent's handle, reparse points refused, the system's path of the result checked";
@@ -132,11 +126,7 @@ impl Fs {
             ));
         }
         let size = o.meta.len();
-        let want = match length {
-            0 => READ_CHUNK_MAX,
-            n => n.min(READ_CHUNK_MAX),
-        } as u64;
-        let n = want.min(size.saturating_sub(offset)) as usize;
+        let n = ipc_schema::fs_walk::read_span(offset, length, size);
         let mut data = vec![0u8; n];
         let mut got = 0;
         while got < n {
@@ -170,11 +160,7 @@ impl Fs {
         let named = |l: &beneath::Listed| String::from_utf16_lossy(&l.name);
         all.sort_by_cached_key(named);
         let depth = o.comps.len() + 1;
-        let limit = match limit {
-            0 => LIST_DEFAULT,
-            n => n.min(LIST_MAX),
-        };
-        let (mut entries, mut total, mut bytes, mut next_offset) = (Vec::new(), 0u32, 0, None);
+        let (mut entries, mut page) = (Vec::new(), Page::new(offset, limit));
         for l in &all {
             // A name that is not valid UTF-16 could not be named back to the helper: left out.
             let Ok(name) = String::from_utf16(&l.name) else {
@@ -192,15 +178,9 @@ impl Fs {
             if scope.is_err() {
                 continue;
             }
-            total += 1;
-            if total <= offset || next_offset.is_some() {
+            if !page.offer(name.len()) {
                 continue;
             }
-            if entries.len() as u32 >= limit || bytes >= PAGE_BYTES {
-                next_offset = Some(total - 1);
-                continue;
-            }
-            bytes += name.len() + 32;
             let abs = format!(r"{}\{name}", o.shown());
             entries.push(DirEntry {
                 protected: self.protector.refuses(abs.as_bytes(), false).is_some(),
@@ -212,8 +192,8 @@ impl Fs {
         Ok(FsReply::Listing(Listing {
             dir: o.target(),
             entries,
-            total,
-            next_offset,
+            total: page.total,
+            next_offset: page.next_offset,
         }))
     }
 

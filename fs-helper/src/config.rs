@@ -53,21 +53,9 @@ fn canonical_path(p: &[u8], what: &str) -> Result<(), String> {
 fn check(c: &FsHelperConfig) -> Result<(), String> {
     for (i, g) in c.grants.iter().enumerate() {
         let id = &g.id.0;
-        if id.is_empty()
-            || id.len() > 64
-            || !id
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
-        {
-            return Err(format!(
-                "grant {id:?}: the id must be 1-64 of A-Z a-z 0-9 _ . -"
-            ));
-        }
+        ipc_schema::grant_glob::check_config(g)?;
         if c.grants[..i].iter().any(|o| o.id == g.id) {
             return Err(format!("grant id {id} is given twice"));
-        }
-        if g.caps == Default::default() {
-            return Err(format!("grant {id}: no capabilities"));
         }
         canonical_path(&g.root, &format!("grant {id}: the root"))?;
     }

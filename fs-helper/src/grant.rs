@@ -27,6 +27,18 @@ impl Grant {
             root_fd,
         })
     }
+
+    /// `root/relative` as bytes.
+    pub fn absolute(&self, rel: &[u8]) -> Vec<u8> {
+        let mut out = self.root.clone();
+        if !rel.is_empty() {
+            if out.last() != Some(&b'/') {
+                out.push(b'/');
+            }
+            out.extend_from_slice(rel);
+        }
+        out
+    }
 }
 
 /// All grants, in the order given.

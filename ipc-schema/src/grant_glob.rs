@@ -3,7 +3,7 @@
 //! crosses, `\` escapes; matched on the path relative to the grant's root, and an exclude
 //! matching any parent excludes everything beneath it.
 
-use crate::fs::{Access, Caps, FsError, FsErrorKind, GrantConfig, GrantId};
+use crate::fs::{Access, Caps, FsError, FsErrorKind, GrantConfig};
 use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 use std::path::Path;
 
@@ -37,19 +37,39 @@ pub fn excluded(exclude: &GlobSet, rel: &Path) -> bool {
 }
 
 /// One grant's shape and globs, and the checks that follow from them: what the fs-helper on
-/// each OS applies to every path it resolves.
+/// each OS applies to every path it resolves. Its fields are the grant's (`Deref`).
 #[derive(Debug)]
 pub struct Scope {
-    pub id: GrantId,
-    /// Canonical absolute root (no links), as bytes.
-    pub root: Vec<u8>,
-    pub caps: Caps,
-    pub recursive: bool,
-    pub confirmed: bool,
-    pub include: Vec<String>,
-    pub exclude: Vec<String>,
+    config: GrantConfig,
     include_set: Option<GlobSet>,
     exclude_set: GlobSet,
+}
+
+impl std::ops::Deref for Scope {
+    type Target = GrantConfig;
+    fn deref(&self) -> &GrantConfig {
+        &self.config
+    }
+}
+
+/// What a helper checks of a grant on its own, whatever the OS: the id is 1-64 of
+/// `A-Z a-z 0-9 _ . -`, and the grant has a capability.
+pub fn check_config(c: &GrantConfig) -> Result<(), String> {
+    let id = &c.id.0;
+    if id.is_empty()
+        || id.len() > 64
+        || !id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+    {
+        return Err(format!(
+            "grant {id:?}: the id must be 1-64 of A-Z a-z 0-9 _ . -"
+        ));
+    }
+    if c.caps == Caps::default() {
+        return Err(format!("grant {id}: no capabilities"));
+    }
+    Ok(())
 }
 
 impl Scope {
@@ -63,40 +83,14 @@ impl Scope {
         };
         let exclude_set = build(&c.exclude)?;
         Ok(Scope {
-            id: c.id,
-            root: c.root,
-            caps: c.caps,
-            recursive: c.recursive,
-            confirmed: c.confirmed,
-            include: c.include,
-            exclude: c.exclude,
+            config: c,
             include_set,
             exclude_set,
         })
     }
 
     pub fn info(&self) -> GrantConfig {
-        GrantConfig {
-            id: self.id.clone(),
-            root: self.root.clone(),
-            caps: self.caps,
-            recursive: self.recursive,
-            confirmed: self.confirmed,
-            include: self.include.clone(),
-            exclude: self.exclude.clone(),
-        }
-    }
-
-    /// `root/relative` as bytes.
-    pub fn absolute(&self, rel: &[u8]) -> Vec<u8> {
-        let mut out = self.root.clone();
-        if !rel.is_empty() {
-            if out.last() != Some(&b'/') {
-                out.push(b'/');
-            }
-            out.extend_from_slice(rel);
-        }
-        out
+        self.config.clone()
     }
 
     /// Refuses `rel` (canonical, `is_dir` if it names a directory) if the grant's shape or globs

@@ -20,6 +20,7 @@ pub mod fdpass;
 #[cfg(feature = "tokio")]
 pub mod framed;
 pub mod fs;
+pub mod fs_walk;
 pub mod grant_glob;
 pub mod helper;
 pub mod host;

@@ -7,15 +7,9 @@ use crate::resolve::{io_error, Missing};
 use ipc_schema::fs::{
     Access, DirEntry, FileKind, FileStat, FsError, FsErrorKind, FsPath, FsReply, Listing,
 };
+use ipc_schema::fs_walk::{Page, DIR_MAX};
 use rustix::fd::AsFd;
 use rustix::fs::{AtFlags, OFlags};
-
-const LIST_DEFAULT: u32 = 1000;
-const LIST_MAX: u32 = 5000;
-/// A directory with more entries than this is refused rather than sorted in memory.
-const DIR_MAX: usize = 1_000_000;
-/// Stop a page before its reply could outgrow a frame.
-const PAGE_BYTES: usize = 768 * 1024;
 
 pub fn list_dir(fs: &Fs, path: &FsPath, offset: u32, limit: u32) -> Result<FsReply, FsError> {
     let r = fs.target(path, Want::READ)?;
@@ -32,13 +26,7 @@ pub fn list_dir(fs: &Fs, path: &FsPath, offset: u32, limit: u32) -> Result<FsRep
     let rel = r.relative();
     let depth = r.comps.len() + 1;
     let mut entries = Vec::new();
-    let mut total = 0u32;
-    let mut bytes = 0usize;
-    let mut next_offset = None;
-    let limit = match limit {
-        0 => LIST_DEFAULT,
-        n => n.min(LIST_MAX),
-    };
+    let mut page = Page::new(offset, limit);
     for name in all {
         let Ok(st) = rustix::fs::statat(&fd, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW) else {
             continue; // gone since the directory was read
@@ -51,15 +39,9 @@ pub fn list_dir(fs: &Fs, path: &FsPath, offset: u32, limit: u32) -> Result<FsRep
         {
             continue;
         }
-        total += 1;
-        if total <= offset || next_offset.is_some() {
+        if !page.offer(name.len()) {
             continue;
         }
-        if entries.len() as u32 >= limit || bytes >= PAGE_BYTES {
-            next_offset = Some(total - 1);
-            continue;
-        }
-        bytes += name.len() + 32;
         entries.push(DirEntry {
             protected: fs
                 .protector
@@ -77,8 +59,8 @@ pub fn list_dir(fs: &Fs, path: &FsPath, offset: u32, limit: u32) -> Result<FsRep
     Ok(FsReply::Listing(Listing {
         dir: r.target(),
         entries,
-        total,
-        next_offset,
+        total: page.total,
+        next_offset: page.next_offset,
     }))
 }
 

@@ -3,7 +3,7 @@
 use super::{need_file, Fs, Want};
 use crate::kernel;
 use crate::resolve::io_error;
-use ipc_schema::fs::{FileChunk, FsError, FsPath, FsReply, READ_CHUNK_MAX};
+use ipc_schema::fs::{FileChunk, FsError, FsPath, FsReply};
 use rustix::fd::AsFd;
 use rustix::fs::OFlags;
 
@@ -12,11 +12,7 @@ pub fn read_file(fs: &Fs, path: &FsPath, offset: u64, length: u32) -> Result<FsR
     need_file(&r)?;
     let (fd, st) = fs.open_checked(&r, OFlags::RDONLY)?;
     let size = st.st_size as u64;
-    let want = match length {
-        0 => READ_CHUNK_MAX,
-        n => n.min(READ_CHUNK_MAX),
-    } as u64;
-    let n = want.min(size.saturating_sub(offset)) as usize;
+    let n = ipc_schema::fs_walk::read_span(offset, length, size);
     let data = kernel::pread_up_to(fd.as_fd(), offset, n).map_err(|e| io_error(&r.shown(), e))?;
     Ok(FsReply::File(FileChunk {
         target: r.target(),

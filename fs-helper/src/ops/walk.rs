@@ -12,9 +12,10 @@ use crate::kernel;
 use crate::resolve::{self, Missing, Resolved};
 use globset::GlobMatcher;
 use ipc_schema::fs::{
-    FileKind, FoundPath, FsError, FsErrorKind, FsPath, FsReply, GrepLimits, GrepMatch, GrepResults,
-    SearchResults, StopReason, WalkLimits,
+    FileKind, FoundPath, FsError, FsErrorKind, FsPath, FsReply, GrepLimits, SearchResults,
+    StopReason, WalkLimits,
 };
+use ipc_schema::fs_walk::{self, Admit, GrepTally, WalkCaps};
 use regex::bytes::{Regex, RegexBuilder};
 use rustix::fd::AsFd;
 use rustix::fs::{AtFlags, Mode, OFlags, Stat};
@@ -22,39 +23,14 @@ use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::time::{Duration, Instant};
-
-/// Directory names skipped unless `include_skipped_dirs` (besides every hidden one).
-const SKIPPED_DIRS: &[&str] = &[
-    "target",
-    "node_modules",
-    "__pycache__",
-    "dist",
-    "build",
-    "venv",
-];
-/// Stop before a reply could outgrow a frame.
-const REPLY_BYTES: usize = 768 * 1024;
-/// Grep lines are cut here.
-const LINE_MAX: usize = 1024;
-
-fn clamp(v: u64, default: u64, max: u64) -> u64 {
-    if v == 0 {
-        default
-    } else {
-        v.min(max)
-    }
-}
+use std::time::Instant;
 
 /// One walk's caps and progress.
 struct Walk<'a> {
     fs: &'a Fs,
     grant: &'a Grant,
     base: Vec<Vec<u8>>,
-    max_depth: usize,
-    max_entries: u64,
-    deadline: Instant,
-    include_skipped: bool,
+    caps: WalkCaps,
     entries: u64,
     visited: HashSet<(u64, u64)>,
     depth_limited: bool,
@@ -74,11 +50,7 @@ impl<'a> Walk<'a> {
             fs,
             grant: base.grant,
             base: base.comps.clone(),
-            max_depth: clamp(l.max_depth as u64, 32, 64) as usize,
-            max_entries: clamp(l.max_entries as u64, 100_000, 1_000_000),
-            deadline: Instant::now()
-                + Duration::from_millis(clamp(l.max_millis as u64, 5_000, 30_000)),
-            include_skipped: l.include_skipped_dirs,
+            caps: WalkCaps::of(l),
             entries: 0,
             visited: HashSet::new(),
             depth_limited: false,
@@ -109,9 +81,9 @@ impl<'a> Walk<'a> {
             let mut subdirs = Vec::new();
             for name in names {
                 self.entries += 1;
-                if self.entries > self.max_entries {
+                if self.entries > self.caps.max_entries {
                     self.stopped = Some(StopReason::MaxEntries);
-                } else if Instant::now() >= self.deadline {
+                } else if Instant::now() >= self.caps.deadline {
                     self.stopped = Some(StopReason::Deadline);
                 }
                 if self.stopped.is_some() {
@@ -135,7 +107,7 @@ impl<'a> Walk<'a> {
                     continue;
                 }
                 if kernel::kind_of(&st) == FileKind::Dir && self.enters(&real) {
-                    if real.len() - self.base.len() >= self.max_depth {
+                    if real.len() - self.base.len() >= self.caps.max_depth {
                         self.depth_limited = true;
                     } else {
                         subdirs.push(real.clone());
@@ -183,9 +155,8 @@ impl<'a> Walk<'a> {
     }
 
     fn enters(&self, dir: &[Vec<u8>]) -> bool {
-        let name = dir.last().map(Vec::as_slice).unwrap_or_default();
-        self.include_skipped
-            || !(name.starts_with(b".") || SKIPPED_DIRS.iter().any(|s| s.as_bytes() == name))
+        self.caps
+            .enters(dir.last().map(Vec::as_slice).unwrap_or_default())
     }
 
     /// The path relative to the walk's base.
@@ -232,7 +203,7 @@ pub fn search_files(
             return Some(StopReason::MaxMatches);
         }
         bytes += f.shown.iter().map(|c| c.len() + 1).sum::<usize>() + 8;
-        if bytes > REPLY_BYTES {
+        if bytes > fs_walk::REPLY_BYTES {
             return Some(StopReason::ReplyFull);
         }
         matches.push(FoundPath {
@@ -249,15 +220,11 @@ pub fn search_files(
     }))
 }
 
-/// Grep's own caps and tallies.
+/// Grep's pattern, and its caps and tallies (shared with the Windows helper).
 struct Grepper {
     regex: Regex,
     glob: Option<GlobMatcher>,
-    max_matches: usize,
-    bytes_left: u64,
-    max_file_bytes: u64,
-    reply_bytes: usize,
-    out: GrepResults,
+    tally: GrepTally,
 }
 
 impl Grepper {
@@ -278,12 +245,14 @@ impl Grepper {
             }
         }
         let size = f.stat.st_size as u64;
-        if f.stat.st_nlink > 1 || size > self.max_file_bytes {
-            self.out.files_skipped += 1;
+        if f.stat.st_nlink > 1 {
+            self.tally.out.files_skipped += 1;
             return None;
         }
-        if size > self.bytes_left {
-            return Some(StopReason::MaxBytes);
+        match self.tally.admit(size) {
+            Admit::Read => {}
+            Admit::Skip => return None,
+            Admit::Stop(why) => return Some(why),
         }
         let Ok(fd) = kernel::open_beneath(
             fs.mode,
@@ -292,51 +261,28 @@ impl Grepper {
             OFlags::RDONLY | OFlags::NONBLOCK,
             Mode::empty(),
         ) else {
-            self.out.files_skipped += 1;
+            self.tally.out.files_skipped += 1;
             return None;
         };
         // Decide on the opened descriptor: the same regular, singly linked file the walk saw.
         match rustix::fs::fstat(&fd) {
             Ok(st) if kernel::same_file(&st, f.stat) && st.st_nlink == 1 => {}
             _ => {
-                self.out.files_skipped += 1;
+                self.tally.out.files_skipped += 1;
                 return None;
             }
         }
         let Ok(data) = kernel::pread_up_to(fd.as_fd(), 0, size as usize) else {
-            self.out.files_skipped += 1;
+            self.tally.out.files_skipped += 1;
             return None;
         };
-        self.bytes_left -= data.len() as u64;
-        if data[..data.len().min(8192)].contains(&0) {
-            self.out.files_skipped += 1;
-            return None;
-        }
-        self.out.files_searched += 1;
-        let relative = kernel::join(f.shown);
-        for (i, line) in data.split(|&b| b == b'\n').enumerate() {
-            if i % 4096 == 0 && Instant::now() >= deadline {
-                return Some(StopReason::Deadline);
-            }
-            if !self.regex.is_match(line) {
-                continue;
-            }
-            if self.out.matches.len() >= self.max_matches {
-                return Some(StopReason::MaxMatches);
-            }
-            let cut = line.len().min(LINE_MAX);
-            self.reply_bytes += relative.len() + cut + 24;
-            if self.reply_bytes > REPLY_BYTES {
-                return Some(StopReason::ReplyFull);
-            }
-            self.out.matches.push(GrepMatch {
-                relative: relative.clone(),
-                line_number: i as u64 + 1,
-                line: line[..cut].to_vec(),
-                line_truncated: cut < line.len(),
-            });
-        }
-        None
+        let regex = &self.regex;
+        (self.tally).lines(
+            &kernel::join(f.shown),
+            &data,
+            |l| regex.is_match(l),
+            deadline,
+        )
     }
 }
 
@@ -367,26 +313,11 @@ pub fn grep(
     let mut g = Grepper {
         regex,
         glob,
-        max_matches: clamp(caps.max_matches as u64, 500, 5_000) as usize,
-        bytes_left: clamp(caps.max_bytes, 64 << 20, 1 << 30),
-        max_file_bytes: clamp(caps.max_file_bytes, 8 << 20, 64 << 20),
-        reply_bytes: 0,
-        out: GrepResults {
-            base: base.target(),
-            matches: Vec::new(),
-            files_searched: 0,
-            files_skipped: 0,
-            secret_files_withheld: 0,
-            depth_limited: false,
-            stopped: None,
-        },
-    };
-    let deadline_for = |l: &WalkLimits| {
-        Instant::now() + Duration::from_millis(clamp(l.max_millis as u64, 5_000, 30_000))
+        tally: GrepTally::new(caps, base.target()),
     };
     match base.kind() {
         FileKind::File => {
-            let deadline = deadline_for(&limits);
+            let deadline = WalkCaps::of(limits).deadline;
             let st = base.stat.expect("a file has a stat");
             let found = Found {
                 shown: &base.comps,
@@ -395,15 +326,15 @@ pub fn grep(
             };
             // One named file: the glob does not apply.
             g.glob = None;
-            g.out.stopped = g.file(fs, base.grant, &found, deadline);
+            g.tally.out.stopped = g.file(fs, base.grant, &found, deadline);
         }
         FileKind::Dir => {
             let mut walk = Walk::new(fs, &base, limits);
-            let deadline = walk.deadline;
+            let deadline = walk.caps.deadline;
             let grant = walk.grant;
             walk.run(&mut |_, f| g.file(fs, grant, &f, deadline));
-            g.out.depth_limited = walk.depth_limited;
-            g.out.stopped = walk.stopped;
+            g.tally.out.depth_limited = walk.depth_limited;
+            g.tally.out.stopped = walk.stopped;
         }
         other => {
             return Err(FsError::new(
@@ -416,5 +347,5 @@ pub fn grep(
             ))
         }
     }
-    Ok(FsReply::Grep(g.out))
+    Ok(FsReply::Grep(g.tally.out))
 }
