@@ -6,106 +6,22 @@
 //! crash in between leaves a checkpoint that refuses to undo rather than guessing.
 
 use crate::kernel::{self, OpenMode};
+pub use fs_change::{hex, keep, mark_unrestorable, now_unix, seal_of, Entry, Kept, Record, State};
 use ipc_schema::fs::{
-    ChangeKind, CheckpointId, CheckpointInfo, FsError, FsErrorKind, GrantId, ResolvedTarget,
-    Restorability, Seal, CHECKPOINT_MAX_BYTES, CHECKPOINT_TTL_SECS,
+    ChangeKind, CheckpointId, CheckpointInfo, FsError, FsErrorKind, ResolvedTarget, Restorability,
+    CHECKPOINT_TTL_SECS,
 };
 use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use rustix::fs::{AtFlags, Dir, Mode, OFlags};
 use rustix::io::Errno;
-use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use std::cell::Cell;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 const RECORD: &str = "record";
 const LIST_DEFAULT: u32 = 50;
 const LIST_MAX: u32 = 500;
 /// How often the store looks for expired checkpoints.
 const SWEEP_EVERY: Duration = Duration::from_secs(600);
-
-pub fn seal_of(data: &[u8]) -> Seal {
-    Seal {
-        len: data.len() as u64,
-        sha256: Sha256::digest(data).into(),
-    }
-}
-
-pub fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-pub fn now_unix() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
-/// What was (or is) at one path.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
-pub enum State {
-    Absent,
-    /// A regular file; `blob` is the kept copy (none if too large or binary), `seal` its
-    /// contents (for the state after a write or edit).
-    File {
-        mode: u32,
-        blob: Option<u32>,
-        seal: Option<Seal>,
-    },
-    Dir {
-        mode: u32,
-    },
-    Symlink {
-        target: Vec<u8>,
-    },
-    /// Whatever inode `(dev, ino)` is: what a move leaves at its destination.
-    Inode {
-        dev: u64,
-        ino: u64,
-    },
-    /// A FIFO, socket or device, or a hard-linked file: recorded, not kept.
-    Unkept,
-}
-
-/// One path a change touched.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
-pub struct Entry {
-    pub grant: GrantId,
-    pub relative: Vec<u8>,
-    pub before: State,
-    pub after: State,
-}
-
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
-pub struct Record {
-    pub info: CheckpointInfo,
-    /// For a recursive delete, parents come before children.
-    pub entries: Vec<Entry>,
-    /// The change finished and `after` states are recorded.
-    pub sealed: bool,
-}
-
-/// Old contents of one file for a checkpoint: kept, or why not.
-pub enum Kept {
-    Blob(Vec<u8>),
-    Not(String),
-}
-
-/// Decides whether `data` (the whole old file, or `None` when it was not read because of its
-/// `size`) can be kept.
-pub fn keep(data: Option<Vec<u8>>, size: u64) -> Kept {
-    match data {
-        _ if size > CHECKPOINT_MAX_BYTES => Kept::Not(format!(
-            "the old file was {size} bytes, over the {} MiB checkpoint limit",
-            CHECKPOINT_MAX_BYTES >> 20
-        )),
-        None => Kept::Not("the old file could not be read".into()),
-        Some(d) if d.contains(&0) => {
-            Kept::Not("the old file was binary; binary files are not checkpointed".into())
-        }
-        Some(d) => Kept::Blob(d),
-    }
-}
 
 /// The helper is single-threaded; the counters are `Cell`s so that every request takes `&Fs`.
 pub struct CheckpointStore {
@@ -353,12 +269,6 @@ fn seq(id: &CheckpointId) -> u64 {
         .unwrap_or(0)
 }
 
-pub fn mark_unrestorable(rec: &mut Record, reason: String) {
-    if rec.info.restorability == Restorability::Restorable {
-        rec.info.restorability = Restorability::Unrestorable { reason };
-    }
-}
-
 /// The names in a directory (without `.` and `..`).
 pub fn names(dir: BorrowedFd<'_>) -> Vec<Vec<u8>> {
     let Ok(mut d) = Dir::read_from(dir) else {
@@ -377,6 +287,7 @@ pub fn names(dir: BorrowedFd<'_>) -> Vec<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ipc_schema::fs::{GrantId, CHECKPOINT_MAX_BYTES};
 
     fn store(dir: &std::path::Path) -> CheckpointStore {
         let fd = rustix::fs::open(dir, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();

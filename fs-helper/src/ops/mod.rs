@@ -368,27 +368,4 @@ pub fn need_dir(r: &Resolved<'_>) -> Result<(), FsError> {
     }
 }
 
-/// Checks a seal the caller expects against the file now.
-pub fn check_expected(
-    expected: Option<ipc_schema::fs::Seal>,
-    current: Option<ipc_schema::fs::Seal>,
-    shown: &str,
-) -> Result<(), FsError> {
-    match expected {
-        Some(e) if Some(e) != current => Err(FsError::new(
-            FsErrorKind::ChangedSince,
-            format!(
-                "{shown}: changed since it was shown ({} now); nothing was done",
-                match current {
-                    Some(c) => format!(
-                        "{} bytes, sha256 {}",
-                        c.len,
-                        crate::checkpoint::hex(&c.sha256[..6])
-                    ),
-                    None => "absent".into(),
-                }
-            ),
-        )),
-        _ => Ok(()),
-    }
-}
+pub use fs_change::check_expected;

@@ -22,8 +22,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Permissions of a file that did not exist.
 const NEW_FILE_MODE: u32 = 0o644;
 const NEW_DIR_MODE: u32 = 0o755;
-/// A preview's diff is cut here so the reply fits a frame.
-const DIFF_MAX: usize = 512 * 1024;
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
@@ -59,27 +57,7 @@ pub fn read_current(fs: &Fs, r: &Resolved<'_>, limit: u64) -> Result<Current, Fs
     })
 }
 
-/// A unified diff of two texts, or `None` if either is not UTF-8.
-pub fn diff(old: &[u8], new: &[u8], name: &str) -> Option<String> {
-    let (old, new) = (
-        std::str::from_utf8(old).ok()?,
-        std::str::from_utf8(new).ok()?,
-    );
-    let mut d = similar::TextDiff::from_lines(old, new)
-        .unified_diff()
-        .context_radius(3)
-        .header(&format!("a/{name}"), &format!("b/{name}"))
-        .to_string();
-    if d.len() > DIFF_MAX {
-        let mut cut = DIFF_MAX;
-        while !d.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        d.truncate(cut);
-        d.push_str("\n[diff cut at 512 KiB]\n");
-    }
-    Some(d)
-}
+pub use fs_change::diff;
 
 fn tmp_name(name: &[u8]) -> Vec<u8> {
     let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);

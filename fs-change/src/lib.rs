@@ -1,0 +1,368 @@
+//! What a change to a file is, the same on every OS: the seal of contents, the checkpoint
+//! record a change leaves (its on-disk form, postcard), whether old contents can be kept, the
+//! diff an approval card shows, the application of an edit, and the check that a file is still
+//! what the human was shown. The Unix and the Windows fs-helper each open, write and rename
+//! with their own system calls; what they decide and record is this crate's.
+
+#![forbid(unsafe_code)]
+
+use ipc_schema::fs::{
+    CheckpointInfo, Edit, FsError, FsErrorKind, GrantId, Restorability, Seal, CHECKPOINT_MAX_BYTES,
+};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A preview's diff is cut here so the reply fits a frame.
+const DIFF_MAX: usize = 512 * 1024;
+
+pub fn seal_of(data: &[u8]) -> Seal {
+    Seal {
+        len: data.len() as u64,
+        sha256: Sha256::digest(data).into(),
+    }
+}
+
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+pub fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// What was (or is) at one path.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub enum State {
+    Absent,
+    /// A regular file; `blob` is the kept copy (none if too large or binary), `seal` its
+    /// contents (for the state after a write or edit).
+    File {
+        mode: u32,
+        blob: Option<u32>,
+        seal: Option<Seal>,
+    },
+    Dir {
+        mode: u32,
+    },
+    Symlink {
+        target: Vec<u8>,
+    },
+    /// Whatever inode `(dev, ino)` is: what a move leaves at its destination.
+    Inode {
+        dev: u64,
+        ino: u64,
+    },
+    /// A FIFO, socket or device, or a hard-linked file: recorded, not kept.
+    Unkept,
+}
+
+/// One path a change touched.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct Entry {
+    pub grant: GrantId,
+    pub relative: Vec<u8>,
+    pub before: State,
+    pub after: State,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct Record {
+    pub info: CheckpointInfo,
+    /// For a recursive delete, parents come before children.
+    pub entries: Vec<Entry>,
+    /// The change finished and `after` states are recorded.
+    pub sealed: bool,
+}
+
+/// Old contents of one file for a checkpoint: kept, or why not.
+pub enum Kept {
+    Blob(Vec<u8>),
+    Not(String),
+}
+
+/// Decides whether `data` (the whole old file, or `None` when it was not read because of its
+/// `size`) can be kept.
+pub fn keep(data: Option<Vec<u8>>, size: u64) -> Kept {
+    match data {
+        _ if size > CHECKPOINT_MAX_BYTES => Kept::Not(format!(
+            "the old file was {size} bytes, over the {} MiB checkpoint limit",
+            CHECKPOINT_MAX_BYTES >> 20
+        )),
+        None => Kept::Not("the old file could not be read".into()),
+        Some(d) if d.contains(&0) => {
+            Kept::Not("the old file was binary; binary files are not checkpointed".into())
+        }
+        Some(d) => Kept::Blob(d),
+    }
+}
+
+pub fn mark_unrestorable(rec: &mut Record, reason: String) {
+    if rec.info.restorability == Restorability::Restorable {
+        rec.info.restorability = Restorability::Unrestorable { reason };
+    }
+}
+
+/// A unified diff of two texts, or `None` if either is not UTF-8.
+pub fn diff(old: &[u8], new: &[u8], name: &str) -> Option<String> {
+    let (old, new) = (
+        std::str::from_utf8(old).ok()?,
+        std::str::from_utf8(new).ok()?,
+    );
+    let mut d = similar::TextDiff::from_lines(old, new)
+        .unified_diff()
+        .context_radius(3)
+        .header(&format!("a/{name}"), &format!("b/{name}"))
+        .to_string();
+    if d.len() > DIFF_MAX {
+        let mut cut = DIFF_MAX;
+        while !d.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        d.truncate(cut);
+        d.push_str("\n[diff cut at 512 KiB]\n");
+    }
+    Some(d)
+}
+
+/// Checks a seal the caller expects against the file now.
+pub fn check_expected(
+    expected: Option<Seal>,
+    current: Option<Seal>,
+    shown: &str,
+) -> Result<(), FsError> {
+    match expected {
+        Some(e) if Some(e) != current => Err(FsError::new(
+            FsErrorKind::ChangedSince,
+            format!(
+                "{shown}: changed since it was shown ({} now); nothing was done",
+                match current {
+                    Some(c) => format!("{} bytes, sha256 {}", c.len, hex(&c.sha256[..6])),
+                    None => "absent".into(),
+                }
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The edited text and how many replacements (or hunks) were applied.
+pub fn apply(text: &str, edit: &Edit, shown: &str) -> Result<(String, u32), FsError> {
+    match edit {
+        Edit::Replace {
+            old,
+            new,
+            replace_all,
+        } => {
+            if old.is_empty() {
+                return Err(FsError::new(
+                    FsErrorKind::BadRequest,
+                    "the text to replace is empty",
+                ));
+            }
+            let n = text.matches(old.as_str()).count();
+            match (n, replace_all) {
+                (0, _) => Err(FsError::new(
+                    FsErrorKind::NoMatch,
+                    format!("{shown}: the text to replace does not occur in the file"),
+                )),
+                (1, _) | (_, true) => Ok((text.replace(old.as_str(), new), n as u32)),
+                (n, false) => Err(FsError::new(
+                    FsErrorKind::AmbiguousMatch,
+                    format!(
+                        "{shown}: the text to replace occurs {n} times; give more context or set replace_all"
+                    ),
+                )),
+            }
+        }
+        Edit::UnifiedDiff(d) => apply_unified(text, d, shown),
+    }
+}
+
+/// One hunk: the old lines it expects and the new lines it leaves, without line endings.
+struct Hunk<'d> {
+    header: &'d str,
+    old_start: usize,
+    old: Vec<&'d str>,
+    new: Vec<&'d str>,
+    /// The hunk's last new line has no newline (`\ No newline at end of file`).
+    new_no_eol: bool,
+}
+
+fn parse_hunks<'d>(d: &'d str, shown: &str) -> Result<Vec<Hunk<'d>>, FsError> {
+    let bad = |m: String| FsError::new(FsErrorKind::DiffDoesNotApply, format!("{shown}: {m}"));
+    let mut hunks: Vec<Hunk<'d>> = Vec::new();
+    let mut last_sign = ' ';
+    for line in d.lines() {
+        if let Some(rest) = line.strip_prefix("@@ -") {
+            let start = rest
+                .split([',', ' '])
+                .next()
+                .and_then(|s| s.parse::<usize>().ok())
+                .ok_or_else(|| bad(format!("bad hunk header {line:?}")))?;
+            hunks.push(Hunk {
+                header: line,
+                old_start: start,
+                old: Vec::new(),
+                new: Vec::new(),
+                new_no_eol: false,
+            });
+            continue;
+        }
+        let Some(h) = hunks.last_mut() else {
+            continue; // `---`, `+++`, `diff --git`, `index` lines before the first hunk
+        };
+        if line.starts_with("\\") {
+            if last_sign != '-' {
+                h.new_no_eol = true;
+            }
+            continue;
+        }
+        let (sign, body) = match line.chars().next() {
+            Some(c @ (' ' | '-' | '+')) => (c, &line[1..]),
+            None => (' ', ""),
+            Some(_) => return Err(bad(format!("unexpected line in a hunk: {line:?}"))),
+        };
+        last_sign = sign;
+        if sign != '+' {
+            h.old.push(body);
+        }
+        if sign != '-' {
+            h.new.push(body);
+        }
+    }
+    if hunks.is_empty() {
+        return Err(bad("the diff has no hunks (no `@@` line)".into()));
+    }
+    Ok(hunks)
+}
+
+fn apply_unified(text: &str, d: &str, shown: &str) -> Result<(String, u32), FsError> {
+    let hunks = parse_hunks(d, shown)?;
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let strip = |l: &str| l.strip_suffix('\n').unwrap_or(l).to_string();
+    let matches_at = |pos: usize, old: &[&str]| {
+        pos + old.len() <= lines.len()
+            && old
+                .iter()
+                .enumerate()
+                .all(|(k, o)| strip(lines[pos + k]) == *o)
+    };
+    let mut out = String::with_capacity(text.len());
+    let mut cursor = 0usize;
+    for (i, h) in hunks.iter().enumerate() {
+        // `-a,0` inserts after line a; otherwise the hunk starts at line a.
+        let expected = if h.old.is_empty() {
+            h.old_start
+        } else {
+            h.old_start.saturating_sub(1)
+        };
+        let pos = if expected >= cursor && matches_at(expected, &h.old) {
+            expected
+        } else {
+            let found: Vec<usize> = (cursor..=lines.len())
+                .filter(|&p| matches_at(p, &h.old))
+                .take(2)
+                .collect();
+            match found.as_slice() {
+                [p] => *p,
+                [] => {
+                    return Err(FsError::new(
+                        FsErrorKind::DiffDoesNotApply,
+                        format!(
+                            "{shown}: hunk {} ({}) does not match the file",
+                            i + 1,
+                            h.header
+                        ),
+                    ))
+                }
+                _ => {
+                    return Err(FsError::new(
+                        FsErrorKind::DiffDoesNotApply,
+                        format!(
+                            "{shown}: hunk {} ({}) matches at several places and not at its line",
+                            i + 1,
+                            h.header
+                        ),
+                    ))
+                }
+            }
+        };
+        out.extend(lines[cursor..pos].iter().copied());
+        for (k, l) in h.new.iter().enumerate() {
+            out.push_str(l);
+            if !(k + 1 == h.new.len() && h.new_no_eol) {
+                out.push('\n');
+            }
+        }
+        cursor = pos + h.old.len();
+    }
+    out.extend(lines[cursor..].iter().copied());
+    Ok((out, hunks.len() as u32))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn replace(old: &str, new: &str, all: bool) -> Edit {
+        Edit::Replace {
+            old: old.into(),
+            new: new.into(),
+            replace_all: all,
+        }
+    }
+
+    #[test]
+    fn exact_replacement() {
+        assert_eq!(
+            apply("a b a", &replace("b", "c", false), "f").unwrap(),
+            ("a c a".into(), 1)
+        );
+        let e = apply("a b a", &replace("a", "c", false), "f").unwrap_err();
+        assert_eq!(e.kind, FsErrorKind::AmbiguousMatch);
+        assert_eq!(
+            apply("a b a", &replace("a", "c", true), "f").unwrap(),
+            ("c b c".into(), 2)
+        );
+        assert_eq!(
+            apply("x", &replace("y", "z", false), "f").unwrap_err().kind,
+            FsErrorKind::NoMatch
+        );
+    }
+
+    #[test]
+    fn unified_diffs_apply_exactly_or_not_at_all() {
+        let old = "one\ntwo\nthree\nfour\n";
+        let d =
+            "--- a/f\n+++ b/f\n@@ -2,2 +2,3 @@\n two\n-three\n+THREE\n+three and a half\n four\n";
+        let (new, n) = apply(old, &Edit::UnifiedDiff(d.into()), "f").unwrap();
+        assert_eq!(new, "one\ntwo\nTHREE\nthree and a half\nfour\n");
+        assert_eq!(n, 1);
+        // The line numbers are off by one: found by its unique context.
+        let shifted = "@@ -3,2 +3,2 @@\n one\n-two\n+2\n";
+        let (new, _) = apply(old, &Edit::UnifiedDiff(shifted.into()), "f").unwrap();
+        assert_eq!(new, "one\n2\nthree\nfour\n");
+        let wrong = "@@ -1,1 +1,1 @@\n-zero\n+0\n";
+        let e = apply(old, &Edit::UnifiedDiff(wrong.into()), "f").unwrap_err();
+        assert_eq!(e.kind, FsErrorKind::DiffDoesNotApply);
+        let e = apply(old, &Edit::UnifiedDiff("not a diff".into()), "f").unwrap_err();
+        assert_eq!(e.kind, FsErrorKind::DiffDoesNotApply);
+    }
+
+    #[test]
+    fn diffs_keep_a_missing_final_newline() {
+        let old = "a\nb";
+        let d = "@@ -1,2 +1,2 @@\n-a\n+A\n b\n\\ No newline at end of file\n";
+        let (new, _) = apply(old, &Edit::UnifiedDiff(d.into()), "f").unwrap();
+        assert_eq!(new, "A\nb");
+        let add_eol = "@@ -2 +2 @@\n-b\n\\ No newline at end of file\n+b\n";
+        let (new, _) = apply(old, &Edit::UnifiedDiff(add_eol.into()), "f").unwrap();
+        assert_eq!(new, "a\nb\n");
+        let insert = "@@ -0,0 +1 @@\n+first\n";
+        let (new, _) = apply("x\n", &Edit::UnifiedDiff(insert.into()), "f").unwrap();
+        assert_eq!(new, "first\nx\n");
+    }
+}
