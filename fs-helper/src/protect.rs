@@ -11,7 +11,7 @@
 //! is any directory with `HEAD`, `objects/` and `refs/`; git finds one above the user's working
 //! directory without any `.git`).
 
-pub use ipc_schema::protected::{Guard, Protection};
+pub use ipc_schema::protected::Protection;
 
 /// gatehouse's own directories (config, data, runtime, checkpoints), passed by the broker.
 #[derive(Debug, Clone, Default)]
@@ -25,10 +25,6 @@ pub fn components(abs: &[u8]) -> Vec<&[u8]> {
         .filter(|c| !c.is_empty())
         .collect()
 }
-
-/// What a write under a git-shaped directory may not create: the names git runs or reads
-/// programs from, and `HEAD`, which makes a directory holding them a git directory.
-const GIT_SHAPE: &[&str] = &["config", "config.worktree", "hooks", "commondir"];
 
 impl Protector {
     /// `dirs` are absolute directories (canonical where they exist).
@@ -49,62 +45,23 @@ impl Protector {
     }
 
     /// Why an access to `abs` is refused: every protected place refuses a write, only
-    /// [`Guard::NoAccess`] places a read.
+    /// `Guard::NoAccess` places a read.
     pub fn refuses(&self, abs: &[u8], writes: bool) -> Option<Protection> {
         self.inner.refuses(abs, writes)
     }
 
-    /// Like a write check, and also refuses creating a non-directory named `.git`: a `.git`
-    /// file (`gitdir: ...`) points git at a directory whose hooks would then run.
+    /// Like a write check, and also refuses creating a non-directory named `.git`
+    /// (`ipc_schema::protected::Protector::check_new_file`).
     pub fn check_new_file(&self, abs: &[u8]) -> Option<Protection> {
-        if let Some(p) = self.refuses(abs, true) {
-            return Some(p);
-        }
-        let last = components(abs)
-            .last()
-            .map(|c| ipc_schema::protected::fold(c));
-        (last.as_deref() == Some(b".git")).then(|| Protection {
-            place: ".git".into(),
-            why: "a .git file redirects git to another directory",
-            guard: Guard::NoAccess,
-        })
+        self.inner.check_new_file(abs)
     }
 
-    /// Why writing `comps` (relative to a grant root) would make git run something, judged by
-    /// what already exists (`exists(dir components, name)`): a `config`, `hooks/...` or
-    /// `commondir` in a directory that has a `HEAD`, or a `HEAD` beside any of those.
+    /// `ipc_schema::protected::git_shape`.
     pub fn git_shape(
         comps: &[Vec<u8>],
         exists: impl Fn(&[Vec<u8>], &str) -> bool,
     ) -> Option<Protection> {
-        let folded: Vec<Vec<u8>> = comps
-            .iter()
-            .map(|c| ipc_schema::protected::fold(c))
-            .collect();
-        let refuse = |dir: &[Vec<u8>], name: &str| Protection {
-            place: format!(
-                "{}{}",
-                String::from_utf8_lossy(&crate::kernel::join(dir)),
-                if dir.is_empty() { "" } else { "/" }
-            ) + name,
-            why: "a git directory's config and hooks run code (the directory has HEAD)",
-            guard: Guard::NoAccess,
-        };
-        for (i, c) in folded.iter().enumerate() {
-            let dir = &comps[..i];
-            let is_last = i + 1 == folded.len();
-            let named = GIT_SHAPE.iter().any(|g| c.as_slice() == g.as_bytes());
-            // `hooks/...` below a HEAD; `config` itself as the last name.
-            if named && (c.as_slice() == b"hooks" || is_last) && exists(dir, "HEAD") {
-                return Some(refuse(dir, &String::from_utf8_lossy(c)));
-            }
-            if is_last && c.as_slice() == b"head" {
-                if let Some(g) = GIT_SHAPE.iter().find(|g| exists(dir, g)) {
-                    return Some(refuse(dir, g));
-                }
-            }
-        }
-        None
+        ipc_schema::protected::git_shape(comps, exists)
     }
 }
 

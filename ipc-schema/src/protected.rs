@@ -482,6 +482,58 @@ impl Protector {
     pub fn refuses(&self, abs: &[u8], writes: bool) -> Option<Protection> {
         self.check(abs).filter(|p| p.refuses(writes))
     }
+
+    /// Like a write check, and also refuses creating a non-directory named `.git`: a `.git`
+    /// file (`gitdir: ...`) points git at a directory whose hooks would then run.
+    pub fn check_new_file(&self, abs: &[u8]) -> Option<Protection> {
+        if let Some(p) = self.refuses(abs, true) {
+            return Some(p);
+        }
+        let last = folded_components(abs).pop();
+        (last.as_deref() == Some(b".git")).then(|| Protection {
+            place: ".git".into(),
+            why: "a .git file redirects git to another directory",
+            guard: Guard::NoAccess,
+        })
+    }
+}
+
+/// What a write under a git-shaped directory may not create: the names git runs or reads
+/// programs from, and `HEAD`, which makes a directory holding them a git directory.
+const GIT_SHAPE: &[&str] = &["config", "config.worktree", "hooks", "commondir"];
+
+/// Why writing `comps` (relative to a grant root) would make git run something, judged by
+/// what already exists (`exists(dir components, name)`): a `config`, `hooks/...` or
+/// `commondir` in a directory that has a `HEAD`, or a `HEAD` beside any of those.
+pub fn git_shape(
+    comps: &[Vec<u8>],
+    exists: impl Fn(&[Vec<u8>], &str) -> bool,
+) -> Option<Protection> {
+    let folded: Vec<Vec<u8>> = comps.iter().map(|c| fold(c)).collect();
+    let refuse = |dir: &[Vec<u8>], name: &str| Protection {
+        place: format!(
+            "{}{}",
+            String::from_utf8_lossy(&dir.join(&b'/')),
+            if dir.is_empty() { "" } else { "/" }
+        ) + name,
+        why: "a git directory's config and hooks run code (the directory has HEAD)",
+        guard: Guard::NoAccess,
+    };
+    for (i, c) in folded.iter().enumerate() {
+        let dir = &comps[..i];
+        let is_last = i + 1 == folded.len();
+        let named = GIT_SHAPE.iter().any(|g| c.as_slice() == g.as_bytes());
+        // `hooks/...` below a HEAD; `config` itself as the last name.
+        if named && (c.as_slice() == b"hooks" || is_last) && exists(dir, "HEAD") {
+            return Some(refuse(dir, &String::from_utf8_lossy(c)));
+        }
+        if is_last && c.as_slice() == b"head" {
+            if let Some(g) = GIT_SHAPE.iter().find(|g| exists(dir, g)) {
+                return Some(refuse(dir, g));
+            }
+        }
+    }
+    None
 }
 
 /// Why the file at `abs` usually holds a secret, if its name says so.

@@ -16,17 +16,20 @@ use std::os::windows::io::{AsRawHandle, BorrowedHandle, FromRawHandle};
 use std::path::PathBuf;
 use windows_sys::Wdk::Foundation::OBJECT_ATTRIBUTES;
 use windows_sys::Wdk::Storage::FileSystem::{
-    FileDirectoryInformation, NtCreateFile, NtQueryDirectoryFile, FILE_DIRECTORY_FILE,
-    FILE_DIRECTORY_INFORMATION, FILE_OPEN, FILE_OPEN_REPARSE_POINT, FILE_SYNCHRONOUS_IO_NONALERT,
+    FileDirectoryInformation, NtCreateFile, NtQueryDirectoryFile, FILE_CREATE, FILE_DIRECTORY_FILE,
+    FILE_DIRECTORY_INFORMATION, FILE_NON_DIRECTORY_FILE, FILE_OPEN, FILE_OPEN_REPARSE_POINT,
+    FILE_SYNCHRONOUS_IO_NONALERT,
 };
 use windows_sys::Win32::Foundation::{
     RtlNtStatusToDosError, HANDLE, OBJ_CASE_INSENSITIVE, STATUS_NO_MORE_FILES, UNICODE_STRING,
 };
 use windows_sys::Win32::Storage::FileSystem::{
-    FileAttributeTagInfo, GetFileInformationByHandle, GetFileInformationByHandleEx,
-    GetFinalPathNameByHandleW, BY_HANDLE_FILE_INFORMATION, FILE_ATTRIBUTE_TAG_INFO,
-    FILE_LIST_DIRECTORY, FILE_NAME_NORMALIZED, FILE_READ_ATTRIBUTES, FILE_READ_DATA,
-    FILE_SHARE_READ, FILE_SHARE_WRITE, FILE_TRAVERSE, SYNCHRONIZE, VOLUME_NAME_DOS,
+    FileAttributeTagInfo, FileDispositionInfo, FileRenameInfo, GetFileInformationByHandle,
+    GetFileInformationByHandleEx, GetFinalPathNameByHandleW, SetFileInformationByHandle,
+    BY_HANDLE_FILE_INFORMATION, DELETE, FILE_ATTRIBUTE_TAG_INFO, FILE_DISPOSITION_INFO,
+    FILE_GENERIC_READ, FILE_GENERIC_WRITE, FILE_LIST_DIRECTORY, FILE_NAME_NORMALIZED,
+    FILE_READ_ATTRIBUTES, FILE_READ_DATA, FILE_RENAME_INFO, FILE_SHARE_READ, FILE_SHARE_WRITE,
+    FILE_TRAVERSE, SYNCHRONIZE, VOLUME_NAME_DOS,
 };
 use windows_sys::Win32::System::IO::IO_STATUS_BLOCK;
 
@@ -61,6 +64,66 @@ fn nt_error(status: i32) -> io::Error {
 /// reading and writing by others, never for deleting (see the module docs). An empty `name`
 /// opens `parent` itself afresh: a new open file, with its own listing position.
 pub fn open_beneath(parent: BorrowedHandle<'_>, name: &str, want: Want) -> io::Result<File> {
+    let (access, options) = match want {
+        Want::Dir => (
+            FILE_LIST_DIRECTORY | FILE_TRAVERSE | FILE_READ_ATTRIBUTES | SYNCHRONIZE,
+            FILE_DIRECTORY_FILE,
+        ),
+        // FILE_READ_DATA is FILE_LIST_DIRECTORY: a directory opened this way can be listed.
+        Want::Any => (FILE_READ_DATA | FILE_READ_ATTRIBUTES | SYNCHRONIZE, 0),
+    };
+    let share = FILE_SHARE_READ | FILE_SHARE_WRITE;
+    nt_open(parent, name, access, FILE_OPEN, options, share)
+}
+
+/// What [`create_beneath`] makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum New {
+    /// A file, open for reading, writing and deleting (a temporary file renamed into place).
+    File,
+    /// A directory.
+    Dir,
+}
+
+/// Creates `name` in `parent` (failing if anything has that name: ERROR_FILE_EXISTS), as
+/// [`open_beneath`] takes a name. A new file is shared for reading only until it is closed.
+pub fn create_beneath(parent: BorrowedHandle<'_>, name: &str, new: New) -> io::Result<File> {
+    let (access, options, share) = match new {
+        New::File => (
+            FILE_GENERIC_READ | FILE_GENERIC_WRITE | DELETE,
+            FILE_NON_DIRECTORY_FILE,
+            FILE_SHARE_READ,
+        ),
+        New::Dir => (
+            FILE_LIST_DIRECTORY | FILE_TRAVERSE | FILE_READ_ATTRIBUTES | SYNCHRONIZE,
+            FILE_DIRECTORY_FILE,
+            FILE_SHARE_READ | FILE_SHARE_WRITE,
+        ),
+    };
+    nt_open(parent, name, access, FILE_CREATE, options, share)
+}
+
+/// Opens `name` in `parent` (the name itself, never followed) to delete it or to write it in
+/// place: reading, writing and deleting, shared with other readers and writers.
+pub fn open_to_change(parent: BorrowedHandle<'_>, name: &str) -> io::Result<File> {
+    nt_open(
+        parent,
+        name,
+        FILE_GENERIC_READ | FILE_GENERIC_WRITE | DELETE,
+        FILE_OPEN,
+        0,
+        FILE_SHARE_READ | FILE_SHARE_WRITE,
+    )
+}
+
+fn nt_open(
+    parent: BorrowedHandle<'_>,
+    name: &str,
+    access: u32,
+    disposition: u32,
+    options: u32,
+    share: u32,
+) -> io::Result<File> {
     let wide: Vec<u16> = name.encode_utf16().collect();
     let bytes = u16::try_from(wide.len() * 2)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "the name is too long"))?;
@@ -76,14 +139,6 @@ pub fn open_beneath(parent: BorrowedHandle<'_>, name: &str, want: Want) -> io::R
         Attributes: OBJ_CASE_INSENSITIVE,
         ..Default::default()
     };
-    let (access, options) = match want {
-        Want::Dir => (
-            FILE_LIST_DIRECTORY | FILE_TRAVERSE | FILE_READ_ATTRIBUTES | SYNCHRONIZE,
-            FILE_DIRECTORY_FILE,
-        ),
-        // FILE_READ_DATA is FILE_LIST_DIRECTORY: a directory opened this way can be listed.
-        Want::Any => (FILE_READ_DATA | FILE_READ_ATTRIBUTES | SYNCHRONIZE, 0),
-    };
     let mut handle: HANDLE = std::ptr::null_mut();
     let mut iosb = IO_STATUS_BLOCK::default();
     // SAFETY: every pointer is to a live local (`object` borrows `wide`, both outlive the
@@ -97,8 +152,8 @@ pub fn open_beneath(parent: BorrowedHandle<'_>, name: &str, want: Want) -> io::R
             &mut iosb,
             std::ptr::null(),
             0,
-            FILE_SHARE_READ | FILE_SHARE_WRITE,
-            FILE_OPEN,
+            share,
+            disposition,
             options | FILE_OPEN_REPARSE_POINT | FILE_SYNCHRONOUS_IO_NONALERT,
             std::ptr::null(),
             0,
@@ -109,6 +164,63 @@ pub fn open_beneath(parent: BorrowedHandle<'_>, name: &str, want: Want) -> io::R
     }
     // SAFETY: a fresh handle from the kernel, owned by nobody else.
     Ok(unsafe { File::from_raw_handle(handle as _) })
+}
+
+/// Renames the open `file` (opened with DELETE access) to `name` in the directory `dir`,
+/// replacing a file of that name if `replace` (never a directory: ERROR_ACCESS_DENIED).
+pub fn rename_into(
+    file: &File,
+    dir: BorrowedHandle<'_>,
+    name: &str,
+    replace: bool,
+) -> io::Result<()> {
+    let wide: Vec<u16> = name.encode_utf16().collect();
+    let head = std::mem::offset_of!(FILE_RENAME_INFO, FileName);
+    let size = head + wide.len() * 2 + 2;
+    // u64s: FILE_RENAME_INFO holds a pointer, so it is 8-byte aligned.
+    let mut buf = vec![0u64; size.div_ceil(8)];
+    let info = buf.as_mut_ptr().cast::<FILE_RENAME_INFO>();
+    // SAFETY: `buf` is at least `size` bytes, 8-aligned and zeroed; the header is written
+    // through the struct's fields and the name's units right after it, within `size`.
+    let ok = unsafe {
+        (*info).Anonymous.ReplaceIfExists = replace;
+        (*info).RootDirectory = dir.as_raw_handle() as HANDLE;
+        (*info).FileNameLength = (wide.len() * 2) as u32;
+        std::ptr::copy_nonoverlapping(
+            wide.as_ptr(),
+            buf.as_mut_ptr().cast::<u8>().add(head).cast::<u16>(),
+            wide.len(),
+        );
+        SetFileInformationByHandle(
+            file.as_raw_handle() as HANDLE,
+            FileRenameInfo,
+            buf.as_ptr().cast(),
+            size as u32,
+        )
+    };
+    if ok == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Marks the open `file` (opened with DELETE access) to be deleted when its last handle
+/// closes (a directory must be empty by then).
+pub fn delete_on_close(file: &File) -> io::Result<()> {
+    let info = FILE_DISPOSITION_INFO { DeleteFile: true };
+    // SAFETY: `info` is a live local of the size passed.
+    let ok = unsafe {
+        SetFileInformationByHandle(
+            file.as_raw_handle() as HANDLE,
+            FileDispositionInfo,
+            (&info as *const FILE_DISPOSITION_INFO).cast(),
+            std::mem::size_of::<FILE_DISPOSITION_INFO>() as u32,
+        )
+    };
+    if ok == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// The reparse tag of an open file that has `FILE_ATTRIBUTE_REPARSE_POINT` (0 if it has none).
@@ -226,12 +338,28 @@ pub fn list_dir(dir: &File) -> io::Result<Vec<Listed>> {
     }
 }
 
-/// How many names the open file has (hard links).
-pub fn link_count(f: &File) -> io::Result<u64> {
+/// Which file an open handle is (its volume and file index) and how many names it has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity {
+    pub volume: u32,
+    pub index: u64,
+    pub links: u32,
+}
+
+pub fn identity(f: &File) -> io::Result<Identity> {
     let mut info = BY_HANDLE_FILE_INFORMATION::default();
     // SAFETY: `info` is a live local the call fills.
     if unsafe { GetFileInformationByHandle(f.as_raw_handle() as HANDLE, &mut info) } == 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(info.nNumberOfLinks as u64)
+    Ok(Identity {
+        volume: info.dwVolumeSerialNumber,
+        index: (info.nFileIndexHigh as u64) << 32 | info.nFileIndexLow as u64,
+        links: info.nNumberOfLinks,
+    })
+}
+
+/// How many names the open file has (hard links).
+pub fn link_count(f: &File) -> io::Result<u64> {
+    identity(f).map(|i| i.links as u64)
 }
