@@ -221,7 +221,9 @@ impl Gate {
                     exclude: g.exclude,
                 })
                 .collect(),
-            checkpoint_dir: bytes(&self.checkpoint_dir()),
+            checkpoint_dir: bytes(
+                &std::fs::canonicalize(self.checkpoint_dir()).unwrap_or(self.checkpoint_dir()),
+            ),
             protect: (self.dirs.own().into_iter())
                 .map(|d| bytes(&std::fs::canonicalize(&d).unwrap_or(d)))
                 .collect(),
@@ -229,21 +231,24 @@ impl Gate {
         vec!["--config".into(), config.to_arg().into()]
     }
 
-    /// Windows: a read ACE for the fs profile's SID on every grant root of the policy, applied
-    /// before the fs-helper starts: its restricted token reads only where an ACE names that SID
-    /// (`sandbox::wincfg`'s `fs_aces`). Read only: the helper serves no change there yet. Each
-    /// ACE names only gatehouse's SID, so one left on a root whose grant went gives nothing to
-    /// any other program (the helper checks its grants itself); they are not taken away.
+    /// Windows: ACEs for the fs profile's SID on every grant root of the policy (read, or read
+    /// and write for a grant that may change files) and on the checkpoint directory (read and
+    /// write), applied before the fs-helper starts: its restricted token opens only what an
+    /// ACE names that SID for (`sandbox::wincfg`'s `fs_aces`). Each ACE names only gatehouse's
+    /// SID, so one left on a root whose grant went gives nothing to any other program (the
+    /// helper checks its grants itself); they are not taken away.
     #[cfg(windows)]
     pub fn grant_fs_aces(&self) -> Result<(), String> {
-        let read_only = (self.policy.borrow().fs_grants().into_iter())
-            .map(|g| g.root)
-            .collect();
-        let profile = sandbox::Profile::Fs(sandbox::FsProfile {
-            read_only,
-            read_write: Vec::new(),
-        });
-        let policy = sandbox::wincfg::helper_policy(&profile).map_err(|e| e.to_string())?;
+        let mut grants = sandbox::FsProfile::default();
+        for g in self.policy.borrow().fs_grants() {
+            match g.caps.write || g.caps.edit || g.caps.delete {
+                true => grants.read_write.push(g.root),
+                false => grants.read_only.push(g.root),
+            }
+        }
+        grants.read_write.push(self.checkpoint_dir());
+        let policy = sandbox::wincfg::helper_policy(&sandbox::Profile::Fs(grants))
+            .map_err(|e| e.to_string())?;
         sandbox::windows::apply_aces(&policy.aces)
             .map(drop)
             .map_err(|e| e.to_string())

@@ -23,6 +23,23 @@ pub fn seal_of(data: &[u8]) -> Seal {
     }
 }
 
+/// The seal of contents read in chunks (`next` gives the next one; empty at the end), for a
+/// file too large to hold.
+pub fn seal_chunks<E>(mut next: impl FnMut() -> Result<Vec<u8>, E>) -> Result<Seal, E> {
+    let (mut h, mut len) = (Sha256::new(), 0u64);
+    loop {
+        let chunk = next()?;
+        if chunk.is_empty() {
+            return Ok(Seal {
+                len,
+                sha256: h.finalize().into(),
+            });
+        }
+        len += chunk.len() as u64;
+        h.update(&chunk);
+    }
+}
+
 pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }

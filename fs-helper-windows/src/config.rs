@@ -34,6 +34,7 @@ pub struct Grant {
 pub struct Fs {
     pub grants: Vec<Grant>,
     pub protector: Protector,
+    pub store: crate::store::Store,
 }
 
 fn checked_root(p: &[u8], what: &str) -> Result<WinPath, String> {
@@ -102,7 +103,8 @@ pub fn open(args: &HelperArgs) -> Result<Fs, String> {
         checkpoint_dir,
         protect,
     } = cfg;
-    checked_root(&checkpoint_dir, "the checkpoint dir")?;
+    let checkpoints = checked_root(&checkpoint_dir, "the checkpoint dir")?;
+    let store = crate::store::Store::new(open_root(&checkpoints, "the checkpoint dir")?);
     for p in &protect {
         checked_root(p, "a protected dir")?;
     }
@@ -114,7 +116,11 @@ pub fn open(args: &HelperArgs) -> Result<Fs, String> {
     for g in given {
         grants.push(open_grant(g, &grants, &protector, home.as_deref())?);
     }
-    Ok(Fs { grants, protector })
+    Ok(Fs {
+        grants,
+        protector,
+        store,
+    })
 }
 
 fn open_grant(

@@ -12,6 +12,8 @@
 #![forbid(unsafe_code)]
 
 #[cfg(windows)]
+mod change;
+#[cfg(windows)]
 mod config;
 #[cfg(windows)]
 mod names;
@@ -19,6 +21,8 @@ mod names;
 mod search;
 #[cfg(windows)]
 mod serve;
+#[cfg(windows)]
+mod store;
 #[cfg(windows)]
 mod walk;
 

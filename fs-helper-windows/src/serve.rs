@@ -29,6 +29,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(64);
         }
     };
+    fs.store.sweep();
     let channel = sandbox::helper_args::take_channel(&args)
         .unwrap_or_else(|e| fatal(Role::Fs, format!("no broker channel: {e}")));
 
@@ -52,7 +53,7 @@ pub fn main() -> ExitCode {
 fn not_built(what: &str) -> FsError {
     FsError::new(
         FsErrorKind::Unsupported,
-        format!("{what} is not built in the fs-helper on Windows yet: it serves reading (read_file, list_dir, stat, search_files, grep); changes go through the agent's own tools in `gatehouse sandbox`"),
+        format!("{what} is not built in the fs-helper on Windows yet: it serves reading (read_file, list_dir, stat, search_files, grep), write_file, edit_file and their undo"),
     )
 }
 
@@ -66,11 +67,14 @@ impl Fs {
                 },
                 grants: self.grants.iter().map(|g| g.scope.info()).collect(),
                 protected_dirs: self.protector.dirs(),
-                checkpoints: 0,
+                checkpoints: self.store.count(),
             })),
             FsRequest::Resolve { path, access } => match access {
                 Access::Read => Ok(FsReply::Resolved(self.open(&path, access)?.target())),
-                _ => Err(not_built("changing a file")),
+                Access::Write | Access::Edit => {
+                    Ok(FsReply::Resolved(self.locate(&path, access)?.target()))
+                }
+                Access::Delete => Err(not_built("deleting or moving a file")),
             },
             FsRequest::ReadFile {
                 path,
@@ -101,12 +105,25 @@ impl Fs {
                 limits,
                 grep,
             ),
-            FsRequest::WriteFile { .. } => Err(not_built("write_file")),
-            FsRequest::EditFile { .. } => Err(not_built("edit_file")),
+            FsRequest::WriteFile {
+                path,
+                content,
+                create,
+                create_parents,
+                expected,
+                dry_run,
+            } => self.write_file(&path, content, create, create_parents, expected, dry_run),
+            FsRequest::EditFile {
+                path,
+                edit,
+                expected,
+                dry_run,
+            } => self.edit_file(&path, &edit, expected, dry_run),
             FsRequest::DeletePath { .. } => Err(not_built("delete_path")),
             FsRequest::MovePath { .. } => Err(not_built("move_path")),
-            FsRequest::Undo { .. } | FsRequest::ListCheckpoints { .. } => {
-                Err(not_built("undo (checkpoints)"))
+            FsRequest::Undo { checkpoint } => self.undo(&checkpoint),
+            FsRequest::ListCheckpoints { limit } => {
+                Ok(FsReply::Checkpoints(self.store.list(limit)))
             }
             FsRequest::TestProbe(_) => Err(FsError::new(
                 FsErrorKind::Unsupported,

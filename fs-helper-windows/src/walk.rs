@@ -24,6 +24,44 @@ use std::os::windows::io::AsHandle;
 /// The longest request path accepted (bytes).
 const MAX_PATH: usize = 32 * 1024;
 
+/// Where a change lands (`Fs::locate`).
+pub struct Place<'g> {
+    pub grant: &'g Grant,
+    /// Below the root: what exists as the system names it, then the names still to be made.
+    pub comps: Vec<String>,
+    /// How many trailing names do not exist yet (0: the target exists).
+    pub missing: usize,
+    /// The deepest existing directory on the way: the target's parent when `missing` is 0 or 1.
+    pub dir: File,
+    /// The target, if it exists: a file with one name.
+    pub target: Option<(File, Metadata, beneath::Identity)>,
+}
+
+impl Place<'_> {
+    fn shown_with(&self, comps: &[String]) -> String {
+        let mut p = self.grant.root.clone();
+        p.comps.extend(comps.iter().cloned());
+        p.verbatim()
+    }
+
+    pub fn shown(&self) -> String {
+        self.shown_with(&self.comps)
+    }
+
+    pub fn target(&self) -> ResolvedTarget {
+        ResolvedTarget {
+            grant: self.grant.scope.id.clone(),
+            root: self.grant.scope.root.clone(),
+            relative: self.comps.join(r"\").into_bytes(),
+            absolute: self.shown().into_bytes(),
+            kind: match self.target {
+                Some(_) => FileKind::File,
+                None => FileKind::Missing,
+            },
+        }
+    }
+}
+
 /// An open file inside a grant.
 pub struct Opened<'g> {
     pub grant: &'g Grant,
@@ -153,19 +191,21 @@ impl Fs {
         }
     }
 
-    /// Opens `path` for `access` and checks, in this order: the names, the walk (no reparse
-    /// point, every step a directory), where the system says the file is, the protected
-    /// table, the grant's shape and globs, its capabilities.
-    pub fn open(&self, path: &FsPath, access: Access) -> Result<Opened<'_>, FsError> {
+    /// The grant `path` names and its components below the root: `..` folded (never above the
+    /// root), each a plain name.
+    fn names<'a>(&'a self, path: &FsPath) -> Result<(&'a Grant, Vec<String>), FsError> {
         let (grant, asked) = self.split(path)?;
-        let root_shown = grant.root.verbatim();
         let mut comps: Vec<String> = Vec::new();
         for c in asked {
             if c == ".." {
                 if comps.pop().is_none() {
                     return Err(FsError::new(
                         FsErrorKind::OutsideGrant,
-                        format!("{}: `..` leaves grant {}", root_shown, grant.scope.id),
+                        format!(
+                            "{}: `..` leaves grant {}",
+                            grant.root.verbatim(),
+                            grant.scope.id
+                        ),
                     ));
                 }
                 continue;
@@ -173,6 +213,18 @@ impl Fs {
             plain_name(&c).map_err(invalid)?;
             comps.push(c);
         }
+        Ok((grant, comps))
+    }
+
+    /// Opens `comps` one at a time beneath the root, every step but the last a directory, any
+    /// reparse point refused. With `stop_at_missing`, a name that is not there ends the descent
+    /// (the handles of what exists are returned); otherwise it is an error.
+    fn descend(
+        &self,
+        grant: &Grant,
+        comps: &[String],
+        stop_at_missing: bool,
+    ) -> Result<Vec<File>, FsError> {
         let mut held: Vec<File> = Vec::new();
         for (i, name) in comps.iter().enumerate() {
             let parent = held.last().unwrap_or(&grant.handle);
@@ -184,12 +236,11 @@ impl Fs {
             let mut so_far = grant.root.clone();
             so_far.comps.extend(comps[..=i].iter().cloned());
             let shown = so_far.verbatim();
-            let f = beneath::open_beneath(
-                std::os::windows::io::AsHandle::as_handle(parent),
-                name,
-                want,
-            )
-            .map_err(|e| io_error(&shown, e))?;
+            let f = match beneath::open_beneath(parent.as_handle(), name, want) {
+                Ok(f) => f,
+                Err(e) if stop_at_missing && matches!(e.raw_os_error(), Some(2 | 3)) => break,
+                Err(e) => return Err(io_error(&shown, e)),
+            };
             let attrs = f
                 .metadata()
                 .map_err(|e| io_error(&shown, e))?
@@ -205,20 +256,16 @@ impl Fs {
             }
             held.push(f);
         }
-        // The root itself is opened afresh (an empty name relative to its handle), not the
-        // held handle duplicated: a listing's position belongs to the open file, which a
-        // duplicate shares.
-        let file = match held.pop() {
-            Some(f) => f,
-            None => beneath::open_beneath(grant.handle.as_handle(), "", Want::Any)
-                .map_err(|e| io_error(&root_shown, e))?,
-        };
-        drop(held);
-        let meta = file.metadata().map_err(|e| io_error(&root_shown, e))?;
-        let at = beneath::final_path(&file).map_err(|e| io_error(&root_shown, e))?;
+        Ok(held)
+    }
+
+    /// The components below `grant`'s root of the open `file`, as the system names it; refused
+    /// if the system places it outside the root.
+    fn placed(&self, grant: &Grant, file: &File) -> Result<Vec<String>, FsError> {
+        let root_shown = grant.root.verbatim();
+        let at = beneath::final_path(file).map_err(|e| io_error(&root_shown, e))?;
         let at_shown = at.display().to_string();
-        let comps = at
-            .to_str()
+        at.to_str()
             .and_then(WinPath::parse)
             .and_then(|p| p.under(&grant.root).map(<[String]>::to_vec))
             .ok_or_else(|| {
@@ -229,7 +276,28 @@ impl Fs {
                         grant.scope.id
                     ),
                 )
-            })?;
+            })
+    }
+
+    /// Opens `path` for `access` and checks, in this order: the names, the walk (no reparse
+    /// point, every step a directory), where the system says the file is, the protected
+    /// table, the grant's shape and globs, its capabilities.
+    pub fn open(&self, path: &FsPath, access: Access) -> Result<Opened<'_>, FsError> {
+        let (grant, comps) = self.names(path)?;
+        let mut held = self.descend(grant, &comps, false)?;
+        // The root itself is opened afresh (an empty name relative to its handle), not the
+        // held handle duplicated: a listing's position belongs to the open file, which a
+        // duplicate shares.
+        let file = match held.pop() {
+            Some(f) => f,
+            None => beneath::open_beneath(grant.handle.as_handle(), "", Want::Any)
+                .map_err(|e| io_error(&grant.root.verbatim(), e))?,
+        };
+        drop(held);
+        let meta = file
+            .metadata()
+            .map_err(|e| io_error(&grant.root.verbatim(), e))?;
+        let comps = self.placed(grant, &file)?;
         let o = Opened {
             grant,
             comps,
@@ -238,6 +306,98 @@ impl Fs {
         };
         self.check(&o, access)?;
         Ok(o)
+    }
+
+    /// Where a change to `path` lands: the file if it exists, else the deepest directory on the
+    /// way that does (and how many names after it do not), checked as a change of `access`
+    /// (the protected table as a write, with the no-`.git`-file and git-shape checks, the
+    /// grant's shape, globs and capability).
+    pub fn locate(&self, path: &FsPath, access: Access) -> Result<Place<'_>, FsError> {
+        let (grant, asked) = self.names(path)?;
+        if asked.is_empty() {
+            return Err(FsError::new(
+                FsErrorKind::IsADirectory,
+                format!("{}: is the grant root", grant.root.verbatim()),
+            ));
+        }
+        let mut held = self.descend(grant, &asked, true)?;
+        let found = held.len();
+        let target = (found == asked.len()).then(|| held.pop()).flatten();
+        let dir = match held.pop() {
+            Some(d) => d,
+            None => beneath::open_beneath(grant.handle.as_handle(), "", Want::Dir)
+                .map_err(|e| io_error(&grant.root.verbatim(), e))?,
+        };
+        drop(held);
+        // The existing part as the system names it, then the names still to be made.
+        let mut comps = self.placed(grant, &dir)?;
+        if comps.len() != found - usize::from(target.is_some()) {
+            return Err(FsError::new(
+                FsErrorKind::Raced,
+                format!("{}: moved while the request ran", grant.root.verbatim()),
+            ));
+        }
+        let mut place = Place {
+            grant,
+            missing: asked.len() - found,
+            dir,
+            target: None,
+            comps: Vec::new(),
+        };
+        match target {
+            Some(f) => {
+                let meta = f
+                    .metadata()
+                    .map_err(|e| io_error(&grant.root.verbatim(), e))?;
+                comps = self.placed(grant, &f)?;
+                if kind_of(meta.file_attributes()) != FileKind::File {
+                    return Err(FsError::new(
+                        FsErrorKind::IsADirectory,
+                        format!("{}: is not a file", place.shown_with(&comps)),
+                    ));
+                }
+                let id =
+                    beneath::identity(&f).map_err(|e| io_error(&place.shown_with(&comps), e))?;
+                if id.links > 1 {
+                    return Err(FsError::new(
+                        FsErrorKind::HardLinked,
+                        format!("{}: has {} hard links; another name for it may lie outside the grant, so it is never opened", place.shown_with(&comps), id.links),
+                    ));
+                }
+                place.target = Some((f, meta, id));
+            }
+            None => comps.extend(asked[found..].iter().cloned()),
+        }
+        place.comps = comps;
+        self.check_change(&place, access)?;
+        Ok(place)
+    }
+
+    /// The checks of a change: the protected table as a write (and no new file named `.git`,
+    /// no git-shaped directory assembled), the grant's shape and globs, its capability.
+    fn check_change(&self, p: &Place<'_>, access: Access) -> Result<(), FsError> {
+        let shown = p.shown();
+        let refused = match p.target {
+            Some(_) => self.protector.refuses(shown.as_bytes(), true),
+            None => self.protector.check_new_file(shown.as_bytes()),
+        };
+        let bytes: Vec<Vec<u8>> = p.comps.iter().map(|c| c.as_bytes().to_vec()).collect();
+        let exists = |dir: &[Vec<u8>], name: &str| {
+            let mut names: Vec<String> = (dir.iter())
+                .map(|c| String::from_utf8_lossy(c).into_owned())
+                .collect();
+            names.push(name.to_string());
+            self.descend(p.grant, &names, false).is_ok()
+        };
+        let refused = refused.or_else(|| ipc_schema::protected::git_shape(&bytes, exists));
+        if let Some(pr) = refused {
+            return Err(FsError::new(
+                FsErrorKind::Protected,
+                format!("{shown} is protected ({}: {})", pr.why, pr.place),
+            ));
+        }
+        (p.grant.scope).check_scope(p.comps.join("/").as_bytes(), p.comps.len(), false)?;
+        p.grant.scope.check_caps(access, &shown)
     }
 
     /// The protected table (on the system's path), the grant's shape and globs, its

@@ -151,6 +151,7 @@ fn config(root: &Path, other: &Path) -> FsHelperConfig {
             caps: Caps {
                 read: true,
                 write: true,
+                edit: true,
                 ..Caps::default()
             },
             recursive: true,
@@ -322,11 +323,11 @@ fn the_helper_reads_beneath_its_grant_and_refuses_what_leaves_it() {
         other => panic!("{other:?}"),
     }
 
-    // A change is refused with the reason; a read of the same path is answered (above).
+    // A delete is refused with the reason; a read of the same path is answered (above).
     refused(
         h.ask(FsRequest::Resolve {
             path: in_grant("a.txt"),
-            access: Access::Write,
+            access: Access::Delete,
         }),
         FsErrorKind::Unsupported,
         "not built in the fs-helper on Windows",
@@ -460,4 +461,235 @@ fn a_grant_root_that_is_not_a_canonical_directory_refuses_the_start() {
     let (code, err) = spawn(&config(&file, &cp)).err().expect("a file as a root");
     assert_eq!(code, 64, "{err}");
     assert!(err.contains("is not a directory"), "{err}");
+}
+
+fn seal(data: &[u8]) -> ipc_schema::fs::Seal {
+    fs_change::seal_of(data)
+}
+
+#[track_caller]
+fn changed(r: FsReply) -> ipc_schema::fs::ChangeReceipt {
+    match r {
+        FsReply::Changed(c) => c,
+        other => panic!("expected a change, got {other:?}"),
+    }
+}
+
+fn write(
+    path: &str,
+    content: &[u8],
+    parents: bool,
+    expected: Option<ipc_schema::fs::Seal>,
+    dry_run: bool,
+) -> FsRequest {
+    FsRequest::WriteFile {
+        path: in_grant(path),
+        content: content.to_vec(),
+        create: ipc_schema::fs::CreateMode::Either,
+        create_parents: parents,
+        expected,
+        dry_run,
+    }
+}
+
+/// Changes on Windows: a preview changes nothing; a write and an edit are made whole and kept
+/// in a checkpoint, an edit bound to a stale seal is refused, undo puts back what was there
+/// (removing what a write created, with its new directories); the protected table refuses the
+/// changes that would make git or the user's tools run something, beside a change of the same
+/// shape that is allowed; a read-only grant refuses every change beside a read of it.
+#[test]
+fn the_helper_changes_files_under_a_checkpoint_and_undoes_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(tmp.path()).unwrap();
+    let (root, docs, cp) = (base.join("proj"), base.join("docs"), base.join("cp"));
+    for d in [
+        &root,
+        &docs,
+        &cp,
+        &root.join(".git").join("hooks"),
+        &root.join("bare"),
+        &root.join(".vscode"),
+    ] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(root.join("bare").join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    std::fs::write(root.join(".vscode").join("settings.json"), "{}").unwrap();
+    std::fs::write(docs.join("readme.txt"), "docs").unwrap();
+    std::fs::write(base.join("outside.txt"), "outside").unwrap();
+    std::fs::hard_link(base.join("outside.txt"), root.join("hard.txt")).unwrap();
+    let mut cfg = config(&root, &cp);
+    cfg.grants.push(GrantConfig {
+        id: GrantId("docs".into()),
+        root: text(&docs),
+        caps: Caps {
+            read: true,
+            ..Caps::default()
+        },
+        recursive: true,
+        confirmed: false,
+        include: vec![],
+        exclude: vec![],
+    });
+    let mut h = spawn(&cfg).unwrap_or_else(|(code, e)| panic!("exit {code}: {e}"));
+    let on_disk = |p: &str| std::fs::read(root.join(p)).ok();
+
+    // A preview says what would change and changes nothing.
+    match h.ask(write("new.txt", b"hello\n", false, None, true)) {
+        FsReply::Preview(p) => {
+            assert_eq!((p.current, p.proposed), (None, seal(b"hello\n")));
+            assert!(p.diff.unwrap().contains("+hello"));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(on_disk("new.txt"), None);
+    // The write, then an edit bound to the seal the write left.
+    let w = changed(h.ask(write("new.txt", b"hello\n", false, None, false)));
+    assert!(w.created);
+    assert_eq!(on_disk("new.txt").unwrap(), b"hello\n");
+    let edit = |expected| FsRequest::EditFile {
+        path: in_grant("new.txt"),
+        edit: ipc_schema::fs::Edit::Replace {
+            old: "hello".into(),
+            new: "goodbye".into(),
+            replace_all: false,
+        },
+        expected: Some(expected),
+        dry_run: false,
+    };
+    let e = changed(h.ask(edit(seal(b"hello\n"))));
+    assert_eq!(e.replacements, 1);
+    assert_eq!(on_disk("new.txt").unwrap(), b"goodbye\n");
+    // The same edit again is bound to a seal that no longer holds.
+    refused(
+        h.ask(edit(seal(b"hello\n"))),
+        FsErrorKind::ChangedSince,
+        "changed since it was shown",
+    );
+    assert_eq!(on_disk("new.txt").unwrap(), b"goodbye\n");
+    // New directories on the way, with create_parents only.
+    refused(
+        h.ask(write(r"deep\er\f.txt", b"x", false, None, false)),
+        FsErrorKind::NotFound,
+        "create_parents",
+    );
+    let d = changed(h.ask(write(r"deep\er\f.txt", b"x", true, None, false)));
+    assert_eq!(d.entries, 3);
+    assert_eq!(on_disk(r"deep\er\f.txt").unwrap(), b"x");
+
+    let list = match h.ask(FsRequest::ListCheckpoints { limit: 0 }) {
+        FsReply::Checkpoints(l) => l,
+        other => panic!("{other:?}"),
+    };
+    let ids: Vec<_> = list.iter().map(|c| c.id.clone()).collect();
+    assert_eq!(
+        ids,
+        [
+            d.checkpoint.id.clone(),
+            e.checkpoint.id.clone(),
+            w.checkpoint.id.clone()
+        ]
+    );
+    // Undo: the created tree goes; the edit is put back, once; then the write of new.txt.
+    let undo = |id: &ipc_schema::fs::CheckpointId| FsRequest::Undo {
+        checkpoint: id.clone(),
+    };
+    assert!(matches!(h.ask(undo(&d.checkpoint.id)), FsReply::Undone(_)));
+    assert!(!root.join("deep").exists());
+    // The write's undo waits for the edit's: new.txt is not what the write left.
+    refused(
+        h.ask(undo(&w.checkpoint.id)),
+        FsErrorKind::ChangedSince,
+        "changed since checkpoint",
+    );
+    assert!(matches!(h.ask(undo(&e.checkpoint.id)), FsReply::Undone(_)));
+    assert_eq!(on_disk("new.txt").unwrap(), b"hello\n");
+    refused(
+        h.ask(undo(&e.checkpoint.id)),
+        FsErrorKind::BadRequest,
+        "undone already",
+    );
+    assert!(matches!(h.ask(undo(&w.checkpoint.id)), FsReply::Undone(_)));
+    assert_eq!(on_disk("new.txt"), None);
+
+    // What would make git or the user's tools run something, each beside an allowed change of
+    // the same shape (the test itself may write every one of these places).
+    std::fs::write(root.join(".git").join("hooks").join("probe"), "ok").unwrap();
+    refused(
+        h.ask(write(
+            ".git/hooks/pre-commit",
+            b"#!/bin/sh",
+            false,
+            None,
+            false,
+        )),
+        FsErrorKind::Protected,
+        "protected",
+    );
+    refused(
+        h.ask(write("sub/.git", b"gitdir: /x", true, None, false)),
+        FsErrorKind::Protected,
+        "a .git file",
+    );
+    assert!(changed(h.ask(write("sub/.gitkeep", b"", true, None, false))).created);
+    refused(
+        h.ask(write("bare/config", b"[core]", false, None, false)),
+        FsErrorKind::Protected,
+        "HEAD",
+    );
+    assert!(changed(h.ask(write("bare/notes.txt", b"n", false, None, false))).created);
+    refused(
+        h.ask(write(
+            ".vscode/settings.json",
+            b"{\"x\":1}",
+            false,
+            None,
+            false,
+        )),
+        FsErrorKind::Protected,
+        ".vscode",
+    );
+    assert_eq!(content(h.read(in_grant(".vscode/settings.json"))), b"{}");
+    refused(
+        h.ask(write("hard.txt", b"x", false, None, false)),
+        FsErrorKind::HardLinked,
+        "hard links",
+    );
+    assert_eq!(std::fs::read(base.join("outside.txt")).unwrap(), b"outside");
+    refused(
+        h.ask(FsRequest::DeletePath {
+            path: in_grant("bare/notes.txt"),
+            recursive: false,
+            expected: None,
+        }),
+        FsErrorKind::Unsupported,
+        "not built in the fs-helper on Windows",
+    );
+    assert!(root.join("bare").join("notes.txt").exists());
+
+    // A read-only grant: read, never changed.
+    let in_docs = |p: &str| FsPath::InGrant {
+        grant: GrantId("docs".into()),
+        path: p.as_bytes().to_vec(),
+    };
+    assert_eq!(content(h.read(in_docs("readme.txt"))), b"docs");
+    refused(
+        h.ask(FsRequest::WriteFile {
+            path: in_docs("readme.txt"),
+            content: b"changed".to_vec(),
+            create: ipc_schema::fs::CreateMode::Either,
+            create_parents: false,
+            expected: None,
+            dry_run: false,
+        }),
+        FsErrorKind::NotPermitted,
+        "does not allow write",
+    );
+    assert_eq!(std::fs::read(docs.join("readme.txt")).unwrap(), b"docs");
+    // No temporary file of a change is left beside its target.
+    let names: Vec<String> = (std::fs::read_dir(&root).unwrap())
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().all(|n| !n.contains(".gh-")), "{names:?}");
+    drop(h.chan);
+    assert_eq!(h.child.wait_timeout(30_000).unwrap().unwrap(), 0);
 }

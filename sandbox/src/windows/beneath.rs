@@ -16,20 +16,21 @@ use std::os::windows::io::{AsRawHandle, BorrowedHandle, FromRawHandle};
 use std::path::PathBuf;
 use windows_sys::Wdk::Foundation::OBJECT_ATTRIBUTES;
 use windows_sys::Wdk::Storage::FileSystem::{
-    FileDirectoryInformation, NtCreateFile, NtQueryDirectoryFile, FILE_CREATE, FILE_DIRECTORY_FILE,
-    FILE_DIRECTORY_INFORMATION, FILE_NON_DIRECTORY_FILE, FILE_OPEN, FILE_OPEN_REPARSE_POINT,
+    FileDirectoryInformation, FileRenameInformation, NtCreateFile, NtQueryDirectoryFile,
+    NtSetInformationFile, FILE_CREATE, FILE_DIRECTORY_FILE, FILE_DIRECTORY_INFORMATION,
+    FILE_NON_DIRECTORY_FILE, FILE_OPEN, FILE_OPEN_REPARSE_POINT, FILE_RENAME_INFORMATION,
     FILE_SYNCHRONOUS_IO_NONALERT,
 };
 use windows_sys::Win32::Foundation::{
     RtlNtStatusToDosError, HANDLE, OBJ_CASE_INSENSITIVE, STATUS_NO_MORE_FILES, UNICODE_STRING,
 };
 use windows_sys::Win32::Storage::FileSystem::{
-    FileAttributeTagInfo, FileDispositionInfo, FileRenameInfo, GetFileInformationByHandle,
+    FileAttributeTagInfo, FileDispositionInfo, GetFileInformationByHandle,
     GetFileInformationByHandleEx, GetFinalPathNameByHandleW, SetFileInformationByHandle,
     BY_HANDLE_FILE_INFORMATION, DELETE, FILE_ATTRIBUTE_TAG_INFO, FILE_DISPOSITION_INFO,
     FILE_GENERIC_READ, FILE_GENERIC_WRITE, FILE_LIST_DIRECTORY, FILE_NAME_NORMALIZED,
-    FILE_READ_ATTRIBUTES, FILE_READ_DATA, FILE_RENAME_INFO, FILE_SHARE_READ, FILE_SHARE_WRITE,
-    FILE_TRAVERSE, SYNCHRONIZE, VOLUME_NAME_DOS,
+    FILE_READ_ATTRIBUTES, FILE_READ_DATA, FILE_SHARE_READ, FILE_SHARE_WRITE, FILE_TRAVERSE,
+    SYNCHRONIZE, VOLUME_NAME_DOS,
 };
 use windows_sys::Win32::System::IO::IO_STATUS_BLOCK;
 
@@ -167,7 +168,9 @@ fn nt_open(
 }
 
 /// Renames the open `file` (opened with DELETE access) to `name` in the directory `dir`,
-/// replacing a file of that name if `replace` (never a directory: ERROR_ACCESS_DENIED).
+/// replacing a file of that name if `replace` (never a directory: ERROR_ACCESS_DENIED). The
+/// native call (`NtSetInformationFile`, `FileRenameInformation`): its `RootDirectory` makes
+/// `name` relative to `dir`'s handle, as every other name here.
 pub fn rename_into(
     file: &File,
     dir: BorrowedHandle<'_>,
@@ -175,14 +178,20 @@ pub fn rename_into(
     replace: bool,
 ) -> io::Result<()> {
     let wide: Vec<u16> = name.encode_utf16().collect();
-    let head = std::mem::offset_of!(FILE_RENAME_INFO, FileName);
-    let size = head + wide.len() * 2 + 2;
-    // u64s: FILE_RENAME_INFO holds a pointer, so it is 8-byte aligned.
-    let mut buf = vec![0u64; size.div_ceil(8)];
-    let info = buf.as_mut_ptr().cast::<FILE_RENAME_INFO>();
-    // SAFETY: `buf` is at least `size` bytes, 8-aligned and zeroed; the header is written
-    // through the struct's fields and the name's units right after it, within `size`.
-    let ok = unsafe {
+    let head = std::mem::offset_of!(FILE_RENAME_INFORMATION, FileName);
+    let size = head + wide.len() * 2;
+    // u64s: the struct holds a handle, so it is 8-byte aligned.
+    let mut buf = vec![
+        0u64;
+        size.div_ceil(8)
+            .max(std::mem::size_of::<FILE_RENAME_INFORMATION>().div_ceil(8))
+    ];
+    let info = buf.as_mut_ptr().cast::<FILE_RENAME_INFORMATION>();
+    let mut iosb = IO_STATUS_BLOCK::default();
+    // SAFETY: `buf` is at least `size` bytes (and a whole struct), 8-aligned and zeroed; the
+    // header is written through the struct's fields and the name's units right after it,
+    // within `size`; `dir` and `file` are handles the caller holds for the call's length.
+    let status = unsafe {
         (*info).Anonymous.ReplaceIfExists = replace;
         (*info).RootDirectory = dir.as_raw_handle() as HANDLE;
         (*info).FileNameLength = (wide.len() * 2) as u32;
@@ -191,15 +200,16 @@ pub fn rename_into(
             buf.as_mut_ptr().cast::<u8>().add(head).cast::<u16>(),
             wide.len(),
         );
-        SetFileInformationByHandle(
+        NtSetInformationFile(
             file.as_raw_handle() as HANDLE,
-            FileRenameInfo,
+            &mut iosb,
             buf.as_ptr().cast(),
-            size as u32,
+            (buf.len() * 8) as u32,
+            FileRenameInformation,
         )
     };
-    if ok == 0 {
-        return Err(io::Error::last_os_error());
+    if status < 0 {
+        return Err(nt_error(status));
     }
     Ok(())
 }

@@ -1,0 +1,248 @@
+//! Checkpoints on Windows: the Unix helper's layout and records (`fs_change::Record`, postcard)
+//! in the checkpoint directory the broker names (a protected directory no grant reaches),
+//! opened through its handle as everything else: `<dir>\<id>\record` and `<dir>\<id>\blob-N`.
+//! A record is written before the change (unsealed) and again with the seal after it, so a
+//! change that did not finish leaves a checkpoint that refuses to undo.
+
+use fs_change::{mark_unrestorable, now_unix, Kept, Record};
+use ipc_schema::fs::{
+    ChangeKind, CheckpointId, CheckpointInfo, FsError, FsErrorKind, ResolvedTarget, Restorability,
+    CHECKPOINT_TTL_SECS,
+};
+use sandbox::windows::beneath::{self, New, Want};
+use std::cell::Cell;
+use std::fs::File;
+use std::io::Write;
+use std::os::windows::fs::FileExt;
+use std::os::windows::io::AsHandle;
+use std::time::{Duration, Instant};
+
+const RECORD: &str = "record";
+const LIST_DEFAULT: u32 = 50;
+const LIST_MAX: u32 = 500;
+/// How often the store looks for expired checkpoints.
+const SWEEP_EVERY: Duration = Duration::from_secs(600);
+
+pub struct Store {
+    dir: File,
+    counter: Cell<u64>,
+    last_sweep: Cell<Option<Instant>>,
+}
+
+fn err(e: std::io::Error, what: &str) -> FsError {
+    FsError {
+        kind: FsErrorKind::Io,
+        message: format!("checkpoint store: {what}: {e}"),
+        errno: e.raw_os_error(),
+    }
+}
+
+/// The whole contents of an open file.
+pub fn read_all(f: &File) -> std::io::Result<Vec<u8>> {
+    let size = f.metadata()?.len();
+    let mut data = vec![0u8; size as usize];
+    let mut got = 0;
+    while got < data.len() {
+        match f.seek_read(&mut data[got..], got as u64)? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    data.truncate(got);
+    Ok(data)
+}
+
+/// Creates `name` in `dir` with `data`, flushed.
+pub fn create_with(dir: &File, name: &str, data: &[u8]) -> std::io::Result<File> {
+    let mut f = beneath::create_beneath(dir.as_handle(), name, New::File)?;
+    f.write_all(data)?;
+    f.sync_all()?;
+    Ok(f)
+}
+
+impl Store {
+    pub fn new(dir: File) -> Store {
+        Store {
+            dir,
+            counter: Cell::new(0),
+            last_sweep: Cell::new(None),
+        }
+    }
+
+    fn id_dir(&self, id: &str) -> std::io::Result<File> {
+        beneath::open_beneath(self.dir.as_handle(), id, Want::Dir)
+    }
+
+    /// Starts a checkpoint: a new id and its directory. The record is written by `save`.
+    pub fn begin(&self, change: ChangeKind, target: ResolvedTarget) -> Result<Record, FsError> {
+        self.sweep_if_due();
+        self.counter.set(self.counter.get() + 1);
+        let created = now_unix();
+        let id = format!("ck-{created}-{}-{}", std::process::id(), self.counter.get());
+        beneath::create_beneath(self.dir.as_handle(), &id, New::Dir)
+            .map_err(|e| err(e, "creating a checkpoint"))?;
+        Ok(Record {
+            info: CheckpointInfo {
+                id: CheckpointId(id),
+                change,
+                target,
+                moved_to: None,
+                created_unix: created,
+                expires_unix: created + CHECKPOINT_TTL_SECS,
+                restorability: Restorability::Restorable,
+                undone: false,
+            },
+            entries: Vec::new(),
+            sealed: false,
+        })
+    }
+
+    /// Keeps `kept` for `rec`, returning the blob number, or marks `rec` unrestorable.
+    pub fn add_blob(&self, rec: &mut Record, kept: Kept) -> Result<Option<u32>, FsError> {
+        let data = match kept {
+            Kept::Blob(d) => d,
+            Kept::Not(reason) => {
+                mark_unrestorable(rec, reason);
+                return Ok(None);
+            }
+        };
+        let n = rec.entries.len() as u32;
+        let dir = self
+            .id_dir(&rec.info.id.0)
+            .map_err(|e| err(e, "keeping old contents"))?;
+        create_with(&dir, &format!("blob-{n}"), &data)
+            .map_err(|e| err(e, "keeping old contents"))?;
+        Ok(Some(n))
+    }
+
+    pub fn blob(&self, id: &CheckpointId, n: u32) -> Result<Vec<u8>, FsError> {
+        let what = "reading kept contents";
+        let dir = self.id_dir(&id.0).map_err(|e| err(e, what))?;
+        let f = beneath::open_beneath(dir.as_handle(), &format!("blob-{n}"), Want::Any)
+            .map_err(|e| err(e, what))?;
+        read_all(&f).map_err(|e| err(e, what))
+    }
+
+    /// Writes `rec`, replacing the previous version whole (a new file renamed over it).
+    pub fn save(&self, rec: &Record) -> Result<(), FsError> {
+        let what = "writing a record";
+        let bytes = postcard::to_allocvec(rec)
+            .map_err(|e| FsError::new(FsErrorKind::Io, format!("checkpoint store: {e}")))?;
+        let dir = self.id_dir(&rec.info.id.0).map_err(|e| err(e, what))?;
+        self.counter.set(self.counter.get() + 1);
+        let tmp = format!("{RECORD}.{}.tmp", self.counter.get());
+        let f = create_with(&dir, &tmp, &bytes).map_err(|e| err(e, what))?;
+        beneath::rename_into(&f, dir.as_handle(), RECORD, true).map_err(|e| {
+            let _ = beneath::delete_on_close(&f);
+            err(e, what)
+        })
+    }
+
+    /// Reads a checkpoint; expired ones are removed and reported as missing.
+    pub fn load(&self, id: &CheckpointId) -> Result<Record, FsError> {
+        let missing = || {
+            FsError::new(
+                FsErrorKind::NoSuchCheckpoint,
+                format!(
+                    "there is no checkpoint {id} (never made, expired after 7 days, or removed)"
+                ),
+            )
+        };
+        if !id.0.starts_with("ck-") || crate::names::plain_name(&id.0).is_err() {
+            return Err(missing());
+        }
+        let rec = self.read_record(&id.0).ok_or_else(missing)?;
+        if rec.info.expires_unix <= now_unix() {
+            self.remove(&id.0);
+            return Err(missing());
+        }
+        Ok(rec)
+    }
+
+    fn read_record(&self, id: &str) -> Option<Record> {
+        let dir = self.id_dir(id).ok()?;
+        let f = beneath::open_beneath(dir.as_handle(), RECORD, Want::Any).ok()?;
+        if f.metadata().ok()?.len() > 16 << 20 {
+            return None;
+        }
+        postcard::from_bytes(&read_all(&f).ok()?).ok()
+    }
+
+    /// Removes a checkpoint whose change failed before it was made.
+    pub fn discard(&self, rec: &Record) {
+        self.remove(&rec.info.id.0);
+    }
+
+    fn remove(&self, id: &str) {
+        let Ok(dir) = beneath::open_to_change(self.dir.as_handle(), id) else {
+            return;
+        };
+        for l in beneath::list_dir(&dir).unwrap_or_default() {
+            let name = String::from_utf16_lossy(&l.name);
+            if let Ok(f) = beneath::open_to_change(dir.as_handle(), &name) {
+                let _ = beneath::delete_on_close(&f);
+            }
+        }
+        let _ = beneath::delete_on_close(&dir);
+    }
+
+    fn ids(&self) -> Vec<String> {
+        let Ok(dir) = beneath::open_beneath(self.dir.as_handle(), "", Want::Dir) else {
+            return Vec::new();
+        };
+        (beneath::list_dir(&dir).unwrap_or_default().iter())
+            .filter_map(|l| String::from_utf16(&l.name).ok())
+            .filter(|n| n.starts_with("ck-"))
+            .collect()
+    }
+
+    /// Removes checkpoints past their expiry.
+    pub fn sweep(&self) {
+        self.last_sweep.set(Some(Instant::now()));
+        let now = now_unix();
+        for id in self.ids() {
+            let expired = match self.read_record(&id) {
+                Some(r) => r.info.expires_unix <= now,
+                // Unreadable: fall back on the creation time in the id.
+                None => (id.split('-').nth(1))
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .is_none_or(|t| t + CHECKPOINT_TTL_SECS <= now),
+            };
+            if expired {
+                self.remove(&id);
+            }
+        }
+    }
+
+    fn sweep_if_due(&self) {
+        if (self.last_sweep.get()).is_none_or(|t| t.elapsed() >= SWEEP_EVERY) {
+            self.sweep();
+        }
+    }
+
+    pub fn count(&self) -> u32 {
+        self.ids().len() as u32
+    }
+
+    /// The newest first.
+    pub fn list(&self, limit: u32) -> Vec<CheckpointInfo> {
+        let limit = match limit {
+            0 => LIST_DEFAULT,
+            n => n.min(LIST_MAX),
+        } as usize;
+        let now = now_unix();
+        let seq = |i: &CheckpointInfo| {
+            (i.id.0.rsplit('-').next())
+                .and_then(|s| s.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let mut infos: Vec<CheckpointInfo> = (self.ids().iter())
+            .filter_map(|id| self.read_record(id))
+            .map(|r| r.info)
+            .filter(|i| i.expires_unix > now)
+            .collect();
+        infos.sort_by_key(|i| std::cmp::Reverse((i.created_unix, seq(i))));
+        infos.truncate(limit);
+        infos
+    }
+}
