@@ -1292,12 +1292,14 @@ fn the_notifier_hands_a_waiting_card_to_the_hook() {
 /// An agent's file tools on Windows, through the real broker and the fs-helper it started: a
 /// read inside the project grant is answered (the policy's Allow), a listing names what is
 /// there and marks the protected directory; a read outside every grant and one of a protected
-/// key file (both readable by this test: the controls) are refused by containment, and a change
-/// fails at once, saying the Windows fs-helper does not make changes yet, with no card asked.
+/// key file (both readable by this test: the controls) are refused by containment. A write asks
+/// first, its card showing the diff; allowed once, the file is written and the agent gets the
+/// checkpoint, which its `undo_change` (asked and allowed too) takes back. A delete fails at
+/// once, saying the Windows fs-helper does not delete yet, with no card asked.
 #[test]
-fn an_agents_file_reads_go_through_the_fs_helper_and_changes_are_refused() {
+fn an_agents_file_tools_go_through_the_fs_helper_changes_wait_for_the_human() {
     use ipc_schema::fs::{CreateMode, FsPath};
-    use ipc_schema::tool::{ListDir, ReadFile, WriteFile};
+    use ipc_schema::tool::{DeletePath, ListDir, ReadFile, UndoChange, WriteFile};
     let b = Broker::start(&[]);
     let root = b.dirs.data.parent().unwrap().to_path_buf();
     let project = std::fs::canonicalize(root.join("project")).unwrap();
@@ -1314,10 +1316,10 @@ fn an_agents_file_reads_go_through_the_fs_helper_and_changes_are_refused() {
         })
     };
     let mut agent = Client::connect(&b.dirs.gateway_socket()).unwrap();
-    let mut ask = |call: ToolCall| {
+    let ask = |agent: &mut Client, call: ToolCall| {
         let id = agent.send(Body::ToolCall(call)).unwrap();
         match agent.next_frame().unwrap() {
-            e if e.id == id => e.body,
+            e if e.id == id => (id, e.body),
             other => panic!("an answer to another request: {other:?}"),
         }
     };
@@ -1332,18 +1334,19 @@ fn an_agents_file_reads_go_through_the_fs_helper_and_changes_are_refused() {
         other => panic!("not refused: {other:?}"),
     };
 
-    match done(ask(read(&project.join("notes.txt")))) {
+    match done(ask(&mut agent, read(&project.join("notes.txt"))).1) {
         ToolResult::File(c) => {
             assert_eq!(c.data, b"from the project");
             assert!(c.target.absolute.ends_with(br"project\notes.txt"));
         }
         other => panic!("{other:?}"),
     }
-    match done(ask(ToolCall::ListDir(ListDir {
+    let list = ToolCall::ListDir(ListDir {
         path: path(&project),
         offset: 0,
         limit: 0,
-    }))) {
+    });
+    match done(ask(&mut agent, list).1) {
         ToolResult::Listing(l) => {
             let names: Vec<(&[u8], bool)> = (l.entries.iter())
                 .map(|e| (e.name.as_slice(), e.protected))
@@ -1353,26 +1356,75 @@ fn an_agents_file_reads_go_through_the_fs_helper_and_changes_are_refused() {
         other => panic!("{other:?}"),
     }
     assert_eq!(std::fs::read(root.join("outside.txt")).unwrap(), b"outside");
-    refused(ask(read(&root.join("outside.txt"))), "not inside any grant");
+    refused(
+        ask(&mut agent, read(&root.join("outside.txt"))).1,
+        "not inside any grant",
+    );
     let key = project.join(".ssh").join("id_ed25519");
     assert_eq!(std::fs::read(&key).unwrap(), b"KEY");
-    refused(ask(read(&key)), "protected");
+    refused(ask(&mut agent, read(&key)).1, "protected");
 
-    let body = ask(ToolCall::WriteFile(WriteFile {
-        path: path(&project.join("new.txt")),
-        content: b"x".to_vec(),
+    // A write waits for the human, who sees the diff; nothing is written before the yes.
+    let new = project.join("new.txt");
+    let write = ToolCall::WriteFile(WriteFile {
+        path: path(&new),
+        content: b"written by the agent\n".to_vec(),
         create: CreateMode::Either,
         create_parents: false,
-    }));
-    match body {
+    });
+    let (call, body) = ask(&mut agent, write);
+    let waiting = match body {
+        Body::ToolReply(ToolReply::AwaitingApproval(w)) => w,
+        other => panic!("the default policy should ask: {other:?}"),
+    };
+    assert!(!new.exists());
+    let card = allow_once(&b, waiting.proposal);
+    assert!(
+        card.diff
+            .as_deref()
+            .unwrap_or_default()
+            .contains("+written by the agent"),
+        "{card:?}"
+    );
+    let receipt = match done_for(&b, &mut agent, call).result {
+        ToolResult::Changed(c) => c,
+        other => panic!("not a change: {other:?}"),
+    };
+    assert!(receipt.created);
+    assert_eq!(std::fs::read(&new).unwrap(), b"written by the agent\n");
+    // Its undo, asked and allowed like any change: the file is gone again.
+    let undo = ToolCall::UndoChange(UndoChange {
+        checkpoint: receipt.checkpoint.id.clone(),
+    });
+    let (call, body) = ask(&mut agent, undo);
+    if let Body::ToolReply(ToolReply::AwaitingApproval(w)) = body {
+        allow_once(&b, w.proposal);
+        match done_for(&b, &mut agent, call).result {
+            ToolResult::Undone(i) => assert!(i.undone),
+            other => panic!("not undone: {other:?}"),
+        }
+    } else {
+        match done(body) {
+            ToolResult::Undone(i) => assert!(i.undone),
+            other => panic!("not undone: {other:?}"),
+        }
+    }
+    assert!(!new.exists());
+
+    // A delete fails before any card, saying why.
+    let delete = ToolCall::DeletePath(DeletePath {
+        path: path(&project.join("notes.txt")),
+        recursive: false,
+    });
+    match ask(&mut agent, delete).1 {
         Body::ToolReply(ToolReply::Failed(f)) => assert!(
             f.message.contains("not built in the fs-helper on Windows"),
             "{}",
             f.message
         ),
-        other => panic!("a write should fail before any card: {other:?}"),
+        other => panic!("a delete should fail before any card: {other:?}"),
     }
-    assert!(!project.join("new.txt").exists());
+    assert!(project.join("notes.txt").exists());
     match b.ui(Body::Ui(UiRequest::ListPending)) {
         Body::UiReply(UiReply::Pending(p)) => assert!(p.is_empty(), "{p:?}"),
         other => panic!("ListPending answered {other:?}"),
