@@ -366,8 +366,12 @@ impl Fs {
                 ));
             }
         }
-        for e in rec.entries.iter().rev() {
-            self.restore(&rec, e)?;
+        if rec.info.change == ChangeKind::Move {
+            self.move_back(&rec)?;
+        } else {
+            for e in rec.entries.iter().rev() {
+                self.restore(&rec, e)?;
+            }
         }
         rec.info.undone = true;
         self.store.save(&rec)?;
@@ -385,11 +389,24 @@ impl Fs {
                 let p = self.locate(&path, Access::Write)?;
                 self.current(&p, 0)?.is_some_and(|c| c.seal == *s)
             }
+            // What a move put there: still that file or directory.
+            State::Inode { dev, ino } => {
+                let (grant, comps) = self.names(&path)?;
+                let held = self.descend(grant, &comps, true)?;
+                (held.len() == comps.len())
+                    && (held.last().and_then(|f| beneath::identity(f).ok()))
+                        .is_some_and(|i| (i.volume as u64, i.index) == (*dev, *ino))
+            }
+            // What a delete removed: still absent.
+            State::Absent => {
+                let (grant, comps) = self.names(&path)?;
+                self.descend(grant, &comps, true)?.len() < comps.len()
+            }
             _ => false,
         })
     }
 
-    fn restore(&self, rec: &Record, e: &Entry) -> Result<(), FsError> {
+    pub(crate) fn restore(&self, rec: &Record, e: &Entry) -> Result<(), FsError> {
         let path = entry_path(e, &e.relative);
         match &e.before {
             State::File { blob: Some(n), .. } => {
@@ -401,6 +418,11 @@ impl Fs {
                     .map_err(|e| io_error(&shown, e))?;
                 drop(p);
                 replace(&dir, &name, &data, seen, &shown)
+            }
+            // What a delete removed, parents first.
+            State::Dir { .. } => {
+                let (grant, comps) = self.names(&path)?;
+                self.make_dir(grant, &comps)
             }
             // What the change made (the file, then each directory, deepest first): deleted.
             State::Absent => {

@@ -16,6 +16,10 @@ mod change;
 #[cfg(windows)]
 mod config;
 #[cfg(windows)]
+mod delete;
+#[cfg(windows)]
+mod moving;
+#[cfg(windows)]
 mod names;
 #[cfg(windows)]
 mod search;

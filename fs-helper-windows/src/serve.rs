@@ -50,13 +50,6 @@ pub fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn not_built(what: &str) -> FsError {
-    FsError::new(
-        FsErrorKind::Unsupported,
-        format!("{what} is not built in the fs-helper on Windows yet: it serves reading (read_file, list_dir, stat, search_files, grep), write_file, edit_file and their undo"),
-    )
-}
-
 impl Fs {
     /// Answers one request. Never panics on bad input: every refusal is a typed [`FsError`].
     pub fn handle(&self, req: FsRequest) -> Result<FsReply, FsError> {
@@ -71,10 +64,9 @@ impl Fs {
             })),
             FsRequest::Resolve { path, access } => match access {
                 Access::Read => Ok(FsReply::Resolved(self.open(&path, access)?.target())),
-                Access::Write | Access::Edit => {
+                Access::Write | Access::Edit | Access::Delete => {
                     Ok(FsReply::Resolved(self.locate(&path, access)?.target()))
                 }
-                Access::Delete => Err(not_built("deleting or moving a file")),
             },
             FsRequest::ReadFile {
                 path,
@@ -119,8 +111,16 @@ impl Fs {
                 expected,
                 dry_run,
             } => self.edit_file(&path, &edit, expected, dry_run),
-            FsRequest::DeletePath { .. } => Err(not_built("delete_path")),
-            FsRequest::MovePath { .. } => Err(not_built("move_path")),
+            FsRequest::DeletePath {
+                path,
+                recursive,
+                expected,
+            } => self.delete_path(&path, recursive, expected),
+            FsRequest::MovePath {
+                from,
+                to,
+                overwrite,
+            } => self.move_path(&from, &to, overwrite),
             FsRequest::Undo { checkpoint } => self.undo(&checkpoint),
             FsRequest::ListCheckpoints { limit } => {
                 Ok(FsReply::Checkpoints(self.store.list(limit)))

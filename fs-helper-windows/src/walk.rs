@@ -54,7 +54,8 @@ impl Place<'_> {
             root: self.grant.scope.root.clone(),
             relative: self.comps.join(r"\").into_bytes(),
             absolute: self.shown().into_bytes(),
-            kind: match self.target {
+            kind: match &self.target {
+                Some((_, m, _)) if m.is_dir() => FileKind::Dir,
                 Some(_) => FileKind::File,
                 None => FileKind::Missing,
             },
@@ -193,7 +194,7 @@ impl Fs {
 
     /// The grant `path` names and its components below the root: `..` folded (never above the
     /// root), each a plain name.
-    fn names<'a>(&'a self, path: &FsPath) -> Result<(&'a Grant, Vec<String>), FsError> {
+    pub(crate) fn names<'a>(&'a self, path: &FsPath) -> Result<(&'a Grant, Vec<String>), FsError> {
         let (grant, asked) = self.split(path)?;
         let mut comps: Vec<String> = Vec::new();
         for c in asked {
@@ -219,7 +220,7 @@ impl Fs {
     /// Opens `comps` one at a time beneath the root, every step but the last a directory, any
     /// reparse point refused. With `stop_at_missing`, a name that is not there ends the descent
     /// (the handles of what exists are returned); otherwise it is an error.
-    fn descend(
+    pub(crate) fn descend(
         &self,
         grant: &Grant,
         comps: &[String],
@@ -350,7 +351,10 @@ impl Fs {
                     .metadata()
                     .map_err(|e| io_error(&grant.root.verbatim(), e))?;
                 comps = self.placed(grant, &f)?;
-                if kind_of(meta.file_attributes()) != FileKind::File {
+                // A delete takes a directory, or a file with another name (it changes no
+                // contents); every other change a file with one name.
+                let deletes = access == Access::Delete;
+                if kind_of(meta.file_attributes()) != FileKind::File && !deletes {
                     return Err(FsError::new(
                         FsErrorKind::IsADirectory,
                         format!("{}: is not a file", place.shown_with(&comps)),
@@ -358,7 +362,7 @@ impl Fs {
                 }
                 let id =
                     beneath::identity(&f).map_err(|e| io_error(&place.shown_with(&comps), e))?;
-                if id.links > 1 {
+                if id.links > 1 && !deletes {
                     return Err(FsError::new(
                         FsErrorKind::HardLinked,
                         format!("{}: has {} hard links; another name for it may lie outside the grant, so it is never opened", place.shown_with(&comps), id.links),
@@ -396,7 +400,8 @@ impl Fs {
                 format!("{shown} is protected ({}: {})", pr.why, pr.place),
             ));
         }
-        (p.grant.scope).check_scope(p.comps.join("/").as_bytes(), p.comps.len(), false)?;
+        let is_dir = (p.target.as_ref()).is_some_and(|(_, m, _)| m.is_dir());
+        (p.grant.scope).check_scope(p.comps.join("/").as_bytes(), p.comps.len(), is_dir)?;
         p.grant.scope.check_caps(access, &shown)
     }
 

@@ -323,14 +323,14 @@ fn the_helper_reads_beneath_its_grant_and_refuses_what_leaves_it() {
         other => panic!("{other:?}"),
     }
 
-    // A delete is refused with the reason; a read of the same path is answered (above).
+    // A change asks for the grant's capability: this grant may not delete.
     refused(
         h.ask(FsRequest::Resolve {
             path: in_grant("a.txt"),
             access: Access::Delete,
         }),
-        FsErrorKind::Unsupported,
-        "not built in the fs-helper on Windows",
+        FsErrorKind::NotPermitted,
+        "does not allow delete",
     );
     match h.ask(FsRequest::Resolve {
         path: in_grant("a.txt"),
@@ -518,6 +518,7 @@ fn the_helper_changes_files_under_a_checkpoint_and_undoes_them() {
     std::fs::write(base.join("outside.txt"), "outside").unwrap();
     std::fs::hard_link(base.join("outside.txt"), root.join("hard.txt")).unwrap();
     let mut cfg = config(&root, &cp);
+    cfg.grants[0].caps.delete = true;
     cfg.grants.push(GrantConfig {
         id: GrantId("docs".into()),
         root: text(&docs),
@@ -655,16 +656,89 @@ fn the_helper_changes_files_under_a_checkpoint_and_undoes_them() {
         "hard links",
     );
     assert_eq!(std::fs::read(base.join("outside.txt")).unwrap(), b"outside");
+
+    // Delete: a file, then undone; a directory needs `recursive`; nothing protected goes.
+    let delete = |p: &str, recursive| FsRequest::DeletePath {
+        path: in_grant(p),
+        recursive,
+        expected: None,
+    };
+    let undo_ok = |h: &mut Helper, id: &ipc_schema::fs::CheckpointId| {
+        let r = h.ask(FsRequest::Undo {
+            checkpoint: id.clone(),
+        });
+        assert!(matches!(r, FsReply::Undone(_)), "{r:?}");
+    };
+    let gone = changed(h.ask(delete("bare/notes.txt", false)));
+    assert!(!root.join("bare").join("notes.txt").exists());
+    undo_ok(&mut h, &gone.checkpoint.id);
+    assert_eq!(on_disk(r"bare\notes.txt").unwrap(), b"n");
+    std::fs::create_dir_all(root.join("tree").join("a")).unwrap();
+    std::fs::write(root.join("tree").join("a").join("b.txt"), "b").unwrap();
+    std::fs::write(root.join("tree").join("c.txt"), "c").unwrap();
     refused(
-        h.ask(FsRequest::DeletePath {
-            path: in_grant("bare/notes.txt"),
-            recursive: false,
-            expected: None,
-        }),
-        FsErrorKind::Unsupported,
-        "not built in the fs-helper on Windows",
+        h.ask(delete("tree", false)),
+        FsErrorKind::NotEmpty,
+        "recursive",
     );
-    assert!(root.join("bare").join("notes.txt").exists());
+    let tree = changed(h.ask(delete("tree", true)));
+    assert_eq!(tree.entries, 4);
+    assert!(!root.join("tree").exists());
+    undo_ok(&mut h, &tree.checkpoint.id);
+    assert_eq!(on_disk(r"tree\a\b.txt").unwrap(), b"b");
+    assert_eq!(on_disk(r"tree\c.txt").unwrap(), b"c");
+    refused(
+        h.ask(delete(".vscode/settings.json", false)),
+        FsErrorKind::Protected,
+        ".vscode",
+    );
+    refused(h.ask(delete(".git", true)), FsErrorKind::Protected, "hooks");
+    assert!(root.join(".git").join("hooks").join("probe").exists());
+
+    // Move: a file into a directory and back by undo; onto a file only with overwrite; a tree
+    // whose entries would land in a protected place is refused, the same tree elsewhere moves.
+    let mv = |from: &str, to: &str, overwrite| FsRequest::MovePath {
+        from: in_grant(from),
+        to: in_grant(to),
+        overwrite,
+    };
+    let m = changed(h.ask(mv(r"tree\c.txt", r"tree\a\c2.txt", false)));
+    assert_eq!(on_disk(r"tree\a\c2.txt").unwrap(), b"c");
+    assert_eq!(on_disk(r"tree\c.txt"), None);
+    refused(
+        h.ask(mv(r"tree\a\c2.txt", r"tree\a\b.txt", false)),
+        FsErrorKind::AlreadyExists,
+        "overwrite",
+    );
+    undo_ok(&mut h, &m.checkpoint.id);
+    assert_eq!(on_disk(r"tree\c.txt").unwrap(), b"c");
+    std::fs::create_dir_all(root.join("evil").join("hooks")).unwrap();
+    std::fs::write(
+        root.join("evil").join("hooks").join("pre-commit"),
+        "#!/bin/sh",
+    )
+    .unwrap();
+    std::fs::create_dir(root.join("sub2")).unwrap();
+    refused(
+        h.ask(mv("evil", r"sub2\.git", false)),
+        FsErrorKind::Protected,
+        ".git",
+    );
+    // A tree moved under an existing `.git`: refused by what its entries would become.
+    std::fs::create_dir_all(root.join("sub2").join("x").join(".git")).unwrap();
+    refused(
+        h.ask(mv(r"evil\hooks", r"sub2\x\.git\hooks", false)),
+        FsErrorKind::Protected,
+        "git hooks",
+    );
+    assert!(root.join("evil").join("hooks").join("pre-commit").exists());
+    changed(h.ask(mv("evil", r"sub2\good", false)));
+    assert!(root
+        .join("sub2")
+        .join("good")
+        .join("hooks")
+        .join("pre-commit")
+        .exists());
 
     // A read-only grant: read, never changed.
     let in_docs = |p: &str| FsPath::InGrant {
