@@ -778,8 +778,8 @@ fn the_command_line_asks_reads_and_checks_the_broker() {
 
     // What Windows lacks is said, not an unknown command: `run` and `demo` exit 125 saying why.
     for (cmd, why) in [
-        ("run", "needs the egress proxy and the agent's session"),
-        ("demo", "needs the file helper"),
+        ("run", "its own connection to the gateway"),
+        ("demo", "not ported to Windows"),
     ] {
         let (code, out, err) = gatehouse(&[cmd, "--", "claude"]);
         assert_eq!(code, Some(125), "{out}\n{err}");
@@ -1294,8 +1294,8 @@ fn the_notifier_hands_a_waiting_card_to_the_hook() {
 /// there and marks the protected directory; a read outside every grant and one of a protected
 /// key file (both readable by this test: the controls) are refused by containment. A write asks
 /// first, its card showing the diff; allowed once, the file is written and the agent gets the
-/// checkpoint, which its `undo_change` (asked and allowed too) takes back. A delete fails at
-/// once, saying the Windows fs-helper does not delete yet, with no card asked.
+/// checkpoint, which its `undo_change` (asked and allowed too) takes back; a delete asks and
+/// deletes the same way. No card is left waiting.
 #[test]
 fn an_agents_file_tools_go_through_the_fs_helper_changes_wait_for_the_human() {
     use ipc_schema::fs::{CreateMode, FsPath};
@@ -1411,20 +1411,23 @@ fn an_agents_file_tools_go_through_the_fs_helper_changes_wait_for_the_human() {
     }
     assert!(!new.exists());
 
-    // A delete fails before any card, saying why.
+    // A delete asks too; allowed once, the file is gone.
     let delete = ToolCall::DeletePath(DeletePath {
         path: path(&project.join("notes.txt")),
         recursive: false,
     });
-    match ask(&mut agent, delete).1 {
-        Body::ToolReply(ToolReply::Failed(f)) => assert!(
-            f.message.contains("not built in the fs-helper on Windows"),
-            "{}",
-            f.message
-        ),
-        other => panic!("a delete should fail before any card: {other:?}"),
-    }
+    let (call, body) = ask(&mut agent, delete);
+    let waiting = match body {
+        Body::ToolReply(ToolReply::AwaitingApproval(w)) => w,
+        other => panic!("the default policy should ask: {other:?}"),
+    };
     assert!(project.join("notes.txt").exists());
+    allow_once(&b, waiting.proposal);
+    match done_for(&b, &mut agent, call).result {
+        ToolResult::Changed(c) => assert_eq!(c.entries, 1),
+        other => panic!("not a change: {other:?}"),
+    }
+    assert!(!project.join("notes.txt").exists());
     match b.ui(Body::Ui(UiRequest::ListPending)) {
         Body::UiReply(UiReply::Pending(p)) => assert!(p.is_empty(), "{p:?}"),
         other => panic!("ListPending answered {other:?}"),

@@ -121,8 +121,8 @@ enum Cmd {
     #[cfg(target_os = "linux")]
     /// An agent CLI inside the exec sandbox, with gatehouse as its only MCP server and the egress proxy as its only way out: `gatehouse run [--profile NAME] [--mode ask|full-access|unattended] [--allow-domain D]... [--allow-read P]... -- AGENT ARGS`.
     Run(cmd_run::RunArgs),
-    /// Not built on Windows: an agent inside the exec sandbox needs the egress proxy and the
-    /// agent's session, which pass descriptors (docs/windows.md). Says so and exits 125.
+    /// Not built on Windows: an agent inside the exec sandbox needs a connection to its
+    /// gateway from inside the sandbox (docs/windows.md). Says so and exits 125.
     #[cfg(windows)]
     #[command(disable_help_flag = true)]
     Run(PassOn),
@@ -145,8 +145,8 @@ enum Cmd {
     /// A scripted agent session on a scratch project that shows every outcome: allowed, asked,
     /// refused, run in the sandbox, carried out once, and the audit log checked.
     Demo(cmd_demo::DemoArgs),
-    /// Not built on Windows: the scripted session needs the file helper, which does not run
-    /// there yet (docs/windows.md). Says so and exits 125.
+    /// Not built on Windows: the scripted session is not ported there yet (docs/windows.md).
+    /// Says so and exits 125.
     #[cfg(windows)]
     #[command(disable_help_flag = true)]
     Demo(PassOn),
@@ -244,12 +244,12 @@ fn main() -> ExitCode {
         #[cfg(windows)]
         Cmd::Run(_) => not_built_here(
             "run",
-            "an agent inside the exec sandbox needs its own connection to the gateway from inside the sandbox and, with the default --own-tools read, the file helper's changes; neither is built on Windows yet; `gatehouse mcp` serves an agent outside it, and `gatehouse sandbox` runs one command",
+            "an agent inside the exec sandbox needs its own connection to the gateway from inside the sandbox, which is not built on Windows yet; `gatehouse mcp` serves an agent outside it, and `gatehouse sandbox` runs one command",
         ),
         #[cfg(windows)]
         Cmd::Demo(_) => not_built_here(
             "demo",
-            "its scripted session writes, edits and undoes through the file helper, which serves only reads on Windows yet",
+            "its scripted session (a private broker, a scratch project, a console that answers its cards) is not ported to Windows yet",
         ),
         Cmd::Secret { cmd } => cmd_secret::run(&g, cmd),
         Cmd::Session { cmd } => cmd_session::run(&g, cmd),
