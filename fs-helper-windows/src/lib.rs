@@ -4,8 +4,8 @@
 //! path is opened from its grant root's handle one component at a time, each a plain name
 //! opened relative to its parent's handle with reparse points refused
 //! (`sandbox::windows::beneath`); what the system then says the file's path is must still lie
-//! under the root, and is what the protected table and the grant's globs judge. It serves the
-//! reading tools; a change (write, edit, delete, move, undo) is refused with the reason.
+//! under the root, and is what the protected table and the grant's globs judge. It serves every
+//! file tool; changes are made whole, kept in checkpoints and undone as on Unix (`fs-change`).
 //!
 //! What it can and cannot do: docs/fs-helper.md ("On Windows") and docs/windows.md.
 
