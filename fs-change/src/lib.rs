@@ -1,13 +1,16 @@
 //! What a change to a file is, the same on every OS: the seal of contents, the checkpoint
 //! record a change leaves (its on-disk form, postcard), whether old contents can be kept, the
 //! diff an approval card shows, the application of an edit, and the check that a file is still
-//! what the human was shown. The Unix and the Windows fs-helper each open, write and rename
-//! with their own system calls; what they decide and record is this crate's.
+//! what the human was shown; the checks of a write, an edit and an undo that do not depend on
+//! the OS, and the checkpoints' names, expiry and listing order. The Unix and the Windows
+//! fs-helper each open, write and rename with their own system calls; what they decide and
+//! record is this crate's.
 
 #![forbid(unsafe_code)]
 
 use ipc_schema::fs::{
-    CheckpointInfo, Edit, FsError, FsErrorKind, GrantId, Restorability, Seal, CHECKPOINT_MAX_BYTES,
+    ChangeKind, CheckpointId, CheckpointInfo, CreateMode, Edit, FsError, FsErrorKind, GrantId,
+    ResolvedTarget, Restorability, Seal, CHECKPOINT_MAX_BYTES, CHECKPOINT_TTL_SECS, WRITE_MAX,
 };
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -318,6 +321,171 @@ fn apply_unified(text: &str, d: &str, shown: &str) -> Result<(String, u32), FsEr
     }
     out.extend(lines[cursor..].iter().copied());
     Ok((out, hunks.len() as u32))
+}
+
+/// Refuses content over the write limit (`WRITE_MAX`: a frame must hold it).
+pub fn check_write_size(len: usize) -> Result<(), FsError> {
+    let over = format!(
+        "{len} bytes is over the {} KiB write limit",
+        WRITE_MAX >> 10
+    );
+    (len <= WRITE_MAX as usize)
+        .then_some(())
+        .ok_or(FsError::new(FsErrorKind::TooLarge, over))
+}
+
+/// Refuses what `create` forbids, given whether the file is there.
+pub fn check_create(exists: bool, create: CreateMode, shown: &str) -> Result<(), FsError> {
+    match (exists, create) {
+        (true, CreateMode::MustNotExist) => Err(FsError::new(
+            FsErrorKind::AlreadyExists,
+            format!("{shown}: already exists"),
+        )),
+        (false, CreateMode::MustExist) => Err(FsError::new(
+            FsErrorKind::NotFound,
+            format!("{shown}: no such file"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// An edit of the file whose contents are `data` (`None`: too large to keep, `size` bytes) and
+/// seal `current`: a UTF-8 text, still what `expected` says, the edit applied, the result
+/// within the checkpoint limit. The edited text and how many replacements (or hunks).
+pub fn edited(
+    data: Option<&[u8]>,
+    size: u64,
+    expected: Option<Seal>,
+    current: Seal,
+    edit: &Edit,
+    shown: &str,
+) -> Result<(String, u32), FsError> {
+    let Some(data) = data else {
+        return Err(FsError::new(
+            FsErrorKind::TooLarge,
+            format!(
+                "{shown}: {size} bytes; edit_file works on text files up to {} MiB",
+                CHECKPOINT_MAX_BYTES >> 20
+            ),
+        ));
+    };
+    let text = match std::str::from_utf8(data) {
+        Ok(t) if !t.contains('\0') => t,
+        _ => {
+            return Err(FsError::new(
+                FsErrorKind::NotText,
+                format!("{shown}: not UTF-8 text; edit_file changes text files only"),
+            ))
+        }
+    };
+    check_expected(expected, Some(current), shown)?;
+    let (new, n) = apply(text, edit, shown)?;
+    if new.len() as u64 > CHECKPOINT_MAX_BYTES {
+        return Err(FsError::new(
+            FsErrorKind::TooLarge,
+            format!(
+                "{shown}: the edited file would be over {} MiB",
+                CHECKPOINT_MAX_BYTES >> 20
+            ),
+        ));
+    }
+    Ok((new, n))
+}
+
+/// A new checkpoint's record (unsealed, no entries yet), made now.
+pub fn new_record(
+    counter: u64,
+    change: ChangeKind,
+    target: ResolvedTarget,
+    moved_to: Option<ResolvedTarget>,
+) -> Record {
+    let created = now_unix();
+    Record {
+        info: CheckpointInfo {
+            id: CheckpointId(format!("ck-{created}-{}-{counter}", std::process::id())),
+            change,
+            target,
+            moved_to,
+            created_unix: created,
+            expires_unix: created + CHECKPOINT_TTL_SECS,
+            restorability: Restorability::Restorable,
+            undone: false,
+        },
+        entries: Vec::new(),
+        sealed: false,
+    }
+}
+
+/// Whether `id` can name a checkpoint at all (`ck-` and digits and dashes: nothing a path
+/// could be made of); the error for one that does not exist.
+pub fn checkpoint_named(id: &CheckpointId) -> Result<(), FsError> {
+    let plausible = id.0.len() <= 64
+        && id.0.starts_with("ck-")
+        && id.0[3..].bytes().all(|b| b.is_ascii_digit() || b == b'-');
+    plausible
+        .then_some(())
+        .ok_or_else(|| no_such_checkpoint(id))
+}
+
+pub fn no_such_checkpoint(id: &CheckpointId) -> FsError {
+    FsError::new(
+        FsErrorKind::NoSuchCheckpoint,
+        format!("there is no checkpoint {id} (never made, expired after 7 days, or removed)"),
+    )
+}
+
+/// Whether the checkpoint `id` (its record, if it reads) is past its expiry at `now`; an
+/// unreadable one by the creation time in its id.
+pub fn expired(id: &str, rec: Option<&Record>, now: u64) -> bool {
+    match rec {
+        Some(r) => r.info.expires_unix <= now,
+        None => (id.split('-').nth(1))
+            .and_then(|s| s.parse::<u64>().ok())
+            .is_none_or(|t| t + CHECKPOINT_TTL_SECS <= now),
+    }
+}
+
+/// The checkpoints to list: unexpired, newest first, at most `limit` (0: 50; at most 500).
+pub fn newest_first(mut infos: Vec<CheckpointInfo>, limit: u32) -> Vec<CheckpointInfo> {
+    let limit = match limit {
+        0 => 50,
+        n => n.min(500),
+    } as usize;
+    let now = now_unix();
+    let seq = |i: &CheckpointInfo| {
+        (i.id.0.rsplit('-').next())
+            .and_then(|s| s.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    infos.retain(|i| i.expires_unix > now);
+    infos.sort_by_key(|i| std::cmp::Reverse((i.created_unix, seq(i))));
+    infos.truncate(limit);
+    infos
+}
+
+/// Refuses to undo a checkpoint undone already, one whose old state was not kept, or one whose
+/// change did not finish.
+pub fn check_undoable(rec: &Record) -> Result<(), FsError> {
+    let id = &rec.info.id;
+    if rec.info.undone {
+        return Err(FsError::new(
+            FsErrorKind::BadRequest,
+            format!("checkpoint {id} was undone already"),
+        ));
+    }
+    if let Restorability::Unrestorable { reason } = &rec.info.restorability {
+        return Err(FsError::new(
+            FsErrorKind::Unrestorable,
+            format!("checkpoint {id} cannot be restored: {reason}"),
+        ));
+    }
+    if !rec.sealed {
+        return Err(FsError::new(
+            FsErrorKind::Unrestorable,
+            format!("checkpoint {id} cannot be restored: its change did not finish (the helper stopped during it)"),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use crate::walk::{io_error, Place};
 use fs_change::{check_expected, diff, keep, seal_of, Entry, Record, State};
 use ipc_schema::fs::{
     Access, ChangeKind, ChangePreview, ChangeReceipt, CheckpointId, CreateMode, Edit, FileKind,
-    FsError, FsErrorKind, FsPath, FsReply, Restorability, Seal, CHECKPOINT_MAX_BYTES, WRITE_MAX,
+    FsError, FsErrorKind, FsPath, FsReply, Seal, CHECKPOINT_MAX_BYTES,
 };
 use sandbox::windows::beneath::{self, Identity, New, Want};
 use std::cell::Cell;
@@ -221,16 +221,7 @@ impl Fs {
         expected: Option<Seal>,
         dry_run: bool,
     ) -> Result<FsReply, FsError> {
-        if content.len() > WRITE_MAX as usize {
-            return Err(FsError::new(
-                FsErrorKind::TooLarge,
-                format!(
-                    "{} bytes is over the {} KiB write limit",
-                    content.len(),
-                    WRITE_MAX >> 10
-                ),
-            ));
-        }
+        fs_change::check_write_size(content.len())?;
         let p = self.locate(path, Access::Write)?;
         let shown = p.shown();
         if p.missing > 1 && !create_parents {
@@ -239,21 +230,7 @@ impl Fs {
                 format!("{shown}: its directory does not exist (create_parents is off)"),
             ));
         }
-        match (p.target.is_some(), create) {
-            (true, CreateMode::MustNotExist) => {
-                return Err(FsError::new(
-                    FsErrorKind::AlreadyExists,
-                    format!("{shown}: already exists"),
-                ))
-            }
-            (false, CreateMode::MustExist) => {
-                return Err(FsError::new(
-                    FsErrorKind::NotFound,
-                    format!("{shown}: no such file"),
-                ))
-            }
-            _ => {}
-        }
+        fs_change::check_create(p.target.is_some(), create, &shown)?;
         let cur = self.current(&p, CHECKPOINT_MAX_BYTES)?;
         check_expected(expected, cur.as_ref().map(|c| c.seal), &shown)?;
         if dry_run {
@@ -289,35 +266,9 @@ impl Fs {
                 format!("{shown}: no such file"),
             ));
         };
-        let Some(data) = data else {
-            return Err(FsError::new(
-                FsErrorKind::TooLarge,
-                format!(
-                    "{shown}: {size} bytes; edit_file works on text files up to {} MiB",
-                    CHECKPOINT_MAX_BYTES >> 20
-                ),
-            ));
-        };
-        let text = match std::str::from_utf8(&data) {
-            Ok(t) if !t.contains('\0') => t,
-            _ => {
-                return Err(FsError::new(
-                    FsErrorKind::NotText,
-                    format!("{shown}: not UTF-8 text; edit_file changes text files only"),
-                ))
-            }
-        };
-        check_expected(expected, Some(seal), &shown)?;
-        let (new, replacements) = fs_change::apply(text, edit, &shown)?;
-        if new.len() as u64 > CHECKPOINT_MAX_BYTES {
-            return Err(FsError::new(
-                FsErrorKind::TooLarge,
-                format!(
-                    "{shown}: the edited file would be over {} MiB",
-                    CHECKPOINT_MAX_BYTES >> 20
-                ),
-            ));
-        }
+        let (new, replacements) =
+            fs_change::edited(data.as_deref(), size, expected, seal, edit, &shown)?;
+        let data = data.expect("edited refuses a file it could not keep");
         if dry_run {
             return Ok(FsReply::Preview(ChangePreview {
                 target: p.target(),
@@ -337,24 +288,7 @@ impl Fs {
     /// left it (through the same checks as a write).
     pub fn undo(&self, id: &CheckpointId) -> Result<FsReply, FsError> {
         let mut rec = self.store.load(id)?;
-        if rec.info.undone {
-            return Err(FsError::new(
-                FsErrorKind::BadRequest,
-                format!("checkpoint {id} was undone already"),
-            ));
-        }
-        if let Restorability::Unrestorable { reason } = &rec.info.restorability {
-            return Err(FsError::new(
-                FsErrorKind::Unrestorable,
-                format!("checkpoint {id} cannot be restored: {reason}"),
-            ));
-        }
-        if !rec.sealed {
-            return Err(FsError::new(
-                FsErrorKind::Unrestorable,
-                format!("checkpoint {id} cannot be restored: its change did not finish (the helper stopped during it)"),
-            ));
-        }
+        fs_change::check_undoable(&rec)?;
         for e in &rec.entries {
             if !self.holds(e)? {
                 return Err(FsError::new(

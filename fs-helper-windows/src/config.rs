@@ -8,19 +8,8 @@ use ipc_schema::protected::Protector;
 use sandbox::helper_args::HelperArgs;
 use sandbox::windows::beneath;
 use std::fs::File;
-use std::os::windows::fs::{MetadataExt, OpenOptionsExt};
+use std::os::windows::fs::MetadataExt;
 use std::path::Path;
-
-// What the root handles may do: list, pass through, read attributes (winnt.h values).
-const FILE_LIST_DIRECTORY: u32 = 0x1;
-const FILE_TRAVERSE: u32 = 0x20;
-const FILE_READ_ATTRIBUTES: u32 = 0x80;
-const SYNCHRONIZE: u32 = 0x0010_0000;
-const FILE_SHARE_READ: u32 = 0x1;
-const FILE_SHARE_WRITE: u32 = 0x2;
-const FILE_FLAG_BACKUP_SEMANTICS: u32 = 0x0200_0000;
-const FILE_FLAG_OPEN_REPARSE_POINT: u32 = 0x0020_0000;
-pub const FILE_ATTRIBUTE_REPARSE_POINT: u32 = 0x400;
 
 /// One grant: its checks (the shared [`Scope`]), its root as parsed, and the root's handle,
 /// held since before lockdown and never shared for deleting (so the root cannot be renamed).
@@ -58,14 +47,10 @@ fn checked_root(p: &[u8], what: &str) -> Result<WinPath, String> {
 /// says its path is must be the path named).
 fn open_root(root: &WinPath, what: &str) -> Result<File, String> {
     let shown = root.verbatim();
-    let f = std::fs::OpenOptions::new()
-        .access_mode(FILE_LIST_DIRECTORY | FILE_TRAVERSE | FILE_READ_ATTRIBUTES | SYNCHRONIZE)
-        .share_mode(FILE_SHARE_READ | FILE_SHARE_WRITE)
-        .custom_flags(FILE_FLAG_BACKUP_SEMANTICS | FILE_FLAG_OPEN_REPARSE_POINT)
-        .open(&shown)
-        .map_err(|e| format!("{what} {shown}: {e}"))?;
+    let f =
+        beneath::open_dir_path(Path::new(&shown)).map_err(|e| format!("{what} {shown}: {e}"))?;
     let meta = f.metadata().map_err(|e| format!("{what} {shown}: {e}"))?;
-    if meta.file_attributes() & FILE_ATTRIBUTE_REPARSE_POINT != 0 {
+    if meta.file_attributes() & beneath::REPARSE_POINT != 0 {
         return Err(format!(
             "{what} {shown} is a link or junction; name the real directory"
         ));

@@ -20,10 +20,6 @@ const TREE_MAX: usize = 10_000;
 /// And keeps at most this much old content in its checkpoint.
 const TREE_KEEP_MAX: u64 = 256 << 20;
 
-fn refuse(kind: FsErrorKind, m: String) -> FsError {
-    FsError::new(kind, m)
-}
-
 impl Fs {
     /// The directory at `top` and everything under it, children before their directory, each
     /// checked as a delete: no reparse point, nothing protected or outside the grant's globs.
@@ -41,12 +37,12 @@ impl Fs {
             let shown = || format!(r"{}\{}", grant.root.verbatim(), dir.join(r"\"));
             let handle = match self.descend(grant, &dir, false)?.pop() {
                 Some(h) => h,
-                None => return Err(refuse(FsErrorKind::BadRequest, "the grant root".into())),
+                None => return Err(FsError::new(FsErrorKind::BadRequest, "the grant root")),
             };
             stack.push((dir.clone(), true));
             for l in beneath::list_dir(&handle).map_err(|e| io_error(&shown(), e))? {
                 let name = String::from_utf16(&l.name).map_err(|_| {
-                    refuse(
+                    FsError::new(
                         FsErrorKind::InvalidPath,
                         format!("{}: holds a name that is not Unicode", shown()),
                     )
@@ -57,13 +53,13 @@ impl Fs {
                 abs.comps.extend(child.iter().cloned());
                 let (abs, kind) = (abs.verbatim(), kind_of(l.attributes));
                 if kind == FileKind::Symlink {
-                    return Err(refuse(
+                    return Err(FsError::new(
                         FsErrorKind::OutsideGrant,
                         format!("{abs}: a link or junction inside the tree; gatehouse on Windows does not delete through one"),
                     ));
                 }
                 if let Some(p) = self.protector.refuses(abs.as_bytes(), true) {
-                    return Err(refuse(
+                    return Err(FsError::new(
                         FsErrorKind::Protected,
                         format!("{abs} is protected ({}: {})", p.why, p.place),
                     ));
@@ -74,7 +70,7 @@ impl Fs {
                     kind == FileKind::Dir,
                 )?;
                 if out.len() + stack.len() >= TREE_MAX {
-                    return Err(refuse(
+                    return Err(FsError::new(
                         FsErrorKind::TooLarge,
                         format!("{}: more than {TREE_MAX} entries", shown()),
                     ));
@@ -97,7 +93,7 @@ impl Fs {
         let p: Place<'_> = self.locate(path, Access::Delete)?;
         let shown = p.shown();
         let Some((file, meta, _)) = &p.target else {
-            return Err(refuse(
+            return Err(FsError::new(
                 FsErrorKind::NotFound,
                 format!("{shown}: no such file or directory"),
             ));
@@ -108,7 +104,7 @@ impl Fs {
             false => vec![(p.comps.clone(), false)],
         };
         if meta.is_dir() && entries.len() > 1 && !recursive {
-            return Err(refuse(
+            return Err(FsError::new(
                 FsErrorKind::NotEmpty,
                 format!("{shown}: a directory with entries; set recursive to delete it whole"),
             ));
@@ -198,9 +194,9 @@ pub(crate) fn remove(fs: &Fs, grant: &Grant, comps: &[String]) -> Result<(), FsE
     let dir = parent_handle(fs, grant, parent)?;
     let f = beneath::open_to_change(dir.as_handle(), name).map_err(|e| io_error(&shown, e))?;
     if f.metadata()
-        .is_ok_and(|m| m.file_attributes() & crate::config::FILE_ATTRIBUTE_REPARSE_POINT != 0)
+        .is_ok_and(|m| m.file_attributes() & beneath::REPARSE_POINT != 0)
     {
-        return Err(refuse(
+        return Err(FsError::new(
             FsErrorKind::Raced,
             format!("{shown}: became a link while the request ran"),
         ));

@@ -12,7 +12,7 @@
 //! the protected table and the grant's globs judge that path, so an 8.3 short name or another
 //! spelling in the request changes nothing.
 
-use crate::config::{Fs, Grant, FILE_ATTRIBUTE_REPARSE_POINT};
+use crate::config::{Fs, Grant};
 use crate::names::{is_sep, plain_name, WinPath};
 use ipc_schema::fs::{Access, FileKind, FsError, FsErrorKind, FsPath, ResolvedTarget};
 use sandbox::windows::beneath::{self, Want};
@@ -105,10 +105,9 @@ impl Opened<'_> {
 
 /// What the attributes say an entry is (a reparse point is shown as a link, never followed).
 pub fn kind_of(attributes: u32) -> FileKind {
-    const DIRECTORY: u32 = 0x10;
-    if attributes & FILE_ATTRIBUTE_REPARSE_POINT != 0 {
+    if attributes & beneath::REPARSE_POINT != 0 {
         FileKind::Symlink
-    } else if attributes & DIRECTORY != 0 {
+    } else if attributes & beneath::DIRECTORY != 0 {
         FileKind::Dir
     } else {
         FileKind::File
@@ -246,7 +245,7 @@ impl Fs {
                 .metadata()
                 .map_err(|e| io_error(&shown, e))?
                 .file_attributes();
-            if attrs & FILE_ATTRIBUTE_REPARSE_POINT != 0 {
+            if attrs & beneath::REPARSE_POINT != 0 {
                 let tag = beneath::reparse_tag(&f).unwrap_or(0);
                 return Err(FsError::new(
                     FsErrorKind::OutsideGrant,

@@ -8,8 +8,7 @@
 use crate::kernel::{self, OpenMode};
 pub use fs_change::{hex, keep, mark_unrestorable, now_unix, seal_of, Entry, Kept, Record, State};
 use ipc_schema::fs::{
-    ChangeKind, CheckpointId, CheckpointInfo, FsError, FsErrorKind, ResolvedTarget, Restorability,
-    CHECKPOINT_TTL_SECS,
+    ChangeKind, CheckpointId, CheckpointInfo, FsError, FsErrorKind, ResolvedTarget,
 };
 use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use rustix::fs::{AtFlags, Dir, Mode, OFlags};
@@ -18,8 +17,6 @@ use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 const RECORD: &str = "record";
-const LIST_DEFAULT: u32 = 50;
-const LIST_MAX: u32 = 500;
 /// How often the store looks for expired checkpoints.
 const SWEEP_EVERY: Duration = Duration::from_secs(600);
 
@@ -67,24 +64,14 @@ impl CheckpointStore {
     ) -> Result<Record, FsError> {
         self.sweep_if_due();
         self.counter.set(self.counter.get() + 1);
-        let created = now_unix();
-        let id = format!("ck-{created}-{}-{}", std::process::id(), self.counter.get());
-        rustix::fs::mkdirat(&self.dir, id.as_str(), Mode::from_raw_mode(0o700))
-            .map_err(|e| err(e, "creating a checkpoint"))?;
-        Ok(Record {
-            info: CheckpointInfo {
-                id: CheckpointId(id),
-                change,
-                target,
-                moved_to,
-                created_unix: created,
-                expires_unix: created + CHECKPOINT_TTL_SECS,
-                restorability: Restorability::Restorable,
-                undone: false,
-            },
-            entries: Vec::new(),
-            sealed: false,
-        })
+        let rec = fs_change::new_record(self.counter.get(), change, target, moved_to);
+        rustix::fs::mkdirat(
+            &self.dir,
+            rec.info.id.0.as_str(),
+            Mode::from_raw_mode(0o700),
+        )
+        .map_err(|e| err(e, "creating a checkpoint"))?;
+        Ok(rec)
     }
 
     /// Keeps `kept` for `rec`, returning the blob number, or marks `rec` unrestorable.
@@ -152,21 +139,11 @@ impl CheckpointStore {
 
     /// Reads a checkpoint; expired ones are removed and reported as missing.
     pub fn load(&self, id: &CheckpointId) -> Result<Record, FsError> {
-        let missing = || {
-            FsError::new(
-                FsErrorKind::NoSuchCheckpoint,
-                format!(
-                    "there is no checkpoint {id} (never made, expired after 7 days, or removed)"
-                ),
-            )
-        };
-        if !id.0.starts_with("ck-") || !kernel::is_plain_name(id.0.as_bytes()) {
-            return Err(missing());
-        }
-        let rec = self.read_record(&id.0).ok_or_else(missing)?;
+        fs_change::checkpoint_named(id)?;
+        let rec = (self.read_record(&id.0)).ok_or_else(|| fs_change::no_such_checkpoint(id))?;
         if rec.info.expires_unix <= now_unix() {
             self.remove(&id.0);
-            return Err(missing());
+            return Err(fs_change::no_such_checkpoint(id));
         }
         Ok(rec)
     }
@@ -213,15 +190,7 @@ impl CheckpointStore {
         self.last_sweep.set(Some(Instant::now()));
         let now = now_unix();
         for id in self.ids() {
-            let expired = match self.read_record(&id) {
-                Some(r) => r.info.expires_unix <= now,
-                // Unreadable: fall back on the creation time in the id.
-                None => id
-                    .split('-')
-                    .nth(1)
-                    .and_then(|s| s.parse::<u64>().ok())
-                    .is_none_or(|t| t + CHECKPOINT_TTL_SECS <= now),
-            };
+            let expired = fs_change::expired(&id, self.read_record(&id).as_ref(), now);
             if expired {
                 self.remove(&id);
             }
@@ -244,29 +213,12 @@ impl CheckpointStore {
 
     /// The newest first.
     pub fn list(&self, limit: u32) -> Result<Vec<CheckpointInfo>, FsError> {
-        let limit = match limit {
-            0 => LIST_DEFAULT,
-            n => n.min(LIST_MAX),
-        } as usize;
-        let now = now_unix();
-        let mut infos: Vec<CheckpointInfo> = self
-            .ids()
-            .iter()
+        let infos = (self.ids().iter())
             .filter_map(|id| self.read_record(id))
             .map(|r| r.info)
-            .filter(|i| i.expires_unix > now)
             .collect();
-        infos.sort_by_key(|i| std::cmp::Reverse((i.created_unix, seq(&i.id))));
-        infos.truncate(limit);
-        Ok(infos)
+        Ok(fs_change::newest_first(infos, limit))
     }
-}
-
-fn seq(id: &CheckpointId) -> u64 {
-    id.0.rsplit('-')
-        .next()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
 }
 
 /// The names in a directory (without `.` and `..`).

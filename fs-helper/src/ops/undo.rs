@@ -6,31 +6,12 @@ use super::{kind_name, Fs};
 use crate::checkpoint::{Entry, Record, State};
 use crate::kernel;
 use crate::resolve::{self, io_error, Missing, Resolved};
-use ipc_schema::fs::{
-    Access, ChangeKind, CheckpointId, FileKind, FsError, FsErrorKind, FsReply, Restorability,
-};
+use ipc_schema::fs::{Access, ChangeKind, CheckpointId, FileKind, FsError, FsErrorKind, FsReply};
 use rustix::fs::{AtFlags, Mode, RenameFlags};
 
 pub fn undo(fs: &Fs, id: &CheckpointId) -> Result<FsReply, FsError> {
     let mut rec = fs.store.load(id)?;
-    if rec.info.undone {
-        return Err(FsError::new(
-            FsErrorKind::BadRequest,
-            format!("checkpoint {id} was undone already"),
-        ));
-    }
-    if let Restorability::Unrestorable { reason } = &rec.info.restorability {
-        return Err(FsError::new(
-            FsErrorKind::Unrestorable,
-            format!("checkpoint {id} cannot be restored: {reason}"),
-        ));
-    }
-    if !rec.sealed {
-        return Err(FsError::new(
-            FsErrorKind::Unrestorable,
-            format!("checkpoint {id} cannot be restored: its change did not finish (the helper stopped during it)"),
-        ));
-    }
+    fs_change::check_undoable(&rec)?;
     for e in &rec.entries {
         let r = locate(fs, e)?;
         let now = describe(fs, &r);

@@ -12,7 +12,7 @@ use crate::kernel;
 use crate::resolve::{io_error, Missing, Resolved};
 use ipc_schema::fs::{
     Access, ChangeKind, ChangePreview, ChangeReceipt, CreateMode, FileKind, FsError, FsErrorKind,
-    FsPath, FsReply, Seal, CHECKPOINT_MAX_BYTES, WRITE_MAX,
+    FsPath, FsReply, Seal, CHECKPOINT_MAX_BYTES,
 };
 use rustix::fd::{AsFd, OwnedFd};
 use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags, Stat};
@@ -316,16 +316,7 @@ pub fn write_file(
     expected: Option<Seal>,
     dry_run: bool,
 ) -> Result<FsReply, FsError> {
-    if content.len() > WRITE_MAX as usize {
-        return Err(FsError::new(
-            FsErrorKind::TooLarge,
-            format!(
-                "{} bytes is over the {} KiB write limit",
-                content.len(),
-                WRITE_MAX >> 10
-            ),
-        ));
-    }
+    fs_change::check_write_size(content.len())?;
     let missing = if create_parents {
         Missing::WithParents
     } else {
@@ -333,20 +324,10 @@ pub fn write_file(
     };
     let r = fs.target(path, Want::new(Access::Write, missing))?;
     let shown = r.shown();
-    match (r.kind(), create) {
-        (FileKind::File, CreateMode::MustNotExist) => {
-            return Err(FsError::new(
-                FsErrorKind::AlreadyExists,
-                format!("{shown}: already exists"),
-            ))
+    match r.kind() {
+        FileKind::File | FileKind::Missing => {
+            fs_change::check_create(r.kind() == FileKind::File, create, &shown)?
         }
-        (FileKind::Missing, CreateMode::MustExist) => {
-            return Err(FsError::new(
-                FsErrorKind::NotFound,
-                format!("{shown}: no such file"),
-            ))
-        }
-        (FileKind::File | FileKind::Missing, _) => {}
         _ => super::need_file(&r)?,
     }
     let old = match r.kind() {
@@ -378,21 +359,12 @@ pub fn write_file(
 
 /// The seal of a file too large to keep (streamed, not held).
 pub fn seal_whole(fs: &Fs, r: &Resolved<'_>) -> Result<Seal, FsError> {
-    use sha2::{Digest, Sha256};
-    let (fd, st) = fs.open_checked(r, OFlags::RDONLY)?;
-    let mut h = Sha256::new();
+    let (fd, _) = fs.open_checked(r, OFlags::RDONLY)?;
     let mut off = 0u64;
-    while off < st.st_size as u64 {
-        let chunk =
-            kernel::pread_up_to(fd.as_fd(), off, 1 << 20).map_err(|e| io_error(&r.shown(), e))?;
-        if chunk.is_empty() {
-            break;
-        }
+    fs_change::seal_chunks(|| {
+        let chunk = kernel::pread_up_to(fd.as_fd(), off, 1 << 20)?;
         off += chunk.len() as u64;
-        h.update(&chunk);
-    }
-    Ok(Seal {
-        len: off,
-        sha256: h.finalize().into(),
+        Ok(chunk)
     })
+    .map_err(|e| io_error(&r.shown(), e))
 }

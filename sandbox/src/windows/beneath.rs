@@ -27,10 +27,11 @@ use windows_sys::Win32::Foundation::{
 use windows_sys::Win32::Storage::FileSystem::{
     FileAttributeTagInfo, FileDispositionInfo, GetFileInformationByHandle,
     GetFileInformationByHandleEx, GetFinalPathNameByHandleW, SetFileInformationByHandle,
-    BY_HANDLE_FILE_INFORMATION, DELETE, FILE_ATTRIBUTE_TAG_INFO, FILE_DISPOSITION_INFO,
-    FILE_GENERIC_READ, FILE_GENERIC_WRITE, FILE_LIST_DIRECTORY, FILE_NAME_NORMALIZED,
-    FILE_READ_ATTRIBUTES, FILE_READ_DATA, FILE_SHARE_READ, FILE_SHARE_WRITE, FILE_TRAVERSE,
-    SYNCHRONIZE, VOLUME_NAME_DOS,
+    BY_HANDLE_FILE_INFORMATION, DELETE, FILE_ATTRIBUTE_DIRECTORY, FILE_ATTRIBUTE_REPARSE_POINT,
+    FILE_ATTRIBUTE_TAG_INFO, FILE_DISPOSITION_INFO, FILE_FLAG_BACKUP_SEMANTICS,
+    FILE_FLAG_OPEN_REPARSE_POINT, FILE_GENERIC_READ, FILE_GENERIC_WRITE, FILE_LIST_DIRECTORY,
+    FILE_NAME_NORMALIZED, FILE_READ_ATTRIBUTES, FILE_READ_DATA, FILE_SHARE_READ, FILE_SHARE_WRITE,
+    FILE_TRAVERSE, SYNCHRONIZE, VOLUME_NAME_DOS,
 };
 use windows_sys::Win32::System::IO::IO_STATUS_BLOCK;
 
@@ -75,6 +76,23 @@ pub fn open_beneath(parent: BorrowedHandle<'_>, name: &str, want: Want) -> io::R
     };
     let share = FILE_SHARE_READ | FILE_SHARE_WRITE;
     nt_open(parent, name, access, FILE_OPEN, options, share)
+}
+
+/// A file attribute: the name is a reparse point (a link, junction, mount point, placeholder).
+pub const REPARSE_POINT: u32 = FILE_ATTRIBUTE_REPARSE_POINT;
+/// A file attribute: a directory.
+pub const DIRECTORY: u32 = FILE_ATTRIBUTE_DIRECTORY;
+
+/// Opens the directory `path` (a grant root, by its full path, once before lockdown) as
+/// [`open_beneath`] opens one: listing, passing through and reading attributes, never
+/// following a reparse point, shared for reading and writing but not for deleting.
+pub fn open_dir_path(path: &std::path::Path) -> io::Result<File> {
+    use std::os::windows::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .access_mode(FILE_LIST_DIRECTORY | FILE_TRAVERSE | FILE_READ_ATTRIBUTES | SYNCHRONIZE)
+        .share_mode(FILE_SHARE_READ | FILE_SHARE_WRITE)
+        .custom_flags(FILE_FLAG_BACKUP_SEMANTICS | FILE_FLAG_OPEN_REPARSE_POINT)
+        .open(path)
 }
 
 /// What [`create_beneath`] makes.
