@@ -55,7 +55,8 @@ pub fn fold(s: &str) -> Vec<u8> {
 /// written, so it must be one plain name. Refused: `.` and `..` (folded before), a separator, a
 /// `:` (an alternate data stream, `file:stream`), the characters Win32 refuses in names,
 /// control characters, a trailing dot or space (Win32 strips them, so the name would be
-/// another file's to every other program), more than 255 UTF-16 units.
+/// another file's to every other program), more than 255 UTF-16 units, a DOS device name
+/// (`CON`, `NUL.txt`, `COM1`: a device, not this file, to every Win32 program).
 pub fn plain_name(c: &str) -> Result<(), String> {
     const NOT_IN_NAMES: &[char] = &['\\', '/', ':', '*', '?', '"', '<', '>', '|'];
     if c.is_empty() || c == "." || c == ".." {
@@ -81,6 +82,23 @@ pub fn plain_name(c: &str) -> Result<(), String> {
     }
     if c.encode_utf16().count() > 255 {
         return Err(format!("{c:?}: longer than 255 UTF-16 units"));
+    }
+    // `CON`, `nul.txt`, `COM1.log`: a device to every Win32 program, whatever follows the dot.
+    let stem = c
+        .split('.')
+        .next()
+        .unwrap_or(c)
+        .trim_end()
+        .to_ascii_uppercase();
+    let numbered = |p: &str| {
+        stem.strip_prefix(p)
+            .is_some_and(|n| n.len() == 1 && n.as_bytes()[0].is_ascii_digit())
+    };
+    if ["CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$"].contains(&stem.as_str())
+        || numbered("COM")
+        || numbered("LPT")
+    {
+        return Err(format!("{c:?}: a Windows device name"));
     }
     Ok(())
 }
@@ -129,7 +147,7 @@ mod tests {
 
     #[test]
     fn only_plain_names_reach_the_kernel() {
-        for ok in ["a.txt", ".env", "naïve", "x y", "CON1"] {
+        for ok in ["a.txt", ".env", "naïve", "x y", "CONX"] {
             assert_eq!(plain_name(ok), Ok(()), "{ok}");
         }
         for bad in [
@@ -151,5 +169,14 @@ mod tests {
             .unwrap_err()
             .contains("alternate data stream"));
         assert!(plain_name(&"a".repeat(256)).is_err());
+        for device in ["CON", "nul", "nul.txt", "Com1.log", "LPT9", "aux .c"] {
+            assert!(
+                plain_name(device).unwrap_err().contains("device"),
+                "{device}"
+            );
+        }
+        for ok in ["CONSOLE", "com10", "lpt", "null.txt", "con_x"] {
+            assert_eq!(plain_name(ok), Ok(()), "{ok}");
+        }
     }
 }

@@ -20,7 +20,7 @@ use ipc_schema::fs_walk::{self, Admit, GrepTally, WalkCaps};
 use regex::bytes::{Regex, RegexBuilder};
 use sandbox::windows::beneath::{self, Want};
 use std::fs::File;
-use std::os::windows::fs::{FileExt, MetadataExt};
+use std::os::windows::fs::MetadataExt;
 use std::os::windows::io::AsHandle;
 use std::path::Path;
 use std::rc::Rc;
@@ -285,19 +285,10 @@ impl Grepper {
             Admit::Skip => return None,
             Admit::Stop(why) => return Some(why),
         }
-        let mut data = vec![0u8; size as usize];
-        let mut got = 0;
-        while got < data.len() {
-            match file.seek_read(&mut data[got..], got as u64) {
-                Ok(0) => break,
-                Ok(n) => got += n,
-                Err(_) => {
-                    self.tally.out.files_skipped += 1;
-                    return None;
-                }
-            }
-        }
-        data.truncate(got);
+        let Ok(data) = crate::store::read_at(&file, 0, size as usize) else {
+            self.tally.out.files_skipped += 1;
+            return None;
+        };
         let regex = &self.regex;
         let relative = comps.join(r"\");
         (self.tally).lines(relative.as_bytes(), &data, |l| regex.is_match(l), deadline)

@@ -12,7 +12,7 @@ use ipc_schema::route::BROKER_TO_FS;
 use ipc_schema::{Body, Role};
 use sandbox::helper_args::HelperArgs;
 use sandbox::windows::beneath;
-use std::os::windows::fs::{FileExt, MetadataExt};
+use std::os::windows::fs::MetadataExt;
 use std::process::ExitCode;
 
 /// What `Status` says of the resolver.
@@ -144,17 +144,8 @@ impl Fs {
         }
         let size = o.meta.len();
         let n = ipc_schema::fs_walk::read_span(offset, length, size);
-        let mut data = vec![0u8; n];
-        let mut got = 0;
-        while got < n {
-            match o.file.seek_read(&mut data[got..], offset + got as u64) {
-                Ok(0) => break,
-                Ok(k) => got += k,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(io_error(&o.shown(), e)),
-            }
-        }
-        data.truncate(got);
+        let data =
+            crate::store::read_at(&o.file, offset, n).map_err(|e| io_error(&o.shown(), e))?;
         Ok(FsReply::File(FileChunk {
             target: o.target(),
             offset,

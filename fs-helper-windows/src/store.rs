@@ -36,13 +36,18 @@ fn err(e: std::io::Error, what: &str) -> FsError {
 
 /// The whole contents of an open file.
 pub fn read_all(f: &File) -> std::io::Result<Vec<u8>> {
-    let size = f.metadata()?.len();
-    let mut data = vec![0u8; size as usize];
-    let mut got = 0;
-    while got < data.len() {
-        match f.seek_read(&mut data[got..], got as u64)? {
-            0 => break,
-            n => got += n,
+    read_at(f, 0, f.metadata()?.len() as usize)
+}
+
+/// Up to `n` bytes of an open file from `offset` (fewer at its end).
+pub fn read_at(f: &File, offset: u64, n: usize) -> std::io::Result<Vec<u8>> {
+    let (mut data, mut got) = (vec![0u8; n], 0);
+    while got < n {
+        match f.seek_read(&mut data[got..], offset + got as u64) {
+            Ok(0) => break,
+            Ok(k) => got += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
     }
     data.truncate(got);

@@ -567,6 +567,12 @@ fn the_helper_changes_files_under_a_checkpoint_and_undoes_them() {
         "changed since it was shown",
     );
     assert_eq!(on_disk("new.txt").unwrap(), b"goodbye\n");
+    // A DOS device name is no file's name to Win32 programs: never made.
+    refused(
+        h.ask(write("nul.txt", b"x", false, None, false)),
+        FsErrorKind::InvalidPath,
+        "device name",
+    );
     // New directories on the way, with create_parents only.
     refused(
         h.ask(write(r"deep\er\f.txt", b"x", false, None, false)),
