@@ -8,11 +8,11 @@
 #      protected paths, the policy engine, the proposal and audit crates, the gateway's MCP
 #      layer, the console's model, the net-helper's address and URL checks, the secrets
 #      helper's options, and the sandbox crate (profile generation, golden files, and the
-#      Windows applier's own test, which says what Wine does not enforce); and three helper
+#      Windows applier's own test, which says what Wine does not enforce); and four helper
 #      binaries as the Windows spawner starts them, confined by the applier: the secrets-helper
 #      serving over its pipe against the Credential Manager, the net-helper fetching over its
 #      overlapped pipe from loopback servers, the exec-helper running commands in the
-#      restricted-token tier; the Windows spawner, started as the router starts it, starting,
+#      restricted-token tier, the fs-helper reading and changing files beneath its grants; the Windows spawner, started as the router starts it, starting,
 #      observing, tracing and killing the secrets-helper for this test as its router; and the
 #      broker itself, started for a private --data-dir and driven over its pipes, with
 #      gatehouse-mcp serving an agent's MCP client on stdio in front of it, `gatehouse sandbox`
