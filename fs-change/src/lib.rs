@@ -9,8 +9,9 @@
 #![forbid(unsafe_code)]
 
 use ipc_schema::fs::{
-    ChangeKind, CheckpointId, CheckpointInfo, CreateMode, Edit, FsError, FsErrorKind, GrantId,
-    ResolvedTarget, Restorability, Seal, CHECKPOINT_MAX_BYTES, CHECKPOINT_TTL_SECS, WRITE_MAX,
+    ChangeKind, ChangeReceipt, CheckpointId, CheckpointInfo, CreateMode, Edit, FsError,
+    FsErrorKind, GrantId, ResolvedTarget, Restorability, Seal, CHECKPOINT_MAX_BYTES,
+    CHECKPOINT_TTL_SECS, WRITE_MAX,
 };
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -321,6 +322,23 @@ fn apply_unified(text: &str, d: &str, shown: &str) -> Result<(String, u32), FsEr
     }
     out.extend(lines[cursor..].iter().copied());
     Ok((out, hunks.len() as u32))
+}
+
+/// What the agent is told of a change made under `rec` (now sealed).
+pub fn receipt(
+    rec: Record,
+    seal: Option<Seal>,
+    created: bool,
+    in_place: Option<String>,
+) -> ChangeReceipt {
+    ChangeReceipt {
+        entries: rec.entries.len() as u32,
+        checkpoint: rec.info,
+        seal,
+        created,
+        in_place,
+        replacements: 0,
+    }
 }
 
 /// Refuses content over the write limit (`WRITE_MAX`: a frame must hold it).

@@ -201,14 +201,7 @@ impl Fs {
         rec.sealed = true;
         rec.info.target.kind = FileKind::File;
         self.store.save(&rec)?;
-        Ok(ChangeReceipt {
-            entries: rec.entries.len() as u32,
-            checkpoint: rec.info,
-            seal: Some(seal),
-            created,
-            in_place: None,
-            replacements: 0,
-        })
+        Ok(fs_change::receipt(rec, Some(seal), created, None))
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -7,8 +7,7 @@ use crate::store::read_all;
 use crate::walk::{io_error, kind_of, Place};
 use fs_change::{check_expected, keep, seal_of, Entry, Kept, State};
 use ipc_schema::fs::{
-    Access, ChangeKind, ChangeReceipt, FileKind, FsError, FsErrorKind, FsPath, FsReply, Seal,
-    CHECKPOINT_MAX_BYTES,
+    Access, ChangeKind, FileKind, FsError, FsErrorKind, FsPath, FsReply, Seal, CHECKPOINT_MAX_BYTES,
 };
 use sandbox::windows::beneath::{self, New, Want};
 use std::fs::File;
@@ -158,14 +157,7 @@ impl Fs {
         }
         rec.sealed = true;
         self.store.save(&rec)?;
-        Ok(FsReply::Changed(ChangeReceipt {
-            entries: rec.entries.len() as u32,
-            checkpoint: rec.info,
-            seal: None,
-            created: false,
-            in_place: None,
-            replacements: 0,
-        }))
+        Ok(FsReply::Changed(fs_change::receipt(rec, None, false, None)))
     }
 
     /// Makes the directory `comps` again (undo of a delete, parents first).

@@ -9,7 +9,7 @@ use crate::store::read_all;
 use crate::walk::io_error;
 use fs_change::{keep, Entry, Record, State};
 use ipc_schema::fs::{
-    Access, ChangeKind, ChangeReceipt, FsError, FsErrorKind, FsPath, FsReply, CHECKPOINT_MAX_BYTES,
+    Access, ChangeKind, FsError, FsErrorKind, FsPath, FsReply, CHECKPOINT_MAX_BYTES,
 };
 use sandbox::windows::beneath::{self, Identity, Want};
 use std::os::windows::io::AsHandle;
@@ -110,14 +110,9 @@ impl Fs {
         }
         rec.sealed = true;
         self.store.save(&rec)?;
-        Ok(FsReply::Changed(ChangeReceipt {
-            entries: 2,
-            checkpoint: rec.info,
-            seal: None,
-            created,
-            in_place: None,
-            replacements: 0,
-        }))
+        Ok(FsReply::Changed(fs_change::receipt(
+            rec, None, created, None,
+        )))
     }
 
     /// Renames the first entry's path of a move record to the second's (or, with `back`, the

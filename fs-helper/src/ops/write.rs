@@ -7,7 +7,7 @@
 //! so. Files with a second hard link never get here: they are refused before.
 
 use super::{check_expected, Fs, Want};
-use crate::checkpoint::{keep, seal_of, Entry, Record, State};
+use crate::checkpoint::{keep, seal_of, Entry, State};
 use crate::kernel;
 use crate::resolve::{io_error, Missing, Resolved};
 use ipc_schema::fs::{
@@ -291,21 +291,7 @@ pub fn checkpointed_replace(
     Ok(receipt(rec, Some(seal), created, replaced.in_place))
 }
 
-pub fn receipt(
-    rec: Record,
-    seal: Option<Seal>,
-    created: bool,
-    in_place: Option<String>,
-) -> ChangeReceipt {
-    ChangeReceipt {
-        entries: rec.entries.len() as u32,
-        checkpoint: rec.info,
-        seal,
-        created,
-        in_place,
-        replacements: 0,
-    }
-}
+pub use fs_change::receipt;
 
 pub fn write_file(
     fs: &Fs,
