@@ -715,6 +715,30 @@ fn the_mcp_front_serves_an_agent_over_stdio() {
     assert!(text.contains("<external-"), "{called}");
     assert_eq!(web.requests().len(), 1);
 
+    // The file tools through the same MCP front, as an agent calls them: a read inside the
+    // grant (the policy's Allow: no card), and a protected key beside it refused (the test
+    // reads both itself).
+    let project = std::fs::canonicalize(b.dirs.data.parent().unwrap().join("project")).unwrap();
+    std::fs::create_dir(project.join(".ssh")).unwrap();
+    std::fs::write(project.join(".ssh").join("id_ed25519"), "KEY").unwrap();
+    std::fs::write(project.join("notes.txt"), "from the project over MCP").unwrap();
+    assert_eq!(
+        std::fs::read(project.join(".ssh").join("id_ed25519")).unwrap(),
+        b"KEY"
+    );
+    let read = |id: u64, p: &Path| {
+        serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": "read_file", "arguments": {"path": p.to_str().unwrap()}}})
+    };
+    let got = rpc(read(4, &project.join("notes.txt")));
+    assert_ne!(got["result"]["isError"], true, "{got}");
+    let text = got["result"]["content"][0]["text"].as_str().unwrap_or("");
+    assert!(text.contains("from the project over MCP"), "{got}");
+    let key = rpc(read(5, &project.join(".ssh").join("id_ed25519")));
+    assert_eq!(key["result"]["isError"], true, "{key}");
+    let text = key["result"]["content"][0]["text"].as_str().unwrap_or("");
+    assert!(text.contains("protected") && !text.contains("KEY"), "{key}");
+
     // The client closes stdin: the front ends cleanly, and says how it ran on stderr.
     drop(stdin);
     let status = mcp.wait().unwrap();

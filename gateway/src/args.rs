@@ -97,7 +97,14 @@ impl<'a> Args<'a> {
         if s.is_empty() {
             return Err(self.err(format!("`{key}` must not be empty")));
         }
-        if s.starts_with('/') {
+        // Absolute as this OS reads a path: `/...`; on Windows `C:\...` or `\\?\C:\...`
+        // (a `\`-rooted path without a drive is joined like a relative one, and the
+        // fs-helper refuses what that makes).
+        let absolute = match cfg!(windows) {
+            true => std::path::Path::new(s).is_absolute(),
+            false => s.starts_with('/'),
+        };
+        if absolute {
             return Ok(FsPath::Absolute(s.as_bytes().to_vec()));
         }
         let Some(base) = &self.base.0 else {
@@ -106,8 +113,11 @@ impl<'a> Args<'a> {
             )));
         };
         let mut p = base.clone();
-        if !p.ends_with(b"/") {
-            p.push(b'/');
+        if !p
+            .last()
+            .is_some_and(|&b| ipc_schema::os_path::is_separator(b))
+        {
+            p.push(std::path::MAIN_SEPARATOR as u8);
         }
         p.extend_from_slice(s.as_bytes());
         if p.len() > MAX_PATH {
@@ -490,6 +500,35 @@ mod tests {
         let e = call(tool, v).unwrap_err();
         assert_eq!(e.tool, tool);
         e.to_string()
+    }
+
+    /// On Windows a drive path, verbatim or not, is absolute, and a relative one is joined
+    /// with `\` (before, `C:\...` was joined to the base like a relative path).
+    #[cfg(windows)]
+    #[test]
+    fn windows_paths_are_absolute_by_their_drive() {
+        let base = PathBase(Some(br"C:\work\p".to_vec()));
+        let read = |p: &str| {
+            parse(
+                ToolName::ReadFile,
+                json!({"path": p}).as_object().unwrap(),
+                &base,
+            )
+        };
+        for abs in [r"C:\x\a.rs", r"\\?\C:\x\a.rs", "D:/x/a.rs"] {
+            match read(abs).unwrap() {
+                ToolCall::ReadFile(r) => {
+                    assert_eq!(r.path, FsPath::Absolute(abs.as_bytes().to_vec()))
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        match read(r"src\a.rs").unwrap() {
+            ToolCall::ReadFile(r) => {
+                assert_eq!(r.path, FsPath::Absolute(br"C:\work\p\src\a.rs".to_vec()))
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
