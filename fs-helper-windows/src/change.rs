@@ -15,7 +15,6 @@ use ipc_schema::fs::{
 use sandbox::windows::beneath::{self, Identity, New, Want};
 use std::cell::Cell;
 use std::fs::File;
-use std::os::windows::fs::FileExt;
 use std::os::windows::io::AsHandle;
 
 /// A file as a change finds it: its contents (when small enough to keep), size and seal.
@@ -121,19 +120,10 @@ impl Fs {
         };
         let io = |e| io_error(&p.shown(), e);
         if meta.len() > limit {
-            let mut at = 0u64;
-            let seal = fs_change::seal_chunks(|| {
-                let mut chunk = vec![0u8; 1 << 20];
-                let n = f.seek_read(&mut chunk, at)?;
-                chunk.truncate(n);
-                at += n as u64;
-                Ok(chunk)
-            })
-            .map_err(io)?;
             return Ok(Some(Current {
                 data: None,
                 size: meta.len(),
-                seal,
+                seal: crate::store::seal_file(f).map_err(io)?,
             }));
         }
         let data = read_all(f).map_err(io)?;
@@ -271,7 +261,7 @@ impl Fs {
                 replacements,
             }));
         }
-        let old = Some((Some(data.clone()), size));
+        let old = Some((Some(data), size));
         let mut receipt = self.checkpointed_replace(p, ChangeKind::Edit, old, new.as_bytes())?;
         receipt.replacements = replacements;
         Ok(FsReply::Changed(receipt))

@@ -5,7 +5,7 @@
 use crate::config::{Fs, Grant};
 use crate::store::read_all;
 use crate::walk::{io_error, kind_of, Place};
-use fs_change::{check_expected, keep, seal_of, Entry, Kept, State};
+use fs_change::{check_expected, keep, Entry, Kept, State};
 use ipc_schema::fs::{
     Access, ChangeKind, FileKind, FsError, FsErrorKind, FsPath, FsReply, Seal, CHECKPOINT_MAX_BYTES,
 };
@@ -110,7 +110,7 @@ impl Fs {
         }
         let current = match meta.is_dir() {
             true => None,
-            false => Some(seal_of(&read_all(file).map_err(|e| io_error(&shown, e))?)),
+            false => Some(crate::store::seal_file(file).map_err(|e| io_error(&shown, e))?),
         };
         check_expected(expected, current, &shown)?;
         let mut rec = self.store.begin(ChangeKind::Delete, p.target())?;

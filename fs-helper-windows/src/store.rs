@@ -39,6 +39,16 @@ pub fn read_all(f: &File) -> std::io::Result<Vec<u8>> {
     read_at(f, 0, f.metadata()?.len() as usize)
 }
 
+/// The seal of a whole open file, read a MiB at a time (never held whole).
+pub fn seal_file(f: &File) -> std::io::Result<ipc_schema::fs::Seal> {
+    let mut at = 0u64;
+    fs_change::seal_chunks(|| {
+        let chunk = read_at(f, at, 1 << 20)?;
+        at += chunk.len() as u64;
+        Ok(chunk)
+    })
+}
+
 /// Up to `n` bytes of an open file from `offset` (fewer at its end).
 pub fn read_at(f: &File, offset: u64, n: usize) -> std::io::Result<Vec<u8>> {
     let (mut data, mut got) = (vec![0u8; n], 0);
