@@ -97,13 +97,10 @@ impl<'a> Args<'a> {
         if s.is_empty() {
             return Err(self.err(format!("`{key}` must not be empty")));
         }
-        // Absolute as this OS reads a path: `/...`; on Windows `C:\...` or `\\?\C:\...`
-        // (a `\`-rooted path without a drive is joined like a relative one, and the
-        // fs-helper refuses what that makes).
-        let absolute = match cfg!(windows) {
-            true => std::path::Path::new(s).is_absolute(),
-            false => s.starts_with('/'),
-        };
+        // Absolute: rooted (`/...`), or on Windows with a drive (`C:\...`, `\\?\C:\...`); a
+        // rooted Windows path without a drive goes on as written, and the fs-helper refuses it.
+        let absolute = s.starts_with('/')
+            || (cfg!(windows) && (s.starts_with('\\') || std::path::Path::new(s).is_absolute()));
         if absolute {
             return Ok(FsPath::Absolute(s.as_bytes().to_vec()));
         }
@@ -117,7 +114,11 @@ impl<'a> Args<'a> {
             .last()
             .is_some_and(|&b| ipc_schema::os_path::is_separator(b))
         {
-            p.push(std::path::MAIN_SEPARATOR as u8);
+            // The separator the base already uses (`\` in a Windows directory, else `/`).
+            p.push(match cfg!(windows) && p.contains(&b'\\') {
+                true => b'\\',
+                false => b'/',
+            });
         }
         p.extend_from_slice(s.as_bytes());
         if p.len() > MAX_PATH {
