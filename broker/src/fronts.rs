@@ -19,7 +19,10 @@
 //! connector (`crate::launch`), from the socket inside its sandbox. The kernel vouches for
 //! where they come from (only that sandbox holds the connector), not for the uid (the agent
 //! runs as the sandbox's user); each must open its session with the run's token, which becomes
-//! a fresh session of the run's profile ([`serve_launched`]).
+//! a fresh session of the run's profile ([`serve_launched`]). On Windows, where nothing passes
+//! a connection out of a sandbox, they come on a pipe the broker makes for the run
+//! ([`accept_run`]): first instance of a name drawn per run, its DACL naming this user and the
+//! command SID; the peer must be this user's, and must open its session with the run's token.
 
 use crate::Ctx;
 use ipc_schema::codec::{encode, MAX_FRAME};
@@ -112,6 +115,28 @@ pub async fn accept_loop(ctx: Rc<Ctx>, mut listener: Listener, role: Role) {
     }
 }
 
+/// Windows: serves the pipe of a `gatehouse run` agent (`crate::launch`) until the task is
+/// aborted (the agent ended). Each connection is a gateway front bound to the run: this user's
+/// (the DACL also names the command SID, whose token is the user's), admitted only with the
+/// run's token ([`serve_front`]).
+#[cfg(windows)]
+pub async fn accept_run(ctx: Rc<Ctx>, mut listener: Listener, run: Rc<crate::launch::Run>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                let (rd, wr) = tokio::io::split(stream);
+                let run = Some(run.clone());
+                let front = serve_front(ctx.clone(), rd, wr, Ok(peer), Role::Gateway, run);
+                tokio::task::spawn_local(front);
+            }
+            Err(e) => {
+                tracing::error!("accept on a run's gateway pipe failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
 struct Peer {
     role: Role,
     pid: Option<u32>,
@@ -198,7 +223,9 @@ async fn serve_front(
             return;
         }
     };
-    if run.is_none() {
+    // A run's agent on Linux may be another uid (nobody, under a root broker); on Windows it
+    // is always this user, under a restricted token.
+    if run.is_none() || cfg!(windows) {
         let admitted = sandbox::peer::current_user()
             .and_then(|me| sandbox::peer::admit(&me, &cred).map_err(std::io::Error::other));
         if let Err(why) = admitted {

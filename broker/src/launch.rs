@@ -168,6 +168,17 @@ pub fn command(
                 return refused(why);
             }
         };
+        // Windows: the agent's pipe and token file, made before it starts (and gone after).
+        #[cfg(windows)]
+        let mut run_pipe = match agent.as_ref().map(|a| a.open_place()).transpose() {
+            Ok(p) => p,
+            Err(why) => {
+                if let Some(p) = &proxy {
+                    p.close().await;
+                }
+                return refused(why);
+            }
+        };
         let start = Body::Exec(ExecRequest::Start(Box::new(spec)));
         let (started, ours) = match connector {
             None => (slot.call(start).await, None),
@@ -195,6 +206,13 @@ pub fn command(
             }
         };
         set_running(&conn, Some(run));
+        // Windows: the agent's gateway connections, on its pipe until it ended.
+        #[cfg(windows)]
+        let serving = run_pipe
+            .as_mut()
+            .and_then(|p| p.listener.take())
+            .zip(agent.clone())
+            .map(|(l, a)| tokio::task::spawn_local(crate::fronts::accept_run(ctx.clone(), l, a)));
         // The proxy's connections, relayed until the sandbox (the connector's other holder) is
         // gone; each one's end is a row and a reply.
         let relay = ours.map(|ours| {
@@ -245,6 +263,14 @@ pub fn command(
         #[cfg(windows)]
         if let Some(stop) = listening {
             stop.notify_one();
+        }
+        // Windows: no new connection on the agent's pipe; its token file goes (drop).
+        #[cfg(windows)]
+        {
+            if let Some(serving) = serving {
+                serving.abort();
+            }
+            drop(run_pipe);
         }
         if let Some(relay) = relay {
             // The sandbox is gone, so its end of the connector is closed: the relay hands over
@@ -604,6 +630,29 @@ pub struct Run {
     /// The names of the variables passed by name (the session rows list them).
     passed_env: Vec<String>,
     sessions: RefCell<Vec<SessionId>>,
+    /// Windows: the run's pipe and files (`RunName::place`).
+    #[cfg(windows)]
+    place: ipc_schema::exec::RunPlace,
+}
+
+/// Windows: a run's pipe, listening until its serving starts, and its token file, removed
+/// when this is dropped (the run ended, or did not start).
+#[cfg(windows)]
+pub(crate) struct RunPipe {
+    listener: Option<sandbox::endpoint::Listener>,
+    token_file: std::path::PathBuf,
+}
+
+#[cfg(windows)]
+impl Drop for RunPipe {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_file(&self.token_file) {
+            tracing::warn!(
+                "removing the run's token file {}: {e}",
+                self.token_file.display()
+            );
+        }
+    }
 }
 
 impl Run {
@@ -622,11 +671,47 @@ impl Run {
             mode: a.mode,
             passed_env: l.pass_env.iter().map(|(k, _)| k.clone()).collect(),
             sessions: RefCell::new(Vec::new()),
+            #[cfg(windows)]
+            place: a
+                .run_name
+                .as_ref()
+                .ok_or("a run on Windows must be named")?
+                .place(&a.state_home),
         })
     }
 
+    #[cfg(unix)]
     fn agent_run(&self, a: &AgentLaunch) -> AgentRun {
         policy::launch::agent_run(a, &self.token)
+    }
+    #[cfg(windows)]
+    fn agent_run(&self, a: &AgentLaunch) -> AgentRun {
+        policy::launch::agent_run_at(a, &self.token, &self.place)
+    }
+
+    /// Windows: makes the run's pipe (the first instance of its name: a process that took the
+    /// name first refuses the run; this user and the command SID only) and writes its token
+    /// file (a new file: one already there refuses the run) in the agent's state directory.
+    #[cfg(windows)]
+    fn open_place(&self) -> Result<RunPipe, String> {
+        use std::io::Write as _;
+        let sid = sandbox::wincfg::capability_sid(sandbox::wincfg::COMMAND_CAPABILITY);
+        let listener = sandbox::endpoint::Listener::bind_also_for(&self.place.pipe, Some(&sid.0))
+            .map_err(|e| format!("the run's gateway pipe {}: {e}", self.place.pipe))?;
+        let file = &self.place.token_file;
+        let at = |e: std::io::Error| format!("the run's token file {}: {e}", file.display());
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(file)
+            .map_err(at)?;
+        // From here the file is the run's: dropping `pipe` removes it.
+        let pipe = RunPipe {
+            listener: Some(listener),
+            token_file: file.clone(),
+        };
+        f.write_all(self.token.as_bytes()).map_err(at)?;
+        Ok(pipe)
     }
 
     /// The first frame of an agent's gateway connection: an `OpenSession` with the run's token,

@@ -1457,3 +1457,269 @@ fn an_agents_file_tools_go_through_the_fs_helper_changes_wait_for_the_human() {
         other => panic!("ListPending answered {other:?}"),
     }
 }
+
+/// The child mode of [`gatehouse_run_starts_an_agent_whose_tools_reach_gatehouse_on_its_own_pipe`]:
+/// an agent (this test binary, inside `gatehouse run`) that does what an agent CLI does with
+/// the MCP config it was given: starts the server it names and calls tools through it. The
+/// variable holds the project's path. It prints one line per outcome for the test to check.
+const AGENT_CHILD: &str = "GATEHOUSE_TEST_AGENT_CHILD";
+
+#[test]
+fn agent_child_mode() {
+    use std::io::{BufRead, BufReader, Write};
+    let Ok(project) = std::env::var(AGENT_CHILD) else {
+        return;
+    };
+    let project = PathBuf::from(project);
+    let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} is not set"));
+    println!("home {}", var("USERPROFILE"));
+    println!("temp {}", var("TEMP"));
+    println!("pipe {}", var(ipc_schema::exec::AGENT_SOCKET_ENV));
+    let config_path = var(ipc_schema::exec::AGENT_MCP_CONFIG_ENV);
+    println!("config {config_path}");
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&config_path).unwrap()).unwrap();
+    let server = &config["mcpServers"]["gatehouse"];
+    let command = server["command"].as_str().unwrap().to_string();
+    let args: Vec<String> = (server["args"].as_array().unwrap().iter())
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    // An MCP client starts servers with a filtered environment: nothing of gatehouse's.
+    let mut mcp = Command::new(&command)
+        .args(&args)
+        .env_remove(ipc_schema::exec::AGENT_TOKEN_ENV)
+        .env_remove(ipc_schema::exec::AGENT_SOCKET_ENV)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut stdin = mcp.stdin.take().unwrap();
+    let mut stdout = BufReader::new(mcp.stdout.take().unwrap());
+    let mut rpc = |msg: serde_json::Value| -> serde_json::Value {
+        writeln!(stdin, "{msg}").unwrap();
+        stdin.flush().unwrap();
+        if msg.get("id").is_none() {
+            return serde_json::Value::Null;
+        }
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(stdout.read_line(&mut line).unwrap() > 0, "the server ended");
+            let answer: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if answer.get("id") == msg.get("id") {
+                return answer;
+            }
+        }
+    };
+    let init = rpc(
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "wine-agent", "version": "1"}}}),
+    );
+    println!("initialized {}", init["result"]["protocolVersion"]);
+    rpc(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let call = |id: u64, name: &str, arguments: serde_json::Value| {
+        serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": name, "arguments": arguments}})
+    };
+    let said = |r: &serde_json::Value| {
+        let text = r["result"]["content"][0]["text"].as_str().unwrap_or("");
+        format!(
+            "{} {}",
+            r["result"]["isError"] == true,
+            text.replace(['\r', '\n'], " ")
+        )
+    };
+    let path = |p: &Path| p.to_str().unwrap().to_string();
+    let read = rpc(call(
+        2,
+        "read_file",
+        serde_json::json!({"path": path(&project.join("notes.txt"))}),
+    ));
+    println!("read {}", said(&read));
+    let key = rpc(call(
+        3,
+        "read_file",
+        serde_json::json!({"path": path(&project.join(".ssh").join("id_ed25519"))}),
+    ));
+    println!("key {}", said(&key));
+    let write = rpc(call(
+        4,
+        "write_file",
+        serde_json::json!({"path": path(&project.join("out.txt")), "content": "written by the agent"}),
+    ));
+    println!("write {}", said(&write));
+    drop(stdin);
+    println!("mcp exit {:?}", mcp.wait().unwrap().code());
+
+    // The same server with a token that is not the run's: refused by the broker.
+    let wrong = std::env::temp_dir().join("wrong-token");
+    std::fs::write(&wrong, "0".repeat(64)).unwrap();
+    let mut wrong_args = args.clone();
+    let at = wrong_args.iter().position(|a| a == "--token-file").unwrap();
+    wrong_args[at + 1] = path(&wrong);
+    let out = Command::new(&command)
+        .args(&wrong_args)
+        .stdin(Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).replace(['\r', '\n'], " ");
+    println!("wrong-token {:?} {err}", out.status.code());
+}
+
+/// `gatehouse run` on Windows: the agent (this test binary in [`agent_child_mode`]) runs in the
+/// restricted-token tier with its state directory as its profile, finds gatehouse through the
+/// MCP config the run wrote, and its `gatehouse mcp` reaches the broker on the run's own pipe
+/// with the run's token (a wrong token is refused): a read allowed, a protected key refused, a
+/// write that waits for the human and lands once allowed. When the agent ends, its session is
+/// revoked, its pipe and token file are gone, and the audit log has the run.
+#[test]
+fn gatehouse_run_starts_an_agent_whose_tools_reach_gatehouse_on_its_own_pipe() {
+    let b = Broker::start(&[]);
+    let root = b.dirs.data.parent().unwrap().to_path_buf();
+    let project = std::fs::canonicalize(root.join("project")).unwrap();
+    // The restricted-token tier for commands; reads in the project allowed, the rest asked.
+    let policy = format!(
+        "revision = 0\nrequire_namespaces = false\n[tools]\nread_file = \"allow\"\n[[grant]]\nroot = {:?}\ncapabilities = [\"read\", \"write\"]\n",
+        project.to_str().unwrap()
+    );
+    let data_dir = [OsStr::new("--data-dir"), root.as_os_str()];
+    let (code, out, err) = run_gatehouse(
+        &data_dir,
+        &["policy", "apply", "-", "--yes"],
+        Some(policy.as_bytes()),
+    );
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    std::fs::create_dir(project.join(".ssh")).unwrap();
+    std::fs::write(project.join(".ssh").join("id_ed25519"), "KEY").unwrap();
+    std::fs::write(project.join("notes.txt"), "from the project").unwrap();
+    // The test reads the key itself: the refusal below is gatehouse's.
+    assert_eq!(
+        std::fs::read(project.join(".ssh").join("id_ed25519")).unwrap(),
+        b"KEY"
+    );
+    let approver = {
+        let ui = b.dirs.ui_socket();
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(120);
+            loop {
+                let mut c = Client::connect(&ui).unwrap();
+                let pending = match c.request(Body::Ui(UiRequest::ListPending)) {
+                    Ok(Body::UiReply(UiReply::Pending(p))) => p,
+                    other => panic!("ListPending answered {other:?}"),
+                };
+                if let Some(card) = pending.first() {
+                    let decided = c.request(Body::Ui(UiRequest::Decide(Decision {
+                        proposal: card.id,
+                        digest: card.digest,
+                        choice: Choice::AllowOnce,
+                    })));
+                    assert!(
+                        matches!(decided, Ok(Body::UiReply(UiReply::Decided { .. }))),
+                        "{decided:?}"
+                    );
+                    return card.clone();
+                }
+                assert!(Instant::now() < deadline, "no proposal within 120 s");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    let me = std::env::current_exe().unwrap();
+    let mut cmd = Command::new(gatehouse_tests::bin("gatehouse"));
+    cmd.arg("--data-dir").arg(&root).args(["run", "--env"]);
+    cmd.arg(format!("{AGENT_CHILD}={}", project.display()));
+    if running_under_wine() {
+        cmd.arg("--allow-degraded");
+    }
+    let out = cmd
+        .arg("--")
+        .arg(&me)
+        .args([
+            "--exact",
+            "agent_child_mode",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .current_dir(&project)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    println!("    the agent said: {stdout}\n    gatehouse said: {stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{stderr}\n{}",
+        b.log_text()
+    );
+    let line = |what: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.find(what).map(|at| l[at + what.len()..].to_string()))
+            .unwrap_or_else(|| panic!("no {what:?} line in {stdout}"))
+    };
+    // Its profile is its own state directory in gatehouse's agents directory.
+    let home = PathBuf::from(line("home "));
+    assert_eq!(home.parent(), Some(b.dirs.agents().as_path()), "{stdout}");
+    assert_eq!(PathBuf::from(line("temp ")), home.join("tmp"));
+    assert!(
+        stderr.contains(&format!("its login and state: {}", home.display())),
+        "{stderr}"
+    );
+    let pipe = line("pipe ");
+    assert!(pipe.starts_with(r"\\.\pipe\gatehouse-run-"), "{pipe}");
+    assert_eq!(Path::new(&line("config ")).parent(), Some(home.as_path()));
+    assert_eq!(line("initialized "), "\"2025-06-18\"");
+    // Through gatehouse: the read allowed, the key refused, the write asked and allowed.
+    let read = line("read ");
+    assert!(
+        read.starts_with("false ") && read.contains("from the project"),
+        "{read}"
+    );
+    let key = line("key ");
+    assert!(
+        key.starts_with("true ") && key.contains("protected"),
+        "{key}"
+    );
+    assert!(!key.contains("KEY"), "{key}");
+    let write = line("write ");
+    assert!(write.starts_with("false "), "{write}\n{}", b.log_text());
+    let card = approver.join().unwrap();
+    assert!(card.target.contains("out.txt"), "{card:?}");
+    assert_eq!(
+        std::fs::read(project.join("out.txt")).unwrap(),
+        b"written by the agent"
+    );
+    assert_eq!(line("mcp exit "), "Some(0)");
+    // Positive control above; a token that is not the run's opens nothing.
+    let wrong = line("wrong-token ");
+    assert!(!wrong.starts_with("Some(0)"), "{wrong}");
+    assert!(wrong.contains("not this run's token"), "{wrong}");
+
+    // The run is over: its pipe is gone, and so are its token file and config.
+    assert!(
+        sandbox::endpoint::connect(&pipe).is_err(),
+        "the run's pipe still answers"
+    );
+    let left: Vec<String> = std::fs::read_dir(&home)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("gatehouse-run-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    // The audit log has the run's start and end and its session, revoked with it.
+    let (code, out, err) = run_gatehouse(&data_dir, &["audit", "tail", "-n", "200"], None);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let rows: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("gatehouse run"))
+        .collect();
+    assert!(rows.iter().any(|l| l.contains("started")), "{out}");
+    assert!(rows.iter().any(|l| l.contains("ended")), "{out}");
+    assert!(out.contains("run ended"), "{out}");
+}

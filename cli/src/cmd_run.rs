@@ -25,19 +25,22 @@
 //! A broker that runs as root runs its commands as nobody (never root toward the host), so the
 //! agent does too.
 
+#[cfg(unix)]
+mod program;
+#[cfg(windows)]
+#[path = "cmd_run/program_windows.rs"]
 mod program;
 mod recipe;
 
 use crate::cmd_sandbox::{self, refused, Stop};
 use crate::Global;
-use ipc_schema::exec::{
-    GrantAccess, Limits, PathGrant, AGENT_GATEWAY_SOCKET, AGENT_MCP_CONFIG, AGENT_TOKEN_FILE,
-    LONG_OUTPUT_MAX, LONG_TIMEOUT_MAX_MS,
-};
+use ipc_schema::exec::{GrantAccess, Limits, PathGrant, LONG_OUTPUT_MAX, LONG_TIMEOUT_MAX_MS};
 use ipc_schema::tool::ProfileName;
 use ipc_schema::ui::{AgentLaunch, CommandLaunch};
 use recipe::{Agent, OwnTools};
-use sandbox::linux::command::{self, identity};
+use sandbox::command_env;
+#[cfg(unix)]
+use sandbox::linux::command::identity;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -103,8 +106,10 @@ pub fn run(g: &Global, args: RunArgs) -> ExitCode {
     }
 }
 
+/// The agent's state directory in gatehouse's agent-state directory, named after its recipe
+/// (or its program), and `-uidN` when it runs as another user (under a root broker).
 fn agent_home(g: &Global, agent: Agent, argv0: &str, owner: (u32, u32)) -> Result<PathBuf, Stop> {
-    let mut name = match agent {
+    let name = match agent {
         Agent::Generic => Path::new(argv0)
             .file_name()
             .and_then(|n| n.to_str())
@@ -117,9 +122,12 @@ fn agent_home(g: &Global, agent: Agent, argv0: &str, owner: (u32, u32)) -> Resul
             .to_string(),
         a => a.name().to_string(),
     };
-    if owner.0 != nix::unistd::geteuid().as_raw() {
-        name = format!("{name}-uid{}", owner.0);
-    }
+    #[cfg(unix)]
+    let name = if owner.0 != nix::unistd::geteuid().as_raw() {
+        format!("{name}-uid{}", owner.0)
+    } else {
+        name
+    };
     g.dirs
         .ensure_agent_home(&name, owner, g.data_dir.is_some())
         .map_err(refused)
@@ -127,6 +135,7 @@ fn agent_home(g: &Global, agent: Agent, argv0: &str, owner: (u32, u32)) -> Resul
 
 fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
     // Blocked before any thread starts, so that the signalfd that stops the agent sees them.
+    #[cfg(unix)]
     cmd_sandbox::stop_signals()
         .thread_block()
         .map_err(|e| refused(format!("blocking signals: {e}")))?;
@@ -160,32 +169,11 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
     }
 
     // Who the agent runs as: this user, or nobody under a root broker (its exec-helper never
-    // runs a command as root).
-    let root = nix::unistd::geteuid().is_root();
-    let owner = if root {
-        identity::NOBODY
-    } else {
-        (
-            nix::unistd::geteuid().as_raw(),
-            nix::unistd::getegid().as_raw(),
-        )
-    };
-    let project_owner = {
-        use std::os::unix::fs::MetadataExt;
-        std::fs::metadata(&cwd).map(|m| m.uid()).ok()
-    };
-    if root && args.own_tools == OwnTools::Write && project_owner != Some(owner.0) {
-        // Its own tools could not write the project, and would fail one by one with EACCES.
-        let whose = match project_owner {
-            Some(0) => "belongs to root".to_string(),
-            Some(uid) => format!("belongs to uid {uid}"),
-            None => "has no owner this process can read".to_string(),
-        };
-        return Err(refused(format!(
-            "{} {whose} and the agent never runs as root (a root broker runs it as nobody), so with --own-tools write its own tools could not change it. Run without --own-tools write (changes then go through gatehouse's tools, which can), or run gatehouse as the project's user",
-            cwd.display()
-        )));
-    }
+    // runs a command as root). On Windows, this user under a restricted token.
+    #[cfg(unix)]
+    let owner = unix_owner(&cwd, args.own_tools)?;
+    #[cfg(windows)]
+    let owner = (u32::MAX, u32::MAX);
     let home = ipc_schema::protected::user_home();
     if let Some(why) = ipc_schema::protected::implicit_root_refusal(&cwd, home.as_deref()) {
         return Err(refused(format!(
@@ -194,6 +182,12 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
         )));
     }
     let state_home = agent_home(g, agent, &argv0, owner)?;
+    // Windows: the run's pipe and files are named after it (RunName::place).
+    #[cfg(windows)]
+    let run_name = ipc_schema::exec::RunName::parse(&hex::encode(rand::random::<[u8; 16]>()))
+        .map_err(refused)?;
+    #[cfg(windows)]
+    let place = run_name.place(&state_home);
 
     let project = match args.own_tools {
         OwnTools::Read => GrantAccess::Read,
@@ -225,25 +219,8 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
             });
         }
     }
-    let path_var = std::env::var("PATH").unwrap_or_else(|_| command::env::DEFAULT_PATH.into());
-    let Some(visible) = program::visible(&argv0, &path_var, &cwd) else {
-        // A path to a file that is there but not executable: say so, as exec would.
-        if argv0.contains('/') && Path::new(&argv0).is_file() {
-            return Err(Stop(
-                format!(
-                    "could not run: {}: Permission denied (it is not executable)",
-                    std::path::absolute(&argv0)
-                        .unwrap_or_else(|_| PathBuf::from(&argv0))
-                        .display()
-                ),
-                cmd_sandbox::EXIT_NOT_EXECUTABLE,
-            ));
-        }
-        return Err(Stop(
-            format!("{argv0}: not found in PATH"),
-            cmd_sandbox::EXIT_NOT_FOUND,
-        ));
-    };
+    let path_var = std::env::var("PATH").unwrap_or_else(|_| command_env::DEFAULT_PATH.into());
+    let visible = program::resolve(&argv0, &path_var, &cwd)?;
     for p in &visible.grants {
         grants.push(PathGrant {
             path: p.clone(),
@@ -253,7 +230,7 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
 
     // The environment: the allowlist, the recipe's settings, --env, the endpoint variables;
     // the keys pass by name (`pass_env`).
-    let mut env = command::env::inherited_from_process();
+    let mut env = command_env::inherited_from_process();
     env.extend(cmd_sandbox::env_args(&args.env)?);
     let mut domains = args.proxy.domains.clone();
     let mut recipe_domains: Vec<String> = Vec::new();
@@ -282,32 +259,46 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
     let approval_wait = args
         .approval_wait
         .unwrap_or(agent.approval_wait().as_secs());
-    let mcp_args: Vec<String> = [
+    // Where `gatehouse mcp` finds this run: in the sandbox's private /tmp; on Windows, the
+    // run's own pipe and files.
+    #[cfg(unix)]
+    let (gateway, token_file, config_file) = (
+        ipc_schema::exec::AGENT_GATEWAY_SOCKET.to_string(),
+        ipc_schema::exec::AGENT_TOKEN_FILE.to_string(),
+        ipc_schema::exec::AGENT_MCP_CONFIG.to_string(),
+    );
+    #[cfg(windows)]
+    let (gateway, token_file, config_file) = (
+        place.pipe.clone(),
+        text_path(&place.token_file)?,
+        text_path(&place.mcp_config)?,
+    );
+    let mut mcp_args: Vec<String> = [
         "mcp",
         "--gateway-socket",
-        AGENT_GATEWAY_SOCKET,
+        &gateway,
         "--token-file",
-        AGENT_TOKEN_FILE,
+        &token_file,
         "--approval-wait",
         &approval_wait.to_string(),
     ]
     .map(String::from)
     .to_vec();
+    // Windows: what the human allowed the run (a degraded sandbox) the agent's gateway front
+    // is allowed too: it hardens itself (a job, mitigations) and refuses what falls short.
+    if cfg!(windows) && args.allow_degraded {
+        mcp_args.push("--allow-degraded".into());
+    }
     let setup = agent.setup(
         &recipe::Wiring {
             exe: &exe_text,
-            mcp_config: AGENT_MCP_CONFIG,
+            mcp_config: &config_file,
             mcp_args: &mcp_args,
         },
         args.own_tools,
     );
     env.extend(setup.env.iter().cloned());
-    let exec_text = visible
-        .exec
-        .to_str()
-        .ok_or_else(|| refused(format!("{}: the path is not UTF-8", visible.exec.display())))?
-        .to_string();
-    let mut argv = vec![exec_text];
+    let mut argv = visible.exec;
     argv.extend(setup.leading.iter().cloned());
     argv.extend(args.argv[1..].iter().cloned());
     argv.extend(setup.trailing.iter().cloned());
@@ -319,6 +310,10 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
         stderr_max: LONG_OUTPUT_MAX,
         ..Limits::default()
     };
+    let mcp_config = mcp_config(&exe_text, &mcp_args);
+    // Windows: the config is the run's own file (it holds no secret), removed when it ends.
+    #[cfg(windows)]
+    let _config = RunFile::write(&place.mcp_config, &mcp_config)?;
     let launch = CommandLaunch {
         argv,
         cwd,
@@ -337,8 +332,12 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
         agent: Some(AgentLaunch {
             profile,
             state_home: state_home.clone(),
-            mcp_config: mcp_config(&exe_text, &mcp_args),
+            mcp_config,
             mode: args.mode,
+            #[cfg(unix)]
+            run_name: None,
+            #[cfg(windows)]
+            run_name: Some(run_name),
         }),
     };
     say_setup(
@@ -365,6 +364,73 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
     };
     let outcome = cmd_sandbox::launch_in_broker(g, launch, &broker_args, &keys, how)?;
     Ok(cmd_sandbox::report(WHO, outcome, &limits, g.json))
+}
+
+/// Who the agent runs as (uid, gid): this user, or nobody under a root broker; refused when a
+/// root run with `--own-tools write` could not write the project.
+#[cfg(unix)]
+fn unix_owner(cwd: &Path, own_tools: OwnTools) -> Result<(u32, u32), Stop> {
+    let root = nix::unistd::geteuid().is_root();
+    let owner = if root {
+        identity::NOBODY
+    } else {
+        (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        )
+    };
+    let project_owner = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(cwd).map(|m| m.uid()).ok()
+    };
+    if root && own_tools == OwnTools::Write && project_owner != Some(owner.0) {
+        // Its own tools could not write the project, and would fail one by one with EACCES.
+        let whose = match project_owner {
+            Some(0) => "belongs to root".to_string(),
+            Some(uid) => format!("belongs to uid {uid}"),
+            None => "has no owner this process can read".to_string(),
+        };
+        return Err(refused(format!(
+            "{} {whose} and the agent never runs as root (a root broker runs it as nobody), so with --own-tools write its own tools could not change it. Run without --own-tools write (changes then go through gatehouse's tools, which can), or run gatehouse as the project's user",
+            cwd.display()
+        )));
+    }
+    Ok(owner)
+}
+
+/// Windows: a path the MCP config names, as text.
+#[cfg(windows)]
+fn text_path(p: &Path) -> Result<String, Stop> {
+    p.to_str()
+        .map(str::to_string)
+        .ok_or_else(|| refused(format!("{}: the path is not valid Unicode", p.display())))
+}
+
+/// Windows: a file of the run's (its MCP config), made new and removed when the run ends.
+#[cfg(windows)]
+struct RunFile(PathBuf);
+
+#[cfg(windows)]
+impl RunFile {
+    fn write(path: &Path, text: &str) -> Result<RunFile, Stop> {
+        use std::io::Write as _;
+        let at = |e: std::io::Error| refused(format!("{}: {e}", path.display()));
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(at)?;
+        let file = RunFile(path.to_path_buf());
+        f.write_all(text.as_bytes()).map_err(at)?;
+        Ok(file)
+    }
+}
+
+#[cfg(windows)]
+impl Drop for RunFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// What the run set up, on stderr before the agent starts (names only, never a value).

@@ -21,7 +21,7 @@ mod cmd_mcp_server;
 mod cmd_policy;
 #[cfg(any(target_os = "linux", windows))]
 mod cmd_policy_replay;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 mod cmd_run;
 #[cfg(any(target_os = "linux", windows))]
 mod cmd_sandbox;
@@ -118,14 +118,9 @@ enum Cmd {
     #[cfg(any(target_os = "linux", windows))]
     /// Run one command in the exec sandbox, through the broker's exec-helper (started when none runs), every record in its audit log: `gatehouse sandbox [--allow-write P]... [--allow-read P]... [--allow-domain D]... [--timeout S] -- CMD ARGS`.
     Sandbox(cmd_sandbox::SandboxArgs),
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", windows))]
     /// An agent CLI inside the exec sandbox, with gatehouse as its only MCP server and the egress proxy as its only way out: `gatehouse run [--profile NAME] [--mode ask|full-access|unattended] [--allow-domain D]... [--allow-read P]... -- AGENT ARGS`.
     Run(cmd_run::RunArgs),
-    /// Not built on Windows: an agent inside the exec sandbox needs a connection to its
-    /// gateway from inside the sandbox (docs/windows.md). Says so and exits 125.
-    #[cfg(windows)]
-    #[command(disable_help_flag = true)]
-    Run(PassOn),
     /// The MCP server for one agent session, over stdio (what an agent's MCP config launches):
     /// execs `gatehouse-mcp` with these arguments (`gatehouse mcp --help` lists them).
     #[command(disable_help_flag = true)]
@@ -232,7 +227,7 @@ fn main() -> ExitCode {
         Cmd::Approve(args) => cmd_approve::run(&g, args),
         #[cfg(any(target_os = "linux", windows))]
         Cmd::Sandbox(args) => cmd_sandbox::run(&g, args),
-        #[cfg(target_os = "linux")]
+        #[cfg(any(target_os = "linux", windows))]
         Cmd::Run(args) => cmd_run::run(&g, args),
         Cmd::Mcp(p) => exec_sibling(&g, gatehouse_client::MCP_BIN, p.args),
         Cmd::Fetch(args) => cmd_fetch::run(&g, args),
@@ -241,11 +236,6 @@ fn main() -> ExitCode {
         Cmd::Notify(p) => exec_sibling(&g, gatehouse_client::NOTIFY_BIN, p.args),
         #[cfg(target_os = "linux")]
         Cmd::Demo(args) => cmd_demo::run(&g, args),
-        #[cfg(windows)]
-        Cmd::Run(_) => not_built_here(
-            "run",
-            "an agent inside the exec sandbox needs its own connection to the gateway from inside the sandbox, which is not built on Windows yet; `gatehouse mcp` serves an agent outside it, and `gatehouse sandbox` runs one command",
-        ),
         #[cfg(windows)]
         Cmd::Demo(_) => not_built_here(
             "demo",

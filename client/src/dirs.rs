@@ -121,13 +121,36 @@ impl Dirs {
         owner: (u32, u32),
         instance: bool,
     ) -> Result<PathBuf, String> {
-        #[cfg(not(unix))]
+        #[cfg(not(any(unix, windows)))]
         {
             let _ = (name, owner, instance);
             Err(no_agent_homes().to_string())
         }
+        #[cfg(windows)]
+        {
+            let _ = (owner, instance);
+            self.ensure_agent_home_windows(name)
+        }
         #[cfg(unix)]
         self.ensure_agent_home_unix(name, owner, instance)
+    }
+
+    /// Windows: the agents' root and the agent's directory are private (this user's, a
+    /// protected DACL for this user and SYSTEM); the agent's may keep the command SID's ACE,
+    /// which the broker adds while a run of it goes on. Inside it, what the run points the
+    /// agent's profile variables at (`tmp`, `AppData\Roaming`, `AppData\Local`).
+    #[cfg(windows)]
+    fn ensure_agent_home_windows(&self, name: &str) -> Result<PathBuf, String> {
+        let root = self.agents();
+        let dir = root.join(name);
+        let cmd = sandbox::wincfg::capability_sid(sandbox::wincfg::COMMAND_CAPABILITY);
+        ensure_private_dir(&root).map_err(|e| e.to_string())?;
+        sandbox::windows::ensure_private_dir_also(&dir, &[&cmd.0]).map_err(|e| e.to_string())?;
+        for sub in ["tmp", r"AppData\Roaming", r"AppData\Local"] {
+            let d = dir.join(sub);
+            std::fs::create_dir_all(&d).map_err(|e| format!("creating {}: {e}", d.display()))?;
+        }
+        Ok(dir)
     }
 
     #[cfg(unix)]
@@ -304,9 +327,9 @@ fn fnv1a64(bytes: impl IntoIterator<Item = u8>) -> u64 {
     })
 }
 
-/// Agents' and third-party servers' homes are made for a sandbox that runs as another uid:
-/// Unix only (no such sandbox is built elsewhere).
-#[cfg(not(unix))]
+/// Agents' and third-party servers' homes: made on Unix and Windows only (no sandbox for them
+/// is built elsewhere).
+#[cfg(not(any(unix, windows)))]
 fn no_agent_homes() -> ipc_schema::platform::Unsupported {
     ipc_schema::platform::Unsupported {
         program: "gatehouse",

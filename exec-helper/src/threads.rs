@@ -93,6 +93,8 @@ pub struct Checked {
     pub env_dropped: Vec<String>,
     /// What the command will not get; the launcher adds its own, then [`Checked::refuse_gaps`].
     pub gaps: Vec<String>,
+    /// `gatehouse run` (Windows only): the agent's state directory and variables.
+    pub agent: Option<ipc_schema::exec::AgentRun>,
 }
 
 impl Checked {
@@ -100,7 +102,9 @@ impl Checked {
         let invalid = |why: String| ErrorReply::new(ErrorCode::Invalid, why);
         let refused = |why: &str| ErrorReply::new(ErrorCode::Refused, why);
         let user = spec.user.take().map(|u| *u).unwrap_or_default();
-        if user.agent.is_some() || user.server.is_some() {
+        // An agent's session runs on Windows (windows.rs: its pipe is the broker's); not yet on
+        // macOS. A third-party server's stdio is a passed descriptor: on neither.
+        if user.server.is_some() || (user.agent.is_some() && !cfg!(windows)) {
             return Err(refused(&format!(
                 "an agent's session and a third-party MCP server are not built on {OS} (they pass descriptors)"
             )));
@@ -174,6 +178,7 @@ impl Checked {
             vars,
             env_dropped,
             gaps,
+            agent: user.agent,
         })
     }
 

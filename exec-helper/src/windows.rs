@@ -15,7 +15,9 @@
 //! the WFP filters of `gatehouse setup network-filters`, which hold for a command when they
 //! held for the helper's own try at lockdown; the file-size and open-file limits have no job
 //! limit; exclude globs and secret-looking files inside a grant are not masked. An agent's
-//! session and a third-party server (they pass descriptors) are refused outright; the egress
+//! session (`gatehouse run`) gets its state directory as its profile (`USERPROFILE`, `HOME`,
+//! `TEMP`, `APPDATA`, ...) and the variables that name its pipe, token and MCP config; the
+//! broker serves the pipe. A third-party server (it passes descriptors) is refused; the egress
 //! proxy is the broker's, on a loopback port (`NetworkMode::LoopbackProxy`), named in the proxy
 //! variables. Reads are the user's own: a write-restricted token restricts writes only
 //! (docs/SECURITY.md). When the command's main process ends its job is closed, which ends
@@ -97,6 +99,35 @@ fn launch(mut c: Checked, cfg: &Config) -> Result<Launched, ErrorReply> {
         c.vars
             .retain(|(k, _)| !vars.iter().any(|(n, _)| k.eq_ignore_ascii_case(n)));
         c.vars.extend(vars);
+    }
+    // `gatehouse run`: the agent's state directory is its profile (its login and settings
+    // live there, never in the user's), its temporary files too; gatehouse's variables name
+    // its pipe, token and MCP config (set after the filter, as on Linux).
+    if let Some(agent) = &c.agent {
+        let home = &agent.state_home;
+        let writable = (c.spec.grants.iter())
+            .any(|g| &g.path == home && g.access == ipc_schema::exec::GrantAccess::ReadWrite);
+        if !writable {
+            return Err(invalid(format!(
+                "the agent's state directory {} is not granted read-write",
+                home.display()
+            )));
+        }
+        let at = |p: &str| home.join(p).display().to_string();
+        let mut set: Vec<(String, String)> = [
+            ("USERPROFILE", home.display().to_string()),
+            ("HOME", home.display().to_string()),
+            ("TEMP", at("tmp")),
+            ("TMP", at("tmp")),
+            ("APPDATA", at(r"AppData\Roaming")),
+            ("LOCALAPPDATA", at(r"AppData\Local")),
+        ]
+        .map(|(k, v)| (k.to_string(), v))
+        .to_vec();
+        set.extend(agent.vars.iter().cloned());
+        c.vars
+            .retain(|(k, _)| !set.iter().any(|(n, _)| k.eq_ignore_ascii_case(n)));
+        c.vars.extend(set);
     }
     let spec = &c.spec;
     let program = find_program(&spec.argv[0], &spec.cwd, &c.path_var())

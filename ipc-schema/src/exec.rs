@@ -132,11 +132,12 @@ impl CommandSpec {
     /// Whether the sandbox passes connections out, so the `Start` must bring the command's
     /// connector: the proxy network, an agent's gateway socket, or a server's stdio socket.
     pub fn needs_connector(&self) -> bool {
+        // On Windows an agent reaches its gateway on a pipe of its run ([`RunName`]).
         matches!(self.network, NetworkMode::Proxy { .. })
             || self
                 .user
                 .as_ref()
-                .is_some_and(|u| u.agent.is_some() || u.server.is_some())
+                .is_some_and(|u| (u.agent.is_some() && cfg!(unix)) || u.server.is_some())
     }
 }
 
@@ -227,6 +228,60 @@ pub const AGENT_MCP_CONFIG: &str = "/tmp/gatehouse-mcp.json";
 pub const AGENT_SOCKET_ENV: &str = "GATEHOUSE_GATEWAY_SOCKET";
 pub const AGENT_TOKEN_ENV: &str = "GATEHOUSE_SESSION_TOKEN";
 pub const AGENT_MCP_CONFIG_ENV: &str = "GATEHOUSE_MCP_CONFIG";
+
+/// Windows: the name of one `gatehouse run` (32 lowercase hex digits the CLI draws; not a
+/// secret). Windows gives a sandbox no private `/tmp`, so where the run meets gatehouse is
+/// named after the run ([`RunName::place`]), and two runs of one agent never share a place.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(try_from = "String", into = "String")]
+pub struct RunName(String);
+
+/// Where one run (on Windows) meets gatehouse: the pipe the broker serves its gateway
+/// connections on, the run's token (written by the broker) and its MCP config (by the CLI),
+/// both in the agent's state directory, which the command may read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunPlace {
+    pub pipe: String,
+    pub token_file: PathBuf,
+    pub mcp_config: PathBuf,
+}
+
+impl RunName {
+    pub const LEN: usize = 32;
+
+    pub fn parse(s: &str) -> Result<RunName, String> {
+        if s.len() != Self::LEN || !s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return Err(format!(
+                "a run's name is {} lowercase hex digits, not {s:?}",
+                Self::LEN
+            ));
+        }
+        Ok(RunName(s.to_string()))
+    }
+
+    /// The run's pipe and files, for the agent whose state directory is `state_home`.
+    pub fn place(&self, state_home: &std::path::Path) -> RunPlace {
+        let n = &self.0;
+        RunPlace {
+            pipe: format!(r"\\.\pipe\gatehouse-run-{n}"),
+            token_file: state_home.join(format!("gatehouse-run-{n}.token")),
+            mcp_config: state_home.join(format!("gatehouse-run-{n}.mcp.json")),
+        }
+    }
+}
+
+impl TryFrom<String> for RunName {
+    type Error = String;
+    fn try_from(s: String) -> Result<RunName, String> {
+        RunName::parse(&s)
+    }
+}
+
+impl From<RunName> for String {
+    fn from(n: RunName) -> String {
+        n.0
+    }
+}
 
 /// What is masked inside the grants, beyond the protected places.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]

@@ -554,6 +554,10 @@ pub struct AgentLaunch {
     pub mcp_config: String,
     /// `--mode`: the mode of the agent's sessions (`None`: the profile's).
     pub mode: Option<SessionMode>,
+    /// Windows: the run's name, which names its pipe and files
+    /// ([`crate::exec::RunName::place`]); the broker refuses a run without one there. `None`
+    /// elsewhere (the sandbox's private `/tmp` holds them).
+    pub run_name: Option<crate::exec::RunName>,
 }
 
 /// Why a [`LaunchRequest::Command`] did not start (the CLI's exit status says which).

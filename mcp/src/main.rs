@@ -233,15 +233,22 @@ fn connect(g: &Global, run: Option<&RunLink>) -> Result<Connection, String> {
 }
 
 /// On Windows: the name of the broker's gateway pipe, once a broker answers there (started in
-/// the background if none does); the gateway opens it. `gatehouse run` is not built on
-/// Windows, so a run's socket is refused.
+/// the background if none does); or, under `gatehouse run`, the run's pipe, with no fallback (a
+/// broker started inside the sandbox would be the agent's own). The gateway opens it, and
+/// talks only to a pipe this user's process serves.
 #[cfg(windows)]
 fn connect(g: &Global, run: Option<&RunLink>) -> Result<Connection, String> {
     if let Some(socket) = run.and_then(|r| r.socket.as_ref()) {
-        return Err(format!(
-            "a run's gateway socket ({}) is given, but `gatehouse run` is not built for Windows",
-            socket.display()
-        ));
+        return socket
+            .to_str()
+            .filter(|s| s.starts_with(r"\\.\pipe\"))
+            .map(str::to_string)
+            .ok_or_else(|| {
+                format!(
+                    "the run's gateway ({}) is not a pipe name",
+                    socket.display()
+                )
+            });
     }
     let path = g.dirs.gateway_socket();
     if Client::connect(&path).is_err() {

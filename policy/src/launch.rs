@@ -88,6 +88,16 @@ pub fn agent_profile(
             agents.display()
         ));
     }
+    match (&a.run_name, cfg!(windows)) {
+        (None, true) => {
+            return Err("a run on Windows must be named: its pipe and files are named after it".into())
+        }
+        (Some(_), false) => return Err(
+            "a run's name is for Windows: here the sandbox's private /tmp holds its socket and files"
+                .into(),
+        ),
+        _ => {}
+    }
     Ok(a.profile
         .clone()
         .unwrap_or_else(ProfileName::default_profile))
@@ -160,6 +170,26 @@ pub fn agent_run(a: &AgentLaunch, token: &str) -> AgentRun {
     }
 }
 
+/// [`agent_run`] on Windows, where a sandbox has no private `/tmp`: the run's pipe and files
+/// are `place` (named after the run, in the agent's state directory: the broker writes the
+/// token file, the CLI the config), named by the same variables.
+pub fn agent_run_at(a: &AgentLaunch, token: &str, place: &ipc_schema::exec::RunPlace) -> AgentRun {
+    use ipc_schema::exec::{AGENT_MCP_CONFIG_ENV, AGENT_SOCKET_ENV, AGENT_TOKEN_ENV};
+    AgentRun {
+        state_home: a.state_home.clone(),
+        tmp_files: Vec::new(),
+        vars: vec![
+            (AGENT_SOCKET_ENV.into(), place.pipe.clone()),
+            (AGENT_TOKEN_ENV.into(), token.into()),
+            (
+                AGENT_MCP_CONFIG_ENV.into(),
+                place.mcp_config.display().to_string(),
+            ),
+        ],
+        gateway_socket: place.pipe.clone().into(),
+    }
+}
+
 /// The outcome an egress connection's audit row names.
 pub fn egress_outcome(record: &ipc_schema::net::EgressRecord) -> String {
     use ipc_schema::net::EgressVerdict;
@@ -203,7 +233,7 @@ fn resolved(what: &str, p: &Path) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ipc_schema::exec::{Hide, Limits};
+    use ipc_schema::exec::{Hide, Limits, RunName};
 
     fn launch(cwd: &str, grants: &[&str], work_root: bool) -> CommandLaunch {
         CommandLaunch {
@@ -256,6 +286,7 @@ mod tests {
             state_home: state.into(),
             mcp_config: String::new(),
             mode: None,
+            run_name: cfg!(windows).then(|| RunName::parse(&"0a".repeat(16)).unwrap()),
         };
         let mut l = launch("/w", &["/w"], false);
         assert_eq!(
@@ -275,6 +306,66 @@ mod tests {
         ] {
             assert!(agent_profile(&l, &a(bad), agents).is_err(), "{bad}");
         }
+        // A run's name is Windows' (its pipe and files); elsewhere the sandbox's /tmp holds
+        // them. Each OS refuses the other's form.
+        let mut other = a("/data/agents/x");
+        other.run_name = match other.run_name {
+            Some(_) => None,
+            None => Some(RunName::parse(&"0a".repeat(16)).unwrap()),
+        };
+        assert_eq!(
+            agent_profile(&l, &other, agents).unwrap_err(),
+            if cfg!(windows) {
+                "a run on Windows must be named: its pipe and files are named after it"
+            } else {
+                "a run's name is for Windows: here the sandbox's private /tmp holds its socket and files"
+            }
+        );
+    }
+
+    #[test]
+    fn a_windows_run_is_told_its_own_pipe_token_and_config() {
+        use ipc_schema::exec::{AGENT_MCP_CONFIG_ENV, AGENT_SOCKET_ENV, AGENT_TOKEN_ENV};
+        for bad in [
+            "",
+            "0A".repeat(16).as_str(),
+            &"0".repeat(31),
+            &"g".repeat(32),
+        ] {
+            assert!(RunName::parse(bad).is_err(), "{bad:?}");
+        }
+        let name = RunName::parse(&"0a".repeat(16)).unwrap();
+        let home = Path::new("/agents/x");
+        let place = name.place(home);
+        assert_eq!(
+            place.pipe,
+            format!(r"\\.\pipe\gatehouse-run-{}", "0a".repeat(16))
+        );
+        assert_eq!(place.token_file.parent(), Some(home));
+        assert_eq!(place.mcp_config.parent(), Some(home));
+        let a = AgentLaunch {
+            profile: None,
+            state_home: home.into(),
+            mcp_config: "{}".into(),
+            mode: None,
+            run_name: Some(name),
+        };
+        let run = agent_run_at(&a, "TOKEN", &place);
+        assert_eq!(run.state_home, home);
+        assert!(run.tmp_files.is_empty());
+        assert_eq!(run.gateway_socket, Path::new(&place.pipe));
+        let var = |k: &str| {
+            run.vars
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(var(AGENT_SOCKET_ENV), Some(place.pipe.as_str()));
+        assert_eq!(var(AGENT_TOKEN_ENV), Some("TOKEN"));
+        assert_eq!(
+            var(AGENT_MCP_CONFIG_ENV),
+            Some(place.mcp_config.to_str().unwrap())
+        );
     }
 
     #[test]

@@ -24,6 +24,9 @@ pub struct Listener {
     inner: tokio::net::UnixListener,
     #[cfg(windows)]
     name: String,
+    /// A SID granted read and write beside this user ([`Listener::bind_also_for`]).
+    #[cfg(windows)]
+    also: Option<String>,
     #[cfg(windows)]
     next: Conn,
 }
@@ -53,9 +56,16 @@ impl Listener {
     /// Creates the pipe `name` (`\\.\pipe\...`) as its first instance, for this user only.
     /// Fails if the name exists. Must be called inside a tokio runtime.
     pub fn bind(name: &str) -> io::Result<Listener> {
-        let next = crate::windows::user_only_pipe(name, true)?;
+        Listener::bind_also_for(name, None)
+    }
+
+    /// [`Listener::bind`], the pipe also granting `sid` read and write: a `gatehouse run`
+    /// agent's pipe, opened from a token whose restricting SID is `sid`.
+    pub fn bind_also_for(name: &str, sid: Option<&str>) -> io::Result<Listener> {
+        let next = crate::windows::user_only_pipe(name, true, sid)?;
         Ok(Listener {
             name: name.to_string(),
+            also: sid.map(str::to_string),
             next,
         })
     }
@@ -66,7 +76,7 @@ impl Listener {
         let connected = self.next.connect().await;
         // The next client gets a new instance; this one is the connection (or, if connecting
         // failed, e.g. a client that came and went, it is dropped rather than reused).
-        let fresh = crate::windows::user_only_pipe(&self.name, false)?;
+        let fresh = crate::windows::user_only_pipe(&self.name, false, self.also.as_deref())?;
         let conn = std::mem::replace(&mut self.next, fresh);
         connected?;
         let peer = crate::peer::of_pipe(conn.as_handle())?;

@@ -52,6 +52,9 @@ pub fn capability_sid(name: &str) -> Sid {
     Sid(s)
 }
 
+/// The capability every command's token is restricted to (`command_policy`).
+pub const COMMAND_CAPABILITY: &str = "gatehouse.cmd";
+
 /// `CreateRestrictedToken`'s arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RestrictedToken {
@@ -552,7 +555,7 @@ pub fn helper_policy(profile: &Profile) -> Result<WindowsPolicy, crate::seatbelt
             // command's token would lose it and the spawner's read-back would refuse it.
             p.token
                 .restricting
-                .insert(1, capability_sid("gatehouse.cmd"));
+                .insert(1, capability_sid(COMMAND_CAPABILITY));
             p.job.active_processes = None;
             p.mitigations = mitigations(true, false);
         }
@@ -594,7 +597,7 @@ fn present(paths: &[PathBuf]) -> Vec<PathBuf> {
 /// (explicit ACEs on the protected path are evaluated before the allow it inherits from the
 /// grant root), no network or only the proxy's loopback port.
 pub fn command_policy(spec: &CommandSpec) -> Result<WindowsPolicy, crate::seatbelt::SbplError> {
-    let mut p = base("command", "gatehouse.cmd".into());
+    let mut p = base("command", COMMAND_CAPABILITY.into());
     p.token = token(true, &p.sid);
     p.job.active_processes = Some(256);
     p.inherited_handles = "stdin, stdout and stderr pipes only";

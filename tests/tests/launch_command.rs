@@ -687,6 +687,7 @@ fn an_agent_launch_is_refused_unless_long_with_a_known_profile_and_its_own_state
             state_home: state,
             mcp_config: "{}".into(),
             mode: None,
+            run_name: None,
         });
         l
     };

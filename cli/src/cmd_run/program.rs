@@ -7,9 +7,50 @@
 //! there), or else the program file alone; and the same for the interpreter its `#!` line names
 //! (`/usr/bin/env node` is looked up in `PATH`). No directory that holds a home is granted.
 
+use crate::cmd_sandbox::{self, Stop};
 use sandbox::linux::command::SYSTEM_DIRS;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+
+/// The agent's program as the run starts it: the head of its argv (the resolved program) and
+/// the paths to grant read-only; or why not (exit 126 not executable, 127 not found).
+pub fn resolve(argv0: &str, path_var: &str, cwd: &Path) -> Result<Resolved, Stop> {
+    let Some(v) = visible(argv0, path_var, cwd) else {
+        // A path to a file that is there but not executable: say so, as exec would.
+        if argv0.contains('/') && Path::new(argv0).is_file() {
+            return Err(Stop(
+                format!(
+                    "could not run: {}: Permission denied (it is not executable)",
+                    std::path::absolute(argv0)
+                        .unwrap_or_else(|_| PathBuf::from(argv0))
+                        .display()
+                ),
+                cmd_sandbox::EXIT_NOT_EXECUTABLE,
+            ));
+        }
+        return Err(Stop(
+            format!("{argv0}: not found in PATH"),
+            cmd_sandbox::EXIT_NOT_FOUND,
+        ));
+    };
+    let exec = v
+        .exec
+        .to_str()
+        .ok_or_else(|| {
+            cmd_sandbox::refused(format!("{}: the path is not UTF-8", v.exec.display()))
+        })?
+        .to_string();
+    Ok(Resolved {
+        exec: vec![exec],
+        grants: v.grants,
+    })
+}
+
+/// What [`resolve`] found.
+pub struct Resolved {
+    pub exec: Vec<String>,
+    pub grants: Vec<PathBuf>,
+}
 
 /// `name` as the shell would find it: a path as given, or the first executable file of that
 /// name in `path_var`.

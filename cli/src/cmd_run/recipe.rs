@@ -49,11 +49,22 @@ pub struct Wiring<'a> {
 }
 
 impl Agent {
-    /// The recipe for `argv0`, by the program's file name.
+    /// The recipe for `argv0`, by the program's file name (on Windows without its `.exe` or
+    /// `.cmd`, in any case).
     pub fn for_program(argv0: &str) -> Agent {
-        match Path::new(argv0).file_name().and_then(|n| n.to_str()) {
-            Some("claude") => Agent::Claude,
-            Some("codex") => Agent::Codex,
+        let name = Path::new(argv0).file_name().and_then(|n| n.to_str());
+        let mut name = name.unwrap_or_default().to_string();
+        if cfg!(windows) {
+            name.make_ascii_lowercase();
+            for ext in [".exe", ".cmd"] {
+                if let Some(stem) = name.strip_suffix(ext) {
+                    name = stem.to_string();
+                }
+            }
+        }
+        match name.as_str() {
+            "claude" => Agent::Claude,
+            "codex" => Agent::Codex,
             _ => Agent::Generic,
         }
     }

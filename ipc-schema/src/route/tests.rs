@@ -507,6 +507,7 @@ fn only_the_human_channel_may_launch_a_command() {
                 state_home: "/tmp/s".into(),
                 mcp_config: String::new(),
                 mode: Some(crate::mode::SessionMode::FullAccess),
+                run_name: None,
             }),
         },
     ))));

@@ -205,10 +205,13 @@ pub fn async_server(
 
 /// A named pipe server instance for a front endpoint (`crate::endpoint`): the first instance
 /// of `name` when `first`, remote clients refused, and a protected DACL granting this process's
-/// user alone (the default DACL of a pipe grants everyone read access).
+/// user alone (the default DACL of a pipe grants everyone read access), and read and write to
+/// `also` (a SID) if given: a `gatehouse run` agent's pipe, which its write-restricted token
+/// opens only if its restricting SID is granted the write too.
 pub(crate) fn user_only_pipe(
     name: &str,
     first: bool,
+    also: Option<&str>,
 ) -> std::io::Result<tokio::net::windows::named_pipe::NamedPipeServer> {
     use super::ffi::Local;
     use windows_sys::Win32::Security::Authorization::{
@@ -217,7 +220,14 @@ pub(crate) fn user_only_pipe(
     use windows_sys::Win32::Security::SECURITY_ATTRIBUTES;
     const MECH: &str = "front endpoint";
     let me = super::pipe_peer::current_user().map_err(std::io::Error::other)?;
-    let sddl = wide(MECH, format!("D:P(A;;GA;;;{me})").as_ref()).map_err(std::io::Error::other)?;
+    let mut sddl = format!("D:P(A;;GA;;;{me})");
+    if let Some(sid) = also {
+        if !sid.starts_with("S-1-") || !sid[4..].bytes().all(|b| b.is_ascii_digit() || b == b'-') {
+            return Err(std::io::Error::other(format!("{sid:?} is not a SID")));
+        }
+        sddl.push_str(&format!("(A;;GRGW;;;{sid})"));
+    }
+    let sddl = wide(MECH, sddl.as_ref()).map_err(std::io::Error::other)?;
     let mut sd = std::ptr::null_mut();
     // SAFETY: `sddl` is a NUL-terminated UTF-16 string that outlives the call; `sd` receives a
     // LocalAlloc'ed descriptor, freed by `Local` below.

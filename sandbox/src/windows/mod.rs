@@ -57,7 +57,7 @@ pub use pass::{
     adopt_helper_process, adopt_passed_socket, exclusive_loopback_listener,
     process_for_handles_into, socket_into,
 };
-pub use private_dir::ensure_private_dir;
+pub use private_dir::{ensure_private_dir, ensure_private_dir_also};
 pub use spawn::{
     env_from_allowlist, open_process, spawn, spawn_unconfined, take_inherited_handle,
     take_inherited_router, ConfinedChild, PeerProcess, SpawnOptions, SpawnSpec,

@@ -59,6 +59,13 @@ fn private_dacl(user: &str) -> String {
 /// of another owner or one this user may not change the permissions of (`PermissionDenied`),
 /// and one whose DACL still grants others once set (`Other`: the DACL did not hold).
 pub fn ensure_private_dir(path: &Path) -> io::Result<()> {
+    ensure_private_dir_also(path, &[])
+}
+
+/// [`ensure_private_dir`], an existing directory's ACEs for the SIDs in `also` left in place
+/// besides the module's trustees: an agent's state directory, which the broker gives the
+/// command SID while a run of that agent goes on (a second run must not take it away).
+pub fn ensure_private_dir_also(path: &Path, also: &[&str]) -> io::Result<()> {
     let at = |e: WinError| io::Error::other(format!("{}: {e}", path.display()));
     let me = super::pipe_peer::current_user().map_err(at)?;
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -116,11 +123,11 @@ pub fn ensure_private_dir(path: &Path) -> io::Result<()> {
             ),
         ));
     }
-    if open_to_others(path, &me).is_empty() {
+    if open_to_others(path, &me, also).is_empty() {
         return Ok(());
     }
     close(&dir, &private_dacl(&me)).map_err(at)?;
-    let still = open_to_others(path, &me);
+    let still = open_to_others(path, &me, also);
     if !still.is_empty() {
         return Err(io::Error::other(format!(
             "{}: its DACL still grants {} after it was set to {}; refusing to use it",
@@ -133,9 +140,9 @@ pub fn ensure_private_dir(path: &Path) -> io::Result<()> {
 }
 
 /// What the DACL of `path` grants to others than `me` (see [`granted_to_others`]).
-fn open_to_others(path: &Path, me: &str) -> Vec<String> {
+fn open_to_others(path: &Path, me: &str, also: &[&str]) -> Vec<String> {
     match super::dacl_sddl(path) {
-        Ok(dacl) => granted_to_others(&dacl, me),
+        Ok(dacl) => granted_to_others(&dacl, me, also),
         Err(e) => vec![format!("(a DACL that cannot be read: {e})")],
     }
 }
@@ -230,7 +237,7 @@ fn close(f: &std::fs::File, sddl: &str) -> Result<(), WinError> {
 /// The allow ACEs of `dacl` (SDDL, as Windows renders it) for anyone but `me` and
 /// [`ALSO_ALLOWED`], one entry each; a missing (NULL) DACL grants everyone. Trustees are
 /// compared as SIDs, aliases (`SY`, `BA`, `WD`, ...) resolved by Windows.
-fn granted_to_others(dacl: &str, me: &str) -> Vec<String> {
+fn granted_to_others(dacl: &str, me: &str, also: &[&str]) -> Vec<String> {
     let Some((flags, aces)) = crate::wincfg::dacl_aces(dacl) else {
         return vec!["no DACL: everyone has full access".into()];
     };
@@ -250,7 +257,8 @@ fn granted_to_others(dacl: &str, me: &str) -> Vec<String> {
         }
         let sid = OwnedSid::parse(trustee).and_then(|s| sid_string(s.as_psid()));
         match sid {
-            Ok(s) if s == me || ALSO_ALLOWED.contains(&s.as_str()) => {}
+            Ok(s)
+                if s == me || ALSO_ALLOWED.contains(&s.as_str()) || also.contains(&s.as_str()) => {}
             _ => open.push(format!("({ace})")),
         }
     }
@@ -291,7 +299,7 @@ mod tests {
         } else {
             assert_eq!(dacl, private_dacl(&me()));
         }
-        assert_eq!(granted_to_others(&dacl, &me()), Vec::<String>::new());
+        assert_eq!(granted_to_others(&dacl, &me(), &[]), Vec::<String>::new());
         assert_eq!(owner_of(&open_for_owner(&d)).unwrap(), me());
         ensure_private_dir(&d).unwrap();
         assert_eq!(super::super::dacl_sddl(&d).unwrap(), dacl);
@@ -305,7 +313,7 @@ mod tests {
         let d = t.path().join("open");
         create(&d, "D:P(A;OICI;FA;;;WD)").unwrap();
         let before = super::super::dacl_sddl(&d).unwrap();
-        let wd = granted_to_others(&before, &me());
+        let wd = granted_to_others(&before, &me(), &[]);
         assert_eq!(wd.len(), 1, "{before}");
         assert!(wd[0].ends_with(";;;WD)"), "{before}");
         match ensure_private_dir(&d) {
@@ -373,31 +381,45 @@ mod tests {
     fn private_dir_acl_check_names_others() {
         let me = "S-1-5-21-1-2-3-1001";
         let ok = format!("D:P(A;OICI;FA;;;{me})(A;OICI;FA;;;SY)(A;OICI;FA;;;BA)(A;;FA;;;OW)");
-        assert_eq!(granted_to_others(&ok, me), Vec::<String>::new());
+        assert_eq!(granted_to_others(&ok, me, &[]), Vec::<String>::new());
         assert_eq!(
-            granted_to_others(&format!("D:(D;;FA;;;WD)(A;ID;FA;;;{me})"), me),
+            granted_to_others(&format!("D:(D;;FA;;;WD)(A;ID;FA;;;{me})"), me, &[]),
             Vec::<String>::new()
         );
         assert_eq!(
             granted_to_others(
                 &format!("D:P(A;OICI;FA;;;{me})(A;OICIID;0x1200a9;;;BU)"),
-                me
+                me,
+                &[]
             ),
             vec!["(A;OICIID;0x1200a9;;;BU)".to_string()]
         );
         assert_eq!(
             granted_to_others(
                 &format!("D:P(A;;FA;;;{me})(A;;FA;;;S-1-5-21-1-2-3-1002)"),
-                me
+                me,
+                &[]
             ),
             vec!["(A;;FA;;;S-1-5-21-1-2-3-1002)".to_string()]
         );
+        // A SID the caller leaves in place (an agent's state directory: the command SID) is
+        // not counted; the same ACE is when not named.
+        let cmd = "S-1-15-3-1024-1-2-3-4-5-6-7-8";
+        let agent_home = format!("D:P(A;OICI;FA;;;{me})(A;OICI;FRFWFX;;;{cmd})");
         assert_eq!(
-            granted_to_others("D:NO_ACCESS_CONTROL", me),
+            granted_to_others(&agent_home, me, &[cmd]),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            granted_to_others(&agent_home, me, &[]),
+            vec![format!("(A;OICI;FRFWFX;;;{cmd})")]
+        );
+        assert_eq!(
+            granted_to_others("D:NO_ACCESS_CONTROL", me, &[]),
             vec!["a NULL DACL: everyone has full access".to_string()]
         );
         assert_eq!(
-            granted_to_others("O:BA", me),
+            granted_to_others("O:BA", me, &[]),
             vec!["no DACL: everyone has full access".to_string()]
         );
     }
