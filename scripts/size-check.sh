@@ -48,7 +48,7 @@ RATCHET = {
     "fs-helper": 3100,
     "fs-helper-windows": 2400,
     "net-helper": 1985,
-    "exec-helper": 1250,
+    "exec-helper": 1235,
     "secrets-helper": 1975,
     "servers-helper": 900,
 }

@@ -800,19 +800,22 @@ fn the_command_line_asks_reads_and_checks_the_broker() {
         assert!(out.contains("chain intact"), "{out}");
     }
 
-    // What Windows lacks is said, not an unknown command: `run` and `demo` exit 125 saying why.
-    for (cmd, why) in [
-        ("run", "its own connection to the gateway"),
-        ("demo", "not ported to Windows"),
-    ] {
-        let (code, out, err) = gatehouse(&[cmd, "--", "claude"]);
-        assert_eq!(code, Some(125), "{out}\n{err}");
-        assert!(
-            err.starts_with(&format!("gatehouse {cmd}: not built on Windows: "))
-                && err.contains(why),
-            "{err}"
-        );
-    }
+    // What Windows lacks is said, not an unknown command: `demo` exits 125 saying why.
+    let (code, out, err) = gatehouse(&["demo", "--", "claude"]);
+    assert_eq!(code, Some(125), "{out}\n{err}");
+    assert!(
+        err.starts_with("gatehouse demo: not built on Windows: ")
+            && err.contains("not ported to Windows"),
+        "{err}"
+    );
+    // `run` is built: an agent that is not there exits 127 before anything starts (the run
+    // itself is driven below, in its own test).
+    let (code, out, err) = gatehouse(&["run", "--", "no-such-agent-here"]);
+    assert_eq!(code, Some(127), "{out}\n{err}");
+    assert_eq!(
+        err.trim_end(),
+        "gatehouse run: no-such-agent-here: not found in PATH"
+    );
 
     // `ui`: the console takes a terminal; without one it says so before connecting (the
     // console itself is not driven here: Wine gives a test no console).
@@ -1669,6 +1672,11 @@ fn gatehouse_run_starts_an_agent_whose_tools_reach_gatehouse_on_its_own_pipe() {
     assert_eq!(PathBuf::from(line("temp ")), home.join("tmp"));
     assert!(
         stderr.contains(&format!("its login and state: {}", home.display())),
+        "{stderr}"
+    );
+    // What the tier does not hold for the agent is named: above all, its reads.
+    assert!(
+        stderr.contains("gatehouse run: degraded: reads are not confined"),
         "{stderr}"
     );
     let pipe = line("pipe ");

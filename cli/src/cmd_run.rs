@@ -24,6 +24,11 @@
 //!
 //! A broker that runs as root runs its commands as nobody (never root toward the host), so the
 //! agent does too.
+//!
+//! On Windows (docs/windows.md, "`gatehouse run` on Windows") there is no private `/tmp`: this
+//! process names the run (`RunName`), which names its pipe and files in the agent's state
+//! directory; it writes the MCP config there (the broker writes the token file and serves the
+//! pipe), and removes it when the run ends. The agent runs in the restricted-token tier.
 
 #[cfg(unix)]
 mod program;
@@ -181,6 +186,9 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
             cwd.display()
         )));
     }
+    // The program first: one that is not there makes nothing.
+    let path_var = std::env::var("PATH").unwrap_or_else(|_| command_env::DEFAULT_PATH.into());
+    let visible = program::resolve(&argv0, &path_var, &cwd)?;
     let state_home = agent_home(g, agent, &argv0, owner)?;
     // Windows: the run's pipe and files are named after it (RunName::place).
     #[cfg(windows)]
@@ -219,8 +227,6 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
             });
         }
     }
-    let path_var = std::env::var("PATH").unwrap_or_else(|_| command_env::DEFAULT_PATH.into());
-    let visible = program::resolve(&argv0, &path_var, &cwd)?;
     for p in &visible.grants {
         grants.push(PathGrant {
             path: p.clone(),

@@ -425,11 +425,12 @@ mod tests {
         assert_eq!(d.pid_file(), Path::new(r"C:\gh\run\broker.pid"));
     }
 
-    /// `ensure` makes the three directories private (the DACL is the sandbox crate's test);
-    /// agents' homes stay refused on Windows, naming what is missing.
+    /// `ensure` makes the three directories private (the DACL is the sandbox crate's test); an
+    /// agent's home is private too, made again without complaint, with what its profile
+    /// variables point at inside.
     #[cfg(windows)]
     #[test]
-    fn windows_ensure_makes_the_dirs_and_refuses_agent_homes() {
+    fn windows_ensure_makes_the_dirs_and_agent_homes() {
         let t = tempfile::tempdir().unwrap();
         let d = Dirs::under(t.path());
         d.ensure().unwrap();
@@ -439,10 +440,15 @@ mod tests {
             assert!(!dacl.contains(";WD)") && !dacl.contains(";BU)"), "{dacl}");
         }
         d.ensure().unwrap();
-        let e = d.ensure_agent_home("a", (1, 1), false).unwrap_err();
-        assert!(
-            e.ends_with("a sandbox for each command (namespaces, Landlock, seccomp)"),
-            "{e}"
-        );
+        let home = d.ensure_agent_home("a", (1, 1), false).unwrap();
+        assert_eq!(home, d.agents().join("a"));
+        for p in [d.agents(), home.clone()] {
+            let dacl = sandbox::windows::dacl_sddl(&p).unwrap();
+            assert!(!dacl.contains(";WD)") && !dacl.contains(";BU)"), "{dacl}");
+        }
+        for sub in ["tmp", r"AppData\Roaming", r"AppData\Local"] {
+            assert!(home.join(sub).is_dir(), "{sub}");
+        }
+        assert_eq!(d.ensure_agent_home("a", (1, 1), false).unwrap(), home);
     }
 }

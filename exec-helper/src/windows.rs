@@ -14,7 +14,8 @@
 //! report's `degraded`, never silently dropped: outbound network is refused on Windows only by
 //! the WFP filters of `gatehouse setup network-filters`, which hold for a command when they
 //! held for the helper's own try at lockdown; the file-size and open-file limits have no job
-//! limit; exclude globs and secret-looking files inside a grant are not masked. An agent's
+//! limit; reads are not confined (key material included); exclude globs and secret-looking
+//! files inside a grant are not masked. An agent's
 //! session (`gatehouse run`) gets its state directory as its profile (`USERPROFILE`, `HOME`,
 //! `TEMP`, `APPDATA`, ...) and the variables that name its pipe, token and MCP config; the
 //! broker serves the pipe. A third-party server (it passes descriptors) is refused; the egress
@@ -27,7 +28,7 @@
 //! `threads.rs`; this file is what Windows adds: the policy, the ACE read-back, the spawn.
 
 use crate::threads::{Checked, Config, Launched, Tree};
-use ipc_schema::exec::{NetworkMode, RunOutcome, SandboxReport};
+use ipc_schema::exec::{GrantAccess, NetworkMode, RunOutcome, SandboxReport};
 use ipc_schema::tier::ConfinementTier;
 use ipc_schema::{ErrorCode, ErrorReply};
 use sandbox::command_env;
@@ -40,7 +41,7 @@ use std::process::ExitCode;
 
 /// What `CreateProcess` runs directly when `argv[0]` names no extension. A batch file needs
 /// `cmd.exe /c`, named as such: nothing here starts a shell that was not asked for.
-const RUNNABLE: &[&str] = &["exe", "com"];
+const RUNNABLE: [&str; 2] = ["exe", "com"];
 
 pub fn main() -> ExitCode {
     crate::threads::main(launch, ConfinementTier::RestrictedToken)
@@ -68,6 +69,7 @@ fn launch(mut c: Checked, cfg: &Config) -> Result<Launched, ErrorReply> {
     // What the tier cannot give this command: refused, or run and named with --allow-degraded.
     let mut gaps = vec![
         "the file-size and open-file limits are not applied (a job has no limit for them; the process and memory limits are set)".to_string(),
+        "reads are not confined (a write-restricted token restricts writes only): the command reads whatever this user can, the protected table's places (key material) included".to_string(),
     ];
     let mut policy = wincfg::exec_command_policy(&spec.grants, &cfg.protect)
         .map_err(|e| invalid(e.to_string()))?;
@@ -83,11 +85,9 @@ fn launch(mut c: Checked, cfg: &Config) -> Result<Launched, ErrorReply> {
 
     // The environment: the Linux rules (checked), and what Windows' own DLLs need.
     let system_root = std::env::var("SystemRoot").unwrap_or_else(|_| r"C:\Windows".into());
-    c.vars
-        .retain(|(k, _)| !k.eq_ignore_ascii_case("SystemRoot"));
-    c.vars.push(("SystemRoot".into(), system_root.clone()));
+    let mut set = vec![("SystemRoot".to_string(), system_root.clone())];
     if !c.vars.iter().any(|(k, _)| k.eq_ignore_ascii_case("PATH")) {
-        c.vars.push((
+        set.push((
             "PATH".into(),
             format!(r"{system_root}\System32;{system_root}"),
         ));
@@ -95,40 +95,21 @@ fn launch(mut c: Checked, cfg: &Config) -> Result<Launched, ErrorReply> {
     // The egress proxy, where the broker listens for this command (the filters of
     // `gatehouse setup network-filters` let commands reach those ports and nothing else).
     if let NetworkMode::LoopbackProxy { token, port } = &c.spec.network {
-        let vars = command_env::loopback_proxy_vars(token, *port).map_err(invalid)?;
-        c.vars
-            .retain(|(k, _)| !vars.iter().any(|(n, _)| k.eq_ignore_ascii_case(n)));
-        c.vars.extend(vars);
+        set.extend(command_env::loopback_proxy_vars(token, *port).map_err(invalid)?);
     }
-    // `gatehouse run`: the agent's state directory is its profile (its login and settings
-    // live there, never in the user's), its temporary files too; gatehouse's variables name
-    // its pipe, token and MCP config (set after the filter, as on Linux).
+    // `gatehouse run`: the agent's profile is its state directory, granted read-write; its
+    // pipe, token and MCP config are named after the filter, as on Linux.
     if let Some(agent) = &c.agent {
         let home = &agent.state_home;
-        let writable = (c.spec.grants.iter())
-            .any(|g| &g.path == home && g.access == ipc_schema::exec::GrantAccess::ReadWrite);
-        if !writable {
+        if !(c.spec.grants.iter()).any(|g| &g.path == home && g.access == GrantAccess::ReadWrite) {
             return Err(invalid(format!(
                 "the agent's state directory {} is not granted read-write",
                 home.display()
             )));
         }
-        let at = |p: &str| home.join(p).display().to_string();
-        let mut set: Vec<(String, String)> = [
-            ("USERPROFILE", home.display().to_string()),
-            ("HOME", home.display().to_string()),
-            ("TEMP", at("tmp")),
-            ("TMP", at("tmp")),
-            ("APPDATA", at(r"AppData\Roaming")),
-            ("LOCALAPPDATA", at(r"AppData\Local")),
-        ]
-        .map(|(k, v)| (k.to_string(), v))
-        .to_vec();
-        set.extend(agent.vars.iter().cloned());
-        c.vars
-            .retain(|(k, _)| !set.iter().any(|(n, _)| k.eq_ignore_ascii_case(n)));
-        c.vars.extend(set);
+        set.extend(command_env::windows_agent_vars(agent));
     }
+    command_env::set_vars_nocase(&mut c.vars, set);
     let spec = &c.spec;
     let program = find_program(&spec.argv[0], &spec.cwd, &c.path_var())
         .map_err(|(code, why)| ErrorReply::new(code, why))?;
@@ -187,55 +168,26 @@ fn launch(mut c: Checked, cfg: &Config) -> Result<Launched, ErrorReply> {
 /// The program `argv[0]` names: a path (absolute, or relative to `cwd`), or a name looked up in
 /// the command's `PATH` with the extensions `CreateProcess` runs directly.
 fn find_program(name: &str, cwd: &Path, path_var: &str) -> Result<PathBuf, (ErrorCode, String)> {
-    let not_found = |searched: String| {
-        (
+    let Some(found) = sandbox::program_path::find(name, path_var, cwd, &RUNNABLE) else {
+        let searched = match name.contains(['\\', '/']) || Path::new(name).is_absolute() {
+            true => cwd.join(name).display().to_string(),
+            false => path_var.to_string(),
+        };
+        return Err((
             ErrorCode::NotFound,
             format!("{name}: command not found in the sandbox (searched {searched})"),
-        )
+        ));
     };
-    let candidates = |base: PathBuf| -> Vec<PathBuf> {
-        let mut c = Vec::new();
-        if base.extension().is_some() {
-            c.push(base.clone());
-        }
-        for ext in RUNNABLE {
-            let mut with = base.clone().into_os_string();
-            with.push(".");
-            with.push(ext);
-            c.push(PathBuf::from(with));
-        }
-        c
-    };
-    let has_dir = name.contains(['\\', '/']) || Path::new(name).is_absolute();
-    let dirs: Vec<PathBuf> = if has_dir {
-        vec![cwd.to_path_buf()]
-    } else {
-        std::env::split_paths(path_var)
-            .filter(|d| d.is_absolute())
-            .collect()
-    };
-    for dir in &dirs {
-        for c in candidates(dir.join(name)) {
-            if c.is_file() {
-                let ext = c.extension().map(|e| e.to_ascii_lowercase());
-                if !ext.is_some_and(|e| RUNNABLE.iter().any(|r| e == *r)) {
-                    return Err((
-                        ErrorCode::Refused,
-                        format!(
-                            "{} is not a program Windows starts directly; a batch file runs as [\"cmd.exe\", \"/d\", \"/c\", ...]",
-                            c.display()
-                        ),
-                    ));
-                }
-                return Ok(c);
-            }
-        }
+    if !RUNNABLE.contains(&sandbox::program_path::extension(&found).as_str()) {
+        return Err((
+            ErrorCode::Refused,
+            format!(
+                "{} is not a program Windows starts directly; a batch file runs as [\"cmd.exe\", \"/d\", \"/c\", ...]",
+                found.display()
+            ),
+        ));
     }
-    Err(not_found(if has_dir {
-        cwd.join(name).display().to_string()
-    } else {
-        path_var.to_string()
-    }))
+    Ok(found)
 }
 
 /// Each ACE the policy names that the path's DACL, read back, does not hold.
@@ -334,6 +286,7 @@ mod tests {
             started.report.degraded
         );
         assert!(started.report.degraded[0].starts_with("the file-size"));
+        assert!(started.report.degraded[1].starts_with("reads are not confined"));
         assert_eq!(
             started.tree.wait_timeout(30_000),
             Ok(Some(RunOutcome::Exited(0)))

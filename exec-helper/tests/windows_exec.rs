@@ -221,6 +221,11 @@ fn a_command_runs_in_the_restricted_token_tier_and_its_output_and_status_come_ba
         "{:?}",
         report.degraded
     );
+    assert!(
+        report.degraded[2].starts_with("reads are not confined"),
+        "{:?}",
+        report.degraded
+    );
     if wine() {
         // Wine keeps no DACL it is given: the grant's ACE and the protected path's deny ACE
         // (which the broker would apply) do not read back, and the report says so by path.

@@ -141,6 +141,31 @@ pub fn loopback_proxy_vars(token: &str, port: u16) -> Result<Vec<(String, String
     Ok(names.map(|n| (n.to_string(), url.clone())).to_vec())
 }
 
+/// Windows: what a `gatehouse run` agent's environment has beyond a command's: its state
+/// directory as its profile (`USERPROFILE`, `HOME`), temporary directory and application data
+/// (its login and settings live there, never in the user's), then gatehouse's variables.
+pub fn windows_agent_vars(agent: &ipc_schema::exec::AgentRun) -> Vec<(String, String)> {
+    let home = agent.state_home.display().to_string();
+    let at = |p: &str| agent.state_home.join(p).display().to_string();
+    let mut vars = vec![
+        ("USERPROFILE".to_string(), home.clone()),
+        ("HOME".to_string(), home),
+        ("TEMP".to_string(), at("tmp")),
+        ("TMP".to_string(), at("tmp")),
+        ("APPDATA".to_string(), at("AppData\\Roaming")),
+        ("LOCALAPPDATA".to_string(), at("AppData\\Local")),
+    ];
+    vars.extend(agent.vars.iter().cloned());
+    vars
+}
+
+/// Puts each of `set` in `vars`, replacing a variable of the same name in any case (Windows'
+/// names do not differ by case).
+pub fn set_vars_nocase(vars: &mut Vec<(String, String)>, set: Vec<(String, String)>) {
+    vars.retain(|(k, _)| !set.iter().any(|(n, _)| k.eq_ignore_ascii_case(n)));
+    vars.extend(set);
+}
+
 const PROXY_NAMES: &[&str] = &[
     "HTTPS_PROXY",
     "HTTP_PROXY",
@@ -508,5 +533,34 @@ mod tests {
                 .count(),
             6
         );
+    }
+
+    #[test]
+    fn a_windows_agent_gets_its_state_directory_as_its_profile_and_names_replace_in_any_case() {
+        let agent = ipc_schema::exec::AgentRun {
+            state_home: std::path::PathBuf::from("/agents/claude"),
+            tmp_files: Vec::new(),
+            vars: vec![(
+                "GATEHOUSE_MCP_CONFIG".into(),
+                "/agents/claude/x.json".into(),
+            )],
+            gateway_socket: std::path::PathBuf::from(r"\\.\pipe\gatehouse-run-x"),
+        };
+        let set = windows_agent_vars(&agent);
+        let get = |k: &str| set.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        let home = agent.state_home.display().to_string();
+        assert_eq!(get("USERPROFILE"), Some(home.as_str()));
+        assert_eq!(get("HOME"), Some(home.as_str()));
+        let tmp = agent.state_home.join("tmp").display().to_string();
+        assert_eq!(get("TEMP"), Some(tmp.as_str()));
+        assert_eq!(get("GATEHOUSE_MCP_CONFIG"), Some("/agents/claude/x.json"));
+        // The user's own profile variables, in whatever case, give way to the agent's.
+        let mut vars = vec![
+            ("UserProfile".to_string(), "C:\\Users\\me".to_string()),
+            ("LANG".to_string(), "C".to_string()),
+        ];
+        set_vars_nocase(&mut vars, set.clone());
+        assert!(!vars.iter().any(|(_, v)| v.contains("Users")), "{vars:?}");
+        assert_eq!(vars.len(), set.len() + 1);
     }
 }

@@ -16,6 +16,7 @@ pub mod helper_args;
 #[cfg(target_os = "linux")]
 pub mod linux;
 pub mod peer;
+pub mod program_path;
 pub mod seatbelt;
 #[cfg(unix)]
 pub mod unix_channel;

@@ -9,6 +9,7 @@
 //! the shim npm wrote (`"%dp0%\node_modules\...\cli.js"`); any other batch file is refused.
 
 use crate::cmd_sandbox::{self, refused, Stop};
+use sandbox::program_path::{extension, find};
 use std::path::{Path, PathBuf};
 
 /// What [`resolve`] found: the head of the agent's argv; nothing to grant on Windows.
@@ -26,7 +27,7 @@ const SHIM_MAX: u64 = 64 * 1024;
 /// The agent's program as the run starts it, or why not (126: a batch file that is not an
 /// npm shim; 127: not found).
 pub fn resolve(argv0: &str, path_var: &str, cwd: &Path) -> Result<Resolved, Stop> {
-    let found = find(argv0, path_var, cwd).ok_or_else(|| {
+    let found = find(argv0, path_var, cwd, &EXTENSIONS).ok_or_else(|| {
         Stop(
             format!("{argv0}: not found in PATH"),
             cmd_sandbox::EXIT_NOT_FOUND,
@@ -47,7 +48,7 @@ pub fn resolve(argv0: &str, path_var: &str, cwd: &Path) -> Result<Resolved, Stop
     let Some(script) = script.map(|s| dir.join(s)).filter(|s| s.is_file()) else {
         return Err(Stop(
             format!(
-                "{} is a batch file, which gatehouse run does not start (cmd.exe would read the agent's arguments again); name the program it runs",
+                "{} is not a program Windows starts directly (a batch file or script), and gatehouse run does not start one through cmd.exe (which would read the agent's arguments again); name the program it runs",
                 found.display()
             ),
             cmd_sandbox::EXIT_NOT_EXECUTABLE,
@@ -56,7 +57,7 @@ pub fn resolve(argv0: &str, path_var: &str, cwd: &Path) -> Result<Resolved, Stop
     // npm's shim prefers a node.exe beside it, else the one in PATH.
     let node = Some(dir.join("node.exe"))
         .filter(|n| n.is_file())
-        .or_else(|| find("node.exe", path_var, cwd))
+        .or_else(|| find("node.exe", path_var, cwd, &[]))
         .ok_or_else(|| {
             Stop(
                 format!(
@@ -77,41 +78,6 @@ fn text(p: &Path) -> Result<String, Stop> {
     p.to_str()
         .map(str::to_string)
         .ok_or_else(|| refused(format!("{}: the path is not valid Unicode", p.display())))
-}
-
-fn extension(p: &Path) -> String {
-    p.extension()
-        .map(|e| e.to_string_lossy().to_ascii_lowercase())
-        .unwrap_or_default()
-}
-
-/// `name` as given (relative to `cwd`) when it holds a directory, else in the absolute
-/// directories of `path_var`; with one of [`EXTENSIONS`] added when it has none of them.
-fn find(name: &str, path_var: &str, cwd: &Path) -> Option<PathBuf> {
-    let has_dir = name.contains(['\\', '/']) || Path::new(name).is_absolute();
-    let dirs: Vec<PathBuf> = if has_dir {
-        vec![cwd.to_path_buf()]
-    } else {
-        std::env::split_paths(path_var)
-            .filter(|d| d.is_absolute())
-            .collect()
-    };
-    for dir in dirs {
-        let base = dir.join(name);
-        if EXTENSIONS.contains(&extension(&base).as_str()) && base.is_file() {
-            return Some(base);
-        }
-        for ext in EXTENSIONS {
-            let mut with = base.clone().into_os_string();
-            with.push(".");
-            with.push(ext);
-            let with = PathBuf::from(with);
-            if with.is_file() {
-                return Some(with);
-            }
-        }
-    }
-    None
 }
 
 /// The script an npm shim runs, relative to the shim's directory: the quoted
@@ -183,7 +149,10 @@ mod tests {
             panic!("a batch file that is not a shim ran")
         };
         assert_eq!(code, cmd_sandbox::EXIT_NOT_EXECUTABLE);
-        assert!(why.contains("is a batch file"), "{why}");
+        assert!(
+            why.contains("is not a program Windows starts directly"),
+            "{why}"
+        );
         let Err(Stop(why, code)) = resolve("nothing-here", &path, dir) else {
             panic!("found a program that is not there")
         };
