@@ -229,7 +229,7 @@ pub fn command(
         #[cfg(windows)]
         let (relay, listening) = match proxy
             .as_ref()
-            .and_then(|p| p.listening(&ctx, (reply.clone(), id)))
+            .and_then(|p| p.listening(&ctx, (reply.clone(), id), agent.clone()))
         {
             Some((task, stop)) => (Some(task), Some(stop)),
             None => (relay, None),
@@ -386,14 +386,15 @@ impl Proxy {
     }
 
     /// Windows: accepts the command's connections on the loopback listener, each handed to the
-    /// net-helper as on Linux ([`hand_over`]), until the returned `Notify` is notified (the
-    /// command ended); then waits up to [`EGRESS_DRAIN`] for the records of those handed over.
-    /// `None` once taken.
+    /// net-helper as on Linux ([`hand_over`], its row under the agent's first session if the
+    /// command is one), until the returned `Notify` is notified (the command ended); then waits
+    /// up to [`EGRESS_DRAIN`] for the records of those handed over. `None` once taken.
     #[cfg(windows)]
     fn listening(
         &self,
         ctx: &Rc<Ctx>,
         peer: (Replier, u64),
+        agent: Option<Rc<Run>>,
     ) -> Option<(tokio::task::JoinHandle<()>, Rc<tokio::sync::Notify>)> {
         let (listener, port) = self.listener.borrow_mut().take()?;
         let stop = Rc::new(tokio::sync::Notify::new());
@@ -418,7 +419,10 @@ impl Proxy {
                 tokio::select! {
                     got = listener.accept() => match got {
                         Ok((sock, _)) => match sock.into_std() {
-                            Ok(s) => hand_over(&mut handed, &net, &session, None, tier, Some(peer.clone()), s.into()),
+                            Ok(s) => {
+                                let under = agent.as_ref().and_then(|a| a.sessions.borrow().first().cloned());
+                                hand_over(&mut handed, &net, &session, under, tier, Some(peer.clone()), s.into())
+                            }
                             Err(e) => tracing::warn!(%session, "a proxy connection: {e}"),
                         },
                         Err(e) => tracing::warn!(%session, "accepting on the proxy's port {port}: {e}"),

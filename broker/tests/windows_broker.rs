@@ -616,7 +616,7 @@ fn an_agents_run_command_asks_then_runs_in_the_restricted_token_tier() {
 /// console and then returns the page; closing stdin ends it cleanly.
 #[test]
 fn the_mcp_front_serves_an_agent_over_stdio() {
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::BufReader;
     let (_dns, web, b) = broker_with_web();
     let mcp_log = b.log.with_file_name("mcp.log");
     let mut mcp = Command::new(gatehouse_tests::bin("gatehouse-mcp"));
@@ -634,26 +634,7 @@ fn the_mcp_front_serves_an_agent_over_stdio() {
     let mut stdout = BufReader::new(mcp.stdout.take().unwrap());
     // Sends one line; with an id, reads lines until the answer with that id (notifications,
     // such as progress, are skipped).
-    let mut rpc = |msg: serde_json::Value| -> serde_json::Value {
-        writeln!(stdin, "{msg}").unwrap();
-        stdin.flush().unwrap();
-        if msg.get("id").is_none() {
-            return serde_json::Value::Null;
-        }
-        let mut line = String::new();
-        loop {
-            line.clear();
-            assert!(
-                stdout.read_line(&mut line).unwrap() > 0,
-                "the MCP front closed stdout: {}",
-                mcp_said()
-            );
-            let answer: serde_json::Value = serde_json::from_str(&line).unwrap();
-            if answer.get("id") == msg.get("id") {
-                return answer;
-            }
-        }
-    };
+    let mut rpc = |msg| rpc_on(&mut stdin, &mut stdout, msg, &mcp_said);
     let init = rpc(
         serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {},
@@ -746,6 +727,32 @@ fn the_mcp_front_serves_an_agent_over_stdio() {
     assert_eq!(status.code(), Some(0), "{err}");
     assert!(err.contains("gatehouse mcp: hardened"), "{err}");
     assert!(err.contains("gatehouse mcp: session "), "{err}");
+}
+
+/// Sends one JSON-RPC line to an MCP server on `stdin`; with an id, reads lines from `stdout`
+/// until the answer with that id (notifications, such as progress, are skipped). `said`: what
+/// the server said on stderr, shown if it ends first.
+fn rpc_on(
+    stdin: &mut impl std::io::Write,
+    stdout: &mut impl std::io::BufRead,
+    msg: serde_json::Value,
+    said: &dyn Fn() -> String,
+) -> serde_json::Value {
+    writeln!(stdin, "{msg}").unwrap();
+    stdin.flush().unwrap();
+    if msg.get("id").is_none() {
+        return serde_json::Value::Null;
+    }
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = stdout.read_line(&mut line).unwrap();
+        assert!(n > 0, "the MCP server closed stdout: {}", said());
+        let answer: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if answer.get("id") == msg.get("id") {
+            return answer;
+        }
+    }
 }
 
 /// `gatehouse.exe`, the command line, against the broker on Windows: `doctor` (exit 0: nothing
@@ -1469,7 +1476,7 @@ const AGENT_CHILD: &str = "GATEHOUSE_TEST_AGENT_CHILD";
 
 #[test]
 fn agent_child_mode() {
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::BufReader;
     let Ok(project) = std::env::var(AGENT_CHILD) else {
         return;
     };
@@ -1499,22 +1506,7 @@ fn agent_child_mode() {
         .unwrap();
     let mut stdin = mcp.stdin.take().unwrap();
     let mut stdout = BufReader::new(mcp.stdout.take().unwrap());
-    let mut rpc = |msg: serde_json::Value| -> serde_json::Value {
-        writeln!(stdin, "{msg}").unwrap();
-        stdin.flush().unwrap();
-        if msg.get("id").is_none() {
-            return serde_json::Value::Null;
-        }
-        let mut line = String::new();
-        loop {
-            line.clear();
-            assert!(stdout.read_line(&mut line).unwrap() > 0, "the server ended");
-            let answer: serde_json::Value = serde_json::from_str(&line).unwrap();
-            if answer.get("id") == msg.get("id") {
-                return answer;
-            }
-        }
-    };
+    let mut rpc = |msg| rpc_on(&mut stdin, &mut stdout, msg, &String::new);
     let init = rpc(
         serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {},
@@ -1553,6 +1545,13 @@ fn agent_child_mode() {
         serde_json::json!({"path": path(&project.join("out.txt")), "content": "written by the agent"}),
     ));
     println!("write {}", said(&write));
+    // A command of its own while it runs: the one command SID is busy with the agent.
+    let own = rpc(call(
+        5,
+        "run_command",
+        serde_json::json!({"argv": ["cmd.exe", "/d", "/c", "echo from the agent"]}),
+    ));
+    println!("command {}", said(&own));
     drop(stdin);
     println!("mcp exit {:?}", mcp.wait().unwrap().code());
 
@@ -1602,17 +1601,19 @@ fn gatehouse_run_starts_an_agent_whose_tools_reach_gatehouse_on_its_own_pipe() {
         std::fs::read(project.join(".ssh").join("id_ed25519")).unwrap(),
         b"KEY"
     );
+    // The console allows every card until the run is over, and keeps them.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let approver = {
-        let ui = b.dirs.ui_socket();
+        let (ui, done) = (b.dirs.ui_socket(), done.clone());
         std::thread::spawn(move || {
-            let deadline = Instant::now() + Duration::from_secs(120);
-            loop {
+            let mut cards = Vec::new();
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
                 let mut c = Client::connect(&ui).unwrap();
                 let pending = match c.request(Body::Ui(UiRequest::ListPending)) {
                     Ok(Body::UiReply(UiReply::Pending(p))) => p,
                     other => panic!("ListPending answered {other:?}"),
                 };
-                if let Some(card) = pending.first() {
+                for card in pending {
                     let decided = c.request(Body::Ui(UiRequest::Decide(Decision {
                         proposal: card.id,
                         digest: card.digest,
@@ -1622,11 +1623,11 @@ fn gatehouse_run_starts_an_agent_whose_tools_reach_gatehouse_on_its_own_pipe() {
                         matches!(decided, Ok(Body::UiReply(UiReply::Decided { .. }))),
                         "{decided:?}"
                     );
-                    return card.clone();
+                    cards.push(card);
                 }
-                assert!(Instant::now() < deadline, "no proposal within 120 s");
                 std::thread::sleep(Duration::from_millis(100));
             }
+            cards
         })
     };
     let me = std::env::current_exe().unwrap();
@@ -1697,12 +1698,21 @@ fn gatehouse_run_starts_an_agent_whose_tools_reach_gatehouse_on_its_own_pipe() {
     assert!(!key.contains("KEY"), "{key}");
     let write = line("write ");
     assert!(write.starts_with("false "), "{write}\n{}", b.log_text());
-    let card = approver.join().unwrap();
-    assert!(card.target.contains("out.txt"), "{card:?}");
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let cards = approver.join().unwrap();
+    assert!(cards[0].target.contains("out.txt"), "{cards:?}");
     assert_eq!(
         std::fs::read(project.join("out.txt")).unwrap(),
         b"written by the agent"
     );
+    // Its own command, allowed by the console, is refused at its start: every command carries
+    // the one command SID, and the agent (a command) writes elsewhere.
+    let command = line("command ");
+    assert!(
+        command.starts_with("true ") && command.contains("other command(s) run"),
+        "{command}"
+    );
+    assert_eq!(cards.len(), 2, "{cards:?}");
     assert_eq!(line("mcp exit "), "Some(0)");
     // Positive control above; a token that is not the run's opens nothing.
     let wrong = line("wrong-token ");

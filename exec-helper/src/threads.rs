@@ -94,6 +94,7 @@ pub struct Checked {
     /// What the command will not get; the launcher adds its own, then [`Checked::refuse_gaps`].
     pub gaps: Vec<String>,
     /// `gatehouse run` (Windows only): the agent's state directory and variables.
+    #[cfg(windows)]
     pub agent: Option<ipc_schema::exec::AgentRun>,
 }
 
@@ -178,6 +179,7 @@ impl Checked {
             vars,
             env_dropped,
             gaps,
+            #[cfg(windows)]
             agent: user.agent,
         })
     }

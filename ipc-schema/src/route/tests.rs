@@ -450,14 +450,20 @@ fn a_start_brings_its_connector_only_with_the_proxy_network_an_agent_or_a_server
     assert_eq!(kind_of(&plain), K::Exec(X::Start));
     assert_eq!(kind_of(&proxied), K::Exec(X::StartConnected));
     // On Windows an agent reaches its gateway on a pipe of its run: no connector.
-    let agent_start = if cfg!(unix) { X::StartConnected } else { X::Start };
+    let agent_start = if cfg!(unix) {
+        X::StartConnected
+    } else {
+        X::Start
+    };
     assert_eq!(kind_of(&agent), K::Exec(agent_start));
     assert_eq!(kind_of(&server), K::Exec(X::StartConnected));
     let mut st = RouteState::default();
     assert!(!check(Channel::BrokerToExec, &mut st, &plain)
         .unwrap()
         .contains(FD));
-    let connected = [&proxied, &server].into_iter().chain(cfg!(unix).then_some(&agent));
+    let connected = [&proxied, &server]
+        .into_iter()
+        .chain(cfg!(unix).then_some(&agent));
     for connected in connected {
         let f = check(Channel::BrokerToExec, &mut st, connected).unwrap();
         assert!(f.contains(FD) && !f.contains(NEEDS_FD) && f.contains(EFFECT));
