@@ -22,7 +22,8 @@
 //! a fresh session of the run's profile ([`serve_launched`]). On Windows, where nothing passes
 //! a connection out of a sandbox, they come on a pipe the broker makes for the run
 //! ([`accept_run`]): first instance of a name drawn per run, its DACL naming this user and the
-//! command SID; the peer must be this user's, and must open its session with the run's token.
+//! command SID; the peer must be this user's, in the exec sandbox (the spawner's lineage check,
+//! the other way round), and must open its session with the run's token.
 
 use crate::Ctx;
 use ipc_schema::codec::{encode, MAX_FRAME};
@@ -248,6 +249,19 @@ async fn serve_front(
             return;
         }
     }
+    // Windows: a run's pipe admits the user's processes by its DACL; only one in the exec
+    // sandbox (under gatehouse's spawner) is served, whatever token it brings.
+    #[cfg(windows)]
+    if run.is_some() {
+        if let Err(why) = in_sandbox(&ctx, &peer).await {
+            use audit_store::chain::{AuditEvent, AuditKind};
+            crate::audit::record(
+                AuditEvent::new(AuditKind::Refusal, role.name(), "refused")
+                    .detail(format!("a connection to a run's gateway pipe: {why}")),
+            );
+            return tracing::warn!("refused a connection to a run's gateway pipe: {why}");
+        }
+    }
 
     let mut rd = ipc_schema::framed::FrameReader::new(rd, MAX_FRAME);
     let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
@@ -346,6 +360,22 @@ async fn not_sandboxed(ctx: &Ctx, peer: &Peer) -> Result<(), Option<String>> {
         Err(e) => Err(Some(format!(
             "whether it runs under gatehouse's spawner cannot be told ({e})"
         ))),
+    }
+}
+
+/// Windows: `Ok` if `peer` runs under gatehouse's spawner (in the exec sandbox: a command's job
+/// is nested in the exec-helper's), else why not.
+#[cfg(windows)]
+async fn in_sandbox(ctx: &Ctx, peer: &Peer) -> Result<(), String> {
+    let pid = peer.pid.ok_or("its process id is not known")?;
+    match ctx.spawner.lineage(pid).await {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(format!(
+            "pid {pid} is not in the run's sandbox (not under gatehouse's exec-helper)"
+        )),
+        Err(e) => Err(format!(
+            "whether pid {pid} is in the run's sandbox cannot be told ({e})"
+        )),
     }
 }
 

@@ -1487,6 +1487,16 @@ fn agent_child_mode() {
     println!("pipe {}", var(ipc_schema::exec::AGENT_SOCKET_ENV));
     let config_path = var(ipc_schema::exec::AGENT_MCP_CONFIG_ENV);
     println!("config {config_path}");
+    // The test first tries the run's pipe from outside the sandbox; it says when it is done.
+    let go = project.join("outside-tried");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !go.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the test never tried from outside"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let config: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&config_path).unwrap()).unwrap();
     let server = &config["mcpServers"]["gatehouse"];
@@ -1637,7 +1647,8 @@ fn gatehouse_run_starts_an_agent_whose_tools_reach_gatehouse_on_its_own_pipe() {
     if running_under_wine() {
         cmd.arg("--allow-degraded");
     }
-    let out = cmd
+    let (out_file, err_file) = (root.join("run.out"), root.join("run.err"));
+    let mut run = cmd
         .arg("--")
         .arg(&me)
         .args([
@@ -1648,15 +1659,70 @@ fn gatehouse_run_starts_an_agent_whose_tools_reach_gatehouse_on_its_own_pipe() {
         ])
         .current_dir(&project)
         .stdin(Stdio::null())
-        .output()
+        .stdout(File::create(&out_file).unwrap())
+        .stderr(File::create(&err_file).unwrap())
+        .spawn()
         .unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    );
+    let said = |f: &Path| std::fs::read_to_string(f).unwrap_or_default();
+
+    // While the agent runs: its token file, which any process of the user can read, and the
+    // run's pipe, which the DACL opens to the user. A `gatehouse mcp` outside the sandbox with
+    // that token is refused (the agent's own, inside, is served below: the control).
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let token_file = loop {
+        let found = std::fs::read_dir(b.dirs.agents()).ok().and_then(|homes| {
+            homes
+                .flatten()
+                .filter_map(|h| std::fs::read_dir(h.path()).ok())
+                .flatten()
+                .flatten()
+                .map(|e| e.path())
+                .find(|p| p.extension().is_some_and(|x| x == "token"))
+        });
+        if let Some(found) = found {
+            break found;
+        }
+        if let Ok(Some(status)) = run.try_wait() {
+            panic!(
+                "the run ended ({status}) before its token file was seen: {}\n{}",
+                said(&out_file),
+                said(&err_file)
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no token file: {}",
+            said(&err_file)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let name = token_file.file_name().unwrap().to_str().unwrap();
+    let name = name
+        .strip_prefix("gatehouse-run-")
+        .unwrap()
+        .strip_suffix(".token")
+        .unwrap();
+    let outside_pipe = format!(r"\\.\pipe\gatehouse-run-{name}");
+    let mut outside = Command::new(gatehouse_tests::bin("gatehouse-mcp"));
+    outside
+        .args(["--gateway-socket", &outside_pipe, "--token-file"])
+        .arg(&token_file)
+        .stdin(Stdio::null());
+    if running_under_wine() {
+        outside.arg("--allow-degraded");
+    }
+    let outside = outside.output().unwrap();
+    let outside_err = String::from_utf8_lossy(&outside.stderr).into_owned();
+    println!("    outside the sandbox, gatehouse mcp said: {outside_err}");
+    assert_ne!(outside.status.code(), Some(0), "{outside_err}");
+    assert!(!outside_err.contains("carried on"), "{outside_err}");
+    std::fs::write(project.join("outside-tried"), "").unwrap();
+
+    let status = run.wait().unwrap();
+    let (stdout, stderr) = (said(&out_file), said(&err_file));
     println!("    the agent said: {stdout}\n    gatehouse said: {stderr}");
     assert_eq!(
-        out.status.code(),
+        status.code(),
         Some(0),
         "{stdout}\n{stderr}\n{}",
         b.log_text()
@@ -1681,7 +1747,7 @@ fn gatehouse_run_starts_an_agent_whose_tools_reach_gatehouse_on_its_own_pipe() {
         "{stderr}"
     );
     let pipe = line("pipe ");
-    assert!(pipe.starts_with(r"\\.\pipe\gatehouse-run-"), "{pipe}");
+    assert_eq!(pipe, outside_pipe);
     assert_eq!(Path::new(&line("config ")).parent(), Some(home.as_path()));
     assert_eq!(line("initialized "), "\"2025-06-18\"");
     // Through gatehouse: the read allowed, the key refused, the write asked and allowed.
@@ -1740,4 +1806,11 @@ fn gatehouse_run_starts_an_agent_whose_tools_reach_gatehouse_on_its_own_pipe() {
     assert!(rows.iter().any(|l| l.contains("started")), "{out}");
     assert!(rows.iter().any(|l| l.contains("ended")), "{out}");
     assert!(out.contains("run ended"), "{out}");
+    // The connection from outside: refused, and said why.
+    assert!(
+        out.lines()
+            .any(|l| l.contains("a connection to a run's gateway pipe")
+                && l.contains("is not in the run's sandbox")),
+        "{out}"
+    );
 }
