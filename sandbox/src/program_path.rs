@@ -2,22 +2,22 @@
 //! lookup the exec-helper (what it starts) and `gatehouse run` (which agent it starts) share.
 //! Pure path logic, so it is tested on every OS.
 
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 /// `name` as given (relative to `cwd`) when it holds a directory, else in the absolute
 /// directories of `path_var` (a relative entry would depend on the working directory), in
 /// order; in each, `name` itself when it has an extension, then `name.EXT` for each of `exts`.
 pub fn find(name: &str, path_var: &str, cwd: &Path, exts: &[&str]) -> Option<PathBuf> {
     let has_dir = name.contains(['\\', '/']) || Path::new(name).is_absolute();
-    let dirs: Vec<PathBuf> = if has_dir {
-        vec![cwd.to_path_buf()]
+    let bases: Vec<PathBuf> = if has_dir {
+        vec![joined(cwd, name)]
     } else {
         std::env::split_paths(path_var)
             .filter(|d| d.is_absolute())
+            .map(|d| d.join(name))
             .collect()
     };
-    for dir in dirs {
-        let base = dir.join(name);
+    for base in bases {
         if base.extension().is_some() && base.is_file() {
             return Some(base);
         }
@@ -32,6 +32,23 @@ pub fn find(name: &str, path_var: &str, cwd: &Path, exts: &[&str]) -> Option<Pat
         }
     }
     None
+}
+
+/// `name` resolved against `cwd` by its components (`.` dropped, `..` taking one away): a
+/// Windows working directory is often a `\\?\` path, in which Windows reads `.` and `..`
+/// literally.
+fn joined(cwd: &Path, name: &str) -> PathBuf {
+    let mut p = cwd.to_path_buf();
+    for c in Path::new(name).components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                p.pop();
+            }
+            other => p.push(other),
+        }
+    }
+    p
 }
 
 /// The extension of `p`, in lower case ("" for none).
@@ -70,12 +87,12 @@ mod tests {
         );
         // A relative PATH entry is never searched; a name with a directory is the cwd's.
         assert_eq!(find("tool", ".", dir, &["exe"]), None);
-        let sub = format!(".{}tool", std::path::MAIN_SEPARATOR);
-        let found = find(&sub, "", dir, &["exe"]).map(|p| std::fs::canonicalize(p).unwrap());
-        assert_eq!(
-            found,
-            Some(std::fs::canonicalize(dir.join("tool.exe")).unwrap())
-        );
+        // `.` and `..` are resolved here, not left to Windows (which takes them literally
+        // after `\\?\`).
+        std::fs::create_dir(dir.join("sub")).unwrap();
+        let sep = std::path::MAIN_SEPARATOR;
+        let found = find(&format!(".{sep}sub{sep}..{sep}tool"), "", dir, &["exe"]);
+        assert_eq!(found, Some(dir.join("tool.exe")));
         assert_eq!(extension(Path::new("A.CMD")), "cmd");
         assert_eq!(extension(Path::new("a")), "");
     }
