@@ -1058,6 +1058,10 @@ fn gatehouse_sandbox_runs_a_command_through_the_brokers_exec_helper() {
 /// the `HOST:PORT` targets (comma-separated) to ask the proxy in the command's variables for.
 const PROXY_CHILD: &str = "GATEHOUSE_TEST_PROXY_CHILD";
 
+/// Held by each test that opens an egress proxy: one of them checks that the proxy's ports are
+/// free once its command ended, which another's listener would make untrue.
+static PROXY_PORTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// One CONNECT to the proxy at `proxy` for `target`, with `auth` (a `Proxy-Authorization`
 /// value, or none); on `200`, a GET through the tunnel. The status code and what came back.
 fn connect_through(proxy: &str, target: &str, auth: Option<&str>) -> (u16, String) {
@@ -1129,6 +1133,7 @@ fn proxy_child_mode() {
 /// without the session's token is refused (407); every connection's end is an audit row.
 #[test]
 fn gatehouse_sandbox_reaches_its_allowed_hosts_only_through_the_brokers_proxy() {
+    let _ports = PROXY_PORTS.lock().unwrap_or_else(|e| e.into_inner());
     // The test server speaks plain HTTP on its own port: the session allows that port, and
     // the SNI check (which wants a TLS hello) is off.
     let (_dns, web, b) = web_and_broker("hello through the proxy", |port| {
@@ -1203,7 +1208,7 @@ fn gatehouse_sandbox_reaches_its_allowed_hosts_only_through_the_brokers_proxy() 
         "only the allowed CONNECT reached the server"
     );
     // The broker's listener was in the reserved range, and is closed with the command.
-    // (No other test of this binary opens a proxy, so nothing else listens there.)
+    // (The other test of this binary that opens a proxy waits for `PROXY_PORTS`.)
     for p in ipc_schema::net::LOOPBACK_PROXY_PORTS.take(4) {
         assert!(
             std::net::TcpStream::connect(("127.0.0.1", p)).is_err(),
@@ -1473,6 +1478,8 @@ fn an_agents_file_tools_go_through_the_fs_helper_changes_wait_for_the_human() {
 /// the MCP config it was given: starts the server it names and calls tools through it. The
 /// variable holds the project's path. It prints one line per outcome for the test to check.
 const AGENT_CHILD: &str = "GATEHOUSE_TEST_AGENT_CHILD";
+/// ... and the `HOST:PORT` it reaches through the run's egress proxy.
+const AGENT_EGRESS: &str = "GATEHOUSE_TEST_AGENT_EGRESS";
 
 #[test]
 fn agent_child_mode() {
@@ -1562,6 +1569,17 @@ fn agent_child_mode() {
         serde_json::json!({"argv": ["cmd.exe", "/d", "/c", "echo from the agent"]}),
     ));
     println!("command {}", said(&own));
+    // Its provider, through the egress proxy the run's variables name (its session is open
+    // now, so the tunnel's row is under it).
+    if let Ok(target) = std::env::var(AGENT_EGRESS) {
+        let url = var("HTTPS_PROXY");
+        let rest = url
+            .strip_prefix("http://gatehouse:")
+            .expect("the proxy's URL");
+        let (token, proxy) = rest.split_once('@').unwrap();
+        let (status, body) = connect_through(proxy, &target, Some(&format!("Bearer {token}")));
+        println!("egress {status} {}", body.replace(['\r', '\n'], " "));
+    }
     drop(stdin);
     println!("mcp exit {:?}", mcp.wait().unwrap().code());
 
@@ -1588,7 +1606,16 @@ fn agent_child_mode() {
 /// revoked, its pipe and token file are gone, and the audit log has the run.
 #[test]
 fn gatehouse_run_starts_an_agent_whose_tools_reach_gatehouse_on_its_own_pipe() {
-    let b = Broker::start(&[]);
+    let _ports = PROXY_PORTS.lock().unwrap_or_else(|e| e.into_inner());
+    // Its provider: the test's web server, on plain HTTP (the SNI check, which wants a TLS
+    // hello, is off; the session allows the server's port).
+    let (_dns, web, b) = web_and_broker("hello to the agent", |port| {
+        vec![
+            "--test-proxy-port".into(),
+            port.to_string(),
+            "--test-no-sni-check".into(),
+        ]
+    });
     let root = b.dirs.data.parent().unwrap().to_path_buf();
     let project = std::fs::canonicalize(root.join("project")).unwrap();
     // The restricted-token tier for commands; reads in the project allowed, the rest asked.
@@ -1644,6 +1671,9 @@ fn gatehouse_run_starts_an_agent_whose_tools_reach_gatehouse_on_its_own_pipe() {
     let mut cmd = Command::new(gatehouse_tests::bin("gatehouse"));
     cmd.arg("--data-dir").arg(&root).args(["run", "--env"]);
     cmd.arg(format!("{AGENT_CHILD}={}", project.display()));
+    let target = format!("public.test:{}", web.addr.port());
+    cmd.args(["--allow-domain", "public.test", "--env"]);
+    cmd.arg(format!("{AGENT_EGRESS}={target}"));
     if running_under_wine() {
         cmd.arg("--allow-degraded");
     }
@@ -1785,6 +1815,14 @@ fn gatehouse_run_starts_an_agent_whose_tools_reach_gatehouse_on_its_own_pipe() {
     assert!(!wrong.starts_with("Some(0)"), "{wrong}");
     assert!(wrong.contains("not this run's token"), "{wrong}");
 
+    // Its provider reached through the run's proxy, the only request the server saw.
+    let egress = line("egress ");
+    assert!(
+        egress.starts_with("200 ") && egress.contains("hello to the agent"),
+        "{egress}"
+    );
+    assert_eq!(web.requests().len(), 1);
+
     // The run is over: its pipe is gone, and so are its token file and config.
     assert!(
         sandbox::endpoint::connect(&pipe).is_err(),
@@ -1806,6 +1844,17 @@ fn gatehouse_run_starts_an_agent_whose_tools_reach_gatehouse_on_its_own_pipe() {
     assert!(rows.iter().any(|l| l.contains("started")), "{out}");
     assert!(rows.iter().any(|l| l.contains("ended")), "{out}");
     assert!(out.contains("run ended"), "{out}");
+    // The tunnel's row is under the agent's session (the first 8 characters of its id).
+    let session = stderr
+        .split("gatehouse mcp: session ")
+        .nth(1)
+        .map(|s| s.chars().take(8).collect::<String>())
+        .unwrap_or_else(|| panic!("no session in {stderr}"));
+    assert!(
+        out.lines()
+            .any(|l| l.contains("egress") && l.contains("tunnelled") && l.contains(&session)),
+        "{session}: {out}"
+    );
     // The connection from outside: refused, and said why.
     assert!(
         out.lines()
