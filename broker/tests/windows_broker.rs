@@ -149,9 +149,14 @@ fn run_gatehouse(
 /// data lives under `root` (`require_namespaces = false`, a loosening, so `--yes` without a
 /// terminal), with `root/project` granted read-write.
 fn choose_restricted_token_tier(root: &Path) {
+    choose_restricted_token_tier_with(root, "");
+}
+
+/// [`choose_restricted_token_tier`] with the policy's `[tools]` table holding `tools`.
+fn choose_restricted_token_tier_with(root: &Path, tools: &str) {
     let project = root.join("project");
     let policy = format!(
-        "revision = 0\nrequire_namespaces = false\n[[grant]]\nroot = {:?}\ncapabilities = [\"read\", \"write\"]\n",
+        "revision = 0\nrequire_namespaces = false\n[tools]\n{tools}[[grant]]\nroot = {:?}\ncapabilities = [\"read\", \"write\"]\n",
         project.to_str().unwrap()
     );
     let data_dir = [OsStr::new("--data-dir"), root.as_os_str()];
@@ -1619,17 +1624,8 @@ fn gatehouse_run_starts_an_agent_whose_tools_reach_gatehouse_on_its_own_pipe() {
     let root = b.dirs.data.parent().unwrap().to_path_buf();
     let project = std::fs::canonicalize(root.join("project")).unwrap();
     // The restricted-token tier for commands; reads in the project allowed, the rest asked.
-    let policy = format!(
-        "revision = 0\nrequire_namespaces = false\n[tools]\nread_file = \"allow\"\n[[grant]]\nroot = {:?}\ncapabilities = [\"read\", \"write\"]\n",
-        project.to_str().unwrap()
-    );
+    choose_restricted_token_tier_with(&root, "read_file = \"allow\"\n");
     let data_dir = [OsStr::new("--data-dir"), root.as_os_str()];
-    let (code, out, err) = run_gatehouse(
-        &data_dir,
-        &["policy", "apply", "-", "--yes"],
-        Some(policy.as_bytes()),
-    );
-    assert_eq!(code, Some(0), "{out}\n{err}");
     std::fs::create_dir(project.join(".ssh")).unwrap();
     std::fs::write(project.join(".ssh").join("id_ed25519"), "KEY").unwrap();
     std::fs::write(project.join("notes.txt"), "from the project").unwrap();
