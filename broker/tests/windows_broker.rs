@@ -413,6 +413,19 @@ fn web_and_broker(
     (dns, web, b)
 }
 
+/// [`web_and_broker`] for a command's egress proxy: the test server speaks plain HTTP on its
+/// own port, so the proxy session allows that port and the SNI check (which wants a TLS hello)
+/// is off.
+fn web_behind_the_proxy(text: &'static str) -> (net::DnsServer, net::HttpServer, Broker) {
+    web_and_broker(text, |port| {
+        vec![
+            "--test-proxy-port".into(),
+            port.to_string(),
+            "--test-no-sni-check".into(),
+        ]
+    })
+}
+
 /// An agent (a client on the gateway's pipe) asks to fetch `url`; the default policy asks the
 /// human, so the call waits. The agent's connection, the call's id and what it waits for.
 fn agent_fetch_waits(b: &Broker, url: &str) -> (Client, u64, ipc_schema::tool::Waiting) {
@@ -1139,15 +1152,7 @@ fn proxy_child_mode() {
 #[test]
 fn gatehouse_sandbox_reaches_its_allowed_hosts_only_through_the_brokers_proxy() {
     let _ports = PROXY_PORTS.lock().unwrap_or_else(|e| e.into_inner());
-    // The test server speaks plain HTTP on its own port: the session allows that port, and
-    // the SNI check (which wants a TLS hello) is off.
-    let (_dns, web, b) = web_and_broker("hello through the proxy", |port| {
-        vec![
-            "--test-proxy-port".into(),
-            port.to_string(),
-            "--test-no-sni-check".into(),
-        ]
-    });
+    let (_dns, web, b) = web_behind_the_proxy("hello through the proxy");
     let port = web.addr.port().to_string();
     let root = b.dirs.data.parent().unwrap().to_path_buf();
     let project = root.join("project");
@@ -1612,15 +1617,8 @@ fn agent_child_mode() {
 #[test]
 fn gatehouse_run_starts_an_agent_whose_tools_reach_gatehouse_on_its_own_pipe() {
     let _ports = PROXY_PORTS.lock().unwrap_or_else(|e| e.into_inner());
-    // Its provider: the test's web server, on plain HTTP (the SNI check, which wants a TLS
-    // hello, is off; the session allows the server's port).
-    let (_dns, web, b) = web_and_broker("hello to the agent", |port| {
-        vec![
-            "--test-proxy-port".into(),
-            port.to_string(),
-            "--test-no-sni-check".into(),
-        ]
-    });
+    // Its provider: the test's web server.
+    let (_dns, web, b) = web_behind_the_proxy("hello to the agent");
     let root = b.dirs.data.parent().unwrap().to_path_buf();
     let project = std::fs::canonicalize(root.join("project")).unwrap();
     // The restricted-token tier for commands; reads in the project allowed, the rest asked.
