@@ -175,8 +175,10 @@ impl Peer {
             .unwrap_or_else(|| "?".into());
         match &self.process {
             Some(p) => {
-                let _ = p.kill();
+                // Logged before the kill, so whoever sees the peer die finds the reason in the
+                // log already.
                 tracing::error!(peer = %self.role, pid, "killed: {reason}");
+                let _ = p.kill();
             }
             None => {
                 tracing::error!(peer = %self.role, pid, "disconnected (no handle to kill it): {reason}")
