@@ -70,16 +70,17 @@ wineserver -p
 trap 'wineserver -k 2>/dev/null || true' EXIT
 WINE_CRATES=(-p ipc-schema -p gatehouse-policy -p gatehouse-proposal -p audit-store -p audit-export
   -p gateway -p ui -p net-helper -p secrets-helper -p gatehouse-client -p sandbox -p spawner
-  -p gatehouse-notify)
+  -p gatehouse-notify -p servers-helper)
 LOG=$TARGET_DIR/wine-tests.log
 # (--all-features: the helpers' test hooks, as on Linux; the net-helper's Wine test needs one.
 # --show-output: a passing test's "wine does not enforce" line is printed after the results.)
 # (The exec-helper has no library: its binary's unit tests come with --tests. The broker's test
-# starts the spawner, net-, secrets- and exec-helper, gatehouse-mcp and gatehouse binaries: the
-# first run builds the first three, the second the exec-helper and the broker; `cargo test`
-# builds a package's binaries only for its own integration tests, so gatehouse-mcp's, the
-# command line's, the notifier's and the fs-helper's (its Windows code is fs-helper-windows,
-# whose test and the broker's start it) are built explicitly.)
+# starts the spawner, net-, secrets-, servers- and exec-helper, gatehouse-mcp and gatehouse
+# binaries: the first run builds the first four (each has an integration test of its own), the
+# second the exec-helper and the broker; `cargo test` builds a package's binaries only for its
+# own integration tests, so gatehouse-mcp's, the command line's, the notifier's and the
+# fs-helper's (its Windows code is fs-helper-windows, whose test and the broker's start it) are
+# built explicitly.)
 if ! { cargo test --target x86_64-pc-windows-gnu "${WINE_CRATES[@]}" --all-features --lib --tests \
     -- --show-output &&
   cargo build --target x86_64-pc-windows-gnu -p gatehouse-mcp -p gatehouse-cli -p gatehouse-notify -p fs-helper --all-features &&

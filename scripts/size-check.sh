@@ -43,14 +43,16 @@ TARGET = 2000
 # 2026-12 rounded up a little, when the own-crate count came to include the code built only on
 # Windows and macOS (the method changed, not the budget: exec-helper's ratchet rose from 445 for
 # its windows.rs and macOS code, which were always there); only ever lower it (when a helper
-# shrinks, the check says to).
+# shrinks, the check says to). One rise since, for new code of another OS, never to fit growth
+# on one already counted: servers-helper 900 -> 1125 when it came to run on Windows (its tokio
+# loop, serve_windows.rs; the request handling both loops share moved to requests.rs).
 RATCHET = {
     "fs-helper": 3100,
     "fs-helper-windows": 2400,
     "net-helper": 1985,
     "exec-helper": 1235,
     "secrets-helper": 1975,
-    "servers-helper": 900,
+    "servers-helper": 1125,
 }
 # Crates a helper's budget counts as its own: code only the file helpers use (what a change is,
 # on every OS), read by whoever audits either of them.

@@ -46,16 +46,27 @@ pub enum CallError {
 }
 
 /// A descriptor that travels with a frame (`SCM_RIGHTS`). On Windows a socket (the egress
-/// proxy's client connections), which the writer duplicates into the helper's process
-/// (`sandbox::windows::socket_into`) and names after the frame; a connector (an agent's or a
-/// third-party server's) is not built there.
+/// proxy's client connections) or a pipe end (a remote server's connection for the
+/// servers-helper), which the writer duplicates into the helper's process
+/// (`sandbox::windows::{socket_into, pipe_into}`) and names after the frame; a sandbox's
+/// connector (an agent's or a stdio server's) is not built there.
 #[cfg(unix)]
 pub type Passed = OwnedFd;
 #[cfg(windows)]
-pub type Passed = std::os::windows::io::OwnedSocket;
+pub enum Passed {
+    Socket(std::os::windows::io::OwnedSocket),
+    Pipe(std::os::windows::io::OwnedHandle),
+}
+#[cfg(windows)]
+impl From<std::net::TcpStream> for Passed {
+    fn from(s: std::net::TcpStream) -> Passed {
+        Passed::Socket(s.into())
+    }
+}
 
-/// What the writer duplicates a passed socket into: on Windows the helper's process (a handle
-/// that may do only that, from the spawner), for a helper whose channel takes sockets.
+/// What the writer duplicates a passed handle into: on Windows the helper's process (a handle
+/// that may do only that, from the spawner), for a helper whose channel takes handles (the
+/// net-helper's sockets, the servers-helper's pipes).
 #[cfg(unix)]
 type PassInto = ();
 #[cfg(windows)]
@@ -89,7 +100,7 @@ pub fn connector_pair() -> Result<(Connector, Connector), String> {
 }
 #[cfg(windows)]
 pub fn connector_pair() -> Result<(Connector, Connector), String> {
-    Err("not built for Windows: a sandbox's connector passes descriptors, which gatehouse does not pass between Windows processes yet".into())
+    Err("not built for Windows: a sandbox's connector (an agent's on Linux, a stdio server's) is a socket passed out of the sandbox, which the Windows tier has no counterpart for".into())
 }
 
 /// The broker's ends of a helper's channel: a Unix socket's halves; on Windows the halves of
@@ -110,11 +121,8 @@ pub(crate) fn not_built_here(_role: Role) -> Option<&'static str> {
     None
 }
 #[cfg(windows)]
-pub(crate) fn not_built_here(role: Role) -> Option<&'static str> {
-    match role {
-        Role::Servers => Some("third-party MCP servers are not built for Windows (their connectors pass descriptors); the servers-helper does not run"),
-        _ => None,
-    }
+pub(crate) fn not_built_here(_role: Role) -> Option<&'static str> {
+    None
 }
 
 /// A request for a helper: its body, and the descriptor to pass with it.
@@ -646,6 +654,7 @@ fn verify_outside(
         Role::Fs => Profile::Fs(sandbox::FsProfile::default()),
         // The one store gatehouse has on Windows.
         Role::Secrets => Profile::Secrets(ipc_schema::secrets::StoreKind::CredentialManager),
+        Role::Servers => Profile::Servers,
         other => return Err(format!("{other} has no Windows policy")),
     };
     let policy = wincfg::helper_policy(&profile).map_err(|e| e.to_string())?;
@@ -754,7 +763,9 @@ where
                     #[cfg(unix)]
                     Some(fd) => write_with_fd(&mut w, &frame, fd).await,
                     #[cfg(windows)]
-                    Some(sock) => write_with_socket(&mut w, &frame, sock, pass_into.as_ref()).await,
+                    Some(passed) => {
+                        write_with_handle(&mut w, &frame, passed, pass_into.as_ref()).await
+                    }
                 };
                 if wipe {
                     frame.zeroize();
@@ -857,26 +868,29 @@ async fn write_with_fd(
     w.get_mut().write_all(&frame[n..]).await
 }
 
-/// Windows: the frame, then the value of `sock` duplicated into the helper's process (see
-/// `ipc_schema::helper::Passed`). A helper that takes no sockets, or a duplication that fails,
+/// Windows: the frame, then the value of `passed` duplicated into the helper's process (see
+/// `ipc_schema::helper::Passed`). A helper that takes no handles, or a duplication that fails,
 /// fails the write: the helper is then restarted, and the call fails as for a dead helper.
 #[cfg(windows)]
-async fn write_with_socket(
+async fn write_with_handle(
     w: &mut BufWriter<ChannelWrite>,
     frame: &[u8],
-    sock: Passed,
+    passed: Passed,
     into: Option<&std::os::windows::io::OwnedHandle>,
 ) -> std::io::Result<()> {
     use std::os::windows::io::{AsHandle, AsSocket};
     let Some(helper) = into else {
         return Err(std::io::Error::other(
-            "a socket for a helper whose channel takes none",
+            "a handle for a helper whose channel takes none",
         ));
     };
-    let theirs = sandbox::windows::socket_into(helper.as_handle(), sock.as_socket())
-        .map_err(std::io::Error::other)?;
+    let theirs = match &passed {
+        Passed::Socket(s) => sandbox::windows::socket_into(helper.as_handle(), s.as_socket()),
+        Passed::Pipe(p) => sandbox::windows::pipe_into(helper.as_handle(), p.as_handle()),
+    }
+    .map_err(std::io::Error::other)?;
     // The helper's copy is its own now; ours closes here.
-    drop(sock);
+    drop(passed);
     w.write_all(frame).await?;
     w.write_all(&theirs.0.to_le_bytes()).await
 }

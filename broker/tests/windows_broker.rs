@@ -13,6 +13,7 @@
 mod net;
 
 use gatehouse_client::{Client, Dirs};
+use ipc_schema::secrets::{SecretsReply, SecretsRequest};
 use ipc_schema::status::{DoctorReport, OutboundProbe, ProcessState};
 use ipc_schema::tool::{FetchUrl, ToolCall, ToolReply, ToolResult};
 use ipc_schema::ui::UiRequest;
@@ -235,9 +236,14 @@ fn the_broker_serves_its_fronts_with_helpers_verified_from_outside() {
         assert_eq!(own.degraded, Vec::<String>::new());
     }
 
-    // The four helpers Windows runs are up, each verified; the one it does not run is refused
-    // with the reason, which doctor shows as a fact of the build, not a problem.
-    for name in ["net-helper", "exec-helper", "secrets-helper", "fs-helper"] {
+    // The five helpers are up, each verified.
+    for name in [
+        "net-helper",
+        "exec-helper",
+        "secrets-helper",
+        "fs-helper",
+        "servers-helper",
+    ] {
         assert_eq!(state_of(&r, name), &ProcessState::Ready, "{name}: {r:#?}");
         let p = r.processes.iter().find(|p| p.name == name).unwrap();
         let report = p.lockdown.as_ref().unwrap();
@@ -267,32 +273,20 @@ fn the_broker_serves_its_fronts_with_helpers_verified_from_outside() {
             (_, other) => panic!("{name}: outbound {other:?}"),
         }
     }
-    for name in ["servers-helper"] {
-        match state_of(&r, name) {
-            ProcessState::Refused { reason } => {
-                assert!(reason.contains("not built for Windows"), "{reason}")
-            }
-            other => panic!("{name}: {other:?}"),
-        }
-    }
     assert_eq!(r.problems, Vec::<String>::new(), "{r:#?}");
 
-    // Each helper answers through the broker; the servers-helper's slot fails at once, saying
-    // why.
-    for target in [Role::Net, Role::Exec, Role::Secrets, Role::Fs] {
+    // Each helper answers through the broker.
+    for target in [
+        Role::Net,
+        Role::Exec,
+        Role::Secrets,
+        Role::Fs,
+        Role::Servers,
+    ] {
         let answer = b.ui(Body::Ping {
             target: Some(target),
         });
         assert_eq!(answer, Body::Pong, "{target}");
-    }
-    match b.ui(Body::Ping {
-        target: Some(Role::Servers),
-    }) {
-        Body::Error(e) => {
-            assert_eq!(e.code, ErrorCode::HelperUnavailable, "{e:?}");
-            assert!(e.message.contains("not built for Windows"), "{e:?}");
-        }
-        other => panic!("a ping of the servers-helper answered {other:?}"),
     }
 
     // A front that sends what its channel may not carry is ended by the broker, through the
@@ -330,7 +324,7 @@ fn the_broker_serves_its_fronts_with_helpers_verified_from_outside() {
         .filter(|p| p.state == ProcessState::Ready && p.name.ends_with("-helper"))
         .map(|p| (p.name.clone(), PeerProcess::watch(p.pid).unwrap()))
         .collect();
-    assert_eq!(helpers.len(), 4);
+    assert_eq!(helpers.len(), 5);
     for (name, p) in &helpers {
         assert!(p.running(), "{name} ended before the broker");
     }
@@ -634,40 +628,11 @@ fn an_agents_run_command_asks_then_runs_in_the_restricted_token_tier() {
 /// console and then returns the page; closing stdin ends it cleanly.
 #[test]
 fn the_mcp_front_serves_an_agent_over_stdio() {
-    use std::io::BufReader;
     let (_dns, web, b) = broker_with_web();
-    let mcp_log = b.log.with_file_name("mcp.log");
-    let mut mcp = Command::new(gatehouse_tests::bin("gatehouse-mcp"));
-    mcp.arg("--data-dir")
-        .arg(b.dirs.data.parent().unwrap())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(File::create(&mcp_log).unwrap());
-    let mcp_said = || std::fs::read_to_string(&mcp_log).unwrap_or_default();
-    if running_under_wine() {
-        mcp.arg("--allow-degraded");
-    }
-    let mut mcp = mcp.spawn().unwrap();
-    let mut stdin = mcp.stdin.take().unwrap();
-    let mut stdout = BufReader::new(mcp.stdout.take().unwrap());
-    // Sends one line; with an id, reads lines until the answer with that id (notifications,
-    // such as progress, are skipped).
-    let mut rpc = |msg| rpc_on(&mut stdin, &mut stdout, msg, &mcp_said);
-    let init = rpc(
-        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                   "clientInfo": {"name": "wine-test", "version": "1"}}}),
-    );
-    assert_eq!(init["result"]["protocolVersion"], "2025-06-18", "{init}");
-    rpc(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    let tools = rpc(serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
-    let names: Vec<&str> = tools["result"]["tools"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{tools}"))
-        .iter()
-        .filter_map(|t| t["name"].as_str())
-        .collect();
-    assert!(names.contains(&"fetch_url"), "{names:?}");
+    let mut mcp = McpFront::start(&b);
+    let mut rpc = |msg| mcp.rpc(msg);
+    let names = tool_names(&rpc(list_tools(2)));
+    assert!(names.iter().any(|n| n == "fetch_url"), "{names:?}");
 
     // The call waits for the human: the console allows it from another thread while the
     // client waits for its answer.
@@ -739,12 +704,541 @@ fn the_mcp_front_serves_an_agent_over_stdio() {
     assert!(text.contains("protected") && !text.contains("KEY"), "{key}");
 
     // The client closes stdin: the front ends cleanly, and says how it ran on stderr.
-    drop(stdin);
-    let status = mcp.wait().unwrap();
-    let err = mcp_said();
-    assert_eq!(status.code(), Some(0), "{err}");
+    let (code, err) = mcp.finish();
+    assert_eq!(code, Some(0), "{err}");
     assert!(err.contains("gatehouse mcp: hardened"), "{err}");
     assert!(err.contains("gatehouse mcp: session "), "{err}");
+}
+
+/// `gatehouse-mcp` for the broker `b`, initialized over its stdio as an agent's MCP client
+/// does.
+struct McpFront {
+    child: Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+    log: PathBuf,
+}
+
+impl McpFront {
+    fn start(b: &Broker) -> McpFront {
+        let log = b.log.with_file_name("mcp.log");
+        let mut cmd = Command::new(gatehouse_tests::bin("gatehouse-mcp"));
+        cmd.arg("--data-dir")
+            .arg(b.dirs.data.parent().unwrap())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(File::create(&log).unwrap());
+        if running_under_wine() {
+            cmd.arg("--allow-degraded");
+        }
+        let mut child = cmd.spawn().unwrap();
+        let mut m = McpFront {
+            stdin: child.stdin.take().unwrap(),
+            stdout: std::io::BufReader::new(child.stdout.take().unwrap()),
+            child,
+            log,
+        };
+        let init = m.rpc(
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "wine-test", "version": "1"}}}),
+        );
+        assert_eq!(init["result"]["protocolVersion"], "2025-06-18", "{init}");
+        m.rpc(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        m
+    }
+
+    /// One message ([`rpc_on`]); with an id, its answer.
+    fn rpc(&mut self, msg: serde_json::Value) -> serde_json::Value {
+        let log = self.log.clone();
+        let said = move || std::fs::read_to_string(&log).unwrap_or_default();
+        rpc_on(&mut self.stdin, &mut self.stdout, msg, &said)
+    }
+
+    /// Closes stdin and waits: the front's exit code and what it said on stderr.
+    fn finish(self) -> (Option<i32>, String) {
+        let McpFront {
+            mut child,
+            stdin,
+            log,
+            ..
+        } = self;
+        drop(stdin);
+        let status = child.wait().unwrap();
+        (
+            status.code(),
+            std::fs::read_to_string(&log).unwrap_or_default(),
+        )
+    }
+}
+
+fn list_tools(id: u64) -> serde_json::Value {
+    serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"})
+}
+
+/// The names in a `tools/list` answer.
+fn tool_names(answer: &serde_json::Value) -> Vec<String> {
+    answer["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{answer}"))
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(String::from))
+        .collect()
+}
+
+fn call_tool(id: u64, name: &str, arguments: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": name, "arguments": arguments}})
+}
+
+/// A call's text and whether it is an error.
+fn call_text(answer: &serde_json::Value) -> (bool, String) {
+    let text = answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answer}"));
+    (answer["result"]["isError"] == true, text.to_string())
+}
+
+/// The credential the test's remote MCP server wants (`Authorization: Bearer ...`).
+const REMOTE_SECRET: &str = "wine-mcp-tok-3Fq8Ls1VnR6Xp";
+
+/// A remote MCP server over Streamable HTTP, as the test's web server answers it: JSON bodies,
+/// a session id, `echo` and `whoami` (which says what credential it got), 202 for
+/// notifications, 200 for the DELETE that ends the session; and `GET /echo`, a plain page
+/// saying the same of the credential (an agent's `http_request`).
+fn remote_mcp(req: &net::SeenRequest) -> Vec<u8> {
+    use serde_json::{json, Value};
+    if req.line.starts_with("DELETE ") {
+        return net::response("200 OK", &[], b"");
+    }
+    let came = format!(
+        "you came with {}",
+        req.header("authorization").unwrap_or("nothing")
+    );
+    if req.line.starts_with("GET /echo ") {
+        return net::text(&came);
+    }
+    let msg: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
+    let text = |t: String| json!({"content": [{"type": "text", "text": t}]});
+    let result = match msg["method"].as_str() {
+        Some("initialize") => json!({"protocolVersion": "2025-06-18",
+            "capabilities": {"tools": {}}, "serverInfo": {"name": "wine-remote", "version": "1"}}),
+        Some("tools/list") => json!({"tools": [
+            {"name": "echo", "description": "Says its text back.",
+             "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}},
+            {"name": "whoami", "description": "Says what credential came.",
+             "inputSchema": {"type": "object"}}]}),
+        Some("tools/call") => match msg["params"]["name"].as_str() {
+            Some("echo") => text(format!(
+                "echo: {}",
+                msg["params"]["arguments"]["text"].as_str().unwrap_or("")
+            )),
+            _ => text(came),
+        },
+        _ => return net::response("202 Accepted", &[], b""),
+    };
+    let body = json!({"jsonrpc": "2.0", "id": msg["id"], "result": result}).to_string();
+    net::response(
+        "200 OK",
+        &[
+            ("Content-Type", "application/json"),
+            ("Mcp-Session-Id", "wine-session-1"),
+        ],
+        body.as_bytes(),
+    )
+}
+
+/// A TLS web server of the test's own on 127.0.0.2 (`remote_mcp` answers), with a certificate
+/// for `tls.test` and `other.test` from a test CA, both named by a DNS server of the test's own,
+/// and a broker whose net-helper resolves through it, trusts the CA and judges 127.0.0.2 public
+/// (test builds only).
+struct TlsWorld {
+    web: net::HttpServer,
+    broker: Broker,
+    _dns: net::DnsServer,
+    _pki: net::TestPki,
+}
+
+impl TlsWorld {
+    fn start() -> TlsWorld {
+        let (pki, ca, ca_key) = net::test_pki();
+        let dns = net::DnsServer::start(net::standard_zone());
+        let web = net::HttpServer::start_tls(
+            net::PUBLIC,
+            std::sync::Arc::new(remote_mcp),
+            net::server_config(&["tls.test", "other.test"], &ca, &ca_key),
+        );
+        let args = [
+            "--test-net-arg=--nameserver".to_string(),
+            format!("--test-net-arg={}", dns.addr),
+            "--test-net-arg=--test-public-addr".into(),
+            "--test-net-arg=127.0.0.2".into(),
+            "--test-net-arg=--test-extra-root".into(),
+            format!("--test-net-arg={}", pki.ca_file.path().display()),
+        ];
+        let broker = Broker::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        TlsWorld {
+            web,
+            broker,
+            _dns: dns,
+            _pki: pki,
+        }
+    }
+}
+
+/// The credential `name` (a bearer token, [`REMOTE_SECRET`], for `tls.test` only), stored as
+/// `gatehouse secret set NAME --host tls.test` stores it: by a private secrets-helper for the
+/// broker's instance (the command's own is strict, which Wine refuses; this one is degraded
+/// there). The helper, to delete it with, and the name.
+fn store_credential(
+    b: &Broker,
+    name: &str,
+) -> (
+    gatehouse_tests::windows::SecretsHelper,
+    ipc_schema::secrets::CredentialName,
+) {
+    let mut args = broker::secrets_link::helper_args(&b.dirs).unwrap();
+    args.extend(["--channel".into(), "private".into()]);
+    let mut secrets = gatehouse_tests::windows::SecretsHelper::spawn(args);
+    let name = ipc_schema::secrets::CredentialName::parse(name).unwrap();
+    let saved = secrets.ask(SecretsRequest::Set {
+        spec: ipc_schema::secrets::CredentialSpec {
+            name: name.clone(),
+            hosts: vec![ipc_schema::secrets::HostPattern::parse("tls.test").unwrap()],
+            send_as: ipc_schema::secrets::SendAs::Bearer,
+        },
+        value: Some(ipc_schema::secrets::SecretValue::from_slice(
+            REMOTE_SECRET.as_bytes(),
+        )),
+    });
+    assert!(matches!(saved, SecretsReply::Saved { .. }), "{saved:?}");
+    (secrets, name)
+}
+
+/// An agent's `http_request` on Windows, as on Linux: asked, allowed by the console, sent by the
+/// net-helper over TLS with the stored credential added by the secrets-helper for its host
+/// (the server saw it), the answer scrubbed of it; without a credential nothing is added (the
+/// control); the same credential for a host it is not bound to refused before anything is sent.
+#[test]
+fn an_agents_http_request_carries_its_credential_for_its_host_only() {
+    let w = TlsWorld::start();
+    let (b, port) = (&w.broker, w.web.addr.port());
+    let (mut secrets, token) = store_credential(b, "api-token");
+    let mut agent = Client::connect(&b.dirs.gateway_socket()).unwrap();
+    let mut request = |host: &str, credential: Option<&ipc_schema::secrets::CredentialName>| {
+        let call = agent
+            .send(Body::ToolCall(ToolCall::HttpRequest(
+                ipc_schema::tool::HttpRequest {
+                    method: ipc_schema::tool::HttpMethod::Get,
+                    url: format!("https://{host}:{port}/echo"),
+                    headers: vec![],
+                    body: vec![],
+                    credential: credential.cloned(),
+                },
+            )))
+            .unwrap();
+        let reply = match agent.next_frame().unwrap() {
+            e if e.id == call => e.body,
+            other => panic!("an answer to another request: {other:?}"),
+        };
+        match reply {
+            Body::ToolReply(ToolReply::AwaitingApproval(waiting)) => {
+                let card = allow_once(b, waiting.proposal);
+                assert_eq!(card.target, host, "{card:?}");
+                assert!(!format!("{card:?}").contains(REMOTE_SECRET));
+                match agent.next_frame().unwrap() {
+                    e if e.id == call => e.body,
+                    other => panic!("an answer to another request: {other:?}"),
+                }
+            }
+            other => other,
+        }
+    };
+    let response = |reply: Body| match reply {
+        Body::ToolReply(ToolReply::Done(d)) => match d.result {
+            ToolResult::HttpResponse(h) => h,
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    };
+
+    let reply = request("tls.test", Some(&token));
+    assert!(!format!("{reply:?}").contains(REMOTE_SECRET), "{reply:?}");
+    let h = response(reply);
+    assert_eq!(h.page.status, 200);
+    assert!(h.credential_sent);
+    assert!(h.redactions >= 1, "{h:?}");
+    let redacted = format!("you came with Bearer {}", ipc_schema::secrets::REDACTED);
+    assert!(h.page.text.contains(&redacted), "{}", h.page.text);
+    let bearer = format!("Bearer {REMOTE_SECRET}");
+    let seen = w.web.requests();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].header("authorization"), Some(bearer.as_str()));
+
+    // Without a credential nothing is added.
+    let h = response(request("tls.test", None));
+    assert!(!h.credential_sent);
+    assert!(
+        h.page.text.contains("you came with nothing"),
+        "{}",
+        h.page.text
+    );
+    assert_eq!(w.web.requests().len(), 2);
+    assert_eq!(w.web.requests()[1].header("authorization"), None);
+
+    // The credential for another host: refused, nothing sent.
+    match request("other.test", Some(&token)) {
+        Body::ToolReply(ToolReply::Refused(r)) => assert!(
+            r.message
+                .starts_with("credential api-token was not added for other.test"),
+            "{}",
+            r.message
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(w.web.requests().len(), 2);
+
+    let deleted = secrets.ask(SecretsRequest::Delete { name: token });
+    assert!(
+        matches!(deleted, SecretsReply::Deleted { .. }),
+        "{deleted:?}"
+    );
+    assert_eq!(secrets.close().0, 0);
+}
+
+/// A remote MCP server on Windows: the servers-helper runs (spawned confined, its report checked
+/// like every helper's) and speaks to the server over the pipe the broker makes for the
+/// connection, whose other end the broker relays as Streamable HTTP through the net-helper:
+/// TLS to `tls.test` (the test's CA, its DNS), the credential from the Credential Manager added
+/// by the secrets-helper for that host only. As on Linux: the server's tools are held until
+/// the human approves them, then offered as `remote__TOOL` under the policy's rules; what the
+/// server says of the credential reaches the agent scrubbed; a server whose host the credential
+/// is not bound to is refused before anything is sent to it; the audit log has the server's
+/// start and no credential.
+#[test]
+fn a_remote_mcp_server_is_reached_through_the_net_helper_with_its_credential() {
+    let w = TlsWorld::start();
+    let (web, b, port) = (&w.web, &w.broker, w.web.addr.port());
+    let root = b.dirs.data.parent().unwrap().to_path_buf();
+    let data_dir = [OsStr::new("--data-dir"), root.as_os_str()];
+    let policy = format!(
+        r#"revision = 0
+[[grant]]
+root = {:?}
+capabilities = ["read"]
+
+[[mcp_server]]
+name = "remote"
+url = "https://tls.test:{port}/mcp"
+credential = "mcp-token"
+read_only = ["echo", "whoami"]
+
+# The same server under another name, to which the credential is not bound.
+[[mcp_server]]
+name = "elsewhere"
+url = "https://other.test:{port}/mcp"
+credential = "mcp-token"
+
+# A stdio server: not built on Windows.
+[[mcp_server]]
+name = "local"
+command = ['C:\windows\system32\cmd.exe', '/d', '/c', 'exit']
+
+[[rule]]
+name = "reads"
+tools = ["remote__echo", "remote__whoami"]
+action = "allow"
+"#,
+        root.join("project").to_str().unwrap()
+    );
+    let (code, out, err) = run_gatehouse(
+        &data_dir,
+        &["policy", "apply", "-", "--yes"],
+        Some(policy.as_bytes()),
+    );
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let (mut secrets, token) = store_credential(b, "mcp-token");
+
+    // New tools start held, whatever the rules say.
+    let mut mcp = McpFront::start(b);
+    let names = tool_names(&mcp.rpc(list_tools(2)));
+    assert!(!names.iter().any(|n| n.contains("__")), "{names:?}");
+    let (err, text) = call_text(&mcp.rpc(call_tool(
+        3,
+        "remote__echo",
+        serde_json::json!({"text": "x"}),
+    )));
+    assert!(err, "{text}");
+    assert!(
+        text.contains("remote__echo is held: new: not approved yet"),
+        "{text}"
+    );
+    let (code, out, err) = run_gatehouse(
+        &data_dir,
+        &["mcp-server", "tools", "remote", "--approve-all"],
+        None,
+    );
+    assert_eq!(code, Some(0), "{out}\n{err}\n{}", b.log_text());
+    assert!(
+        out.contains("2 tool definition(s) of remote approved"),
+        "{out}"
+    );
+    let names = tool_names(&mcp.rpc(list_tools(4)));
+    for t in ["remote__echo", "remote__whoami"] {
+        assert!(names.iter().any(|n| n == t), "{t}: {names:?}");
+    }
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.starts_with("elsewhere__") || n.starts_with("local__")),
+        "{names:?}"
+    );
+
+    // An allowed call, wrapped as outside text.
+    let (err, text) = call_text(&mcp.rpc(call_tool(
+        5,
+        "remote__echo",
+        serde_json::json!({"text": "hello over a pipe"}),
+    )));
+    assert!(!err, "{text}");
+    assert!(text.contains("source=\"mcp:remote__echo\""), "{text}");
+    assert!(text.contains("echo: hello over a pipe"), "{text}");
+    // The server got the credential; what it says of it reaches the agent scrubbed.
+    let (err, text) = call_text(&mcp.rpc(call_tool(6, "remote__whoami", serde_json::json!({}))));
+    assert!(!err, "{text}");
+    assert!(!text.contains(REMOTE_SECRET), "{text}");
+    assert!(
+        text.contains(&format!("Bearer {}", ipc_schema::secrets::REDACTED)),
+        "{text}"
+    );
+
+    // Every request reached tls.test with the credential; none reached other.test (the
+    // credential is bound to tls.test: refused before anything is sent).
+    let seen = web.requests();
+    assert!(seen.len() >= 6, "{seen:?}");
+    for r in &seen {
+        assert_eq!(
+            r.header("host"),
+            Some(format!("tls.test:{port}").as_str()),
+            "{r:?}"
+        );
+        let auth = format!("Bearer {REMOTE_SECRET}");
+        assert_eq!(r.header("authorization"), Some(auth.as_str()), "{r:?}");
+    }
+    let (code, out, err) = run_gatehouse(&data_dir, &["mcp-server", "tools", "elsewhere"], None);
+    assert_ne!(code, Some(0), "{out}");
+    assert!(
+        format!("{out}{err}").contains("credential mcp-token was not added for other.test"),
+        "{out}\n{err}"
+    );
+    assert_eq!(web.requests().len(), seen.len());
+    let (code, out, err) = run_gatehouse(&data_dir, &["mcp-server", "tools", "local"], None);
+    assert_ne!(code, Some(0), "{out}");
+    assert!(
+        format!("{out}{err}").contains("stdio servers are not built on Windows"),
+        "{out}\n{err}"
+    );
+    // `mcp-server add`: a stdio server refused saying why; a remote one added (the control).
+    let cmd = r"C:\windows\system32\cmd.exe";
+    let (code, out, err) =
+        run_gatehouse(&data_dir, &["mcp-server", "add", "more", "--", cmd], None);
+    assert_ne!(code, Some(0), "{out}");
+    assert!(
+        err.contains("stdio servers are not built on Windows"),
+        "{out}\n{err}"
+    );
+    let url = format!("https://tls.test:{port}/mcp");
+    let (code, out, err) = run_gatehouse(
+        &data_dir,
+        &["mcp-server", "add", "more", "--url", &url],
+        None,
+    );
+    assert_eq!(code, Some(0), "{out}\n{err}");
+
+    // The audit log has the server's start and no credential; nor has the broker's log.
+    let rows = match b.ui(Body::Ui(UiRequest::AuditTail {
+        after: 0,
+        limit: 1000,
+    })) {
+        Body::UiReply(UiReply::Audit(rows)) => rows,
+        other => panic!("AuditTail answered {other:?}"),
+    };
+    assert!(
+        rows.iter()
+            .any(|r| r.tool.as_deref() == Some("mcp_server remote") && r.outcome == "started"),
+        "{rows:#?}"
+    );
+    assert!(!format!("{rows:?}").contains(REMOTE_SECRET));
+    assert!(!b.log_text().contains(REMOTE_SECRET));
+    let (code, err) = mcp.finish();
+    assert_eq!(code, Some(0), "{err}");
+    let deleted = secrets.ask(SecretsRequest::Delete { name: token });
+    assert!(
+        matches!(deleted, SecretsReply::Deleted { .. }),
+        "{deleted:?}"
+    );
+    let (code, err) = secrets.close();
+    assert_eq!(code, 0, "{err}");
+}
+
+/// `gatehouse demo` on Windows, as the README runs it: a scripted agent session on a scratch
+/// project through the real broker, spawner, helpers and `gatehouse mcp`, each outcome checked
+/// by the demo against what must happen and against the files on disk, then the audit log
+/// verified; its JSON report read here. Under Wine with `--allow-degraded` (Wine sets no
+/// mitigation and restricts no token): the command runs in the restricted-token tier with its
+/// gaps named. On Windows without it: the command is asked, approved and refused at its start,
+/// naming what the tier does not hold.
+#[test]
+fn gatehouse_demo_shows_every_outcome() {
+    let mut args = vec!["--json", "demo"];
+    if running_under_wine() {
+        args.push("--allow-degraded");
+    }
+    let (code, out, err) = run_gatehouse(&[], &args, None);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let report: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    assert_eq!(report["ok"], true, "{report:#}");
+    assert_eq!(
+        report["not_as_expected"],
+        serde_json::json!([]),
+        "{report:#}"
+    );
+    let steps = report["steps"].as_array().unwrap();
+    let names: Vec<&str> = steps.iter().filter_map(|s| s["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        ["read", "search", "grep", "edit", "bashrc", "ssh_key", "metadata", "command", "twice"]
+    );
+    for s in steps {
+        assert_eq!(s["ok"], true, "{s:#}");
+    }
+    let command = &steps[7]["calls"][0];
+    assert_eq!(
+        command["asked"].as_array().map(Vec::len),
+        Some(1),
+        "{command:#}"
+    );
+    let text = command["text"].as_str().unwrap();
+    if running_under_wine() {
+        assert_eq!(command["outcome"], "done", "{command:#}");
+        assert!(text.contains("hello from the sandbox"), "{text}");
+        assert!(
+            text.contains("; tier restricted-token; DEGRADED: "),
+            "{text}"
+        );
+        assert!(text.contains("reads are not confined"), "{text}");
+    } else {
+        assert_eq!(command["outcome"], "refused", "{command:#}");
+        assert!(text.contains("reads are not confined"), "{text}");
+    }
+    // The key planted in the scratch HOME never reached the agent.
+    assert!(!out.contains("DEMO-KEY-MATERIAL"), "{out}");
+    assert_eq!(report["audit"]["intact"], true, "{report:#}");
+    assert!(report["audit"]["entries"].as_u64().unwrap() > 0);
+    // The scratch directory is gone (not kept).
+    let scratch = report["scratch"].as_str().unwrap();
+    assert!(!Path::new(scratch).exists(), "{scratch}");
 }
 
 /// Sends one JSON-RPC line to an MCP server on `stdin`; with an id, reads lines from `stdout`
@@ -825,14 +1319,17 @@ fn the_command_line_asks_reads_and_checks_the_broker() {
         assert!(out.contains("chain intact"), "{out}");
     }
 
-    // What Windows lacks is said, not an unknown command: `demo` exits 125 saying why.
-    let (code, out, err) = gatehouse(&["demo", "--", "claude"]);
-    assert_eq!(code, Some(125), "{out}\n{err}");
-    assert!(
-        err.starts_with("gatehouse demo: not built on Windows: ")
-            && err.contains("not ported to Windows"),
-        "{err}"
-    );
+    // With --allow-degraded the seal is checked by a private secrets-helper that runs with
+    // what Wine lacks, each gap said on stderr.
+    if running_under_wine() {
+        let (code, out, err) = gatehouse(&["verify-audit", "--allow-degraded"]);
+        assert_eq!(code, Some(0), "{out}\n{err}");
+        assert!(out.contains("chain intact"), "{out}");
+        assert!(
+            err.contains("gatehouse: the private secrets-helper runs degraded: "),
+            "{err}"
+        );
+    }
     // `run` is built: an agent that is not there exits 127 before anything starts (the run
     // itself is driven below, in its own test).
     let (code, out, err) = gatehouse(&["run", "--", "no-such-agent-here"]);

@@ -45,6 +45,11 @@ pub struct DemoArgs {
     /// Keep the scratch directory (project, HOME, audit log and its key) afterwards.
     #[arg(long)]
     keep: bool,
+    /// Run the scratch instance (its broker, helpers, the agent's front and the audit check)
+    /// with less than their profiles need where this system lacks a mechanism, each gap named;
+    /// without it they refuse to start.
+    #[arg(long)]
+    allow_degraded: bool,
 }
 
 /// What the demo's threads report.
@@ -100,19 +105,39 @@ pub fn run(g: &Global, a: DemoArgs) -> ExitCode {
 
     // The audit key is kept by the secrets-helper; a store that cannot hold it refuses the
     // start with the reason (there is no weaker fallback to retry with).
-    let mut broker = match Broker::start(&exe, &s, &[]) {
+    let degraded: &[&str] = match a.allow_degraded {
+        true => &["--allow-degraded"],
+        false => &[],
+    };
+    let mut broker = match Broker::start(&exe, &s, degraded) {
         Ok(b) => b,
         Err(e) => return fail(&e),
     };
+    let dirs = Dirs::under(&s.data);
+    // Windows: commands run in the restricted-token tier only if the policy chooses it (it
+    // confines writes, not reads); the scratch policy does, as a Windows user's must.
+    #[cfg(windows)]
+    {
+        if let Err(e) = choose_restricted_token_tier(&dirs) {
+            return fail(&e);
+        }
+        out.line(&out.dim(
+            "  commands    the scratch policy chooses the restricted-token tier (require_namespaces = false): Windows confines a command's writes, not its reads",
+        ));
+    }
     let approver_note = if a.interactive {
         "you decide the edit in the console; the other cards are decided by a scripted approver"
     } else {
         "a scripted approver decides every card on the ui channel, as a person would in the console"
     };
     out.line(&out.dim(&format!("  approvals   {approver_note}")));
+    if a.allow_degraded {
+        out.line(&out.yellow(
+            "  degraded    --allow-degraded: each process runs without what this system lacks, and names it (the broker's log, a command's DEGRADED, the audit check's stderr)",
+        ));
+    }
     out.line("");
 
-    let dirs = Dirs::under(&s.data);
     let (tx, rx) = mpsc::channel();
     let approver = match Approver::connect(&dirs.ui_socket(), tx.clone()) {
         Ok(a) => a,
@@ -121,8 +146,8 @@ pub fn run(g: &Global, a: DemoArgs) -> ExitCode {
     let mut agent = match Agent::start(
         &exe,
         &s.data,
-        &s.project,
-        &s.home,
+        (&s.project, &s.home),
+        degraded,
         &s.root.join("mcp.log"),
         tx,
     ) {
@@ -172,6 +197,7 @@ pub fn run(g: &Global, a: DemoArgs) -> ExitCode {
         s: &s,
         session,
         steps: Vec::new(),
+        degraded: a.allow_degraded,
     };
     script.run();
     let Script { steps, session, .. } = script;
@@ -188,7 +214,7 @@ pub fn run(g: &Global, a: DemoArgs) -> ExitCode {
         "{} verify-audit on the session's log",
         out.bold(&format!("{n:>2}."))
     ));
-    let audit = verify_audit(&exe, &s);
+    let audit = verify_audit(&exe, &s, degraded);
     let audit_ok =
         audit.intact && audit.entries > 0 && audit.kinds.get("decision").copied().unwrap_or(0) > 0;
     let kinds: Vec<String> = audit
@@ -261,5 +287,25 @@ pub fn run(g: &Global, a: DemoArgs) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(crate::EXIT_FAILURE)
+    }
+}
+
+/// The scratch policy on Windows: the default profile in force (the project granted), with
+/// commands in the restricted-token tier (`require_namespaces = false`), applied on the ui
+/// channel as `gatehouse policy apply` applies a revision.
+#[cfg(windows)]
+fn choose_restricted_token_tier(dirs: &Dirs) -> Result<(), String> {
+    use ipc_schema::ui::{UiReply, UiRequest};
+    use ipc_schema::Body;
+    let mut c = gatehouse_client::Client::connect(&dirs.ui_socket()).map_err(|e| e.to_string())?;
+    let mut doc = match c.request(Body::Ui(UiRequest::PolicyShow)) {
+        Ok(Body::UiReply(UiReply::Policy(v))) => policy::doc::PolicyDoc::parse(&v.document)?,
+        other => return Err(format!("the scratch policy could not be read: {other:?}")),
+    };
+    doc.require_namespaces = Some(false);
+    let document = doc.to_toml();
+    match c.request(Body::Ui(UiRequest::PolicyApply { document })) {
+        Ok(Body::UiReply(UiReply::PolicyApplied { .. })) => Ok(()),
+        other => Err(format!("the scratch policy was not applied: {other:?}")),
     }
 }

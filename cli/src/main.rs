@@ -9,7 +9,7 @@
 mod cmd_approve;
 #[cfg(any(target_os = "linux", windows))]
 mod cmd_audit;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 mod cmd_demo;
 #[cfg(any(target_os = "linux", windows))]
 mod cmd_export;
@@ -107,7 +107,7 @@ enum Cmd {
         cmd: cmd_policy::PolicyCmd,
     },
     /// Check the audit log's chain and seal, reading the database directly (no broker needed).
-    VerifyAudit,
+    VerifyAudit(cmd_audit::VerifyArgs),
     /// Read the audit log.
     Audit {
         #[command(subcommand)]
@@ -136,15 +136,9 @@ enum Cmd {
     /// arguments (`gatehouse notify --help` lists them). Run it in your desktop session.
     #[command(disable_help_flag = true)]
     Notify(PassOn),
-    #[cfg(target_os = "linux")]
     /// A scripted agent session on a scratch project that shows every outcome: allowed, asked,
     /// refused, run in the sandbox, carried out once, and the audit log checked.
     Demo(cmd_demo::DemoArgs),
-    /// Not built on Windows: the scripted session is not ported there yet (docs/windows.md).
-    /// Says so and exits 125.
-    #[cfg(windows)]
-    #[command(disable_help_flag = true)]
-    Demo(PassOn),
     /// The broker's sessions and their modes: list, and `mode ID ask|full-access|unattended`.
     Session {
         #[command(subcommand)]
@@ -222,7 +216,7 @@ fn main() -> ExitCode {
         Cmd::Stop => stop(&g),
         Cmd::Policy { cmd } => cmd_policy::run(&g, cmd),
         Cmd::McpServer { cmd } => cmd_mcp_server::run(&g, cmd),
-        Cmd::VerifyAudit => cmd_audit::verify(&g),
+        Cmd::VerifyAudit(a) => cmd_audit::verify(&g, a),
         Cmd::Audit { cmd } => cmd_audit::run(&g, cmd),
         Cmd::Approve(args) => cmd_approve::run(&g, args),
         #[cfg(any(target_os = "linux", windows))]
@@ -234,25 +228,11 @@ fn main() -> ExitCode {
         Cmd::Ui(args) => cmd_ui::run(&g, args),
         Cmd::Up(args) => cmd_up::run(&g, args),
         Cmd::Notify(p) => exec_sibling(&g, gatehouse_client::NOTIFY_BIN, p.args),
-        #[cfg(target_os = "linux")]
         Cmd::Demo(args) => cmd_demo::run(&g, args),
-        #[cfg(windows)]
-        Cmd::Demo(_) => not_built_here(
-            "demo",
-            "its scripted session (a private broker, a scratch project, a console that answers its cards) is not ported to Windows yet",
-        ),
         Cmd::Secret { cmd } => cmd_secret::run(&g, cmd),
         Cmd::Session { cmd } => cmd_session::run(&g, cmd),
         Cmd::Setup { cmd } => cmd_setup::run(&g, cmd),
     }
-}
-
-/// A command this OS lacks: one line on stderr saying why (docs/windows.md has the rest), exit
-/// 125 as for any command gatehouse refused before it ran.
-#[cfg(windows)]
-fn not_built_here(what: &str, why: &str) -> ExitCode {
-    eprintln!("gatehouse {what}: not built on Windows: {why} (see docs/windows.md)");
-    ExitCode::from(cmd_sandbox::EXIT_REFUSED)
 }
 
 #[cfg(any(target_os = "linux", windows))]

@@ -39,10 +39,16 @@ pub struct PrivateHelper {
 
 impl PrivateHelper {
     /// Starts the secrets-helper that lies beside this binary, with this instance's arguments,
-    /// and waits for its hello.
-    #[cfg(unix)]
+    /// and waits for its hello; strict (a gap of its lockdown refuses it).
     pub fn start(dirs: &Dirs) -> CmdResult<PrivateHelper> {
-        let (program, args) = program_and_args(dirs)?;
+        PrivateHelper::start_with(dirs, false)
+    }
+
+    /// [`PrivateHelper::start`], or with `allow_degraded` run with less than its profile needs,
+    /// each gap said on stderr.
+    #[cfg(unix)]
+    pub fn start_with(dirs: &Dirs, allow_degraded: bool) -> CmdResult<PrivateHelper> {
+        let (program, args) = program_and_args(dirs, allow_degraded)?;
         let (ours, theirs) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
         let spawned = sandbox::process::spawn_helper(&program, &args, theirs.into(), &[])
             .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
@@ -53,7 +59,7 @@ impl PrivateHelper {
             child: spawned.child,
             next_id: 1,
         };
-        h.hello()?;
+        say_degraded(&h.hello()?);
         Ok(h)
     }
 
@@ -62,10 +68,10 @@ impl PrivateHelper {
     /// its hello checked against what this process reads of it from outside
     /// (`wincfg::verify_observed`), as the broker checks its own.
     #[cfg(windows)]
-    pub fn start(dirs: &Dirs) -> CmdResult<PrivateHelper> {
+    pub fn start_with(dirs: &Dirs, allow_degraded: bool) -> CmdResult<PrivateHelper> {
         use sandbox::windows as w;
         use std::os::windows::io::AsHandle;
-        let (program, args) = program_and_args(dirs)?;
+        let (program, args) = program_and_args(dirs, allow_degraded)?;
         let store = ipc_schema::secrets::StoreKind::CredentialManager;
         let policy = sandbox::wincfg::helper_policy(&sandbox::Profile::Secrets(store))
             .map_err(|e| e.to_string())?;
@@ -77,9 +83,7 @@ impl PrivateHelper {
             w::ChannelIo::Blocking,
             w::ChannelIo::Blocking,
             stderr.as_handle(),
-            w::SpawnOptions {
-                allow_degraded: false,
-            },
+            w::SpawnOptions { allow_degraded },
         )
         .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
         let observed = child.observe(&policy).map_err(|e| e.to_string())?;
@@ -89,7 +93,8 @@ impl PrivateHelper {
             next_id: 1,
         };
         let report = h.hello()?;
-        sandbox::wincfg::verify_observed(&policy, &report, &observed, false)?;
+        sandbox::wincfg::verify_observed(&policy, &report, &observed, allow_degraded)?;
+        say_degraded(&report);
         Ok(h)
     }
 
@@ -147,11 +152,24 @@ impl Drop for PrivateHelper {
     }
 }
 
+/// What a helper started with `--allow-degraded` runs without, said on stderr (never silently).
+fn say_degraded(report: &ipc_schema::status::LockdownReport) {
+    for gap in &report.degraded {
+        eprintln!("gatehouse: the private secrets-helper runs degraded: {gap}");
+    }
+}
+
 /// The secrets-helper beside this binary, and its arguments for this instance's private
 /// channel: Set, Delete and List, never request headers.
-fn program_and_args(dirs: &Dirs) -> CmdResult<(PathBuf, Vec<std::ffi::OsString>)> {
+fn program_and_args(
+    dirs: &Dirs,
+    allow_degraded: bool,
+) -> CmdResult<(PathBuf, Vec<std::ffi::OsString>)> {
     let mut args = helper_args(dirs)?;
     args.extend(["--channel".into(), "private".into()]);
+    if allow_degraded {
+        args.push("--allow-degraded".into());
+    }
     let program: PathBuf = gatehouse_client::sibling(Role::Secrets.name())?;
     Ok((program, args))
 }
@@ -165,7 +183,16 @@ pub struct PrivateSeal {
 impl PrivateSeal {
     /// Starts the helper and checks that it holds the key of `instance` (never creating one).
     pub fn open(dirs: &Dirs, instance: &str) -> Result<PrivateSeal, String> {
-        let seal = PrivateSeal::new(PrivateHelper::start(dirs)?);
+        PrivateSeal::open_with(dirs, instance, false)
+    }
+
+    /// [`PrivateSeal::open`] with the helper started as [`PrivateHelper::start_with`] says.
+    pub fn open_with(
+        dirs: &Dirs,
+        instance: &str,
+        allow_degraded: bool,
+    ) -> Result<PrivateSeal, String> {
+        let seal = PrivateSeal::new(PrivateHelper::start_with(dirs, allow_degraded)?);
         seal.open_key(instance, false)?;
         Ok(seal)
     }

@@ -126,6 +126,17 @@ impl Client {
         read_frame(&mut self.reader, MAX_FRAME)?.ok_or(ClientError::Closed)
     }
 
+    /// The connection's two halves (already buffered), for a reader thread and a writer: a
+    /// front that reads events while it sends requests (the demo's approver).
+    pub fn into_parts(
+        self,
+    ) -> (
+        impl std::io::Read + Send + 'static,
+        impl std::io::Write + Send + 'static,
+    ) {
+        (self.reader, self.writer)
+    }
+
     /// A second writer on the same connection, for one request sent from another thread
     /// (`StopCommand` on Ctrl-C), with an id this client never uses.
     pub fn side_writer(&self) -> std::io::Result<SideWriter> {

@@ -4,7 +4,8 @@
 //! process group).
 //!
 //! What every OS refuses here before its launcher runs: what passes descriptors (the egress
-//! proxy, an agent's session, a third-party server), a working directory outside the grants,
+//! proxy but Windows' loopback form, an agent's session on macOS, a third-party stdio server),
+//! a working directory outside the grants,
 //! limits above the ceilings, an empty argv. What no launcher holds yet (a grant's exclude
 //! globs, secret-looking files, and in a writable grant the places the user's own tools run:
 //! git hooks and configs, start-up and settings files) is a gap: the command is refused naming it, or with
@@ -106,8 +107,10 @@ impl Checked {
         // An agent's session runs on Windows (windows.rs: its pipe is the broker's); not yet on
         // macOS. A third-party server's stdio is a passed descriptor: on neither.
         if user.server.is_some() || (user.agent.is_some() && !cfg!(windows)) {
+            let what = ["an agent's session", "a third-party stdio MCP server"];
             return Err(refused(&format!(
-                "an agent's session and a third-party MCP server are not built on {OS} (they pass descriptors)"
+                "{} is not built on {OS}: it is passed descriptors",
+                what[usize::from(user.server.is_some())]
             )));
         }
         spec.limits.check_with(user.long_run).map_err(invalid)?;

@@ -388,7 +388,12 @@ fn what_the_tier_cannot_hold_is_refused_with_its_reason_and_the_helper_serves_on
     }));
     let e = refused(&mut h, s);
     assert_eq!(e.code, ErrorCode::Refused);
-    assert!(e.message.contains("not built on Windows"), "{}", e.message);
+    assert!(
+        e.message
+            .starts_with("a third-party stdio MCP server is not built on Windows"),
+        "{}",
+        e.message
+    );
 
     let mut s = spec(&work, &["cmd.exe", "/d", "/c", "echo no"]);
     s.cwd = protect.clone();

@@ -24,8 +24,9 @@ pub enum ConfinementTier {
     /// Windows (issue 19): a write-restricted token carrying the command SID, a job object
     /// (kill on close, a process limit, UI restrictions), explicit ACEs on the grants that the
     /// exec helper reads back before it starts anything. Reads are the user's own (the token
-    /// restricts writes only) and network is refused only by WFP filters, which are not built:
-    /// docs/SECURITY.md lists what it does not hold.
+    /// restricts writes only) and network is refused only by the WFP filters `gatehouse setup
+    /// network-filters` installs (unverified on Windows): docs/SECURITY.md lists what it does
+    /// not hold.
     #[serde(rename = "restricted-token")]
     RestrictedToken,
     /// macOS (issue 19): a Seatbelt profile per command from its grants (`sandbox-exec -p`),

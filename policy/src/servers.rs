@@ -481,6 +481,9 @@ pub fn confinement(s: &McpServer, root: bool) -> String {
         Reach::Stdio(_) if root => {
             "not started: a broker running as root does not run third-party stdio servers".into()
         }
+        Reach::Stdio(_) if cfg!(windows) => {
+            "not started: stdio servers are not built on Windows (remote servers run)".into()
+        }
         Reach::Stdio(x) => format!(
             "exec sandbox, {} grant(s), network {}",
             x.grants.len(),

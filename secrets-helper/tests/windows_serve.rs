@@ -11,22 +11,12 @@
 //! and the helper run degraded there, and the broker's check of the hello refuses it strict.
 //! Whether the Credential Manager answers a restricted token on real Windows has not been run.
 
-use ipc_schema::codec::{read_frame, write_frame};
+use gatehouse_tests::windows::SecretsHelper as Helper;
 use ipc_schema::secrets::{
     AuditHead, AuditInstance, AuditRow, CredentialName, CredentialSpec, HostPattern, SecretValue,
     SecretsReply, SecretsRequest, SendAs, StoreKind,
 };
-use ipc_schema::{Body, Envelope, Role, MAX_FRAME};
-use sandbox::windows as w;
-use sandbox::{wincfg, Profile};
-use std::ffi::OsString;
-use std::fs::File;
-use std::io::Read;
-use std::os::windows::io::{AsHandle, OwnedHandle};
-
-fn wine() -> bool {
-    w::running_under_wine()
-}
+use ipc_schema::Body;
 
 fn namespace() -> String {
     use std::hash::{BuildHasher, Hasher};
@@ -35,133 +25,17 @@ fn namespace() -> String {
     format!("wintest-{:08x}", h.finish() as u32)
 }
 
-/// A secrets-helper spawned as the Windows spawner spawns it, and the broker's end of its
-/// channel.
-struct Helper {
-    child: w::ConfinedChild,
-    chan: File,
-    stderr: std::io::PipeReader,
-    next: u64,
-}
-
-impl Helper {
-    fn spawn(ns: &str, channel: &str) -> Helper {
-        let policy = wincfg::helper_policy(&Profile::Secrets(StoreKind::CredentialManager))
-            .expect("the secrets profile's Windows policy");
-        let (stderr, stderr_w) = std::io::pipe().unwrap();
-        let stderr_w: OwnedHandle = stderr_w.into();
-        let exe = gatehouse_tests::bin("secrets-helper");
-        let mut args: Vec<OsString> = vec![
-            "--channel".into(),
-            channel.into(),
-            "--store".into(),
-            "credential-manager".into(),
-            "--namespace".into(),
-            ns.into(),
-        ];
-        if wine() {
-            args.push("--allow-degraded".into());
-        }
-        let w::SpawnedHelper { child, channel } = w::spawn_helper(
-            &policy,
-            &exe,
-            &args,
-            w::ChannelIo::Blocking,
-            w::ChannelIo::Blocking,
-            stderr_w.as_handle(),
-            w::SpawnOptions {
-                allow_degraded: wine(),
-            },
-        )
-        .unwrap_or_else(|e| panic!("spawn: {e}"));
-        // Ours would keep the pipe open after the helper exits.
-        drop(stderr_w);
-        let mut chan = channel;
-        let mut stderr = stderr;
-        let hello = match read_frame(&mut chan, MAX_FRAME) {
-            Ok(Some(env)) => env,
-            other => {
-                let code = child.wait_timeout(30_000);
-                let mut text = String::new();
-                let _ = stderr.read_to_string(&mut text);
-                panic!("no hello ({other:?}); the helper ended with {code:?}: {text}");
-            }
-        };
-        assert_eq!(hello.id, 0);
-        let Body::Hello(hello) = hello.body else {
-            panic!("not a hello: {:?}", hello.body);
-        };
-        assert_eq!(hello.role, Role::Secrets);
-        assert_eq!(hello.pid, child.pid());
-        let report = hello.lockdown;
-        assert!(report.windows.is_some(), "{report:?}");
-        // The spawner's view of the process against its report, then the broker's check.
-        gatehouse_tests::windows::check_hello(&policy, &child, &report);
-        Helper {
-            child,
-            chan,
-            stderr,
-            next: 1,
-        }
-    }
-
-    fn send(&mut self, body: Body) -> u64 {
-        let id = self.next;
-        self.next += 1;
-        write_frame(&mut self.chan, &Envelope::new(id, body)).expect("write a request");
-        id
-    }
-
-    fn ask(&mut self, req: SecretsRequest) -> SecretsReply {
-        let id = self.send(Body::Secrets(req));
-        let env = match read_frame(&mut self.chan, MAX_FRAME) {
-            Ok(Some(env)) => env,
-            other => {
-                let code = self.child.wait_timeout(30_000);
-                let mut text = String::new();
-                let _ = self.stderr.read_to_string(&mut text);
-                panic!("no reply ({other:?}); the helper ended with {code:?}: {text}");
-            }
-        };
-        assert_eq!(env.id, id);
-        match env.body {
-            Body::SecretsReply(r) => r,
-            other => panic!("expected a SecretsReply, got {other:?}"),
-        }
-    }
-
-    /// Closes the broker's end; returns the helper's exit code and what it wrote on stderr.
-    fn close(self) -> (u32, String) {
-        self.end(true)
-    }
-
-    /// Waits for the helper to end on its own (the channel stays open meanwhile).
-    fn wait_exit(self) -> (u32, String) {
-        self.end(false)
-    }
-
-    fn end(self, close_first: bool) -> (u32, String) {
-        let Helper {
-            child,
-            chan,
-            mut stderr,
-            ..
-        } = self;
-        let chan = if close_first {
-            drop(chan);
-            None
-        } else {
-            Some(chan)
-        };
-        let code = child
-            .wait_timeout(30_000)
-            .expect("wait for the helper")
-            .expect("the helper exits once its channel is closed");
-        drop(chan);
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text);
-        (code, text)
-    }
+/// A secrets-helper spawned as the Windows spawner spawns it, serving channel `channel` for
+/// namespace `ns` of the Credential Manager.
+fn spawn(ns: &str, channel: &str) -> Helper {
+    Helper::spawn(vec![
+        "--channel".into(),
+        channel.into(),
+        "--store".into(),
+        "credential-manager".into(),
+        "--namespace".into(),
+        ns.into(),
+    ])
 }
 
 fn name(s: &str) -> CredentialName {
@@ -178,7 +52,7 @@ fn stored(ns: &str, cred: &str) -> Result<Vec<u8>, keyring::Error> {
 #[test]
 fn the_helper_serves_the_credential_manager_over_its_inherited_pipe() {
     let ns = namespace();
-    let mut h = Helper::spawn(&ns, "private");
+    let mut h = spawn(&ns, "private");
     // Positive control for the reads below: nothing of this namespace is stored yet.
     assert!(matches!(stored(&ns, "pay"), Err(keyring::Error::NoEntry)));
     match h.ask(SecretsRequest::Status) {
@@ -215,7 +89,7 @@ fn the_helper_serves_the_credential_manager_over_its_inherited_pipe() {
     }
     // The broker's own helper (another process, its own channel) finds it and makes the
     // header for a host it was stored for; refused for any other.
-    let mut b = Helper::spawn(&ns, "broker");
+    let mut b = spawn(&ns, "broker");
     match b.ask(SecretsRequest::Has { name: name("pay") }) {
         SecretsReply::Credential(Some(info)) => assert!(info.present, "{info:?}"),
         other => panic!("{other:?}"),
@@ -300,7 +174,7 @@ fn the_helper_serves_the_credential_manager_over_its_inherited_pipe() {
 fn a_request_its_channel_does_not_carry_ends_the_helper() {
     let ns = namespace();
     // The broker's own channel never sets a credential (ipc_schema::route::BROKER_TO_SECRETS).
-    let mut h = Helper::spawn(&ns, "broker");
+    let mut h = spawn(&ns, "broker");
     // Positive control: a request that channel carries is answered.
     assert!(matches!(
         h.ask(SecretsRequest::Status),

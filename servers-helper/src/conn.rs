@@ -1,6 +1,11 @@
 //! One server connection: newline-delimited JSON-RPC on the server's stdio socket (the MCP
 //! stdio transport), as a client. A server that breaks the protocol loses the connection, and
 //! every request of the broker's waiting on it is answered.
+//!
+//! On Unix the connection owns its socket and is driven by `serve.rs`'s `poll(2)` loop
+//! ([`Conn::readable`], [`Conn::writable`]). On Windows the pipe is read and written by tasks
+//! of `serve_windows.rs`, which hand the connection what arrived ([`Conn::received`]) and take
+//! what it has to send ([`Conn::take_output`]); everything else is the same code.
 
 use crate::mcp;
 use ipc_schema::servers::{
@@ -9,8 +14,11 @@ use ipc_schema::servers::{
 use ipc_schema::{Body, ErrorCode, ErrorReply};
 use serde_json::Value;
 use std::collections::BTreeMap;
+#[cfg(unix)]
 use std::io::{self, Read, Write};
+#[cfg(unix)]
 use std::os::fd::{AsFd, BorrowedFd};
+#[cfg(unix)]
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
@@ -36,6 +44,7 @@ pub type Replies = Vec<(u64, Body)>;
 
 pub struct Conn {
     server: ServerName,
+    #[cfg(unix)]
     sock: UnixStream,
     inbuf: Vec<u8>,
     outbuf: Vec<u8>,
@@ -56,10 +65,23 @@ fn err(code: ErrorCode, msg: impl Into<String>) -> Body {
 
 impl Conn {
     /// Takes over `sock` and sends `initialize`; `req` is answered when the server answers.
+    #[cfg(unix)]
     pub fn attach(server: ServerName, sock: UnixStream, req: u64) -> io::Result<Conn> {
         sock.set_nonblocking(true)?;
+        Ok(Conn::start(server, sock, req))
+    }
+
+    /// Sends `initialize` (Windows: the caller moves the bytes, [`Conn::take_output`]); `req`
+    /// is answered when the server answers.
+    #[cfg(windows)]
+    pub fn attach(server: ServerName, req: u64) -> Conn {
+        Conn::start(server, req)
+    }
+
+    fn start(server: ServerName, #[cfg(unix)] sock: UnixStream, req: u64) -> Conn {
         let mut c = Conn {
             server,
+            #[cfg(unix)]
             sock,
             inbuf: Vec::new(),
             outbuf: Vec::new(),
@@ -74,13 +96,15 @@ impl Conn {
         let id = c.rpc_id();
         c.send(&mcp::initialize(id));
         c.waiting.insert(id, Waiting::Init { req });
-        Ok(c)
+        c
     }
 
+    #[cfg(unix)]
     pub fn as_fd(&self) -> BorrowedFd<'_> {
         self.sock.as_fd()
     }
 
+    #[cfg(unix)]
     pub fn wants_write(&self) -> bool {
         !self.outbuf.is_empty()
     }
@@ -201,6 +225,7 @@ impl Conn {
     }
 
     /// Writes what the socket takes.
+    #[cfg(unix)]
     pub fn writable(&mut self, out: &mut Replies) {
         while !self.outbuf.is_empty() && self.closed.is_none() {
             match self.sock.write(&self.outbuf) {
@@ -213,40 +238,55 @@ impl Conn {
                 Err(e) => return self.close(format!("writing to the server: {e}"), out),
             }
         }
+        self.check_unread(out);
+    }
+
+    /// Ends a connection whose server has not read [`UNREAD_MAX`] of what gatehouse sent.
+    pub fn check_unread(&mut self, out: &mut Replies) {
         if self.outbuf.len() > UNREAD_MAX {
             self.close("the server does not read what gatehouse sends".into(), out);
         }
     }
 
+    /// Windows: what is to be written to the server, taken (the writer task writes it).
+    #[cfg(windows)]
+    pub fn take_output(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.outbuf)
+    }
+
     /// Reads what the server wrote and acts on each whole message.
+    #[cfg(unix)]
     pub fn readable(&mut self, out: &mut Replies) {
         let mut buf = [0u8; 64 << 10];
         while self.closed.is_none() {
             match self.sock.read(&mut buf) {
-                Ok(0) => {
-                    return self.close(
-                        "the server closed its stdout (it exited or crashed)".into(),
-                        out,
-                    )
-                }
-                Ok(n) => self.inbuf.extend_from_slice(&buf[..n]),
+                Ok(0) => return self.close(STDOUT_CLOSED.into(), out),
+                Ok(n) => self.received(&buf[..n], out),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return self.close(format!("reading from the server: {e}"), out),
             }
-            while let Some(nl) = self.inbuf.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = self.inbuf.drain(..=nl).collect();
-                if line.len() > MESSAGE_MAX + 1 {
-                    return self.close(too_long(), out);
-                }
-                self.on_line(&line[..nl], out);
-                if self.closed.is_some() {
-                    return;
-                }
-            }
-            if self.inbuf.len() > MESSAGE_MAX {
+        }
+    }
+
+    /// Acts on each whole message in what the server wrote, keeping the rest for later.
+    pub fn received(&mut self, bytes: &[u8], out: &mut Replies) {
+        if self.closed.is_some() {
+            return;
+        }
+        self.inbuf.extend_from_slice(bytes);
+        while let Some(nl) = self.inbuf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.inbuf.drain(..=nl).collect();
+            if line.len() > MESSAGE_MAX + 1 {
                 return self.close(too_long(), out);
             }
+            self.on_line(&line[..nl], out);
+            if self.closed.is_some() {
+                return;
+            }
+        }
+        if self.inbuf.len() > MESSAGE_MAX {
+            self.close(too_long(), out);
         }
     }
 
@@ -401,6 +441,7 @@ impl Conn {
         if self.closed.is_some() {
             return;
         }
+        #[cfg(unix)]
         let _ = self.sock.shutdown(std::net::Shutdown::Both);
         for (_, w) in std::mem::take(&mut self.waiting) {
             let (req, body) = match w {
@@ -430,6 +471,9 @@ impl Conn {
         self.closed = Some(why);
     }
 }
+
+/// Why a connection ends when the server's output does.
+pub const STDOUT_CLOSED: &str = "the server closed its stdout (it exited or crashed)";
 
 fn too_long() -> String {
     format!("the server wrote a message longer than {MESSAGE_MAX} bytes")

@@ -1,32 +1,33 @@
 //! servers-helper: lock down, say hello, serve.
 //!
 //! The one process that reads what third-party MCP servers write. The broker passes it each
-//! server's stdio socket ([`ipc_schema::servers::ServersRequest::Attach`]); it speaks JSON-RPC
-//! on it and answers the broker in typed, bounded values. Locked down like a gateway: no files,
-//! no network, no exec, no new sockets, one thread. See docs/servers-helper.md.
+//! server's stdio socket ([`ipc_schema::servers::ServersRequest::Attach`]; on Windows a pipe
+//! the broker duplicates into it); it speaks JSON-RPC on it and answers the broker in typed,
+//! bounded values. Locked down like a gateway: no files, no network, no exec, no new sockets.
+//! On Linux one thread and `poll(2)`; on Windows, where the spawner starts it confined
+//! (`sandbox::windows::spawn_helper`), one tokio thread. See docs/servers-helper.md.
 
 #![forbid(unsafe_code)]
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 mod conn;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", windows))]
 mod mcp;
+#[cfg(any(target_os = "linux", windows))]
+mod requests;
 #[cfg(target_os = "linux")]
 mod serve;
+#[cfg(windows)]
+mod serve_windows;
 
-#[cfg(target_os = "linux")]
-use ipc_schema::helper::{fatal, HelperChannel};
-#[cfg(target_os = "linux")]
-use ipc_schema::Role;
-#[cfg(target_os = "linux")]
-use sandbox::helper_args::{lock_down, HelperArgs};
-#[cfg(target_os = "linux")]
-use std::process::ExitCode;
+#[cfg(any(target_os = "linux", windows))]
+fn main() -> std::process::ExitCode {
+    use ipc_schema::helper::{fatal, HelperChannel};
+    use ipc_schema::Role;
+    use sandbox::helper_args::{lock_down, take_channel, HelperArgs};
 
-#[cfg(target_os = "linux")]
-fn main() -> ExitCode {
     let args = HelperArgs::from_env();
-    let channel = sandbox::process::take_inherited_channel()
+    let channel = take_channel(&args)
         .unwrap_or_else(|e| fatal(Role::Servers, format!("no broker channel: {e}")));
 
     // Lock down.
@@ -37,13 +38,16 @@ fn main() -> ExitCode {
     let chan = HelperChannel::hello(Role::Servers, channel, report);
 
     // Serve what the broker may ask (ipc_schema::route::BROKER_TO_SERVERS).
+    #[cfg(target_os = "linux")]
     serve::serve(chan);
-    ExitCode::SUCCESS
+    #[cfg(windows)]
+    serve_windows::serve(chan);
+    std::process::ExitCode::SUCCESS
 }
 
-/// Started by the spawner with its one inherited channel and confined by Landlock and seccomp: Linux
-/// only so far.
-#[cfg(not(target_os = "linux"))]
+/// Started by the spawner with its one inherited channel and confined by Landlock and seccomp
+/// (on Windows by the applier). Not on macOS yet.
+#[cfg(not(any(target_os = "linux", windows)))]
 fn main() -> std::process::ExitCode {
     use ipc_schema::platform::{refuse, Missing};
     refuse("servers-helper", &[Missing::HelperProcesses])

@@ -3,17 +3,15 @@
 //! ends the helper on anything unexpected; a server's misbehaviour ends only its connection.
 
 use crate::conn::{Conn, Replies};
+use crate::requests::Slot;
 use ipc_schema::helper::{fatal, HelperChannel, PolledChannel, Request};
 use ipc_schema::route::BROKER_TO_SERVERS;
-use ipc_schema::servers::{ConnId, ServersRequest};
-use ipc_schema::{Body, ErrorCode, ErrorReply, Role};
+use ipc_schema::servers::ConnId;
+use ipc_schema::Role;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use std::collections::BTreeMap;
 use std::os::unix::net::UnixStream;
-use std::time::{Duration, Instant};
-
-/// Connections at once (each is one running server).
-const MAX_CONNS: usize = 64;
+use std::time::Instant;
 
 struct Server {
     chan: PolledChannel,
@@ -117,81 +115,19 @@ impl Server {
     }
 
     fn handle(&mut self, req: Request) {
-        let id = req.id;
-        if !matches!(req.body, Body::Servers(_)) {
-            req.unserved(Role::Servers);
-        }
-        let Body::Servers(r) = req.body else {
-            unreachable!("checked above")
-        };
-        let mut out = Replies::new();
-        match r {
-            ServersRequest::Attach { conn, server } => {
-                let Some(fd) = req.fd else {
-                    // The route table makes this fatal before it gets here.
-                    fatal(Role::Servers, "an Attach without the server's socket");
-                };
-                let body = if self.conns.contains_key(&conn) {
-                    Some(format!("{conn} is already attached"))
-                } else if self.conns.len() >= MAX_CONNS {
-                    Some(format!(
-                        "{MAX_CONNS} servers are attached; detach one first"
-                    ))
-                } else {
-                    match Conn::attach(server, UnixStream::from(fd), id) {
-                        Ok(c) => {
-                            self.conns.insert(conn, c);
-                            None
-                        }
-                        Err(e) => Some(format!("the server's socket: {e}")),
-                    }
-                };
-                if let Some(why) = body {
-                    out.push((id, error(ErrorCode::Invalid, why)));
-                }
-            }
-            ServersRequest::ListTools { conn } => match self.conns.get_mut(&conn) {
-                Some(c) => c.list(id, &mut out),
-                None => out.push((id, unknown(conn))),
-            },
-            ServersRequest::CallTool {
-                conn,
-                tool,
-                arguments,
-                timeout_ms,
-            } => match self.conns.get_mut(&conn) {
-                Some(c) => c.call(
-                    id,
-                    &tool,
-                    &arguments,
-                    Duration::from_millis(timeout_ms),
-                    &mut out,
-                ),
-                None => out.push((id, unknown(conn))),
-            },
-            ServersRequest::Watch { conn } => match self.conns.get_mut(&conn) {
-                Some(c) => c.watch(id, &mut out),
-                None => out.push((id, unknown(conn))),
-            },
-            ServersRequest::Detach { conn } => match self.conns.remove(&conn) {
-                Some(mut c) => {
-                    c.close("gatehouse detached it".into(), &mut out);
-                    out.push((id, Body::Pong));
-                }
-                None => out.push((id, unknown(conn))),
-            },
-        }
+        let (_, out) = crate::requests::handle(&mut self.conns, req, |_, server, id, fd| {
+            Conn::attach(server, UnixStream::from(fd), id)
+                .map_err(|e| format!("the server's socket: {e}"))
+        });
         self.send_all(out);
     }
 }
 
-fn error(code: ErrorCode, msg: impl Into<String>) -> Body {
-    Body::Error(ErrorReply::new(code, msg))
-}
+/// On Linux a connection's I/O is its socket, which closing it shuts down.
+impl Slot for Conn {
+    fn conn(&mut self) -> &mut Conn {
+        self
+    }
 
-fn unknown(conn: ConnId) -> Body {
-    error(
-        ErrorCode::Invalid,
-        format!("no connection {conn}: never attached, or detached"),
-    )
+    fn end(&mut self) {}
 }

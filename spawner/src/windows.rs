@@ -44,9 +44,8 @@ fn windows_kind(kind: Role) -> Result<(Profile, ChannelIo), String> {
         // The grant roots' ACEs are the broker's (it knows the grants); the policy's check of
         // the token and job does not depend on them.
         Role::Fs => Ok((Profile::Fs(FsProfile::default()), ChannelIo::Blocking)),
-        Role::Servers => {
-            Err("the servers-helper does not run on Windows yet (it is passed descriptors)".into())
-        }
+        // It answers the broker out of order (a call waits on its server), from tokio.
+        Role::Servers => Ok((Profile::Servers, ChannelIo::Overlapped)),
         other => Err(format!("{other} is not a helper the spawner starts")),
     }
 }
@@ -249,16 +248,19 @@ impl Spawner {
             }
         };
         drop(spawned.channel);
-        // The net-helper's channel takes the proxy's client sockets, which the router
-        // duplicates into it itself: a handle that allows that and nothing more.
+        // The net-helper's channel takes the proxy's client sockets, the servers-helper's its
+        // servers' pipes, which the router duplicates into it itself: a handle that allows that
+        // and nothing more.
         let process = match kind {
-            Role::Net => match w::process_for_handles_into(self.router.as_handle(), &child) {
-                Ok(p) => Some(p),
-                Err(e) => {
-                    let _ = child.kill();
-                    return Err(format!("cannot hand {kind}'s process to the router: {e}"));
+            Role::Net | Role::Servers => {
+                match w::process_for_handles_into(self.router.as_handle(), &child) {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        let _ = child.kill();
+                        return Err(format!("cannot hand {kind}'s process to the router: {e}"));
+                    }
                 }
-            },
+            }
             _ => None,
         };
         let waiter = Arc::clone(&child);

@@ -71,3 +71,138 @@ pub fn check_hello(policy: &WindowsPolicy, child: &ConfinedChild, report: &Lockd
         "{e}"
     );
 }
+
+/// A secrets-helper spawned as the Windows spawner spawns it (the secrets profile's policy;
+/// degraded under Wine, which restricts no token), its hello checked by [`check_hello`], and
+/// the broker's end of its channel: how a test reaches the Credential Manager as gatehouse does
+/// (the command line's own private helper is strict, so Wine refuses it).
+pub struct SecretsHelper {
+    pub child: ConfinedChild,
+    chan: std::fs::File,
+    stderr: std::io::PipeReader,
+    next: u64,
+}
+
+impl SecretsHelper {
+    /// With the helper's own arguments (`--channel`, `--store`, `--namespace`, ...).
+    pub fn spawn(mut args: Vec<std::ffi::OsString>) -> SecretsHelper {
+        use ipc_schema::codec::read_frame;
+        use ipc_schema::secrets::StoreKind;
+        use ipc_schema::{Body, Role, MAX_FRAME};
+        use sandbox::Profile;
+        use std::io::Read;
+        use std::os::windows::io::{AsHandle, OwnedHandle};
+        let policy = wincfg::helper_policy(&Profile::Secrets(StoreKind::CredentialManager))
+            .expect("the secrets profile's Windows policy");
+        let (mut stderr, stderr_w) = std::io::pipe().unwrap();
+        let stderr_w: OwnedHandle = stderr_w.into();
+        if running_under_wine() {
+            args.push("--allow-degraded".into());
+        }
+        let w::SpawnedHelper { child, channel } = w::spawn_helper(
+            &policy,
+            &crate::bin("secrets-helper"),
+            &args,
+            w::ChannelIo::Blocking,
+            w::ChannelIo::Blocking,
+            stderr_w.as_handle(),
+            w::SpawnOptions {
+                allow_degraded: running_under_wine(),
+            },
+        )
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+        // Ours would keep the pipe open after the helper exits.
+        drop(stderr_w);
+        let mut chan = channel;
+        let hello = match read_frame(&mut chan, MAX_FRAME) {
+            Ok(Some(env)) => env,
+            other => {
+                let code = child.wait_timeout(30_000);
+                let mut text = String::new();
+                let _ = stderr.read_to_string(&mut text);
+                panic!("no hello ({other:?}); the helper ended with {code:?}: {text}");
+            }
+        };
+        assert_eq!(hello.id, 0);
+        let Body::Hello(hello) = hello.body else {
+            panic!("not a hello: {:?}", hello.body);
+        };
+        assert_eq!(hello.role, Role::Secrets);
+        assert_eq!(hello.pid, child.pid());
+        let report = hello.lockdown;
+        assert!(report.windows.is_some(), "{report:?}");
+        // The spawner's view of the process against its report, then the broker's check.
+        check_hello(&policy, &child, &report);
+        SecretsHelper {
+            child,
+            chan,
+            stderr,
+            next: 1,
+        }
+    }
+
+    pub fn send(&mut self, body: ipc_schema::Body) -> u64 {
+        let id = self.next;
+        self.next += 1;
+        ipc_schema::codec::write_frame(&mut self.chan, &ipc_schema::Envelope::new(id, body))
+            .expect("write a request");
+        id
+    }
+
+    pub fn ask(
+        &mut self,
+        req: ipc_schema::secrets::SecretsRequest,
+    ) -> ipc_schema::secrets::SecretsReply {
+        use ipc_schema::Body;
+        use std::io::Read;
+        let id = self.send(Body::Secrets(req));
+        let env = match ipc_schema::codec::read_frame(&mut self.chan, ipc_schema::MAX_FRAME) {
+            Ok(Some(env)) => env,
+            other => {
+                let code = self.child.wait_timeout(30_000);
+                let mut text = String::new();
+                let _ = self.stderr.read_to_string(&mut text);
+                panic!("no reply ({other:?}); the helper ended with {code:?}: {text}");
+            }
+        };
+        assert_eq!(env.id, id);
+        match env.body {
+            Body::SecretsReply(r) => r,
+            other => panic!("expected a SecretsReply, got {other:?}"),
+        }
+    }
+
+    /// Closes the broker's end; returns the helper's exit code and what it wrote on stderr.
+    pub fn close(self) -> (u32, String) {
+        self.end(true)
+    }
+
+    /// Waits for the helper to end on its own (the channel stays open meanwhile).
+    pub fn wait_exit(self) -> (u32, String) {
+        self.end(false)
+    }
+
+    fn end(self, close_first: bool) -> (u32, String) {
+        use std::io::Read;
+        let SecretsHelper {
+            child,
+            chan,
+            mut stderr,
+            ..
+        } = self;
+        let chan = if close_first {
+            drop(chan);
+            None
+        } else {
+            Some(chan)
+        };
+        let code = child
+            .wait_timeout(30_000)
+            .expect("wait for the helper")
+            .expect("the helper exits once its channel is closed");
+        drop(chan);
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        (code, text)
+    }
+}

@@ -22,19 +22,25 @@ pub const OUTPUT_CAP: u64 = OUTPUT_PIECE_MAX as u64;
 
 /// What the sandbox enforced, in one line.
 fn sandbox_line(s: &SandboxReport) -> String {
-    let mut line = format!(
-        "{} as uid {}; tier {}; namespaces {}; Landlock ABI {}; seccomp denylist {}; no network",
-        s.program,
-        s.uid,
-        s.tier,
-        if s.namespaces.is_empty() {
-            "none".to_string()
-        } else {
-            s.namespaces.join(" ")
-        },
-        s.landlock_abi,
-        if s.seccomp_denylist { "on" } else { "OFF" }
-    );
+    use ipc_schema::tier::ConfinementTier::{Landlock, Namespaces};
+    let mut line = match s.tier {
+        Namespaces | Landlock => format!(
+            "{} as uid {}; tier {}; namespaces {}; Landlock ABI {}; seccomp denylist {}; no network",
+            s.program,
+            s.uid,
+            s.tier,
+            if s.namespaces.is_empty() {
+                "none".to_string()
+            } else {
+                s.namespaces.join(" ")
+            },
+            s.landlock_abi,
+            if s.seccomp_denylist { "on" } else { "OFF" }
+        ),
+        // Windows' and macOS' tiers have no uid, namespaces, Landlock or seccomp to name: the
+        // tier is the sandbox, and what it does not hold is listed as DEGRADED below.
+        other => format!("{}; tier {other}", s.program),
+    };
     if !s.masked.is_empty() {
         let mut names: Vec<String> = s
             .masked

@@ -1,6 +1,7 @@
 //! A remote MCP server's connection (Streamable HTTP): the servers-helper gets one end of a
-//! socket pair and speaks to it exactly as to a stdio server; this relay reads each message it
-//! writes and has the net-helper POST it ([`NetRequest::Mcp`]: the same address table, pinned
+//! socket pair (on Windows of a duplex pipe, `sandbox::windows::channel_pair`) and speaks to it
+//! exactly as to a stdio server; this relay reads each message it writes and has the
+//! net-helper POST it ([`NetRequest::Mcp`]: the same address table, pinned
 //! connection and TLS as every fetch, the credential made by the secrets-helper for the URL's
 //! host alone, per message, never kept here). What the server answers comes back already framed
 //! into one-line messages, which the relay writes to the pair for the servers-helper to parse.
@@ -11,30 +12,22 @@
 //! fails what was in flight, and the broker starts the server afresh on its next use (a new
 //! handshake, a new session). When the connection ends the session is ended with a DELETE.
 
-#[cfg(unix)]
 use super::http::attach;
-use crate::helpers::Connector;
+use crate::helpers::Passed;
 use crate::Ctx;
 use ipc_schema::net::McpSessionId;
-#[cfg(unix)]
 use ipc_schema::net::{McpPost, NetReply, NetRequest, FETCH_TOTAL_MS_CEILING};
 use ipc_schema::servers::ServerName;
-#[cfg(unix)]
 use ipc_schema::servers::MESSAGE_MAX;
 use ipc_schema::tool::SessionId;
-#[cfg(unix)]
 use ipc_schema::Body;
 use policy::servers::RemoteServer;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
-#[cfg(unix)]
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-#[cfg(unix)]
-use tokio::net::UnixStream;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 
 /// Messages in flight to one server at once; the next waits.
-#[cfg(unix)]
 const IN_FLIGHT: usize = 16;
 
 /// What the relay and the tool path share.
@@ -42,14 +35,11 @@ const IN_FLIGHT: usize = 16;
 pub struct Link {
     /// `MCP-Protocol-Version`, set once the servers-helper reports the handshake.
     pub version: RefCell<Option<String>>,
-    /// Read by the relay, which Windows does not build.
-    #[cfg_attr(windows, allow(dead_code))]
     session: RefCell<Option<McpSessionId>>,
 }
 
 /// Opens the pair and starts the relay; the returned end goes to the servers-helper. `gone`
 /// gets why the connection ended, when it is the relay that ends it.
-#[cfg(unix)]
 pub fn open(
     ctx: &Rc<Ctx>,
     sid: &SessionId,
@@ -57,13 +47,8 @@ pub fn open(
     r: &RemoteServer,
     call_timeout: Duration,
     gone: Rc<RefCell<Option<String>>>,
-) -> Result<(Connector, Rc<Link>), String> {
-    let (ours, theirs) =
-        crate::helpers::connector_pair().map_err(|e| format!("the server's connector: {e}"))?;
-    let ours = std::os::unix::net::UnixStream::from(ours);
-    ours.set_nonblocking(true)
-        .map_err(|e| format!("the server's connector: {e}"))?;
-    let ours = UnixStream::from_std(ours).map_err(|e| format!("the server's connector: {e}"))?;
+) -> Result<(Passed, Rc<Link>), String> {
+    let (rd, wr, theirs) = pair().map_err(|e| format!("the server's connection: {e}"))?;
     let link = Rc::new(Link::default());
     // A call may take its whole timeout; the exchange gets a little more, within the ceiling.
     let total_ms = (call_timeout + Duration::from_secs(10))
@@ -77,40 +62,56 @@ pub fn open(
         link.clone(),
     );
     tokio::task::spawn_local(async move {
-        relay(ctx, ours, name.clone(), r, total_ms, l, gone.clone()).await;
+        relay(ctx, rd, wr, name.clone(), r, total_ms, l, gone.clone()).await;
         let why = gone.borrow().clone().unwrap_or_else(|| "detached".into());
         super::servers::row(&sid, &name, "ended", why, None);
     });
     Ok((theirs, link))
 }
 
-/// Refused on Windows, where no connector exists ([`crate::helpers::connector_pair`]).
-#[cfg(windows)]
-pub fn open(
-    _ctx: &Rc<Ctx>,
-    _sid: &SessionId,
-    _name: &ServerName,
-    _r: &RemoteServer,
-    _call_timeout: Duration,
-    _gone: Rc<RefCell<Option<String>>>,
-) -> Result<(Connector, Rc<Link>), String> {
-    match crate::helpers::connector_pair()
-        .map_err(|e| format!("the server's connector: {e}"))?
-        .0 {}
+/// The relay's halves of a connected pair, and the end for the servers-helper: a socket pair,
+/// which reaches no one.
+#[cfg(unix)]
+fn pair() -> std::io::Result<(
+    tokio::net::unix::OwnedReadHalf,
+    tokio::net::unix::OwnedWriteHalf,
+    Passed,
+)> {
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+    ours.set_nonblocking(true)?;
+    let (rd, wr) = tokio::net::UnixStream::from_std(ours)?.into_split();
+    Ok((rd, wr, theirs.into()))
 }
 
-#[cfg(unix)]
+/// Windows: a duplex pipe made as the first and only instance of a fresh name, its client
+/// connected before anyone else could (`channel_pair`), both ends overlapped (the
+/// servers-helper reads and writes it from tokio).
+#[cfg(windows)]
+fn pair() -> std::io::Result<(
+    tokio::io::ReadHalf<tokio::net::windows::named_pipe::NamedPipeServer>,
+    tokio::io::WriteHalf<tokio::net::windows::named_pipe::NamedPipeServer>,
+    Passed,
+)> {
+    use sandbox::windows::{async_server, channel_pair, ChannelIo};
+    let (ours, theirs) = channel_pair(ChannelIo::Overlapped, ChannelIo::Overlapped)
+        .map_err(std::io::Error::other)?;
+    let (rd, wr) = tokio::io::split(async_server(ours)?);
+    Ok((rd, wr, Passed::Pipe(theirs)))
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn relay(
     ctx: Rc<Ctx>,
-    ours: UnixStream,
+    rd: impl AsyncRead + Unpin,
+    wr: impl AsyncWrite + Unpin + 'static,
     name: ServerName,
     r: RemoteServer,
     total_ms: u32,
     link: Rc<Link>,
     gone: Rc<RefCell<Option<String>>>,
 ) {
-    let (rd, wr) = ours.into_split();
-    let wr = Rc::new(tokio::sync::Mutex::new(wr));
+    // Taken (and so closed) when the relay ends, whatever exchange still runs.
+    let wr = Rc::new(tokio::sync::Mutex::new(Some(wr)));
     let ended = Rc::new(tokio::sync::Notify::new());
     let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
     let mut rd = BufReader::new(rd).take(MESSAGE_MAX as u64 + 1);
@@ -150,7 +151,10 @@ async fn relay(
                     let mut w = wr.lock().await;
                     let mut out = Ok(());
                     for m in messages {
-                        out = out.and(w.write_all(format!("{m}\n").as_bytes()).await);
+                        out = match w.as_mut() {
+                            Some(w) => out.and(w.write_all(format!("{m}\n").as_bytes()).await),
+                            None => Err(std::io::ErrorKind::BrokenPipe.into()),
+                        };
                     }
                     out.err()
                         .map(|e| format!("writing to the servers-helper: {e}"))
@@ -164,8 +168,12 @@ async fn relay(
             }
         });
     }
-    // The servers-helper sees its end close, and fails what is in flight.
-    let _ = wr.lock().await.shutdown().await;
+    // The servers-helper sees its end close, and fails what is in flight (on Windows once both
+    // halves are gone: a pipe has no half-close).
+    drop(rd);
+    if let Some(mut w) = wr.lock().await.take() {
+        let _ = w.shutdown().await;
+    }
     if link.session.borrow().is_some() {
         if let Err(why) = exchange(&ctx, &r, &link, None, 5_000).await {
             tracing::info!(server = %name, "ending the remote session: {why}");
@@ -175,7 +183,6 @@ async fn relay(
 
 /// One message to the server (`None`: the DELETE that ends its session), and the messages its
 /// answer carried.
-#[cfg(unix)]
 async fn exchange(
     ctx: &Rc<Ctx>,
     r: &RemoteServer,

@@ -250,7 +250,7 @@ async fn start(
         Reach::Stdio(x) => {
             let (fd, run, values) = start_sandbox(ctx, sid, profile, s, x, conn, &gone).await?;
             scrub = values;
-            (fd, Backing::Sandbox(run), None)
+            (crate::helpers::pass(fd), Backing::Sandbox(run), None)
         }
         Reach::Remote(r) => {
             let (fd, link) =
@@ -265,7 +265,7 @@ async fn start(
                 conn,
                 server: s.name.clone(),
             }),
-            crate::helpers::pass(stdio),
+            stdio,
         )
         .await;
     let hello = match attached {
@@ -339,6 +339,12 @@ async fn start_sandbox(
     conn: ConnId,
     gone: &Rc<RefCell<Option<String>>>,
 ) -> Result<(crate::helpers::Connector, RunId, Rc<Vec<SecretValue>>), String> {
+    if cfg!(windows) {
+        return Err(format!(
+            "the server {} is not started: stdio servers are not built on Windows (in the restricted-token tier every command shares one command SID, so a server, which runs for the whole session, would keep every command with other grants from starting; a remote server runs: docs/windows.md)",
+            s.name
+        ));
+    }
     let exec = slot(ctx, Role::Exec)?;
     let servers = slot(ctx, Role::Servers)?;
     if let Some(why) = crate::exec_tier::refusal(ctx).await {

@@ -19,12 +19,12 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// Starts `gatehouse --data-dir DATA mcp` in `project` with HOME set to `home`.
+    /// Starts `gatehouse --data-dir DATA mcp EXTRA...` in `project` with HOME set to `home`.
     pub fn start(
         exe: &Path,
         data: &Path,
-        project: &Path,
-        home: &Path,
+        (project, home): (&Path, &Path),
+        extra: &[&str],
         log: &Path,
         tx: Sender<Ev>,
     ) -> Result<Agent, String> {
@@ -33,6 +33,7 @@ impl Agent {
             .arg("--data-dir")
             .arg(data)
             .arg("mcp")
+            .args(extra)
             .current_dir(project)
             .env("HOME", home)
             .stdin(Stdio::piped())

@@ -5,13 +5,12 @@ use super::Ev;
 use ipc_schema::codec::{read_frame, write_frame, MAX_FRAME};
 use ipc_schema::ui::{Choice, Decision, Proposal, UiRequest};
 use ipc_schema::{Body, Envelope};
-use std::io::{BufReader, BufWriter, Write};
-use std::os::unix::net::UnixStream;
+use std::io::Write;
 use std::path::Path;
 use std::sync::mpsc::Sender;
 
 pub struct Approver {
-    writer: BufWriter<UnixStream>,
+    writer: Box<dyn Write + Send>,
     next_id: u64,
     /// The request id the broker sends events on.
     pub subscription: u64,
@@ -20,28 +19,25 @@ pub struct Approver {
 impl Approver {
     /// Connects to the ui socket at `path` and subscribes; frames arrive as [`Ev::Ui`].
     pub fn connect(path: &Path, tx: Sender<Ev>) -> Result<Approver, String> {
-        let s = UnixStream::connect(path)
-            .map_err(|e| format!("cannot reach the ui socket {}: {e}", path.display()))?;
-        let r = s.try_clone().map_err(|e| e.to_string())?;
+        let (mut rd, writer) = gatehouse_client::Client::connect(path)
+            .map_err(|e| format!("cannot reach the ui socket: {e}"))?
+            .into_parts();
         std::thread::Builder::new()
             .name("demo-ui-reader".into())
-            .spawn(move || {
-                let mut rd = BufReader::new(r);
-                loop {
-                    let ev = match read_frame(&mut rd, MAX_FRAME) {
-                        Ok(Some(env)) => Ev::Ui(Box::new(env)),
-                        Ok(None) => Ev::UiClosed("the broker closed the ui connection".into()),
-                        Err(e) => Ev::UiClosed(format!("ui connection: {e}")),
-                    };
-                    let last = matches!(ev, Ev::UiClosed(_));
-                    if tx.send(ev).is_err() || last {
-                        return;
-                    }
+            .spawn(move || loop {
+                let ev = match read_frame(&mut rd, MAX_FRAME) {
+                    Ok(Some(env)) => Ev::Ui(Box::new(env)),
+                    Ok(None) => Ev::UiClosed("the broker closed the ui connection".into()),
+                    Err(e) => Ev::UiClosed(format!("ui connection: {e}")),
+                };
+                let last = matches!(ev, Ev::UiClosed(_));
+                if tx.send(ev).is_err() || last {
+                    return;
                 }
             })
             .map_err(|e| format!("cannot start a thread: {e}"))?;
         let mut a = Approver {
-            writer: BufWriter::new(s),
+            writer: Box::new(writer),
             next_id: 1,
             subscription: 0,
         };

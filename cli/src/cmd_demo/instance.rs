@@ -11,6 +11,9 @@ use std::time::{Duration, Instant};
 pub(super) struct Broker {
     pub(super) child: Child,
     pub(super) log: PathBuf,
+    /// Its ui socket (Windows: where it is asked to stop).
+    #[cfg_attr(unix, allow(dead_code))]
+    ui: PathBuf,
 }
 
 impl Broker {
@@ -32,11 +35,16 @@ impl Broker {
             .stderr(err)
             .spawn()
             .map_err(|e| format!("cannot start the broker: {e}"))?;
-        let mut b = Broker { child, log };
         let socket = Dirs::under(&s.data).ui_socket();
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut b = Broker {
+            child,
+            log,
+            ui: socket.clone(),
+        };
+        // Windows: the broker starts its spawner and five helpers in processes that take longer.
+        let deadline = Instant::now() + Duration::from_secs(if cfg!(windows) { 60 } else { 20 });
         loop {
-            if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
+            if gatehouse_client::Client::connect(&socket).is_ok() {
                 return Ok(b);
             }
             if let Ok(Some(status)) = b.child.try_wait() {
@@ -44,7 +52,7 @@ impl Broker {
             }
             if Instant::now() >= deadline {
                 return Err(format!(
-                    "the broker did not open its socket in 20 s: {}",
+                    "the broker did not open its socket in time: {}",
                     b.log_tail()
                 ));
             }
@@ -58,10 +66,18 @@ impl Broker {
         lines[lines.len().saturating_sub(5)..].join("\n")
     }
 
-    /// SIGTERM, then wait (the broker commits its audit rows before it exits).
+    /// Asks the broker to stop (SIGTERM; on Windows `StopBroker` on the ui channel, as
+    /// `gatehouse stop`), then waits: it commits its audit rows before it exits.
     pub(super) fn stop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        #[cfg(unix)]
+        {
+            let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        }
+        #[cfg(windows)]
+        if let Ok(mut c) = gatehouse_client::Client::connect(&self.ui) {
+            let _ = c.request(ipc_schema::Body::Ui(ipc_schema::ui::UiRequest::StopBroker));
+        }
         let deadline = Instant::now() + Duration::from_secs(15);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
@@ -82,12 +98,13 @@ impl Drop for Broker {
     }
 }
 
-pub(super) fn verify_audit(exe: &Path, s: &Scratch) -> AuditReport {
+pub(super) fn verify_audit(exe: &Path, s: &Scratch, extra: &[&str]) -> AuditReport {
     let mut r = AuditReport::default();
     match Command::new(exe)
         .arg("--data-dir")
         .arg(&s.data)
         .args(["--json", "verify-audit"])
+        .args(extra)
         .env("HOME", &s.home)
         .stdin(Stdio::null())
         .output()

@@ -2,6 +2,7 @@
 //! shell start-up file and SSH key (never the real home), a small project in it, and the data
 //! directory of a private gatehouse instance. Removed at the end unless kept.
 
+#[cfg(unix)]
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -22,12 +23,16 @@ pub struct Scratch {
     pub keep: bool,
 }
 
+/// A new file; `mode` on Unix (Windows: the directory's inherited ACL, the user's alone).
 fn write(path: &Path, text: &str, mode: u32) -> Result<(), String> {
     use std::io::Write;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create_new(true);
+    #[cfg(unix)]
+    o.mode(mode);
+    #[cfg(windows)]
+    let _ = mode;
+    let mut f = o
         .open(path)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     f.write_all(text.as_bytes())
@@ -35,21 +40,39 @@ fn write(path: &Path, text: &str, mode: u32) -> Result<(), String> {
 }
 
 fn dir(path: &Path, mode: u32) -> Result<(), String> {
-    std::fs::DirBuilder::new()
-        .mode(mode)
-        .create(path)
-        .map_err(|e| format!("{}: {e}", path.display()))
+    #[cfg(unix)]
+    let made = std::fs::DirBuilder::new().mode(mode).create(path);
+    #[cfg(windows)]
+    let made = {
+        let _ = mode;
+        std::fs::create_dir(path)
+    };
+    made.map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// A fresh directory in the temporary directory, only this user's (0700; on Windows the
+/// temporary directory's ACL, which is the user's profile's).
+fn scratch_root() -> Result<PathBuf, String> {
+    let tmp = std::env::temp_dir();
+    let fail = |e: &dyn std::fmt::Display| {
+        format!("cannot make a scratch directory in {}: {e}", tmp.display())
+    };
+    #[cfg(unix)]
+    return nix::unistd::mkdtemp(&tmp.join("gatehouse-demo-XXXXXX")).map_err(|e| fail(&e));
+    #[cfg(windows)]
+    loop {
+        let root = tmp.join(format!("gatehouse-demo-{:08x}", rand::random::<u32>()));
+        match std::fs::create_dir(&root) {
+            Ok(()) => return Ok(root),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(fail(&e)),
+        }
+    }
 }
 
 impl Scratch {
     pub fn create(keep: bool) -> Result<Scratch, String> {
-        let template = std::env::temp_dir().join("gatehouse-demo-XXXXXX");
-        let root = nix::unistd::mkdtemp(&template).map_err(|e| {
-            format!(
-                "cannot make a scratch directory in {}: {e}",
-                std::env::temp_dir().display()
-            )
-        })?;
+        let root = scratch_root()?;
         // The broker shows resolved paths; resolve ours the same way (/tmp may be a link).
         let root = std::fs::canonicalize(&root).map_err(|e| format!("{}: {e}", root.display()))?;
         let s = Scratch {
@@ -63,6 +86,7 @@ impl Scratch {
         // exec sandbox runs commands as an unprivileged id, which a 0700 directory above the
         // project would keep out. What is private stays private: ~/.ssh is 0700 and the key
         // 0600, and the broker makes its own directories 0700.
+        #[cfg(unix)]
         std::fs::set_permissions(&s.root, std::fs::Permissions::from_mode(0o755))
             .map_err(|e| format!("{}: {e}", s.root.display()))?;
         dir(&s.home, 0o755)?;

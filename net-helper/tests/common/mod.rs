@@ -406,6 +406,18 @@ pub struct SeenRequest {
     pub line: String,
     pub headers: Vec<(String, String)>,
     pub local: SocketAddr,
+    /// The body its `Content-Length` announced (at most 1 MiB).
+    pub body: Vec<u8>,
+}
+
+impl SeenRequest {
+    /// The value of header `name` (lower case), if it came.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
 }
 
 pub type Handler = Arc<dyn Fn(&SeenRequest) -> Vec<u8> + Send + Sync>;
@@ -487,10 +499,21 @@ fn serve_one<S: Read + Write>(
             headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
         }
     }
+    let len = headers
+        .iter()
+        .find(|(k, _)| k == "content-length")
+        .and_then(|(_, v)| v.parse::<usize>().ok())
+        .unwrap_or(0)
+        .min(1 << 20);
+    let mut body = vec![0u8; len];
+    if r.read_exact(&mut body).is_err() {
+        return;
+    }
     let req = SeenRequest {
         line: line.trim_end().to_string(),
         headers,
         local,
+        body,
     };
     seen.lock().unwrap().push(req.clone());
     let resp = handler(&req);

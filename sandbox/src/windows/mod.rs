@@ -54,8 +54,8 @@ pub use ffi::{running_under_wine, OwnedSid, WinError};
 pub use job::{own_job_facts, Job};
 pub use mitigation::in_force as mitigation_in_force;
 pub use pass::{
-    adopt_helper_process, adopt_passed_socket, exclusive_loopback_listener,
-    process_for_handles_into, socket_into,
+    adopt_helper_process, adopt_passed_pipe, adopt_passed_socket, exclusive_loopback_listener,
+    pipe_into, process_for_handles_into, socket_into,
 };
 pub use private_dir::{ensure_private_dir, ensure_private_dir_also};
 pub use spawn::{

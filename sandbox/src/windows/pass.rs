@@ -1,15 +1,17 @@
-//! Handing a connected socket from the router to a helper on Windows, where a pipe carries no
-//! handles (Linux: `SCM_RIGHTS`).
+//! Handing a connected socket or a pipe end from the router to a helper on Windows, where a
+//! pipe carries no handles (Linux: `SCM_RIGHTS`).
 //!
 //! The helper's process descriptor lets no other process of the user open it for more than
 //! waiting on it, so the router cannot open it by pid (which is what `WSADuplicateSocketW`
 //! does). Instead the spawner, which made the helper and holds a full handle to it, duplicates
 //! into the router a handle to the helper with `PROCESS_DUP_HANDLE` (and the limited query
 //! that lets the router check whose it is) and nothing else ([`process_for_handles_into`],
-//! [`adopt_helper_process`]); only for a helper whose channel takes handles (the net-helper).
-//! The router duplicates each client socket into the helper through it ([`socket_into`]) and
-//! sends the value after the frame; the helper adopts it ([`adopt_passed_socket`]), refusing a
-//! value that is not an open stream socket of its own.
+//! [`adopt_helper_process`]); only for a helper whose channel takes handles (the net-helper's
+//! sockets, the servers-helper's pipes).
+//! The router duplicates each client socket (or pipe end) into the helper through it
+//! ([`socket_into`], [`pipe_into`]) and sends the value after the frame; the helper adopts it
+//! ([`adopt_passed_socket`], [`adopt_passed_pipe`]), refusing a value that is not an open
+//! stream socket (or pipe) of its own.
 //!
 //! A socket handle duplicated into another process is what `WSADuplicateSocketW` makes for the
 //! system's own providers, and what inheritance gives a child; a layered service provider
@@ -88,6 +90,26 @@ pub fn socket_into(
         "DuplicateHandle(a socket, into the helper)",
     )
     .map(Passed)
+}
+
+/// The router: duplicates a pipe end (a remote server's connection, from `channel_pair`)
+/// into the helper behind `helper`; its value there, which the helper adopts
+/// with [`adopt_passed_pipe`]. Ours stays ours (the caller drops it once the frame is written).
+pub fn pipe_into(helper: BorrowedHandle<'_>, pipe: BorrowedHandle<'_>) -> Result<Passed, WinError> {
+    duplicate_raw(
+        raw(pipe),
+        helper,
+        None,
+        "DuplicateHandle(a pipe, into the helper)",
+    )
+    .map(Passed)
+}
+
+/// The helper: adopts the pipe end the router duplicated into this process, by the value that
+/// came after its frame ([`pipe_into`]). Refused unless the value names an open handle of this
+/// process that is a pipe.
+pub fn adopt_passed_pipe(passed: Passed) -> Result<OwnedHandle, WinError> {
+    super::spawner::adopt_pipe(passed.0, MECH, "the passed pipe")
 }
 
 /// Winsock started for this process (reference-counted: std's own start changes nothing).

@@ -158,17 +158,29 @@ pub(crate) fn open_handle(
 /// Adopts the pipe handle the spawner duplicated into this process, by the value it sent.
 /// Refused unless the value names an open handle of this process that is a pipe.
 pub fn adopt_duplicated_pipe(value: u64) -> Result<OwnedHandle, WinError> {
-    let h = open_handle(value, MECH, "GetHandleInformation(the helper's channel)")?;
+    adopt_pipe(value, MECH, "the helper's channel")
+}
+
+/// A pipe handle another process duplicated into this one for it alone, by its value; refused
+/// unless the value names an open handle of this process that is a pipe. `what` names it in
+/// the refusal.
+pub(crate) fn adopt_pipe(
+    value: u64,
+    mechanism: &'static str,
+    what: &'static str,
+) -> Result<OwnedHandle, WinError> {
+    let h = open_handle(value, mechanism, "GetHandleInformation")?;
     // SAFETY: as above, an open handle; GetFileType only queries it.
     if unsafe { GetFileType(h) } != FILE_TYPE_PIPE {
         return Err(invalid(
-            MECH,
-            format!("handle {value:#x} the spawner sent is not a pipe"),
+            mechanism,
+            format!("handle {value:#x} sent as {what} is not a pipe"),
         ));
     }
-    // SAFETY: the spawner duplicated this handle into this process for the router alone
-    // (`duplicate_into`), so nothing else here owns it; it is open and a pipe (checked above).
-    // A spawner that sent the value of a handle the router already owns could make it be closed
-    // twice, but the spawner is the less confined process and could act in this one anyway.
+    // SAFETY: the sender (the spawner for the router, the router for a helper) duplicated this
+    // handle into this process for this one use, so nothing else here owns it; it is open and a
+    // pipe (checked above). A sender that sent the value of a handle this process already owns
+    // could make it be closed twice, but each sender is the less confined (or the more trusted)
+    // process and could act in this one anyway.
     Ok(unsafe { OwnedHandle::from_raw_handle(h) })
 }
