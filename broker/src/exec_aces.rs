@@ -1,32 +1,45 @@
 //! Windows: the ACEs a command's policy names, applied by the broker before the command's
-//! `Start` and taken away when the last running command ends.
+//! `Start` and taken away when the last running command of its slot ends.
 //!
-//! A command there runs with a write-restricted token whose restricting SID is the command
-//! profile's: it writes only where an ACE names that SID (each read-write grant root), and
-//! never where a deny ACE does (gatehouse's own directories). Which ACEs is
-//! `sandbox::wincfg::exec_command_policy`, the one the exec-helper computes from the same
-//! `Start` and reads back from each path's DACL before it starts anything (its `missing_aces`):
-//! what this module applies is checked there, and a path whose ACE is not held refuses the
-//! command (or, with `--allow-degraded`, is named).
+//! A command there runs with a write-restricted token whose restricting SIDs are the command
+//! profile's (what the network filters name) and one command slot's
+//! ([`ipc_schema::exec::CommandSlot`]): it writes only where an ACE names its slot's SID (each
+//! read-write grant root), and never where a deny ACE does (gatehouse's own directories).
+//! Which ACEs is `sandbox::wincfg::exec_command_policy`, the one the exec-helper computes from
+//! the same `Start` (its grants and the slot named in it) and reads back from each path's DACL
+//! before it starts anything (its `missing_aces`): what this module applies is checked there,
+//! and a path whose ACE is not held refuses the command (or, with `--allow-degraded`, is named).
 //!
-//! Every command shares the profile's SID, so a command could write wherever any running one
-//! may: a command starts only while none runs or while those running may write exactly where it
-//! may ([`hold`]). So the write ACEs of the running commands are always the same, and what a
-//! command applied is left until the last running one ends (what lingers meanwhile is a read
-//! ACE, which a write-restricted token does not need, or a deny); then `REVOKE_ACCESS` takes
-//! every ACE naming the SID (gatehouse's own: nothing else names it) from each path.
+//! The commands of one slot share its SID, so one could write wherever another may: a command
+//! joins a slot only while that slot is free or while the commands in it may write exactly
+//! where it may ([`hold`]); otherwise it takes a free slot, and with all
+//! [`CommandSlot::COUNT`] busy it is refused until one is free. So the write ACEs of a slot's
+//! running commands are always the same, and what one applied is left until the slot's last
+//! command ends (what lingers meanwhile is a read ACE, which a write-restricted token does not
+//! need, or a deny); then `REVOKE_ACCESS` takes every ACE naming the slot's SID (gatehouse's
+//! own: nothing else names it) from each path.
 //!
 //! On Linux and macOS nothing is applied: each command's view is built by its own sandbox.
 
 use crate::Ctx;
-use ipc_schema::exec::CommandSpec;
+use ipc_schema::exec::{CommandSlot, CommandSpec};
 
-/// A run's hold on the ACEs; when the last one is dropped they are taken away.
+/// A run's hold on its slot's ACEs; when the slot's last one is dropped they are taken away.
 #[must_use]
 #[derive(Debug)]
 pub struct Held {
     #[cfg(windows)]
-    sid: String,
+    slot: CommandSlot,
+}
+
+impl Held {
+    /// The slot to name in the `Start` (Windows); `None` elsewhere.
+    pub fn slot(&self) -> Option<CommandSlot> {
+        #[cfg(windows)]
+        return Some(self.slot);
+        #[cfg(not(windows))]
+        None
+    }
 }
 
 /// Nothing to apply off Windows.
@@ -35,8 +48,8 @@ pub fn hold(_ctx: &Ctx, _spec: &CommandSpec) -> Result<Held, String> {
     Ok(Held {})
 }
 
-/// The running commands: how many, the paths they may write (the same for all), and every
-/// ACE applied for them (path, SDDL).
+/// One slot's running commands: how many, the paths they may write (the same for all), and
+/// every ACE applied for them (path, SDDL).
 #[cfg(windows)]
 #[derive(Default, Debug, Clone, PartialEq)]
 struct Running {
@@ -47,11 +60,11 @@ struct Running {
 
 #[cfg(windows)]
 thread_local! {
-    /// The broker's event loop is one thread.
-    static RUNNING: std::cell::RefCell<Running> = Default::default();
+    /// Each slot's running commands. The broker's event loop is one thread.
+    static SLOTS: std::cell::RefCell<[Running; CommandSlot::COUNT as usize]> = Default::default();
 }
 
-/// The paths `aces` let the command SID write (allow ACEs with `FILE_WRITE_DATA`), sorted.
+/// The paths `aces` let their SID write (allow ACEs with `FILE_WRITE_DATA`), sorted.
 #[cfg(windows)]
 fn writable(aces: &[sandbox::wincfg::PathAce]) -> Vec<std::path::PathBuf> {
     const FILE_WRITE_DATA: u32 = 0x2;
@@ -67,58 +80,74 @@ fn writable(aces: &[sandbox::wincfg::PathAce]) -> Vec<std::path::PathBuf> {
     out
 }
 
-/// Applies the ACEs `spec`'s command policy names (`wincfg::exec_command_policy`: grants from
-/// `spec`, gatehouse's own directories protected, as the exec-helper is told with `--protect`).
-/// A path that will not take its ACE refuses the command, naming the path and the error:
-/// without it the command could not write its grant, or could write a protected place.
+/// Finds `spec`'s slot and applies the ACEs its command policy names there
+/// (`wincfg::exec_command_policy`: grants from `spec`, gatehouse's own directories protected,
+/// as the exec-helper is told with `--protect`). A path that will not take its ACE refuses the
+/// command, naming the path and the error: without it the command could not write its grant,
+/// or could write a protected place.
 #[cfg(windows)]
 pub fn hold(ctx: &Ctx, spec: &CommandSpec) -> Result<Held, String> {
-    let policy = sandbox::wincfg::exec_command_policy(&spec.grants, &ctx.dirs.own())
-        .map_err(|e| format!("the command's ACEs: {e}"))?;
-    hold_aces(&policy.aces, policy.sid.0)
+    let own = ctx.dirs.own();
+    let policy = |slot| {
+        sandbox::wincfg::exec_command_policy(&spec.grants, &own, slot)
+            .map_err(|e| format!("the command's ACEs: {e}"))
+    };
+    // Which paths it writes does not depend on the slot.
+    let mine = writable(&policy(CommandSlot::new(0).expect("slot 0"))?.aces);
+    let slot = choose(&mine)?;
+    hold_aces(&policy(slot)?.aces, slot, mine)
 }
 
-/// Holds `aces` (each naming `sid`) for one run: refused while other commands run that may
-/// write elsewhere (or while this one would write where they may not), else applies what is not
-/// applied yet.
+/// The slot whose commands write exactly `mine`, else the first free one; with none, why.
 #[cfg(windows)]
-fn hold_aces(aces: &[sandbox::wincfg::PathAce], sid: String) -> Result<Held, String> {
-    let mine = writable(aces);
-    let shown = |paths: &[std::path::PathBuf]| match paths {
-        [] => "nothing".to_string(),
-        _ => (paths.iter().map(|p| p.display().to_string()))
-            .collect::<Vec<_>>()
-            .join(", "),
-    };
-    let fresh: Vec<_> = RUNNING.with_borrow(|r| {
-        if r.runs > 0 && r.writes != mine {
-            return Err(format!(
-                "{} other command(s) run, which may write {}; this one may write {}. On Windows every command carries the same SID, so either could write where the other may: start it when they have ended",
-                r.runs,
-                shown(&r.writes),
-                shown(&mine)
-            ));
+fn choose(mine: &[std::path::PathBuf]) -> Result<CommandSlot, String> {
+    SLOTS.with_borrow(|slots| {
+        let at = |i: usize| CommandSlot::new(i as u8).expect("an index below COUNT");
+        if let Some(i) = slots.iter().position(|r| r.runs > 0 && r.writes == mine) {
+            return Ok(at(i));
         }
-        let new = |a: &&sandbox::wincfg::PathAce| {
-            !r.applied.contains(&(a.path.clone(), a.sddl.clone()))
-        };
-        Ok(aces.iter().filter(new).cloned().collect())
-    })?;
+        match slots.iter().position(|r| r.runs == 0) {
+            Some(i) => Ok(at(i)),
+            None => Err(format!(
+                "all {} command slots are taken by commands that may write elsewhere (on Windows the commands of one slot share a SID, so either could write where the other may): start it when one of them has ended",
+                CommandSlot::COUNT
+            )),
+        }
+    })
+}
+
+/// Holds `aces` (each naming `slot`'s SID) for one run in `slot`, whose running commands write
+/// exactly `mine` (or none runs there): applies what is not applied yet.
+#[cfg(windows)]
+fn hold_aces(
+    aces: &[sandbox::wincfg::PathAce],
+    slot: CommandSlot,
+    mine: Vec<std::path::PathBuf>,
+) -> Result<Held, String> {
+    let fresh: Vec<_> = SLOTS.with_borrow(|slots| {
+        let r = &slots[slot.index()];
+        assert!(r.runs == 0 || r.writes == mine, "choose() picked {slot}");
+        let new =
+            |a: &&sandbox::wincfg::PathAce| !r.applied.contains(&(a.path.clone(), a.sddl.clone()));
+        aces.iter().filter(new).cloned().collect()
+    });
     sandbox::windows::apply_aces(&fresh).map_err(|e| format!("the command's ACEs: {e}"))?;
-    RUNNING.with_borrow_mut(|r| {
+    SLOTS.with_borrow_mut(|slots| {
+        let r = &mut slots[slot.index()];
         r.runs += 1;
         r.writes = mine;
         r.applied
             .extend(fresh.into_iter().map(|a| (a.path, a.sddl)));
     });
-    Ok(Held { sid })
+    Ok(Held { slot })
 }
 
 #[cfg(windows)]
 impl Drop for Held {
-    /// The last running command takes every ACE applied for the running ones away.
+    /// The slot's last running command takes every ACE applied for the slot away.
     fn drop(&mut self) {
-        let gone = RUNNING.with_borrow_mut(|r| {
+        let gone = SLOTS.with_borrow_mut(|slots| {
+            let r = &mut slots[self.slot.index()];
             r.runs -= 1;
             match r.runs {
                 0 => std::mem::take(r).applied,
@@ -127,14 +156,15 @@ impl Drop for Held {
         });
         let mut paths: Vec<_> = gone.into_iter().map(|(path, _)| path).collect();
         paths.dedup();
+        let sid = sandbox::wincfg::slot_sid(self.slot).0;
         let revoke: Vec<_> = (paths.into_iter())
             .map(|path| sandbox::windows::AppliedAce {
                 path,
-                sid: self.sid.clone(),
+                sid: sid.clone(),
             })
             .collect();
         if let Err(e) = sandbox::windows::remove_aces(&revoke) {
-            tracing::warn!("removing the commands' ACEs: {e}");
+            tracing::warn!("removing the ACEs of command slot {}: {e}", self.slot);
         }
     }
 }
@@ -143,73 +173,120 @@ impl Drop for Held {
 mod tests {
     use super::*;
     use sandbox::wincfg::PathAce;
+    use std::path::{Path, PathBuf};
 
-    fn running() -> Running {
-        RUNNING.with_borrow(|r| r.clone())
+    fn slots() -> Vec<Running> {
+        SLOTS.with_borrow(|s| s.to_vec())
     }
 
-    /// Runs that may write the same places share their ACEs, applied once; a run that would
-    /// write elsewhere (or nowhere, beside one that writes) is refused while they run, and
-    /// starts once they ended; after the last one nothing is held. (The DACLs themselves are
-    /// read back only on Windows: Wine keeps a file's DACL whatever is set.)
-    #[test]
-    fn runs_share_aces_only_when_they_may_write_the_same_places() {
-        let dir = tempfile::tempdir().unwrap();
-        let (p, q) = (dir.path().join("p"), dir.path().join("q"));
-        std::fs::create_dir(&p).unwrap();
-        std::fs::create_dir(&q).unwrap();
-        let sid = "S-1-15-3-1024-1-2-3-4-5-6-7-8".to_string();
-        let ace = |path: &std::path::Path, rights: &str| PathAce {
-            path: path.to_path_buf(),
-            sddl: format!("(A;OICI;{rights};;;{sid})"),
-            why: "test",
+    /// As `hold` does: the slot, then its ACEs (path, rights), each naming the slot's SID.
+    fn take(paths: &[(&Path, &str)]) -> Result<Held, String> {
+        let aces = |slot| -> Vec<PathAce> {
+            let sid = sandbox::wincfg::slot_sid(slot).0;
+            (paths.iter())
+                .map(|(path, rights)| PathAce {
+                    path: path.to_path_buf(),
+                    sddl: format!("(A;OICI;{rights};;;{sid})"),
+                    why: "test",
+                })
+                .collect()
         };
+        let mine = writable(&aces(CommandSlot::new(0).unwrap()));
+        let slot = choose(&mine)?;
+        hold_aces(&aces(slot), slot, mine)
+    }
+
+    /// Runs that may write the same places share a slot and its ACEs, applied once; a run that
+    /// writes elsewhere (or nowhere, beside one that writes) takes a slot of its own and runs
+    /// beside them; with every slot taken a run is refused, and starts once one is free; after
+    /// a slot's last run nothing is held there. (The DACLs themselves are read back only on
+    /// Windows: Wine keeps a file's DACL whatever is set.)
+    #[test]
+    fn runs_share_a_slot_only_when_they_may_write_the_same_places() {
+        let dir = tempfile::tempdir().unwrap();
+        let dirs: Vec<PathBuf> = (0..10)
+            .map(|i| {
+                let p = dir.path().join(format!("d{i}"));
+                std::fs::create_dir(&p).unwrap();
+                p
+            })
+            .collect();
+        let (p, q) = (&dirs[0], &dirs[1]);
         let wine = sandbox::windows::running_under_wine();
-        let dacl = |path: &std::path::Path| {
+        let dacl = |path: &Path| {
             sandbox::windows::dacl_sddl(path)
                 .unwrap()
                 .to_ascii_lowercase()
         };
-        let (rw_p, ro_q) = (ace(&p, "FRFWFXSD"), ace(&q, "FRFX"));
-        let a = hold_aces(&[rw_p.clone(), ro_q.clone()], sid.clone()).unwrap();
-        let c = hold_aces(std::slice::from_ref(&rw_p), sid.clone()).unwrap();
-        let both = running();
-        assert_eq!(both.runs, 2);
-        assert_eq!(both.writes, std::slice::from_ref(&p));
+        let sid = |n| sandbox::wincfg::slot_sid(CommandSlot::new(n).unwrap()).0;
+        let a = take(&[(p, "FRFWFXSD"), (q, "FRFX")]).unwrap();
+        let c = take(&[(p, "FRFWFXSD")]).unwrap();
+        assert_eq!((a.slot(), c.slot()), (CommandSlot::new(0).ok(), a.slot()));
+        let now = slots();
         assert_eq!(
-            both.applied.into_iter().collect::<Vec<_>>(),
+            (now[0].runs, &now[0].writes[..]),
+            (2, std::slice::from_ref(p))
+        );
+        assert_eq!(
+            now[0].applied.iter().cloned().collect::<Vec<_>>(),
             [
-                (p.clone(), rw_p.sddl.clone()),
-                (q.clone(), ro_q.sddl.clone())
+                (p.clone(), format!("(A;OICI;FRFWFXSD;;;{})", sid(0))),
+                (q.clone(), format!("(A;OICI;FRFX;;;{})", sid(0)))
             ]
         );
         if !wine {
-            assert!(dacl(&p).contains("0x1301bf"), "{}", dacl(&p));
+            assert!(
+                dacl(p).contains(&sid(0).to_ascii_lowercase()),
+                "{}",
+                dacl(p)
+            );
         }
-        // Read-only beside runs that write p: it could write p through the shared SID.
-        let e = hold_aces(std::slice::from_ref(&ro_q), sid.clone()).unwrap_err();
+        // Read-only beside runs that write p: a slot of its own, its ACE naming that slot.
+        let b = take(&[(q, "FRFX")]).unwrap();
+        assert_eq!(b.slot(), CommandSlot::new(1).ok());
+        assert_eq!(
+            slots()[1].applied.iter().cloned().collect::<Vec<_>>(),
+            [(q.clone(), format!("(A;OICI;FRFX;;;{})", sid(1)))]
+        );
+        // Six more, each writing a place of its own: the slots fill up.
+        let mut more: Vec<Held> = (2..8)
+            .map(|i| take(&[(&dirs[i], "FRFWFXSD")]).unwrap())
+            .collect();
+        assert_eq!(more.last().unwrap().slot(), CommandSlot::new(7).ok());
+        // A ninth place: refused, nothing applied for it, while every slot is taken.
+        let e = take(&[(&dirs[8], "FRFWFXSD")]).unwrap_err();
         assert!(
-            e.contains("2 other command(s) run, which may write")
-                && e.contains("this one may write nothing"),
+            e.starts_with("all 8 command slots are taken by commands that may write elsewhere"),
             "{e}"
         );
+        assert!(!slots().iter().any(|r| r.writes.contains(&dirs[8])));
+        // But one that writes what a slot's commands write joins it.
+        let joined = take(&[(&dirs[4], "FRFWFXSD")]).unwrap();
+        assert_eq!(joined.slot(), CommandSlot::new(4).ok());
+        // A slot freed: the ninth starts there (the positive control of the refusal).
+        drop(more.remove(0));
+        assert_eq!(slots()[2], Running::default());
+        let ninth = take(&[(&dirs[8], "FRFWFXSD")]).unwrap();
+        assert_eq!(ninth.slot(), CommandSlot::new(2).ok());
         drop(a);
-        assert_eq!(running().runs, 1);
-        drop(c);
-        assert_eq!(running(), Running::default());
+        assert_eq!(slots()[0].runs, 1);
+        drop((c, b, more, joined, ninth));
+        assert!(
+            slots().iter().all(|r| *r == Running::default()),
+            "{:?}",
+            slots()
+        );
         if !wine {
-            for path in [&p, &q] {
-                assert!(
-                    !dacl(path).contains(&sid.to_ascii_lowercase()),
-                    "{}",
-                    dacl(path)
-                );
+            for (i, path) in dirs.iter().enumerate() {
+                for n in 0..CommandSlot::COUNT {
+                    assert!(
+                        !dacl(path).contains(&sid(n).to_ascii_lowercase()),
+                        "{i}: {}",
+                        dacl(path)
+                    );
+                }
             }
         }
-        // Alone now, the read-only run starts (the positive control of the refusal).
-        let b = hold_aces(&[ro_q], sid.clone()).unwrap();
-        drop(b);
-        assert_eq!(running(), Running::default());
         if wine {
             println!("wine does not enforce: file DACLs (the ACEs a command holds are counted, not read back)");
         }

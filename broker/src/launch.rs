@@ -168,9 +168,14 @@ pub fn command(
                 return refused(why);
             }
         };
-        // Windows: the agent's pipe and token file, made before it starts (and gone after).
+        spec.slot = _aces.slot();
+        // Windows: the agent's pipe and token file, made before it starts (and gone after);
+        // only its slot's commands may open the pipe.
         #[cfg(windows)]
-        let mut run_pipe = match agent.as_ref().map(|a| a.open_place()).transpose() {
+        let mut run_pipe = match (agent.as_ref())
+            .map(|a| a.open_place(_aces.slot().expect("a slot on Windows")))
+            .transpose()
+        {
             Ok(p) => p,
             Err(why) => {
                 if let Some(p) = &proxy {
@@ -694,12 +699,13 @@ impl Run {
     }
 
     /// Windows: makes the run's pipe (the first instance of its name: a process that took the
-    /// name first refuses the run; this user and the command SID only) and writes its token
-    /// file (a new file: one already there refuses the run) in the agent's state directory.
+    /// name first refuses the run; this user and the SID of the run's command slot only, so no
+    /// command of another slot, a third-party server say, opens it) and writes its token file
+    /// (a new file: one already there refuses the run) in the agent's state directory.
     #[cfg(windows)]
-    fn open_place(&self) -> Result<RunPipe, String> {
+    fn open_place(&self, slot: ipc_schema::exec::CommandSlot) -> Result<RunPipe, String> {
         use std::io::Write as _;
-        let sid = sandbox::wincfg::capability_sid(sandbox::wincfg::COMMAND_CAPABILITY);
+        let sid = sandbox::wincfg::slot_sid(slot);
         let listener = sandbox::endpoint::Listener::bind_also_for(&self.place.pipe, Some(&sid.0))
             .map_err(|e| format!("the run's gateway pipe {}: {e}", self.place.pipe))?;
         let file = &self.place.token_file;

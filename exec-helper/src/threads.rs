@@ -114,6 +114,11 @@ impl Checked {
             )));
         }
         spec.limits.check_with(user.long_run).map_err(invalid)?;
+        if !cfg!(windows) && spec.slot.is_some() {
+            return Err(invalid(format!(
+                "a command slot is Windows' (its ACEs' SID); a Start on {OS} names none"
+            )));
+        }
         // Windows: the broker listens for the command on a loopback port (windows.rs).
         let windows_proxy =
             cfg!(windows) && matches!(spec.network, NetworkMode::LoopbackProxy { .. });

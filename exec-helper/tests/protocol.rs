@@ -200,6 +200,7 @@ fn spec(work: &Path, argv: &[&str]) -> CommandSpec {
     CommandSpec {
         hide: Default::default(),
         user: None,
+        slot: None,
         argv: argv.iter().map(|s| s.to_string()).collect(),
         cwd: work.to_path_buf(),
         grants: vec![
@@ -382,6 +383,16 @@ fn refusals_say_why() {
     assert!(
         msg.starts_with("a proxy on a loopback port is Windows'"),
         "{msg}"
+    );
+    // Nor is a command slot (the SID of a command's ACEs on Windows).
+    let mut s = spec(work.path(), &["/bin/true"]);
+    s.slot = Some(ipc_schema::exec::CommandSlot::new(0).unwrap());
+    assert_eq!(
+        h.start(s).unwrap_err(),
+        (
+            ErrorCode::Invalid,
+            "a command slot is Windows' (its ACEs' SID); a Start on Linux names none".into()
+        )
     );
     let (code, msg) = h
         .start(spec(work.path(), &["no-such-program-here"]))

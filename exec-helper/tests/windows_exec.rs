@@ -160,6 +160,7 @@ fn spec(dir: &Path, argv: &[&str]) -> CommandSpec {
         network: NetworkMode::None,
         limits: Limits::default(),
         hide: Hide::default(),
+        slot: Some(ipc_schema::exec::CommandSlot::new(1).unwrap()),
         user: None,
     }
 }

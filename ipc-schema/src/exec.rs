@@ -126,6 +126,9 @@ pub struct CommandSpec {
     /// Set only for a command the human launched (`gatehouse sandbox`, through the broker's ui
     /// channel); `None` for an agent's `run_command`.
     pub user: Option<Box<UserCommand>>,
+    /// Windows: the command slot whose SID the broker gave this command's ACEs (its token is
+    /// restricted to it); `None` elsewhere, where each command's view is its own sandbox.
+    pub slot: Option<CommandSlot>,
 }
 
 impl CommandSpec {
@@ -280,6 +283,58 @@ impl TryFrom<String> for RunName {
 impl From<RunName> for String {
     fn from(n: RunName) -> String {
         n.0
+    }
+}
+
+/// Windows: one of the [`CommandSlot::COUNT`] command slots. Every command's token carries the
+/// command profile's SID (the one the network filters name) and its slot's SID, and the ACEs
+/// on its grants name only the slot's: commands in different slots cannot write where the
+/// other may, so they run side by side. Runs that may write exactly the same places share a
+/// slot; the broker hands them out (`broker/src/exec_aces.rs`).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(try_from = "u8", into = "u8")]
+pub struct CommandSlot(u8);
+
+impl CommandSlot {
+    /// How many: the SIDs are in the exec-helper's token (a command's token can only keep
+    /// restricting SIDs its maker's has), so the set is fixed when the exec-helper starts.
+    pub const COUNT: u8 = 8;
+
+    pub fn new(n: u8) -> Result<CommandSlot, String> {
+        match n < Self::COUNT {
+            true => Ok(CommandSlot(n)),
+            false => Err(format!(
+                "a command slot is 0 to {}, not {n}",
+                Self::COUNT - 1
+            )),
+        }
+    }
+
+    pub fn all() -> impl Iterator<Item = CommandSlot> {
+        (0..Self::COUNT).map(CommandSlot)
+    }
+
+    pub fn index(self) -> usize {
+        usize::from(self.0)
+    }
+}
+
+impl std::fmt::Display for CommandSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl TryFrom<u8> for CommandSlot {
+    type Error = String;
+    fn try_from(n: u8) -> Result<CommandSlot, String> {
+        CommandSlot::new(n)
+    }
+}
+
+impl From<CommandSlot> for u8 {
+    fn from(s: CommandSlot) -> u8 {
+        s.0
     }
 }
 
@@ -584,6 +639,22 @@ mod tests {
             .state_home()
             .unwrap_err()
             .contains("never both"));
+    }
+
+    /// A slot off the end of the fixed set is no slot: refused when made and when decoded.
+    #[test]
+    fn a_command_slot_is_one_of_the_fixed_set() {
+        assert_eq!(CommandSlot::all().count(), 8);
+        assert_eq!(CommandSlot::new(7).map(u8::from), Ok(7));
+        assert_eq!(
+            CommandSlot::new(8),
+            Err("a command slot is 0 to 7, not 8".to_string())
+        );
+        let wire = postcard::to_allocvec(&Some(7u8)).unwrap();
+        let back: Option<CommandSlot> = postcard::from_bytes(&wire).unwrap();
+        assert_eq!(back, CommandSlot::new(7).ok());
+        let wire = postcard::to_allocvec(&Some(8u8)).unwrap();
+        assert!(postcard::from_bytes::<Option<CommandSlot>>(&wire).is_err());
     }
 
     #[test]

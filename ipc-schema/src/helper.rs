@@ -664,6 +664,7 @@ mod windows_tests {
             limits: crate::exec::Limits::default(),
             hide: crate::exec::Hide::default(),
             user: None,
+            slot: None,
         };
         push(
             &mut inbox,

@@ -68,6 +68,7 @@ pub fn command_spec(
             agent,
             server: None,
         })),
+        slot: None,
     })
 }
 

@@ -458,6 +458,7 @@ pub fn spec(s: &StdioServer, state_home: &Path, proxy_token: Option<String>) -> 
             ..Limits::default()
         },
         hide: Hide::default(),
+        slot: None,
         user: Some(Box::new(UserCommand {
             long_run: true,
             server: Some(ServerRun {

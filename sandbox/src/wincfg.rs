@@ -22,7 +22,7 @@
 
 use crate::seatbelt::{CommandNetwork, CommandSpec};
 use crate::{FsProfile, Profile};
-use ipc_schema::exec::GrantAccess;
+use ipc_schema::exec::{CommandSlot, GrantAccess};
 use ipc_schema::status::{LockdownReport, OutboundProbe, WindowsConfinement};
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
@@ -52,8 +52,16 @@ pub fn capability_sid(name: &str) -> Sid {
     Sid(s)
 }
 
-/// The capability every command's token is restricted to (`command_policy`).
+/// The capability every command's token is restricted to (`command_policy`): the SID the
+/// network filters name for commands. No ACE names it; a command writes only where its slot's
+/// SID ([`slot_sid`]) is granted.
 pub const COMMAND_CAPABILITY: &str = "gatehouse.cmd";
+
+/// The SID of command slot `slot` (`gatehouse.cmd.N`), which a command's ACEs name and its
+/// token is restricted to beside [`COMMAND_CAPABILITY`]'s.
+pub fn slot_sid(slot: CommandSlot) -> Sid {
+    capability_sid(&format!("{COMMAND_CAPABILITY}.{slot}"))
+}
 
 /// `CreateRestrictedToken`'s arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -192,14 +200,18 @@ pub fn network_filters() -> WfpSet {
         .map(|p| helper_policy(p).expect("a profile without paths renders"))
         .collect();
     policies.push(
-        command_policy(&CommandSpec {
-            grants: Vec::new(),
-            no_access: Vec::new(),
-            no_write: Vec::new(),
-            network: CommandNetwork::None,
-            hide_sensitive: false,
-            hide_globs: Vec::new(),
-        })
+        command_policy(
+            &CommandSpec {
+                grants: Vec::new(),
+                no_access: Vec::new(),
+                no_write: Vec::new(),
+                network: CommandNetwork::None,
+                hide_sensitive: false,
+                hide_globs: Vec::new(),
+            },
+            // (The filters name the command SID, which every slot's token carries.)
+            CommandSlot::new(0).expect("slot 0"),
+        )
         .expect("a command without paths renders"),
     );
     let blocked: Vec<(String, Sid)> = policies
@@ -551,11 +563,13 @@ pub fn helper_policy(profile: &Profile) -> Result<WindowsPolicy, crate::seatbelt
             p.token = token(true, &p.sid);
             // The exec helper makes each command's token from its own, and a restricted token
             // made from a restricted one keeps only the restricting SIDs both lists name
-            // (CreateRestrictedToken takes the intersection): without the command SID here, a
-            // command's token would lose it and the spawner's read-back would refuse it.
-            p.token
-                .restricting
-                .insert(1, capability_sid(COMMAND_CAPABILITY));
+            // (CreateRestrictedToken takes the intersection): without the command SID and
+            // every slot's here, a command's token would lose them and the spawner's
+            // read-back would refuse it. (So the helper may write where a running command
+            // may: its grants; nothing else names these SIDs.)
+            let slots = CommandSlot::all().map(slot_sid);
+            let command = std::iter::once(capability_sid(COMMAND_CAPABILITY)).chain(slots);
+            p.token.restricting.splice(1..1, command);
             p.job.active_processes = None;
             p.mitigations = mitigations(true, false);
         }
@@ -572,15 +586,19 @@ pub fn helper_policy(profile: &Profile) -> Result<WindowsPolicy, crate::seatbelt
 pub fn exec_command_policy(
     grants: &[ipc_schema::exec::PathGrant],
     protect: &[PathBuf],
+    slot: CommandSlot,
 ) -> Result<WindowsPolicy, crate::seatbelt::SbplError> {
-    command_policy(&crate::seatbelt::CommandSpec {
-        grants: grants.iter().map(|g| (g.path.clone(), g.access)).collect(),
-        no_access: Vec::new(),
-        no_write: present(protect),
-        network: crate::seatbelt::CommandNetwork::None,
-        hide_sensitive: false,
-        hide_globs: Vec::new(),
-    })
+    command_policy(
+        &crate::seatbelt::CommandSpec {
+            grants: grants.iter().map(|g| (g.path.clone(), g.access)).collect(),
+            no_access: Vec::new(),
+            no_write: present(protect),
+            network: crate::seatbelt::CommandNetwork::None,
+            hide_sensitive: false,
+            hide_globs: Vec::new(),
+        },
+        slot,
+    )
 }
 
 /// Of `paths` (gatehouse's own directories, which commands never write), those that exist: a
@@ -596,9 +614,17 @@ fn present(paths: &[PathBuf]) -> Vec<PathBuf> {
 /// where a read-write grant's ACE names its SID, protected paths denied by explicit deny ACEs
 /// (explicit ACEs on the protected path are evaluated before the allow it inherits from the
 /// grant root), no network or only the proxy's loopback port.
-pub fn command_policy(spec: &CommandSpec) -> Result<WindowsPolicy, crate::seatbelt::SbplError> {
+///
+/// The token carries the command SID (what the filters name) and `slot`'s SID; the ACEs name
+/// only the slot's, so a command writes nothing another slot's grants hold.
+pub fn command_policy(
+    spec: &CommandSpec,
+    slot: CommandSlot,
+) -> Result<WindowsPolicy, crate::seatbelt::SbplError> {
     let mut p = base("command", COMMAND_CAPABILITY.into());
     p.token = token(true, &p.sid);
+    let slot = slot_sid(slot);
+    p.token.restricting.insert(1, slot.clone());
     p.job.active_processes = Some(256);
     p.inherited_handles = "stdin, stdout and stderr pipes only";
     // A command is an arbitrary program, which may open its own process by id (runtimes read
@@ -615,7 +641,7 @@ pub fn command_policy(spec: &CommandSpec) -> Result<WindowsPolicy, crate::seatbe
     ]);
     for (path, access) in &spec.grants {
         p.aces
-            .push(grant_ace(path, *access == GrantAccess::ReadWrite, &p.sid)?);
+            .push(grant_ace(path, *access == GrantAccess::ReadWrite, &slot)?);
     }
     for (paths, rights, why) in [
         (&spec.no_access, "FA", "protected: no access"),
@@ -625,7 +651,7 @@ pub fn command_policy(spec: &CommandSpec) -> Result<WindowsPolicy, crate::seatbe
             path_text(path)?;
             p.aces.push(PathAce {
                 path: path.clone(),
-                sddl: format!("(D;OICI;{rights};;;{})", p.sid.0),
+                sddl: format!("(D;OICI;{rights};;;{})", slot.0),
                 why,
             });
         }
@@ -1251,6 +1277,10 @@ pub fn verify_observed(
 mod tests {
     use super::*;
 
+    fn slot(n: u8) -> CommandSlot {
+        CommandSlot::new(n).unwrap()
+    }
+
     #[test]
     fn a_dacl_read_back_holds_an_ace_only_as_rendered_or_wider() {
         let sid = "S-1-15-3-1024-1-2-3-4-5-6-7-8";
@@ -1293,7 +1323,7 @@ mod tests {
             hide_sensitive: false,
             hide_globs: Vec::new(),
         };
-        let mut all = vec![command_policy(&spec).unwrap()];
+        let mut all = vec![command_policy(&spec, slot(0)).unwrap()];
         for p in [
             Profile::Fs(FsProfile {
                 read_only: vec!["C:\\r".into()],
@@ -1317,44 +1347,65 @@ mod tests {
             assert_eq!(bits & (1 << 24) != 0, helper, "{}", w.profile);
             assert_ne!(bits & (1 << 32), 0, "{}", w.profile);
             assert_eq!(w.job.ui_bits().unwrap(), 0xFF, "{}", w.profile);
+            // A command's ACEs name its slot's SID, never the command SID every slot's token
+            // carries (else every command could write there); a helper's its own.
+            let named = match w.profile {
+                "command" => slot_sid(slot(0)),
+                _ => w.sid.clone(),
+            };
             for a in &w.aces {
                 let ace = parse_ace(&a.sddl).unwrap();
-                assert_eq!(ace.sid, w.sid.0);
+                assert_eq!(ace.sid, named.0);
                 assert!(ace.inherit);
             }
         }
     }
 
     #[test]
-    fn the_exec_token_keeps_the_command_sid_so_commands_made_from_it_do_too() {
+    fn the_exec_token_keeps_the_command_and_slot_sids_so_commands_made_from_it_do_too() {
         let exec = helper_policy(&Profile::Exec).unwrap();
-        let cmd = command_policy(&CommandSpec {
+        let offline = CommandSpec {
             grants: vec![],
             no_access: vec![],
             no_write: vec![],
             network: CommandNetwork::None,
             hide_sensitive: false,
             hide_globs: Vec::new(),
-        })
-        .unwrap();
-        // Every restricting SID of a command is among the exec helper's (the intersection
-        // CreateRestrictedToken keeps is then the command's whole list).
-        for sid in &cmd.token.restricting {
-            assert!(exec.token.restricting.contains(sid), "{}", sid.0);
+        };
+        for n in 0..CommandSlot::COUNT {
+            let cmd = command_policy(&offline, slot(n)).unwrap();
+            // The command SID (the filters'), the slot's, RESTRICTED: every one among the
+            // exec helper's (the intersection CreateRestrictedToken keeps is then the
+            // command's whole list).
+            assert_eq!(
+                cmd.token.restricting,
+                [
+                    capability_sid("gatehouse.cmd"),
+                    capability_sid(&format!("gatehouse.cmd.{n}")),
+                    Sid(RESTRICTED.into())
+                ]
+            );
+            for sid in &cmd.token.restricting {
+                assert!(exec.token.restricting.contains(sid), "{}", sid.0);
+            }
+            // And no other helper carries either.
+            for p in [
+                Profile::Net,
+                Profile::Ui,
+                Profile::Gateway,
+                Profile::Servers,
+            ] {
+                let other = helper_policy(&p).unwrap().token.restricting;
+                assert!(!other.contains(&cmd.sid));
+                assert!(!other.contains(&cmd.token.restricting[1]));
+            }
         }
-        // And no other helper carries it.
-        for p in [
-            Profile::Net,
-            Profile::Ui,
-            Profile::Gateway,
-            Profile::Servers,
-        ] {
-            assert!(!helper_policy(&p)
-                .unwrap()
-                .token
-                .restricting
-                .contains(&cmd.sid));
-        }
+        // The slots' SIDs differ from each other and from the command SID.
+        let mut sids: Vec<_> = CommandSlot::all().map(|s| slot_sid(s).0).collect();
+        sids.push(capability_sid(COMMAND_CAPABILITY).0);
+        sids.sort();
+        sids.dedup();
+        assert_eq!(sids.len(), usize::from(CommandSlot::COUNT) + 1);
     }
 
     #[test]
@@ -1421,8 +1472,8 @@ mod tests {
             hide_sensitive: false,
             hide_globs: Vec::new(),
         };
-        let w = command_policy(&spec).unwrap();
-        let sid = capability_sid("gatehouse.cmd").0;
+        let w = command_policy(&spec, slot(5)).unwrap();
+        let sid = capability_sid("gatehouse.cmd.5").0;
         assert_eq!(w.aces[1].sddl, format!("(D;OICI;FA;;;{sid})"));
         assert!(w.filters.iter().any(|f| f.action == "FWP_ACTION_PERMIT"
             && f.conditions
@@ -1440,9 +1491,13 @@ mod tests {
             path: d.path().join("project"),
             access: GrantAccess::ReadWrite,
         };
-        let w =
-            exec_command_policy(std::slice::from_ref(&grant), &[made.clone(), not_made]).unwrap();
-        let sid = capability_sid("gatehouse.cmd").0;
+        let w = exec_command_policy(
+            std::slice::from_ref(&grant),
+            &[made.clone(), not_made],
+            slot(3),
+        )
+        .unwrap();
+        let sid = capability_sid("gatehouse.cmd.3").0;
         let aces: Vec<_> = w
             .aces
             .iter()
@@ -1453,7 +1508,9 @@ mod tests {
             [
                 (
                     grant.path.clone(),
-                    grant_ace(&grant.path, true, &w.sid).unwrap().sddl
+                    grant_ace(&grant.path, true, &Sid(sid.clone()))
+                        .unwrap()
+                        .sddl
                 ),
                 (made, format!("(D;OICI;FWSD;;;{sid})")),
             ]
@@ -1805,14 +1862,17 @@ mod verdict_tests {
         c.process_dacl = None;
         assert_eq!(missing(&p, &c), vec!["process DACL: it could not be read"]);
         // A command keeps the default descriptor: nothing is asked of it.
-        let cmd = command_policy(&CommandSpec {
-            grants: vec![],
-            no_access: vec![],
-            no_write: vec![],
-            network: CommandNetwork::None,
-            hide_sensitive: false,
-            hide_globs: Vec::new(),
-        })
+        let cmd = command_policy(
+            &CommandSpec {
+                grants: vec![],
+                no_access: vec![],
+                no_write: vec![],
+                network: CommandNetwork::None,
+                hide_sensitive: false,
+                hide_globs: Vec::new(),
+            },
+            CommandSlot::new(0).unwrap(),
+        )
         .unwrap();
         assert_eq!(cmd.process_sddl, None);
     }

@@ -92,7 +92,9 @@ fn generated() -> Vec<(String, String)> {
     for (name, spec) in commands("C:\\Users\\alice", "\\") {
         out.push((
             format!("windows-{name}.txt"),
-            wincfg::command_policy(&spec).unwrap().render(),
+            wincfg::command_policy(&spec, ipc_schema::exec::CommandSlot::new(2).unwrap())
+                .unwrap()
+                .render(),
         ));
     }
     out.push((
@@ -191,12 +193,22 @@ fn the_goldens_say_what_the_profiles_mean() {
             );
         }
     }
+    // A command's ACEs name its slot's SID (slot 2 here), which its token carries after the
+    // command SID (the filters'); no ACE names the command SID.
     let w = get("windows-command-home-proxied.txt");
-    let sid = wincfg::capability_sid("gatehouse.cmd").0;
+    let (cmd_sid, slot) = (
+        wincfg::capability_sid("gatehouse.cmd").0,
+        wincfg::capability_sid("gatehouse.cmd.2").0,
+    );
     assert!(
-        w.contains(&format!("C:\\Users\\alice\\.ssh (D;OICI;FA;;;{sid})")),
+        w.contains(&format!("C:\\Users\\alice\\.ssh (D;OICI;FA;;;{slot})")),
         "{w}"
     );
+    assert!(
+        w.contains(&format!("restricting: {cmd_sid}\nrestricting: {slot}\n")),
+        "{w}"
+    );
+    assert!(!w.contains(&format!(";;;{cmd_sid})")), "{w}");
     assert!(w.contains("FWPM_CONDITION_IP_REMOTE_PORT == 38123"), "{w}");
 }
 

@@ -794,7 +794,9 @@ mod win {
             hide_sensitive: false,
             hide_globs: Vec::new(),
         };
-        let policy = wincfg::command_policy(&spec_policy).unwrap();
+        let policy =
+            wincfg::command_policy(&spec_policy, ipc_schema::exec::CommandSlot::new(0).unwrap())
+                .unwrap();
         let _granted = Granted(w::apply_aces(&child_aces(&policy)).unwrap());
         // Set in this process: one allowed, one not (as a secret-looking name would be).
         std::env::set_var("GH_WIN_VISIBLE", "1");

@@ -118,7 +118,7 @@ pub async fn execute_effect(
         }
     };
     let path = |b: &[u8]| ipc_schema::os_path::to_path(b).into_owned();
-    let spec = CommandSpec {
+    let mut spec = CommandSpec {
         argv: a.argv.clone(),
         cwd: path(&cwd.absolute),
         grants: vec![PathGrant {
@@ -133,6 +133,7 @@ pub async fn execute_effect(
         hide,
         user: None,
         network: NetworkMode::None,
+        slot: None,
         limits: Limits {
             timeout_ms,
             stdout_max: OUTPUT_CAP,
@@ -154,6 +155,7 @@ pub async fn execute_effect(
         Ok(held) => held,
         Err(why) => return never(ErrorCode::Refused, why),
     };
+    spec.slot = _aces.slot();
     let (run, sandbox) = match slot
         .call(Body::Exec(ExecRequest::Start(Box::new(spec))))
         .await

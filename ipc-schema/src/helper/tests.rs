@@ -101,6 +101,7 @@ fn a_proxied_start_takes_the_descriptor_that_came_with_it() {
         limits: Limits::default(),
         hide: Default::default(),
         user: None,
+        slot: None,
     };
     let frame = encode(&Envelope::new(
         3,

@@ -426,6 +426,7 @@ fn a_start_brings_its_connector_only_with_the_proxy_network_an_agent_or_a_server
             agent,
             ..Default::default()
         })),
+        slot: None,
     };
     let agent = AgentRun {
         state_home: "/agents/a".into(),
