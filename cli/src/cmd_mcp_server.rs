@@ -192,7 +192,7 @@ fn body(g: &Global, cmd: McpServerCmd) -> Result<ExitCode, String> {
             let p = profile_name(&profile)?;
             ServerName::try_from(name.clone())?;
             if url.is_none() && cfg!(windows) {
-                return Err("stdio servers are not built on Windows (every command there shares one command SID, and a server runs for a whole session: docs/windows.md); a remote one is added with --url".into());
+                return Err("stdio servers are not built on Windows (the pipes for a server's stdin and stdout are not: docs/windows.md); a remote one is added with --url".into());
             }
             if url.is_none() {
                 let program = resolve(&command[0])?;

@@ -143,9 +143,13 @@ impl Dirs {
     fn ensure_agent_home_windows(&self, name: &str) -> Result<PathBuf, String> {
         let root = self.agents();
         let dir = root.join(name);
-        let cmd = sandbox::wincfg::capability_sid(sandbox::wincfg::COMMAND_CAPABILITY);
+        // A run of this agent in progress holds its slot's ACE here: left in place.
+        let slots: Vec<String> = (ipc_schema::exec::CommandSlot::all())
+            .map(|s| sandbox::wincfg::slot_sid(s).0)
+            .collect();
+        let slots: Vec<&str> = slots.iter().map(String::as_str).collect();
         ensure_private_dir(&root).map_err(|e| e.to_string())?;
-        sandbox::windows::ensure_private_dir_also(&dir, &[&cmd.0]).map_err(|e| e.to_string())?;
+        sandbox::windows::ensure_private_dir_also(&dir, &slots).map_err(|e| e.to_string())?;
         for sub in ["tmp", r"AppData\Roaming", r"AppData\Local"] {
             let d = dir.join(sub);
             std::fs::create_dir_all(&d).map_err(|e| format!("creating {}: {e}", d.display()))?;

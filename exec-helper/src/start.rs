@@ -31,14 +31,9 @@ pub fn start(
         c.try_clone()
             .map_err(|e| invalid(format!("the connector: {e}")))
     };
+    spec.check_values().map_err(invalid)?;
     let user = spec.user.map(|u| *u).unwrap_or_default();
     let state_home = user.state_home().map_err(invalid)?.map(Path::to_path_buf);
-    spec.limits.check_with(user.long_run).map_err(invalid)?;
-    if spec.slot.is_some() {
-        return Err(invalid(
-            "a command slot is Windows' (its ACEs' SID); a Start on Linux names none".into(),
-        ));
-    }
     let network = match (spec.network, &connector) {
         (NetworkMode::Proxy { token }, Some(c)) => Network::Proxy {
             connector: second(c)?,

@@ -103,6 +103,7 @@ impl Checked {
     pub fn new(mut spec: CommandSpec) -> Result<Checked, ErrorReply> {
         let invalid = |why: String| ErrorReply::new(ErrorCode::Invalid, why);
         let refused = |why: &str| ErrorReply::new(ErrorCode::Refused, why);
+        spec.check_values().map_err(invalid)?;
         let user = spec.user.take().map(|u| *u).unwrap_or_default();
         // An agent's session runs on Windows (windows.rs: its pipe is the broker's); not yet on
         // macOS. A third-party server's stdio is a passed descriptor: on neither.
@@ -111,12 +112,6 @@ impl Checked {
             return Err(refused(&format!(
                 "{} is not built on {OS}: it is passed descriptors",
                 what[usize::from(user.server.is_some())]
-            )));
-        }
-        spec.limits.check_with(user.long_run).map_err(invalid)?;
-        if !cfg!(windows) && spec.slot.is_some() {
-            return Err(invalid(format!(
-                "a command slot is Windows' (its ACEs' SID); a Start on {OS} names none"
             )));
         }
         // Windows: the broker listens for the command on a loopback port (windows.rs).

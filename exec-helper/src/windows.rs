@@ -2,8 +2,8 @@
 //! confined by the restricted-token tier.
 //!
 //! A command is started by `sandbox::windows::spawn` with the command policy `wincfg` generates
-//! (`command_policy`): a write-restricted token whose restricting SIDs are the command SID, the
-//! SID of the slot the broker named in the `Start` (the one its ACEs name) and RESTRICTED, a job object of its own (kill on close, the run's process limit, every UI
+//! (`command_policy`): a write-restricted token restricted to the command SID, the `Start`'s
+//! slot's SID and RESTRICTED, a job object of its own (kill on close, the run's process limit, every UI
 //! restriction, each process's committed memory at the run's memory limit), only its stdout and
 //! stderr pipes inherited, no stdin, an environment built by the same rules as on Linux
 //! (`sandbox::command_env`). Before anything starts, the helper reads
@@ -71,10 +71,7 @@ fn launch(mut c: Checked, cfg: &Config) -> Result<Launched, ErrorReply> {
         "the file-size and open-file limits are not applied (a job has no limit for them; the process and memory limits are set)".to_string(),
         "reads are not confined (a write-restricted token restricts writes only): the command reads whatever this user can, the protected table's places (key material) included".to_string(),
     ];
-    // The slot whose SID the broker gave the ACEs: the token is restricted to it.
-    let slot = spec.slot.ok_or_else(|| {
-        invalid("a Start on Windows names the command slot the broker applied its ACEs for".into())
-    })?;
+    let slot = spec.slot.ok_or_else(|| invalid("no command slot".into()))?;
     let mut policy = wincfg::exec_command_policy(&spec.grants, &cfg.protect, slot)
         .map_err(|e| invalid(e.to_string()))?;
     policy.job.active_processes = Some(u32::try_from(spec.limits.processes).unwrap_or(u32::MAX));
@@ -308,16 +305,9 @@ mod tests {
     #[test]
     fn a_start_without_a_command_slot_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let cfg = Config {
-            protect: Vec::new(),
-            allow_degraded: true,
-            outbound: None,
-        };
         let mut s = spec(dir.path());
         s.slot = None;
-        let e = launch(Checked::new(s).expect("checked"), &cfg)
-            .err()
-            .expect("refused");
+        let e = Checked::new(s).err().expect("refused");
         assert_eq!(
             (e.code, e.message.as_str()),
             (

@@ -132,6 +132,33 @@ pub struct CommandSpec {
 }
 
 impl CommandSpec {
+    /// Its limits (against a long run's ceilings for a [`UserCommand::long_run`]) and its slot
+    /// ([`CommandSpec::checked_slot`]), or why the `Start` is invalid.
+    pub fn check_values(&self) -> Result<(), String> {
+        let long_run = self.user.as_ref().is_some_and(|u| u.long_run);
+        self.limits.check_with(long_run)?;
+        self.checked_slot().map(|_| ())
+    }
+
+    /// The slot, if this OS's `Start` must name one (Windows), or why the `Start` is invalid:
+    /// a slot missing there, or one named elsewhere.
+    pub fn checked_slot(&self) -> Result<Option<CommandSlot>, String> {
+        let os = if cfg!(target_os = "macos") {
+            "macOS"
+        } else {
+            "Linux"
+        };
+        match (cfg!(windows), self.slot) {
+            (true, None) => Err(
+                "a Start on Windows names the command slot the broker applied its ACEs for".into(),
+            ),
+            (false, Some(_)) => Err(format!(
+                "a command slot is Windows' (its ACEs' SID); a Start on {os} names none"
+            )),
+            (_, slot) => Ok(slot),
+        }
+    }
+
     /// Whether the sandbox passes connections out, so the `Start` must bring the command's
     /// connector: the proxy network, an agent's gateway socket, or a server's stdio socket.
     pub fn needs_connector(&self) -> bool {

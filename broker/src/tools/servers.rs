@@ -341,7 +341,7 @@ async fn start_sandbox(
 ) -> Result<(crate::helpers::Connector, RunId, Rc<Vec<SecretValue>>), String> {
     if cfg!(windows) {
         return Err(format!(
-            "the server {} is not started: stdio servers are not built on Windows (in the restricted-token tier every command shares one command SID, so a server, which runs for the whole session, would keep every command with other grants from starting; a remote server runs: docs/windows.md)",
+            "the server {} is not started: stdio servers are not built on Windows (its stdin and stdout would be pipes the broker makes and passes to the exec-helper and the servers-helper, which is not built; a remote server runs: docs/windows.md)",
             s.name
         ));
     }

@@ -63,8 +63,9 @@ pub fn ensure_private_dir(path: &Path) -> io::Result<()> {
 }
 
 /// [`ensure_private_dir`], an existing directory's ACEs for the SIDs in `also` left in place
-/// besides the module's trustees: an agent's state directory, which the broker gives the
-/// command SID while a run of that agent goes on (a second run must not take it away).
+/// besides the module's trustees: an agent's state directory, which the broker gives the SID
+/// of a run's command slot while a run of that agent goes on (a second run must not take it
+/// away).
 pub fn ensure_private_dir_also(path: &Path, also: &[&str]) -> io::Result<()> {
     let at = |e: WinError| io::Error::other(format!("{}: {e}", path.display()));
     let me = super::pipe_peer::current_user().map_err(at)?;
