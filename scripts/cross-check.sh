@@ -80,10 +80,10 @@ LOG=$TARGET_DIR/wine-tests.log
 # second the exec-helper and the broker; `cargo test` builds a package's binaries only for its
 # own integration tests, so gatehouse-mcp's, the command line's, the notifier's and the
 # fs-helper's (its Windows code is fs-helper-windows, whose test and the broker's start it) are
-# built explicitly.)
+# built explicitly, and the tests crate's stdio MCP server, which the broker's test starts.)
 if ! { cargo test --target x86_64-pc-windows-gnu "${WINE_CRATES[@]}" --all-features --lib --tests \
     -- --show-output &&
-  cargo build --target x86_64-pc-windows-gnu -p gatehouse-mcp -p gatehouse-cli -p gatehouse-notify -p fs-helper --all-features &&
+  cargo build --target x86_64-pc-windows-gnu -p gatehouse-mcp -p gatehouse-cli -p gatehouse-notify -p fs-helper -p gatehouse-tests --bins --all-features &&
   cargo test --target x86_64-pc-windows-gnu -p exec-helper -p gatehouse-mcp -p gatehouse-cli -p broker -p fs-helper-windows --all-features --tests \
     -- --show-output; } >"$LOG" 2>&1; then
   grep -E -A20 '^---- |^error' "$LOG" >&2 || tail -50 "$LOG" >&2

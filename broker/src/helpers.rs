@@ -338,6 +338,11 @@ impl HelperSlot {
         }
     }
 
+    /// The running helper's pid, if one runs.
+    pub fn live_pid(&self) -> Option<u32> {
+        self.lock().live.as_ref().map(|l| l.pid)
+    }
+
     pub fn report(&self) -> ProcessReport {
         let st = self.lock();
         ProcessReport {

@@ -1039,10 +1039,11 @@ name = "elsewhere"
 url = "https://other.test:{port}/mcp"
 credential = "mcp-token"
 
-# A stdio server: not built on Windows.
+# A stdio server with a network list: not built on Windows.
 [[mcp_server]]
 name = "local"
 command = ['C:\windows\system32\cmd.exe', '/d', '/c', 'exit']
+network = ["api.example.com"]
 
 [[rule]]
 name = "reads"
@@ -1135,18 +1136,11 @@ action = "allow"
     let (code, out, err) = run_gatehouse(&data_dir, &["mcp-server", "tools", "local"], None);
     assert_ne!(code, Some(0), "{out}");
     assert!(
-        format!("{out}{err}").contains("stdio servers are not built on Windows"),
+        format!("{out}{err}")
+            .contains("a stdio server with a network list is not built on Windows"),
         "{out}\n{err}"
     );
-    // `mcp-server add`: a stdio server refused saying why; a remote one added (the control).
-    let cmd = r"C:\windows\system32\cmd.exe";
-    let (code, out, err) =
-        run_gatehouse(&data_dir, &["mcp-server", "add", "more", "--", cmd], None);
-    assert_ne!(code, Some(0), "{out}");
-    assert!(
-        err.contains("stdio servers are not built on Windows"),
-        "{out}\n{err}"
-    );
+    // `mcp-server add`: a remote one added.
     let url = format!("https://tls.test:{port}/mcp");
     let (code, out, err) = run_gatehouse(
         &data_dir,
@@ -1179,6 +1173,150 @@ action = "allow"
     );
     let (code, err) = secrets.close();
     assert_eq!(code, 0, "{err}");
+}
+
+/// A third-party stdio MCP server on Windows (`gatehouse-test-mcp-server`, a binary of the
+/// tests crate): started in the restricted-token tier in a command slot of its own, its stdin
+/// and stdout the two connections the exec-helper made to the pipe the broker serves for it,
+/// relayed to the servers-helper; its tools held until approved, then listed as `local__*` and
+/// called through `gatehouse-mcp`; its profile its own state directory; an agent's command with
+/// other grants runs while it runs (another slot). A server with a network list is refused
+/// with its reason (not built on Windows), and so is `mcp-server add` of one, beside adding
+/// one without.
+#[test]
+fn a_stdio_mcp_server_runs_in_a_command_slot_of_its_own() {
+    let b = Broker::start(&[]);
+    let root = b.dirs.data.parent().unwrap().to_path_buf();
+    let project = root.join("project");
+    let data_dir = [OsStr::new("--data-dir"), root.as_os_str()];
+    let server = gatehouse_tests::bin("gatehouse-test-mcp-server");
+    let policy = format!(
+        r#"revision = 0
+require_namespaces = false
+[tools]
+run_command = "allow"
+
+[[grant]]
+root = {project:?}
+capabilities = ["read", "write"]
+
+[[mcp_server]]
+name = "local"
+command = [{server:?}]
+read_only = ["echo", "where"]
+
+[[mcp_server]]
+name = "netted"
+command = [{server:?}]
+network = ["api.example.com"]
+
+[[rule]]
+name = "reads"
+tools = ["local__echo", "local__where"]
+action = "allow"
+"#,
+        project = project.to_str().unwrap(),
+        server = server.to_str().unwrap(),
+    );
+    let (code, out, err) = run_gatehouse(
+        &data_dir,
+        &["policy", "apply", "-", "--yes"],
+        Some(policy.as_bytes()),
+    );
+    assert_eq!(code, Some(0), "{out}\n{err}");
+
+    let mut mcp = McpFront::start(&b);
+    let names = tool_names(&mcp.rpc(list_tools(2)));
+    assert!(!names.iter().any(|n| n.starts_with("local__")), "{names:?}");
+    let (code, out, err) = run_gatehouse(
+        &data_dir,
+        &["mcp-server", "tools", "local", "--approve-all"],
+        None,
+    );
+    assert_eq!(code, Some(0), "{out}\n{err}\n{}", b.log_text());
+    assert!(
+        out.contains("2 tool definition(s) of local approved"),
+        "{out}"
+    );
+    let names = tool_names(&mcp.rpc(list_tools(3)));
+    for t in ["local__echo", "local__where"] {
+        assert!(names.iter().any(|n| n == t), "{t}: {names:?}");
+    }
+    let (err, text) = call_text(&mcp.rpc(call_tool(
+        4,
+        "local__echo",
+        serde_json::json!({"text": "hello through two pipes"}),
+    )));
+    assert!(!err, "{text}\n{}", b.log_text());
+    assert!(text.contains("source=\"mcp:local__echo\""), "{text}");
+    assert!(text.contains("echo: hello through two pipes"), "{text}");
+    let (err, text) = call_text(&mcp.rpc(call_tool(5, "local__where", serde_json::json!({}))));
+    assert!(!err, "{text}");
+    let agents = b.dirs.agents();
+    assert!(
+        text.contains(&format!(
+            "profile {}",
+            agents.join("mcp-default-local").display()
+        )),
+        "{text}"
+    );
+    // While the server runs (it holds a slot for the session), an agent's command that writes
+    // the project runs in another.
+    let (err, text) = call_text(&mcp.rpc(call_tool(
+        6,
+        "run_command",
+        serde_json::json!({"argv": ["cmd.exe", "/d", "/c", "echo beside the server"],
+                           "cwd": project.to_str().unwrap()}),
+    )));
+    assert!(!err, "{text}\n{}", b.log_text());
+    assert!(text.contains("beside the server"), "{text}");
+
+    // One with a network list: refused, saying why; `mcp-server add` likewise, beside adding
+    // one without.
+    let (code, out, err) = run_gatehouse(&data_dir, &["mcp-server", "tools", "netted"], None);
+    assert_ne!(code, Some(0), "{out}");
+    let netted = "a stdio server with a network list is not built on Windows";
+    assert!(format!("{out}{err}").contains(netted), "{out}\n{err}");
+    let server = server.to_str().unwrap();
+    let (code, out, err) = run_gatehouse(
+        &data_dir,
+        &[
+            "mcp-server",
+            "add",
+            "more",
+            "--network",
+            "api.example.com",
+            "--",
+            server,
+        ],
+        None,
+    );
+    assert_ne!(code, Some(0), "{out}");
+    assert!(
+        err.contains("a stdio server with --network is not built on Windows"),
+        "{out}\n{err}"
+    );
+    let (code, out, err) = run_gatehouse(
+        &data_dir,
+        &["mcp-server", "add", "more", "--", server],
+        None,
+    );
+    assert_eq!(code, Some(0), "{out}\n{err}");
+
+    let rows = match b.ui(Body::Ui(UiRequest::AuditTail {
+        after: 0,
+        limit: 1000,
+    })) {
+        Body::UiReply(UiReply::Audit(rows)) => rows,
+        other => panic!("AuditTail answered {other:?}"),
+    };
+    assert!(
+        rows.iter()
+            .any(|r| r.tool.as_deref() == Some("mcp_server local") && r.outcome == "started"),
+        "{rows:#?}"
+    );
+    let (code, err) = mcp.finish();
+    assert_eq!(code, Some(0), "{err}");
 }
 
 /// `gatehouse demo` on Windows, as the README runs it: a scripted agent session on a scratch

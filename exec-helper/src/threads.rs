@@ -94,9 +94,10 @@ pub struct Checked {
     pub env_dropped: Vec<String>,
     /// What the command will not get; the launcher adds its own, then [`Checked::refuse_gaps`].
     pub gaps: Vec<String>,
-    /// `gatehouse run` (Windows only): the agent's state directory and variables.
+    /// Windows only: a `gatehouse run` agent (its state directory and variables) or a
+    /// third-party stdio server (its state directory and stdio pipe).
     #[cfg(windows)]
-    pub agent: Option<ipc_schema::exec::AgentRun>,
+    pub user: ipc_schema::exec::UserCommand,
 }
 
 impl Checked {
@@ -105,9 +106,9 @@ impl Checked {
         let refused = |why: &str| ErrorReply::new(ErrorCode::Refused, why);
         spec.check_values().map_err(invalid)?;
         let user = spec.user.take().map(|u| *u).unwrap_or_default();
-        // An agent's session runs on Windows (windows.rs: its pipe is the broker's); not yet on
-        // macOS. A third-party server's stdio is a passed descriptor: on neither.
-        if user.server.is_some() || (user.agent.is_some() && !cfg!(windows)) {
+        // An agent's session and a third-party server run on Windows (windows.rs: their pipes
+        // are the broker's); not yet on macOS.
+        if (user.server.is_some() || user.agent.is_some()) && !cfg!(windows) {
             let what = ["an agent's session", "a third-party stdio MCP server"];
             return Err(refused(&format!(
                 "{} is not built on {OS}: it is passed descriptors",
@@ -183,7 +184,7 @@ impl Checked {
             env_dropped,
             gaps,
             #[cfg(windows)]
-            agent: user.agent,
+            user,
         })
     }
 

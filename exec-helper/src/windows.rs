@@ -18,7 +18,8 @@
 //! files inside a grant are not masked. An agent's
 //! session (`gatehouse run`) gets its state directory as its profile (`USERPROFILE`, `HOME`,
 //! `TEMP`, `APPDATA`, ...) and the variables that name its pipe, token and MCP config; the
-//! broker serves the pipe. A third-party server (it passes descriptors) is refused; the egress
+//! broker serves the pipe. A third-party server gets its state directory as its profile too, and
+//! as its stdin and stdout two connections to the pipe the broker serves for it; the egress
 //! proxy is the broker's, on a loopback port (`NetworkMode::LoopbackProxy`), named in the proxy
 //! variables. Reads are the user's own: a write-restricted token restricts writes only
 //! (docs/SECURITY.md). When the command's main process ends its job is closed, which ends
@@ -28,7 +29,7 @@
 //! `threads.rs`; this file is what Windows adds: the policy, the ACE read-back, the spawn.
 
 use crate::threads::{Checked, Config, Launched, Tree};
-use ipc_schema::exec::{GrantAccess, NetworkMode, RunOutcome, SandboxReport};
+use ipc_schema::exec::{NetworkMode, RunOutcome, SandboxReport};
 use ipc_schema::tier::ConfinementTier;
 use ipc_schema::{ErrorCode, ErrorReply};
 use sandbox::command_env;
@@ -98,18 +99,10 @@ fn launch(mut c: Checked, cfg: &Config) -> Result<Launched, ErrorReply> {
     if let NetworkMode::LoopbackProxy { token, port } = &c.spec.network {
         set.extend(command_env::loopback_proxy_vars(token, *port).map_err(invalid)?);
     }
-    // `gatehouse run`: the agent's profile is its state directory, granted read-write; its
+    // `gatehouse run` and a third-party server: the profile is the state directory; an agent's
     // pipe, token and MCP config are named after the filter, as on Linux.
-    if let Some(agent) = &c.agent {
-        let home = &agent.state_home;
-        if !(c.spec.grants.iter()).any(|g| &g.path == home && g.access == GrantAccess::ReadWrite) {
-            return Err(invalid(format!(
-                "the agent's state directory {} is not granted read-write",
-                home.display()
-            )));
-        }
-        set.extend(command_env::windows_agent_vars(agent));
-    }
+    let (agent, server) = (c.user.agent.as_ref(), c.user.server.as_ref());
+    set.extend(command_env::windows_state_vars(agent, server, &spec.grants).map_err(invalid)?);
     command_env::set_vars_nocase(&mut c.vars, set);
     let spec = &c.spec;
     let program = find_program(&spec.argv[0], &spec.cwd, &c.path_var())
@@ -121,6 +114,11 @@ fn launch(mut c: Checked, cfg: &Config) -> Result<Launched, ErrorReply> {
     };
     let (out_r, out_w) = pipe("stdout")?;
     let (err_r, err_w) = pipe("stderr")?;
+    // A third-party server's stdin and stdout: its two connections to the broker's pipe for it.
+    let server_io = (c.user.server.as_ref().and_then(|s| s.run_name.as_ref()))
+        .map(|run| sandbox::endpoint::connect_twice(&run.server_pipe()))
+        .transpose()
+        .map_err(|e| refused(format!("the server's stdio pipe: {e}")))?;
     let child = w::spawn(
         &policy,
         &w::SpawnSpec {
@@ -133,8 +131,12 @@ fn launch(mut c: Checked, cfg: &Config) -> Result<Launched, ErrorReply> {
                 .map(|(k, v)| (OsString::from(k), OsString::from(v)))
                 .collect(),
             inherit: Vec::new(),
-            stdin: None,
-            stdout: Some(out_w.as_handle()),
+            stdin: server_io.as_ref().map(|(i, _)| i.as_handle()),
+            stdout: Some(
+                server_io
+                    .as_ref()
+                    .map_or(out_w.as_handle(), |(_, o)| o.as_handle()),
+            ),
             stderr: Some(err_w.as_handle()),
         },
         w::SpawnOptions {
@@ -142,8 +144,9 @@ fn launch(mut c: Checked, cfg: &Config) -> Result<Launched, ErrorReply> {
         },
     )
     .map_err(|e| refused(format!("starting {}: {e}", program.display())))?;
-    // Only the child holds the write ends now: the pipes end when its tree does.
-    drop((out_w, err_w));
+    // Only the child holds the write ends now: the pipes end when its tree does (a server's
+    // stdout is its pipe, so the captured one ends at once).
+    drop((out_w, err_w, server_io));
     c.gaps.extend(child.degraded().iter().cloned());
     let report = SandboxReport {
         program: program.display().to_string(),

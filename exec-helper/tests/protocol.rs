@@ -757,6 +757,7 @@ fn a_server_start_speaks_on_its_stdio_socket_and_keeps_stderr_apart() {
         long_run: true,
         server: Some(ServerRun {
             state_home: state.to_path_buf(),
+            run_name: None,
         }),
         ..Default::default()
     };

@@ -384,16 +384,19 @@ fn what_the_tier_cannot_hold_is_refused_with_its_reason_and_the_helper_serves_on
         long_run: true,
         server: Some(ipc_schema::exec::ServerRun {
             state_home: work.join("server"),
+            run_name: None,
         }),
         ..UserCommand::default()
     }));
+    // A server's stdio is a pipe named after its run: a server without one is no server here
+    // (broker/tests/windows_broker.rs runs one with it).
     let e = refused(&mut h, s);
-    assert_eq!(e.code, ErrorCode::Refused);
-    assert!(
-        e.message
-            .starts_with("a third-party stdio MCP server is not built on Windows"),
-        "{}",
-        e.message
+    assert_eq!(
+        (e.code, e.message.as_str()),
+        (
+            ErrorCode::Invalid,
+            "a third-party server's run is named on Windows (its stdio pipe) and only there"
+        )
     );
 
     let mut s = spec(&work, &["cmd.exe", "/d", "/c", "echo no"]);

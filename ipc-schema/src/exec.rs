@@ -137,6 +137,13 @@ impl CommandSpec {
     pub fn check_values(&self) -> Result<(), String> {
         let long_run = self.user.as_ref().is_some_and(|u| u.long_run);
         self.limits.check_with(long_run)?;
+        let server = self.user.as_ref().and_then(|u| u.server.as_ref());
+        if server.is_some_and(|s| s.run_name.is_some() != cfg!(windows)) {
+            return Err(
+                "a third-party server's run is named on Windows (its stdio pipe) and only there"
+                    .into(),
+            );
+        }
         self.checked_slot().map(|_| ())
     }
 
@@ -217,9 +224,17 @@ impl UserCommand {
 /// (EOF on stdin), and it reads EOF once every process of the server has closed its stdout.
 /// Stderr stays a captured stream (`Progress::stderr`, for the broker's log; never given to the
 /// agent); `Progress::stdout` stays empty.
+///
+/// On Windows there is no connector: the broker serves a pipe named after the run
+/// ([`RunName::server_pipe`]) for the exec-helper alone, which connects to it twice before the
+/// server starts, the first connection the server's stdin, the second its stdout (two handles:
+/// a synchronous pipe handle serves one I/O at a time, so one duplex handle could stall a
+/// server that reads and writes from two threads).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct ServerRun {
     pub state_home: PathBuf,
+    /// Windows: the run whose pipe carries the server's stdin and stdout; `None` elsewhere.
+    pub run_name: Option<RunName>,
 }
 
 /// What an agent's sandbox (`gatehouse run`) has beyond a command's: its own state directory
@@ -287,6 +302,11 @@ impl RunName {
             ));
         }
         Ok(RunName(s.to_string()))
+    }
+
+    /// A third-party server's stdio pipe ([`ServerRun`]).
+    pub fn server_pipe(&self) -> String {
+        format!(r"\\.\pipe\gatehouse-server-{}", self.0)
     }
 
     /// The run's pipe and files, for the agent whose state directory is `state_home`.
@@ -642,6 +662,7 @@ mod tests {
         };
         let server = ServerRun {
             state_home: "/agents/s".into(),
+            run_name: None,
         };
         let user = |agent, server, long_run| UserCommand {
             agent,

@@ -463,6 +463,7 @@ pub fn spec(s: &StdioServer, state_home: &Path, proxy_token: Option<String>) -> 
             long_run: true,
             server: Some(ServerRun {
                 state_home: state_home.to_path_buf(),
+                run_name: None,
             }),
             ..UserCommand::default()
         })),
@@ -482,8 +483,8 @@ pub fn confinement(s: &McpServer, root: bool) -> String {
         Reach::Stdio(_) if root => {
             "not started: a broker running as root does not run third-party stdio servers".into()
         }
-        Reach::Stdio(_) if cfg!(windows) => {
-            "not started: stdio servers are not built on Windows (remote servers run)".into()
+        Reach::Stdio(x) if cfg!(windows) && !x.network.is_empty() => {
+            "not started: a stdio server with a network list is not built on Windows".into()
         }
         Reach::Stdio(x) => format!(
             "exec sandbox, {} grant(s), network {}",

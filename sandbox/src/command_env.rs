@@ -141,22 +141,45 @@ pub fn loopback_proxy_vars(token: &str, port: u16) -> Result<Vec<(String, String
     Ok(names.map(|n| (n.to_string(), url.clone())).to_vec())
 }
 
-/// Windows: what a `gatehouse run` agent's environment has beyond a command's: its state
-/// directory as its profile (`USERPROFILE`, `HOME`), temporary directory and application data
-/// (its login and settings live there, never in the user's), then gatehouse's variables.
-pub fn windows_agent_vars(agent: &ipc_schema::exec::AgentRun) -> Vec<(String, String)> {
-    let home = agent.state_home.display().to_string();
-    let at = |p: &str| agent.state_home.join(p).display().to_string();
-    let mut vars = vec![
+/// Windows: what the environment of a sandbox with a state directory (a `gatehouse run` agent's
+/// or a third-party server's) has beyond a command's: that directory as its profile
+/// (`USERPROFILE`, `HOME`), temporary directory and application data (its login and settings
+/// live there, never in the user's), then an agent's gatehouse variables. Refused unless
+/// `grants` give the directory read-write.
+pub fn windows_state_vars(
+    agent: Option<&ipc_schema::exec::AgentRun>,
+    server: Option<&ipc_schema::exec::ServerRun>,
+    grants: &[ipc_schema::exec::PathGrant],
+) -> Result<Vec<(String, String)>, String> {
+    let rw = ipc_schema::exec::GrantAccess::ReadWrite;
+    let home = (agent.map(|a| &a.state_home)).or(server.map(|s| &s.state_home));
+    let Some(home) = home else {
+        return Ok(Vec::new());
+    };
+    if !grants.iter().any(|g| &g.path == home && g.access == rw) {
+        let home = home.display();
+        return Err(format!(
+            "the sandbox's state directory {home} is not granted read-write"
+        ));
+    }
+    let mut vars = windows_profile_vars(home);
+    vars.extend(agent.iter().flat_map(|a| a.vars.iter().cloned()));
+    Ok(vars)
+}
+
+/// Windows: the profile variables of a sandbox whose state directory is `home` (an agent's or
+/// a third-party server's): its profile, temp and application-data directories inside it.
+pub fn windows_profile_vars(state_home: &std::path::Path) -> Vec<(String, String)> {
+    let home = state_home.display().to_string();
+    let at = |p: &str| state_home.join(p).display().to_string();
+    vec![
         ("USERPROFILE".to_string(), home.clone()),
         ("HOME".to_string(), home),
         ("TEMP".to_string(), at("tmp")),
         ("TMP".to_string(), at("tmp")),
         ("APPDATA".to_string(), at("AppData\\Roaming")),
         ("LOCALAPPDATA".to_string(), at("AppData\\Local")),
-    ];
-    vars.extend(agent.vars.iter().cloned());
-    vars
+    ]
 }
 
 /// Puts each of `set` in `vars`, replacing a variable of the same name in any case (Windows'
@@ -546,7 +569,21 @@ mod tests {
             )],
             gateway_socket: std::path::PathBuf::from(r"\\.\pipe\gatehouse-run-x"),
         };
-        let set = windows_agent_vars(&agent);
+        let grant = |access| ipc_schema::exec::PathGrant {
+            path: agent.state_home.clone(),
+            access,
+        };
+        let read_only = [grant(ipc_schema::exec::GrantAccess::Read)];
+        assert_eq!(
+            windows_state_vars(Some(&agent), None, &read_only),
+            Err("the sandbox's state directory /agents/claude is not granted read-write".into())
+        );
+        let set = windows_state_vars(
+            Some(&agent),
+            None,
+            &[grant(ipc_schema::exec::GrantAccess::ReadWrite)],
+        )
+        .unwrap();
         let get = |k: &str| set.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         let home = agent.state_home.display().to_string();
         assert_eq!(get("USERPROFILE"), Some(home.as_str()));

@@ -105,6 +105,14 @@ pub fn connect(name: &str) -> io::Result<(std::fs::File, Peer)> {
     Ok((pipe, peer))
 }
 
+/// Two connections to `name`, one after the other, each as [`connect`]: a third-party server's
+/// stdin and stdout (`ipc_schema::exec::ServerRun`), two handles because a synchronous pipe
+/// handle serves one I/O at a time.
+#[cfg(windows)]
+pub fn connect_twice(name: &str) -> io::Result<(std::fs::File, std::fs::File)> {
+    Ok((connect(name)?.0, connect(name)?.0))
+}
+
 /// Opens with `open`, retrying ERROR_PIPE_BUSY for a second: every instance of the name may be
 /// taken for a moment (the broker makes the next one right after a client connects).
 #[cfg(windows)]

@@ -72,7 +72,7 @@ pub fn open(
 /// The relay's halves of a connected pair, and the end for the servers-helper: a socket pair,
 /// which reaches no one.
 #[cfg(unix)]
-fn pair() -> std::io::Result<(
+pub(crate) fn pair() -> std::io::Result<(
     tokio::net::unix::OwnedReadHalf,
     tokio::net::unix::OwnedWriteHalf,
     Passed,
@@ -87,7 +87,7 @@ fn pair() -> std::io::Result<(
 /// connected before anyone else could (`channel_pair`), both ends overlapped (the
 /// servers-helper reads and writes it from tokio).
 #[cfg(windows)]
-fn pair() -> std::io::Result<(
+pub(crate) fn pair() -> std::io::Result<(
     tokio::io::ReadHalf<tokio::net::windows::named_pipe::NamedPipeServer>,
     tokio::io::WriteHalf<tokio::net::windows::named_pipe::NamedPipeServer>,
     Passed,

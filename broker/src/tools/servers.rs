@@ -74,6 +74,8 @@ async fn stop(ctx: &Rc<Ctx>, conn: ConnId, backing: Backing) {
 /// One server's running connection for one session.
 struct Live {
     conn: ConnId,
+    /// The profile of the session it runs for.
+    profile: ProfileName,
     backing: Backing,
     /// The values of the secrets in its environment: scrubbed from what it returns.
     scrub: Rc<Vec<SecretValue>>,
@@ -250,7 +252,7 @@ async fn start(
         Reach::Stdio(x) => {
             let (fd, run, values) = start_sandbox(ctx, sid, profile, s, x, conn, &gone).await?;
             scrub = values;
-            (crate::helpers::pass(fd), Backing::Sandbox(run), None)
+            (fd, Backing::Sandbox(run), None)
         }
         Reach::Remote(r) => {
             let (fd, link) =
@@ -319,6 +321,7 @@ async fn start(
     })?;
     Ok(Live {
         conn,
+        profile: profile.clone(),
         backing,
         scrub,
         tools,
@@ -338,10 +341,10 @@ async fn start_sandbox(
     x: &StdioServer,
     conn: ConnId,
     gone: &Rc<RefCell<Option<String>>>,
-) -> Result<(crate::helpers::Connector, RunId, Rc<Vec<SecretValue>>), String> {
-    if cfg!(windows) {
+) -> Result<(crate::helpers::Passed, RunId, Rc<Vec<SecretValue>>), String> {
+    if cfg!(windows) && !x.network.is_empty() {
         return Err(format!(
-            "the server {} is not started: stdio servers are not built on Windows (its stdin and stdout would be pipes the broker makes and passes to the exec-helper and the servers-helper, which is not built; a remote server runs: docs/windows.md)",
+            "the server {} is not started: a stdio server with a network list is not built on Windows (the egress proxy's loopback listener serves only commands the console launched; one without a network list runs: docs/windows.md)",
             s.name
         ));
     }
@@ -394,49 +397,32 @@ async fn start_sandbox(
         }
     }
     let scrub = Rc::new(scrub);
-    let (ours, theirs) =
-        crate::helpers::connector_pair().map_err(|e| format!("the server's connector: {e}"))?;
-    let started = exec
-        .call_with_fd(
-            Body::Exec(ExecRequest::Start(Box::new(spec))),
-            crate::helpers::pass(theirs),
-        )
-        .await;
-    let run = match started {
-        Ok(Body::ExecReply(ExecReply::Started { run, .. })) => run,
-        other => {
+    if let Some(p) = &proxy {
+        spec.network = p.network();
+    }
+    // Windows: its ACEs in a command slot of its own (held while it runs); nothing elsewhere.
+    let started = match crate::exec_aces::hold(ctx, &spec) {
+        Ok(aces) => {
+            spec.slot = aces.slot();
+            let proxied = proxy.as_ref().map(|p| (p.net.clone(), p.session.clone()));
+            (start_with_stdio(ctx, &exec, spec, proxied).await).map(|s| (s, aces))
+        }
+        Err(why) => Err((None, why)),
+    };
+    let ((run, stdio, relay), aces) = match started {
+        Ok(s) => s,
+        Err((run, why)) => {
+            if let Some(run) = run {
+                stop_run(&exec, run).await;
+            }
             if let Some(p) = &proxy {
                 p.close().await;
             }
-            let why = match other {
-                Ok(Body::Error(e)) => e.message,
-                Ok(o) => format!("the exec-helper answered a start with {:?}", o.kind()),
-                Err(e) => e.to_string(),
-            };
             row(sid, &s.name, "refused", format!("{line}: {why}"), tier);
             return Err(format!("the server {} did not start: {why}", s.name));
         }
     };
     row(sid, &s.name, "started", format!("{run}: {line}"), tier);
-    let (stdio_tx, stdio_rx) = tokio::sync::oneshot::channel();
-    let relay = tokio::task::spawn_local(crate::launch::relay(
-        ctx.clone(),
-        ours,
-        proxy.as_ref().map(|p| (p.net.clone(), p.session.clone())),
-        None,
-        None,
-        Some(stdio_tx),
-    ));
-    let stdio = match tokio::time::timeout(Duration::from_secs(10), stdio_rx).await {
-        Ok(Ok(fd)) => fd,
-        _ => {
-            stop_run(&exec, run).await;
-            return Err(format!(
-                "the server {} sandbox passed no stdio socket",
-                s.name
-            ));
-        }
-    };
     // Its stderr goes to the log (its secrets scrubbed), never to the agent; its end ends the
     // connection.
     let (gone, name, sid, values) = (gone.clone(), s.name.clone(), sid.clone(), scrub.clone());
@@ -460,12 +446,121 @@ async fn start_sandbox(
             .call(Body::Servers(ServersRequest::Detach { conn }))
             .await;
         let _ = relay.await;
+        drop(aces);
         if let Some(p) = proxy {
             p.close().await;
         }
         row(&sid, &name, "ended", format!("{run}: {why}"), tier);
     });
     Ok((stdio, run, scrub))
+}
+
+/// What a `Start` was answered with: the run, or why it did not start.
+fn started(answer: Result<Body, crate::helpers::CallError>) -> Result<RunId, String> {
+    match answer {
+        Ok(Body::ExecReply(ExecReply::Started { run, .. })) => Ok(run),
+        Ok(Body::Error(e)) => Err(e.message),
+        Ok(o) => Err(format!(
+            "the exec-helper answered a start with {:?}",
+            o.kind()
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// A failed start: the run to stop, if it started, and why.
+type NotStarted = (Option<RunId>, String);
+
+/// Starts the server's sandbox with the connector, then takes the stdio socket it passes out;
+/// the relay also carries the proxy's connections (`proxied`: the net-helper and session).
+#[cfg(unix)]
+async fn start_with_stdio(
+    ctx: &Rc<Ctx>,
+    exec: &HelperSlot,
+    spec: ipc_schema::exec::CommandSpec,
+    proxied: Option<(std::sync::Arc<HelperSlot>, String)>,
+) -> Result<(RunId, crate::helpers::Passed, tokio::task::JoinHandle<()>), NotStarted> {
+    let (ours, theirs) = crate::helpers::connector_pair()
+        .map_err(|e| (None, format!("the server's connector: {e}")))?;
+    let start = Body::Exec(ExecRequest::Start(Box::new(spec)));
+    let run = started(exec.call_with_fd(start, crate::helpers::pass(theirs)).await)
+        .map_err(|why| (None, why))?;
+    let (stdio_tx, stdio_rx) = tokio::sync::oneshot::channel();
+    let relay = crate::launch::relay(ctx.clone(), ours, proxied, None, None, Some(stdio_tx));
+    let relay = tokio::task::spawn_local(relay);
+    match tokio::time::timeout(Duration::from_secs(10), stdio_rx).await {
+        Ok(Ok(fd)) => Ok((run, fd, relay)),
+        _ => Err((Some(run), "its sandbox passed no stdio socket".into())),
+    }
+}
+
+/// Windows: serves a pipe named after a fresh run for the exec-helper alone (the slot's SID and
+/// this user in its DACL; each client's process checked to be the exec-helper's), which
+/// connects to it twice before the server starts: the server's stdin, then its stdout. Those
+/// two are relayed to one end of a pair whose other end goes to the servers-helper.
+#[cfg(windows)]
+async fn start_with_stdio(
+    _ctx: &Rc<Ctx>,
+    exec: &HelperSlot,
+    mut spec: ipc_schema::exec::CommandSpec,
+    _proxied: Option<(std::sync::Arc<HelperSlot>, String)>,
+) -> Result<(RunId, crate::helpers::Passed, tokio::task::JoinHandle<()>), NotStarted> {
+    let no = |why: String| (None, why);
+    let name =
+        ipc_schema::exec::RunName::parse(&hex::encode(rand::random::<[u8; 16]>())).map_err(no)?;
+    let slot = spec.slot.ok_or_else(|| no("no command slot".into()))?;
+    let server = spec.user.as_mut().and_then(|u| u.server.as_mut());
+    server
+        .ok_or_else(|| no("not a server's Start".into()))?
+        .run_name = Some(name.clone());
+    let pipe = name.server_pipe();
+    let sid = sandbox::wincfg::slot_sid(slot);
+    let mut listener = sandbox::endpoint::Listener::bind_also_for(&pipe, Some(&sid.0))
+        .map_err(|e| no(format!("the server's stdio pipe {pipe}: {e}")))?;
+    let exec_pid = exec.live_pid();
+    let accepting = tokio::task::spawn_local(async move {
+        let mut conns = Vec::new();
+        while conns.len() < 2 {
+            let (conn, peer) = listener.accept().await.map_err(|e| e.to_string())?;
+            if peer.pid.is_none() || peer.pid != exec_pid {
+                return Err(format!(
+                    "process {:?} connected to the server's stdio pipe, not the exec-helper ({exec_pid:?})",
+                    peer.pid
+                ));
+            }
+            conns.push(conn);
+        }
+        let stdout = conns.pop().expect("two connections");
+        Ok((conns.pop().expect("two connections"), stdout))
+    });
+    let abort = accepting.abort_handle();
+    let start = Body::Exec(ExecRequest::Start(Box::new(spec)));
+    let run = started(exec.call(start).await).map_err(|why| {
+        abort.abort();
+        (None, why)
+    })?;
+    let (mut stdin, mut stdout) =
+        match tokio::time::timeout(Duration::from_secs(10), accepting).await {
+            Ok(Ok(Ok(c))) => c,
+            Ok(Ok(Err(why))) => return Err((Some(run), why)),
+            _ => {
+                abort.abort();
+                return Err((
+                    Some(run),
+                    "the exec-helper did not connect the server's stdio".into(),
+                ));
+            }
+        };
+    let (mut rd, mut wr, theirs) =
+        super::remote::pair().map_err(|e| (Some(run), format!("the server's connection: {e}")))?;
+    // Either end ends both: the server closing its stdout, or the servers-helper its end.
+    let relay = tokio::task::spawn_local(async move {
+        tokio::select! {
+            _ = tokio::io::copy(&mut rd, &mut stdin) => {}
+            _ = tokio::io::copy(&mut stdout, &mut wr) => {}
+        }
+    });
+    Ok((run, theirs, relay))
 }
 
 /// The values of the server's `secrets`, each given by the secrets-helper only when what the
@@ -775,7 +870,9 @@ pub async fn inspect(
         return Err(format!("profile {profile} has no server {server}"));
     };
     pins(ctx).await?;
-    let sid = SessionId(format!("console-{profile}"));
+    // A session that runs it already (the agent's) lists it afresh; else the console's own.
+    let sid = running_for(ctx, profile, server)
+        .unwrap_or_else(|| SessionId(format!("console-{profile}")));
     let tools = live_tools(ctx, &sid, profile, s, true).await?;
     let pins = ctx.servers.pins.borrow();
     Ok(tools
@@ -790,6 +887,17 @@ pub async fn inspect(
             (d, dg, why, pinned)
         })
         .collect())
+}
+
+/// A session of `profile` whose connection to `server` is live and not in use right now.
+fn running_for(ctx: &Ctx, profile: &ProfileName, server: &ServerName) -> Option<SessionId> {
+    let slots = ctx.servers.slots.borrow();
+    slots.iter().find_map(|((sid, name), cell)| {
+        let slot = cell.try_lock().ok()?;
+        let live = slot.live.as_ref()?;
+        let up = name == server && live.profile == *profile && live.gone.borrow().is_none();
+        up.then(|| sid.clone())
+    })
 }
 
 /// The human approved these definitions (each named by the digest they were shown): pinned,

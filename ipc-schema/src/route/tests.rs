@@ -444,6 +444,7 @@ fn a_start_brings_its_connector_only_with_the_proxy_network_an_agent_or_a_server
         long_run: true,
         server: Some(ServerRun {
             state_home: "/agents/s".into(),
+            run_name: None,
         }),
         ..Default::default()
     }));

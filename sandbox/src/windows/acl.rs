@@ -3,7 +3,7 @@
 //! [`remove_aces`] when it goes; the ACEs are exactly those `wincfg` renders (parsed back from
 //! their SDDL, so the listing is what is applied).
 
-use super::ffi::{invalid, returned, wide, wide_to_string, Local, OwnedSid, WinError};
+use super::ffi::{invalid, last, returned, wide, wide_to_string, Local, OwnedSid, WinError};
 use crate::wincfg::{parse_ace, PathAce};
 use std::path::{Path, PathBuf};
 use windows_sys::Win32::Foundation::{ERROR_SUCCESS, HANDLE};
@@ -14,7 +14,9 @@ use windows_sys::Win32::Security::Authorization::{
     TRUSTEE_IS_UNKNOWN, TRUSTEE_W,
 };
 use windows_sys::Win32::Security::{
-    ACL, DACL_SECURITY_INFORMATION, PSECURITY_DESCRIPTOR, PSID, SUB_CONTAINERS_AND_OBJECTS_INHERIT,
+    GetSecurityDescriptorControl, ACL, DACL_SECURITY_INFORMATION,
+    PROTECTED_DACL_SECURITY_INFORMATION, PSECURITY_DESCRIPTOR, PSID, SE_DACL_PROTECTED,
+    SUB_CONTAINERS_AND_OBJECTS_INHERIT,
 };
 
 const MECH: &str = "file ACE";
@@ -50,6 +52,8 @@ pub struct AppliedAce {
 /// The path's DACL, owned with its security descriptor.
 struct Dacl {
     acl: *mut ACL,
+    /// Protected from inheritance (`SE_DACL_PROTECTED`): a private directory's.
+    protected: bool,
     _sd: Local,
 }
 
@@ -74,11 +78,18 @@ fn read_dacl(path: &Path) -> Result<(Vec<u16>, Dacl), WinError> {
     if r != ERROR_SUCCESS {
         return Err(returned(MECH, "GetNamedSecurityInfoW", r));
     }
+    let sd = Local(sd);
+    let (mut control, mut revision) = (0u16, 0u32);
+    // SAFETY: `sd.0` is the descriptor just returned, alive in `sd`; the outputs are locals.
+    if unsafe { GetSecurityDescriptorControl(sd.0, &mut control, &mut revision) } == 0 {
+        return Err(last(MECH, "GetSecurityDescriptorControl"));
+    }
     Ok((
         w,
         Dacl {
             acl,
-            _sd: Local(sd),
+            protected: control & SE_DACL_PROTECTED != 0,
+            _sd: sd,
         },
     ))
 }
@@ -96,12 +107,18 @@ fn merge(path: &Path, entry: &EXPLICIT_ACCESS_W) -> Result<(), WinError> {
         return Err(returned(MECH, "SetEntriesInAclW", r));
     }
     let _new = Local(new.cast());
+    // A protected DACL stays protected: without the flag, setting it would let the parent's
+    // inheritable ACEs in (a private directory would then grant what its parent grants).
+    let what = match old.protected {
+        true => DACL_SECURITY_INFORMATION | PROTECTED_DACL_SECURITY_INFORMATION,
+        false => DACL_SECURITY_INFORMATION,
+    };
     // SAFETY: `w` is NUL-terminated, `new` a valid ACL alive in `_new`; only the DACL is set.
     let r = unsafe {
         SetNamedSecurityInfoW(
             w.as_ptr(),
             SE_FILE_OBJECT,
-            DACL_SECURITY_INFORMATION,
+            what,
             std::ptr::null_mut(),
             std::ptr::null_mut(),
             new,
