@@ -234,7 +234,7 @@ pub fn command(
         #[cfg(windows)]
         let (relay, listening) = match proxy
             .as_ref()
-            .and_then(|p| p.listening(&ctx, (reply.clone(), id), agent.clone()))
+            .and_then(|p| p.listening(&ctx, Some((reply.clone(), id)), agent.clone()))
         {
             Some((task, stop)) => (Some(task), Some(stop)),
             None => (relay, None),
@@ -394,11 +394,13 @@ impl Proxy {
     /// net-helper as on Linux ([`hand_over`], its row under the agent's first session if the
     /// command is one), until the returned `Notify` is notified (the command ended); then waits
     /// up to [`EGRESS_DRAIN`] for the records of those handed over. `None` once taken.
+    /// `peer`: the console that launched the command, told of each connection's end (none for
+    /// a third-party server's).
     #[cfg(windows)]
-    fn listening(
+    pub(crate) fn listening(
         &self,
         ctx: &Rc<Ctx>,
-        peer: (Replier, u64),
+        peer: Option<(Replier, u64)>,
         agent: Option<Rc<Run>>,
     ) -> Option<(tokio::task::JoinHandle<()>, Rc<tokio::sync::Notify>)> {
         let (listener, port) = self.listener.borrow_mut().take()?;
@@ -426,7 +428,7 @@ impl Proxy {
                         Ok((sock, _)) => match sock.into_std() {
                             Ok(s) => {
                                 let under = agent.as_ref().and_then(|a| a.sessions.borrow().first().cloned());
-                                hand_over(&mut handed, &net, &session, under, tier, Some(peer.clone()), s.into())
+                                hand_over(&mut handed, &net, &session, under, tier, peer.clone(), s.into())
                             }
                             Err(e) => tracing::warn!(%session, "a proxy connection: {e}"),
                         },

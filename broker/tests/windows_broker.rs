@@ -100,6 +100,17 @@ impl Broker {
         client.request(body).unwrap()
     }
 
+    /// The audit log's first 1,000 rows, as the console reads them.
+    fn audit(&self) -> Vec<ipc_schema::ui::AuditEntry> {
+        match self.ui(Body::Ui(ipc_schema::ui::UiRequest::AuditTail {
+            after: 0,
+            limit: 1000,
+        })) {
+            Body::UiReply(UiReply::Audit(rows)) => rows,
+            other => panic!("AuditTail answered {other:?}"),
+        }
+    }
+
     /// The doctor's report once no helper is still starting (each helper's start is verified
     /// before its state leaves `Starting`).
     fn doctor(&self) -> DoctorReport {
@@ -508,13 +519,7 @@ fn an_agents_fetch_waits_for_the_human_then_runs_and_is_audited() {
     assert_eq!(web.requests().len(), 1);
 
     // The audit log, as the console reads it: the call's row names the tool and the URL.
-    let rows = match b.ui(Body::Ui(ipc_schema::ui::UiRequest::AuditTail {
-        after: 0,
-        limit: 1000,
-    })) {
-        Body::UiReply(UiReply::Audit(rows)) => rows,
-        other => panic!("AuditTail answered {other:?}"),
-    };
+    let rows = b.audit();
     assert!(
         rows.iter().any(|r| r.tool.as_deref() == Some("fetch_url")
             && r.target
@@ -597,13 +602,7 @@ fn an_agents_run_command_asks_then_runs_in_the_restricted_token_tier() {
         "from the agent"
     );
     assert!(ran.sandbox.contains("restricted-token"), "{}", ran.sandbox);
-    let rows = match b.ui(Body::Ui(ipc_schema::ui::UiRequest::AuditTail {
-        after: 0,
-        limit: 1000,
-    })) {
-        Body::UiReply(UiReply::Audit(rows)) => rows,
-        other => panic!("AuditTail answered {other:?}"),
-    };
+    let rows = b.audit();
     // The run is in the audit log: asked with what it runs, then carried out once.
     let run_rows: Vec<_> = (rows.iter())
         .filter(|r| r.tool.as_deref() == Some("run_command"))
@@ -1039,11 +1038,6 @@ name = "elsewhere"
 url = "https://other.test:{port}/mcp"
 credential = "mcp-token"
 
-# A stdio server with a network list: not built on Windows.
-[[mcp_server]]
-name = "local"
-command = ['C:\windows\system32\cmd.exe', '/d', '/c', 'exit']
-network = ["api.example.com"]
 
 [[rule]]
 name = "reads"
@@ -1089,9 +1083,7 @@ action = "allow"
         assert!(names.iter().any(|n| n == t), "{t}: {names:?}");
     }
     assert!(
-        !names
-            .iter()
-            .any(|n| n.starts_with("elsewhere__") || n.starts_with("local__")),
+        !names.iter().any(|n| n.starts_with("elsewhere__")),
         "{names:?}"
     );
 
@@ -1133,13 +1125,6 @@ action = "allow"
         "{out}\n{err}"
     );
     assert_eq!(web.requests().len(), seen.len());
-    let (code, out, err) = run_gatehouse(&data_dir, &["mcp-server", "tools", "local"], None);
-    assert_ne!(code, Some(0), "{out}");
-    assert!(
-        format!("{out}{err}")
-            .contains("a stdio server with a network list is not built on Windows"),
-        "{out}\n{err}"
-    );
     // `mcp-server add`: a remote one added.
     let url = format!("https://tls.test:{port}/mcp");
     let (code, out, err) = run_gatehouse(
@@ -1150,13 +1135,7 @@ action = "allow"
     assert_eq!(code, Some(0), "{out}\n{err}");
 
     // The audit log has the server's start and no credential; nor has the broker's log.
-    let rows = match b.ui(Body::Ui(UiRequest::AuditTail {
-        after: 0,
-        limit: 1000,
-    })) {
-        Body::UiReply(UiReply::Audit(rows)) => rows,
-        other => panic!("AuditTail answered {other:?}"),
-    };
+    let rows = b.audit();
     assert!(
         rows.iter()
             .any(|r| r.tool.as_deref() == Some("mcp_server remote") && r.outcome == "started"),
@@ -1179,13 +1158,14 @@ action = "allow"
 /// tests crate): started in the restricted-token tier in a command slot of its own, its stdin
 /// and stdout the two connections the exec-helper made to the pipe the broker serves for it,
 /// relayed to the servers-helper; its tools held until approved, then listed as `local__*` and
-/// called through `gatehouse-mcp`; its profile its own state directory; an agent's command with
-/// other grants runs while it runs (another slot). A server with a network list is refused
-/// with its reason (not built on Windows), and so is `mcp-server add` of one, beside adding
-/// one without.
+/// called through `gatehouse-mcp`; its profile its own state directory; its network list
+/// reached through the broker's egress proxy (its loopback listener, the session's token in
+/// the server's `HTTPS_PROXY`), another host refused there (403) and never reached; an
+/// agent's command with other grants runs while it runs (another slot).
 #[test]
 fn a_stdio_mcp_server_runs_in_a_command_slot_of_its_own() {
-    let b = Broker::start(&[]);
+    let (_dns, web, b) = web_behind_the_proxy("hello to the server");
+    let port = web.addr.port();
     let root = b.dirs.data.parent().unwrap().to_path_buf();
     let project = root.join("project");
     let data_dir = [OsStr::new("--data-dir"), root.as_os_str()];
@@ -1203,16 +1183,12 @@ capabilities = ["read", "write"]
 [[mcp_server]]
 name = "local"
 command = [{server:?}]
+network = ["public.test"]
 read_only = ["echo", "where"]
 
-[[mcp_server]]
-name = "netted"
-command = [{server:?}]
-network = ["api.example.com"]
-
 [[rule]]
-name = "reads"
-tools = ["local__echo", "local__where"]
+name = "its tools"
+tools = ["local__echo", "local__where", "local__connect"]
 action = "allow"
 "#,
         project = project.to_str().unwrap(),
@@ -1235,11 +1211,11 @@ action = "allow"
     );
     assert_eq!(code, Some(0), "{out}\n{err}\n{}", b.log_text());
     assert!(
-        out.contains("2 tool definition(s) of local approved"),
+        out.contains("3 tool definition(s) of local approved"),
         "{out}"
     );
     let names = tool_names(&mcp.rpc(list_tools(3)));
-    for t in ["local__echo", "local__where"] {
+    for t in ["local__echo", "local__where", "local__connect"] {
         assert!(names.iter().any(|n| n == t), "{t}: {names:?}");
     }
     let (err, text) = call_text(&mcp.rpc(call_tool(
@@ -1252,18 +1228,38 @@ action = "allow"
     assert!(text.contains("echo: hello through two pipes"), "{text}");
     let (err, text) = call_text(&mcp.rpc(call_tool(5, "local__where", serde_json::json!({}))));
     assert!(!err, "{text}");
-    let agents = b.dirs.agents();
+    let home = b.dirs.agents().join("mcp-default-local");
     assert!(
-        text.contains(&format!(
-            "profile {}",
-            agents.join("mcp-default-local").display()
-        )),
+        text.contains(&format!("profile {}", home.display())),
         "{text}"
     );
+
+    // Its network list through the broker's proxy: the allowed host answers; another is
+    // refused by the proxy and never reached.
+    let connect = |mcp: &mut McpFront, id, target: String| {
+        let (err, text) = call_text(&mcp.rpc(call_tool(
+            id,
+            "local__connect",
+            serde_json::json!({ "target": target }),
+        )));
+        assert!(!err, "{text}");
+        text
+    };
+    let text = connect(&mut mcp, 6, format!("public.test:{port}"));
+    assert!(
+        text.contains("200 ") && text.contains("hello to the server"),
+        "{text}\n{}",
+        b.log_text()
+    );
+    assert_eq!(web.requests().len(), 1);
+    let text = connect(&mut mcp, 7, format!("other.test:{port}"));
+    assert!(text.contains("403 "), "{text}");
+    assert_eq!(web.requests().len(), 1);
+
     // While the server runs (it holds a slot for the session), an agent's command that writes
     // the project runs in another.
     let (err, text) = call_text(&mcp.rpc(call_tool(
-        6,
+        8,
         "run_command",
         serde_json::json!({"argv": ["cmd.exe", "/d", "/c", "echo beside the server"],
                            "cwd": project.to_str().unwrap()}),
@@ -1271,50 +1267,27 @@ action = "allow"
     assert!(!err, "{text}\n{}", b.log_text());
     assert!(text.contains("beside the server"), "{text}");
 
-    // One with a network list: refused, saying why; `mcp-server add` likewise, beside adding
-    // one without.
-    let (code, out, err) = run_gatehouse(&data_dir, &["mcp-server", "tools", "netted"], None);
-    assert_ne!(code, Some(0), "{out}");
-    let netted = "a stdio server with a network list is not built on Windows";
-    assert!(format!("{out}{err}").contains(netted), "{out}\n{err}");
-    let server = server.to_str().unwrap();
-    let (code, out, err) = run_gatehouse(
-        &data_dir,
-        &[
-            "mcp-server",
-            "add",
-            "more",
-            "--network",
-            "api.example.com",
-            "--",
-            server,
-        ],
-        None,
-    );
-    assert_ne!(code, Some(0), "{out}");
-    assert!(
-        err.contains("a stdio server with --network is not built on Windows"),
-        "{out}\n{err}"
-    );
-    let (code, out, err) = run_gatehouse(
-        &data_dir,
-        &["mcp-server", "add", "more", "--", server],
-        None,
-    );
-    assert_eq!(code, Some(0), "{out}\n{err}");
-
-    let rows = match b.ui(Body::Ui(UiRequest::AuditTail {
-        after: 0,
-        limit: 1000,
-    })) {
-        Body::UiReply(UiReply::Audit(rows)) => rows,
-        other => panic!("AuditTail answered {other:?}"),
-    };
+    // The audit log has the server's start and both tunnels (allowed, refused).
+    let rows = b.audit();
     assert!(
         rows.iter()
             .any(|r| r.tool.as_deref() == Some("mcp_server local") && r.outcome == "started"),
         "{rows:#?}"
     );
+    let (code, out, err) = run_gatehouse(&data_dir, &["audit", "tail", "-n", "200"], None);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let egress: Vec<&str> = (out.lines())
+        .filter(|l| l.split_whitespace().nth(2) == Some("egress"))
+        .collect();
+    assert!(
+        (egress.iter()).any(|l| l.contains("tunnelled") && l.contains("TUNNEL public.test")),
+        "{out}"
+    );
+    assert!(
+        (egress.iter()).any(|l| l.contains("refused (403)") && l.contains("other.test")),
+        "{out}"
+    );
+    assert_eq!(egress.len(), 2, "{out}");
     let (code, err) = mcp.finish();
     assert_eq!(code, Some(0), "{err}");
 }

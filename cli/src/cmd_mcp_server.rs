@@ -191,9 +191,6 @@ fn body(g: &Global, cmd: McpServerCmd) -> Result<ExitCode, String> {
         } => {
             let p = profile_name(&profile)?;
             ServerName::try_from(name.clone())?;
-            if url.is_none() && cfg!(windows) && !network.is_empty() {
-                return Err("a stdio server with --network is not built on Windows (the egress proxy's loopback listener serves only commands the console launched: docs/windows.md); one without a network list, or a remote one (--url), is added".into());
-            }
             if url.is_none() {
                 let program = resolve(&command[0])?;
                 command[0] = program.to_string_lossy().into_owned();

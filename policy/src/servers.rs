@@ -483,9 +483,6 @@ pub fn confinement(s: &McpServer, root: bool) -> String {
         Reach::Stdio(_) if root => {
             "not started: a broker running as root does not run third-party stdio servers".into()
         }
-        Reach::Stdio(x) if cfg!(windows) && !x.network.is_empty() => {
-            "not started: a stdio server with a network list is not built on Windows".into()
-        }
         Reach::Stdio(x) => format!(
             "exec sandbox, {} grant(s), network {}",
             x.grants.len(),

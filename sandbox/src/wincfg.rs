@@ -1281,6 +1281,18 @@ mod tests {
         CommandSlot::new(n).unwrap()
     }
 
+    /// A command with no grants and no network.
+    pub(super) fn offline() -> CommandSpec {
+        CommandSpec {
+            grants: vec![],
+            no_access: vec![],
+            no_write: vec![],
+            network: CommandNetwork::None,
+            hide_sensitive: false,
+            hide_globs: Vec::new(),
+        }
+    }
+
     #[test]
     fn a_dacl_read_back_holds_an_ace_only_as_rendered_or_wider() {
         let sid = "S-1-15-3-1024-1-2-3-4-5-6-7-8";
@@ -1364,16 +1376,8 @@ mod tests {
     #[test]
     fn the_exec_token_keeps_the_command_and_slot_sids_so_commands_made_from_it_do_too() {
         let exec = helper_policy(&Profile::Exec).unwrap();
-        let offline = CommandSpec {
-            grants: vec![],
-            no_access: vec![],
-            no_write: vec![],
-            network: CommandNetwork::None,
-            hide_sensitive: false,
-            hide_globs: Vec::new(),
-        };
         for n in 0..CommandSlot::COUNT {
-            let cmd = command_policy(&offline, slot(n)).unwrap();
+            let cmd = command_policy(&offline(), slot(n)).unwrap();
             // The command SID (the filters'), the slot's, RESTRICTED: every one among the
             // exec helper's (the intersection CreateRestrictedToken keeps is then the
             // command's whole list).
@@ -1862,18 +1866,7 @@ mod verdict_tests {
         c.process_dacl = None;
         assert_eq!(missing(&p, &c), vec!["process DACL: it could not be read"]);
         // A command keeps the default descriptor: nothing is asked of it.
-        let cmd = command_policy(
-            &CommandSpec {
-                grants: vec![],
-                no_access: vec![],
-                no_write: vec![],
-                network: CommandNetwork::None,
-                hide_sensitive: false,
-                hide_globs: Vec::new(),
-            },
-            CommandSlot::new(0).unwrap(),
-        )
-        .unwrap();
+        let cmd = command_policy(&tests::offline(), CommandSlot::new(0).unwrap()).unwrap();
         assert_eq!(cmd.process_sddl, None);
     }
 }

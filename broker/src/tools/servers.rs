@@ -342,12 +342,6 @@ async fn start_sandbox(
     conn: ConnId,
     gone: &Rc<RefCell<Option<String>>>,
 ) -> Result<(crate::helpers::Passed, RunId, Rc<Vec<SecretValue>>), String> {
-    if cfg!(windows) && !x.network.is_empty() {
-        return Err(format!(
-            "the server {} is not started: a stdio server with a network list is not built on Windows (the egress proxy's loopback listener serves only commands the console launched; one without a network list runs: docs/windows.md)",
-            s.name
-        ));
-    }
     let exec = slot(ctx, Role::Exec)?;
     let servers = slot(ctx, Role::Servers)?;
     if let Some(why) = crate::exec_tier::refusal(ctx).await {
@@ -423,6 +417,10 @@ async fn start_sandbox(
         }
     };
     row(sid, &s.name, "started", format!("{run}: {line}"), tier);
+    // Windows: the proxy's loopback listener hands the server's connections to the net-helper
+    // while it runs (on Linux they come through the connector's relay).
+    #[cfg(windows)]
+    let listening = proxy.as_ref().and_then(|p| p.listening(ctx, None, None));
     // Its stderr goes to the log (its secrets scrubbed), never to the agent; its end ends the
     // connection.
     let (gone, name, sid, values) = (gone.clone(), s.name.clone(), sid.clone(), scrub.clone());
@@ -446,6 +444,11 @@ async fn start_sandbox(
             .call(Body::Servers(ServersRequest::Detach { conn }))
             .await;
         let _ = relay.await;
+        #[cfg(windows)]
+        if let Some((task, stop)) = listening {
+            stop.notify_one();
+            let _ = task.await;
+        }
         drop(aces);
         if let Some(p) = proxy {
             p.close().await;
