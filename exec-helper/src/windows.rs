@@ -3,7 +3,8 @@
 //!
 //! A command is started by `sandbox::windows::spawn` with the command policy `wincfg` generates
 //! (`command_policy`): a write-restricted token restricted to the command SID, the `Start`'s
-//! slot's SID and RESTRICTED, a job object of its own (kill on close, the run's process limit, every UI
+//! slot's SID and RESTRICTED, a job object of its own (kill on close, the run's process limit,
+//! every UI
 //! restriction, each process's committed memory at the run's memory limit), only its stdout and
 //! stderr pipes inherited, no stdin, an environment built by the same rules as on Linux
 //! (`sandbox::command_env`). Before anything starts, the helper reads

@@ -132,8 +132,9 @@ pub struct CommandSpec {
 }
 
 impl CommandSpec {
-    /// Its limits (against a long run's ceilings for a [`UserCommand::long_run`]) and its slot
-    /// ([`CommandSpec::checked_slot`]), or why the `Start` is invalid.
+    /// Its limits (against a long run's ceilings for a [`UserCommand::long_run`]), a server's
+    /// run name and its slot (each named on Windows and only there), or why the `Start` is
+    /// invalid.
     pub fn check_values(&self) -> Result<(), String> {
         let long_run = self.user.as_ref().is_some_and(|u| u.long_run);
         self.limits.check_with(long_run)?;
@@ -144,12 +145,6 @@ impl CommandSpec {
                     .into(),
             );
         }
-        self.checked_slot().map(|_| ())
-    }
-
-    /// The slot, if this OS's `Start` must name one (Windows), or why the `Start` is invalid:
-    /// a slot missing there, or one named elsewhere.
-    pub fn checked_slot(&self) -> Result<Option<CommandSlot>, String> {
         let os = if cfg!(target_os = "macos") {
             "macOS"
         } else {
@@ -162,7 +157,7 @@ impl CommandSpec {
             (false, Some(_)) => Err(format!(
                 "a command slot is Windows' (its ACEs' SID); a Start on {os} names none"
             )),
-            (_, slot) => Ok(slot),
+            _ => Ok(()),
         }
     }
 
