@@ -59,7 +59,8 @@ cargo check --workspace --all-features --target aarch64-apple-darwin -q
 
 echo "== platform-independent tests for Windows, under Wine (at ${SECONDS}s)"
 export WINEDEBUG=-all WINEPREFIX=${WINEPREFIX:-$TARGET_DIR/wineprefix}
-export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=wine
+# (The runner retries once a binary that failed before printing anything: scripts/wine-runner.sh.)
+export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=$ROOT/scripts/wine-runner.sh
 CARGO_TARGET_DIR=$TARGET_DIR sandbox/tests/wine/setup.sh >/dev/null
 # One persistent wineserver for the whole run: otherwise each test binary's exit may start the
 # server's shutdown while the next binary connects ("wine client error: recvmsg: Connection
@@ -92,3 +93,4 @@ if ! { cargo test --target x86_64-pc-windows-gnu "${WINE_CRATES[@]}" --all-featu
 fi
 grep -cE '^test .* ok$' "$LOG" | sed 's/^/tests passed under Wine: /'
 grep -E 'wine does not enforce' "$LOG" | sort -u || true
+grep -E '^wine-runner: ' "$LOG" || true
