@@ -242,8 +242,17 @@ mod tests {
     use ipc_schema::fs::{GrantId, CHECKPOINT_MAX_BYTES};
 
     fn store(dir: &std::path::Path) -> CheckpointStore {
-        let fd = rustix::fs::open(dir, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
-        CheckpointStore::new(fd, OpenMode::Openat2)
+        let fd = rustix::fs::open(
+            dir,
+            crate::kernel::PATH_ONLY | OFlags::DIRECTORY,
+            Mode::empty(),
+        )
+        .unwrap();
+        #[cfg(target_os = "linux")]
+        let mode = OpenMode::Openat2;
+        #[cfg(not(target_os = "linux"))]
+        let mode = OpenMode::ComponentWalk;
+        CheckpointStore::new(fd, mode)
     }
 
     fn target() -> ResolvedTarget {

@@ -112,14 +112,14 @@ impl Config {
     /// Returns the helper's state, its roots held as `O_PATH` descriptors, and the Landlock
     /// rules for them.
     pub fn open(self) -> Result<(Fs, sandbox::FsProfile), String> {
-        let slash = rustix::fs::open("/", OFlags::PATH | OFlags::DIRECTORY, Mode::empty())
+        let slash = rustix::fs::open("/", kernel::PATH_ONLY | OFlags::DIRECTORY, Mode::empty())
             .map_err(|e| format!("opening / failed: {e}"))?;
         let (mode, mode_note) = match kernel::probe_openat2(slash.as_fd()) {
-            Ok(()) if self.force_walk => (
+            Ok(_) if self.force_walk => (
                 OpenMode::ComponentWalk,
                 Some("forced by --test-resolver walk (test build)".into()),
             ),
-            Ok(()) => (OpenMode::Openat2, None),
+            Ok(mode) => (mode, None),
             Err(why) => (OpenMode::ComponentWalk, Some(why)),
         };
         let open_dir = |p: &[u8], what: &str| -> Result<OwnedFd, String> {
@@ -128,7 +128,7 @@ impl Config {
                 mode,
                 slash.as_fd(),
                 &comps,
-                OFlags::PATH | OFlags::DIRECTORY,
+                kernel::PATH_ONLY | OFlags::DIRECTORY,
                 Mode::empty(),
             )
             .map_err(|e| {

@@ -93,10 +93,10 @@ impl Grants {
 mod tests {
     use super::*;
     use ipc_schema::fs::Caps;
-    use rustix::fs::{Mode, OFlags};
+    use rustix::fs::Mode;
 
     fn grant(id: &str, root: &str, include: &[&str], exclude: &[&str], recursive: bool) -> Grant {
-        let fd = rustix::fs::open("/", OFlags::PATH, Mode::empty()).unwrap();
+        let fd = rustix::fs::open("/", crate::kernel::PATH_ONLY, Mode::empty()).unwrap();
         let c = GrantConfig {
             id: GrantId(id.into()),
             root: root.as_bytes().to_vec(),

@@ -4,37 +4,37 @@
 
 #![forbid(unsafe_code)]
 
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 mod checkpoint;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 mod config;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 mod grant;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 mod kernel;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 mod ops;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 mod probe;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 mod protect;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 mod resolve;
 
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 use ipc_schema::helper::{fatal, Answer, HelperChannel, Request};
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 use ipc_schema::route::BROKER_TO_FS;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 use ipc_schema::{Body, Role};
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 use sandbox::helper_args::HelperArgs;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 use sandbox::Profile;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 use std::process::ExitCode;
 
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 fn main() -> ExitCode {
     // 1. What the broker grants, opened before lockdown (afterwards only these roots exist).
     let args = HelperArgs::from_env_with(config::OPTIONS);
@@ -45,7 +45,7 @@ fn main() -> ExitCode {
             return ExitCode::from(64);
         }
     };
-    let channel = sandbox::process::take_inherited_channel()
+    let channel = sandbox::helper_args::take_channel(&args)
         .unwrap_or_else(|e| fatal(Role::Fs, format!("no broker channel: {e}")));
 
     // 2. Lock down (keeping the roots and the checkpoint dir open).
@@ -72,7 +72,7 @@ fn main() -> std::process::ExitCode {
 
 /// Every path is resolved beneath its grant root with openat2 or a walk of `O_PATH` opens:
 /// Linux only so far.
-#[cfg(not(any(target_os = "linux", windows)))]
+#[cfg(not(any(unix, windows)))]
 fn main() -> std::process::ExitCode {
     use ipc_schema::platform::{refuse, Missing};
     refuse(

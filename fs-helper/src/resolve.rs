@@ -12,7 +12,7 @@ use crate::grant::Grant;
 use crate::kernel::{self, OpenMode};
 use ipc_schema::fs::{FileKind, FsError, FsErrorKind};
 use rustix::fd::AsFd;
-use rustix::fs::{Mode, OFlags, Stat};
+use rustix::fs::{Mode, Stat};
 use rustix::io::Errno;
 use std::collections::VecDeque;
 
@@ -177,13 +177,8 @@ pub fn resolve<'g>(
         }
         stack.push(c);
         let last = queue.is_empty();
-        let fd = match kernel::open_beneath(
-            mode,
-            root,
-            &stack,
-            OFlags::PATH | OFlags::NOFOLLOW,
-            Mode::empty(),
-        ) {
+        let fd = match kernel::open_beneath(mode, root, &stack, kernel::LINK_ITSELF, Mode::empty())
+        {
             Ok(fd) => fd,
             Err(Errno::NOENT) if missing == Missing::Last && last => {
                 return Ok(Resolved {
@@ -226,9 +221,8 @@ pub fn resolve<'g>(
                     format!("{shown_req}: more than {MAX_LINKS} links"),
                 ));
             }
-            let target = rustix::fs::readlinkat(&fd, "", Vec::new())
-                .map_err(|e| os_error(&shown_req, e))?
-                .into_bytes();
+            let target = kernel::read_link(mode, root, &stack, fd.as_fd())
+                .map_err(|e| os_error(&shown_req, e))?;
             let link_at = grant.absolute(&kernel::join(&stack));
             stack.pop();
             let mut spliced = if target.first() == Some(&b'/') {
@@ -274,7 +268,7 @@ pub fn resolve<'g>(
     }
     // The walk ended on a directory it had already entered: the root (an empty request), after
     // a `..`, or at a link to `.`.
-    let fd = kernel::open_beneath(mode, root, &stack, OFlags::PATH, Mode::empty())
+    let fd = kernel::open_beneath(mode, root, &stack, kernel::PATH_ONLY, Mode::empty())
         .map_err(|e| os_error(&shown_req, e))?;
     let st = rustix::fs::fstat(&fd).map_err(|e| os_error(&shown_req, e))?;
     Ok(Resolved {

@@ -7,9 +7,9 @@
 pub mod addr;
 pub mod allowlist;
 pub mod body;
-// Adopting the sockets passed over the broker's channel: Linux (SO_DOMAIN, SO_ACCEPTCONN) and
+// Adopting the sockets passed over the broker's channel: Unix (SO_TYPE, SO_ACCEPTCONN, the family from getsockname) and
 // Windows (a handle the broker duplicated in).
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 pub mod client;
 pub mod config;
 pub mod error;
@@ -19,7 +19,7 @@ pub mod mcp;
 pub mod proxy;
 pub mod relay;
 pub mod resolve;
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 pub mod service;
 pub mod target;
 pub mod tls;

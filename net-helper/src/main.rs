@@ -6,7 +6,7 @@
 
 #![forbid(unsafe_code)]
 
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 fn main() -> std::process::ExitCode {
     use ipc_schema::helper::{fatal, HelperChannel};
     use ipc_schema::route::BROKER_TO_NET;
@@ -60,7 +60,7 @@ fn main() -> std::process::ExitCode {
 
 /// Started by the spawner with its one inherited channel and confined by Landlock and seccomp
 /// (on Windows by the applier). Not on other systems yet.
-#[cfg(not(any(target_os = "linux", windows)))]
+#[cfg(not(any(unix, windows)))]
 fn main() -> std::process::ExitCode {
     use ipc_schema::platform::{refuse, Missing};
     refuse("net-helper", &[Missing::HelperProcesses])

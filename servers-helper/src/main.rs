@@ -9,18 +9,18 @@
 
 #![forbid(unsafe_code)]
 
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 mod conn;
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 mod mcp;
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 mod requests;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 mod serve;
 #[cfg(windows)]
 mod serve_windows;
 
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 fn main() -> std::process::ExitCode {
     use ipc_schema::helper::{fatal, HelperChannel};
     use ipc_schema::Role;
@@ -38,7 +38,7 @@ fn main() -> std::process::ExitCode {
     let chan = HelperChannel::hello(Role::Servers, channel, report);
 
     // Serve what the broker may ask (ipc_schema::route::BROKER_TO_SERVERS).
-    #[cfg(target_os = "linux")]
+    #[cfg(unix)]
     serve::serve(chan);
     #[cfg(windows)]
     serve_windows::serve(chan);
@@ -47,7 +47,7 @@ fn main() -> std::process::ExitCode {
 
 /// Started by the spawner with its one inherited channel and confined by Landlock and seccomp
 /// (on Windows by the applier). Not on macOS yet.
-#[cfg(not(any(target_os = "linux", windows)))]
+#[cfg(not(any(unix, windows)))]
 fn main() -> std::process::ExitCode {
     use ipc_schema::platform::{refuse, Missing};
     refuse("servers-helper", &[Missing::HelperProcesses])

@@ -122,7 +122,7 @@ fn before_state(
     st: &Stat,
     kept_bytes: &mut u64,
 ) -> Result<State, FsError> {
-    let mode = st.st_mode & 0o7777;
+    let mode = kernel::mode_bits(st);
     Ok(match kernel::kind_of(st) {
         FileKind::Dir => State::Dir { mode },
         FileKind::Symlink => {
@@ -130,17 +130,15 @@ fn before_state(
                 fs.mode,
                 r.grant.root_fd.as_fd(),
                 comps,
-                OFlags::PATH | OFlags::NOFOLLOW,
+                kernel::LINK_ITSELF,
                 Mode::empty(),
             )
             .map_err(|e| io_error(&r.shown(), e))?;
-            let target =
-                rustix::fs::readlinkat(&fd, "", Vec::new()).map_err(|e| io_error(&r.shown(), e))?;
-            State::Symlink {
-                target: target.into_bytes(),
-            }
+            let target = kernel::read_link(fs.mode, r.grant.root_fd.as_fd(), comps, fd.as_fd())
+                .map_err(|e| io_error(&r.shown(), e))?;
+            State::Symlink { target }
         }
-        FileKind::File if st.st_nlink == 1 => {
+        FileKind::File if kernel::links(st) == 1 => {
             let size = st.st_size as u64;
             let data = if size <= CHECKPOINT_MAX_BYTES && *kept_bytes + size <= TREE_KEEP_MAX {
                 let fd = kernel::open_beneath(
@@ -229,7 +227,7 @@ pub fn delete_path(
     };
     if expected.is_some() {
         let current = match r.kind() {
-            FileKind::File if st.st_nlink == 1 => Some(seal_whole(fs, &r)?),
+            FileKind::File if kernel::links(&st) == 1 => Some(seal_whole(fs, &r)?),
             _ => None,
         };
         check_expected(expected, current, &shown)?;

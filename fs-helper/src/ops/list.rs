@@ -86,8 +86,8 @@ pub fn stat(fs: &Fs, path: &FsPath) -> Result<FsReply, FsError> {
     Ok(FsReply::Stat(FileStat {
         target: r.target(),
         size: st.st_size as u64,
-        mode: st.st_mode & 0o7777,
-        nlink: st.st_nlink,
+        mode: kernel::mode_bits(&st),
+        nlink: kernel::links(&st),
         modified_unix_nanos: st.st_mtime as i128 * 1_000_000_000 + st.st_mtime_nsec as i128,
     }))
 }

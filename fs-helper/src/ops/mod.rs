@@ -210,7 +210,7 @@ impl Fs {
                     self.mode,
                     r.grant.root_fd.as_fd(),
                     &c,
-                    OFlags::PATH | OFlags::NOFOLLOW,
+                    kernel::LINK_ITSELF,
                     Mode::empty(),
                 )
                 .is_ok()

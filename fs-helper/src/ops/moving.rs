@@ -81,7 +81,7 @@ pub fn move_path(fs: &Fs, from: &FsPath, to: &FsPath, overwrite: bool) -> Result
                 })
                 .map_err(|e| io_error(&dst_shown, e))
         }
-        Some(st) if st.st_nlink > 1 => {
+        Some(st) if kernel::links(&st) > 1 => {
             crate::checkpoint::mark_unrestorable(
                 &mut rec,
                 "the replaced file had other hard links; it was not read".into(),
@@ -103,7 +103,7 @@ pub fn move_path(fs: &Fs, from: &FsPath, to: &FsPath, overwrite: bool) -> Result
             fs.store
                 .add_blob(&mut rec, keep(data, size))
                 .map(|blob| State::File {
-                    mode: st.st_mode & 0o7777,
+                    mode: kernel::mode_bits(&st),
                     blob,
                     seal: None,
                 })
@@ -122,10 +122,8 @@ pub fn move_path(fs: &Fs, from: &FsPath, to: &FsPath, overwrite: bool) -> Result
         fs.store.discard(&rec);
         return Err(e);
     }
-    let moved = State::Inode {
-        dev: src_st.st_dev,
-        ino: src_st.st_ino,
-    };
+    let (dev, ino) = kernel::dev_ino(&src_st);
+    let moved = State::Inode { dev, ino };
     rec.entries = vec![
         Entry {
             grant: src.grant.id.clone(),

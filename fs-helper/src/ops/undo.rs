@@ -7,7 +7,7 @@ use crate::checkpoint::{Entry, Record, State};
 use crate::kernel;
 use crate::resolve::{self, io_error, Missing, Resolved};
 use ipc_schema::fs::{Access, ChangeKind, CheckpointId, FileKind, FsError, FsErrorKind, FsReply};
-use rustix::fs::{AtFlags, Mode, RenameFlags};
+use rustix::fs::{AtFlags, RenameFlags};
 
 pub fn undo(fs: &Fs, id: &CheckpointId) -> Result<FsReply, FsError> {
     let mut rec = fs.store.load(id)?;
@@ -70,7 +70,7 @@ fn is(fs: &Fs, r: &Resolved<'_>, state: &State) -> bool {
             r.kind() == FileKind::File && seal_whole(fs, r).is_ok_and(|now| now == *s)
         }
         (State::Dir { .. }, Some(_)) => r.kind() == FileKind::Dir,
-        (State::Inode { dev, ino }, Some(st)) => st.st_dev == *dev && st.st_ino == *ino,
+        (State::Inode { dev, ino }, Some(st)) => kernel::dev_ino(&st) == (*dev, *ino),
         (State::Symlink { target }, Some(_)) => {
             r.kind() == FileKind::Symlink && read_link(fs, r).is_ok_and(|t| t == *target)
         }
@@ -128,7 +128,7 @@ fn restore(fs: &Fs, rec: &Record, e: &Entry) -> Result<(), FsError> {
             replace(fs, &r, &data, *mode).map(|_| ())
         }
         State::Dir { mode } if r.stat.is_none() => {
-            rustix::fs::mkdirat(&dir()?, name, Mode::from_raw_mode(*mode)).map_err(io)
+            rustix::fs::mkdirat(&dir()?, name, kernel::mode(*mode)).map_err(io)
         }
         State::Dir { .. } => Ok(()),
         State::Symlink { target } => {

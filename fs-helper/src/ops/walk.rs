@@ -72,7 +72,7 @@ impl<'a> Walk<'a> {
                 continue;
             };
             if let Ok(st) = rustix::fs::fstat(&fd) {
-                if !self.visited.insert((st.st_dev, st.st_ino)) {
+                if !self.visited.insert(kernel::dev_ino(&st)) {
                     continue;
                 }
             }

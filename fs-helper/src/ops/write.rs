@@ -171,7 +171,7 @@ fn write_and_rename(
 ) -> Result<(), FsError> {
     let io = |e| io_error(shown, e);
     kernel::write_all(fd.as_fd(), content).map_err(io)?;
-    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & 0o7777)).map_err(io)?;
+    rustix::fs::fchmod(&fd, kernel::mode(mode)).map_err(io)?;
     rustix::fs::fsync(&fd).map_err(io)?;
     drop(fd);
     // The write may have taken a while: check again right before the replacement.
@@ -203,11 +203,7 @@ fn create_parents(fs: &Fs, r: &Resolved<'_>) -> Result<Vec<Entry>, FsError> {
         let dir = fs.open_parent(r.grant, &r.comps[..i])?;
         let shown =
             String::from_utf8_lossy(&r.grant.absolute(&kernel::join(&r.comps[..=i]))).into_owned();
-        match rustix::fs::mkdirat(
-            &dir,
-            r.comps[i].as_slice(),
-            Mode::from_raw_mode(NEW_DIR_MODE),
-        ) {
+        match rustix::fs::mkdirat(&dir, r.comps[i].as_slice(), kernel::mode(NEW_DIR_MODE)) {
             Ok(()) => made.push(Entry {
                 grant: r.grant.id.clone(),
                 relative: kernel::join(&r.comps[..=i]),
@@ -237,7 +233,7 @@ pub fn checkpointed_replace(
 ) -> Result<ChangeReceipt, FsError> {
     let mode = old
         .as_ref()
-        .map_or(NEW_FILE_MODE, |c| c.stat.st_mode & 0o7777);
+        .map_or(NEW_FILE_MODE, |c| kernel::mode_bits(&c.stat));
     let before = old
         .as_ref()
         .map(|c| (c.stat.st_size as u64, c.data.clone()));
