@@ -45,11 +45,14 @@ TARGET = 2000
 # its windows.rs and macOS code, which were always there); only ever lower it (when a helper
 # shrinks, the check says to). One rise since, for new code of another OS, never to fit growth
 # on one already counted: servers-helper 900 -> 1125 when it came to run on Windows (its tokio
-# loop, serve_windows.rs; the request handling both loops share moved to requests.rs).
+# loop, serve_windows.rs; the request handling both loops share moved to requests.rs); and when
+# the Unix fs- and net-helper came to build for macOS: fs-helper 3100 -> 3150 (kernel.rs: what
+# stands for O_PATH there, reading a link through its parent, the stat fields' widths),
+# net-helper 1985 -> 1990 (adopting a passed socket without SO_DOMAIN and SO_ACCEPTCONN).
 RATCHET = {
-    "fs-helper": 3100,
+    "fs-helper": 3150,
     "fs-helper-windows": 2400,
-    "net-helper": 1985,
+    "net-helper": 1990,
     "exec-helper": 1235,
     "secrets-helper": 1975,
     "servers-helper": 1125,

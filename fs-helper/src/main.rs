@@ -70,8 +70,8 @@ fn main() -> std::process::ExitCode {
     fs_helper_windows::main()
 }
 
-/// Every path is resolved beneath its grant root with openat2 or a walk of `O_PATH` opens:
-/// Linux only so far.
+/// Every path is resolved beneath its grant root with openat2 or a walk of one open per
+/// component (Unix), or of handles (Windows): on those only.
 #[cfg(not(any(unix, windows)))]
 fn main() -> std::process::ExitCode {
     use ipc_schema::platform::{refuse, Missing};

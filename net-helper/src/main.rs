@@ -59,7 +59,7 @@ fn main() -> std::process::ExitCode {
 }
 
 /// Started by the spawner with its one inherited channel and confined by Landlock and seccomp
-/// (on Windows by the applier). Not on other systems yet.
+/// (on macOS by its Seatbelt profile, on Windows by the applier). Not on other systems.
 #[cfg(not(any(unix, windows)))]
 fn main() -> std::process::ExitCode {
     use ipc_schema::platform::{refuse, Missing};

@@ -4,7 +4,7 @@
 //! server's stdio socket ([`ipc_schema::servers::ServersRequest::Attach`]; on Windows a pipe
 //! the broker duplicates into it); it speaks JSON-RPC on it and answers the broker in typed,
 //! bounded values. Locked down like a gateway: no files, no network, no exec, no new sockets.
-//! On Linux one thread and `poll(2)`; on Windows, where the spawner starts it confined
+//! On Linux and macOS one thread and `poll(2)`; on Windows, where the spawner starts it confined
 //! (`sandbox::windows::spawn_helper`), one tokio thread. See docs/servers-helper.md.
 
 #![forbid(unsafe_code)]
@@ -46,7 +46,7 @@ fn main() -> std::process::ExitCode {
 }
 
 /// Started by the spawner with its one inherited channel and confined by Landlock and seccomp
-/// (on Windows by the applier). Not on macOS yet.
+/// (on macOS by its Seatbelt profile, on Windows by the applier). Not on other systems.
 #[cfg(not(any(unix, windows)))]
 fn main() -> std::process::ExitCode {
     use ipc_schema::platform::{refuse, Missing};
