@@ -8,7 +8,7 @@
 // itself) and Windows (the spawner on a pipe; a job and mitigations on itself; the fs-helper
 // there serves the reading tools only; no servers-helper). On macOS the crate is empty and gatehouse-broker refuses to start
 // (ipc_schema::platform::Missing).
-#![cfg(any(target_os = "linux", windows))]
+#![cfg(any(unix, windows))]
 
 mod approvals;
 mod audit;

@@ -27,8 +27,17 @@
 //! with [`SpawnReply::Observed`], what the spawner reads of the helper from outside (its token,
 //! its job, its mitigations), where Linux answers with `/proc`. Each spawner refuses the other
 //! system's variants as a broken protocol.
+//!
+//! On macOS (which has no `SOCK_SEQPACKET` for Unix sockets) the channel is a `SOCK_STREAM`
+//! pair carrying length-prefixed records ([`frame_record`]) as on Windows, and the descriptor a
+//! `Started` brings is attached (`SCM_RIGHTS`) to that record's bytes: a stream may deliver it
+//! with bytes read before the record is whole, or with the end of the record before it, so the
+//! router queues descriptors as they come and gives each `Started` the oldest; a `Started` with
+//! none queued, or a descriptor still queued once every byte received has been decoded (no
+//! record it could belong to has begun), is a broken protocol. `Status` is answered with
+//! [`SpawnReply::ObservedMac`].
 
-use crate::status::{LockdownReport, ProcStatus, WindowsConfinement};
+use crate::status::{LockdownReport, MacConfinement, ProcStatus, WindowsConfinement};
 use crate::{DecodeError, Role, PROTOCOL_VERSION};
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
@@ -97,6 +106,12 @@ pub enum SpawnReply {
     Observed {
         id: u64,
         observed: Result<Box<WindowsConfinement>, String>,
+    },
+    /// macOS: the answer to [`SpawnRequest::Status`], what the spawner reads of the process
+    /// from outside (`sandbox::process::observe`: its Seatbelt confinement and user).
+    ObservedMac {
+        id: u64,
+        observed: Result<MacConfinement, String>,
     },
 }
 

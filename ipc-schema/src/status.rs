@@ -221,6 +221,52 @@ impl LockdownReport {
     }
 }
 
+/// On macOS: what the spawner reads of a helper from outside (`sandbox::process::observe`), the
+/// counterpart of /proc on Linux: whether a Seatbelt profile confines it (`sandbox_check`), and
+/// its user.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct MacConfinement {
+    pub sandboxed: bool,
+    pub uid: u32,
+}
+
+impl LockdownReport {
+    /// On macOS: whether a helper's hello and the system's view of it (`outside`) together show
+    /// the lockdown its role needs: every step of `sandbox::macos::lockdown` reported done, and
+    /// the process confined by a Seatbelt profile, which the system confirms (the exec-helper
+    /// excepted: macOS refuses a profile inside a profile, and each of its commands gets one).
+    /// Nothing weaker is taken without `--allow-degraded`.
+    pub fn verify_macos(
+        &self,
+        role: Role,
+        outside: &MacConfinement,
+        allow_degraded: bool,
+    ) -> Result<(), String> {
+        if let Some(why) = self.refusal(role) {
+            return Err(why);
+        }
+        let mut missing = Vec::new();
+        if role != Role::Exec && !outside.sandboxed {
+            missing.push("the system shows no Seatbelt profile on it (sandbox_check)".to_string());
+        }
+        if !(self.stray_fds_closed && self.env_cleared && self.core_dumps_off && self.dumpable_off)
+        {
+            missing.push("it did not finish the lockdown steps".into());
+        }
+        if !self.degraded.is_empty() && !allow_degraded {
+            missing.push(format!(
+                "it runs degraded without --allow-degraded: {}",
+                self.degraded.join("; ")
+            ));
+        }
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{role} did not lock down: {}", missing.join("; ")))
+        }
+    }
+}
+
 /// What the kernel says about a process (`/proc/<pid>/status`), read by the broker itself so
 /// that a helper's own report is never the only evidence.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]

@@ -20,6 +20,8 @@ pub mod program_path;
 pub mod seatbelt;
 #[cfg(unix)]
 pub mod unix_channel;
+#[cfg(unix)]
+pub mod unix_process;
 pub mod wincfg;
 #[cfg(target_os = "linux")]
 pub use linux::{landlock_abi, lockdown, lockdown_router, lockdown_spawner, process};
@@ -27,7 +29,10 @@ pub use linux::{landlock_abi, lockdown, lockdown_router, lockdown_spawner, proce
 #[cfg(target_os = "macos")]
 pub mod macos;
 #[cfg(target_os = "macos")]
-pub use macos::{harden_broker, landlock_abi, lockdown};
+#[path = "macos_process.rs"]
+pub mod process;
+#[cfg(target_os = "macos")]
+pub use macos::{harden_broker, landlock_abi, lockdown, lockdown_router, lockdown_spawner};
 
 #[cfg(windows)]
 pub mod windows;

@@ -136,6 +136,43 @@ pub fn lockdown(
     })
 }
 
+/// The spawner on macOS: stray descriptors closed but the router's channel, the environment
+/// emptied, no core dumps, no debugger. No profile: it must start helpers, each of which
+/// applies its own. (`SIGPIPE` is ignored by Rust's runtime, so a write to a router that is
+/// gone fails with `EPIPE`; its helpers start with every signal at its default.)
+pub fn lockdown_spawner(keep_fd: i32) -> Result<LockdownReport, LockdownError> {
+    close_stray_fds(&[keep_fd])?;
+    clear_env(&[]);
+    no_core_dumps()?;
+    deny_attach()?;
+    let mut report = LockdownReport::nothing_yet("spawner");
+    report.stray_fds_closed = true;
+    report.env_cleared = true;
+    report.core_dumps_off = true;
+    report.dumpable_off = true;
+    Ok(report)
+}
+
+/// The router on macOS: no core dumps, no debugger, then the broker's Seatbelt profile (read
+/// and write only its own directories, `dirs`; no network, no exec). It keeps every descriptor
+/// and its environment (it holds its listening sockets, the audit log and the spawner's
+/// channel). Like the Linux router's, `allow_degraded` changes nothing here: every step holds or
+/// the broker refuses to start.
+pub fn lockdown_router(
+    dirs: &FsProfile,
+    _allow_degraded: bool,
+) -> Result<LockdownReport, LockdownError> {
+    let profile = Profile::Broker(dirs.clone());
+    let sbpl = profile_sbpl(&profile)?;
+    no_core_dumps()?;
+    deny_attach()?;
+    apply(profile.name(), &sbpl)?;
+    let mut report = LockdownReport::nothing_yet("broker");
+    report.core_dumps_off = true;
+    report.dumpable_off = true;
+    Ok(report)
+}
+
 /// The broker on macOS: no core dumps, no debugger. Not sandboxed (see the Linux counterpart).
 /// Both always hold, so `allow_degraded` (the Windows signature's) changes nothing.
 pub fn harden_broker(_allow_degraded: bool) -> Result<LockdownReport, LockdownError> {

@@ -7,22 +7,33 @@
 //! (the table is in `ipc_schema::spawn`): start a helper of a named kind from its fixed
 //! directory, kill one it started, and read the kernel's view of one (`/proc/PID/status`).
 //!
-//! `serve` is the spawner's side on Linux, `windows` on Windows (helpers in jobs, their
-//! channels duplicated into the router, their status read from outside); `link` is the
-//! router's on both (with the feature `link`). There is none on macOS yet
-//! (`ipc_schema::platform::Missing::HelperProcesses`).
+//! `serve` is the spawner's side on Linux, `serve_macos` on macOS (a byte-stream channel,
+//! helpers' exits by kqueue, their confinement read with `sandbox_check`: compiled, never run),
+//! `windows` on Windows (helpers in jobs, their channels duplicated into the router, their
+//! status read from outside); `link` is the router's on all three (with the feature `link`).
 #![forbid(unsafe_code)]
 
-#[cfg(all(feature = "link", any(target_os = "linux", windows)))]
+#[cfg(all(
+    feature = "link",
+    any(target_os = "linux", target_os = "macos", windows)
+))]
 pub mod link;
 // pidfds, /proc and PR_SET_PDEATHSIG.
 #[cfg(target_os = "linux")]
 mod serve;
 #[cfg(windows)]
 pub mod windows;
+// The channel as a byte stream with descriptors: macOS's (tested on Linux too).
+#[cfg(any(target_os = "macos", all(test, unix)))]
+mod record_stream;
+
+#[cfg(target_os = "macos")]
+mod serve_macos;
 
 #[cfg(target_os = "linux")]
 pub use serve::serve;
+#[cfg(target_os = "macos")]
+pub use serve_macos::serve;
 
 /// Why the spawner stopped serving.
 #[derive(Debug)]

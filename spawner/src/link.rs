@@ -5,8 +5,9 @@
 //! channel is an overlapped pipe). The rest runs on the router's tokio runtime, where the
 //! future `Spawner::serve` returns reads the spawner's records and writes the router's
 //! requests. How records and helpers' channels cross is each system's (`linux`: a
-//! `SOCK_SEQPACKET` pair, descriptors attached; `windows`: a pipe, length-prefixed records,
-//! channels duplicated into this process); what they mean is here.
+//! `SOCK_SEQPACKET` pair, descriptors attached; `macos`: a stream pair, length-prefixed
+//! records, descriptors attached; `windows`: a pipe, length-prefixed records, channels
+//! duplicated into this process); what they mean is here.
 
 use ipc_schema::spawn::{SpawnReply, SpawnRequest};
 use ipc_schema::Role;
@@ -17,15 +18,19 @@ use tokio::sync::{mpsc, oneshot};
 
 #[cfg(target_os = "linux")]
 mod linux;
+#[cfg(target_os = "macos")]
+mod macos;
 #[cfg(windows)]
 mod windows;
 #[cfg(target_os = "linux")]
 pub use linux::Spawner;
+#[cfg(target_os = "macos")]
+pub use macos::Spawner;
 #[cfg(windows)]
 pub use windows::Spawner;
 
 /// The router's end of a helper's channel.
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub type HelperChannel = std::os::fd::OwnedFd;
 /// The router's end of a helper's channel (overlapped: `sandbox::windows::async_server`).
 #[cfg(windows)]
@@ -39,6 +44,9 @@ pub struct HelperChannel {
 /// What the spawner reads of a helper for `Status`: `/proc/PID/status` on Linux.
 #[cfg(target_os = "linux")]
 pub type KernelView = ipc_schema::status::ProcStatus;
+/// What the spawner reads of a helper for `Status` on macOS: its Seatbelt confinement and user.
+#[cfg(target_os = "macos")]
+pub type KernelView = ipc_schema::status::MacConfinement;
 /// What the spawner reads of a helper for `Status`: its token, job and mitigations, from
 /// outside (which the helper's hello must match: `sandbox::wincfg::verify_observed`).
 #[cfg(windows)]
@@ -248,7 +256,7 @@ fn dispatch(
     let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
     let carries = channel.is_some();
     let result = match reply {
-        #[cfg(target_os = "linux")]
+        #[cfg(unix)]
         SpawnReply::Started { id, pid } => started(&mut st, id, pid, channel.take()),
         #[cfg(windows)]
         SpawnReply::StartedDuplicated { id, pid, .. } => started(&mut st, id, pid, channel.take()),
@@ -267,16 +275,20 @@ fn dispatch(
         SpawnReply::Status { id, status } => answer(&mut st.statuses, id, status),
         #[cfg(windows)]
         SpawnReply::Observed { id, observed } => answer(&mut st.statuses, id, observed),
+        #[cfg(target_os = "macos")]
+        SpawnReply::ObservedMac { id, observed } => answer(&mut st.statuses, id, observed),
         SpawnReply::Lineage { id, under } => answer(&mut st.lineages, id, under),
         SpawnReply::Ready { .. } => Err("a second Ready".to_string()),
-        #[cfg(target_os = "linux")]
+        #[cfg(unix)]
         SpawnReply::StartedDuplicated { .. } | SpawnReply::Observed { .. } => {
             Err("a Windows spawner's record".to_string())
         }
+        #[cfg(not(target_os = "macos"))]
+        SpawnReply::ObservedMac { .. } => Err("a macOS spawner's record".to_string()),
+        #[cfg(not(target_os = "linux"))]
+        SpawnReply::Status { .. } => Err("a Linux spawner's record".to_string()),
         #[cfg(windows)]
-        SpawnReply::Started { .. } | SpawnReply::Status { .. } => {
-            Err("a Linux spawner's record".to_string())
-        }
+        SpawnReply::Started { .. } => Err("a Unix spawner's record".to_string()),
     };
     if carries && channel.is_some() {
         return Err("a helper channel on a record that carries none".into());

@@ -5,17 +5,17 @@
 //! two inherited handles `sandbox::windows::start_spawner` passes (`spawner::windows`).
 #![forbid(unsafe_code)]
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-#[cfg(not(any(target_os = "linux", windows)))]
+#[cfg(not(any(target_os = "linux", target_os = "macos", windows)))]
 fn main() -> ExitCode {
     use ipc_schema::platform::{refuse, Missing};
     refuse("gatehouse-spawner", &[Missing::HelperProcesses])
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 fn main() -> ExitCode {
     let (helper_dir, allow_degraded) = match parse_args() {
         Ok(a) => a,
@@ -38,7 +38,7 @@ fn main() -> ExitCode {
 /// Where the helper binaries are, and whether helpers may run degraded: both fixed for the
 /// spawner's life, so the router cannot later ask for a helper with less confinement than the
 /// broker was started with.
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 fn parse_args() -> Result<(PathBuf, bool), String> {
     let usage = "usage: gatehouse-spawner --helper-dir DIR [--allow-degraded] (started by the gatehouse broker)";
     let mut args = std::env::args_os().skip(1);
@@ -59,7 +59,7 @@ fn parse_args() -> Result<(PathBuf, bool), String> {
     }
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 fn fail(msg: &str) -> ExitCode {
     eprintln!("gatehouse-spawner: {msg}");
     ExitCode::from(2)

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 pub use crate::unix_channel::{take_inherited_channel, CHANNEL_FD};
+pub use crate::unix_process::describe_exit;
 
 /// A helper process the broker started.
 pub struct SpawnedHelper {
@@ -137,41 +138,13 @@ fn parse_proc_status(text: &str) -> Option<ProcStatus> {
     })
 }
 
-/// Whether `pid` descends from `ancestor` (or is it), by walking `PPid` up `/proc`. A process
-/// on the way that exits mid-walk (its children are then reparented) restarts the walk, a few
-/// times; `pid` itself gone, or `/proc` unreadable, is an error. Orphans are reparented to the
-/// nearest subreaper (the exec sandbox's init is one), else to pid 1, which ends the walk.
+/// Whether `pid` descends from `ancestor` (or is it), by walking `PPid` up `/proc`
+/// ([`crate::unix_process::walk_parents`]).
 pub fn descends_from(pid: u32, ancestor: u32) -> io::Result<bool> {
-    const RESTARTS: usize = 4;
-    // pid_max is at most 2^22: no chain of parents is longer.
-    const MAX_DEPTH: usize = 1 << 22;
-    let mut last = None;
-    'walk: for _ in 0..RESTARTS {
-        let mut p = pid;
-        for _ in 0..MAX_DEPTH {
-            if p == ancestor {
-                return Ok(true);
-            }
-            if p <= 1 {
-                return Ok(false);
-            }
-            match std::fs::read_to_string(format!("/proc/{p}/status")) {
-                Ok(text) => match parent_of(&text) {
-                    Some(pp) => p = pp,
-                    None => return Err(io::Error::other(format!("/proc/{p}/status has no PPid"))),
-                },
-                Err(e) if p == pid => return Err(e),
-                Err(e) => {
-                    last = Some(e);
-                    continue 'walk;
-                }
-            }
-        }
-        return Err(io::Error::other(format!(
-            "pid {pid}: the chain of parents does not end"
-        )));
-    }
-    Err(last.unwrap_or_else(|| io::Error::other("the walk did not settle")))
+    crate::unix_process::walk_parents(pid, ancestor, |p| {
+        let text = std::fs::read_to_string(format!("/proc/{p}/status"))?;
+        parent_of(&text).ok_or_else(|| io::Error::other(format!("/proc/{p}/status has no PPid")))
+    })
 }
 
 fn parent_of(status: &str) -> Option<u32> {
@@ -179,21 +152,6 @@ fn parent_of(status: &str) -> Option<u32> {
         .lines()
         .find_map(|l| l.strip_prefix("PPid:"))
         .and_then(|v| v.trim().parse().ok())
-}
-
-/// How a child ended, in words (`exited with status 3`, `killed by SIGKILL`).
-pub fn describe_exit(status: std::process::ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    if let Some(code) = status.code() {
-        format!("exited with status {code}")
-    } else if let Some(sig) = status.signal() {
-        let name = nix::sys::signal::Signal::try_from(sig)
-            .map(|s| s.as_str().to_string())
-            .unwrap_or_else(|_| format!("signal {sig}"));
-        format!("killed by {name}")
-    } else {
-        "ended".to_string()
-    }
 }
 
 #[cfg(test)]
