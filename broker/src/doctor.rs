@@ -2,7 +2,7 @@
 //! (the command line renders it: cli/src/doctor.rs).
 
 use crate::Ctx;
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 use ipc_schema::status::LandlockStatus;
 use ipc_schema::status::{DoctorReport, ProcessReport, ProcessState};
 
@@ -49,7 +49,7 @@ pub async fn report(ctx: &Ctx) -> DoctorReport {
             }
         }
         if let Some(l) = &p.lockdown {
-            #[cfg(unix)]
+            #[cfg(target_os = "linux")]
             if l.landlock != LandlockStatus::FullyEnforced {
                 let line = format!(
                     "{}: Landlock {:?} (kernel ABI {}, profile needs {})",
@@ -173,11 +173,11 @@ pub async fn add_secrets_status(ctx: &Ctx, report: &mut DoctorReport) {
 
 /// The kernel's view of the broker or the spawner, read by the spawner (Linux). On Windows the
 /// spawner observes helpers only; the two processes' own reports are what `doctor` shows.
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 async fn kernel_view(ctx: &Ctx, pid: u32) -> Option<ipc_schema::status::ProcStatus> {
     ctx.spawner.status(pid).await.ok()
 }
-#[cfg(windows)]
+#[cfg(not(target_os = "linux"))]
 async fn kernel_view(_ctx: &Ctx, _pid: u32) -> Option<ipc_schema::status::ProcStatus> {
     None
 }
@@ -190,7 +190,7 @@ fn not_built_here(name: &str) -> bool {
 }
 
 /// The router's and the spawner's own confinement, against the kernel's view of each (Linux).
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 fn router_and_spawner(
     ctx: &Ctx,
     processes: &[ProcessReport],
@@ -244,6 +244,27 @@ fn router_and_spawner(
         None => problems.push("spawner: the kernel's view of it could not be read".into()),
         Some(k) if !k.no_new_privs => problems.push("spawner: NoNewPrivs 0".into()),
         Some(_) => {}
+    }
+}
+
+/// The router's and the spawner's own hardening on macOS, by their own reports (the spawner's
+/// view of a process is asked for helpers only): what did not hold is a problem.
+#[cfg(target_os = "macos")]
+fn router_and_spawner(
+    ctx: &Ctx,
+    _processes: &[ProcessReport],
+    problems: &mut Vec<String>,
+    notes: &mut Vec<String>,
+) {
+    notes.push("broker (the router): no core dumps, no debugger (PT_DENY_ATTACH), its Seatbelt profile: read and write only its own config, data and runtime directories, no network, no exec (docs/macos.md)".to_string());
+    notes.push("spawner: starts, kills and reports on helpers for the router and does nothing else; no other descriptors, empty environment, no debugger; no profile of its own, since every helper would inherit it (docs/macos.md)".to_string());
+    let b = &ctx.broker_lockdown;
+    if !(b.dumpable_off && b.core_dumps_off) {
+        problems.push("broker: lockdown incomplete".into());
+    }
+    let s = &ctx.spawner_lockdown;
+    if !(s.dumpable_off && s.stray_fds_closed && s.env_cleared) {
+        problems.push("spawner: hardening incomplete".into());
     }
 }
 

@@ -30,7 +30,7 @@ use ipc_schema::codec::{encode, MAX_FRAME};
 use ipc_schema::route::{Channel, RouteError, RouteState};
 use ipc_schema::{Body, Envelope, ErrorCode, ErrorReply, Role};
 use sandbox::endpoint::Listener;
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 use sandbox::process::{pidfd_open, pidfd_send_signal};
 #[cfg(unix)]
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -63,12 +63,27 @@ pub fn prepare(path: &Path) -> std::io::Result<Prepared> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
+    #[cfg(target_os = "linux")]
     let fd = socket(
         AddressFamily::Unix,
         SockType::Stream,
         SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
         None,
     )?;
+    // macOS's socket(2) takes no flags: set them on the new descriptor.
+    #[cfg(not(target_os = "linux"))]
+    let fd = {
+        use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
+        let fd = socket(
+            AddressFamily::Unix,
+            SockType::Stream,
+            SockFlag::empty(),
+            None,
+        )?;
+        fcntl(&fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+        fcntl(&fd, FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
+        fd
+    };
     bind(fd.as_raw_fd(), &UnixAddr::new(path)?)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     Ok(fd)
@@ -145,13 +160,17 @@ struct Peer {
     process: Option<PeerProcess>,
 }
 
-/// A front's process, as the broker holds it: a pidfd on Linux, a process handle on Windows.
-#[cfg(unix)]
+/// A front's process, as the broker holds it: a pidfd on Linux, a process handle on Windows;
+/// on macOS its pid and start time (`sandbox::process::ProcessRef`: a kill is sent only while
+/// the pid still names the process that started then).
+#[cfg(target_os = "linux")]
 struct PeerProcess(OwnedFd);
+#[cfg(target_os = "macos")]
+use sandbox::process::ProcessRef as PeerProcess;
 #[cfg(windows)]
 use sandbox::windows::PeerProcess;
 
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 impl PeerProcess {
     fn open(pid: u32) -> std::io::Result<PeerProcess> {
         pidfd_open(pid).map(PeerProcess)

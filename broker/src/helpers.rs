@@ -630,7 +630,7 @@ fn adopt(
 /// Whether `report` matches the OS's view of the helper, as the spawner read it (the router
 /// reads no /proc and opens no other process). The kernel's view is kept for `doctor`,
 /// whatever the verdict.
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 fn verify_outside(
     slot: &HelperSlot,
     report: &LockdownReport,
@@ -639,6 +639,18 @@ fn verify_outside(
 ) -> Result<(), String> {
     slot.lock().kernel = Some(kernel.clone());
     report.verify(slot.role, &kernel, allow_degraded)
+}
+
+/// On macOS: the hello's lockdown steps, and the system's word (read by the spawner with
+/// `sandbox_check`) that a Seatbelt profile confines the helper.
+#[cfg(target_os = "macos")]
+fn verify_outside(
+    slot: &HelperSlot,
+    report: &LockdownReport,
+    outside: spawner::link::KernelView,
+    allow_degraded: bool,
+) -> Result<(), String> {
+    report.verify_macos(slot.role, &outside, allow_degraded)
 }
 
 /// On Windows: the token, job, mitigations and process descriptor the spawner reads through

@@ -613,7 +613,7 @@ pub(crate) async fn relay(
 
 /// Who a sandbox's own directory belongs to: this broker's user, or, for a broker started as
 /// root, the user its exec-helper runs commands as (nobody).
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 pub(crate) fn run_as_owner(_ctx: &Ctx) -> (u32, u32) {
     let uid = nix::unistd::geteuid().as_raw();
     if uid == 0 {
@@ -622,6 +622,12 @@ pub(crate) fn run_as_owner(_ctx: &Ctx) -> (u32, u32) {
         // The group is used only by a root caller's chown: none happens here.
         (uid, u32::MAX)
     }
+}
+
+/// macOS: the exec-helper runs commands as the broker's own user (it does not change users).
+#[cfg(target_os = "macos")]
+pub(crate) fn run_as_owner(_ctx: &Ctx) -> (u32, u32) {
+    (nix::unistd::geteuid().as_raw(), u32::MAX)
 }
 
 /// Windows has no uids: sandboxes' own directories are not made there

@@ -4,16 +4,16 @@
 
 #![forbid(unsafe_code)]
 
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 use clap::Parser;
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 use gatehouse_client::Dirs;
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 use std::path::PathBuf;
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 use std::process::ExitCode;
 
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 #[derive(Parser)]
 #[command(
     name = "gatehouse-broker",
@@ -21,7 +21,7 @@ use std::process::ExitCode;
     about = "The gatehouse broker and its helpers, in the foreground (other commands start it when needed)",
     args_override_self = true
 )]
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 struct Cli {
     /// A private instance: config, data and sockets all under DIR (tests, demos).
     #[arg(long, value_name = "DIR")]
@@ -33,14 +33,14 @@ struct Cli {
     args: broker::BrokerArgs,
 }
 
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 /// An error, on one line of stderr, made inert ([`ipc_schema::inert::escaped`]).
 fn fail(msg: &str) -> ExitCode {
     eprintln!("gatehouse: {}", ipc_schema::inert::escaped(msg));
     ExitCode::from(1)
 }
 
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let dirs = match cli.data_dir.as_ref().map(std::path::absolute) {
@@ -57,9 +57,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// The broker starts and confines its helpers with Linux and Windows mechanisms; this build
-/// (macOS) has no counterpart for them, so it refuses rather than run unconfined.
-#[cfg(not(any(target_os = "linux", windows)))]
+/// The broker starts and confines its helpers with Linux, macOS and Windows mechanisms; this
+/// build has no counterpart for them, so it refuses rather than run unconfined.
+#[cfg(not(any(unix, windows)))]
 fn main() -> std::process::ExitCode {
     use ipc_schema::platform::{refuse, Missing};
     refuse(

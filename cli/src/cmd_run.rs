@@ -44,7 +44,7 @@ use ipc_schema::tool::ProfileName;
 use ipc_schema::ui::{AgentLaunch, CommandLaunch};
 use recipe::{Agent, OwnTools};
 use sandbox::command_env;
-#[cfg(unix)]
+#[cfg(target_os = "linux")]
 use sandbox::linux::command::identity;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -377,13 +377,21 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
 #[cfg(unix)]
 fn unix_owner(cwd: &Path, own_tools: OwnTools) -> Result<(u32, u32), Stop> {
     let root = nix::unistd::geteuid().is_root();
+    let me = (
+        nix::unistd::geteuid().as_raw(),
+        nix::unistd::getegid().as_raw(),
+    );
+    #[cfg(target_os = "linux")]
+    let owner = if root { identity::NOBODY } else { me };
+    // macOS's exec-helper does not change users: a root broker there would run the agent as
+    // root.
+    #[cfg(target_os = "macos")]
     let owner = if root {
-        identity::NOBODY
+        return Err(refused(
+            "on macOS gatehouse has no other user to run the agent as, and it never runs one as root: run gatehouse as your own user",
+        ));
     } else {
-        (
-            nix::unistd::geteuid().as_raw(),
-            nix::unistd::getegid().as_raw(),
-        )
+        me
     };
     let project_owner = {
         use std::os::unix::fs::MetadataExt;

@@ -232,8 +232,8 @@ pub(crate) fn stop_signals() -> nix::sys::signal::SigSet {
 }
 
 fn run_inner(g: &Global, args: SandboxArgs) -> Result<ExitCode, Stop> {
-    // Blocked before any thread starts, so that every thread has them blocked and the
-    // signalfd below sees them.
+    // Blocked before any thread starts, so that every thread has them blocked and only the
+    // `sigwait` below takes them.
     #[cfg(unix)]
     stop_signals()
         .thread_block()
@@ -442,27 +442,21 @@ pub(crate) fn launch_in_broker(
     })
 }
 
-/// SIGINT, SIGTERM and SIGHUP (blocked, read through a signalfd by a thread of their own) ask
-/// the broker to kill the command's sandbox; the command's end then says it was stopped.
+/// SIGINT, SIGTERM and SIGHUP (blocked in every thread, taken by `sigwait` in a thread of
+/// their own: Linux and macOS alike) ask the broker to kill the command's sandbox; the
+/// command's end then says it was stopped.
 #[cfg(unix)]
 fn watch_stop_signals(
     client: &gatehouse_client::Client,
     interrupted: Arc<AtomicI32>,
 ) -> Result<(), Stop> {
-    use nix::sys::signalfd::{SfdFlags, SignalFd};
-    let sigfd = SignalFd::with_flags(&stop_signals(), SfdFlags::SFD_CLOEXEC)
-        .map_err(|e| refused(format!("signalfd: {e}")))?;
     let mut side = client
         .side_writer()
         .map_err(|e| refused(format!("the broker connection: {e}")))?;
+    let mask = stop_signals();
     std::thread::spawn(move || {
-        while let Ok(Some(si)) = sigfd.read_signal() {
-            let _ = interrupted.compare_exchange(
-                0,
-                si.ssi_signo as i32,
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            );
+        while let Ok(sig) = mask.wait() {
+            let _ = interrupted.compare_exchange(0, sig as i32, Ordering::SeqCst, Ordering::SeqCst);
             let _ = side.send(Body::Ui(UiRequest::Launch(LaunchRequest::StopCommand)));
         }
     });

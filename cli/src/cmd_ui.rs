@@ -27,7 +27,7 @@ pub struct UiArgs {
 
 impl UiArgs {
     /// The same options as `gatehouse ui` arguments (for `up` and `demo`, which start it).
-    #[cfg(target_os = "linux")]
+    #[cfg(unix)]
     pub fn to_args(&self) -> Vec<String> {
         let mut v = Vec::new();
         if self.allow_degraded {

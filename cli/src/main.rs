@@ -5,67 +5,67 @@
 
 #![forbid(unsafe_code)]
 
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 mod cmd_approve;
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 mod cmd_audit;
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 mod cmd_demo;
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 mod cmd_export;
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 mod cmd_fetch;
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 mod cmd_mcp_server;
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 mod cmd_policy;
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 mod cmd_policy_replay;
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 mod cmd_run;
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 mod cmd_sandbox;
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 mod cmd_secret;
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 mod cmd_session;
 #[cfg(target_os = "linux")]
 mod cmd_setup;
 #[cfg(windows)]
 #[path = "cmd_setup_windows.rs"]
 mod cmd_setup;
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 mod cmd_ui;
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 mod cmd_up;
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 mod doctor;
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 mod private_helper;
 
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 use clap::{Parser, Subcommand};
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 use gatehouse_client::Dirs;
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 use ipc_schema::{Body, Role};
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 use std::ffi::OsString;
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 use std::path::PathBuf;
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 use std::process::ExitCode;
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 use std::time::{Duration, Instant};
 
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 #[derive(Parser)]
 #[command(
     name = "gatehouse",
     version,
     about = "A privilege-separated supervisor for AI agents"
 )]
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 struct Cli {
     /// A private instance: config, data and sockets all under DIR (tests, demos).
     #[arg(long, global = true, value_name = "DIR")]
@@ -77,7 +77,7 @@ struct Cli {
     cmd: Cmd,
 }
 
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 #[derive(Subcommand)]
 enum Cmd {
     /// Run the broker and its helpers in the foreground (other commands start it when needed):
@@ -115,10 +115,10 @@ enum Cmd {
     },
     /// List proposals waiting for a decision, and decide them (a console without the console).
     Approve(cmd_approve::ApproveArgs),
-    #[cfg(any(target_os = "linux", windows))]
+    #[cfg(any(unix, windows))]
     /// Run one command in the exec sandbox, through the broker's exec-helper (started when none runs), every record in its audit log: `gatehouse sandbox [--allow-write P]... [--allow-read P]... [--allow-domain D]... [--timeout S] -- CMD ARGS`.
     Sandbox(cmd_sandbox::SandboxArgs),
-    #[cfg(any(target_os = "linux", windows))]
+    #[cfg(any(unix, windows))]
     /// An agent CLI inside the exec sandbox, with gatehouse as its only MCP server and the egress proxy as its only way out: `gatehouse run [--profile NAME] [--mode ask|full-access|unattended] [--allow-domain D]... [--allow-read P]... -- AGENT ARGS`.
     Run(cmd_run::RunArgs),
     /// The MCP server for one agent session, over stdio (what an agent's MCP config launches):
@@ -152,13 +152,14 @@ enum Cmd {
     /// Machine setup gatehouse needs on some systems: `setup apparmor` (Ubuntu's user
     /// namespace restriction), `setup network-filters` (Windows). Prints what it would do
     /// unless given --yes.
+    #[cfg(not(target_os = "macos"))]
     Setup {
         #[command(subcommand)]
         cmd: cmd_setup::SetupCmd,
     },
 }
 
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 /// The arguments of a command another binary carries out, passed on unchanged.
 #[derive(clap::Args)]
 struct PassOn {
@@ -170,12 +171,12 @@ struct PassOn {
     args: Vec<OsString>,
 }
 
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 const EXIT_FAILURE: u8 = 1;
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 const EXIT_USAGE: u8 = 2;
 
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 /// What every subcommand gets from the global options.
 pub struct Global {
     pub dirs: Dirs,
@@ -184,7 +185,7 @@ pub struct Global {
     pub json: bool,
 }
 
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 impl Global {
     /// A connection on the console's socket, starting the broker if none runs.
     pub fn ui_client(&self) -> Result<gatehouse_client::Client, gatehouse_client::ClientError> {
@@ -197,7 +198,7 @@ impl Global {
     }
 }
 
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let (data_dir, dirs) = match Dirs::for_data_dir(cli.data_dir.as_deref()) {
@@ -219,9 +220,9 @@ fn main() -> ExitCode {
         Cmd::VerifyAudit(a) => cmd_audit::verify(&g, a),
         Cmd::Audit { cmd } => cmd_audit::run(&g, cmd),
         Cmd::Approve(args) => cmd_approve::run(&g, args),
-        #[cfg(any(target_os = "linux", windows))]
+        #[cfg(any(unix, windows))]
         Cmd::Sandbox(args) => cmd_sandbox::run(&g, args),
-        #[cfg(any(target_os = "linux", windows))]
+        #[cfg(any(unix, windows))]
         Cmd::Run(args) => cmd_run::run(&g, args),
         Cmd::Mcp(p) => exec_sibling(&g, gatehouse_client::MCP_BIN, p.args),
         Cmd::Fetch(args) => cmd_fetch::run(&g, args),
@@ -231,11 +232,12 @@ fn main() -> ExitCode {
         Cmd::Demo(args) => cmd_demo::run(&g, args),
         Cmd::Secret { cmd } => cmd_secret::run(&g, cmd),
         Cmd::Session { cmd } => cmd_session::run(&g, cmd),
+        #[cfg(not(target_os = "macos"))]
         Cmd::Setup { cmd } => cmd_setup::run(&g, cmd),
     }
 }
 
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 fn doctor_cmd(g: &Global) -> ExitCode {
     let mut c = match g.ui_client() {
         Ok(c) => c,
@@ -263,7 +265,7 @@ fn doctor_cmd(g: &Global) -> ExitCode {
     }
 }
 
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 fn ping_cmd(g: &Global, helper: Option<String>, count: u32) -> ExitCode {
     let target = match helper.as_deref().map(Role::from_short) {
         None => None,
@@ -298,7 +300,7 @@ fn ping_cmd(g: &Global, helper: Option<String>, count: u32) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 /// An error, on one line of stderr. Messages carry paths, arguments and replies that agents,
 /// tools and servers chose, so they are made inert ([`ipc_schema::inert::escaped`]): no line
 /// break, no terminal escape, no bidi override reaches the terminal.
@@ -307,7 +309,7 @@ fn fail(msg: &str) -> ExitCode {
     ExitCode::from(EXIT_FAILURE)
 }
 
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 fn stop(g: &Global) -> ExitCode {
     let dirs = &g.dirs;
     let Some(pid) = gatehouse_client::running_broker_pid(&dirs.lock_file()) else {
@@ -329,7 +331,7 @@ fn stop(g: &Global) -> ExitCode {
 }
 
 /// SIGTERM: the broker's orderly stop.
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 fn ask_to_stop(_g: &Global, pid: u32) -> Result<(), String> {
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid as i32),
@@ -352,7 +354,7 @@ fn ask_to_stop(g: &Global, pid: u32) -> Result<(), String> {
     }
 }
 
-#[cfg(any(target_os = "linux", windows))]
+#[cfg(any(unix, windows))]
 /// Replaces this process with `name` from beside this binary, given `--data-dir` (if any) and
 /// `args`: the pid stays the same, which the lock file and whoever started us rely on. Returns
 /// only if the exec failed. (On Windows, which has no exec, runs it and waits.)
@@ -392,7 +394,7 @@ fn exec_sibling(g: &Global, name: &str, args: Vec<OsString>) -> ExitCode {
 
 /// The broker starts and confines its helpers with Linux mechanisms only; this build has no
 /// counterpart for them here, so it refuses rather than run unconfined.
-#[cfg(not(any(target_os = "linux", windows)))]
+#[cfg(not(any(unix, windows)))]
 fn main() -> std::process::ExitCode {
     use ipc_schema::platform::{refuse, Missing};
     refuse(

@@ -27,8 +27,11 @@ type CmdResult<T> = Result<T, String>;
 pub struct PrivateHelper {
     #[cfg(unix)]
     sock: UnixStream,
-    #[cfg(unix)]
+    #[cfg(target_os = "linux")]
     child: std::process::Child,
+    /// The helper's pid (reaped on drop).
+    #[cfg(target_os = "macos")]
+    child: u32,
     #[cfg(windows)]
     sock: std::fs::File,
     /// Owns the helper's job: dropping it ends the helper.
@@ -50,13 +53,18 @@ impl PrivateHelper {
     pub fn start_with(dirs: &Dirs, allow_degraded: bool) -> CmdResult<PrivateHelper> {
         let (program, args) = program_and_args(dirs, allow_degraded)?;
         let (ours, theirs) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
-        let spawned = sandbox::process::spawn_helper(&program, &args, theirs.into(), &[])
+        #[cfg(target_os = "linux")]
+        let child = sandbox::process::spawn_helper(&program, &args, theirs.into(), &[])
+            .map_err(|e| format!("cannot start {}: {e}", program.display()))?
+            .child;
+        #[cfg(target_os = "macos")]
+        let child = sandbox::process::spawn_helper(&program, &args, theirs.into())
             .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
         ours.set_read_timeout(Some(std::time::Duration::from_secs(60)))
             .map_err(|e| e.to_string())?;
         let mut h = PrivateHelper {
             sock: ours,
-            child: spawned.child,
+            child,
             next_id: 1,
         };
         say_degraded(&h.hello()?);
@@ -148,7 +156,10 @@ impl Drop for PrivateHelper {
     fn drop(&mut self) {
         // Closing the channel ends the helper; wait so that no zombie is left.
         let _ = self.sock.shutdown(std::net::Shutdown::Both);
+        #[cfg(target_os = "linux")]
         let _ = self.child.wait();
+        #[cfg(target_os = "macos")]
+        let _ = sandbox::process::reap(self.child);
     }
 }
 

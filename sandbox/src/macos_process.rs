@@ -139,7 +139,8 @@ pub fn reap(pid: u32) -> io::Result<std::process::ExitStatus> {
     }
 }
 
-/// Sends `SIGKILL` to `pid`: only ever a child not yet reaped (see the module's note).
+/// Sends `SIGKILL` to `pid`: a child not yet reaped (see the module's note) or a process held
+/// by [`ProcessRef`].
 pub fn kill(pid: u32) -> io::Result<()> {
     // SAFETY: kill takes two integers and touches no memory.
     if unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) } != 0 {
@@ -196,4 +197,40 @@ pub fn observe(pid: u32) -> io::Result<MacConfinement> {
 /// ([`crate::unix_process::walk_parents`]).
 pub fn descends_from(pid: u32, ancestor: u32) -> io::Result<bool> {
     crate::unix_process::walk_parents(pid, ancestor, |p| bsd_info(p).map(|i| i.pbi_ppid))
+}
+
+/// Another process, held without a pidfd (macOS has none): its pid and its start time, read
+/// when it is opened. A signal goes only while the pid still names a process that started at
+/// that time, so a pid the system gave to a new process after this one ended is left alone (a
+/// reuse between that check and the signal, microseconds, is not excluded).
+pub struct ProcessRef {
+    pid: u32,
+    started: (u64, u64),
+}
+
+impl ProcessRef {
+    pub fn open(pid: u32) -> io::Result<ProcessRef> {
+        let info = bsd_info(pid)?;
+        Ok(ProcessRef {
+            pid,
+            started: (info.pbi_start_tvsec, info.pbi_start_tvusec),
+        })
+    }
+
+    fn same(&self) -> bool {
+        bsd_info(self.pid).is_ok_and(|i| (i.pbi_start_tvsec, i.pbi_start_tvusec) == self.started)
+    }
+
+    /// Whether the process still runs.
+    pub fn running(&self) -> bool {
+        self.same()
+    }
+
+    /// `SIGKILL`, if the pid still names the process.
+    pub fn kill(&self) -> io::Result<()> {
+        if !self.same() {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        kill(self.pid)
+    }
 }

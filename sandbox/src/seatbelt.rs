@@ -65,6 +65,17 @@ pub struct CommandSpec {
     pub hide_globs: Vec<String>,
 }
 
+/// The system directories a command reads on macOS (its programs, libraries, frameworks and
+/// configuration): what `gatehouse run` needs not grant for a program found there.
+pub const SYSTEM_DIRS: &[&str] = &[
+    "/bin",
+    "/usr",
+    "/System",
+    "/Library/Developer",
+    "/opt/homebrew",
+    "/private/etc",
+];
+
 /// An SBPL string literal for `path`: double quotes, with `"` and `\` escaped by a backslash.
 pub fn sbpl_string(path: &Path) -> Result<String, SbplError> {
     let s = path
@@ -178,13 +189,22 @@ fn metadata_of(s: &mut String, mut parents: Vec<PathBuf>) -> Result<(), SbplErro
 /// denied, last so that they win over the grants containing them.
 pub fn command_profile(spec: &CommandSpec) -> Result<String, SbplError> {
     let mut s = format!("; gatehouse command profile\n{COMMON}");
-    s.push_str(
+    let system: Vec<String> = SYSTEM_DIRS
+        .iter()
+        .map(|d| format!("(subpath \"{d}\")"))
+        .collect();
+    writeln!(
+        s,
         "(allow process-fork)
 (allow process-exec (subpath \"/bin\") (subpath \"/usr\") (subpath \"/opt/homebrew\"))
 (allow process-info* (target same-sandbox))
 (allow signal (target same-sandbox))
-(allow file-read* (subpath \"/bin\") (subpath \"/usr\") (subpath \"/System\") (subpath \"/Library/Developer\") (subpath \"/opt/homebrew\") (subpath \"/private/etc\") (literal \"/dev/urandom\") (literal \"/dev/null\"))
-(allow file-write* (literal \"/dev/null\") (subpath \"/private/var/folders\"))
+(allow file-read* {} (literal \"/dev/urandom\") (literal \"/dev/null\"))",
+        system.join(" ")
+    )
+    .expect("String");
+    s.push_str(
+        "(allow file-write* (literal \"/dev/null\") (subpath \"/private/var/folders\"))
 (allow file-ioctl (literal \"/dev/null\"))
 (allow mach-lookup (global-name \"com.apple.system.opendirectoryd.libinfo\"))
 ; grants

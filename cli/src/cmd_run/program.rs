@@ -8,7 +8,10 @@
 //! (`/usr/bin/env node` is looked up in `PATH`). No directory that holds a home is granted.
 
 use crate::cmd_sandbox::{self, Stop};
+#[cfg(target_os = "linux")]
 use sandbox::linux::command::SYSTEM_DIRS;
+#[cfg(target_os = "macos")]
+use sandbox::seatbelt::SYSTEM_DIRS;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
