@@ -79,6 +79,22 @@ fn generated() -> Vec<(String, String)> {
         }
         out.push((format!("macos-{}.sb", h.name()), text.unwrap()));
     }
+    // The router's own profile (macos::lockdown_router): its config, data and runtime
+    // directories and the agents' state directory, read and write; nothing else.
+    let own = |s: &str| PathBuf::from(format!("/Users/alice/{s}"));
+    let broker = Profile::Broker(FsProfile {
+        read_only: Vec::new(),
+        read_write: vec![
+            own(".config/gatehouse"),
+            own(".local/share/gatehouse"),
+            own(".local/state/gatehouse/run"),
+            own(".local/share/gatehouse/agents"),
+        ],
+    });
+    out.push((
+        "macos-broker.sb".into(),
+        seatbelt::helper_profile(&broker, None).unwrap(),
+    ));
     for (name, spec) in commands("/Users/alice", "/") {
         out.push((
             format!("macos-{name}.sb"),
