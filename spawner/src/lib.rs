@@ -50,3 +50,88 @@ impl std::fmt::Display for ServeError {
         }
     }
 }
+
+/// The checks every spawner makes of the router's requests, whatever its system: one place, so
+/// that no spawner is more lenient than another.
+#[cfg_attr(not(any(unix, windows)), allow(dead_code))]
+mod rules {
+    use crate::ServeError;
+    use ipc_schema::Role;
+    use std::ffi::OsString;
+
+    /// The helpers' switch for running with less than their profile needs.
+    const DEGRADED: &str = "--allow-degraded";
+
+    /// Why a `Start` of `kind` with `args` is refused before anything starts: `--allow-degraded`
+    /// asked of a spawner started without it (fixed at its start, so the router cannot later
+    /// ask for a helper with less confinement than the broker was started with).
+    pub(crate) fn degraded_refusal(
+        allow_degraded: bool,
+        kind: Role,
+        args: &[OsString],
+    ) -> Option<String> {
+        (!allow_degraded && args.iter().any(|a| a == DEGRADED)).then(|| {
+            format!("{DEGRADED} was asked for {kind}, but the broker was not started with it")
+        })
+    }
+
+    /// What a `Kill` of `pid` does: `Ok(true)` kill it (a helper this spawner started and has
+    /// not reaped), `Ok(false)` nothing (reaped already: the kill crossed its `Ended`), and a
+    /// broken protocol for any other pid.
+    pub(crate) fn kill_target(pid: u32, live: bool, ended: bool) -> Result<bool, ServeError> {
+        if live {
+            Ok(true)
+        } else if ended {
+            Ok(false)
+        } else {
+            Err(ServeError::Protocol(format!(
+                "it asked to kill pid {pid}, which this spawner did not start"
+            )))
+        }
+    }
+
+    /// Whether a `Status` of `pid` may be answered on Linux and macOS: a helper this spawner
+    /// runs, the router or the spawner itself.
+    #[cfg(unix)]
+    pub(crate) fn observable(pid: u32, live: bool, router: u32) -> Result<(), String> {
+        if live || pid == router || pid == std::process::id() {
+            Ok(())
+        } else {
+            Err(format!(
+                "pid {pid} is not a helper this spawner runs, nor the router"
+            ))
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn what_the_router_may_ask() {
+            let args: Vec<OsString> = vec!["--x".into(), DEGRADED.into()];
+            assert_eq!(
+                degraded_refusal(false, Role::Fs, &args).unwrap(),
+                "--allow-degraded was asked for fs-helper, but the broker was not started with it"
+            );
+            assert!(degraded_refusal(true, Role::Fs, &args).is_none());
+            assert!(degraded_refusal(false, Role::Fs, &args[..1]).is_none());
+            assert!(kill_target(7, true, false).unwrap());
+            assert!(!kill_target(7, false, true).unwrap());
+            assert_eq!(
+                kill_target(7, false, false).unwrap_err().to_string(),
+                "the router broke the protocol: it asked to kill pid 7, which this spawner did not start"
+            );
+            #[cfg(unix)]
+            {
+                assert!(observable(7, true, 1).is_ok());
+                assert!(observable(1, false, 1).is_ok());
+                assert!(observable(std::process::id(), false, 1).is_ok());
+                assert_eq!(
+                    observable(7, false, 1).unwrap_err(),
+                    "pid 7 is not a helper this spawner runs, nor the router"
+                );
+            }
+        }
+    }
+}

@@ -22,9 +22,6 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Child;
 
-/// The helpers' switch for running with less than their profile needs.
-const DEGRADED: &str = "--allow-degraded";
-
 struct Helper {
     child: Child,
     pidfd: OwnedFd,
@@ -126,30 +123,22 @@ impl Spawner {
         match req {
             SpawnRequest::Start { id, kind, args } => self.start(id, kind, args),
             SpawnRequest::Kill { pid } => {
-                if let Some(h) = self.live.get(&pid) {
+                let live = self.live.get(&pid);
+                if crate::rules::kill_target(pid, live.is_some(), self.ended.contains(&pid))? {
                     // ESRCH cannot happen (the pidfd pins the process until it is reaped);
                     // anything else shows when the exit does not come.
-                    let _ = pidfd_send_signal(&h.pidfd, libc::SIGKILL);
-                    Ok(())
-                } else if self.ended.contains(&pid) {
-                    Ok(())
-                } else {
-                    Err(ServeError::Protocol(format!(
-                        "it asked to kill pid {pid}, which this spawner did not start"
-                    )))
+                    if let Some(h) = live {
+                        let _ = pidfd_send_signal(&h.pidfd, libc::SIGKILL);
+                    }
                 }
+                Ok(())
             }
             SpawnRequest::Status { id, pid } => {
-                let status = if self.live.contains_key(&pid)
-                    || pid == self.router
-                    || pid == std::process::id()
-                {
-                    read_proc_status(pid).map_err(|e| format!("/proc/{pid}/status: {e}"))
-                } else {
-                    Err(format!(
-                        "pid {pid} is not a helper this spawner runs, nor the router"
-                    ))
-                };
+                let status =
+                    crate::rules::observable(pid, self.live.contains_key(&pid), self.router)
+                        .and_then(|()| {
+                            read_proc_status(pid).map_err(|e| format!("/proc/{pid}/status: {e}"))
+                        });
                 self.send(&SpawnReply::Status { id, status }, None)
             }
             SpawnRequest::Lineage { id, pid } => {
@@ -162,9 +151,7 @@ impl Spawner {
     }
 
     fn start(&mut self, id: u64, kind: Role, args: Vec<OsString>) -> Result<(), ServeError> {
-        if !self.allow_degraded && args.iter().any(|a| a == DEGRADED) {
-            let reason =
-                format!("{DEGRADED} was asked for {kind}, but the broker was not started with it");
+        if let Some(reason) = crate::rules::degraded_refusal(self.allow_degraded, kind, &args) {
             return self.send(&SpawnReply::NotStarted { id, reason }, None);
         }
         match start_helper(&self.helper_dir, kind, &args) {

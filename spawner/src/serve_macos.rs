@@ -24,9 +24,6 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-/// The helpers' switch for running with less than their profile needs.
-const DEGRADED: &str = "--allow-degraded";
-
 struct Spawner {
     chan: OwnedFd,
     kq: Kqueue,
@@ -137,29 +134,16 @@ impl Spawner {
         match req {
             SpawnRequest::Start { id, kind, args } => self.start(id, kind, args),
             SpawnRequest::Kill { pid } => {
-                if self.live.contains(&pid) {
+                let live = self.live.contains(&pid);
+                if crate::rules::kill_target(pid, live, self.ended.contains(&pid))? {
                     // Not reaped yet, so the pid is still this child's.
                     let _ = kill(pid);
-                    Ok(())
-                } else if self.ended.contains(&pid) {
-                    Ok(())
-                } else {
-                    Err(ServeError::Protocol(format!(
-                        "it asked to kill pid {pid}, which this spawner did not start"
-                    )))
                 }
+                Ok(())
             }
             SpawnRequest::Status { id, pid } => {
-                let observed = if self.live.contains(&pid)
-                    || pid == self.router
-                    || pid == std::process::id()
-                {
-                    observe(pid).map_err(|e| format!("pid {pid}: {e}"))
-                } else {
-                    Err(format!(
-                        "pid {pid} is not a helper this spawner runs, nor the router"
-                    ))
-                };
+                let observed = crate::rules::observable(pid, self.live.contains(&pid), self.router)
+                    .and_then(|()| observe(pid).map_err(|e| format!("pid {pid}: {e}")));
                 self.send(&SpawnReply::ObservedMac { id, observed }, None)
             }
             SpawnRequest::Lineage { id, pid } => {
@@ -172,9 +156,7 @@ impl Spawner {
     }
 
     fn start(&mut self, id: u64, kind: Role, args: Vec<OsString>) -> Result<(), ServeError> {
-        if !self.allow_degraded && args.iter().any(|a| a == DEGRADED) {
-            let reason =
-                format!("{DEGRADED} was asked for {kind}, but the broker was not started with it");
+        if let Some(reason) = crate::rules::degraded_refusal(self.allow_degraded, kind, &args) {
             return self.send(&SpawnReply::NotStarted { id, reason }, None);
         }
         let (pid, ours) = match start_helper(&self.helper_dir, kind, &args) {

@@ -26,9 +26,6 @@ use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
-/// The helpers' switch for running with less than their profile needs.
-const DEGRADED: &str = "--allow-degraded";
-
 /// How the spawner starts each kind on Windows: its profile's policy and how its channel is
 /// opened (the blocking helpers serve a synchronous handle; the tokio ones an overlapped one).
 /// `Err` says why that kind does not run on Windows.
@@ -159,18 +156,15 @@ impl Spawner {
                 Ok(())
             }
             SpawnRequest::Kill { pid } => {
-                if let Some(h) = self.live.get(&pid) {
-                    // A failure shows when the exit does not come.
-                    let _ = h.child.kill();
-                    self.killed.insert(pid);
-                    Ok(())
-                } else if self.ended.contains(&pid) {
-                    Ok(())
-                } else {
-                    Err(ServeError::Protocol(format!(
-                        "it asked to kill pid {pid}, which this spawner did not start"
-                    )))
+                let live = self.live.get(&pid);
+                if crate::rules::kill_target(pid, live.is_some(), self.ended.contains(&pid))? {
+                    if let Some(h) = live {
+                        // A failure shows when the exit does not come.
+                        let _ = h.child.kill();
+                        self.killed.insert(pid);
+                    }
                 }
+                Ok(())
             }
             SpawnRequest::Status { id, pid } => {
                 let observed = match self.live.get(&pid) {
@@ -214,10 +208,8 @@ impl Spawner {
     }
 
     fn start(&mut self, id: u64, kind: Role, args: Vec<OsString>) -> Result<SpawnReply, String> {
-        if !self.allow_degraded && args.iter().any(|a| a == DEGRADED) {
-            return Err(format!(
-                "{DEGRADED} was asked for {kind}, but the broker was not started with it"
-            ));
+        if let Some(reason) = crate::rules::degraded_refusal(self.allow_degraded, kind, &args) {
+            return Err(reason);
         }
         let (profile, io) = windows_kind(kind)?;
         let policy =
