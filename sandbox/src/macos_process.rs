@@ -31,6 +31,9 @@ extern "C" {
     ) -> c_int;
 }
 
+/// The signals macOS numbers, 1 to 31 (`NSIG` in <sys/signal.h>).
+const NSIG: c_int = 32;
+
 /// Starts `program args` with `channel` as its fd 3, stdin and stdout on /dev/null, stderr
 /// inherited (the broker's log), every other descriptor closed (`POSIX_SPAWN_CLOEXEC_DEFAULT`),
 /// an empty environment, every signal at its default and none blocked. Returns its pid; the
@@ -92,9 +95,15 @@ pub fn spawn_helper(program: &Path, args: &[OsString], channel: OwnedFd) -> io::
                     CHANNEL_FD,
                 ))?;
             }
+            // Every signal that has a disposition to reset (SIGKILL and SIGSTOP have none).
             let mut all: libc::sigset_t = std::mem::zeroed();
             let mut none: libc::sigset_t = std::mem::zeroed();
-            libc::sigfillset(&mut all);
+            libc::sigemptyset(&mut all);
+            for sig in 1..NSIG {
+                if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                    libc::sigaddset(&mut all, sig);
+                }
+            }
             libc::sigemptyset(&mut none);
             check(libc::posix_spawnattr_setsigdefault(&mut attr, &all))?;
             check(libc::posix_spawnattr_setsigmask(&mut attr, &none))?;
