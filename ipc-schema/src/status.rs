@@ -397,4 +397,63 @@ mod tests {
             .unwrap_err()
             .starts_with("exec-helper did not lock down: "));
     }
+
+    /// What `sandbox::macos::lockdown` reports when every step held.
+    fn mac_report(profile: &str) -> LockdownReport {
+        let mut r = LockdownReport::nothing_yet(profile);
+        r.stray_fds_closed = true;
+        r.env_cleared = true;
+        r.core_dumps_off = true;
+        r.dumpable_off = true;
+        r
+    }
+
+    #[test]
+    fn macos_needs_every_step_and_the_systems_word_on_the_profile() {
+        let confined = MacConfinement {
+            sandboxed: true,
+            uid: 501,
+        };
+        let bare = MacConfinement {
+            sandboxed: false,
+            uid: 501,
+        };
+        // Controls: a helper under its profile; the exec-helper, which has none.
+        assert_eq!(
+            mac_report("fs").verify_macos(Role::Fs, &confined, false),
+            Ok(())
+        );
+        assert_eq!(
+            mac_report("exec").verify_macos(Role::Exec, &bare, false),
+            Ok(())
+        );
+        // No profile on a helper that must have one: refused, --allow-degraded or not.
+        for degraded in [false, true] {
+            assert_eq!(
+                mac_report("net").verify_macos(Role::Net, &bare, degraded),
+                Err("net-helper did not lock down: the system shows no Seatbelt profile on it (sandbox_check)".into())
+            );
+        }
+        // A step not done.
+        let mut r = mac_report("secrets");
+        r.dumpable_off = false;
+        assert_eq!(
+            r.verify_macos(Role::Secrets, &confined, true),
+            Err("secrets-helper did not lock down: it did not finish the lockdown steps".into())
+        );
+        // A gap: refused strict, taken with --allow-degraded.
+        let mut r = mac_report("servers");
+        r.degraded.push("a gap".into());
+        assert_eq!(
+            r.verify_macos(Role::Servers, &confined, false),
+            Err("servers-helper did not lock down: it runs degraded without --allow-degraded: a gap".into())
+        );
+        assert_eq!(r.verify_macos(Role::Servers, &confined, true), Ok(()));
+        // A helper's refusal stands whatever the system says.
+        let refused = LockdownReport::refused("fs", "no grant root could be opened");
+        assert_eq!(
+            refused.verify_macos(Role::Fs, &confined, true),
+            Err("fs-helper refused to start: no grant root could be opened".into())
+        );
+    }
 }
