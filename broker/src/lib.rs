@@ -5,8 +5,9 @@
 
 #![forbid(unsafe_code)]
 // The daemon runs on Linux (its helpers started through the spawner; Landlock and seccomp on
-// itself) and Windows (the spawner on a pipe; a job and mitigations on itself; the fs-helper
-// there serves the reading tools only; no servers-helper). On macOS the crate is empty and gatehouse-broker refuses to start
+// itself), macOS (the same Unix path with the macOS spawner and a Seatbelt profile on itself:
+// compiled, never run) and Windows (the spawner on a pipe; a job and mitigations on itself).
+// Elsewhere the crate is empty and gatehouse-broker refuses to start
 // (ipc_schema::platform::Missing).
 #![cfg(any(unix, windows))]
 

@@ -392,8 +392,8 @@ fn exec_sibling(g: &Global, name: &str, args: Vec<OsString>) -> ExitCode {
     fail(&format!("cannot run {}: {e}", exe.display()))
 }
 
-/// The broker starts and confines its helpers with Linux mechanisms only; this build has no
-/// counterpart for them here, so it refuses rather than run unconfined.
+/// The broker starts and confines its helpers with Linux, macOS and Windows mechanisms; this
+/// build has no counterpart for them, so it refuses rather than run unconfined.
 #[cfg(not(any(unix, windows)))]
 fn main() -> std::process::ExitCode {
     use ipc_schema::platform::{refuse, Missing};

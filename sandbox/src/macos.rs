@@ -39,13 +39,21 @@ pub fn profile_sbpl(profile: &Profile) -> Result<String, LockdownError> {
         Profile::Broker(g) => Profile::Broker(canonical_roots(g)?),
         other => other.clone(),
     };
+    // The home from the user database, not HOME: helpers start with an empty environment.
     let home = match profile {
-        Profile::Secrets(_) => Some(canonical(Path::new(&std::env::var_os("HOME").ok_or(
-            LockdownError::Seatbelt {
-                profile: "secrets",
-                reason: "HOME is not set, so the keychain directory is unknown".into(),
-            },
-        )?))?),
+        Profile::Secrets(_) => {
+            let uid = nix::unistd::getuid();
+            let user = nix::unistd::User::from_uid(uid)
+                .ok()
+                .flatten()
+                .ok_or_else(|| LockdownError::Seatbelt {
+                    profile: "secrets",
+                    reason: format!(
+                        "uid {uid} has no entry in the user database, so the keychain directory is unknown"
+                    ),
+                })?;
+            Some(canonical(&user.dir)?)
+        }
         _ => None,
     };
     crate::seatbelt::helper_profile(&resolved, home.as_deref()).map_err(|e| {
