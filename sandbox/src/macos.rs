@@ -108,9 +108,10 @@ pub fn lockdown(
     profile: &Profile,
     opts: &LockdownOptions,
 ) -> Result<LockdownReport, LockdownError> {
-    // Built first: it reads HOME and resolves grant roots, which must happen before the
-    // environment is cleared and the sandbox applies. The exec helper takes none (macOS refuses
-    // a sandbox inside a sandbox, and each of its commands gets its own: seatbelt::NotNestable).
+    // Built first: it reads the user database and resolves grant roots, which must happen
+    // before the environment is cleared and the sandbox applies. The exec helper takes none
+    // (macOS refuses a sandbox inside a sandbox, and each of its commands gets its own:
+    // seatbelt::NotNestable).
     let sbpl = match profile {
         Profile::Exec => None,
         p => Some(profile_sbpl(p)?),
