@@ -16,8 +16,14 @@
 //! connection's end is an audit row and a `LaunchReply::Egress` to the console, before the
 //! command's end.
 //!
-//! Nothing here forks, execs or opens a socket: the exec-helper does all of it (the connected
-//! pair is `socketpair`, which reaches no one).
+//! On Windows and macOS a command reaches the proxy by address instead (no network namespace
+//! holds a bridge there): this broker listens on `127.0.0.1`, a port of
+//! `ipc_schema::net::LOOPBACK_PROXY_PORTS`, for that command alone, the token keeping the user's
+//! other processes out, and hands each accepted connection to the net-helper the same way.
+//!
+//! Nothing here forks or execs, and the only socket it opens is that loopback listener (macOS
+//! and Windows): the exec-helper does the rest (the connected pair is `socketpair`, which
+//! reaches no one).
 
 use crate::fronts::Replier;
 use crate::helpers::Connector;
@@ -230,8 +236,8 @@ pub fn command(
                 None,
             ))
         });
-        // Windows: the proxy's connections come to the broker's loopback listener.
-        #[cfg(windows)]
+        // Windows and macOS: the proxy's connections come to the broker's loopback listener.
+        #[cfg(not(target_os = "linux"))]
         let (relay, listening) = match proxy
             .as_ref()
             .and_then(|p| p.listening(&ctx, Some((reply.clone(), id)), agent.clone()))
@@ -265,7 +271,7 @@ pub fn command(
         })
         .await;
         set_running(&conn, None);
-        #[cfg(windows)]
+        #[cfg(not(target_os = "linux"))]
         if let Some(stop) = listening {
             stop.notify_one();
         }
@@ -323,9 +329,9 @@ pub(crate) struct Proxy {
     pub session: String,
     pub token: String,
     domains: Vec<String>,
-    /// Windows: where the command reaches the proxy (`127.0.0.1`, a port of
+    /// Windows and macOS: where the command reaches the proxy (`127.0.0.1`, a port of
     /// `ipc_schema::net::LOOPBACK_PROXY_PORTS`), until its accepting starts.
-    #[cfg(windows)]
+    #[cfg(not(target_os = "linux"))]
     listener: RefCell<Option<(std::net::TcpListener, u16)>>,
 }
 
@@ -345,7 +351,7 @@ impl Proxy {
             session: format!("{kind}-{n}"),
             token: hex::encode(rand::random::<[u8; 16]>()),
             domains,
-            #[cfg(windows)]
+            #[cfg(not(target_os = "linux"))]
             listener: RefCell::new(Some(loopback_listener()?)),
         };
         let open = ProxySession {
@@ -374,14 +380,14 @@ impl Proxy {
     }
 
     /// How the command reaches this proxy: through its connector (Linux), or on the broker's
-    /// loopback port (Windows).
-    #[cfg(unix)]
+    /// loopback port (Windows, macOS).
+    #[cfg(target_os = "linux")]
     pub fn network(&self) -> NetworkMode {
         NetworkMode::Proxy {
             token: self.token.clone(),
         }
     }
-    #[cfg(windows)]
+    #[cfg(not(target_os = "linux"))]
     pub fn network(&self) -> NetworkMode {
         let port = self.listener.borrow().as_ref().map_or(0, |(_, p)| *p);
         NetworkMode::LoopbackProxy {
@@ -390,13 +396,13 @@ impl Proxy {
         }
     }
 
-    /// Windows: accepts the command's connections on the loopback listener, each handed to the
+    /// Windows and macOS: accepts the command's connections on the loopback listener, each handed to the
     /// net-helper as on Linux ([`hand_over`], its row under the agent's first session if the
     /// command is one), until the returned `Notify` is notified (the command ended); then waits
     /// up to [`EGRESS_DRAIN`] for the records of those handed over. `None` once taken.
     /// `peer`: the console that launched the command, told of each connection's end (none for
     /// a third-party server's).
-    #[cfg(windows)]
+    #[cfg(not(target_os = "linux"))]
     pub(crate) fn listening(
         &self,
         ctx: &Rc<Ctx>,
@@ -577,17 +583,32 @@ async fn drain(mut handed: tokio::task::JoinSet<()>) {
     }
 }
 
-/// Windows: a listener on `127.0.0.1` on the first free port of the egress proxy's range, no
-/// other socket allowed beside it (`sandbox::windows::exclusive_loopback_listener`).
-#[cfg(windows)]
+/// Windows and macOS: a listener on `127.0.0.1` on the first free port of the egress proxy's
+/// range. On Windows no other socket is allowed beside it
+/// (`sandbox::windows::exclusive_loopback_listener`); on macOS none can be, since it is bound
+/// without `SO_REUSEPORT` (a wildcard socket on the same port another program may bind gets
+/// no connection to `127.0.0.1`, which goes to the most specific bind).
+#[cfg(not(target_os = "linux"))]
 fn loopback_listener() -> Result<(std::net::TcpListener, u16), String> {
     let ports = ipc_schema::net::LOOPBACK_PROXY_PORTS;
     let mut last = String::new();
     for port in ports.clone() {
-        match sandbox::windows::exclusive_loopback_listener(port) {
-            Ok(l) => return Ok((l, port)),
+        #[cfg(windows)]
+        let (bound, taken) = {
+            let bound = sandbox::windows::exclusive_loopback_listener(port);
             // WSAEADDRINUSE, or WSAEACCES for a port the system keeps for itself: the next.
-            Err(e) if matches!(e.code(), Some(10048 | 10013)) => last = e.to_string(),
+            let taken = matches!(&bound, Err(e) if matches!(e.code(), Some(10048 | 10013)));
+            (bound.map_err(|e| e.to_string()), taken)
+        };
+        #[cfg(target_os = "macos")]
+        let (bound, taken) = {
+            let bound = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port));
+            let taken = matches!(&bound, Err(e) if e.kind() == std::io::ErrorKind::AddrInUse);
+            (bound.map_err(|e| e.to_string()), taken)
+        };
+        match bound {
+            Ok(l) => return Ok((l, port)),
+            Err(e) if taken => last = e,
             Err(e) => return Err(format!("the egress proxy's listener: {e}")),
         }
     }

@@ -3,8 +3,10 @@
 //! `/usr/bin/sandbox-exec -p`, as Codex and sandbox-runtime run commands there.
 //!
 //! The profile denies by default: reads only of the system directories and the grants, writes
-//! only in the read-write grants and the temporary directories, no network (a command's profile
-//! names none), and the protected paths (`--protect`: the broker's own directories) neither read
+//! only in the read-write grants and the temporary directories, no network but, for a command
+//! with `--allow-domain`, the broker's egress proxy on its loopback port
+//! (`NetworkMode::LoopbackProxy`: the profile's one `network-outbound` rule names that port, the
+//! proxy variables name it with the session's token), and the protected paths (`--protect`: the broker's own directories) neither read
 //! nor written. The open-file and file-size limits are set by `/bin/sh`'s `ulimit` inside the
 //! profile, just before the command (no `unsafe` pre-exec hook); the process and memory limits
 //! are not (a gap the run names). The command runs in a process group of its own; the time
@@ -15,8 +17,8 @@
 //! forbidden-sandbox-reinit), so a confined exec helper could start no command at all. Compiled
 //! here, never run: there is no Mac (docs/macos.md).
 
-use crate::threads::{Checked, Config, Launched, Tree};
-use ipc_schema::exec::{RunOutcome, SandboxReport};
+use crate::threads::{pipe, Checked, Config, Launched, Tree};
+use ipc_schema::exec::{NetworkMode, RunOutcome, SandboxReport};
 use ipc_schema::tier::ConfinementTier;
 use ipc_schema::{ErrorCode, ErrorReply};
 use nix::sys::resource::{getrlimit, Resource};
@@ -113,11 +115,22 @@ fn launch(mut c: Checked, cfg: &Config) -> Result<Launched, ErrorReply> {
     for g in unexpressed {
         c.gaps.push(format!("the grant's exclude glob {g:?} is not masked (a form the Seatbelt profile cannot express)"));
     }
+    // The proxy where the broker listens for this command (the caller's own proxy variables
+    // were dropped as set by the sandbox; a connector, `NetworkMode::Proxy`, refused in
+    // threads.rs).
+    let network = match &c.spec.network {
+        NetworkMode::LoopbackProxy { token, port } => {
+            let vars = sandbox::command_env::loopback_proxy_vars(token, *port).map_err(invalid)?;
+            c.vars.extend(vars);
+            CommandNetwork::LoopbackProxy { port: *port }
+        }
+        _ => CommandNetwork::None,
+    };
     let profile = OsCommand {
         grants,
         no_access: protect,
         no_write: Vec::new(),
-        network: CommandNetwork::None,
+        network,
         hide_sensitive: c.spec.hide.sensitive,
         hide_globs,
     };
@@ -167,7 +180,6 @@ fn launch(mut c: Checked, cfg: &Config) -> Result<Launched, ErrorReply> {
                 format!("starting sandbox-exec for {}: {e}", program.display()),
             )
         })?;
-    let pgid = Pid::from_raw(child.id() as i32);
     let report = SandboxReport {
         program: program.display().to_string(),
         tier: ConfinementTier::Seatbelt,
@@ -182,8 +194,9 @@ fn launch(mut c: Checked, cfg: &Config) -> Result<Launched, ErrorReply> {
     };
     Ok(Launched {
         tree: Box::new(Group {
+            // Its own group (process_group(0)): the group's id is its pid.
+            pgid: Pid::from_raw(child.id() as i32),
             child: Mutex::new(child),
-            pgid,
             reaped: AtomicBool::new(false),
             swept: AtomicBool::new(false),
         }),
@@ -191,10 +204,6 @@ fn launch(mut c: Checked, cfg: &Config) -> Result<Launched, ErrorReply> {
         stderr: err_r,
         report,
     })
-}
-
-fn pipe(what: &str) -> Result<(std::io::PipeReader, std::io::PipeWriter), ErrorReply> {
-    std::io::pipe().map_err(|e| ErrorReply::new(ErrorCode::Internal, format!("a {what} pipe: {e}")))
 }
 
 /// The program `argv[0]` names: a path (relative to `cwd` if not absolute), or a name looked up

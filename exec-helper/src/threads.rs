@@ -4,7 +4,8 @@
 //! process group).
 //!
 //! What every OS refuses here before its launcher runs: what passes descriptors (the egress
-//! proxy but Windows' loopback form, an agent's session on macOS, a third-party stdio server),
+//! proxy's connector, where the loopback form is what these OSes take; an agent's session and
+//! a third-party stdio server on macOS),
 //! a working directory outside the grants,
 //! limits above the ceilings, an empty argv. What no launcher holds yet (a grant's exclude
 //! globs, secret-looking files, and in a writable grant the places the user's own tools run:
@@ -115,12 +116,11 @@ impl Checked {
                 what[usize::from(user.server.is_some())]
             )));
         }
-        // Windows: the broker listens for the command on a loopback port (windows.rs).
-        let windows_proxy =
-            cfg!(windows) && matches!(spec.network, NetworkMode::LoopbackProxy { .. });
-        if spec.network != NetworkMode::None && !windows_proxy {
+        // The broker listens for the command on a loopback port (windows.rs, macos.rs); no
+        // connector crosses to a command here.
+        if matches!(spec.network, NetworkMode::Proxy { .. }) {
             return Err(refused(&format!(
-                "the egress proxy is not built on {OS} in this form: a command there runs without network or not at all"
+                "the egress proxy through a connector is Linux's: on {OS} the broker listens for the command on a loopback port"
             )));
         }
         if spec.argv.is_empty() {
@@ -212,6 +212,11 @@ impl Checked {
     }
 }
 
+/// A pipe for a command's `what` (stdout, stderr): its read end and its write end.
+pub fn pipe(what: &str) -> Result<(std::io::PipeReader, std::io::PipeWriter), ErrorReply> {
+    std::io::pipe().map_err(|e| ErrorReply::new(ErrorCode::Internal, format!("a {what} pipe: {e}")))
+}
+
 /// Lock down with `profile`'s lockdown, say hello naming `tier`, serve with `launch`.
 pub fn main(launch: Launch, tier: ConfinementTier) -> ExitCode {
     let args = sandbox::helper_args::HelperArgs::from_env_with(OPTIONS);
@@ -256,7 +261,9 @@ pub fn main(launch: Launch, tier: ConfinementTier) -> ExitCode {
                 Body::Exec(ExecRequest::Poll { run, wait_ms }) => {
                     server.clone().poll(id, run, wait_ms, replies.clone())
                 }
-                Body::Exec(ExecRequest::Stop { run }) => replies.send(id, server.stop(run)),
+                Body::Exec(ExecRequest::Stop { run }) => {
+                    replies.send(id, server.stop(run).unwrap_or_else(Body::Error))
+                }
                 _ => req.unserved(Role::Exec),
             }
         }
@@ -387,11 +394,8 @@ impl Server {
             })
     }
 
-    fn stop(&self, run: RunId) -> Body {
-        let r = match self.run(run) {
-            Ok(r) => r,
-            Err(e) => return Body::Error(e),
-        };
+    fn stop(&self, run: RunId) -> Result<Body, ErrorReply> {
+        let r = self.run(run)?;
         {
             let mut s = r.state.lock().expect("run");
             if s.ended.is_none() && s.killed.is_none() {
@@ -400,7 +404,7 @@ impl Server {
         }
         // Ends the whole tree. The waiting thread records the end.
         r.tree.kill();
-        Body::ExecReply(ExecReply::Stopping { run })
+        Ok(Body::ExecReply(ExecReply::Stopping { run }))
     }
 
     /// Answers when the run has output or an end, or after `wait_ms`.

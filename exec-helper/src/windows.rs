@@ -29,7 +29,7 @@
 //! The serving (threads, the run table, `Poll` and `Stop`) and the checks every OS makes are
 //! `threads.rs`; this file is what Windows adds: the policy, the ACE read-back, the spawn.
 
-use crate::threads::{Checked, Config, Launched, Tree};
+use crate::threads::{pipe, Checked, Config, Launched, Tree};
 use ipc_schema::exec::{NetworkMode, RunOutcome, SandboxReport};
 use ipc_schema::tier::ConfinementTier;
 use ipc_schema::{ErrorCode, ErrorReply};
@@ -109,10 +109,6 @@ fn launch(mut c: Checked, cfg: &Config) -> Result<Launched, ErrorReply> {
     let program = find_program(&spec.argv[0], &spec.cwd, &c.path_var())
         .map_err(|(code, why)| ErrorReply::new(code, why))?;
 
-    let pipe = |what: &str| {
-        std::io::pipe()
-            .map_err(|e| ErrorReply::new(ErrorCode::Internal, format!("a {what} pipe: {e}")))
-    };
     let (out_r, out_w) = pipe("stdout")?;
     let (err_r, err_w) = pipe("stderr")?;
     // A third-party server's stdin and stdout: its two connections to the broker's pipe for it.

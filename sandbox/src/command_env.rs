@@ -126,9 +126,10 @@ const NOT_SECRET: &[&str] = &["PWD", "OLDPWD"];
 /// The `PATH` used when the caller gives none.
 pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
 
-/// Windows: the proxy variables of a command whose proxy is the broker's listener at
-/// `127.0.0.1:port` (one spelling each: Windows' names do not differ by case); a port outside
-/// the egress proxy's range (`ipc_schema::net::LOOPBACK_PROXY_PORTS`) is refused.
+/// Windows and macOS: the proxy variables of a command whose proxy is the broker's listener at
+/// `127.0.0.1:port`: on Windows one spelling each (its names do not differ by case), on macOS
+/// both, as on Linux (curl reads only `http_proxy` in lower case). A port outside the egress
+/// proxy's range (`ipc_schema::net::LOOPBACK_PROXY_PORTS`) is refused.
 pub fn loopback_proxy_vars(token: &str, port: u16) -> Result<Vec<(String, String)>, String> {
     let ports = ipc_schema::net::LOOPBACK_PROXY_PORTS;
     if !ports.contains(&port) {
@@ -137,8 +138,12 @@ pub fn loopback_proxy_vars(token: &str, port: u16) -> Result<Vec<(String, String
         ));
     }
     let url = format!("http://gatehouse:{token}@127.0.0.1:{port}");
-    let names = ["HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"];
-    Ok(names.map(|n| (n.to_string(), url.clone())).to_vec())
+    let names = if cfg!(windows) {
+        &PROXY_NAMES[..3]
+    } else {
+        PROXY_NAMES
+    };
+    Ok(names.iter().map(|n| (n.to_string(), url.clone())).collect())
 }
 
 /// Windows: what the environment of a sandbox with a state directory (a `gatehouse run` agent's
@@ -350,6 +355,35 @@ pub fn build(requested: &[(String, String)], sandbox: &SandboxEnv<'_>) -> Built 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_loopback_proxy_is_named_in_each_spelling_the_os_reads() {
+        let ports = ipc_schema::net::LOOPBACK_PROXY_PORTS;
+        let port = *ports.start();
+        let url = format!("http://gatehouse:0a1b@127.0.0.1:{port}");
+        let want: &[&str] = if cfg!(windows) {
+            &["HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"]
+        } else {
+            &[
+                "HTTPS_PROXY",
+                "HTTP_PROXY",
+                "ALL_PROXY",
+                "https_proxy",
+                "http_proxy",
+                "all_proxy",
+            ]
+        };
+        let want: Vec<(String, String)> =
+            want.iter().map(|n| (n.to_string(), url.clone())).collect();
+        assert_eq!(loopback_proxy_vars("0a1b", port).unwrap(), want);
+        // A port the broker never listens on is refused, on either side of the range.
+        for bad in [port - 1, ports.end() + 1] {
+            assert_eq!(
+                loopback_proxy_vars("0a1b", bad).unwrap_err(),
+                format!("the proxy's port {bad} is not one of the egress proxy's ({ports:?})")
+            );
+        }
+    }
 
     #[test]
     fn secret_looking_names_are_caught_joined_or_split() {

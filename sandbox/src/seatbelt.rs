@@ -111,7 +111,18 @@ const COMMON: &str = "(version 1)
 pub fn helper_profile(profile: &Profile, home: Option<&Path>) -> Result<String, SbplError> {
     let mut s = format!("; gatehouse {} profile\n{COMMON}", profile.name());
     match profile {
-        Profile::Fs(grants) | Profile::Broker(grants) => fs_rules(&mut s, grants)?,
+        Profile::Fs(grants) => fs_rules(&mut s, grants)?,
+        Profile::Broker(grants) => {
+            fs_rules(&mut s, grants)?;
+            // A command reaches its egress proxy on a loopback port the broker binds for it
+            // (broker/src/launch.rs, `loopback_listener`); the broker connects nowhere.
+            s.push_str(
+                "; the egress proxy's listeners, one per command: loopback only, never outbound
+(allow network-bind (local ip \"localhost:*\"))
+(allow network-inbound (local ip \"localhost:*\"))
+",
+            );
+        }
         Profile::Net => s.push_str(
             "; fetches, the proxy's upstream connections and DNS over UDP: the one profile with network
 (allow system-socket)

@@ -178,8 +178,27 @@ fn the_goldens_say_what_the_profiles_mean() {
                 name == "net.sb" || name == "command-home-proxied.sb",
                 "{file}"
             );
+            // Listening: net (its bind for DNS over UDP) and the broker (the proxy's loopback
+            // listeners); no other profile binds or accepts.
+            let listens = text.lines().any(|l| {
+                l.starts_with("(allow network-bind") || l.starts_with("(allow network-inbound")
+            });
+            assert_eq!(listens, name == "net.sb" || name == "broker.sb", "{file}");
         }
     }
+    let broker: Vec<&str> = get("macos-broker.sb")
+        .lines()
+        .filter(|l| l.contains("network"))
+        .filter(|l| !l.starts_with(';'))
+        .collect();
+    assert_eq!(
+        broker,
+        [
+            "(allow network-bind (local ip \"localhost:*\"))",
+            "(allow network-inbound (local ip \"localhost:*\"))"
+        ],
+        "the broker binds loopback ports only, and connects nowhere"
+    );
     let cmd = get("macos-command-home-proxied.sb");
     let allow_home = cmd
         .find("(allow file-read* (subpath \"/Users/alice\"))")
