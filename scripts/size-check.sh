@@ -49,11 +49,16 @@ TARGET = 2000
 # the Unix fs- and net-helper came to build for macOS: fs-helper 3100 -> 3150 (kernel.rs: what
 # stands for O_PATH there, reading a link through its parent, the stat fields' widths),
 # net-helper 1985 -> 1990 (adopting a passed socket without SO_DOMAIN and SO_ACCEPTCONN).
+# And exec-helper 1235 -> 1250 when macOS came to run an agent's session, a third-party stdio
+# server and a command's egress proxy (what needs a connector there): the listeners and their
+# checks went to sandbox/src/bridge.rs, shared and tested on Linux, and its PATH lookup to
+# sandbox::program_path::which, shared with `gatehouse run`; what stays is the wiring (the
+# connector taken with the Start, the bridge held until the main process is reaped).
 RATCHET = {
     "fs-helper": 3150,
     "fs-helper-windows": 2400,
     "net-helper": 1990,
-    "exec-helper": 1235,
+    "exec-helper": 1250,
     "secrets-helper": 1975,
     "servers-helper": 1125,
 }

@@ -16,14 +16,8 @@
 //! connection's end is an audit row and a `LaunchReply::Egress` to the console, before the
 //! command's end.
 //!
-//! On Windows and macOS a command reaches the proxy by address instead (no network namespace
-//! holds a bridge there): this broker listens on `127.0.0.1`, a port of
-//! `ipc_schema::net::LOOPBACK_PROXY_PORTS`, for that command alone, the token keeping the user's
-//! other processes out, and hands each accepted connection to the net-helper the same way.
-//!
-//! Nothing here forks or execs, and the only socket it opens is that loopback listener (macOS
-//! and Windows): the exec-helper does the rest (the connected pair is `socketpair`, which
-//! reaches no one).
+//! Nothing here forks, execs or opens a socket: the exec-helper does all of it (the connected
+//! pair is `socketpair`, which reaches no one).
 
 use crate::fronts::Replier;
 use crate::helpers::Connector;
@@ -175,11 +169,12 @@ pub fn command(
             }
         };
         spec.slot = _aces.slot();
-        // Windows: the agent's pipe and token file, made before it starts (and gone after);
-        // only its slot's commands may open the pipe.
-        #[cfg(windows)]
+        // Windows and macOS: the agent's token file (and on Windows its pipe, which only its
+        // slot's commands may open), made before it starts and gone after.
+        #[cfg(not(target_os = "linux"))]
+        #[cfg_attr(target_os = "macos", allow(unused_mut))]
         let mut run_pipe = match (agent.as_ref())
-            .map(|a| a.open_place(_aces.slot().expect("a slot on Windows")))
+            .map(|a| a.open_place(_aces.slot()))
             .transpose()
         {
             Ok(p) => p,
@@ -236,8 +231,8 @@ pub fn command(
                 None,
             ))
         });
-        // Windows and macOS: the proxy's connections come to the broker's loopback listener.
-        #[cfg(not(target_os = "linux"))]
+        // Windows: the proxy's connections come to the broker's loopback listener.
+        #[cfg(windows)]
         let (relay, listening) = match proxy
             .as_ref()
             .and_then(|p| p.listening(&ctx, Some((reply.clone(), id)), agent.clone()))
@@ -271,18 +266,17 @@ pub fn command(
         })
         .await;
         set_running(&conn, None);
-        #[cfg(not(target_os = "linux"))]
+        #[cfg(windows)]
         if let Some(stop) = listening {
             stop.notify_one();
         }
         // Windows: no new connection on the agent's pipe; its token file goes (drop).
         #[cfg(windows)]
-        {
-            if let Some(serving) = serving {
-                serving.abort();
-            }
-            drop(run_pipe);
+        if let Some(serving) = serving {
+            serving.abort();
         }
+        #[cfg(not(target_os = "linux"))]
+        drop(run_pipe);
         if let Some(relay) = relay {
             // The sandbox is gone, so its end of the connector is closed: the relay hands over
             // no more connections and waits (up to EGRESS_DRAIN) for the ones it handed over.
@@ -329,9 +323,9 @@ pub(crate) struct Proxy {
     pub session: String,
     pub token: String,
     domains: Vec<String>,
-    /// Windows and macOS: where the command reaches the proxy (`127.0.0.1`, a port of
+    /// Windows: where the command reaches the proxy (`127.0.0.1`, a port of
     /// `ipc_schema::net::LOOPBACK_PROXY_PORTS`), until its accepting starts.
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(windows)]
     listener: RefCell<Option<(std::net::TcpListener, u16)>>,
 }
 
@@ -351,7 +345,7 @@ impl Proxy {
             session: format!("{kind}-{n}"),
             token: hex::encode(rand::random::<[u8; 16]>()),
             domains,
-            #[cfg(not(target_os = "linux"))]
+            #[cfg(windows)]
             listener: RefCell::new(Some(loopback_listener()?)),
         };
         let open = ProxySession {
@@ -380,14 +374,14 @@ impl Proxy {
     }
 
     /// How the command reaches this proxy: through its connector (Linux), or on the broker's
-    /// loopback port (Windows, macOS).
-    #[cfg(target_os = "linux")]
+    /// loopback port (Windows).
+    #[cfg(unix)]
     pub fn network(&self) -> NetworkMode {
         NetworkMode::Proxy {
             token: self.token.clone(),
         }
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(windows)]
     pub fn network(&self) -> NetworkMode {
         let port = self.listener.borrow().as_ref().map_or(0, |(_, p)| *p);
         NetworkMode::LoopbackProxy {
@@ -396,13 +390,13 @@ impl Proxy {
         }
     }
 
-    /// Windows and macOS: accepts the command's connections on the loopback listener, each handed to the
+    /// Windows: accepts the command's connections on the loopback listener, each handed to the
     /// net-helper as on Linux ([`hand_over`], its row under the agent's first session if the
     /// command is one), until the returned `Notify` is notified (the command ended); then waits
     /// up to [`EGRESS_DRAIN`] for the records of those handed over. `None` once taken.
     /// `peer`: the console that launched the command, told of each connection's end (none for
     /// a third-party server's).
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(windows)]
     pub(crate) fn listening(
         &self,
         ctx: &Rc<Ctx>,
@@ -583,32 +577,17 @@ async fn drain(mut handed: tokio::task::JoinSet<()>) {
     }
 }
 
-/// Windows and macOS: a listener on `127.0.0.1` on the first free port of the egress proxy's
-/// range. On Windows no other socket is allowed beside it
-/// (`sandbox::windows::exclusive_loopback_listener`); on macOS none can be, since it is bound
-/// without `SO_REUSEPORT` (a wildcard socket on the same port another program may bind gets
-/// no connection to `127.0.0.1`, which goes to the most specific bind).
-#[cfg(not(target_os = "linux"))]
+/// Windows: a listener on `127.0.0.1` on the first free port of the egress proxy's range, no
+/// other socket allowed beside it (`sandbox::windows::exclusive_loopback_listener`).
+#[cfg(windows)]
 fn loopback_listener() -> Result<(std::net::TcpListener, u16), String> {
     let ports = ipc_schema::net::LOOPBACK_PROXY_PORTS;
     let mut last = String::new();
     for port in ports.clone() {
-        #[cfg(windows)]
-        let (bound, taken) = {
-            let bound = sandbox::windows::exclusive_loopback_listener(port);
-            // WSAEADDRINUSE, or WSAEACCES for a port the system keeps for itself: the next.
-            let taken = matches!(&bound, Err(e) if matches!(e.code(), Some(10048 | 10013)));
-            (bound.map_err(|e| e.to_string()), taken)
-        };
-        #[cfg(target_os = "macos")]
-        let (bound, taken) = {
-            let bound = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port));
-            let taken = matches!(&bound, Err(e) if e.kind() == std::io::ErrorKind::AddrInUse);
-            (bound.map_err(|e| e.to_string()), taken)
-        };
-        match bound {
+        match sandbox::windows::exclusive_loopback_listener(port) {
             Ok(l) => return Ok((l, port)),
-            Err(e) if taken => last = e,
+            // WSAEADDRINUSE, or WSAEACCES for a port the system keeps for itself: the next.
+            Err(e) if matches!(e.code(), Some(10048 | 10013)) => last = e.to_string(),
             Err(e) => return Err(format!("the egress proxy's listener: {e}")),
         }
     }
@@ -668,20 +647,22 @@ pub struct Run {
     /// The names of the variables passed by name (the session rows list them).
     passed_env: Vec<String>,
     sessions: RefCell<Vec<SessionId>>,
-    /// Windows: the run's pipe and files (`RunName::place`).
-    #[cfg(windows)]
+    /// Windows and macOS: the run's gateway and files (`RunName::place`).
+    #[cfg(not(target_os = "linux"))]
     place: ipc_schema::exec::RunPlace,
 }
 
-/// Windows: a run's pipe, listening until its serving starts, and its token file, removed
-/// when this is dropped (the run ended, or did not start).
-#[cfg(windows)]
+/// Windows and macOS: a run's token file, removed when this is dropped (the run ended, or did
+/// not start); on Windows also its pipe, listening until its serving starts (on macOS the
+/// exec-helper listens for the command: `sandbox::bridge`).
+#[cfg(not(target_os = "linux"))]
 pub(crate) struct RunPipe {
+    #[cfg(windows)]
     listener: Option<sandbox::endpoint::Listener>,
     token_file: std::path::PathBuf,
 }
 
-#[cfg(windows)]
+#[cfg(not(target_os = "linux"))]
 impl Drop for RunPipe {
     fn drop(&mut self) {
         if let Err(e) = std::fs::remove_file(&self.token_file) {
@@ -709,43 +690,47 @@ impl Run {
             mode: a.mode,
             passed_env: l.pass_env.iter().map(|(k, _)| k.clone()).collect(),
             sessions: RefCell::new(Vec::new()),
-            #[cfg(windows)]
+            #[cfg(not(target_os = "linux"))]
             place: a
                 .run_name
                 .as_ref()
-                .ok_or("a run on Windows must be named")?
+                .ok_or("a run on Windows or macOS must be named")?
                 .place(&a.state_home),
         })
     }
 
-    #[cfg(unix)]
+    #[cfg(target_os = "linux")]
     fn agent_run(&self, a: &AgentLaunch) -> AgentRun {
         policy::launch::agent_run(a, &self.token)
     }
-    #[cfg(windows)]
+    #[cfg(not(target_os = "linux"))]
     fn agent_run(&self, a: &AgentLaunch) -> AgentRun {
         policy::launch::agent_run_at(a, &self.token, &self.place)
     }
 
-    /// Windows: makes the run's pipe (the first instance of its name: a process that took the
-    /// name first refuses the run; this user and the SID of the run's command slot only, so no
-    /// command of another slot, a third-party server say, opens it) and writes its token file
-    /// (a new file: one already there refuses the run) in the agent's state directory.
-    #[cfg(windows)]
-    fn open_place(&self, slot: ipc_schema::exec::CommandSlot) -> Result<RunPipe, String> {
+    /// Windows and macOS: writes the run's token file (a new file, this user's only on macOS:
+    /// one already there refuses the run) in the agent's state directory. On Windows, first
+    /// makes the run's pipe (the first instance of its name: a process that took the name
+    /// first refuses the run; this user and the SID of the run's command slot only, so no
+    /// command of another slot, a third-party server say, opens it).
+    #[cfg(not(target_os = "linux"))]
+    fn open_place(&self, _slot: Option<ipc_schema::exec::CommandSlot>) -> Result<RunPipe, String> {
         use std::io::Write as _;
-        let sid = sandbox::wincfg::slot_sid(slot);
-        let listener = sandbox::endpoint::Listener::bind_also_for(&self.place.pipe, Some(&sid.0))
-            .map_err(|e| format!("the run's gateway pipe {}: {e}", self.place.pipe))?;
+        #[cfg(windows)]
+        let listener = {
+            let sid = sandbox::wincfg::slot_sid(_slot.ok_or("no command slot for the run")?);
+            sandbox::endpoint::Listener::bind_also_for(&self.place.gateway, Some(&sid.0))
+                .map_err(|e| format!("the run's gateway pipe {}: {e}", self.place.gateway))?
+        };
         let file = &self.place.token_file;
         let at = |e: std::io::Error| format!("the run's token file {}: {e}", file.display());
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(file)
-            .map_err(at)?;
+        let mut new = std::fs::OpenOptions::new();
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut new, 0o600);
+        let mut f = new.write(true).create_new(true).open(file).map_err(at)?;
         // From here the file is the run's: dropping `pipe` removes it.
         let pipe = RunPipe {
+            #[cfg(windows)]
             listener: Some(listener),
             token_file: file.clone(),
         };

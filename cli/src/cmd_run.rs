@@ -25,10 +25,12 @@
 //! A broker that runs as root runs its commands as nobody (never root toward the host), so the
 //! agent does too.
 //!
-//! On Windows (docs/windows.md, "`gatehouse run` on Windows") there is no private `/tmp`: this
-//! process names the run (`RunName`), which names its pipe and files in the agent's state
-//! directory; it writes the MCP config there (the broker writes the token file and serves the
-//! pipe), and removes it when the run ends. The agent runs in the restricted-token tier.
+//! On Windows (docs/windows.md, "`gatehouse run` on Windows") and macOS there is no private
+//! `/tmp`: this process names the run (`RunName`), which names its gateway and files in the
+//! agent's state directory; it writes the MCP config there (the broker writes the token file;
+//! on Windows it serves the pipe, on macOS the exec-helper listens on the socket for the
+//! command), and removes it when the run ends. On Windows the agent runs in the
+//! restricted-token tier, on macOS in the Seatbelt tier.
 
 #[cfg(unix)]
 mod program;
@@ -190,11 +192,11 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
     let path_var = std::env::var("PATH").unwrap_or_else(|_| command_env::DEFAULT_PATH.into());
     let visible = program::resolve(&argv0, &path_var, &cwd)?;
     let state_home = agent_home(g, agent, &argv0, owner)?;
-    // Windows: the run's pipe and files are named after it (RunName::place).
-    #[cfg(windows)]
+    // Windows and macOS: the run's gateway and files are named after it (RunName::place).
+    #[cfg(not(target_os = "linux"))]
     let run_name = ipc_schema::exec::RunName::parse(&hex::encode(rand::random::<[u8; 16]>()))
         .map_err(refused)?;
-    #[cfg(windows)]
+    #[cfg(not(target_os = "linux"))]
     let place = run_name.place(&state_home);
 
     let project = match args.own_tools {
@@ -265,17 +267,17 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
     let approval_wait = args
         .approval_wait
         .unwrap_or(agent.approval_wait().as_secs());
-    // Where `gatehouse mcp` finds this run: in the sandbox's private /tmp; on Windows, the
-    // run's own pipe and files.
-    #[cfg(unix)]
+    // Where `gatehouse mcp` finds this run: in the sandbox's private /tmp; on Windows and
+    // macOS, the run's own gateway and files.
+    #[cfg(target_os = "linux")]
     let (gateway, token_file, config_file) = (
         ipc_schema::exec::AGENT_GATEWAY_SOCKET.to_string(),
         ipc_schema::exec::AGENT_TOKEN_FILE.to_string(),
         ipc_schema::exec::AGENT_MCP_CONFIG.to_string(),
     );
-    #[cfg(windows)]
+    #[cfg(not(target_os = "linux"))]
     let (gateway, token_file, config_file) = (
-        place.pipe.clone(),
+        place.gateway.clone(),
         text_path(&place.token_file)?,
         text_path(&place.mcp_config)?,
     );
@@ -317,8 +319,9 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
         ..Limits::default()
     };
     let mcp_config = mcp_config(&exe_text, &mcp_args);
-    // Windows: the config is the run's own file (it holds no secret), removed when it ends.
-    #[cfg(windows)]
+    // Windows and macOS: the config is the run's own file (it holds no secret), removed when
+    // it ends.
+    #[cfg(not(target_os = "linux"))]
     let _config = RunFile::write(&place.mcp_config, &mcp_config)?;
     let launch = CommandLaunch {
         argv,
@@ -340,9 +343,9 @@ fn run_inner(g: &Global, args: RunArgs) -> Result<ExitCode, Stop> {
             state_home: state_home.clone(),
             mcp_config,
             mode: args.mode,
-            #[cfg(unix)]
+            #[cfg(target_os = "linux")]
             run_name: None,
-            #[cfg(windows)]
+            #[cfg(not(target_os = "linux"))]
             run_name: Some(run_name),
         }),
     };
@@ -412,19 +415,20 @@ fn unix_owner(cwd: &Path, own_tools: OwnTools) -> Result<(u32, u32), Stop> {
     Ok(owner)
 }
 
-/// Windows: a path the MCP config names, as text.
-#[cfg(windows)]
+/// Windows and macOS: a path the MCP config names, as text.
+#[cfg(not(target_os = "linux"))]
 fn text_path(p: &Path) -> Result<String, Stop> {
     p.to_str()
         .map(str::to_string)
         .ok_or_else(|| refused(format!("{}: the path is not valid Unicode", p.display())))
 }
 
-/// Windows: a file of the run's (its MCP config), made new and removed when the run ends.
-#[cfg(windows)]
+/// Windows and macOS: a file of the run's (its MCP config), made new and removed when the run
+/// ends.
+#[cfg(not(target_os = "linux"))]
 struct RunFile(PathBuf);
 
-#[cfg(windows)]
+#[cfg(not(target_os = "linux"))]
 impl RunFile {
     fn write(path: &Path, text: &str) -> Result<RunFile, Stop> {
         use std::io::Write as _;
@@ -440,7 +444,7 @@ impl RunFile {
     }
 }
 
-#[cfg(windows)]
+#[cfg(not(target_os = "linux"))]
 impl Drop for RunFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);

@@ -3,11 +3,15 @@
 //! `/usr/bin/sandbox-exec -p`, as Codex and sandbox-runtime run commands there.
 //!
 //! The profile denies by default: reads only of the system directories and the grants, writes
-//! only in the read-write grants and the temporary directories, no network but, for a command
-//! with `--allow-domain`, the broker's egress proxy on its loopback port
-//! (`NetworkMode::LoopbackProxy`: the profile's one `network-outbound` rule names that port, the
-//! proxy variables name it with the session's token), and the protected paths (`--protect`: the broker's own directories) neither read
-//! nor written. The open-file and file-size limits are set by `/bin/sh`'s `ulimit` inside the
+//! only in the read-write grants and the temporary directories, and the protected paths
+//! (`--protect`: the broker's own directories) neither read nor written; an agent's or a
+//! server's state directory, inside the broker's data directory, read and written after that
+//! deny. No network, but what meets the broker through the connector the `Start` brought,
+//! served from this helper (`sandbox::bridge`), as the command's network namespace does on
+//! Linux: the egress proxy on a loopback port (the profile's one `remote ip` rule names it, the
+//! proxy variables name it with the session's token), an agent's gateway socket in its state
+//! directory (served to the command's own processes only), a server's stdio socket (its stdin
+//! and stdout). The open-file and file-size limits are set by `/bin/sh`'s `ulimit` inside the
 //! profile, just before the command (no `unsafe` pre-exec hook); the process and memory limits
 //! are not (a gap the run names). The command runs in a process group of its own; the time
 //! limit, `Stop` and the main process's end kill the group.
@@ -18,15 +22,15 @@
 //! here, never run: there is no Mac (docs/macos.md).
 
 use crate::threads::{pipe, Checked, Config, Launched, Tree};
-use ipc_schema::exec::{NetworkMode, RunOutcome, SandboxReport};
+use ipc_schema::exec::{RunOutcome, SandboxReport};
 use ipc_schema::tier::ConfinementTier;
 use ipc_schema::{ErrorCode, ErrorReply};
 use nix::sys::resource::{getrlimit, Resource};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use sandbox::seatbelt::{CommandNetwork, CommandSpec as OsCommand};
+use sandbox::bridge::Bridge;
+use sandbox::seatbelt::CommandSpec as OsCommand;
 use std::ffi::OsString;
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -51,6 +55,8 @@ struct Group {
     /// after one more kill (the leftovers') the group is not signalled again.
     reaped: AtomicBool,
     swept: AtomicBool,
+    /// What serves the command's connector, until its main process is reaped.
+    bridge: Mutex<Option<Bridge>>,
 }
 
 impl Tree for Group {
@@ -61,6 +67,7 @@ impl Tree for Group {
             match status {
                 Ok(Some(st)) => {
                     self.reaped.store(true, Ordering::SeqCst);
+                    self.bridge.lock().expect("bridge").take();
                     return Ok(Some(match (st.code(), st.signal()) {
                         (Some(c), _) => RunOutcome::Exited(c),
                         (None, Some(s)) => RunOutcome::Signaled(s),
@@ -115,24 +122,21 @@ fn launch(mut c: Checked, cfg: &Config) -> Result<Launched, ErrorReply> {
     for g in unexpressed {
         c.gaps.push(format!("the grant's exclude glob {g:?} is not masked (a form the Seatbelt profile cannot express)"));
     }
-    // The proxy where the broker listens for this command (the caller's own proxy variables
-    // were dropped as set by the sandbox; a connector, `NetworkMode::Proxy`, refused in
-    // threads.rs).
-    let network = match &c.spec.network {
-        NetworkMode::LoopbackProxy { token, port } => {
-            let vars = sandbox::command_env::loopback_proxy_vars(token, *port).map_err(invalid)?;
-            c.vars.extend(vars);
-            CommandNetwork::LoopbackProxy { port: *port }
-        }
-        _ => CommandNetwork::None,
-    };
+    // What meets the broker through the connector (threads.rs refused a Start that needs one
+    // and brought none): sandbox::bridge.
+    let user = std::mem::take(&mut c.user);
+    let mut to_broker =
+        sandbox::bridge::prepare(&c.spec.network, &c.spec.grants, &user).map_err(invalid)?;
+    c.vars.append(&mut to_broker.vars);
     let profile = OsCommand {
         grants,
         no_access: protect,
         no_write: Vec::new(),
-        network,
+        network: to_broker.network,
         hide_sensitive: c.spec.hide.sensitive,
         hide_globs,
+        own_dir: to_broker.own_dir,
+        sockets: to_broker.sockets,
     };
     c.gaps.push(
         "a process the command moves out of its process group (setsid) is not ended with it".into(),
@@ -164,13 +168,17 @@ fn launch(mut c: Checked, cfg: &Config) -> Result<Launched, ErrorReply> {
     args.extend(c.spec.argv[1..].iter().map(OsString::from));
     let argv = sandbox::macos::sandbox_exec_argv(&profile, "/bin/sh".as_ref(), &args)
         .map_err(|e| invalid(e.to_string()))?;
-    let child = Command::new(&argv[0])
+    let (stdin, stdout) = match to_broker.stdio {
+        Some((i, o)) => (Stdio::from(i), Stdio::from(o)),
+        None => (Stdio::null(), Stdio::from(out_w)),
+    };
+    let mut child = Command::new(&argv[0])
         .args(&argv[1..])
         .env_clear()
         .envs(c.vars.iter().map(|(k, v)| (k, v)))
         .current_dir(&cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(out_w))
+        .stdin(stdin)
+        .stdout(stdout)
         .stderr(Stdio::from(err_w))
         .process_group(0)
         .spawn()
@@ -180,6 +188,23 @@ fn launch(mut c: Checked, cfg: &Config) -> Result<Launched, ErrorReply> {
                 format!("starting sandbox-exec for {}: {e}", program.display()),
             )
         })?;
+    // The gateway is the command's own: a process that descends from its main one.
+    let main = child.id();
+    let mut to_broker = to_broker.listeners;
+    if let Some(g) = to_broker.gateway.as_mut() {
+        g.admit = Box::new(move |pid| sandbox::process::descends_from(pid, main).unwrap_or(false));
+    }
+    let bridge = match c.connector.take() {
+        Some(connector) => match sandbox::bridge::start(connector, to_broker) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                let _ = killpg(Pid::from_raw(main as i32), Signal::SIGKILL);
+                let _ = child.wait();
+                return Err(invalid(format!("the command's connector: {e}")));
+            }
+        },
+        None => None,
+    };
     let report = SandboxReport {
         program: program.display().to_string(),
         tier: ConfinementTier::Seatbelt,
@@ -199,6 +224,7 @@ fn launch(mut c: Checked, cfg: &Config) -> Result<Launched, ErrorReply> {
             child: Mutex::new(child),
             reaped: AtomicBool::new(false),
             swept: AtomicBool::new(false),
+            bridge: Mutex::new(bridge),
         }),
         stdout: out_r,
         stderr: err_r,
@@ -206,23 +232,13 @@ fn launch(mut c: Checked, cfg: &Config) -> Result<Launched, ErrorReply> {
     })
 }
 
-/// The program `argv[0]` names: a path (relative to `cwd` if not absolute), or a name looked up
-/// in the command's `PATH`; an executable file either way.
+/// The program `argv[0]` names, as a Unix shell finds it (`sandbox::program_path::which`).
 fn find_program(name: &str, cwd: &Path, path_var: &str) -> Result<PathBuf, ErrorReply> {
-    let runnable = |p: &Path| {
-        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
-    let (found, searched) = if name.contains('/') {
-        let p = cwd.join(name);
-        (runnable(&p).then(|| p.clone()), p.display().to_string())
-    } else {
-        let hit = std::env::split_paths(path_var)
-            .filter(|d| d.is_absolute())
-            .map(|d| d.join(name))
-            .find(|p| runnable(p));
-        (hit, path_var.to_string())
-    };
-    found.ok_or_else(|| {
+    sandbox::program_path::which(name, path_var, cwd).ok_or_else(|| {
+        let searched = match name.contains('/') {
+            true => cwd.join(name).display().to_string(),
+            false => path_var.to_string(),
+        };
         ErrorReply::new(
             ErrorCode::NotFound,
             format!("{name}: command not found in the sandbox (searched {searched})"),

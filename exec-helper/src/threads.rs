@@ -3,9 +3,9 @@
 //! own launcher (`windows.rs`: a restricted token and a job; `macos.rs`: `sandbox-exec` and a
 //! process group).
 //!
-//! What every OS refuses here before its launcher runs: what passes descriptors (the egress
-//! proxy's connector, where the loopback form is what these OSes take; an agent's session and
-//! a third-party stdio server on macOS),
+//! What every OS refuses here before its launcher runs: the other OS's form of what meets the
+//! broker (the egress proxy, an agent's gateway, a server's stdio: on Windows by address and
+//! pipes, on macOS through the connector the `Start` brings, `sandbox::bridge`),
 //! a working directory outside the grants,
 //! limits above the ceilings, an empty argv. What no launcher holds yet (a grant's exclude
 //! globs, secret-looking files, and in a writable grant the places the user's own tools run:
@@ -21,7 +21,7 @@ use ipc_schema::exec::{
     CommandSpec, ExecReply, ExecRequest, GrantAccess, NetworkMode, RunEnd, RunId, RunOutcome,
     SandboxReport, OUTPUT_PIECE_MAX, POLL_WAIT_MAX_MS,
 };
-use ipc_schema::helper::{fatal, HelperChannel, Replies};
+use ipc_schema::helper::{fatal, HelperChannel, Passed, Replies};
 use ipc_schema::route::BROKER_TO_EXEC;
 use ipc_schema::tier::ConfinementTier;
 use ipc_schema::{Body, ErrorCode, ErrorReply, Role};
@@ -95,33 +95,32 @@ pub struct Checked {
     pub env_dropped: Vec<String>,
     /// What the command will not get; the launcher adds its own, then [`Checked::refuse_gaps`].
     pub gaps: Vec<String>,
-    /// Windows only: a `gatehouse run` agent (its state directory and variables) or a
-    /// third-party stdio server (its state directory and stdio pipe).
-    #[cfg(windows)]
+    /// A `gatehouse run` agent (its state directory and variables) or a third-party stdio
+    /// server (its state directory; on Windows its stdio pipe).
     pub user: ipc_schema::exec::UserCommand,
+    /// macOS: the connector the `Start` brought (Windows never gets one).
+    #[cfg_attr(windows, allow(dead_code))]
+    pub connector: Option<Passed>,
 }
 
 impl Checked {
-    pub fn new(mut spec: CommandSpec) -> Result<Checked, ErrorReply> {
+    pub fn new(mut spec: CommandSpec, connector: Option<Passed>) -> Result<Checked, ErrorReply> {
         let invalid = |why: String| ErrorReply::new(ErrorCode::Invalid, why);
         let refused = |why: &str| ErrorReply::new(ErrorCode::Refused, why);
         spec.check_values().map_err(invalid)?;
         let user = spec.user.take().map(|u| *u).unwrap_or_default();
-        // An agent's session and a third-party server run on Windows (windows.rs: their pipes
-        // are the broker's); not yet on macOS.
-        if (user.server.is_some() || user.agent.is_some()) && !cfg!(windows) {
-            let what = ["an agent's session", "a third-party stdio MCP server"];
-            return Err(refused(&format!(
-                "{} is not built on {OS}: it is passed descriptors",
-                what[usize::from(user.server.is_some())]
-            )));
+        // Windows: the broker listens for the proxy on a loopback port and serves an agent's and
+        // a server's pipes (windows.rs). macOS: all of it comes through the connector, served
+        // from here (macos.rs, sandbox::bridge), as Linux's namespace does.
+        let proxied = matches!(spec.network, NetworkMode::Proxy { .. });
+        if proxied && cfg!(windows) {
+            return Err(refused("the egress proxy through a connector is Linux's and macOS': on Windows the broker listens for the command on a loopback port"));
         }
-        // The broker listens for the command on a loopback port (windows.rs, macos.rs); no
-        // connector crosses to a command here.
-        if matches!(spec.network, NetworkMode::Proxy { .. }) {
-            return Err(refused(&format!(
-                "the egress proxy through a connector is Linux's: on {OS} the broker listens for the command on a loopback port"
-            )));
+        let connects = proxied || user.server.is_some() || user.agent.is_some();
+        if connects && cfg!(target_os = "macos") && connector.is_none() {
+            let why =
+                "this command meets the broker through a connector, and its Start brought none";
+            return Err(invalid(why.into()));
         }
         if spec.argv.is_empty() {
             return Err(invalid("argv is empty".into()));
@@ -183,8 +182,8 @@ impl Checked {
             vars,
             env_dropped,
             gaps,
-            #[cfg(windows)]
             user,
+            connector,
         })
     }
 
@@ -255,7 +254,7 @@ pub fn main(launch: Launch, tier: ConfinementTier) -> ExitCode {
             let id = req.id;
             match req.body {
                 Body::Exec(ExecRequest::Start(spec)) => {
-                    let body = server.start(*spec);
+                    let body = server.start(*spec, req.fd);
                     replies.send(id, body);
                 }
                 Body::Exec(ExecRequest::Poll { run, wait_ms }) => {
@@ -336,7 +335,7 @@ fn error(code: ErrorCode, msg: impl Into<String>) -> Body {
 }
 
 impl Server {
-    fn start(&self, spec: CommandSpec) -> Body {
+    fn start(&self, spec: CommandSpec, connector: Option<Passed>) -> Body {
         let mut runs = self.runs.lock().expect("runs");
         let now = Instant::now();
         runs.retain(|_, r| {
@@ -350,7 +349,8 @@ impl Server {
             );
         }
         let limits = spec.limits;
-        let launched = match Checked::new(spec).and_then(|c| (self.launch)(c, &self.cfg)) {
+        let launched = match Checked::new(spec, connector).and_then(|c| (self.launch)(c, &self.cfg))
+        {
             Ok(l) => l,
             Err(e) => return Body::Error(e),
         };

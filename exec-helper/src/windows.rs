@@ -241,7 +241,7 @@ mod tests {
             allow_degraded: false,
             outbound: None,
         };
-        let checked = |s| Checked::new(s).expect("checked");
+        let checked = |s| Checked::new(s, None).expect("checked");
         let e = launch(checked(spec(dir.path())), &strict)
             .err()
             .expect("refused");
@@ -307,7 +307,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut s = spec(dir.path());
         s.slot = None;
-        let e = Checked::new(s).err().expect("refused");
+        let e = Checked::new(s, None).err().expect("refused");
         assert_eq!(
             (e.code, e.message.as_str()),
             (

@@ -361,7 +361,7 @@ fn what_the_tier_cannot_hold_is_refused_with_its_reason_and_the_helper_serves_on
         (e.code, e.message.as_str()),
         (
             ErrorCode::Refused,
-            "the egress proxy through a connector is Linux's: on Windows the broker listens for the command on a loopback port"
+            "the egress proxy through a connector is Linux's and macOS': on Windows the broker listens for the command on a loopback port"
         )
     );
     // The broker's loopback proxy, but on a port outside its range: not a proxy of gatehouse's.

@@ -269,19 +269,21 @@ pub const AGENT_SOCKET_ENV: &str = "GATEHOUSE_GATEWAY_SOCKET";
 pub const AGENT_TOKEN_ENV: &str = "GATEHOUSE_SESSION_TOKEN";
 pub const AGENT_MCP_CONFIG_ENV: &str = "GATEHOUSE_MCP_CONFIG";
 
-/// Windows: the name of one `gatehouse run` (32 lowercase hex digits the CLI draws; not a
-/// secret). Windows gives a sandbox no private `/tmp`, so where the run meets gatehouse is
+/// Windows and macOS: the name of one `gatehouse run` (32 lowercase hex digits the CLI draws;
+/// not a secret). Neither gives a sandbox a private `/tmp`, so where the run meets gatehouse is
 /// named after the run ([`RunName::place`]), and two runs of one agent never share a place.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 #[serde(try_from = "String", into = "String")]
 pub struct RunName(String);
 
-/// Where one run (on Windows) meets gatehouse: the pipe the broker serves its gateway
-/// connections on, the run's token (written by the broker) and its MCP config (by the CLI),
-/// both in the agent's state directory, which the command may read.
+/// Where one run (on Windows or macOS) meets gatehouse: where its gateway connections go (on
+/// Windows the pipe the broker serves; on macOS the socket the exec-helper listens on for the
+/// command, in the agent's state directory: `sandbox::bridge`), the run's token (written by the
+/// broker) and its MCP config (by the CLI), both in the agent's state directory, which the
+/// command may read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunPlace {
-    pub pipe: String,
+    pub gateway: String,
     pub token_file: PathBuf,
     pub mcp_config: PathBuf,
 }
@@ -304,11 +306,17 @@ impl RunName {
         format!(r"\\.\pipe\gatehouse-server-{}", self.0)
     }
 
-    /// The run's pipe and files, for the agent whose state directory is `state_home`.
+    /// The run's gateway and files, for the agent whose state directory is `state_home`. The
+    /// socket's name is short: a Unix socket's path has at most 103 bytes on macOS.
     pub fn place(&self, state_home: &std::path::Path) -> RunPlace {
         let n = &self.0;
         RunPlace {
-            pipe: format!(r"\\.\pipe\gatehouse-run-{n}"),
+            gateway: match cfg!(windows) {
+                true => format!(r"\\.\pipe\gatehouse-run-{n}"),
+                false => (state_home.join(format!("gatehouse-{}.sock", &n[..16])))
+                    .display()
+                    .to_string(),
+            },
             token_file: state_home.join(format!("gatehouse-run-{n}.token")),
             mcp_config: state_home.join(format!("gatehouse-run-{n}.mcp.json")),
         }

@@ -89,12 +89,14 @@ pub fn agent_profile(
             agents.display()
         ));
     }
-    match (&a.run_name, cfg!(windows)) {
-        (None, true) => {
-            return Err("a run on Windows must be named: its pipe and files are named after it".into())
+    // Windows and macOS give a sandbox no private /tmp: the run's gateway and files are named
+    // after it (RunName::place).
+    match (&a.run_name, cfg!(target_os = "linux")) {
+        (None, false) => {
+            return Err("a run on Windows or macOS must be named: its gateway and files are named after it".into())
         }
-        (Some(_), false) => return Err(
-            "a run's name is for Windows: here the sandbox's private /tmp holds its socket and files"
+        (Some(_), true) => return Err(
+            "a run's name is for Windows and macOS: here the sandbox's private /tmp holds its socket and files"
                 .into(),
         ),
         _ => {}
@@ -171,8 +173,8 @@ pub fn agent_run(a: &AgentLaunch, token: &str) -> AgentRun {
     }
 }
 
-/// [`agent_run`] on Windows, where a sandbox has no private `/tmp`: the run's pipe and files
-/// are `place` (named after the run, in the agent's state directory: the broker writes the
+/// [`agent_run`] on Windows and macOS, where a sandbox has no private `/tmp`: the run's
+/// gateway and files are `place` (named after the run, in the agent's state directory: the broker writes the
 /// token file, the CLI the config), named by the same variables.
 pub fn agent_run_at(a: &AgentLaunch, token: &str, place: &ipc_schema::exec::RunPlace) -> AgentRun {
     use ipc_schema::exec::{AGENT_MCP_CONFIG_ENV, AGENT_SOCKET_ENV, AGENT_TOKEN_ENV};
@@ -180,14 +182,14 @@ pub fn agent_run_at(a: &AgentLaunch, token: &str, place: &ipc_schema::exec::RunP
         state_home: a.state_home.clone(),
         tmp_files: Vec::new(),
         vars: vec![
-            (AGENT_SOCKET_ENV.into(), place.pipe.clone()),
+            (AGENT_SOCKET_ENV.into(), place.gateway.clone()),
             (AGENT_TOKEN_ENV.into(), token.into()),
             (
                 AGENT_MCP_CONFIG_ENV.into(),
                 place.mcp_config.display().to_string(),
             ),
         ],
-        gateway_socket: place.pipe.clone().into(),
+        gateway_socket: place.gateway.clone().into(),
     }
 }
 
@@ -287,7 +289,8 @@ mod tests {
             state_home: state.into(),
             mcp_config: String::new(),
             mode: None,
-            run_name: cfg!(windows).then(|| RunName::parse(&"0a".repeat(16)).unwrap()),
+            run_name: (!cfg!(target_os = "linux"))
+                .then(|| RunName::parse(&"0a".repeat(16)).unwrap()),
         };
         let mut l = launch("/w", &["/w"], false);
         assert_eq!(
@@ -307,8 +310,8 @@ mod tests {
         ] {
             assert!(agent_profile(&l, &a(bad), agents).is_err(), "{bad}");
         }
-        // A run's name is Windows' (its pipe and files); elsewhere the sandbox's /tmp holds
-        // them. Each OS refuses the other's form.
+        // A run's name is Windows' and macOS' (its gateway and files); on Linux the sandbox's
+        // /tmp holds them. Each OS refuses the other's form.
         let mut other = a("/data/agents/x");
         other.run_name = match other.run_name {
             Some(_) => None,
@@ -316,10 +319,10 @@ mod tests {
         };
         assert_eq!(
             agent_profile(&l, &other, agents).unwrap_err(),
-            if cfg!(windows) {
-                "a run on Windows must be named: its pipe and files are named after it"
+            if cfg!(target_os = "linux") {
+                "a run's name is for Windows and macOS: here the sandbox's private /tmp holds its socket and files"
             } else {
-                "a run's name is for Windows: here the sandbox's private /tmp holds its socket and files"
+                "a run on Windows or macOS must be named: its gateway and files are named after it"
             }
         );
     }
@@ -338,10 +341,11 @@ mod tests {
         let name = RunName::parse(&"0a".repeat(16)).unwrap();
         let home = Path::new("/agents/x");
         let place = name.place(home);
-        assert_eq!(
-            place.pipe,
-            format!(r"\\.\pipe\gatehouse-run-{}", "0a".repeat(16))
-        );
+        let gateway = match cfg!(windows) {
+            true => format!(r"\\.\pipe\gatehouse-run-{}", "0a".repeat(16)),
+            false => format!("/agents/x/gatehouse-{}.sock", "0a".repeat(8)),
+        };
+        assert_eq!(place.gateway, gateway);
         assert_eq!(place.token_file.parent(), Some(home));
         assert_eq!(place.mcp_config.parent(), Some(home));
         let a = AgentLaunch {
@@ -354,14 +358,14 @@ mod tests {
         let run = agent_run_at(&a, "TOKEN", &place);
         assert_eq!(run.state_home, home);
         assert!(run.tmp_files.is_empty());
-        assert_eq!(run.gateway_socket, Path::new(&place.pipe));
+        assert_eq!(run.gateway_socket, Path::new(&place.gateway));
         let var = |k: &str| {
             run.vars
                 .iter()
                 .find(|(n, _)| n == k)
                 .map(|(_, v)| v.as_str())
         };
-        assert_eq!(var(AGENT_SOCKET_ENV), Some(place.pipe.as_str()));
+        assert_eq!(var(AGENT_SOCKET_ENV), Some(place.gateway.as_str()));
         assert_eq!(var(AGENT_TOKEN_ENV), Some("TOKEN"));
         assert_eq!(
             var(AGENT_MCP_CONFIG_ENV),

@@ -10,6 +10,8 @@ use std::path::PathBuf;
 
 pub use ipc_schema::status::{LandlockStatus, LockdownReport, ProcStatus};
 
+#[cfg(unix)]
+pub mod bridge;
 pub mod command_env;
 pub mod endpoint;
 pub mod helper_args;

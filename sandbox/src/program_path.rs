@@ -1,6 +1,7 @@
-//! Where a command's program is, as Windows' `CreateProcess` and its shell look for it: the one
-//! lookup the exec-helper (what it starts) and `gatehouse run` (which agent it starts) share.
-//! Pure path logic, so it is tested on every OS.
+//! Where a command's program is, as Windows' `CreateProcess` and its shell look for it ([`find`]),
+//! or as a Unix shell does ([`which`]): the one lookup the exec-helper (what it starts) and
+//! `gatehouse run` (which agent it starts) share on each OS. [`find`] is pure path logic, so it
+//! is tested on every OS.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -58,9 +59,52 @@ pub fn extension(p: &Path) -> String {
         .unwrap_or_default()
 }
 
+/// Unix: `name` as the shell finds it: as given (relative to `cwd`, `.` components dropped) when
+/// it holds a `/`, else the first executable file of that name in the absolute directories of
+/// `path_var` (a relative entry would depend on the working directory).
+#[cfg(unix)]
+pub fn which(name: &str, path_var: &str, cwd: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |p: &PathBuf| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if name.contains('/') {
+        return std::path::absolute(cwd.join(name)).ok().filter(runnable);
+    }
+    std::env::split_paths(path_var)
+        .filter(|d| d.is_absolute())
+        .map(|d| d.join(name))
+        .find(runnable)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn which_finds_executables_only_in_absolute_path_entries_or_by_path() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let (a, b) = (d.path().join("a"), d.path().join("b"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        let exe = |p: &Path, mode: u32| {
+            std::fs::write(p, b"#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+        };
+        exe(&a.join("tool"), 0o644);
+        exe(&b.join("tool"), 0o755);
+        let path = format!("{}:{}", a.display(), b.display());
+        // The first entry's file is not executable: the second's is the one.
+        assert_eq!(which("tool", &path, Path::new("/")), Some(b.join("tool")));
+        assert_eq!(which("missing", &path, Path::new("/")), None);
+        // A relative entry is never searched, wherever the caller stands.
+        assert_eq!(which("tool", "b", d.path()), None);
+        // A name with a `/` is taken relative to `cwd`, its `.` dropped; not executable: none.
+        assert_eq!(which("./b/tool", "", d.path()), Some(b.join("tool")));
+        assert_eq!(which("a/tool", "", d.path()), None);
+    }
 
     #[test]
     fn a_name_is_found_with_its_extensions_in_absolute_path_entries_only() {

@@ -63,6 +63,13 @@ pub struct CommandSpec {
     /// root: what matches, and everything beneath it, neither read nor written. Each must be one
     /// [`exclude_regex`] expresses (the caller names the others as a gap).
     pub hide_globs: Vec<String>,
+    /// The sandbox's own directory (an agent's or a third-party server's state directory):
+    /// read and written. It lies inside gatehouse's data directory, which `no_access` denies,
+    /// so its allow comes after the denies (the protected table's places inside it stay
+    /// protected: their rules come later still).
+    pub own_dir: Option<PathBuf>,
+    /// Unix sockets the command may connect to, by path (an agent's gateway socket).
+    pub sockets: Vec<PathBuf>,
 }
 
 /// The system directories a command reads on macOS (its programs, libraries, frameworks and
@@ -111,18 +118,7 @@ const COMMON: &str = "(version 1)
 pub fn helper_profile(profile: &Profile, home: Option<&Path>) -> Result<String, SbplError> {
     let mut s = format!("; gatehouse {} profile\n{COMMON}", profile.name());
     match profile {
-        Profile::Fs(grants) => fs_rules(&mut s, grants)?,
-        Profile::Broker(grants) => {
-            fs_rules(&mut s, grants)?;
-            // A command reaches its egress proxy on a loopback port the broker binds for it
-            // (broker/src/launch.rs, `loopback_listener`); the broker connects nowhere.
-            s.push_str(
-                "; the egress proxy's listeners, one per command: loopback only, never outbound
-(allow network-bind (local ip \"localhost:*\"))
-(allow network-inbound (local ip \"localhost:*\"))
-",
-            );
-        }
+        Profile::Fs(grants) | Profile::Broker(grants) => fs_rules(&mut s, grants)?,
         Profile::Net => s.push_str(
             "; fetches, the proxy's upstream connections and DNS over UDP: the one profile with network
 (allow system-socket)
@@ -255,6 +251,26 @@ pub fn command_profile(spec: &CommandSpec) -> Result<String, SbplError> {
     }
     for p in &spec.no_write {
         writeln!(s, "(deny file-write* (subpath {}))", sbpl_string(p)?).expect("String");
+    }
+    if let Some(own) = &spec.own_dir {
+        let own = sbpl_string(own)?;
+        writeln!(
+            s,
+            "; the sandbox's own directory, inside gatehouse's data directory: after its deny
+(allow file-read* file-write* (subpath {own}))
+(allow process-exec (subpath {own}))"
+        )
+        .expect("String");
+        let parents = spec.own_dir.iter().flat_map(|d| d.ancestors().skip(1));
+        metadata_of(&mut s, parents.map(Path::to_path_buf).collect())?;
+    }
+    for sock in &spec.sockets {
+        let sock = sbpl_string(sock)?;
+        writeln!(
+            s,
+            "(allow network-outbound (remote unix-socket (path-literal {sock})))"
+        )
+        .expect("String");
     }
     protected_table(&mut s);
     if let (Some((root, _)), false) = (spec.grants.first(), spec.hide_globs.is_empty()) {
@@ -457,6 +473,8 @@ mod tests {
             network: CommandNetwork::None,
             hide_sensitive: false,
             hide_globs: vec!["secret".into()],
+            own_dir: None,
+            sockets: Vec::new(),
         };
         let p = command_profile(&spec).unwrap();
         let grant = p
@@ -482,6 +500,8 @@ mod tests {
             network: CommandNetwork::None,
             hide_sensitive: false,
             hide_globs: Vec::new(),
+            own_dir: None,
+            sockets: Vec::new(),
         };
         let p = command_profile(&spec).unwrap();
         let grant = p
@@ -550,6 +570,8 @@ mod tests {
             network: CommandNetwork::None,
             hide_sensitive: false,
             hide_globs: Vec::new(),
+            own_dir: None,
+            sockets: Vec::new(),
         };
         assert_eq!(
             command_profile(&spec),
@@ -566,6 +588,8 @@ mod tests {
             network: CommandNetwork::None,
             hide_sensitive: false,
             hide_globs: Vec::new(),
+            own_dir: None,
+            sockets: Vec::new(),
         };
         let s = command_profile(&spec).unwrap();
         let allow = s
@@ -590,6 +614,8 @@ mod tests {
             network: CommandNetwork::None,
             hide_sensitive: false,
             hide_globs: Vec::new(),
+            own_dir: None,
+            sockets: Vec::new(),
         };
         let s = command_profile(&spec).unwrap();
         let lines: Vec<&str> = s.lines().collect();
@@ -624,6 +650,8 @@ mod tests {
             network: CommandNetwork::LoopbackProxy { port: 38123 },
             hide_sensitive: false,
             hide_globs: Vec::new(),
+            own_dir: None,
+            sockets: Vec::new(),
         };
         let s = command_profile(&spec).unwrap();
         let outbound: Vec<_> = s.lines().filter(|l| l.contains("network")).collect();

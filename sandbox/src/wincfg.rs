@@ -208,6 +208,8 @@ pub fn network_filters() -> WfpSet {
                 network: CommandNetwork::None,
                 hide_sensitive: false,
                 hide_globs: Vec::new(),
+                own_dir: None,
+                sockets: Vec::new(),
             },
             // (The filters name the command SID, which every slot's token carries.)
             CommandSlot::new(0).expect("slot 0"),
@@ -596,6 +598,8 @@ pub fn exec_command_policy(
             network: crate::seatbelt::CommandNetwork::None,
             hide_sensitive: false,
             hide_globs: Vec::new(),
+            own_dir: None,
+            sockets: Vec::new(),
         },
         slot,
     )
@@ -1290,6 +1294,8 @@ mod tests {
             network: CommandNetwork::None,
             hide_sensitive: false,
             hide_globs: Vec::new(),
+            own_dir: None,
+            sockets: Vec::new(),
         }
     }
 
@@ -1334,6 +1340,8 @@ mod tests {
             network: CommandNetwork::LoopbackProxy { port: 1 },
             hide_sensitive: false,
             hide_globs: Vec::new(),
+            own_dir: None,
+            sockets: Vec::new(),
         };
         let mut all = vec![command_policy(&spec, slot(0)).unwrap()];
         for p in [
@@ -1475,6 +1483,8 @@ mod tests {
             network: CommandNetwork::LoopbackProxy { port: 4000 },
             hide_sensitive: false,
             hide_globs: Vec::new(),
+            own_dir: None,
+            sockets: Vec::new(),
         };
         let w = command_policy(&spec, slot(5)).unwrap();
         let sid = capability_sid("gatehouse.cmd.5").0;

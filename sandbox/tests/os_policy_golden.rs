@@ -52,6 +52,8 @@ fn commands(home: &str, sep: &str) -> Vec<(&'static str, CommandSpec)> {
                 network: CommandNetwork::LoopbackProxy { port: 38123 },
                 hide_sensitive: false,
                 hide_globs: Vec::new(),
+                own_dir: None,
+                sockets: Vec::new(),
             },
         ),
         (
@@ -63,6 +65,8 @@ fn commands(home: &str, sep: &str) -> Vec<(&'static str, CommandSpec)> {
                 network: CommandNetwork::None,
                 hide_sensitive: true,
                 hide_globs: Vec::new(),
+                own_dir: None,
+                sockets: Vec::new(),
             },
         ),
     ]
@@ -101,6 +105,31 @@ fn generated() -> Vec<(String, String)> {
             seatbelt::command_profile(&spec).unwrap(),
         ));
     }
+    // An agent's session (`gatehouse run`, macOS only: elsewhere it has its own tier): its
+    // state directory, inside the data directory every command is denied, read and written
+    // after that deny; its gateway socket; the proxy.
+    let state = own(".local/share/gatehouse/agents/claude");
+    let agent = CommandSpec {
+        grants: vec![
+            (own("project"), GrantAccess::ReadWrite),
+            (state.clone(), GrantAccess::ReadWrite),
+        ],
+        no_access: vec![
+            own(".config/gatehouse"),
+            own(".local/share/gatehouse"),
+            own(".local/state/gatehouse/run"),
+        ],
+        no_write: Vec::new(),
+        network: CommandNetwork::LoopbackProxy { port: 47301 },
+        hide_sensitive: true,
+        hide_globs: Vec::new(),
+        own_dir: Some(state.clone()),
+        sockets: vec![state.join("gatehouse-0a1b2c3d4e5f6a7b.sock")],
+    };
+    out.push((
+        "macos-command-agent.sb".into(),
+        seatbelt::command_profile(&agent).unwrap(),
+    ));
     for h in helpers("C:\\Users\\alice", "\\") {
         let text = wincfg::helper_policy(&h).unwrap().render();
         out.push((format!("windows-{}.txt", h.name()), text));
@@ -175,29 +204,46 @@ fn the_goldens_say_what_the_profiles_mean() {
             let net = text.lines().any(|l| l.contains("network-outbound"));
             assert_eq!(
                 net,
-                name == "net.sb" || name == "command-home-proxied.sb",
+                name == "net.sb"
+                    || name.starts_with("command-home-proxied")
+                    || name == "command-agent.sb",
                 "{file}"
             );
-            // Listening: net (its bind for DNS over UDP) and the broker (the proxy's loopback
-            // listeners); no other profile binds or accepts.
+            // Listening: net alone (its bind for DNS over UDP); the broker, which parses what
+            // the agent sends, neither binds nor accepts (a command's listeners on macOS are
+            // the exec-helper's, outside the command: sandbox::bridge).
             let listens = text.lines().any(|l| {
                 l.starts_with("(allow network-bind") || l.starts_with("(allow network-inbound")
             });
-            assert_eq!(listens, name == "net.sb" || name == "broker.sb", "{file}");
+            assert_eq!(listens, name == "net.sb", "{file}");
         }
     }
-    let broker: Vec<&str> = get("macos-broker.sb")
+    // The agent's way out: the proxy's port and its gateway socket, nothing else; its state
+    // directory allowed after the data directory's deny, the protected table after both.
+    let agent = get("macos-command-agent.sb");
+    let outbound: Vec<&str> = agent
         .lines()
-        .filter(|l| l.contains("network"))
-        .filter(|l| !l.starts_with(';'))
+        .filter(|l| l.contains("network-outbound"))
         .collect();
     assert_eq!(
-        broker,
+        outbound,
         [
-            "(allow network-bind (local ip \"localhost:*\"))",
-            "(allow network-inbound (local ip \"localhost:*\"))"
-        ],
-        "the broker binds loopback ports only, and connects nowhere"
+            "(allow network-outbound (remote ip \"localhost:47301\"))",
+            "(allow network-outbound (remote unix-socket (path-literal \"/Users/alice/.local/share/gatehouse/agents/claude/gatehouse-0a1b2c3d4e5f6a7b.sock\")))"
+        ]
+    );
+    let at = |needle: &str| {
+        agent
+            .find(needle)
+            .unwrap_or_else(|| panic!("{needle}: {agent}"))
+    };
+    let data_denied =
+        at("(deny file-read* file-write* (subpath \"/Users/alice/.local/share/gatehouse\"))");
+    let state_allowed = at("; the sandbox's own directory, inside gatehouse's data directory: after its deny\n(allow file-read* file-write* (subpath \"/Users/alice/.local/share/gatehouse/agents/claude\"))\n(allow process-exec (subpath \"/Users/alice/.local/share/gatehouse/agents/claude\"))\n");
+    let table = at("; the protected table");
+    assert!(
+        data_denied < state_allowed && state_allowed < table,
+        "{agent}"
     );
     let cmd = get("macos-command-home-proxied.sb");
     let allow_home = cmd

@@ -793,6 +793,8 @@ mod win {
             network: sandbox::seatbelt::CommandNetwork::None,
             hide_sensitive: false,
             hide_globs: Vec::new(),
+            own_dir: None,
+            sockets: Vec::new(),
         };
         let policy =
             wincfg::command_policy(&spec_policy, ipc_schema::exec::CommandSlot::new(0).unwrap())

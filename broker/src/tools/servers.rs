@@ -417,9 +417,9 @@ async fn start_sandbox(
         }
     };
     row(sid, &s.name, "started", format!("{run}: {line}"), tier);
-    // Windows and macOS: the proxy's loopback listener hands the server's connections to the
-    // net-helper while it runs (on Linux they come through the connector's relay).
-    #[cfg(not(target_os = "linux"))]
+    // Windows: the proxy's loopback listener hands the server's connections to the net-helper
+    // while it runs (on Linux they come through the connector's relay).
+    #[cfg(windows)]
     let listening = proxy.as_ref().and_then(|p| p.listening(ctx, None, None));
     // Its stderr goes to the log (its secrets scrubbed), never to the agent; its end ends the
     // connection.
@@ -444,7 +444,7 @@ async fn start_sandbox(
             .call(Body::Servers(ServersRequest::Detach { conn }))
             .await;
         let _ = relay.await;
-        #[cfg(not(target_os = "linux"))]
+        #[cfg(windows)]
         if let Some((task, stop)) = listening {
             stop.notify_one();
             let _ = task.await;

@@ -10,6 +10,7 @@
 use crate::cmd_sandbox::{self, Stop};
 #[cfg(target_os = "linux")]
 use sandbox::linux::command::SYSTEM_DIRS;
+use sandbox::program_path::which;
 #[cfg(target_os = "macos")]
 use sandbox::seatbelt::SYSTEM_DIRS;
 use std::io::Read;
@@ -55,26 +56,6 @@ pub struct Resolved {
     pub grants: Vec<PathBuf>,
 }
 
-/// `name` as the shell would find it: a path as given, or the first executable file of that
-/// name in `path_var`.
-pub fn which(name: &str, path_var: &str) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let is_exe = |p: &Path| {
-        std::fs::metadata(p)
-            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-            .unwrap_or(false)
-    };
-    if name.contains('/') {
-        let p = std::path::absolute(name).ok()?;
-        return is_exe(&p).then_some(p);
-    }
-    path_var
-        .split(':')
-        .filter(|d| d.starts_with('/'))
-        .map(|d| Path::new(d).join(name))
-        .find(|p| is_exe(p))
-}
-
 /// The program to exec inside (its resolved path, so no link outside the grants is needed)
 /// and the paths to grant read-only so that it and its interpreter run.
 pub struct Visible {
@@ -83,11 +64,11 @@ pub struct Visible {
 }
 
 pub fn visible(argv0: &str, path_var: &str, cwd: &Path) -> Option<Visible> {
-    let found = which(argv0, path_var)?;
+    let found = which(argv0, path_var, cwd)?;
     let exec = std::fs::canonicalize(&found).ok()?;
     let mut grants = Vec::new();
     add_grant(&exec, cwd, &mut grants);
-    if let Some(interp) = interpreter(&exec, path_var) {
+    if let Some(interp) = interpreter(&exec, path_var, cwd) {
         if let Ok(real) = std::fs::canonicalize(&interp) {
             add_grant(&real, cwd, &mut grants);
         }
@@ -124,7 +105,7 @@ fn npm_package(p: &Path) -> Option<PathBuf> {
 }
 
 /// The interpreter a `#!` line names (through `env`, looked up in `path_var`).
-fn interpreter(program: &Path, path_var: &str) -> Option<PathBuf> {
+fn interpreter(program: &Path, path_var: &str, cwd: &Path) -> Option<PathBuf> {
     let mut head = [0u8; 256];
     let n = std::fs::File::open(program).ok()?.read(&mut head).ok()?;
     let line = head[..n].strip_prefix(b"#!")?;
@@ -134,7 +115,7 @@ fn interpreter(program: &Path, path_var: &str) -> Option<PathBuf> {
     let first = words.next()?;
     if Path::new(first).file_name().is_some_and(|n| n == "env") {
         let name = words.find(|w| !w.starts_with('-'))?;
-        return which(name, path_var);
+        return which(name, path_var, cwd);
     }
     Some(PathBuf::from(first))
 }
