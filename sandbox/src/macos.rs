@@ -120,8 +120,18 @@ pub fn lockdown(
     clear_env(&opts.keep_env);
     no_core_dumps()?;
     deny_attach()?;
-    if let Some(sbpl) = &sbpl {
-        apply(profile.name(), sbpl)?;
+    // The gateway under `gatehouse run` starts inside the agent's own Seatbelt profile, and
+    // macOS applies no profile inside another (sandbox_init fails): it keeps the agent's, so it
+    // can do what the agent can and no more (docs/macos.md). Any other process already confined
+    // fails in `apply`, closed.
+    let inside = *profile == Profile::Gateway
+        && crate::process::observe(std::process::id()).is_ok_and(|c| c.sandboxed);
+    match &sbpl {
+        Some(_) if inside => eprintln!(
+            "gatehouse: the gateway keeps the Seatbelt profile it started in (the agent's): macOS applies none inside another"
+        ),
+        Some(sbpl) => apply(profile.name(), sbpl)?,
+        None => {}
     }
     Ok(LockdownReport {
         profile: profile.name().to_string(),
