@@ -83,6 +83,56 @@ pub const SYSTEM_DIRS: &[&str] = &[
     "/private/etc",
 ];
 
+/// What any program needs of the system to start and run under a command profile, each rule
+/// with why: the restricted-read defaults Codex ships for macOS (its
+/// `seatbelt_platform_defaults.sbpl`, the field's record of what a confined program touches),
+/// less what a command here does not get: the shared `/tmp` (its temporary directory is the
+/// per-user one), a terminal (stdin is closed, the output goes to pipes), `/Applications`,
+/// `master.passwd`, audio, analytics and the other agents a command-line program does not
+/// need.
+const PLATFORM: &str =
+    "; the system, as any program needs it (reads of the system directories are above)
+; getcwd and path walks start at the root; /etc, /tmp and /var are symlinks to resolve
+(allow file-read* (literal \"/\"))
+(allow file-read-metadata (literal \"/etc\") (literal \"/tmp\") (literal \"/var\"))
+(allow file-read-metadata (literal \"/dev\"))
+; the time zone
+(allow file-read* (subpath \"/private/var/db/timezone\"))
+; the null and zero devices, randomness, a process's own descriptors as /dev/fd/N
+(allow file-read* file-write-data (literal \"/dev/null\") (literal \"/dev/zero\"))
+(allow file-ioctl (literal \"/dev/null\"))
+(allow file-read* (literal \"/dev/random\") (literal \"/dev/urandom\"))
+(allow file-read-data file-write-data (subpath \"/dev/fd\"))
+; its own temporary directory and caches (TMPDIR, under /var/folders; each user's is 0700)
+(allow file-read* file-write* (subpath \"/private/var/folders\"))
+; CoreFoundation's preferences, read only; Python multiprocessing's semaphores
+(allow user-preference-read)
+(allow ipc-posix-sem)
+; power management, which language runtimes query at start
+(allow iokit-open (iokit-registry-entry-class \"RootDomainUserClient\"))
+(allow mach-lookup
+  ; user and group lookups (getpwuid, getgrouplist)
+  (global-name \"com.apple.system.opendirectoryd.libinfo\")
+  (global-name \"com.apple.system.opendirectoryd.membership\")
+  (global-name \"com.apple.system.DirectoryService.libinfo_v1\")
+  ; the per-user temporary directory (confstr _CS_DARWIN_USER_TEMP_DIR)
+  (global-name \"com.apple.bsd.dirhelper\")
+  ; preferences, read through cfprefsd
+  (global-name \"com.apple.cfprefsd.agent\")
+  (global-name \"com.apple.cfprefsd.daemon\")
+  ; os_log and syslog
+  (global-name \"com.apple.logd\")
+  (global-name \"com.apple.system.logger\")
+  (global-name \"com.apple.diagnosticd\")
+  ; certificate checks of the Security framework (TLS in curl, git, Python's ssl on macOS)
+  (global-name \"com.apple.trustd\")
+  (global-name \"com.apple.trustd.agent\")
+  ; notify(3), through which libc learns of time zone and resolver configuration changes
+  (global-name \"com.apple.system.notification_center\")
+  (global-name \"com.apple.PowerManagement.control\"))
+(allow ipc-posix-shm-read* (ipc-posix-name \"apple.shm.notification_center\"))
+";
+
 /// An SBPL string literal for `path`: double quotes, with `"` and `\` escaped by a backslash.
 pub fn sbpl_string(path: &Path) -> Result<String, SbplError> {
     let s = path
@@ -206,17 +256,13 @@ pub fn command_profile(spec: &CommandSpec) -> Result<String, SbplError> {
 (allow process-exec (subpath \"/bin\") (subpath \"/usr\") (subpath \"/opt/homebrew\"))
 (allow process-info* (target same-sandbox))
 (allow signal (target same-sandbox))
-(allow file-read* {} (literal \"/dev/urandom\") (literal \"/dev/null\"))",
+; the system directories: read, and the loader maps their libraries
+(allow file-read* file-map-executable {})",
         system.join(" ")
     )
     .expect("String");
-    s.push_str(
-        "(allow file-write* (literal \"/dev/null\") (subpath \"/private/var/folders\"))
-(allow file-ioctl (literal \"/dev/null\"))
-(allow mach-lookup (global-name \"com.apple.system.opendirectoryd.libinfo\"))
-; grants
-",
-    );
+    s.push_str(PLATFORM);
+    s.push_str("; grants\n");
     let mut parents = Vec::new();
     for (path, access) in &spec.grants {
         let p = sbpl_string(path)?;
@@ -227,8 +273,8 @@ pub fn command_profile(spec: &CommandSpec) -> Result<String, SbplError> {
             }
         }
         .expect("String");
-        // Commands in a granted tree run their own scripts and binaries.
-        writeln!(s, "(allow process-exec (subpath {p}))").expect("String");
+        // Commands in a granted tree run their own scripts, binaries and libraries.
+        writeln!(s, "(allow process-exec file-map-executable (subpath {p}))").expect("String");
         parents.extend(path.ancestors().skip(1).map(Path::to_path_buf));
     }
     metadata_of(&mut s, parents)?;
@@ -258,7 +304,7 @@ pub fn command_profile(spec: &CommandSpec) -> Result<String, SbplError> {
             s,
             "; the sandbox's own directory, inside gatehouse's data directory: after its deny
 (allow file-read* file-write* (subpath {own}))
-(allow process-exec (subpath {own}))"
+(allow process-exec file-map-executable (subpath {own}))"
         )
         .expect("String");
         let parents = spec.own_dir.iter().flat_map(|d| d.ancestors().skip(1));

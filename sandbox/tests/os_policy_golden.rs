@@ -239,7 +239,7 @@ fn the_goldens_say_what_the_profiles_mean() {
     };
     let data_denied =
         at("(deny file-read* file-write* (subpath \"/Users/alice/.local/share/gatehouse\"))");
-    let state_allowed = at("; the sandbox's own directory, inside gatehouse's data directory: after its deny\n(allow file-read* file-write* (subpath \"/Users/alice/.local/share/gatehouse/agents/claude\"))\n(allow process-exec (subpath \"/Users/alice/.local/share/gatehouse/agents/claude\"))\n");
+    let state_allowed = at("; the sandbox's own directory, inside gatehouse's data directory: after its deny\n(allow file-read* file-write* (subpath \"/Users/alice/.local/share/gatehouse/agents/claude\"))\n(allow process-exec file-map-executable (subpath \"/Users/alice/.local/share/gatehouse/agents/claude\"))\n");
     let table = at("; the protected table");
     assert!(
         data_denied < state_allowed && state_allowed < table,
