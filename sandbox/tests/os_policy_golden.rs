@@ -124,7 +124,10 @@ fn generated() -> Vec<(String, String)> {
         hide_sensitive: true,
         hide_globs: Vec::new(),
         own_dir: Some(state.clone()),
-        sockets: vec![state.join("gatehouse-0a1b2c3d4e5f6a7b.sock")],
+        // Joined with '/' as text: SBPL names macOS paths on whatever OS generates it.
+        sockets: vec![own(
+            ".local/share/gatehouse/agents/claude/gatehouse-0a1b2c3d4e5f6a7b.sock",
+        )],
     };
     out.push((
         "macos-command-agent.sb".into(),
