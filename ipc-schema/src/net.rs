@@ -26,9 +26,11 @@ use std::net::IpAddr;
 /// [`crate::MAX_FRAME`].
 pub const FETCH_PART_MAX: usize = 512 * 1024;
 
-/// Windows: the loopback ports the broker's egress proxy listens on, one per proxy session
-/// (`127.0.0.1` only). A fixed range, so that the network filters installed once
-/// (`gatehouse setup network-filters`) can let commands reach these ports and nothing else.
+/// The loopback ports a command reaches its egress proxy on, one per proxy session
+/// (`127.0.0.1` only): on Windows the broker listens there, on macOS the exec-helper for the
+/// command (`sandbox::bridge`). A fixed range, so that the network filters installed once on
+/// Windows (`gatehouse setup network-filters`) can let commands reach these ports and nothing
+/// else.
 pub const LOOPBACK_PROXY_PORTS: std::ops::RangeInclusive<u16> = 47_301..=47_364;
 
 /// The highest values a [`FetchLimits`] may ask for; larger values are refused as invalid.
