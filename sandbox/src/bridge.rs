@@ -305,6 +305,13 @@ mod tests {
     use std::net::TcpStream;
     use std::path::Path;
 
+    /// The tests that take proxy ports run one at a time: a port one test frees and then
+    /// expects refused could otherwise be the next one another test binds.
+    fn ports() -> std::sync::MutexGuard<'static, ()> {
+        static PORTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        PORTS.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The next byte and descriptor the broker's end of the connector gets.
     fn received(ours: &UnixStream) -> (u8, OwnedFd) {
         let mut b = [0u8; 1];
@@ -359,6 +366,7 @@ mod tests {
 
     #[test]
     fn a_proxied_command_gets_the_listener_its_profile_names_and_its_variables() {
+        let _ports = ports();
         let token = "0a".repeat(16);
         let p = prepare(
             &NetworkMode::Proxy {
@@ -506,6 +514,7 @@ mod tests {
 
     #[test]
     fn the_proxy_port_is_one_of_the_range_and_taken_ports_are_skipped() {
+        let _ports = ports();
         let (a, pa) = proxy_listener().unwrap();
         let (_b, pb) = proxy_listener().unwrap();
         assert!(LOOPBACK_PROXY_PORTS.contains(&pa) && LOOPBACK_PROXY_PORTS.contains(&pb));
@@ -515,6 +524,7 @@ mod tests {
 
     #[test]
     fn each_connection_goes_out_with_its_byte_stdio_first() {
+        let _ports = ports();
         let dir = tempfile::tempdir().unwrap();
         let (ours, theirs) = UnixStream::pair().unwrap();
         let (proxy, port) = proxy_listener().unwrap();
@@ -603,6 +613,7 @@ mod tests {
 
     #[test]
     fn the_bridge_ends_when_the_broker_closes_the_connector() {
+        let _ports = ports();
         let (ours, theirs) = UnixStream::pair().unwrap();
         let (proxy, port) = proxy_listener().unwrap();
         let bridge = start(
