@@ -16,7 +16,7 @@
 //! (the command's own, by descent). Built on every Unix, tested on Linux.
 
 use crate::seatbelt::CommandNetwork;
-use ipc_schema::exec::{GrantAccess, NetworkMode, PathGrant, UserCommand};
+use ipc_schema::exec::{NetworkMode, PathGrant, UserCommand};
 use ipc_schema::exec::{CONNECTOR_GATEWAY, CONNECTOR_PROXY, CONNECTOR_STDIO};
 use ipc_schema::net::LOOPBACK_PROXY_PORTS;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -143,13 +143,7 @@ pub fn prepare(
     let Some(home) = user.state_home()? else {
         return Ok(out);
     };
-    let rw = GrantAccess::ReadWrite;
-    if !grants.iter().any(|g| g.path == home && g.access == rw) {
-        return Err(format!(
-            "the sandbox's state directory {} is not granted read-write",
-            home.display()
-        ));
-    }
+    crate::command_env::state_home_granted(home, grants)?;
     let own = resolve(home)?;
     out.vars.push(("HOME".into(), home.display().to_string()));
     if let Some(a) = &user.agent {
@@ -300,6 +294,7 @@ fn serve(connector: UnixStream, l: Listeners, stop: OwnedFd) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ipc_schema::exec::GrantAccess;
     use std::collections::VecDeque;
     use std::io::{Read, Write};
     use std::net::TcpStream;

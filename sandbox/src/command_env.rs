@@ -146,6 +146,22 @@ pub fn loopback_proxy_vars(token: &str, port: u16) -> Result<Vec<(String, String
     Ok(names.iter().map(|n| (n.to_string(), url.clone())).collect())
 }
 
+/// A sandbox's state directory (an agent's or a server's `HOME`) must be one of its grants,
+/// read-write: the one check Windows' and macOS' launchers make before giving it one.
+pub fn state_home_granted(
+    home: &std::path::Path,
+    grants: &[ipc_schema::exec::PathGrant],
+) -> Result<(), String> {
+    let rw = ipc_schema::exec::GrantAccess::ReadWrite;
+    match grants.iter().any(|g| g.path == home && g.access == rw) {
+        true => Ok(()),
+        false => Err(format!(
+            "the sandbox's state directory {} is not granted read-write",
+            home.display()
+        )),
+    }
+}
+
 /// Windows: what the environment of a sandbox with a state directory (a `gatehouse run` agent's
 /// or a third-party server's) has beyond a command's: that directory as its profile
 /// (`USERPROFILE`, `HOME`), temporary directory and application data (its login and settings
@@ -156,17 +172,11 @@ pub fn windows_state_vars(
     server: Option<&ipc_schema::exec::ServerRun>,
     grants: &[ipc_schema::exec::PathGrant],
 ) -> Result<Vec<(String, String)>, String> {
-    let rw = ipc_schema::exec::GrantAccess::ReadWrite;
     let home = (agent.map(|a| &a.state_home)).or(server.map(|s| &s.state_home));
     let Some(home) = home else {
         return Ok(Vec::new());
     };
-    if !grants.iter().any(|g| &g.path == home && g.access == rw) {
-        let home = home.display();
-        return Err(format!(
-            "the sandbox's state directory {home} is not granted read-write"
-        ));
-    }
+    state_home_granted(home, grants)?;
     let mut vars = windows_profile_vars(home);
     vars.extend(agent.iter().flat_map(|a| a.vars.iter().cloned()));
     Ok(vars)
