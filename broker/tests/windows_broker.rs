@@ -283,6 +283,24 @@ fn the_broker_serves_its_fronts_with_helpers_verified_from_outside() {
             }
             (_, other) => panic!("{name}: outbound {other:?}"),
         }
+        // The servers-helper, and only it, runs in its AppContainer; its report says which.
+        if name == "servers-helper" {
+            let want = sandbox::wincfg::app_container_sid("gatehouse.servers").0;
+            if running_under_wine() {
+                // Wine's kernelbase has no CreateAppContainerToken: the degraded spawn names it,
+                // and so does the helper's report.
+                assert_eq!(windows.app_container, None);
+                let gap = format!(
+                    "app container: the token is in no AppContainer (the profile's is {want})"
+                );
+                assert!(report.degraded.contains(&gap), "{report:?}");
+                println!("wine does not enforce: the servers-helper's AppContainer (named in its report)");
+            } else {
+                assert_eq!(windows.app_container.as_deref(), Some(want.as_str()));
+            }
+        } else {
+            assert_eq!(windows.app_container, None, "{name}");
+        }
     }
     assert_eq!(r.problems, Vec::<String>::new(), "{r:#?}");
 

@@ -86,6 +86,9 @@ pub struct WindowsConfinement {
     pub privileges: Vec<String>,
     /// The Administrators group is in the token and not deny-only.
     pub administrators_usable: bool,
+    /// The AppContainer the token is in (`TokenAppContainerSid`, `S-1-15-2-...`); `None`: in
+    /// none, or it could not be read.
+    pub app_container: Option<String>,
     /// The process runs in a job object.
     pub in_job: bool,
     /// `JOB_OBJECT_LIMIT_*` flags of that job.

@@ -52,6 +52,26 @@ pub fn capability_sid(name: &str) -> Sid {
     Sid(s)
 }
 
+/// The AppContainer SID for `name`, derived as `DeriveAppContainerSidFromAppContainerName`
+/// derives one: SHA-256 of the name lower-cased and encoded UTF-16LE, its first seven
+/// little-endian `u32`s, as `S-1-15-2-h0-...-h6`. A pure function of the name, like
+/// [`capability_sid`]; no AppContainer profile is registered for it (the lowbox token needs
+/// none, and gatehouse keeps nothing in a profile's folder).
+pub fn app_container_sid(name: &str) -> Sid {
+    let utf16: Vec<u8> = name
+        .to_lowercase()
+        .encode_utf16()
+        .flat_map(u16::to_le_bytes)
+        .collect();
+    let hash = Sha256::digest(&utf16);
+    let mut s = String::from("S-1-15-2");
+    for chunk in hash.chunks_exact(4).take(7) {
+        let v = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+        write!(s, "-{v}").expect("String");
+    }
+    Sid(s)
+}
+
 /// The capability every command's token is restricted to (`command_policy`): the SID the
 /// network filters name for commands. No ACE names it; a command writes only where its slot's
 /// SID ([`slot_sid`]) is granted.
@@ -75,6 +95,11 @@ pub struct RestrictedToken {
     pub deny_only: Vec<&'static str>,
     /// The second access check: an access must be granted to one of these as well.
     pub restricting: Vec<Sid>,
+    /// The AppContainer the restricted token is put in (a lowbox token made from it, as
+    /// Chromium's lowbox does): a third access check, passed only where an ACE names this SID
+    /// (or ALL APPLICATION PACKAGES), and no network without a capability, which it has none
+    /// of. Only a profile that opens nothing by name once started: the servers-helper.
+    pub app_container: Option<Sid>,
 }
 
 /// The job object the process is assigned to before it runs.
@@ -528,6 +553,7 @@ fn token(write_restricted: bool, sid: &Sid) -> RestrictedToken {
         write_restricted,
         deny_only: DENY_ONLY.to_vec(),
         restricting: vec![sid.clone(), Sid(RESTRICTED.into())],
+        app_container: None,
     }
 }
 
@@ -576,7 +602,16 @@ pub fn helper_policy(profile: &Profile) -> Result<WindowsPolicy, crate::seatbelt
             p.mitigations = mitigations(true, false);
         }
         Profile::Ui => p.mitigations = mitigations(false, true),
-        Profile::Secrets(_) | Profile::Gateway | Profile::Servers => {}
+        // Handles only: the broker passes each server's stdio in, and the helper opens nothing
+        // by name, so an AppContainer with no capability costs it nothing. Not the fs-helper,
+        // which writes the user's files: an AppContainer runs at low integrity, and the
+        // no-write-up rule of a file without a label (medium) would refuse every write whatever
+        // its ACEs say, unless the grant roots were relabelled low, which would open them to
+        // every low-integrity process of the user.
+        Profile::Servers => {
+            p.token.app_container = Some(app_container_sid(&p.capability_name));
+        }
+        Profile::Secrets(_) | Profile::Gateway => {}
     }
     Ok(p)
 }
@@ -702,6 +737,11 @@ impl WindowsPolicy {
         for r in &t.restricting {
             let _ = writeln!(w, "restricting: {}", r.0);
         }
+        match &t.app_container {
+            Some(c) => writeln!(w, "app container: {} (no capability)", c.0),
+            None => writeln!(w, "app container: none"),
+        }
+        .expect("String");
         let _ = writeln!(w, "[job]");
         let j = &self.job;
         let _ = writeln!(w, "kill on close: {}", j.kill_on_close);
@@ -945,6 +985,9 @@ pub struct TokenFacts {
     /// The restricting SIDs are checked for writes only (`WRITE_RESTRICTED`), or why that could
     /// not be read. `Ok(false)` for an unrestricted token.
     pub write_restricted: Result<bool, String>,
+    /// The AppContainer SID when the token is in one (`TokenIsAppContainer`,
+    /// `TokenAppContainerSid`), or why that could not be read.
+    pub app_container: Result<Option<String>, String>,
 }
 
 /// What is missing from `facts` for a process that should run under `spec` with `capability`,
@@ -1001,6 +1044,22 @@ pub fn missing_from_token(
     }
     if facts.administrators_usable {
         missing.push("restricted token: Administrators is not deny-only".to_string());
+    }
+    if let Some(want) = &spec.app_container {
+        match &facts.app_container {
+            Ok(Some(have)) if have.eq_ignore_ascii_case(&want.0) => {}
+            Ok(Some(have)) => missing.push(format!(
+                "app container: the token is in {have}, not in the profile's {}",
+                want.0
+            )),
+            Ok(None) => missing.push(format!(
+                "app container: the token is in no AppContainer (the profile's is {})",
+                want.0
+            )),
+            Err(e) => missing.push(format!(
+                "app container: cannot tell whether the token is in one: {e}"
+            )),
+        }
     }
     missing
 }
@@ -1079,6 +1138,7 @@ pub fn confinement(
         c.restricting_sids = t.restricting_sids.clone();
         c.privileges = t.privileges.clone();
         c.administrators_usable = t.administrators_usable;
+        c.app_container = t.app_container.clone().ok().flatten();
     }
     if let Some(j) = job {
         c.in_job = j.in_job;
@@ -1100,6 +1160,7 @@ pub fn missing(policy: &WindowsPolicy, c: &WindowsConfinement) -> Vec<String> {
         write_restricted: c
             .write_restricted
             .ok_or_else(|| "the helper could not read it".to_string()),
+        app_container: Ok(c.app_container.clone()),
     };
     let job = JobFacts {
         in_job: c.in_job,
@@ -1223,6 +1284,20 @@ pub fn differences(report: &WindowsConfinement, observed: &WindowsConfinement) -
             field(name, format!("{a:?}"), format!("{b:?}"));
         }
     }
+    field(
+        "AppContainer",
+        format!(
+            "{:?}",
+            report.app_container.as_deref().map(str::to_ascii_uppercase)
+        ),
+        format!(
+            "{:?}",
+            observed
+                .app_container
+                .as_deref()
+                .map(str::to_ascii_uppercase)
+        ),
+    );
     field(
         "Administrators usable",
         report.administrators_usable.to_string(),
@@ -1460,6 +1535,27 @@ mod tests {
     }
 
     #[test]
+    fn app_container_sids_are_derived_as_windows_derives_them() {
+        // The package SID of the legacy Edge AppContainer, as Windows names it in ACLs and
+        // firewall rules: a vector computed by Windows, not by this function.
+        let edge =
+            "S-1-15-2-3624051433-2125758914-1423191267-1740899205-1073925389-3782572162-737981194";
+        assert_eq!(
+            app_container_sid("Microsoft.MicrosoftEdge_8wekyb3d8bbwe").0,
+            edge
+        );
+        assert_eq!(
+            app_container_sid("MICROSOFT.MICROSOFTEDGE_8WEKYB3D8BBWE").0,
+            edge,
+            "the name is lower-cased"
+        );
+        let servers = app_container_sid("gatehouse.servers");
+        assert!(servers.0.starts_with("S-1-15-2-"));
+        assert_eq!(servers.0.split('-').count(), 4 + 7);
+        assert_ne!(servers, app_container_sid("gatehouse.fs"));
+    }
+
+    #[test]
     fn only_net_has_no_outbound_block_and_only_exec_may_start_processes() {
         for p in every_profile() {
             let w = helper_policy(&p).unwrap();
@@ -1548,6 +1644,7 @@ mod verdict_tests {
             privileges: vec!["SeChangeNotifyPrivilege".into()],
             administrators_usable: false,
             write_restricted: Ok(false),
+            app_container: Ok(p.token.app_container.as_ref().map(|s| s.0.clone())),
         }
     }
 
@@ -1660,6 +1757,77 @@ mod verdict_tests {
     }
 
     #[test]
+    fn only_the_servers_helper_runs_in_an_app_container_and_it_must_be_that_one() {
+        for p in every_profile() {
+            let w = helper_policy(&p).unwrap();
+            let want = (p == Profile::Servers).then(|| app_container_sid("gatehouse.servers"));
+            assert_eq!(w.token.app_container, want, "{}", w.render());
+        }
+        let p = helper_policy(&Profile::Servers).unwrap();
+        let sid = p.token.app_container.clone().unwrap().0;
+        assert!(
+            p.render()
+                .contains(&format!("app container: {sid} (no capability)\n")),
+            "{}",
+            p.render()
+        );
+        assert_eq!(
+            missing_from_token(&good_token(&p), &p.token, &p.sid.0),
+            Vec::<String>::new()
+        );
+        let mut t = good_token(&p);
+        t.app_container = Ok(Some(sid.to_lowercase()));
+        assert_eq!(
+            missing_from_token(&t, &p.token, &p.sid.0),
+            Vec::<String>::new(),
+            "SIDs compare case-insensitively"
+        );
+        for (have, want) in [
+            (
+                Ok(None),
+                format!("app container: the token is in no AppContainer (the profile's is {sid})"),
+            ),
+            (
+                Ok(Some("S-1-15-2-1-2-3-4-5-6-7".to_string())),
+                format!("app container: the token is in S-1-15-2-1-2-3-4-5-6-7, not in the profile's {sid}"),
+            ),
+            (
+                Err("err 87".to_string()),
+                "app container: cannot tell whether the token is in one: err 87".to_string(),
+            ),
+        ] {
+            let mut t = good_token(&p);
+            t.app_container = have;
+            assert_eq!(missing_from_token(&t, &p.token, &p.sid.0), vec![want]);
+        }
+        // A profile without one does not care what the token is in.
+        let fs = fs_policy();
+        let mut t = good_token(&fs);
+        t.app_container = Ok(Some(sid.clone()));
+        assert_eq!(
+            missing_from_token(&t, &fs.token, &fs.sid.0),
+            Vec::<String>::new()
+        );
+        // The broker's check: a report without the container is refused, naming it, and the
+        // report must match the spawner's view of the token.
+        let good = confinement(Some(&good_token(&p)), Some(&good_job()), Vec::new());
+        assert_eq!(good.app_container.as_deref(), Some(sid.as_str()));
+        let outside = WindowsConfinement {
+            app_container: None,
+            ..good.clone()
+        };
+        assert!(missing(&p, &outside).contains(&format!(
+            "app container: the token is in no AppContainer (the profile's is {sid})"
+        )));
+        assert_eq!(
+            differences(&good, &outside),
+            vec![format!(
+                "AppContainer: it says Some(\"{sid}\"), the spawner sees None"
+            )]
+        );
+    }
+
+    #[test]
     fn the_broker_refuses_a_report_short_of_the_policy_naming_each_gap() {
         let p = fs_policy();
         let held: Vec<String> = p
@@ -1692,6 +1860,7 @@ mod verdict_tests {
                 privileges: vec![CHANGE_NOTIFY.into(), "SeDebugPrivilege".into()],
                 administrators_usable: false,
                 write_restricted: Ok(false),
+                app_container: Ok(None),
             }),
             Some(&JobFacts {
                 in_job: false,

@@ -51,6 +51,10 @@ mod win {
             confined_child_token_job_files_and_kill_on_close,
         ),
         (
+            "a_servers_child_runs_in_its_app_container_and_opens_only_what_names_it",
+            a_servers_child_runs_in_its_app_container_and_opens_only_what_names_it,
+        ),
+        (
             "a_helper_not_spawned_confined_refuses_and_names_what_is_missing",
             a_helper_not_spawned_confined_refuses_and_names_what_is_missing,
         ),
@@ -97,7 +101,8 @@ mod win {
     }
 
     /// The child: `--win-child MODE ARGS`. Modes:
-    /// - `confined HANDLE OUTSIDE GRANT`: report on the inherited pipe, then wait to be killed.
+    /// - `confined HANDLE OUTSIDE GRANT [servers]`: report on the inherited pipe, then wait to be
+    ///   killed; its lockdown is the fs profile's of GRANT, or the servers profile's.
     /// - `plain GRANT DEGRADED`: run `lockdown` in a process started by std (not confined);
     ///   print the result on stdout.
     /// - `harden`: run `harden_broker`, then try to start a process; print both.
@@ -195,6 +200,10 @@ mod win {
             )),
             Err(e) => say(format!("token error {e}")),
         }
+        match w::own_token_facts() {
+            Ok(t) => say(format!("container {:?}", t.app_container)),
+            Err(e) => say(format!("container error {e}")),
+        }
         match w::own_job_facts() {
             Ok(j) => say(format!(
                 "job in_job={} flags={} active={} ui={:?}",
@@ -204,7 +213,11 @@ mod win {
         }
         say(format!("outside {}", open_result(&outside)));
         say(format!("inside {}", open_result(&grant.join("inside.txt"))));
-        let policy = wincfg::helper_policy(&fs_profile(&grant)).unwrap();
+        let profile = match args.get(3).map(String::as_str) {
+            Some("servers") => Profile::Servers,
+            _ => fs_profile(&grant),
+        };
+        let policy = wincfg::helper_policy(&profile).unwrap();
         for m in &policy.mitigations.0 {
             let state = match w::mitigation_in_force(m) {
                 Ok(b) => b.to_string(),
@@ -212,7 +225,7 @@ mod win {
             };
             say(format!("mitigation {m} {state}"));
         }
-        match sandbox::lockdown(&fs_profile(&grant), &LockdownOptions::default()) {
+        match sandbox::lockdown(&profile, &LockdownOptions::default()) {
             Ok(r) => say(format!("lockdown ok {:?}", r.windows)),
             Err(e) => say(format!("lockdown err {e}")),
         }
@@ -528,6 +541,153 @@ mod win {
             );
             assert_ne!(ended, Some(4), "the child exited on its own instead");
         }
+    }
+
+    /// The servers profile's AppContainer: the spawner makes a lowbox token from the restricted
+    /// one, and the child's token is in the profile's AppContainer. A file whose directory
+    /// grants the profile's capability SID but not the container's is refused
+    /// (ERROR_ACCESS_DENIED); beside it, one whose directory names both opens, and the same
+    /// file opens in this unconfined process (the positive controls). Under Wine, which has no
+    /// `CreateAppContainerToken`, the strict spawn refuses, naming it; the degraded spawn names
+    /// it, and the child's own lockdown refuses for the missing container.
+    fn a_servers_child_runs_in_its_app_container_and_opens_only_what_names_it() {
+        let wine = w::running_under_wine();
+        let s = Scratch::new();
+        let policy = wincfg::helper_policy(&Profile::Servers).unwrap();
+        let container = policy.token.app_container.clone().expect("servers has one");
+        let both = s.dir("both");
+        std::fs::write(both.join("inside.txt"), "in").unwrap();
+        let capability_only = s.dir("capability-only");
+        let outside = capability_only.join("secret.txt");
+        std::fs::write(&outside, "out").unwrap();
+        assert_eq!(open_result(&outside), "ok", "positive control");
+
+        let read = |path: &Path, sid: &str, why: &'static str| PathAce {
+            path: path.to_path_buf(),
+            sddl: format!("(A;OICI;FRFX;;;{sid})"),
+            why,
+        };
+        let mut aces = child_aces(&policy);
+        let exe_dir = aces.last().expect("the binary's ACE").path.clone();
+        aces.push(read(
+            &exe_dir,
+            &container.0,
+            "the test binary, for the container",
+        ));
+        aces.push(read(&both, &policy.sid.0, "capability"));
+        aces.push(read(&both, &container.0, "container"));
+        aces.push(read(&capability_only, &policy.sid.0, "capability only"));
+        let _granted = match w::apply_aces(&aces) {
+            Ok(a) => Granted(a),
+            Err(e) if wine => {
+                println!("    wine refused the ACEs ({e})");
+                Granted(Vec::new())
+            }
+            Err(e) => panic!("applying the ACEs: {e}"),
+        };
+
+        let (reader, writer) = std::io::pipe().unwrap();
+        let exe = std::env::current_exe().unwrap();
+        let writer_handle: OwnedHandle = writer.into();
+        let handle_value = format!("{}", writer_handle.as_handle().as_raw_handle_usize());
+        let spec = SpawnSpec {
+            program: &exe,
+            args: vec![
+                CHILD.into(),
+                "confined".into(),
+                handle_value.into(),
+                outside.clone().into_os_string(),
+                both.clone().into_os_string(),
+                "servers".into(),
+            ],
+            cwd: None,
+            env: w::env_from_allowlist(&["SystemRoot", "WINEPREFIX", "WINEDEBUG"]),
+            inherit: vec![writer_handle.as_handle()],
+            stdin: None,
+            stdout: None,
+            stderr: None,
+        };
+        let child = match w::spawn(&policy, &spec, SpawnOptions::default()) {
+            Ok(c) => {
+                assert!(!wine, "wine made an AppContainer token");
+                assert!(c.degraded().is_empty(), "{:?}", c.degraded());
+                c
+            }
+            Err(e) if wine => {
+                assert_eq!(
+                    e.to_string(),
+                    "app container: kernelbase.dll has no CreateAppContainerToken (every Windows from 8 on has it)"
+                );
+                note_not_verified(
+                    "AppContainer tokens (kernelbase has no CreateAppContainerToken)",
+                );
+                let c = w::spawn(
+                    &policy,
+                    &spec,
+                    SpawnOptions {
+                        allow_degraded: true,
+                    },
+                )
+                .unwrap_or_else(|e| panic!("degraded spawn: {e}"));
+                let said = c.degraded().join(" | ");
+                assert!(
+                    said.contains("not applied at spawn: app container: kernelbase.dll has no CreateAppContainerToken"),
+                    "{said}"
+                );
+                assert!(
+                    said.contains(
+                        "CreateRestrictedToken returned a token that is not what the policy asks: "
+                    ),
+                    "{said}"
+                );
+                assert!(
+                    said.contains(&format!(
+                        "app container: the token is in no AppContainer (the profile's is {})",
+                        container.0
+                    )),
+                    "{said}"
+                );
+                c
+            }
+            Err(e) => panic!("spawn: {e}"),
+        };
+        drop(writer_handle);
+        let lines = lines_until_ready(reader);
+        println!("    child said: {lines:#?}");
+        assert_eq!(
+            lines.last().map(String::as_str),
+            Some("ready"),
+            "{lines:#?}"
+        );
+        let said = field(&lines, "container ");
+        let verdict = field(&lines, "lockdown ");
+        if wine {
+            assert_eq!(said, "Ok(None)");
+            assert_eq!(field(&lines, "outside "), "ok");
+            assert!(
+                verdict.starts_with("err the servers profile is not confined"),
+                "{verdict}"
+            );
+            assert!(
+                verdict.contains(&format!(
+                    "app container: the token is in no AppContainer (the profile's is {})",
+                    container.0
+                )),
+                "{verdict}"
+            );
+            note_not_verified("file access checks against an AppContainer token");
+        } else {
+            assert_eq!(said, format!("Ok(Some({:?}))", container.0));
+            assert_eq!(
+                field(&lines, "outside "),
+                format!("err {ACCESS_DENIED}"),
+                "a directory that does not name the container: ERROR_ACCESS_DENIED"
+            );
+            assert_eq!(field(&lines, "inside "), "ok", "one that names it opens");
+            assert!(verdict.starts_with("ok "), "{verdict}");
+        }
+        // Closing the job ends it on Windows; Wine does not, so it is killed outright.
+        child.kill().unwrap();
     }
 
     /// Exec's policy: write-restricted, no process limit, children allowed. Closing the job

@@ -523,7 +523,20 @@ pub fn spawn(
     }
     let capability = OwnedSid::parse(&policy.sid.0)?;
     let mut degraded_token = None;
-    let token = super::token::create(&policy.token, &capability)?;
+    let mut token = super::token::create(&policy.token, &capability)?;
+    let mut maker = "CreateRestrictedToken";
+    // The profile's AppContainer, if it has one: a lowbox token made from the restricted one.
+    let mut degraded_lowbox = None;
+    if let Some(container) = &policy.token.app_container {
+        let container = OwnedSid::parse(&container.0)?;
+        match super::token::lowbox(token.as_handle(), &container, &capability) {
+            Ok(lowbox) => (token, maker) = (lowbox, "CreateAppContainerToken"),
+            Err(e) if opts.allow_degraded => {
+                degraded_lowbox = Some(format!("not applied at spawn: {e}"))
+            }
+            Err(e) => return Err(e),
+        }
+    }
     // The token is read back before it is used: a system that hands back something other than
     // what was asked (Wine returns an unrestricted token) is caught here, not trusted.
     let built = super::token::token_facts(token.as_handle())?;
@@ -532,7 +545,7 @@ pub fn spawn(
         let e = invalid(
             "restricted token",
             format!(
-                "CreateRestrictedToken returned a token that is not what the policy asks: {}",
+                "{maker} returned a token that is not what the policy asks: {}",
                 short.join("; ")
             ),
         );
@@ -542,6 +555,7 @@ pub fn spawn(
         degraded_token = Some(format!("{e}"));
     }
     let (job, mut degraded) = Job::create(&policy.job, opts.allow_degraded)?;
+    degraded.extend(degraded_lowbox);
     degraded.extend(degraded_token);
 
     let handles = spec.inherited();

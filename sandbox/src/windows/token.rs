@@ -8,20 +8,24 @@ use super::ffi::{
 };
 use crate::wincfg::{RestrictedToken, TokenFacts};
 use std::os::windows::io::{AsHandle, BorrowedHandle, OwnedHandle};
-use windows_sys::Win32::Foundation::{ERROR_SUCCESS, GENERIC_ALL, LUID};
+use windows_sys::core::BOOL;
+use windows_sys::Win32::Foundation::{ERROR_SUCCESS, GENERIC_ALL, HANDLE, LUID};
 use windows_sys::Win32::Security::Authorization::{
     SetEntriesInAclW, SetSecurityInfo, EXPLICIT_ACCESS_W, GRANT_ACCESS, SE_KERNEL_OBJECT,
 };
 use windows_sys::Win32::Security::{
     CreateRestrictedToken, IsTokenRestricted, SetTokenInformation, TokenAccessInformation,
-    TokenDefaultDacl, TokenGroups, TokenPrivileges, TokenRestrictedSids, TokenUser, ACL,
-    DACL_SECURITY_INFORMATION, DISABLE_MAX_PRIVILEGE, LUID_AND_ATTRIBUTES, SID_AND_ATTRIBUTES,
-    TOKEN_ACCESS_INFORMATION, TOKEN_ADJUST_DEFAULT, TOKEN_ASSIGN_PRIMARY, TOKEN_DEFAULT_DACL,
+    TokenAppContainerSid, TokenDefaultDacl, TokenGroups, TokenIsAppContainer, TokenPrivileges,
+    TokenRestrictedSids, TokenUser, ACL, DACL_SECURITY_INFORMATION, DISABLE_MAX_PRIVILEGE,
+    LUID_AND_ATTRIBUTES, SECURITY_CAPABILITIES, SID_AND_ATTRIBUTES, TOKEN_ACCESS_INFORMATION,
+    TOKEN_ADJUST_DEFAULT, TOKEN_APPCONTAINER_INFORMATION, TOKEN_ASSIGN_PRIMARY, TOKEN_DEFAULT_DACL,
     TOKEN_DUPLICATE, TOKEN_PRIVILEGES, TOKEN_QUERY, TOKEN_USER, WRITE_RESTRICTED,
 };
+use windows_sys::Win32::System::LibraryLoader::{GetModuleHandleW, GetProcAddress};
 use windows_sys::Win32::System::Threading::{GetCurrentProcess, OpenProcessToken};
 
 const MECH: &str = "restricted token";
+const CONTAINER: &str = "app container";
 
 /// `SE_GROUP_USE_FOR_DENY_ONLY` (winnt.h): the group only ever denies.
 const DENY_ONLY: u32 = 0x10;
@@ -124,14 +128,70 @@ pub(crate) fn create(
         return Err(last(MECH, "CreateRestrictedToken"));
     }
     let token = owned(new, MECH, "CreateRestrictedToken")?;
-    set_dacls(token.as_handle(), capability)?;
+    set_dacls(token.as_handle(), capability, None)?;
     Ok(token)
 }
 
-/// GENERIC_ALL for the user, SYSTEM, RESTRICTED and the capability SID: as the token's default
-/// DACL (what the child's own process and thread objects get) and on the token object itself
-/// (so the helper can query its own token to verify it).
-fn set_dacls(token: BorrowedHandle<'_>, capability: &OwnedSid) -> Result<(), WinError> {
+/// kernelbase's `CreateAppContainerToken` (Windows 8 and later): a lowbox token made from a
+/// base token, in the AppContainer and with the capabilities `SECURITY_CAPABILITIES` names,
+/// with the AppContainer's named-object directories made for it. Not in the SDK's import
+/// libraries, so looked up by name, as Chromium's lowbox does.
+type CreateAppContainerToken =
+    unsafe extern "system" fn(HANDLE, *const SECURITY_CAPABILITIES, *mut HANDLE) -> BOOL;
+
+/// The lowbox token of `base` (a token [`create`] made) in the AppContainer `container`, with no
+/// capability: every access must then pass a third check, against ACEs that name `container`
+/// (or ALL APPLICATION PACKAGES), and the network is refused. Its DACLs as [`create`] sets
+/// them, with `container` added (without it the process could not query its own token).
+pub(crate) fn lowbox(
+    base: BorrowedHandle<'_>,
+    container: &OwnedSid,
+    capability: &OwnedSid,
+) -> Result<OwnedHandle, WinError> {
+    let name: Vec<u16> = "kernelbase.dll\0".encode_utf16().collect();
+    // SAFETY: a NUL-terminated name; kernelbase is loaded in every process (kernel32 forwards
+    // to it), and the module handle is not owned (GetModuleHandleW adds no reference).
+    let module = unsafe { GetModuleHandleW(name.as_ptr()) };
+    if module.is_null() {
+        return Err(last(CONTAINER, "GetModuleHandleW(kernelbase.dll)"));
+    }
+    // SAFETY: a valid module handle and a NUL-terminated ANSI name.
+    let Some(found) =
+        (unsafe { GetProcAddress(module, c"CreateAppContainerToken".as_ptr().cast()) })
+    else {
+        return Err(invalid(
+            CONTAINER,
+            "kernelbase.dll has no CreateAppContainerToken (every Windows from 8 on has it)",
+        ));
+    };
+    // SAFETY: the export has this signature (BOOL (HANDLE, PSECURITY_CAPABILITIES, PHANDLE),
+    // as Chromium's restricted_token_utils declares it); both are plain function pointers.
+    let make: CreateAppContainerToken = unsafe { std::mem::transmute(found) };
+    let caps = SECURITY_CAPABILITIES {
+        AppContainerSid: container.as_psid(),
+        Capabilities: std::ptr::null_mut(),
+        CapabilityCount: 0,
+        Reserved: 0,
+    };
+    let mut new = std::ptr::null_mut();
+    // SAFETY: a valid token handle; `caps` and the SID it points to outlive the call; no
+    // capability array (count 0); `new` receives a new token handle that `owned` takes.
+    if unsafe { make(raw(base), &caps, &mut new) } == 0 {
+        return Err(last(CONTAINER, "CreateAppContainerToken"));
+    }
+    let token = owned(new, CONTAINER, "CreateAppContainerToken")?;
+    set_dacls(token.as_handle(), capability, Some(container))?;
+    Ok(token)
+}
+
+/// GENERIC_ALL for the user, SYSTEM, RESTRICTED, the capability SID and the AppContainer's, if
+/// any: as the token's default DACL (what the child's own process and thread objects get) and on
+/// the token object itself (so the helper can query its own token to verify it).
+fn set_dacls(
+    token: BorrowedHandle<'_>,
+    capability: &OwnedSid,
+    container: Option<&OwnedSid>,
+) -> Result<(), WinError> {
     let user_buf = token_info(token, TokenUser, "GetTokenInformation(TokenUser)")?;
     // SAFETY: token_info filled the buffer with a TOKEN_USER; its SID lives in the same buffer.
     let user_sid = unsafe { (*(user_buf.as_ptr() as *const TOKEN_USER)).User.Sid };
@@ -144,6 +204,7 @@ fn set_dacls(token: BorrowedHandle<'_>, capability: &OwnedSid) -> Result<(), Win
         capability.as_psid(),
     ]
     .into_iter()
+    .chain(container.map(OwnedSid::as_psid))
     .map(|sid| explicit_access(sid, GENERIC_ALL, GRANT_ACCESS, 0))
     .collect();
     let mut acl: *mut ACL = std::ptr::null_mut();
@@ -266,13 +327,45 @@ pub(crate) fn token_facts(t: BorrowedHandle<'_>) -> Result<TokenFacts, WinError>
         )
     };
     let privileges = list.iter().map(|p| privilege_name(&p.Luid)).collect();
+    let app_container = app_container_of(t).map_err(|e| e.to_string());
     Ok(TokenFacts {
+        app_container,
         restricted,
         restricting_sids,
         privileges,
         administrators_usable,
         write_restricted,
     })
+}
+
+/// The AppContainer SID of a token that is in one (`TokenIsAppContainer`, then
+/// `TokenAppContainerSid`); `None` for one that is not.
+fn app_container_of(t: BorrowedHandle<'_>) -> Result<Option<String>, WinError> {
+    let is = token_info(
+        t,
+        TokenIsAppContainer,
+        "GetTokenInformation(TokenIsAppContainer)",
+    )?;
+    // SAFETY: token_info filled at least a DWORD (the class's size) at the start of `is`.
+    if unsafe { *(is.as_ptr() as *const u32) } == 0 {
+        return Ok(None);
+    }
+    let info = token_info(
+        t,
+        TokenAppContainerSid,
+        "GetTokenInformation(TokenAppContainerSid)",
+    )?;
+    // SAFETY: token_info filled the buffer with a TOKEN_APPCONTAINER_INFORMATION whose SID
+    // points into the same buffer.
+    let sid =
+        unsafe { (*(info.as_ptr() as *const TOKEN_APPCONTAINER_INFORMATION)).TokenAppContainer };
+    if sid.is_null() {
+        return Err(invalid(
+            CONTAINER,
+            "the token says it is in an AppContainer but names none",
+        ));
+    }
+    sid_string(sid).map(Some)
 }
 
 /// The well-known privileges by LUID (winnt.h, `SE_*_PRIVILEGE`, fixed values on every Windows).
