@@ -18,7 +18,8 @@
 //! capability name upper-cased and encoded UTF-16LE, split into eight little-endian `u32`s, as
 //! `S-1-15-3-1024-h0-...-h7`. The name is `gatehouse.<profile>` (`gatehouse.cmd` for commands).
 //! Being a pure function of the name, the broker and a helper checking its own token compute the
-//! same SID without any state.
+//! same SID without any state. The servers profile's AppContainer SID is derived the same way
+//! from the same name ([`app_container_sid`], as `DeriveAppContainerSidFromAppContainerName`).
 
 use crate::seatbelt::{CommandNetwork, CommandSpec};
 use crate::{FsProfile, Profile};

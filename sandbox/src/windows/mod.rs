@@ -8,7 +8,8 @@
 //! - [`spawn`] (the spawner): `CreateRestrictedToken` from the spawner's own token
 //!   (`DISABLE_MAX_PRIVILEGE`, Administrators deny-only, restricting SIDs = the profile's
 //!   capability SID + RESTRICTED, `WRITE_RESTRICTED` for exec and commands), a default DACL that
-//!   lets the process open its own objects, a job object (kill on close, die on unhandled
+//!   lets the process open its own objects, for the servers profile a lowbox token made from it
+//!   in the profile's AppContainer (`CreateAppContainerToken`, no capability), a job object (kill on close, die on unhandled
 //!   exception, active process limit, UI restrictions), `CreateProcessAsUserW` suspended with
 //!   `PROC_THREAD_ATTRIBUTE_HANDLE_LIST` (only the named handles), `..._MITIGATION_POLICY` and
 //!   `..._CHILD_PROCESS_POLICY`, an environment from an allowlist; assigned to the job, then
