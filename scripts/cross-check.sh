@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The other operating systems, as far as this Linux machine can prove them (issue 19):
 #   1. clippy (-D warnings) of the whole workspace, every target, for x86_64-pc-windows-gnu and
-#      x86_64-apple-darwin, and `cargo check` of its libraries and binaries for
-#      aarch64-apple-darwin, with the C parts (ring, SQLite) built by Debian's mingw-w64 for
-#      Windows and zig (PyPI's ziglang) for the Apple targets;
+#      x86_64-apple-darwin, and a build of its libraries and binaries for aarch64-apple-darwin,
+#      linked, with the C parts (ring, SQLite) built by Debian's mingw-w64 for Windows and zig
+#      (PyPI's ziglang) for the Apple targets;
 #   2. the platform-independent tests built for Windows and run under Wine: the wire types and
 #      protected paths, the policy engine, the proposal and audit crates, the gateway's MCP
 #      layer, the console's model, the net-helper's address and URL checks, the secrets
@@ -17,7 +17,8 @@
 #      broker itself, started for a private --data-dir and driven over its pipes, with
 #      gatehouse-mcp serving an agent's MCP client on stdio in front of it, `gatehouse sandbox`
 #      running commands through it, and the notifier handing a waiting card to its hook.
-# Nothing here links or runs a macOS binary: there is no macOS SDK or machine here.
+# Nothing here runs a macOS binary: there is no Mac here (and no macOS SDK: zig's libSystem and
+# two framework stubs stand for it at link time).
 # scripts/test-deps.sh installs the toolchains; CI runs this from scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,10 +53,32 @@ for t in x86_64-pc-windows-gnu x86_64-apple-darwin; do
   cargo clippy --workspace --all-targets --all-features --target "$t" -q -- -D warnings
 done
 # The Apple Silicon build: the same Rust cfg as x86_64 macOS (which clippy checked above, tests
-# and all), so what is left to prove is that the libraries and binaries build for the arch (the
-# C parts, and any dependency's arch-specific code).
-echo "== build check for aarch64-apple-darwin (at ${SECONDS}s)"
-cargo check --workspace --all-features --target aarch64-apple-darwin -q
+# and all), so what is left to prove is that the libraries and binaries build and link for the
+# arch (the C parts, any dependency's arch-specific code, every symbol found in the system's
+# libraries). Linked by zig against its libSystem.tbd and, for the secrets-helper's Keychain,
+# the import stubs of scripts/macos-frameworks (its README says what they are). The linker
+# wrapper drops `-liconv`, which std names on every Apple target and zig does not ship: nothing
+# here calls iconv, and a call would fail the link as an undefined symbol. SDKROOT names zig's
+# Darwin directory for the link only, so rustc does not look for Xcode.
+cat >"$ZIGCC/ld-aarch64-apple-darwin" <<SH
+#!/bin/sh
+for a in "\$@"; do
+  shift
+  case "\$a" in
+    -liconv) ;;
+    *) set -- "\$@" "\$a" ;;
+  esac
+done
+exec "$ZIGCC/cc-aarch64-apple-darwin" -F "$ROOT/scripts/macos-frameworks" "\$@"
+SH
+chmod +x "$ZIGCC/ld-aarch64-apple-darwin"
+echo "== build and link for aarch64-apple-darwin (at ${SECONDS}s)"
+ZIG_DARWIN=$("$ZIG_PY" -c 'import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), "lib", "libc", "darwin"))')
+SDKROOT=$ZIG_DARWIN CARGO_TARGET_AARCH64_APPLE_DARWIN_LINKER=$ZIGCC/ld-aarch64-apple-darwin \
+  cargo build --workspace --all-features --target aarch64-apple-darwin -q
+# Each binary is an arm64 Mach-O executable that loads libSystem and nothing else, but for the
+# secrets-helper, which loads the two frameworks too.
+scripts/macho-check.py "$TARGET_DIR/aarch64-apple-darwin/debug"
 
 echo "== platform-independent tests for Windows, under Wine (at ${SECONDS}s)"
 export WINEDEBUG=-all WINEPREFIX=${WINEPREFIX:-$TARGET_DIR/wineprefix}
