@@ -298,6 +298,35 @@ mod win {
         aces
     }
 
+    /// This binary as the `confined` child (`--win-child confined HANDLE OUTSIDE GRANT
+    /// [PROFILE]`), reporting on `writer`, its one inherited handle.
+    fn confined_spec<'a>(
+        exe: &'a Path,
+        writer: &'a OwnedHandle,
+        outside: &Path,
+        grant: &Path,
+        profile: Option<&str>,
+    ) -> SpawnSpec<'a> {
+        let mut args: Vec<OsString> = vec![
+            CHILD.into(),
+            "confined".into(),
+            writer.as_handle().as_raw_handle_usize().to_string().into(),
+            outside.as_os_str().to_owned(),
+            grant.as_os_str().to_owned(),
+        ];
+        args.extend(profile.map(OsString::from));
+        SpawnSpec {
+            program: exe,
+            args,
+            cwd: None,
+            env: w::env_from_allowlist(&["SystemRoot", "WINEPREFIX", "WINEDEBUG"]),
+            inherit: vec![writer.as_handle()],
+            stdin: None,
+            stdout: None,
+            stderr: None,
+        }
+    }
+
     /// ACEs added for a test, removed when it ends, also when it fails (they sit on the directory
     /// of the test binaries).
     struct Granted(Vec<w::AppliedAce>);
@@ -356,23 +385,7 @@ mod win {
         let (reader, writer) = std::io::pipe().unwrap();
         let exe = std::env::current_exe().unwrap();
         let writer_handle: OwnedHandle = writer.into();
-        let handle_value = format!("{}", writer_handle.as_handle().as_raw_handle_usize());
-        let spec = SpawnSpec {
-            program: &exe,
-            args: vec![
-                CHILD.into(),
-                "confined".into(),
-                handle_value.into(),
-                outside.clone().into_os_string(),
-                grant.clone().into_os_string(),
-            ],
-            cwd: None,
-            env: w::env_from_allowlist(&["SystemRoot", "WINEPREFIX", "WINEDEBUG"]),
-            inherit: vec![writer_handle.as_handle()],
-            stdin: None,
-            stdout: None,
-            stderr: None,
-        };
+        let spec = confined_spec(&exe, &writer_handle, &outside, &grant, None);
         // Strict first, as the spawner runs it. The spawner reads the token back before use, so
         // a system that hands back an unrestricted token is refused there.
         let mut child = match w::spawn(&policy, &spec, SpawnOptions::default()) {
@@ -589,24 +602,7 @@ mod win {
         let (reader, writer) = std::io::pipe().unwrap();
         let exe = std::env::current_exe().unwrap();
         let writer_handle: OwnedHandle = writer.into();
-        let handle_value = format!("{}", writer_handle.as_handle().as_raw_handle_usize());
-        let spec = SpawnSpec {
-            program: &exe,
-            args: vec![
-                CHILD.into(),
-                "confined".into(),
-                handle_value.into(),
-                outside.clone().into_os_string(),
-                both.clone().into_os_string(),
-                "servers".into(),
-            ],
-            cwd: None,
-            env: w::env_from_allowlist(&["SystemRoot", "WINEPREFIX", "WINEDEBUG"]),
-            inherit: vec![writer_handle.as_handle()],
-            stdin: None,
-            stdout: None,
-            stderr: None,
-        };
+        let spec = confined_spec(&exe, &writer_handle, &outside, &both, Some("servers"));
         let child = match w::spawn(&policy, &spec, SpawnOptions::default()) {
             Ok(c) => {
                 assert!(!wine, "wine made an AppContainer token");
