@@ -37,20 +37,23 @@ pub struct Sid(pub String);
 /// a restricted token can load its DLLs.
 pub const RESTRICTED: &str = "S-1-5-12";
 
-/// The capability SID for `name` (see the module docs).
-pub fn capability_sid(name: &str) -> Sid {
-    let utf16: Vec<u8> = name
-        .to_uppercase()
-        .encode_utf16()
-        .flat_map(u16::to_le_bytes)
-        .collect();
+/// `prefix` followed by the first `words` little-endian `u32`s of SHA-256 over `name` encoded
+/// UTF-16LE: how Windows derives capability and AppContainer SIDs from a name (each folds the
+/// name's case first, its own way).
+fn derived_sid(prefix: &str, name: &str, words: usize) -> Sid {
+    let utf16: Vec<u8> = name.encode_utf16().flat_map(u16::to_le_bytes).collect();
     let hash = Sha256::digest(&utf16);
-    let mut s = String::from("S-1-15-3-1024");
-    for chunk in hash.chunks_exact(4) {
+    let mut s = String::from(prefix);
+    for chunk in hash.chunks_exact(4).take(words) {
         let v = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
         write!(s, "-{v}").expect("String");
     }
     Sid(s)
+}
+
+/// The capability SID for `name` (see the module docs).
+pub fn capability_sid(name: &str) -> Sid {
+    derived_sid("S-1-15-3-1024", &name.to_uppercase(), 8)
 }
 
 /// The AppContainer SID for `name`, derived as `DeriveAppContainerSidFromAppContainerName`
@@ -59,18 +62,7 @@ pub fn capability_sid(name: &str) -> Sid {
 /// [`capability_sid`]; no AppContainer profile is registered for it (the lowbox token needs
 /// none, and gatehouse keeps nothing in a profile's folder).
 pub fn app_container_sid(name: &str) -> Sid {
-    let utf16: Vec<u8> = name
-        .to_lowercase()
-        .encode_utf16()
-        .flat_map(u16::to_le_bytes)
-        .collect();
-    let hash = Sha256::digest(&utf16);
-    let mut s = String::from("S-1-15-2");
-    for chunk in hash.chunks_exact(4).take(7) {
-        let v = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
-        write!(s, "-{v}").expect("String");
-    }
-    Sid(s)
+    derived_sid("S-1-15-2", &name.to_lowercase(), 7)
 }
 
 /// The capability every command's token is restricted to (`command_policy`): the SID the
